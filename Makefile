@@ -1,0 +1,47 @@
+# The README's two commands: `make up` and `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+TESTBED := PYTHONPATH=testbed $(PY) -m devboxes_testbed
+
+.PHONY: up down test lint testbed venv cassettes browser bench labextension clean
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev,controller,jupyter]'
+	@touch $@
+
+venv: $(STAMP)
+
+testbed: $(STAMP)
+	$(TESTBED) build
+
+# Debian's Chromium for the browser tests; never a downloaded browser build.
+browser:
+	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+test: $(STAMP) testbed browser lint
+	$(VENV)/bin/pytest -q -p no:cacheprovider
+
+up: $(STAMP) testbed
+	$(TESTBED) up
+
+down: $(STAMP)
+	$(TESTBED) down
+
+cassettes: $(STAMP) testbed
+	$(VENV)/bin/pytest -q tests/sdk --record-mode=rewrite -m cassette
+
+bench: $(STAMP) testbed
+	$(PY) bench/run.py
+
+clean:
+	rm -rf $(VENV) .devboxes .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""The Devboxes GPU controller: API, reconciler and dashboard."""

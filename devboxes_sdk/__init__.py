@@ -1,0 +1,1 @@
+"""Typed Python SDK for the Devboxes API."""

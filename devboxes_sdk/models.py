@@ -1,0 +1,181 @@
+"""The Devboxes wire contract: every request and response body of ``/api/v1``.
+
+This module is the single source of truth. The controller serves exactly these models
+and the SDK parses exactly these models, so the two cannot drift apart.
+
+Request models forbid unknown fields (servers reject them); response models ignore
+unknown fields (servers may add some).
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+
+NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$"
+NAME_RE = re.compile(NAME_PATTERN)
+NAME_RULE = (
+    "1-40 characters of lowercase letters, digits and '-', starting and ending with a "
+    "letter or digit"
+)
+REPOSITORY_RE = re.compile(
+    r"^(?:https://github\.com/)?[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100}?(?:\.git)?/?$"
+)
+
+Preset = Literal["small", "medium", "large"]
+PRESETS: tuple[Preset, ...] = ("small", "medium", "large")
+
+
+class DevboxState(StrEnum):
+    """A box's state, derived by the controller from its Kubernetes objects."""
+
+    STARTING = "starting"
+    READY = "ready"
+    STOPPED = "stopped"
+    DEGRADED = "degraded"
+
+
+def normalize_name(value: str) -> str:
+    """Trim and lowercase a box name, then check it, as every Devboxes client expects."""
+    name = value.strip().lower()
+    if not NAME_RE.match(name):
+        raise ValueError(f"invalid name {value!r}: use {NAME_RULE}")
+    return name
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _Response(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class GpuRequest(_Request):
+    """The accelerator a create asks for: a profile name, or None for the operator default."""
+
+    profile: str | None = None
+
+
+class DevboxCreate(_Request):
+    """Body of ``POST /api/v1/devboxes``."""
+
+    name: str
+    preset: Preset = "small"
+    ttl_hours: Annotated[int, Field(ge=1)] = 24
+    repository: str | None = None
+    gpu: GpuRequest | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return normalize_name(value)
+
+    @field_validator("repository")
+    @classmethod
+    def _repository(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        value = value.strip()
+        if not value:
+            return None
+        if not REPOSITORY_RE.match(value):
+            raise ValueError("repository must be 'owner/repo' or an https://github.com/ URL")
+        return value
+
+
+class GpuProfile(_Response):
+    """One profile of the operator's catalog, as discovery shows it."""
+
+    name: str
+    display_name: str
+    description: str | None = None
+    resource_name: str
+    count: int
+    default: bool = False
+
+
+class GpuCapabilities(_Response):
+    enabled: bool
+    default_profile: str | None = None
+    profiles: list[GpuProfile] = Field(default_factory=list)
+
+
+class Capabilities(_Response):
+    """Body of ``GET /api/v1/capabilities``."""
+
+    gpu: GpuCapabilities = Field(
+        default_factory=lambda: GpuCapabilities(enabled=False, default_profile=None, profiles=[])
+    )
+
+
+class GpuAllocation(_Response):
+    """The accelerator pinned to a box at creation."""
+
+    profile: str
+    display_name: str
+    resource_name: str
+    count: int
+
+
+class Devbox(_Response):
+    """One box as the API reports it."""
+
+    name: str
+    state: DevboxState
+    preset: str
+    created_at: AwareDatetime
+    expires_at: AwareDatetime | None = None
+    repository: str | None = None
+    ssh_host: str | None = None
+    ssh_port: int = 22
+    ssh_command: str | None = None
+    pod_name: str | None = None
+    pod_ready: bool = False
+    restarts: int = 0
+    storage_size: str | None = None
+    message: str | None = None
+    gpu: GpuAllocation | None = None
+
+
+class DevboxList(_Response):
+    """Body of ``GET /api/v1/devboxes``: newest first."""
+
+    items: list[Devbox]
+
+
+class DeleteResult(_Response):
+    """Body of ``DELETE /api/v1/devboxes/{name}``."""
+
+    name: str
+    purged: bool
+    message: str
+
+
+class WhoAmI(_Response):
+    """Body of ``GET /api/v1/whoami``."""
+
+    user: str
+    mode: str
+
+
+class FieldError(_Response):
+    """One entry of a 422 ``detail`` list."""
+
+    type: str = "value_error"
+    loc: list[str | int] = Field(default_factory=list)
+    msg: str
+
+
+class ErrorBody(_Response):
+    """Every error response: a message, or a list of field errors for 422."""
+
+    detail: str | list[FieldError]
+
+
+class Health(_Response):
+    status: str
+

@@ -1,0 +1,1 @@
+"""Devboxes for Jupyter: server extension, accelerator widgets and a launcher tile."""

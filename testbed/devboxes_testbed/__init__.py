@@ -1,0 +1,1 @@
+"""A real local Kubernetes control plane with simulated GPU nodes, for development and tests."""

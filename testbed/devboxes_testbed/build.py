@@ -1,0 +1,181 @@
+"""Build the testbed binaries from the Go module proxy into a versioned cache outside the repo.
+
+Each binary comes from a small wrapper module under ``testbed/go/``. The cache key is a
+hash of those modules' go.mod/go.sum files, the Go version and the ldflags, so a build
+happens only when the pins change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import TestbedError
+
+GO_DIR = Path(__file__).resolve().parent.parent / "go"
+
+KUBERNETES_VERSION = "v1.36.3"
+ETCD_VERSION = "v3.6.16"
+KWOK_VERSION = "v0.8.0"
+HELM_VERSION = "v3.21.4"
+
+
+@dataclass(frozen=True)
+class Target:
+    """One binary: the wrapper module it is built in, its package and its ldflags."""
+
+    name: str
+    module: str
+    package: str
+    ldflags: tuple[str, ...] = ()
+
+
+def _kube_ldflags() -> tuple[str, ...]:
+    major, minor, _ = KUBERNETES_VERSION.lstrip("v").split(".")
+    stamps = {
+        "gitVersion": KUBERNETES_VERSION,
+        "gitMajor": major,
+        "gitMinor": minor,
+        "gitTreeState": "clean",
+        "buildDate": "1970-01-01T00:00:00Z",
+    }
+    flags = []
+    for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        flags += [f"-X {pkg}.{key}={value}" for key, value in stamps.items()]
+    return tuple(flags)
+
+
+TARGETS: tuple[Target, ...] = (
+    *(
+        Target(name, "kubernetes", f"./cmd/{name}", _kube_ldflags())
+        for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+    ),
+    Target("etcd", "etcd", "go.etcd.io/etcd/server/v3"),
+    Target("kwok", "kwok", "sigs.k8s.io/kwok/cmd/kwok",
+           (f"-X sigs.k8s.io/kwok/pkg/consts.Version={KWOK_VERSION}",)),
+    Target("helm", "helm", "helm.sh/helm/v3/cmd/helm",
+           (f"-X helm.sh/helm/v3/internal/version.version={HELM_VERSION}",)),
+)
+
+
+def cache_root() -> Path:
+    base = os.environ.get("DEVBOXES_TESTBED_CACHE") or os.environ.get("XDG_CACHE_HOME")
+    root = Path(base) if base else Path.home() / ".cache"
+    return root / "devboxes-testbed" if not os.environ.get("DEVBOXES_TESTBED_CACHE") else root
+
+
+def go_binary() -> str:
+    go = shutil.which("go")
+    if go is None:
+        raise TestbedError(
+            "the Go toolchain is needed to build the testbed (Go >= 1.26 on PATH as 'go'); "
+            "install it from your distribution or https://go.dev/dl"
+        )
+    return go
+
+
+def go_version(go: str) -> str:
+    out = subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def cache_key(go: str) -> str:
+    digest = hashlib.sha256()
+    digest.update(go_version(go).encode())
+    for target in TARGETS:
+        digest.update(repr(target).encode())
+    for module in sorted({t.module for t in TARGETS}):
+        for name in ("go.mod", "go.sum"):
+            digest.update((GO_DIR / module / name).read_bytes())
+    return f"k8s-{KUBERNETES_VERSION}-{digest.hexdigest()[:12]}"
+
+
+def bin_dir(go: str | None = None) -> Path:
+    return cache_root() / cache_key(go or go_binary()) / "bin"
+
+
+def installed() -> Path | None:
+    """The cached binaries' directory when every binary is present, else None."""
+    try:
+        directory = bin_dir()
+    except TestbedError:
+        return None
+    if all((directory / t.name).is_file() for t in TARGETS):
+        return directory
+    return None
+
+
+def ensure_built(log=print) -> Path:
+    """Build whatever is missing for the pinned versions; return the binaries' directory."""
+    go = go_binary()
+    directory = bin_dir(go)
+    missing = [t for t in TARGETS if not (directory / t.name).is_file()]
+    if not missing:
+        return directory
+    directory.mkdir(parents=True, exist_ok=True)
+    log(f"building {len(missing)} testbed binaries into {directory} (first build takes a while)")
+    for index, target in enumerate(missing, 1):
+        started = time.monotonic()
+        log(f"[{index}/{len(missing)}] go build {target.name} ...")
+        partial = directory / f".{target.name}.partial"
+        command = [go, "build", "-trimpath", "-o", str(partial)]
+        if target.ldflags:
+            command += ["-ldflags", " ".join(("-s", "-w", *target.ldflags))]
+        else:
+            command += ["-ldflags", "-s -w"]
+        command.append(target.package)
+        env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"}
+        result = subprocess.run(command, cwd=GO_DIR / target.module, env=env,
+                                capture_output=True, text=True)
+        if result.returncode != 0:
+            tail = "\n".join(result.stderr.strip().splitlines()[-15:])
+            raise TestbedError(f"building {target.name} failed:\n{tail}")
+        partial.rename(directory / target.name)
+        log(f"[{index}/{len(missing)}] {target.name} built in {time.monotonic() - started:.0f}s")
+    return directory
+
+
+_STAGING = re.compile(r"^\s*(k8s\.io/[\w.-]+)\s+=>\s+\./staging/", re.MULTILINE)
+
+
+def staging_modules(go: str) -> list[str]:
+    """The staging modules that the published k8s.io/kubernetes go.mod replaces with local paths."""
+    result = subprocess.run(
+        [go, "mod", "download", "-json", f"k8s.io/kubernetes@{KUBERNETES_VERSION}"],
+        capture_output=True, text=True, check=True, cwd=tempfile.gettempdir(),
+    )
+    gomod = Path(json.loads(result.stdout)["GoMod"]).read_text()
+    return sorted(set(_STAGING.findall(gomod)))
+
+
+def pin() -> None:
+    """Rewrite the wrapper modules' go.mod files for the pinned versions and tidy them."""
+    go = go_binary()
+    staging_version = "v0." + KUBERNETES_VERSION.lstrip("v").split(".", 1)[1]
+    replaces = "\n".join(f"\t{m} => {m} {staging_version}" for m in staging_modules(go))
+    (GO_DIR / "kubernetes" / "go.mod").write_text(
+        "module devboxes.local/testbed/kubernetes\n\n"
+        "go 1.26.0\n\n"
+        f"require k8s.io/kubernetes {KUBERNETES_VERSION}\n\n"
+        f"replace (\n{replaces}\n)\n"
+    )
+    tools = {"etcd": f"go.etcd.io/etcd/server/v3@{ETCD_VERSION}",
+             "kwok": f"sigs.k8s.io/kwok/cmd/kwok@{KWOK_VERSION}",
+             "helm": f"helm.sh/helm/v3/cmd/helm@{HELM_VERSION}"}
+    for module, tool in tools.items():
+        directory = GO_DIR / module
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "go.mod").write_text(f"module devboxes.local/testbed/{module}\n\ngo 1.26.0\n")
+        subprocess.run([go, "get", "-tool", tool], cwd=directory, check=True)
+    for module in ("kubernetes", *tools):
+        subprocess.run([go, "mod", "tidy"], cwd=GO_DIR / module, check=True)
+    print("pinned; commit testbed/go/*/go.mod and go.sum", file=sys.stderr)
