@@ -103,15 +103,50 @@ def bin_dir(go: str | None = None) -> Path:
     return cache_root() / cache_key(go or go_binary()) / "bin"
 
 
+# kwok v0.8 ships no default stages; these upstream stage files, taken from the pinned
+# module, make simulated nodes Ready and walk pods through create, ready and delete.
+KWOK_STAGES = (
+    "node/fast/node-initialize.yaml",
+    "node/heartbeat/node-heartbeat.yaml",
+    "pod/general/pod-create.yaml",
+    "pod/general/pod-ready.yaml",
+    "pod/general/pod-complete.yaml",
+    "pod/general/pod-delete.yaml",
+)
+STAGES_DIR = "kwok-stages"
+
+
+def _complete(directory: Path) -> bool:
+    return all((directory / t.name).is_file() for t in TARGETS) and all(
+        (directory / STAGES_DIR / Path(stage).name).is_file() for stage in KWOK_STAGES
+    )
+
+
 def installed() -> Path | None:
-    """The cached binaries' directory when every binary is present, else None."""
+    """The cached binaries' directory when everything is present, else None."""
     try:
         directory = bin_dir()
     except TestbedError:
         return None
-    if all((directory / t.name).is_file() for t in TARGETS):
-        return directory
-    return None
+    return directory if _complete(directory) else None
+
+
+def stage_files(directory: Path) -> list[Path]:
+    return [directory / STAGES_DIR / Path(stage).name for stage in KWOK_STAGES]
+
+
+def _copy_kwok_stages(go: str, directory: Path) -> None:
+    result = subprocess.run(
+        [go, "mod", "download", "-json", f"sigs.k8s.io/kwok@{KWOK_VERSION}"],
+        capture_output=True, text=True, cwd=tempfile.gettempdir(),
+    )
+    if result.returncode != 0:
+        raise TestbedError(f"fetching kwok {KWOK_VERSION} stages failed: {result.stderr.strip()}")
+    source = Path(json.loads(result.stdout)["Dir"]) / "kustomize" / "stage"
+    target = directory / STAGES_DIR
+    target.mkdir(parents=True, exist_ok=True)
+    for stage in KWOK_STAGES:
+        shutil.copyfile(source / stage, target / Path(stage).name)
 
 
 def ensure_built(log=print) -> Path:
@@ -119,7 +154,7 @@ def ensure_built(log=print) -> Path:
     go = go_binary()
     directory = bin_dir(go)
     missing = [t for t in TARGETS if not (directory / t.name).is_file()]
-    if not missing:
+    if _complete(directory):
         return directory
     directory.mkdir(parents=True, exist_ok=True)
     log(f"building {len(missing)} testbed binaries into {directory} (first build takes a while)")
@@ -141,6 +176,7 @@ def ensure_built(log=print) -> Path:
             raise TestbedError(f"building {target.name} failed:\n{tail}")
         partial.rename(directory / target.name)
         log(f"[{index}/{len(missing)}] {target.name} built in {time.monotonic() - started:.0f}s")
+    _copy_kwok_stages(go, directory)
     return directory
 
 

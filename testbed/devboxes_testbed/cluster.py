@@ -1,0 +1,341 @@
+"""Start and stop a real control plane on loopback: etcd, kube-apiserver,
+kube-controller-manager, kube-scheduler and kwok, plus a simulated storage provisioner."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import build, nodes, pki
+from .errors import TestbedError
+from .provisioner import STORAGE_CLASS, Provisioner
+
+SERVICE_CIDR = "10.96.0.0/16"
+START_TIMEOUT = 90.0
+STOP_TIMEOUT = 10.0
+_PORT_TAKEN = ("address already in use", "bind: address already in use")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Component:
+    """One control-plane process, its log file and how to tell it is healthy."""
+
+    name: str
+    argv: Callable[[], list[str]]
+    health_url: Callable[[], str]
+    log: Path
+    reassign_ports: Callable[[], None]
+    process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(
+                self.argv(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+
+    def log_tail(self, lines: int = 12) -> str:
+        try:
+            text = self.log.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.strip().splitlines()[-lines:])
+
+    def stop(self) -> None:
+        process = self.process
+        if process is None:
+            return
+        if process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        self.process = None
+
+
+def _healthy(url: str) -> bool:
+    context = ssl.create_default_context()
+    # Loopback health endpoints of components with self-signed serving certificates.
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        with urllib.request.urlopen(url, timeout=2, context=context) as response:  # noqa: S310
+            return bool(response.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+@dataclass
+class Testbed:
+    """A running (or startable) local cluster in ``state_dir``."""
+
+    __test__ = False  # not a pytest test class despite the name
+
+    state_dir: Path
+    pool_file: Path
+    log: Callable[[str], None] = print
+    bin_dir: Path | None = None
+    ports: dict[str, int] = field(default_factory=dict)
+    components: list[Component] = field(default_factory=list)
+    provisioner: Provisioner | None = None
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.state_dir / "kubeconfig"
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.ports['apiserver']}"
+
+    def env(self) -> dict[str, str]:
+        return {"KUBECONFIG": str(self.kubeconfig)}
+
+    def _bin(self, name: str) -> str:
+        assert self.bin_dir is not None
+        return str(self.bin_dir / name)
+
+    def _port(self, name: str) -> int:
+        if name not in self.ports:
+            self.ports[name] = free_port()
+        return self.ports[name]
+
+    def _reassigner(self, *names: str) -> Callable[[], None]:
+        def reassign() -> None:
+            for name in names:
+                self.ports[name] = free_port()
+
+        return reassign
+
+    def _components(self, certs: pki.Pki) -> list[Component]:
+        logs = self.state_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        kubeconfig = str(self.kubeconfig)
+        assert self.bin_dir is not None
+        stages = build.stage_files(self.bin_dir)
+
+        def etcd() -> list[str]:
+            client, peer = self._port("etcd"), self._port("etcd-peer")
+            return [
+                self._bin("etcd"), "--name=testbed", f"--data-dir={self.state_dir / 'etcd'}",
+                f"--listen-client-urls=http://127.0.0.1:{client}",
+                f"--advertise-client-urls=http://127.0.0.1:{client}",
+                f"--listen-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-cluster=testbed=http://127.0.0.1:{peer}",
+                "--unsafe-no-fsync", "--log-level=warn",
+            ]
+
+        def apiserver() -> list[str]:
+            return [
+                self._bin("kube-apiserver"),
+                f"--etcd-servers=http://127.0.0.1:{self._port('etcd')}",
+                "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+                f"--secure-port={self._port('apiserver')}",
+                f"--tls-cert-file={certs.serving_cert}",
+                f"--tls-private-key-file={certs.serving_key}",
+                f"--client-ca-file={certs.ca_cert}",
+                f"--service-account-key-file={certs.sa_public}",
+                f"--service-account-signing-key-file={certs.sa_private}",
+                "--service-account-issuer=https://kubernetes.default.svc",
+                "--authorization-mode=Node,RBAC",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--endpoint-reconciler-type=none",
+                "--profiling=false",
+                f"--cert-dir={self.state_dir / 'apiserver-certs'}",
+            ]
+
+        def controller_manager() -> list[str]:
+            return [
+                self._bin("kube-controller-manager"),
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={self._port('controller-manager')}",
+                "--leader-elect=false", "--controllers=*",
+                "--use-service-account-credentials=true",
+                f"--service-account-private-key-file={certs.sa_private}",
+                f"--root-ca-file={certs.ca_cert}",
+                f"--cluster-signing-cert-file={certs.ca_cert}",
+                f"--cluster-signing-key-file={certs.ca_key}",
+                f"--cert-dir={self.state_dir / 'kcm-certs'}",
+            ]
+
+        def scheduler() -> list[str]:
+            return [
+                self._bin("kube-scheduler"),
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={self._port('scheduler')}",
+                "--leader-elect=false",
+                f"--cert-dir={self.state_dir / 'scheduler-certs'}",
+            ]
+
+        def kwok() -> list[str]:
+            return [
+                self._bin("kwok"), f"--kubeconfig={kubeconfig}",
+                "--manage-all-nodes=false",
+                f"--manage-nodes-with-annotation-selector={nodes.KWOK_ANNOTATION}=fake",
+                f"--server-address=127.0.0.1:{self._port('kwok')}",
+                "--node-ip=127.0.0.1", "--cidr=10.244.0.1/16",
+                *(f"--config={stage}" for stage in stages),
+            ]
+
+        def url(scheme: str, port: str, path: str) -> Callable[[], str]:
+            return lambda: f"{scheme}://127.0.0.1:{self.ports[port]}{path}"
+
+        return [
+            Component("etcd", etcd, url("http", "etcd", "/health"), logs / "etcd.log",
+                      self._reassigner("etcd", "etcd-peer")),
+            Component("kube-apiserver", apiserver, url("https", "apiserver", "/livez"),
+                      logs / "kube-apiserver.log", self._reassigner("apiserver")),
+            Component("kube-controller-manager", controller_manager,
+                      url("https", "controller-manager", "/healthz"),
+                      logs / "kube-controller-manager.log",
+                      self._reassigner("controller-manager")),
+            Component("kube-scheduler", scheduler, url("https", "scheduler", "/healthz"),
+                      logs / "kube-scheduler.log", self._reassigner("scheduler")),
+            Component("kwok", kwok, url("http", "kwok", "/healthz"), logs / "kwok.log",
+                      self._reassigner("kwok")),
+        ]
+
+    def _start_component(self, component: Component) -> None:
+        for _attempt in range(3):
+            component.start()
+            deadline = time.monotonic() + START_TIMEOUT
+            while time.monotonic() < deadline:
+                assert component.process is not None
+                if component.process.poll() is not None:
+                    break
+                if _healthy(component.health_url()):
+                    self.log(f"  {component.name} ready on {component.health_url()}")
+                    return
+                time.sleep(0.2)
+            tail = component.log_tail()
+            component.stop()
+            if any(marker in tail for marker in _PORT_TAKEN):
+                self.log(f"  {component.name}: port taken, picking another")
+                component.reassign_ports()
+                continue
+            raise TestbedError(f"{component.name} failed to start; last lines of its log:\n{tail}")
+        raise TestbedError(f"{component.name} could not find a free port after 3 attempts")
+
+    def start(self) -> None:
+        """Start every component in order; on any failure stop what started and raise."""
+        self.bin_dir = self.bin_dir or build.ensure_built(self.log)
+        pool_file = nodes.load(self.pool_file)
+        started = time.monotonic()
+        # Every start is a fresh cluster: no etcd data or certificates survive from a previous one.
+        shutil.rmtree(self.state_dir, ignore_errors=True)
+        self.state_dir.mkdir(parents=True)
+        certs = pki.create(self.state_dir / "pki")
+        self.components = self._components(certs)
+        try:
+            for component in self.components:
+                if component.name == "kube-controller-manager":
+                    self._write_kubeconfig(certs)
+                self._start_component(component)
+            self._wait_apiserver_ready()
+            self.provisioner = Provisioner(str(self.kubeconfig), self.log)
+            self.provisioner.start()
+            self._create_cluster_objects(pool_file)
+        except BaseException:
+            self.stop()
+            raise
+        self.log(f"testbed ready in {time.monotonic() - started:.1f}s: {self.server}")
+
+    def _write_kubeconfig(self, certs: pki.Pki) -> None:
+        self.kubeconfig.write_text(pki.kubeconfig(certs, self.server))
+        self.kubeconfig.chmod(0o600)
+
+    def api_client(self) -> Any:
+        from kubernetes import client, config
+
+        configuration = client.Configuration()
+        config.load_kube_config(str(self.kubeconfig), client_configuration=configuration)
+        return client.ApiClient(configuration)
+
+    def _wait_apiserver_ready(self) -> None:
+        from kubernetes import client
+
+        api = client.CoreV1Api(self.api_client())
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            with contextlib.suppress(Exception):
+                api.read_namespaced_service_account("default", "default")
+                return
+            time.sleep(0.3)
+        raise TestbedError("the default ServiceAccount never appeared: is the controller-manager running?")
+
+    def _create_cluster_objects(self, pool_file: nodes.PoolFile) -> None:
+        from kubernetes import client
+
+        api_client = self.api_client()
+        core = client.CoreV1Api(api_client)
+        node_list = nodes.node_objects(pool_file)
+        for node in node_list:
+            status = node.pop("status")
+            core.create_node(node)
+            core.patch_node_status(node["metadata"]["name"], {"status": status})
+        node_api = client.NodeV1Api(api_client)
+        for runtime_class in pool_file.runtimeClasses:
+            node_api.create_runtime_class(
+                {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+                 "metadata": {"name": runtime_class.name}, "handler": runtime_class.handler}
+            )
+        client.StorageV1Api(api_client).create_storage_class(STORAGE_CLASS)
+        self._wait_nodes_ready({n["metadata"]["name"] for n in node_list}, core)
+        summary = ", ".join(f"{p.count}× {p.name}" for p in pool_file.pools)
+        self.log(f"  nodes ready: {summary}")
+
+    def _wait_nodes_ready(self, names: set[str], core: Any) -> None:
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            ready = {
+                node.metadata.name
+                for node in core.list_node().items
+                if any(c.type == "Ready" and c.status == "True"
+                       for c in node.status.conditions or [])
+            }
+            if names <= ready:
+                return
+            time.sleep(0.3)
+        raise TestbedError(f"nodes never became Ready: {sorted(names - ready)}")
+
+    def stop(self) -> None:
+        """Stop everything in reverse order; safe to call more than once."""
+        if self.provisioner is not None:
+            self.provisioner.stop()
+            self.provisioner = None
+        for component in reversed(self.components):
+            component.stop()
+
+    def alive(self) -> list[str]:
+        return [c.name for c in self.components if c.process and c.process.poll() is None]

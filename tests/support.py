@@ -1,0 +1,20 @@
+"""Helpers shared by tests that watch real cluster state change."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+
+def wait_for(predicate: Any, timeout: float = 60, interval: float = 0.2) -> Any:
+    """Poll ``predicate`` until it returns a truthy value; fail the test on timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"condition not met within {timeout}s: {predicate.__doc__ or predicate}")
+        time.sleep(interval)
