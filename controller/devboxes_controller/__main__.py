@@ -1,0 +1,156 @@
+"""``devboxes-controller``: ``serve`` the API and reconciler, or ``check-config`` a file."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import socket
+import sys
+import threading
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from .settings import ConfigError, load_check_target, load_settings
+
+_STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message"}
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line; ``extra`` fields become keys. Nothing secret is ever passed."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        entry.update({k: v for k, v in record.__dict__.items() if k not in _STANDARD})
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str)
+
+
+def _configure_logging(level: str) -> None:
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonFormatter())
+    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+    logging.getLogger("kubernetes").setLevel(logging.WARNING)
+    logging.getLogger("urllib3").setLevel(logging.WARNING)
+
+
+def _listen(value: str) -> tuple[str, int]:
+    host, _, port = value.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {value!r}")
+    return host.strip("[]"), int(port)
+
+
+def check_config(path: Path) -> int:
+    try:
+        settings = load_check_target(path)
+    except ConfigError as err:
+        print(f"{path}: {len(err.violations)} problem(s):", file=sys.stderr)
+        for violation in err.violations:
+            print(f"  {violation}", file=sys.stderr)
+        return 1
+    gpu = settings.gpu
+    state = (f"GPU enabled, {len(gpu.profiles)} profile(s), default {gpu.default_profile}"
+             if gpu.enabled else "GPU disabled")
+    print(f"{path}: valid ({state})")
+    return 0
+
+
+def serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from . import kube
+    from .api import create_app
+    from .auth import TokenError, load_token
+    from .boxes import Boxes
+    from .lease import LeaderElector
+    from .reconciler import Reconciler
+
+    try:
+        settings = load_settings(args.settings, os.environ)
+        token = load_token(args.token_file)
+    except ConfigError as err:
+        print("devboxes-controller: invalid settings:", file=sys.stderr)
+        for violation in err.violations:
+            print(f"  {violation}", file=sys.stderr)
+        return 1
+    except TokenError as err:
+        print(f"devboxes-controller: {err}", file=sys.stderr)
+        return 1
+    _configure_logging(args.log_level)
+    try:
+        api = kube.api_client(args.kubeconfig)
+    except Exception as err:  # noqa: BLE001 - any kubeconfig problem is reported in one line
+        print(f"devboxes-controller: cannot load Kubernetes credentials: {err}", file=sys.stderr)
+        return 1
+    boxes = Boxes(settings, api)
+    identity = args.identity or f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
+    reconciler_holder: dict[str, Reconciler] = {}
+    elector = LeaderElector(
+        api, settings.namespace, identity, args.lease_seconds,
+        on_change=lambda leading: reconciler_holder["r"].leadership_changed(leading),
+    )
+    reconciler = Reconciler(boxes, elector)
+    reconciler_holder["r"] = reconciler
+
+    async def lifecycle() -> AsyncIterator[None]:
+        boxes.start()
+        elector.start()
+        reconciler.start()
+        try:
+            yield
+        finally:
+            reconciler.stop()
+            stopper = threading.Thread(target=elector.stop)
+            stopper.start()
+            stopper.join(timeout=6)
+            boxes.stop()
+
+    app = create_app(boxes, token, lifecycle)
+    host, port = args.listen
+    logging.getLogger(__name__).info(
+        "starting", extra={"namespace": settings.namespace, "listen": f"{host}:{port}",
+                           "identity": identity, "gpu_enabled": settings.gpu.enabled})
+    uvicorn.run(app, host=host, port=port, log_config=None, access_log=False,
+                timeout_graceful_shutdown=5)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="devboxes-controller", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    check = commands.add_parser("check-config", help="validate a settings or Helm values file")
+    check.add_argument("file", type=Path)
+    run = commands.add_parser("serve", help="serve the API and reconcile boxes")
+    run.add_argument("--settings", type=Path, default=os.environ.get("DEVBOXES_SETTINGS"),
+                     help="settings file (YAML or JSON); env DEVBOXES_SETTINGS")
+    run.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"),
+                     help="kubeconfig; default in-cluster credentials, then ~/.kube/config")
+    run.add_argument("--listen", type=_listen,
+                     default=_listen(os.environ.get("DEVBOXES_LISTEN", "127.0.0.1:8080")),
+                     help="HOST:PORT to serve on; env DEVBOXES_LISTEN (default 127.0.0.1:8080)")
+    run.add_argument("--token-file", type=Path,
+                     help="file holding the operator token; default env DEVBOXES_TOKEN")
+    run.add_argument("--lease-seconds", type=int, default=15,
+                     help="leader election lease duration (default 15)")
+    run.add_argument("--identity", help="this replica's name in the Lease (default hostname)")
+    run.add_argument("--log-level", default="info",
+                     choices=["debug", "info", "warning", "error"])
+    args = parser.parse_args(argv)
+    if args.command == "check-config":
+        return check_config(args.file)
+    return serve(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

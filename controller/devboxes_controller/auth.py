@@ -1,0 +1,62 @@
+"""Who may call the API: the operator bearer token, compared in constant time."""
+
+from __future__ import annotations
+
+import hmac
+import os
+from pathlib import Path
+
+from fastapi import Request
+
+from .kube import ApiProblem
+
+MIN_TOKEN_LENGTH = 32
+OPERATOR = "operator"
+
+
+class Unauthorized(ApiProblem):
+    def __init__(self, detail: str = "authentication required") -> None:
+        super().__init__(401, detail)
+
+
+class TokenError(Exception):
+    """The operator token is missing or too weak; the controller refuses to start."""
+
+
+def load_token(token_file: Path | None, environ: dict[str, str] | None = None) -> str:
+    environ = dict(os.environ) if environ is None else environ
+    if token_file is not None:
+        try:
+            token = token_file.read_text().strip()
+        except OSError as err:
+            raise TokenError(f"cannot read the token file {token_file}: {err.strerror}") from None
+    else:
+        token = environ.get("DEVBOXES_TOKEN", "").strip()
+        if not token:
+            raise TokenError("no operator token: set DEVBOXES_TOKEN or pass --token-file")
+    if len(token) < MIN_TOKEN_LENGTH:
+        raise TokenError(f"the operator token must be at least {MIN_TOKEN_LENGTH} characters")
+    return token
+
+
+def token_matches(presented: str, expected: str) -> bool:
+    return hmac.compare_digest(presented.encode(), expected.encode())
+
+
+def bearer(request: Request) -> str | None:
+    header = request.headers.get("authorization", "")
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() != "bearer" or not value.strip():
+        return None
+    return value.strip()
+
+
+def require_operator(request: Request) -> str:
+    """FastAPI dependency: the caller's identity, or 401."""
+    expected: str = request.app.state.token
+    presented = bearer(request)
+    if presented is not None:
+        if token_matches(presented, expected):
+            return OPERATOR
+        raise Unauthorized("invalid token")
+    raise Unauthorized()

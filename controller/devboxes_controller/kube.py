@@ -1,0 +1,106 @@
+"""The edge to Kubernetes: one API client, raw JSON calls, and error translation.
+
+Every apiserver failure becomes an :class:`ApiProblem` with the HTTP status our API
+should answer and the apiserver's own message, so nothing surfaces as a bare 500.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import urllib3
+from kubernetes import client, config
+
+T = TypeVar("T")
+Obj = dict[str, Any]
+
+
+class ApiProblem(Exception):
+    """A failure our API reports as ``{"detail": message}`` with ``status``."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+
+
+class NotFound(ApiProblem):
+    def __init__(self, detail: str) -> None:
+        super().__init__(404, detail)
+
+
+class Conflict(ApiProblem):
+    def __init__(self, detail: str) -> None:
+        super().__init__(409, detail)
+
+
+class Invalid(ApiProblem):
+    def __init__(self, detail: str) -> None:
+        super().__init__(422, detail)
+
+
+class Unavailable(ApiProblem):
+    def __init__(self, detail: str) -> None:
+        super().__init__(503, detail)
+
+
+def api_client(kubeconfig: str | None) -> client.ApiClient:
+    """A client from an explicit kubeconfig, else in-cluster credentials, else ~/.kube/config."""
+    configuration = client.Configuration()
+    if kubeconfig:
+        config.load_kube_config(kubeconfig, client_configuration=configuration)
+    else:
+        try:
+            config.load_incluster_config(client_configuration=configuration)
+        except config.ConfigException:
+            config.load_kube_config(client_configuration=configuration)
+    configuration.retries = 0
+    return client.ApiClient(configuration)
+
+
+def _apiserver_message(err: client.ApiException) -> str:
+    try:
+        body = json.loads(err.body or "{}")
+    except (TypeError, ValueError):
+        body = {}
+    return str(body.get("message") or err.reason or "Kubernetes API error")
+
+
+def translate(err: Exception) -> ApiProblem:
+    """The API outcome for a Kubernetes client failure."""
+    if isinstance(err, client.ApiException):
+        message = _apiserver_message(err)
+        if err.status == 404:
+            return NotFound(message)
+        if err.status == 409:
+            return Conflict(message)
+        if err.status == 403:
+            return ApiProblem(403, f"Kubernetes refused the request: {message}")
+        if err.status in (400, 422):
+            return Invalid(f"Kubernetes rejected the object: {message}")
+        if err.status == 429 or (err.status or 0) >= 500:
+            return Unavailable(f"Kubernetes API unavailable: {message}")
+        return ApiProblem(502, f"Kubernetes API error {err.status}: {message}")
+    if isinstance(err, urllib3.exceptions.HTTPError | OSError):
+        return Unavailable("Kubernetes API unreachable")
+    raise err
+
+
+def call(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Obj:
+    """Call a generated client method and return the raw JSON body, translating failures."""
+    try:
+        response = function(*args, _preload_content=False, **kwargs)
+    except (client.ApiException, urllib3.exceptions.HTTPError, OSError) as err:
+        raise translate(err) from None
+    data = response.data
+    return dict(json.loads(data)) if data else {}
+
+
+def resource_version(obj: Obj) -> int:
+    """The object's resourceVersion as a number, for 'has the cache seen this write' checks."""
+    try:
+        return int(obj.get("metadata", {}).get("resourceVersion") or 0)
+    except ValueError:
+        return 0

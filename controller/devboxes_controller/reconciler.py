@@ -1,0 +1,103 @@
+"""Level-triggered reconciliation, run only by the Lease holder: TTL expiry and repair.
+
+Each pass reads the caches, stops boxes whose deadline has passed and recreates a
+missing claim or Service from the Deployment's pinned snapshot. Passes are idempotent;
+they run when a box changes, when the next deadline arrives, and on a short resync.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import datetime, timedelta
+
+from . import render
+from .boxes import Boxes
+from .kube import ApiProblem, Obj
+from .lease import LeaderElector
+from .metrics import METRICS
+
+log = logging.getLogger(__name__)
+
+RESYNC_SECONDS = 5.0
+# A create in flight on another replica has a Deployment but not yet its claim or Service.
+REPAIR_GRACE = timedelta(seconds=5)
+
+
+class Reconciler:
+    def __init__(self, boxes: Boxes, elector: LeaderElector) -> None:
+        self._boxes = boxes
+        self._elector = elector
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="reconciler", daemon=True)
+        boxes.add_listener(lambda _name: self._wake.set())
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout=5)
+
+    def leadership_changed(self, leading: bool) -> None:
+        METRICS.leader.set(1 if leading else 0)
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.clear()
+            timeout = RESYNC_SECONDS
+            if self._elector.leading.is_set() and self._boxes.synced():
+                next_deadline = self.reconcile_once()
+                if next_deadline is not None:
+                    seconds = (next_deadline - self._boxes.clock()).total_seconds()
+                    timeout = max(0.05, min(timeout, seconds))
+            self._wake.wait(timeout)
+
+    def reconcile_once(self) -> datetime | None:
+        """One pass over every box; returns the earliest deadline still ahead."""
+        now = self._boxes.clock()
+        upcoming: list[datetime] = []
+        for deployment in self._boxes.deployments.all():
+            try:
+                deadline = self._reconcile_box(deployment, now)
+            except ApiProblem as err:
+                log.warning("reconcile failed", extra={
+                    "box": render.box_name_of(deployment), "error": err.detail})
+                continue
+            if deadline is not None:
+                upcoming.append(deadline)
+        return min(upcoming, default=None)
+
+    def _reconcile_box(self, deployment: Obj, now: datetime) -> datetime | None:
+        name = render.box_name_of(deployment)
+        if name is None or deployment["metadata"].get("deletionTimestamp"):
+            return None
+        spec = render.spec_from_deployment(deployment)
+        running = (deployment.get("spec") or {}).get("replicas", 1) != 0
+        if running and spec.expires_at <= now:
+            self._boxes.stop_box(name, expired_at=spec.expires_at)
+            METRICS.expired.inc()
+            log.info("box expired", extra={"box": name})
+            return None
+        created = render.parse_timestamp(deployment["metadata"]["creationTimestamp"])
+        if now - created >= REPAIR_GRACE:
+            self._repair(name, spec, deployment)
+        return spec.expires_at if running else None
+
+    def _repair(self, name: str, spec: render.BoxSpec, deployment: Obj) -> None:
+        names = render.object_names(name)
+        repaired = []
+        if self._boxes.pvcs.get(names.pvc) is None:
+            self._boxes.ensure_storage(spec)
+            repaired.append("PersistentVolumeClaim")
+        if self._boxes.services.get(names.service) is None:
+            self._boxes.ensure_service(spec, deployment)
+            repaired.append("Service")
+        for kind in repaired:
+            METRICS.repairs.labels(kind).inc()
+        if repaired:
+            self._boxes.record(deployment, "Repaired", f"Recreated missing {', '.join(repaired)}")
+            log.info("box repaired", extra={"box": name, "objects": repaired})

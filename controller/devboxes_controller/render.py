@@ -1,0 +1,378 @@
+"""The Kubernetes objects of one box, as plain JSON-ready dicts.
+
+Pure functions: no I/O, no clock, no Kubernetes client. Every field comes from a
+:class:`BoxSpec` and the settings; clients never set a pod field. A box's GPU contract is
+the profile pinned in its Deployment's snapshot annotation, so :func:`spec_from_deployment`
+rebuilds a spec from that annotation and never from the live catalog.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from devboxes_sdk.models import PRESETS, Preset
+
+from .settings import GpuProfileConfig, Settings, SnapshotError
+
+LABEL_BOX = "devboxes.io/box"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+MANAGER = "devboxes-controller"
+APP_NAME = "devbox"
+MANAGED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGER}"
+
+COMPONENT_WORKSPACE = "workspace"
+COMPONENT_HOME = "home"
+COMPONENT_SSH = "ssh"
+
+ANNOTATION_PREFIX = "devboxes.io/"
+ANNOTATION_GPU_SNAPSHOT = ANNOTATION_PREFIX + "gpu-profile-snapshot"
+ANNOTATION_GPU_PROFILE = ANNOTATION_PREFIX + "gpu-profile"
+ANNOTATION_GPU_RESOURCE = ANNOTATION_PREFIX + "gpu-resource"
+ANNOTATION_GPU_COUNT = ANNOTATION_PREFIX + "gpu-count"
+ANNOTATION_PRESET = ANNOTATION_PREFIX + "preset"
+ANNOTATION_TTL_HOURS = ANNOTATION_PREFIX + "ttl-hours"
+ANNOTATION_EXPIRES_AT = ANNOTATION_PREFIX + "expires-at"
+ANNOTATION_REPOSITORY = ANNOTATION_PREFIX + "repository"
+# Written by the reconciler when the TTL stops a box.
+ANNOTATION_EXPIRED_AT = ANNOTATION_PREFIX + "expired-at"
+
+_PRESET_BY_NAME: dict[str, Preset] = {preset: preset for preset in PRESETS}
+
+MAIN_CONTAINER = "devbox"
+SSH_PORT_NAME = "ssh"
+SSH_CONTAINER_PORT = 2222
+SSH_SERVICE_PORT = 22
+HOME_VOLUME = "home"
+HOME_MOUNT_PATH = "/home/dev"
+
+# What the workspace entrypoint and sshd need, and nothing more. The entrypoint runs as
+# root: it creates the user and the groups of DEVBOX_GPU_SUPPLEMENTAL_GROUPS, writes
+# /etc/group and /etc/gshadow and fixes ownership of the home volume; then sshd
+# authenticates users and drops to them.
+#   CHOWN        chown the home volume, ~/.ssh and each session's pty to the user
+#   DAC_OVERRIDE root edits files it cannot otherwise write (/etc/gshadow is mode 0640)
+#   FOWNER       chmod files on the home volume that the user owns
+#   SETGID       groupadd/usermod and sshd's switch to the user's primary and GPU groups
+#   SETUID       sshd's switch to the user and to its unprivileged helper
+#   SYS_CHROOT   sshd's privilege-separation chroot
+#   AUDIT_WRITE  sshd/PAM login records; without it logins fail
+# All seven are in the Pod Security Standards "baseline" set.
+CAPABILITIES_ADDED = (
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "SETGID",
+    "SETUID",
+    "SYS_CHROOT",
+    "AUDIT_WRITE",
+)
+
+
+@dataclass(frozen=True)
+class BoxSpec:
+    """Everything the objects of one box are rendered from."""
+
+    name: str
+    preset: Preset
+    ttl_hours: int
+    repository: str | None
+    expires_at: datetime
+    gpu: GpuProfileConfig | None
+
+
+@dataclass(frozen=True)
+class ObjectNames:
+    deployment: str
+    pvc: str
+    service: str
+
+
+def object_names(box: str) -> ObjectNames:
+    return ObjectNames(
+        deployment=f"devbox-{box}",
+        pvc=f"devbox-{box}-home",
+        service=f"devbox-{box}-ssh",
+    )
+
+
+def labels(box: str, component: str) -> dict[str, str]:
+    """The labels of every object of a box; MANAGED_SELECTOR finds them all."""
+    return {
+        LABEL_BOX: box,
+        LABEL_NAME: APP_NAME,
+        LABEL_COMPONENT: component,
+        LABEL_MANAGED_BY: MANAGER,
+    }
+
+
+def box_selector(box: str) -> dict[str, str]:
+    """The pod selector of a box's Deployment and Service."""
+    return {LABEL_BOX: box}
+
+
+def box_name_of(obj: dict[str, Any]) -> str | None:
+    """The box an object belongs to, from its box label."""
+    metadata = obj.get("metadata") or {}
+    name = (metadata.get("labels") or {}).get(LABEL_BOX)
+    return name if isinstance(name, str) and name else None
+
+
+def format_timestamp(moment: datetime) -> str:
+    """RFC 3339 in UTC with a 'Z', to the second, as Kubernetes writes times."""
+    if moment.tzinfo is None:
+        raise ValueError("a timestamp needs a time zone")
+    return moment.astimezone(UTC).replace(microsecond=0, tzinfo=None).isoformat() + "Z"
+
+
+def parse_timestamp(text: str) -> datetime:
+    moment = datetime.fromisoformat(text)
+    if moment.tzinfo is None:
+        raise ValueError(f"{text!r} has no time zone")
+    return moment.astimezone(UTC)
+
+
+def _metadata(name: str, settings: Settings, box: str, component: str) -> dict[str, Any]:
+    return {"name": name, "namespace": settings.namespace, "labels": labels(box, component)}
+
+
+def render_pvc(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
+    """The home volume. It has no owner: it outlives the box unless purged."""
+    pvc_spec: dict[str, Any] = {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": settings.preset(spec.preset).storage}},
+    }
+    if settings.storage_class_name is not None:
+        pvc_spec["storageClassName"] = settings.storage_class_name
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": _metadata(object_names(spec.name).pvc, settings, spec.name, COMPONENT_HOME),
+        "spec": pvc_spec,
+    }
+
+
+def render_service(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(object_names(spec.name).service, settings, spec.name, COMPONENT_SSH),
+        "spec": {
+            "type": settings.ssh.service_type,
+            "selector": box_selector(spec.name),
+            "ports": [
+                {
+                    "name": SSH_PORT_NAME,
+                    "protocol": "TCP",
+                    "port": SSH_SERVICE_PORT,
+                    "targetPort": SSH_CONTAINER_PORT,
+                }
+            ],
+        },
+    }
+
+
+def _container_security() -> dict[str, Any]:
+    return {
+        "privileged": False,
+        # The workspace contract gives the user sudo, a setuid program, and
+        # allowPrivilegeEscalation: false (no_new_privs) would make it fail. Escalation
+        # stays inside the capability bounding set above: sudo can never regain a
+        # dropped capability, and the container can never become privileged.
+        "allowPrivilegeEscalation": True,
+        "capabilities": {"drop": ["ALL"], "add": list(CAPABILITIES_ADDED)},
+    }
+
+
+def _env(name: str, value: str) -> dict[str, str]:
+    return {"name": name, "value": value}
+
+
+def _main_container(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
+    preset = settings.preset(spec.preset)
+    requests: dict[str, str] = {"cpu": preset.cpu, "memory": preset.memory_request}
+    limits: dict[str, str] = {"memory": preset.memory_limit}
+    env = [_env("DEVBOX_NAME", spec.name)]
+    if spec.repository:
+        env.append(_env("DEVBOX_REPOSITORY", spec.repository))
+    image = settings.workspace_image
+    gpu = spec.gpu
+    if gpu is not None:
+        # Extended resources cannot be overcommitted: Kubernetes requires the request to
+        # equal the limit.
+        requests[gpu.resource_name] = str(gpu.count)
+        limits[gpu.resource_name] = str(gpu.count)
+        env += [
+            _env("DEVBOX_GPU_PROFILE", gpu.name),
+            _env("DEVBOX_GPU_RESOURCE", gpu.resource_name),
+            _env("DEVBOX_GPU_COUNT", str(gpu.count)),
+        ]
+        if gpu.supplemental_groups:
+            groups = ",".join(str(group) for group in gpu.supplemental_groups)
+            env.append(_env("DEVBOX_GPU_SUPPLEMENTAL_GROUPS", groups))
+        image = gpu.workspace_image or image
+    return {
+        "name": MAIN_CONTAINER,
+        "image": image,
+        "ports": [{"name": SSH_PORT_NAME, "containerPort": SSH_CONTAINER_PORT, "protocol": "TCP"}],
+        "env": env,
+        "resources": {"requests": requests, "limits": limits},
+        "volumeMounts": [{"name": HOME_VOLUME, "mountPath": HOME_MOUNT_PATH}],
+        "readinessProbe": {
+            "tcpSocket": {"port": SSH_CONTAINER_PORT},
+            "periodSeconds": 5,
+            "timeoutSeconds": 2,
+            "failureThreshold": 3,
+        },
+        "securityContext": _container_security(),
+    }
+
+
+def _sidecar_containers(settings: Settings) -> list[dict[str, Any]]:
+    containers = []
+    for sidecar in settings.sidecars:
+        # Never a profile's image and never the accelerator: a sidecar is the same in
+        # every box of the release.
+        container: dict[str, Any] = {
+            "name": sidecar.name,
+            "image": sidecar.image or settings.workspace_image,
+        }
+        if sidecar.command:
+            container["command"] = list(sidecar.command)
+        if sidecar.args:
+            container["args"] = list(sidecar.args)
+        if sidecar.env:
+            container["env"] = [_env(name, value) for name, value in sidecar.env.items()]
+        container["securityContext"] = _container_security()
+        containers.append(container)
+    return containers
+
+
+def _pod_spec(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
+    security: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
+    pod: dict[str, Any] = {
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "hostNetwork": False,
+        "hostPID": False,
+        "hostIPC": False,
+        "securityContext": security,
+        "containers": [_main_container(spec, settings), *_sidecar_containers(settings)],
+        "volumes": [
+            {
+                "name": HOME_VOLUME,
+                "persistentVolumeClaim": {"claimName": object_names(spec.name).pvc},
+            }
+        ],
+    }
+    gpu = spec.gpu
+    if gpu is not None:
+        if gpu.supplemental_groups:
+            security["supplementalGroups"] = list(gpu.supplemental_groups)
+        if gpu.runtime_class_name is not None:
+            pod["runtimeClassName"] = gpu.runtime_class_name
+        if gpu.node_selector:
+            pod["nodeSelector"] = dict(gpu.node_selector)
+        if gpu.tolerations:
+            pod["tolerations"] = [t.to_kubernetes() for t in gpu.tolerations]
+    return pod
+
+
+def _annotations(spec: BoxSpec) -> dict[str, str]:
+    annotations = {
+        ANNOTATION_PRESET: spec.preset,
+        ANNOTATION_TTL_HOURS: str(spec.ttl_hours),
+        ANNOTATION_EXPIRES_AT: format_timestamp(spec.expires_at),
+    }
+    if spec.repository:
+        annotations[ANNOTATION_REPOSITORY] = spec.repository
+    if spec.gpu is not None:
+        annotations[ANNOTATION_GPU_SNAPSHOT] = spec.gpu.snapshot_json()
+        annotations[ANNOTATION_GPU_PROFILE] = spec.gpu.name
+        annotations[ANNOTATION_GPU_RESOURCE] = spec.gpu.resource_name
+        annotations[ANNOTATION_GPU_COUNT] = str(spec.gpu.count)
+    return annotations
+
+
+def render_deployment(spec: BoxSpec, settings: Settings, replicas: int = 1) -> dict[str, Any]:
+    """The box's Deployment; its annotations pin the preset, the TTL and the GPU profile."""
+    template_metadata: dict[str, Any] = {"labels": labels(spec.name, COMPONENT_WORKSPACE)}
+    if spec.gpu is not None:
+        template_metadata["annotations"] = {ANNOTATION_GPU_PROFILE: spec.gpu.name}
+    metadata = _metadata(
+        object_names(spec.name).deployment, settings, spec.name, COMPONENT_WORKSPACE
+    )
+    metadata["annotations"] = _annotations(spec)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": metadata,
+        "spec": {
+            "replicas": replicas,
+            # One home volume (ReadWriteOnce) per box: the old pod must be gone before
+            # the new one mounts it.
+            "strategy": {"type": "Recreate"},
+            "revisionHistoryLimit": 2,
+            "progressDeadlineSeconds": 600,
+            "selector": {"matchLabels": box_selector(spec.name)},
+            "template": {"metadata": template_metadata, "spec": _pod_spec(spec, settings)},
+        },
+    }
+
+
+def spec_from_deployment(deployment: dict[str, Any]) -> BoxSpec:
+    """Rebuild a box's spec from its Deployment's annotations, the pinned contract.
+
+    Used on start and on repair, so that catalog edits, a removed profile or GPU being
+    disabled never change an existing box. SnapshotError when an annotation is missing
+    or unreadable.
+    """
+    metadata = deployment.get("metadata") or {}
+    name = box_name_of(deployment)
+    if name is None:
+        raise SnapshotError(f"Deployment {metadata.get('name')!r} has no {LABEL_BOX} label")
+    annotations: dict[str, Any] = metadata.get("annotations") or {}
+
+    def required(key: str) -> str:
+        value = annotations.get(key)
+        if not isinstance(value, str) or not value:
+            raise SnapshotError(f"box {name!r}: the {key} annotation is missing")
+        return value
+
+    preset_text = required(ANNOTATION_PRESET)
+    preset = _PRESET_BY_NAME.get(preset_text)
+    if preset is None:
+        raise SnapshotError(
+            f"box {name!r}: {ANNOTATION_PRESET} is {preset_text!r}, not one of {', '.join(PRESETS)}"
+        )
+    ttl_text = required(ANNOTATION_TTL_HOURS)
+    if not (ttl_text.isascii() and ttl_text.isdigit()) or int(ttl_text) < 1:
+        raise SnapshotError(
+            f"box {name!r}: {ANNOTATION_TTL_HOURS} is {ttl_text!r}, not a whole number of hours"
+        )
+    expires_text = required(ANNOTATION_EXPIRES_AT)
+    try:
+        expires_at = parse_timestamp(expires_text)
+    except ValueError:
+        raise SnapshotError(
+            f"box {name!r}: {ANNOTATION_EXPIRES_AT} is {expires_text!r}, not an RFC 3339 time"
+        ) from None
+    gpu = None
+    snapshot = annotations.get(ANNOTATION_GPU_SNAPSHOT)
+    if snapshot is not None:
+        try:
+            gpu = GpuProfileConfig.from_snapshot(snapshot)
+        except SnapshotError as exc:
+            raise SnapshotError(f"box {name!r}: {exc}") from None
+    repository = annotations.get(ANNOTATION_REPOSITORY)
+    return BoxSpec(
+        name=name,
+        preset=preset,
+        ttl_hours=int(ttl_text),
+        repository=repository if isinstance(repository, str) and repository else None,
+        expires_at=expires_at,
+        gpu=gpu,
+    )

@@ -1,0 +1,248 @@
+"""Derive a box's wire status from its Kubernetes objects. Pure: plain dicts in, a model out.
+
+The rules, first match wins: replicas 0 is stopped; a Ready pod with an SSH address is
+ready; a failure that will not fix itself is degraded with its reason; a pod the
+scheduler cannot place is starting with the scheduler's own words; anything else is
+starting with what the box is waiting for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from devboxes_sdk.models import Devbox, DevboxState, GpuAllocation
+
+from . import render
+from .settings import GpuProfileConfig, Settings
+
+Obj = dict[str, Any]
+
+STOPPED = "Stopped; storage is kept. Start it to continue."
+EXPIRED = "Stopped when its time to live ran out at {at}; storage is kept."
+READY = "Ready for SSH."
+SCHEDULING_BLOCKED = "Scheduling blocked: {reason}"
+WAITING_FOR_POD = "Waiting for the pod to be created."
+WAITING_FOR_CONTAINER = "Waiting for the container to start on {node}."
+WAITING_FOR_SSH = "Waiting for the SSH server to become ready."
+WAITING_FOR_ADDRESS = "Waiting for the SSH service to get an address."
+WAITING_FOR_SCHEDULER = "Waiting for the scheduler."
+POD_FAILED = "The pod failed: {reason}"
+CONTAINER_FAILED = "{reason}: {message}"
+CREATE_FAILED = "Kubernetes cannot create the pod: {message}"
+DEADLINE_EXCEEDED = "The box did not become ready in time: {message}"
+
+DEGRADED_WAITING_REASONS = frozenset(
+    {
+        "CrashLoopBackOff",
+        "ImagePullBackOff",
+        "ErrImagePull",
+        "InvalidImageName",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "RunContainerError",
+    }
+)
+
+
+@dataclass(frozen=True)
+class BoxObjects:
+    """Everything the cache knows about one box."""
+
+    deployment: Obj
+    pods: Sequence[Obj] = ()
+    replicasets: Sequence[Obj] = ()
+    events: Sequence[Obj] = ()
+    service: Obj | None = None
+    pvc: Obj | None = None
+
+
+def _condition(obj: Obj | None, kind: str) -> Obj | None:
+    for condition in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if condition.get("type") == kind:
+            return dict(condition)
+    return None
+
+
+def _annotations(obj: Obj) -> dict[str, str]:
+    return dict(obj.get("metadata", {}).get("annotations") or {})
+
+
+def _parse_time(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def current_pod(pods: Sequence[Obj]) -> Obj | None:
+    """The newest pod that is not being deleted."""
+    live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+    if not live:
+        return None
+    return max(
+        live, key=lambda p: (p["metadata"].get("creationTimestamp") or "", p["metadata"]["name"])
+    )
+
+
+def ssh_address(service: Obj | None, settings: Settings) -> tuple[str | None, int]:
+    """Where SSH reaches the box, or (None, 22) while the Service has no address."""
+    if not service:
+        return None, 22
+    spec = service.get("spec") or {}
+    ports = spec.get("ports") or []
+    if settings.ssh.service_type == "LoadBalancer":
+        for ingress in ((service.get("status") or {}).get("loadBalancer") or {}).get(
+            "ingress"
+        ) or []:
+            host = ingress.get("ip") or ingress.get("hostname")
+            if host:
+                return str(host), int(ports[0]["port"]) if ports else 22
+        return None, 22
+    node_port = ports[0].get("nodePort") if ports else None
+    if node_port and settings.ssh.host:
+        return settings.ssh.host, int(node_port)
+    return None, 22
+
+
+def _pod_ready(pod: Obj | None) -> bool:
+    ready = _condition(pod, "Ready")
+    return bool(pod and ready and ready.get("status") == "True")
+
+
+def _container_failure(pod: Obj) -> str | None:
+    status = pod.get("status") or {}
+    for container in (status.get("initContainerStatuses") or []) + (
+        status.get("containerStatuses") or []
+    ):
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in DEGRADED_WAITING_REASONS:
+            return CONTAINER_FAILED.format(
+                reason=waiting["reason"], message=waiting.get("message") or container["name"]
+            )
+    return None
+
+
+def _create_failure(objects: BoxObjects) -> str | None:
+    failure = _condition(objects.deployment, "ReplicaFailure")
+    if failure and failure.get("status") == "True" and failure.get("message"):
+        return CREATE_FAILED.format(message=failure["message"])
+    for replicaset in objects.replicasets:
+        failure = _condition(replicaset, "ReplicaFailure")
+        if failure and failure.get("status") == "True" and failure.get("message"):
+            return CREATE_FAILED.format(message=failure["message"])
+    rs_names = {rs["metadata"]["name"] for rs in objects.replicasets}
+    failed = [
+        e
+        for e in objects.events
+        if e.get("reason") == "FailedCreate"
+        and (e.get("involvedObject") or {}).get("name") in rs_names
+    ]
+    if failed:
+        latest = max(failed, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+        return CREATE_FAILED.format(message=latest.get("message", ""))
+    return None
+
+
+def degraded_reason(objects: BoxObjects, pod: Obj | None) -> str | None:
+    if pod is not None:
+        status = pod.get("status") or {}
+        if status.get("phase") == "Failed":
+            return POD_FAILED.format(
+                reason=status.get("message") or status.get("reason") or "it exited"
+            )
+        failure = _container_failure(pod)
+        if failure:
+            return failure
+    else:
+        failure = _create_failure(objects)
+        if failure:
+            return failure
+    progressing = _condition(objects.deployment, "Progressing")
+    if progressing and progressing.get("reason") == "ProgressDeadlineExceeded":
+        return DEADLINE_EXCEEDED.format(message=progressing.get("message", ""))
+    return None
+
+
+def _starting_message(pod: Obj | None) -> str:
+    if pod is None:
+        return WAITING_FOR_POD
+    scheduled = _condition(pod, "PodScheduled")
+    if scheduled and scheduled.get("status") == "False":
+        return SCHEDULING_BLOCKED.format(
+            reason=scheduled.get("message") or scheduled.get("reason") or "no reason given"
+        )
+    node = (pod.get("spec") or {}).get("nodeName")
+    if not node:
+        return WAITING_FOR_SCHEDULER
+    if (pod.get("status") or {}).get("phase") != "Running":
+        return WAITING_FOR_CONTAINER.format(node=node)
+    return WAITING_FOR_SSH
+
+
+def gpu_allocation(deployment: Obj) -> GpuAllocation | None:
+    snapshot = _annotations(deployment).get(render.ANNOTATION_GPU_SNAPSHOT)
+    if not snapshot:
+        return None
+    return GpuProfileConfig.from_snapshot(snapshot).allocation()
+
+
+def _storage_size(pvc: Obj | None) -> str | None:
+    if not pvc:
+        return None
+    capacity = ((pvc.get("status") or {}).get("capacity") or {}).get("storage")
+    requested = (((pvc.get("spec") or {}).get("resources") or {}).get("requests") or {}).get(
+        "storage"
+    )
+    return str(requested or capacity) if (requested or capacity) else None
+
+
+def derive(objects: BoxObjects, settings: Settings) -> Devbox:
+    """The wire status of one box."""
+    deployment = objects.deployment
+    metadata = deployment["metadata"]
+    annotations = _annotations(deployment)
+    replicas = (deployment.get("spec") or {}).get("replicas", 1)
+    pod = current_pod(objects.pods)
+    host, port = ssh_address(objects.service, settings)
+    ready = _pod_ready(pod)
+
+    if replicas == 0:
+        expired_at = annotations.get(render.ANNOTATION_EXPIRED_AT)
+        state, message = (
+            DevboxState.STOPPED,
+            (EXPIRED.format(at=expired_at) if expired_at else STOPPED),
+        )
+    elif ready and host:
+        state, message = DevboxState.READY, READY
+    elif (reason := degraded_reason(objects, pod)) is not None:
+        state, message = DevboxState.DEGRADED, reason
+    elif ready:
+        state, message = DevboxState.STARTING, WAITING_FOR_ADDRESS
+    else:
+        state, message = DevboxState.STARTING, _starting_message(pod)
+
+    running = replicas != 0 and pod is not None
+    restarts = sum(
+        int(c.get("restartCount", 0))
+        for c in ((pod or {}).get("status") or {}).get("containerStatuses") or []
+    )
+    show_ssh = state is DevboxState.READY
+    return Devbox(
+        name=render.box_name_of(deployment) or metadata["name"],
+        state=state,
+        preset=annotations.get(render.ANNOTATION_PRESET, "small"),
+        created_at=_parse_time(metadata.get("creationTimestamp")) or datetime.now().astimezone(),
+        expires_at=_parse_time(annotations.get(render.ANNOTATION_EXPIRES_AT)),
+        repository=annotations.get(render.ANNOTATION_REPOSITORY) or None,
+        ssh_host=host if show_ssh else None,
+        ssh_port=port,
+        ssh_command=f"ssh -p {port} dev@{host}" if show_ssh else None,
+        pod_name=pod["metadata"]["name"] if running and pod else None,
+        pod_ready=ready if running else False,
+        restarts=restarts if running else 0,
+        storage_size=_storage_size(objects.pvc),
+        message=message,
+        gpu=gpu_allocation(deployment),
+    )

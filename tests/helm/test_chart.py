@@ -1,0 +1,596 @@
+"""The Helm chart: its values schema and template checks against the shared rules table,
+`helm lint --strict`, the rendered objects, and the settings hand-over to the controller.
+
+Every render is a real `helm template` run of the pinned Helm binary from the testbed cache.
+Values files are written as JSON (a subset of YAML) so that no string is re-read by Helm's
+YAML 1.1 parser as a boolean or a number.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from devboxes_controller.settings import ConfigError, load_check_target, settings_from_mapping
+from devboxes_testbed import build
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "devboxes"
+CASES_FILE = REPO / "tests" / "data" / "gpu_catalog_cases.yaml"
+RELEASE = "rel"
+RELEASE_NAMESPACE = "devboxes-system"
+TOKEN_SECRET = "devboxes-token"
+
+Render = Callable[[dict[str, Any]], subprocess.CompletedProcess[str]]
+
+
+@pytest.fixture(scope="session")
+def helm(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Callable[..., subprocess.CompletedProcess[str]]:
+    directory = build.installed()
+    if directory is None:
+        pytest.skip("the testbed binaries (helm among them) are not built yet: run `make testbed`")
+    binary = directory / "helm"
+    home = tmp_path_factory.mktemp("helm-home")
+    # Helm's own config, cache and data stay out of the user's home.
+    env = {
+        **os.environ,
+        "HELM_CONFIG_HOME": str(home / "config"),
+        "HELM_CACHE_HOME": str(home / "cache"),
+        "HELM_DATA_HOME": str(home / "data"),
+    }
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(binary), *args], capture_output=True, text=True, env=env, timeout=120
+        )
+
+    return run
+
+
+@pytest.fixture
+def render(helm: Callable[..., subprocess.CompletedProcess[str]], tmp_path: Path) -> Render:
+    """`helm template` of the chart with exactly the given values (no defaults added)."""
+    counter = iter(range(1_000_000))
+
+    def run(values: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+        path = tmp_path / f"values-{next(counter)}.json"
+        path.write_text(json.dumps(values))
+        return helm(
+            "template", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE, "-f", str(path)
+        )
+
+    return run
+
+
+def with_token(values: dict[str, Any]) -> dict[str, Any]:
+    return {"token": {"existingSecret": TOKEN_SECRET}, **values}
+
+
+def objects(result: subprocess.CompletedProcess[str]) -> list[dict[str, Any]]:
+    assert result.returncode == 0, result.stderr
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def find(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    matches = [doc for doc in docs if doc["kind"] == kind]
+    assert len(matches) == 1, f"expected one {kind}, found {len(matches)}"
+    return matches[0]
+
+
+def rendered_settings(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    settings = yaml.safe_load(find(docs, "ConfigMap")["data"]["settings.yaml"])
+    assert isinstance(settings, dict)
+    return settings
+
+
+def controller_verdict(values: dict[str, Any], tmp_path: Path) -> list[str] | None:
+    """The controller's own check of a values file: None when accepted, else its violations."""
+    path = tmp_path / "check-config.json"
+    path.write_text(json.dumps(values))
+    try:
+        load_check_target(path)
+    except ConfigError as exc:
+        return exc.violations
+    return None
+
+
+# --- the shared rules table ----------------------------------------------------------------
+
+
+def load_cases() -> list[dict[str, Any]]:
+    cases = yaml.safe_load(CASES_FILE.read_text())
+    assert isinstance(cases, list)
+    assert cases, f"{CASES_FILE} holds no cases"
+    return cases
+
+
+CASES = load_cases()
+
+
+def integral_floats(value: object) -> bool:
+    if isinstance(value, float):
+        return value.is_integer()
+    if isinstance(value, dict):
+        return any(integral_floats(v) for v in value.values())
+    if isinstance(value, list):
+        return any(integral_floats(v) for v in value)
+    return False
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case["id"] for case in CASES])
+def test_catalog_case_has_the_same_verdict_in_the_chart(
+    case: dict[str, Any], render: Render, request: pytest.FixtureRequest
+) -> None:
+    if not case["valid"] and integral_floats(case["gpu"]):
+        # Helm parses every number of a values file as float64, so 2.0 and 2 reach both the
+        # schema and the templates as the same value and render as `2`.
+        request.applymarker(
+            pytest.mark.xfail(
+                strict=True,
+                reason="Helm cannot tell an integral float such as 2.0 from the integer 2",
+            )
+        )
+    result = render(with_token({"gpu": case["gpu"]}))
+    if case["valid"]:
+        assert result.returncode == 0, f"the chart refused a valid catalog:\n{result.stderr}"
+        settings = settings_from_mapping(rendered_settings(objects(result)))
+        assert len(settings.gpu.profiles) == len(case["gpu"].get("profiles") or [])
+    else:
+        assert result.returncode != 0, "the chart rendered an invalid catalog"
+        assert result.stderr.startswith("Error:"), result.stderr
+        if case.get("schema_can_express", True):
+            assert "don't meet the specifications of the schema" in result.stderr
+
+
+def test_cases_cover_both_layers() -> None:
+    template_only = [c for c in CASES if not c["valid"] and not c.get("schema_can_express", True)]
+    schema = [c for c in CASES if not c["valid"] and c.get("schema_can_express", True)]
+    assert template_only, "no case exercises the chart's template checks"
+    assert schema, "no case exercises the chart's values schema"
+    assert any(c["valid"] for c in CASES)
+
+
+# --- chart-level rules, checked by the schema or the templates and, where they concern the
+# controller's settings, by the controller as well ---------------------------------------
+
+PROFILE = {"name": "l4", "displayName": "NVIDIA L4", "resourceName": "nvidia.com/gpu", "count": 1}
+GPU_ON = {"enabled": True, "defaultProfile": "l4", "profiles": [PROFILE]}
+
+# (id, values without the token, substring of Helm's error, does the controller check it?)
+REFUSED: list[tuple[str, dict[str, Any], str, bool]] = [
+    ("unknown-top-level-key", {"replicas": 2}, "additional properties 'replicas'", False),
+    (
+        "unknown-image-key",
+        {"image": {"repository": "r", "tag": "", "pullPolicy": "Always", "digest": "x"}},
+        "additional properties 'digest'",
+        False,
+    ),
+    ("replica-count-zero", {"replicaCount": 0}, "/replicaCount", False),
+    ("replica-count-string", {"replicaCount": "2"}, "/replicaCount", False),
+    (
+        "pull-policy-unknown",
+        {"image": {"repository": "r", "tag": "", "pullPolicy": "Sometimes"}},
+        "/image/pullPolicy",
+        False,
+    ),
+    (
+        "service-type-unknown",
+        {"service": {"type": "ExternalName", "port": 80}},
+        "/service/type",
+        False,
+    ),
+    (
+        "service-port-out-of-range",
+        {"service": {"type": "ClusterIP", "port": 70000}},
+        "/service/port",
+        False,
+    ),
+    (
+        "ingress-without-host",
+        {"ingress": {"enabled": True, "className": "", "host": "", "tls": []}},
+        "/ingress/host",
+        False,
+    ),
+    (
+        "pdb-bad-percentage",
+        {"replicaCount": 2, "podDisruptionBudget": {"minAvailable": "150%"}},
+        "/podDisruptionBudget/minAvailable",
+        False,
+    ),
+    (
+        "controller-unknown-key",
+        {"controller": {"workspaceImage": "w:1", "imagePullSecret": "x"}},
+        "additional properties 'imagePullSecret'",
+        True,
+    ),
+    ("gpu-inside-controller", {"controller": {"gpu": GPU_ON}}, "additional properties 'gpu'", True),
+    (
+        "namespace-not-a-label",
+        {"controller": {"namespace": "Boxes_1"}},
+        "/controller/namespace",
+        True,
+    ),
+    (
+        "storage-class-invalid",
+        {"controller": {"storageClassName": "Fast_SSD"}},
+        "/controller/storageClassName",
+        True,
+    ),
+    (
+        "workspace-image-with-scheme",
+        {"controller": {"workspaceImage": "https://r.example/w:1"}},
+        "/controller/workspaceImage",
+        True,
+    ),
+    (
+        "ssh-service-cluster-ip",
+        {"controller": {"ssh": {"serviceType": "ClusterIP"}}},
+        "/controller/ssh/serviceType",
+        True,
+    ),
+    (
+        "preset-zero-cpu",
+        {"controller": {"presets": {"small": {"cpu": "0"}}}},
+        "/controller/presets/small/cpu",
+        True,
+    ),
+    (
+        "preset-unknown",
+        {
+            "controller": {
+                "presets": {
+                    "huge": {
+                        "cpu": "4",
+                        "memoryRequest": "1Gi",
+                        "memoryLimit": "1Gi",
+                        "storage": "1Gi",
+                    }
+                }
+            }
+        },
+        "additional properties 'huge'",
+        True,
+    ),
+    (
+        "preset-request-over-limit",
+        {"controller": {"presets": {"small": {"memoryRequest": "5Gi", "memoryLimit": "4Gi"}}}},
+        "controller.presets.small.memoryRequest: 5Gi must not exceed memoryLimit (4Gi)",
+        True,
+    ),
+    (
+        "ttl-default-over-max",
+        {"controller": {"ttl": {"defaultHours": 200, "maxHours": 168}}},
+        "controller.ttl.defaultHours (200) must not exceed controller.ttl.maxHours (168)",
+        True,
+    ),
+    (
+        "ttl-zero",
+        {"controller": {"ttl": {"defaultHours": 0}}},
+        "/controller/ttl/defaultHours",
+        True,
+    ),
+    (
+        "sidecar-named-like-main",
+        {"controller": {"sidecars": [{"name": "devbox"}]}},
+        "/controller/sidecars/0/name",
+        True,
+    ),
+    (
+        "sidecar-names-repeat",
+        {"controller": {"sidecars": [{"name": "a"}, {"name": "a"}]}},
+        'controller.sidecars[1].name: sidecar name "a" is used more than once',
+        True,
+    ),
+    (
+        "sidecar-env-repeats",
+        {
+            "controller": {
+                "sidecars": [
+                    {"name": "a", "env": [{"name": "X", "value": "1"}, {"name": "X", "value": "2"}]}
+                ]
+            }
+        },
+        'controller.sidecars[0].env: "X" is set more than once',
+        True,
+    ),
+    (
+        "sidecar-env-value-not-string",
+        {"controller": {"sidecars": [{"name": "a", "env": {"X": 1}}]}},
+        "/controller/sidecars/0/env",
+        True,
+    ),
+]
+
+
+def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """Override nested mappings key by key, as Helm merges a values file into the defaults."""
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+@pytest.fixture(scope="session")
+def chart_defaults() -> dict[str, Any]:
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert isinstance(defaults, dict)
+    return defaults
+
+
+@pytest.mark.parametrize(
+    ("values", "message", "controller_checks"),
+    [pytest.param(v, m, c, id=i) for i, v, m, c in REFUSED],
+)
+def test_chart_refuses(
+    values: dict[str, Any],
+    message: str,
+    controller_checks: bool,
+    render: Render,
+    chart_defaults: dict[str, Any],
+    tmp_path: Path,
+) -> None:
+    result = render(with_token(values))
+    assert result.returncode != 0, "the chart rendered invalid values"
+    assert message in result.stderr, result.stderr
+    if controller_checks:
+        # The same values, as Helm merges them, are refused by the controller too.
+        violations = controller_verdict(merge(chart_defaults, values), tmp_path)
+        assert violations, "the controller accepted values that the chart refuses"
+
+
+def test_missing_token_secret_is_refused_with_a_clear_message(render: Render) -> None:
+    result = render({})
+    assert result.returncode != 0
+    assert "token.existingSecret is required" in result.stderr
+    assert "kubectl create secret generic" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "values_args",
+    [[], ["-f", str(CHART / "ci" / "default-values.yaml")]],
+    ids=["chart-defaults", "ci-values"],
+)
+def test_lint_strict_passes(
+    helm: Callable[..., subprocess.CompletedProcess[str]], values_args: list[str]
+) -> None:
+    result = helm("lint", "--strict", str(CHART), *values_args)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "[WARNING]" not in result.stdout, result.stdout
+    assert "[ERROR]" not in result.stdout, result.stdout
+
+
+# --- what the chart renders ----------------------------------------------------------------
+
+
+def test_defaults_render_and_the_controller_accepts_the_settings(
+    render: Render, chart_defaults: dict[str, Any], tmp_path: Path
+) -> None:
+    docs = objects(render(with_token({})))
+    assert {doc["kind"] for doc in docs} == {
+        "ServiceAccount",
+        "ConfigMap",
+        "Role",
+        "RoleBinding",
+        "Service",
+        "Deployment",
+    }
+    raw = rendered_settings(docs)
+    expected = {
+        **chart_defaults["controller"],
+        "namespace": RELEASE_NAMESPACE,
+        "gpu": chart_defaults["gpu"],
+    }
+    assert raw == expected
+    settings = settings_from_mapping(raw)
+    assert settings.namespace == RELEASE_NAMESPACE
+    assert settings.gpu.enabled is False
+    # The unedited values file passes the controller's own check-config as well.
+    assert controller_verdict(with_token(chart_defaults), tmp_path) is None
+
+
+def commented_profiles() -> list[dict[str, Any]]:
+    """The example profiles that values.yaml shows in comments under gpu.profiles."""
+    lines = (CHART / "values.yaml").read_text().splitlines()
+    start = lines.index("  profiles: []") + 1
+    block = []
+    for line in lines[start:]:
+        if not line.startswith("  #"):
+            break
+        text = line[len("  # ") :]
+        if text.startswith(("- ", "  ")):
+            block.append(text)
+    profiles = yaml.safe_load("\n".join(block))
+    assert isinstance(profiles, list)
+    return profiles
+
+
+def test_documented_example_profiles_are_valid_and_reach_the_controller_unchanged(
+    render: Render,
+) -> None:
+    profiles = commented_profiles()
+    names = [p["name"] for p in profiles]
+    assert names == ["nvidia-l4", "a100-1g-10gb", "amd-mi210", "nvidia-l4-shared"]
+    shared = profiles[names.index("nvidia-l4-shared")]
+    assert "shared" in shared["displayName"].lower()
+    assert "shared" in shared["description"].lower()
+    gpu = {"enabled": True, "defaultProfile": "nvidia-l4", "profiles": profiles}
+    raw = rendered_settings(objects(render(with_token({"gpu": gpu}))))
+    assert raw["gpu"] == gpu
+    settings = settings_from_mapping(raw)
+    amd = settings.gpu.profile("amd-mi210")
+    assert amd is not None
+    assert amd.supplemental_groups == [44, 109]
+    assert settings.gpu.capabilities().gpu.default_profile == "nvidia-l4"
+
+
+def test_large_numbers_and_null_fields_survive_the_hand_over(render: Render) -> None:
+    profile = {
+        **PROFILE,
+        "count": 64,
+        "description": None,
+        "supplementalGroups": [1, 2147483647],
+        "tolerations": [
+            {
+                "key": "example.com/t",
+                "operator": "Equal",
+                "value": "v",
+                "effect": "NoExecute",
+                "tolerationSeconds": 86400,
+            },
+            {"operator": "Exists", "value": None},
+        ],
+    }
+    gpu = {"enabled": True, "defaultProfile": "l4", "profiles": [profile]}
+    raw = rendered_settings(objects(render(with_token({"gpu": gpu}))))
+    assert raw["gpu"] == gpu
+    loaded = settings_from_mapping(raw).gpu.profiles[0]
+    assert loaded.supplemental_groups == [1, 2147483647]
+    assert loaded.count == 64
+    assert loaded.tolerations[0].to_kubernetes()["tolerationSeconds"] == 86400
+
+
+def test_deployment_runs_the_controller_as_specified(render: Render) -> None:
+    docs = objects(render(with_token({"token": {"existingSecret": "op-token", "key": "bearer"}})))
+    deployment = find(docs, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["image"] == "devboxes/controller:0.1.0"
+    assert [*container["command"], *container["args"]] == [
+        "devboxes-controller",
+        "serve",
+        "--settings",
+        "/etc/devboxes/settings.yaml",
+        "--listen",
+        "0.0.0.0:8080",
+    ]
+    (token,) = [e for e in container["env"] if e["name"] == "DEVBOXES_TOKEN"]
+    assert token["valueFrom"] == {"secretKeyRef": {"name": "op-token", "key": "bearer"}}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "http"}
+    assert container["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
+    assert pod["securityContext"]["runAsUser"] == 10001
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    assert pod["automountServiceAccountToken"] is True
+    assert pod["serviceAccountName"] == find(docs, "ServiceAccount")["metadata"]["name"]
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == "/etc/devboxes"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert volume["configMap"]["name"] == find(docs, "ConfigMap")["metadata"]["name"]
+    assert all(doc["kind"] != "Secret" for doc in docs), "the chart must never create the token"
+
+
+def test_image_tag_overrides_the_app_version(render: Render) -> None:
+    image = {"repository": "registry.example.com/devboxes", "tag": "1.2.3", "pullPolicy": "Always"}
+    deployment = find(objects(render(with_token({"image": image}))), "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "registry.example.com/devboxes:1.2.3"
+    assert container["imagePullPolicy"] == "Always"
+
+
+def test_a_settings_change_rolls_the_controller(render: Render) -> None:
+    def checksum(values: dict[str, Any]) -> str:
+        deployment = find(objects(render(with_token(values))), "Deployment")
+        return str(deployment["spec"]["template"]["metadata"]["annotations"]["checksum/settings"])
+
+    assert checksum({}) != checksum({"gpu": GPU_ON})
+    assert checksum({}) == checksum({"replicaCount": 1})
+
+
+EXPECTED_RULES = {
+    ("apps", "deployments"): {"get", "list", "watch", "create", "patch", "update", "delete"},
+    ("apps", "replicasets"): {"get", "list", "watch"},
+    ("", "pods"): {"get", "list", "watch"},
+    ("", "services"): {"get", "list", "watch", "create", "patch", "update", "delete"},
+    ("", "persistentvolumeclaims"): {"get", "list", "watch", "create", "patch", "update", "delete"},
+    ("", "events"): {"create", "patch"},
+    ("events.k8s.io", "events"): {"get", "list", "watch", "create", "patch"},
+    ("coordination.k8s.io", "leases"): {"get", "create", "update"},
+}
+
+
+def granted(role: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
+    rules: dict[tuple[str, str], set[str]] = {}
+    for rule in role["rules"]:
+        assert set(rule) == {"apiGroups", "resources", "verbs"}, "no resourceNames or URLs"
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                rules.setdefault((group, resource), set()).update(rule["verbs"])
+    return rules
+
+
+def test_role_grants_exactly_what_the_controller_uses_in_the_box_namespace(
+    render: Render,
+) -> None:
+    docs = objects(render(with_token({"controller": {"namespace": "boxes"}})))
+    role = find(docs, "Role")
+    assert granted(role) == EXPECTED_RULES
+    assert all("*" not in verbs for verbs in granted(role).values())
+    assert role["metadata"]["namespace"] == "boxes"
+    assert not [doc for doc in docs if doc["kind"] in ("ClusterRole", "ClusterRoleBinding")]
+    binding = find(docs, "RoleBinding")
+    assert binding["metadata"]["namespace"] == "boxes"
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": role["metadata"]["name"],
+    }
+    assert binding["subjects"] == [
+        {
+            "kind": "ServiceAccount",
+            "name": find(docs, "ServiceAccount")["metadata"]["name"],
+            "namespace": RELEASE_NAMESPACE,
+        }
+    ]
+    assert rendered_settings(docs)["namespace"] == "boxes"
+
+
+def test_disruption_budget_only_with_several_replicas(render: Render) -> None:
+    assert all(doc["kind"] != "PodDisruptionBudget" for doc in objects(render(with_token({}))))
+    docs = objects(
+        render(with_token({"replicaCount": 3, "podDisruptionBudget": {"minAvailable": 2}}))
+    )
+    pdb = find(docs, "PodDisruptionBudget")
+    assert pdb["spec"]["minAvailable"] == 2
+    assert (
+        pdb["spec"]["selector"]["matchLabels"]
+        == (find(docs, "Deployment")["spec"]["selector"]["matchLabels"])
+    )
+    assert find(docs, "Deployment")["spec"]["replicas"] == 3
+
+
+def test_ingress_routes_to_the_service(render: Render) -> None:
+    ingress_values = {
+        "enabled": True,
+        "className": "nginx",
+        "host": "devboxes.example.com",
+        "tls": [{"secretName": "devboxes-tls", "hosts": ["devboxes.example.com"]}],
+    }
+    docs = objects(render(with_token({"ingress": ingress_values})))
+    ingress = find(docs, "Ingress")
+    service = find(docs, "Service")
+    assert ingress["spec"]["ingressClassName"] == "nginx"
+    assert ingress["spec"]["tls"] == ingress_values["tls"]
+    (rule,) = ingress["spec"]["rules"]
+    assert rule["host"] == "devboxes.example.com"
+    (path,) = rule["http"]["paths"]
+    assert path["backend"]["service"] == {
+        "name": service["metadata"]["name"],
+        "port": {"name": "http"},
+    }
+    assert service["spec"]["ports"][0]["targetPort"] == "http"
