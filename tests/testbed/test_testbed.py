@@ -80,7 +80,7 @@ def test_gpu_pods_fill_capacity_and_the_scheduler_explains(kube: Any, namespace:
 
     message = wait_for(over_capacity_message)
     assert "Insufficient nvidia.com/gpu" in message
-    assert message.startswith("0/6 nodes are available")
+    assert message.startswith("0/7 nodes are available")
 
 
 def test_missing_runtime_class_is_rejected_by_admission(kube: Any, namespace: str) -> None:
