@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from controllers import ControllerProcess, example_settings
 from devboxes_testbed.cluster import Testbed
 
 REPO = Path(__file__).resolve().parent.parent
@@ -48,3 +49,48 @@ def namespace(kube: Any) -> Iterator[str]:
     yield name
     core.delete_namespace(name)
 
+
+
+@pytest.fixture(scope="session")
+def controller(testbed: Testbed, kube: Any,
+               tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControllerProcess]:
+    """The controller with the example GPU profiles, serving one namespace for the session."""
+    from kubernetes import client
+
+    namespace = "devboxes-session"
+    client.CoreV1Api(kube).create_namespace({"metadata": {"name": namespace}})
+    process = ControllerProcess(testbed.kubeconfig, example_settings(namespace),
+                                tmp_path_factory.mktemp("controller")).start()
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+@pytest.fixture(scope="session")
+def controller_env(controller: ControllerProcess) -> dict[str, str]:
+    return {"DEVBOX_URL": controller.url, "DEVBOX_TOKEN": controller.token}
+
+
+@pytest.fixture
+def controller_client(controller: ControllerProcess) -> Any:
+    from devboxes_sdk import Client
+
+    return Client(controller.url, controller.token)
+
+
+@pytest.fixture
+def controllers(testbed: Testbed, namespace: str,
+                tmp_path: Path) -> Iterator[Callable[..., ControllerProcess]]:
+    """Start controllers on this test's namespace; each is stopped after the test."""
+    started: list[ControllerProcess] = []
+
+    def start(settings: dict[str, Any] | None = None, **kwargs: Any) -> ControllerProcess:
+        process = ControllerProcess(testbed.kubeconfig, settings or example_settings(namespace),
+                                    tmp_path, **kwargs).start()
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        process.stop()

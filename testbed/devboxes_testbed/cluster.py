@@ -90,6 +90,29 @@ def _healthy(url: str) -> bool:
         return False
 
 
+def start_component(component: Component, log: Callable[[str], None]) -> None:
+    """Start one process and wait until it is healthy; a taken port is re-picked."""
+    for _attempt in range(3):
+        component.start()
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            assert component.process is not None
+            if component.process.poll() is not None:
+                break
+            if _healthy(component.health_url()):
+                log(f"  {component.name} ready on {component.health_url()}")
+                return
+            time.sleep(0.2)
+        tail = component.log_tail()
+        component.stop()
+        if any(marker in tail for marker in _PORT_TAKEN):
+            log(f"  {component.name}: port taken, picking another")
+            component.reassign_ports()
+            continue
+        raise TestbedError(f"{component.name} failed to start; last lines of its log:\n{tail}")
+    raise TestbedError(f"{component.name} could not find a free port after 3 attempts")
+
+
 @dataclass
 class Testbed:
     """A running (or startable) local cluster in ``state_dir``."""
@@ -226,27 +249,6 @@ class Testbed:
                       self._reassigner("kwok")),
         ]
 
-    def _start_component(self, component: Component) -> None:
-        for _attempt in range(3):
-            component.start()
-            deadline = time.monotonic() + START_TIMEOUT
-            while time.monotonic() < deadline:
-                assert component.process is not None
-                if component.process.poll() is not None:
-                    break
-                if _healthy(component.health_url()):
-                    self.log(f"  {component.name} ready on {component.health_url()}")
-                    return
-                time.sleep(0.2)
-            tail = component.log_tail()
-            component.stop()
-            if any(marker in tail for marker in _PORT_TAKEN):
-                self.log(f"  {component.name}: port taken, picking another")
-                component.reassign_ports()
-                continue
-            raise TestbedError(f"{component.name} failed to start; last lines of its log:\n{tail}")
-        raise TestbedError(f"{component.name} could not find a free port after 3 attempts")
-
     def start(self) -> None:
         """Start every component in order; on any failure stop what started and raise."""
         self.bin_dir = self.bin_dir or build.ensure_built(self.log)
@@ -261,7 +263,7 @@ class Testbed:
             for component in self.components:
                 if component.name == "kube-controller-manager":
                     self._write_kubeconfig(certs)
-                self._start_component(component)
+                start_component(component, self.log)
             self._wait_apiserver_ready()
             self.provisioner = Provisioner(str(self.kubeconfig), self.log)
             self.provisioner.start()

@@ -1,33 +1,121 @@
-"""Everything `make up` runs: the testbed cluster and the services on top of it."""
+"""Everything `make up` runs: the testbed cluster, the controller with example GPU
+profiles, and JupyterLab with the Devboxes extension pointed at that controller."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import secrets
+import shutil
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from .cluster import Testbed
+from .cluster import Component, Testbed, free_port, start_component
+
+REPO = Path(__file__).resolve().parents[2]
+SETTINGS = REPO / "testbed" / "settings.yaml"
+NAMESPACE = "devboxes"
 
 
 @dataclass
 class Stack:
     testbed: Testbed
     state_dir: Path
+    ports: dict[str, int] = field(default_factory=dict)
+    controller_token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+    jupyter_token: str = field(default_factory=lambda: secrets.token_hex(24))
+    services: list[Component] = field(default_factory=list)
+
+    @property
+    def controller_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports['controller']}"
+
+    @property
+    def jupyter_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports['jupyter']}/lab?token={self.jupyter_token}"
+
+    def _reassigner(self, name: str) -> Callable[[], None]:
+        def reassign() -> None:
+            self.ports[name] = free_port()
+
+        return reassign
+
+    def _controller(self, logs: Path) -> Component:
+        self.ports["controller"] = free_port()
+        token_file = self.state_dir / "controller-token"
+        token_file.write_text(self.controller_token)
+        token_file.chmod(0o600)
+        return Component(
+            "devboxes-controller",
+            lambda: [sys.executable, "-m", "devboxes_controller", "serve",
+                     "--settings", str(SETTINGS), "--kubeconfig", str(self.testbed.kubeconfig),
+                     "--token-file", str(token_file),
+                     "--listen", f"127.0.0.1:{self.ports['controller']}"],
+            lambda: f"{self.controller_url}/ready",
+            logs / "controller.log",
+            self._reassigner("controller"),
+        )
+
+    def _jupyter(self, logs: Path) -> Component:
+        self.ports["jupyter"] = free_port()
+        root = self.state_dir / "notebooks"
+        if not root.exists():
+            shutil.copytree(REPO / "notebooks", root)
+        return Component(
+            "jupyterlab",
+            lambda: [sys.executable, "-m", "jupyterlab", "--no-browser",
+                     "--ip=127.0.0.1", f"--port={self.ports['jupyter']}",
+                     f"--ServerApp.root_dir={root}",
+                     f"--IdentityProvider.token={self.jupyter_token}",
+                     f"--DevboxesJupyterApp.controller_url={self.controller_url}",
+                     f"--DevboxesJupyterApp.token_file={self.state_dir / 'controller-token'}",
+                     "--ServerApp.jpserver_extensions={'devboxes_jupyter': True}",
+                     "--ServerApp.allow_root=True"],
+            lambda: f"http://127.0.0.1:{self.ports['jupyter']}/api/status"
+                    f"?token={self.jupyter_token}",
+            logs / "jupyterlab.log",
+            self._reassigner("jupyter"),
+        )
 
     def start(self) -> None:
         self.testbed.start()
+        try:
+            from kubernetes import client
+
+            client.CoreV1Api(self.testbed.api_client()).create_namespace(
+                {"metadata": {"name": NAMESPACE}})
+            logs = self.state_dir / "logs"
+            logs.mkdir(parents=True, exist_ok=True)
+            for service in (self._controller(logs), self._jupyter(logs)):
+                self.services.append(service)
+                start_component(service, self.testbed.log)
+        except BaseException:
+            self.stop()
+            raise
 
     def stop(self) -> None:
+        for service in reversed(self.services):
+            service.stop()
         self.testbed.stop()
 
     def env(self) -> dict[str, str]:
-        return self.testbed.env()
+        return {
+            **self.testbed.env(),
+            "DEVBOX_URL": self.controller_url,
+            "DEVBOX_TOKEN": self.controller_token,
+            "JUPYTER_URL": self.jupyter_url,
+        }
 
     def summary(self, env_file: Path) -> str:
-        lines = [
+        return "\n".join([
             "",
-            "Devboxes testbed is running:",
+            "Devboxes is running on the local testbed:",
             f"  Kubernetes API   {self.testbed.server}",
-            f"  environment      source {env_file}",
+            f"  Devboxes API     {self.controller_url}   (dashboard: {self.controller_url}"
+            "/dashboard)",
+            f"  JupyterLab       {self.jupyter_url}",
+            f"  environment      source {env_file}   (KUBECONFIG, DEVBOX_URL, DEVBOX_TOKEN,"
+            " JUPYTER_URL)",
             "  Ctrl-C stops everything.",
-        ]
-        return "\n".join(lines)
+        ])
+

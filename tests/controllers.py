@@ -1,0 +1,88 @@
+"""Run the real controller as a subprocess against the testbed, as an operator would."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import requests
+import yaml
+from devboxes_testbed.cluster import free_port
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLE_SETTINGS = REPO / "testbed" / "settings.yaml"
+
+
+def example_settings(namespace: str) -> dict[str, Any]:
+    settings: dict[str, Any] = yaml.safe_load(EXAMPLE_SETTINGS.read_text())
+    settings["namespace"] = namespace
+    return settings
+
+
+class ControllerProcess:
+    """One ``devboxes-controller serve`` process with its own settings file and token."""
+
+    def __init__(self, kubeconfig: Path, settings: dict[str, Any], workdir: Path,
+                 token: str | None = None, identity: str | None = None,
+                 lease_seconds: int = 15) -> None:
+        self.kubeconfig = kubeconfig
+        self.settings = settings
+        self.workdir = workdir
+        self.token = token or secrets.token_urlsafe(32)
+        self.identity = identity or f"test-{secrets.token_hex(3)}"
+        self.lease_seconds = lease_seconds
+        self.port = 0
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log = workdir / f"controller-{self.identity}.log"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+    def start(self, timeout: float = 60) -> ControllerProcess:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        settings_file = self.workdir / f"settings-{self.identity}.yaml"
+        settings_file.write_text(yaml.safe_dump(self.settings))
+        self.port = free_port()
+        env = {**os.environ, "DEVBOXES_TOKEN": self.token}
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "devboxes_controller", "serve",
+                 "--settings", str(settings_file), "--kubeconfig", str(self.kubeconfig),
+                 "--listen", f"127.0.0.1:{self.port}", "--identity", self.identity,
+                 "--lease-seconds", str(self.lease_seconds)],
+                stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"controller exited: {self.log.read_text()[-2000:]}")
+            try:
+                if requests.get(f"{self.url}/ready", timeout=1).status_code == 200:
+                    return self
+            except requests.ConnectionError:
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"controller not ready: {self.log.read_text()[-2000:]}")
+
+    def stop(self, kill: bool = False) -> None:
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
