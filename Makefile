@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TESTBED := PYTHONPATH=testbed $(PY) -m devboxes_testbed
 
-.PHONY: up down test lint testbed venv cassettes browser bench labextension clean
+.PHONY: up down test lint testbed venv cassettes system-packages bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,16 +19,18 @@ venv: $(STAMP)
 testbed: $(STAMP)
 	$(TESTBED) build
 
-# Debian's Chromium for the browser tests; never a downloaded browser build.
-browser:
-	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+# Debian packages the tests use: Chromium for the browser tests (never a downloaded
+# browser build) and shellcheck for the workspace scripts.
+system-packages:
+	@command -v chromium >/dev/null && command -v shellcheck >/dev/null || { \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium shellcheck >/dev/null; }
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
-test: $(STAMP) testbed browser lint
+test: $(STAMP) testbed system-packages lint
 	$(VENV)/bin/pytest -q -p no:cacheprovider
 
 up: $(STAMP) testbed
@@ -40,8 +42,6 @@ down: $(STAMP)
 cassettes: $(STAMP) testbed
 	$(VENV)/bin/pytest -q tests/sdk --record-mode=rewrite -m cassette
 
-bench: $(STAMP) testbed
-	$(PY) bench/run.py
 
 clean:
 	rm -rf $(VENV) .devboxes .mypy_cache .ruff_cache

@@ -17,8 +17,11 @@ REPO = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="session")
 def testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
-    bed = Testbed(tmp_path_factory.mktemp("testbed"), REPO / "testbed" / "nodes.yaml",
-                  log=lambda message: None)
+    bed = Testbed(
+        tmp_path_factory.mktemp("testbed"),
+        REPO / "testbed" / "nodes.yaml",
+        log=lambda message: None,
+    )
     bed.start()
     try:
         yield bed
@@ -50,17 +53,18 @@ def namespace(kube: Any) -> Iterator[str]:
     core.delete_namespace(name)
 
 
-
 @pytest.fixture(scope="session")
-def controller(testbed: Testbed, kube: Any,
-               tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControllerProcess]:
+def controller(
+    testbed: Testbed, kube: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ControllerProcess]:
     """The controller with the example GPU profiles, serving one namespace for the session."""
     from kubernetes import client
 
     namespace = "devboxes-session"
     client.CoreV1Api(kube).create_namespace({"metadata": {"name": namespace}})
-    process = ControllerProcess(testbed.kubeconfig, example_settings(namespace),
-                                tmp_path_factory.mktemp("controller")).start()
+    process = ControllerProcess(
+        testbed.kubeconfig, example_settings(namespace), tmp_path_factory.mktemp("controller")
+    ).start()
     try:
         yield process
     finally:
@@ -80,14 +84,16 @@ def controller_client(controller: ControllerProcess) -> Any:
 
 
 @pytest.fixture
-def controllers(testbed: Testbed, namespace: str,
-                tmp_path: Path) -> Iterator[Callable[..., ControllerProcess]]:
+def controllers(
+    testbed: Testbed, namespace: str, tmp_path: Path
+) -> Iterator[Callable[..., ControllerProcess]]:
     """Start controllers on this test's namespace; each is stopped after the test."""
     started: list[ControllerProcess] = []
 
     def start(settings: dict[str, Any] | None = None, **kwargs: Any) -> ControllerProcess:
-        process = ControllerProcess(testbed.kubeconfig, settings or example_settings(namespace),
-                                    tmp_path, **kwargs).start()
+        process = ControllerProcess(
+            testbed.kubeconfig, settings or example_settings(namespace), tmp_path, **kwargs
+        ).start()
         started.append(process)
         return process
 

@@ -28,9 +28,15 @@ def example_settings(namespace: str) -> dict[str, Any]:
 class ControllerProcess:
     """One ``devboxes-controller serve`` process with its own settings file and token."""
 
-    def __init__(self, kubeconfig: Path, settings: dict[str, Any], workdir: Path,
-                 token: str | None = None, identity: str | None = None,
-                 lease_seconds: int = 15) -> None:
+    def __init__(
+        self,
+        kubeconfig: Path,
+        settings: dict[str, Any],
+        workdir: Path,
+        token: str | None = None,
+        identity: str | None = None,
+        lease_seconds: int = 15,
+    ) -> None:
         self.kubeconfig = kubeconfig
         self.settings = settings
         self.workdir = workdir
@@ -56,11 +62,26 @@ class ControllerProcess:
         env = {**os.environ, "DEVBOXES_TOKEN": self.token}
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "devboxes_controller", "serve",
-                 "--settings", str(settings_file), "--kubeconfig", str(self.kubeconfig),
-                 "--listen", f"127.0.0.1:{self.port}", "--identity", self.identity,
-                 "--lease-seconds", str(self.lease_seconds)],
-                stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                [
+                    sys.executable,
+                    "-m",
+                    "devboxes_controller",
+                    "serve",
+                    "--settings",
+                    str(settings_file),
+                    "--kubeconfig",
+                    str(self.kubeconfig),
+                    "--listen",
+                    f"127.0.0.1:{self.port}",
+                    "--identity",
+                    self.identity,
+                    "--lease-seconds",
+                    str(self.lease_seconds),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

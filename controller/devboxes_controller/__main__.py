@@ -60,8 +60,11 @@ def check_config(path: Path) -> int:
             print(f"  {violation}", file=sys.stderr)
         return 1
     gpu = settings.gpu
-    state = (f"GPU enabled, {len(gpu.profiles)} profile(s), default {gpu.default_profile}"
-             if gpu.enabled else "GPU disabled")
+    state = (
+        f"GPU enabled, {len(gpu.profiles)} profile(s), default {gpu.default_profile}"
+        if gpu.enabled
+        else "GPU disabled"
+    )
     print(f"{path}: valid ({state})")
     return 0
 
@@ -97,7 +100,10 @@ def serve(args: argparse.Namespace) -> int:
     identity = args.identity or f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
     reconciler_holder: dict[str, Reconciler] = {}
     elector = LeaderElector(
-        api, settings.namespace, identity, args.lease_seconds,
+        api,
+        settings.namespace,
+        identity,
+        args.lease_seconds,
         on_change=lambda leading: reconciler_holder["r"].leadership_changed(leading),
     )
     reconciler = Reconciler(boxes, elector)
@@ -119,10 +125,17 @@ def serve(args: argparse.Namespace) -> int:
     app = create_app(boxes, token, lifecycle)
     host, port = args.listen
     logging.getLogger(__name__).info(
-        "starting", extra={"namespace": settings.namespace, "listen": f"{host}:{port}",
-                           "identity": identity, "gpu_enabled": settings.gpu.enabled})
-    uvicorn.run(app, host=host, port=port, log_config=None, access_log=False,
-                timeout_graceful_shutdown=5)
+        "starting",
+        extra={
+            "namespace": settings.namespace,
+            "listen": f"{host}:{port}",
+            "identity": identity,
+            "gpu_enabled": settings.gpu.enabled,
+        },
+    )
+    uvicorn.run(
+        app, host=host, port=port, log_config=None, access_log=False, timeout_graceful_shutdown=5
+    )
     return 0
 
 
@@ -132,20 +145,33 @@ def main(argv: list[str] | None = None) -> int:
     check = commands.add_parser("check-config", help="validate a settings or Helm values file")
     check.add_argument("file", type=Path)
     run = commands.add_parser("serve", help="serve the API and reconcile boxes")
-    run.add_argument("--settings", type=Path, default=os.environ.get("DEVBOXES_SETTINGS"),
-                     help="settings file (YAML or JSON); env DEVBOXES_SETTINGS")
-    run.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"),
-                     help="kubeconfig; default in-cluster credentials, then ~/.kube/config")
-    run.add_argument("--listen", type=_listen,
-                     default=_listen(os.environ.get("DEVBOXES_LISTEN", "127.0.0.1:8080")),
-                     help="HOST:PORT to serve on; env DEVBOXES_LISTEN (default 127.0.0.1:8080)")
-    run.add_argument("--token-file", type=Path,
-                     help="file holding the operator token; default env DEVBOXES_TOKEN")
-    run.add_argument("--lease-seconds", type=int, default=15,
-                     help="leader election lease duration (default 15)")
+    run.add_argument(
+        "--settings",
+        type=Path,
+        default=os.environ.get("DEVBOXES_SETTINGS"),
+        help="settings file (YAML or JSON); env DEVBOXES_SETTINGS",
+    )
+    run.add_argument(
+        "--kubeconfig",
+        default=os.environ.get("KUBECONFIG"),
+        help="kubeconfig; default in-cluster credentials, then ~/.kube/config",
+    )
+    run.add_argument(
+        "--listen",
+        type=_listen,
+        default=_listen(os.environ.get("DEVBOXES_LISTEN", "127.0.0.1:8080")),
+        help="HOST:PORT to serve on; env DEVBOXES_LISTEN (default 127.0.0.1:8080)",
+    )
+    run.add_argument(
+        "--token-file",
+        type=Path,
+        help="file holding the operator token; default env DEVBOXES_TOKEN",
+    )
+    run.add_argument(
+        "--lease-seconds", type=int, default=15, help="leader election lease duration (default 15)"
+    )
     run.add_argument("--identity", help="this replica's name in the Lease (default hostname)")
-    run.add_argument("--log-level", default="info",
-                     choices=["debug", "info", "warning", "error"])
+    run.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     args = parser.parse_args(argv)
     if args.command == "check-config":
         return check_config(args.file)

@@ -90,10 +90,13 @@ async def get_devbox(
     _: Operator,
     boxes: BoxesDep,
     response: Response,
-    wait: Annotated[Literal["ready"] | None, Query(
-        description="Hold the request until the box is ready or degraded")] = None,
-    timeout: Annotated[float, Query(ge=0, le=MAX_WAIT_SECONDS,
-                                    description="Seconds to hold a waiting request")] = 60,
+    wait: Annotated[
+        Literal["ready"] | None,
+        Query(description="Hold the request until the box is ready or degraded"),
+    ] = None,
+    timeout: Annotated[
+        float, Query(ge=0, le=MAX_WAIT_SECONDS, description="Seconds to hold a waiting request")
+    ] = 60,
 ) -> Devbox:
     name = _name(name)
     if wait is None:
@@ -113,8 +116,9 @@ async def stop_devbox(name: str, _: Operator, boxes: BoxesDep) -> Devbox:
 
 
 @router.delete("/devboxes/{name}")
-async def delete_devbox(name: str, _: Operator, boxes: BoxesDep,
-                        purge: bool = False) -> DeleteResult:
+async def delete_devbox(
+    name: str, _: Operator, boxes: BoxesDep, purge: bool = False
+) -> DeleteResult:
     return await run_in_threadpool(boxes.delete, _name(name), purge)
 
 
@@ -122,9 +126,13 @@ def _field_errors(err: RequestValidationError | ValidationError) -> list[dict[st
     errors = []
     for error in err.errors():
         message = str(error.get("msg", "invalid value"))
-        errors.append({"type": error.get("type", "value_error"),
-                       "loc": [str(p) if not isinstance(p, int) else p for p in error["loc"]],
-                       "msg": message.removeprefix("Value error, ")})
+        errors.append(
+            {
+                "type": error.get("type", "value_error"),
+                "loc": [str(p) if not isinstance(p, int) else p for p in error["loc"]],
+                "msg": message.removeprefix("Value error, "),
+            }
+        )
     return errors
 
 
@@ -141,8 +149,7 @@ def _install_handlers(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def unexpected(request: Request, err: Exception) -> JSONResponse:
         log.exception("unexpected error", extra={"path": request.url.path})
-        return JSONResponse({"detail": "internal error; see the controller log"},
-                            status_code=500)
+        return JSONResponse({"detail": "internal error; see the controller log"}, status_code=500)
 
 
 def _route_template(request: Request) -> str:
@@ -170,8 +177,9 @@ def _install_middleware(app: FastAPI) -> None:
         return response
 
 
-def create_app(boxes: Boxes, token: str,
-               lifecycle: Callable[[], AsyncIterator[None]] | None = None) -> FastAPI:
+def create_app(
+    boxes: Boxes, token: str, lifecycle: Callable[[], AsyncIterator[None]] | None = None
+) -> FastAPI:
     """The ASGI app. ``lifecycle`` starts and stops the watches and the reconciler."""
 
     @asynccontextmanager
@@ -183,8 +191,14 @@ def create_app(boxes: Boxes, token: str,
         async with asynccontextmanager(lifecycle)():
             yield
 
-    app = FastAPI(title="Devboxes API", version="1", lifespan=lifespan,
-                  docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(
+        title="Devboxes API",
+        version="1",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
     app.state.boxes = boxes
     app.state.token = token
     app.include_router(router)
@@ -199,9 +213,10 @@ def create_app(boxes: Boxes, token: str,
     def ready() -> JSONResponse:
         if boxes.synced() and boxes.healthy():
             return JSONResponse({"status": "ready"})
-        return JSONResponse({"status": "not ready",
-                             "detail": "waiting for the Kubernetes caches to sync"},
-                            status_code=503)
+        return JSONResponse(
+            {"status": "not ready", "detail": "waiting for the Kubernetes caches to sync"},
+            status_code=503,
+        )
 
     @app.get("/metrics", include_in_schema=False)
     def metrics(_: Operator) -> Response:
@@ -212,8 +227,9 @@ def create_app(boxes: Boxes, token: str,
     @app.get("/openapi.json", include_in_schema=False)
     def openapi(_: Operator) -> JSONResponse:
         if app.openapi_schema is None:
-            app.openapi_schema = get_openapi(title=app.title, version=app.version,
-                                             routes=app.routes)
+            app.openapi_schema = get_openapi(
+                title=app.title, version=app.version, routes=app.routes
+            )
         return JSONResponse(app.openapi_schema)
 
     return app

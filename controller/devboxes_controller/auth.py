@@ -1,4 +1,8 @@
-"""Who may call the API: the operator bearer token, compared in constant time."""
+"""Who may call the API: the operator bearer token, or a dashboard session.
+
+Both secrets are compared in constant time. A session may read freely; a mutation made
+with a session must also carry the session's CSRF value in ``X-Devboxes-CSRF``.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from pathlib import Path
 from fastapi import Request
 
 from .kube import ApiProblem
+from .sessions import COOKIE, CSRF_HEADER, SAFE_METHODS, SessionStore, csrf_matches
 
 MIN_TOKEN_LENGTH = 32
 OPERATOR = "operator"
@@ -17,6 +22,11 @@ OPERATOR = "operator"
 class Unauthorized(ApiProblem):
     def __init__(self, detail: str = "authentication required") -> None:
         super().__init__(401, detail)
+
+
+class Forbidden(ApiProblem):
+    def __init__(self, detail: str) -> None:
+        super().__init__(403, detail)
 
 
 class TokenError(Exception):
@@ -59,4 +69,15 @@ def require_operator(request: Request) -> str:
         if token_matches(presented, expected):
             return OPERATOR
         raise Unauthorized("invalid token")
+    sessions: SessionStore | None = getattr(request.app.state, "sessions", None)
+    cookie = request.cookies.get(COOKIE)
+    if sessions is not None and cookie is not None:
+        session = sessions.lookup(cookie)
+        if session is None:
+            raise Unauthorized("session expired or invalid; log in again")
+        if request.method not in SAFE_METHODS and not csrf_matches(
+            session, request.headers.get(CSRF_HEADER)
+        ):
+            raise Forbidden(f"missing or wrong {CSRF_HEADER} header")
+        return OPERATOR
     raise Unauthorized()

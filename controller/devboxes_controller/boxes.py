@@ -44,7 +44,7 @@ def _box_from_event(event: Obj) -> str | None:
         return None
     if not name.startswith(DEPLOYMENT_PREFIX):
         return None
-    parts = name[len(DEPLOYMENT_PREFIX):].split("-")
+    parts = name[len(DEPLOYMENT_PREFIX) :].split("-")
     # Deployment devbox-NAME, ReplicaSet devbox-NAME-HASH, Pod devbox-NAME-HASH-SUFFIX
     trim = {"Deployment": 0, "ReplicaSet": 1, "Pod": 2}[str(involved["kind"])]
     return "-".join(parts[: len(parts) - trim]) if len(parts) > trim else None
@@ -69,21 +69,47 @@ class Boxes:
         selector = render.MANAGED_SELECTOR
         ns = self.namespace
         box_of = render.box_name_of
-        self.deployments = Informer("deployments", self._apps.list_namespaced_deployment, ns,
-                                    box_of, self._changed_box, selector)
-        self.replicasets = Informer("replicasets", self._apps.list_namespaced_replica_set, ns,
-                                    box_of, self._changed_box, selector)
-        self.pods = Informer("pods", self._core.list_namespaced_pod, ns, box_of,
-                             self._changed_box, selector)
-        self.services = Informer("services", self._core.list_namespaced_service, ns, box_of,
-                                 self._changed_box, selector)
-        self.pvcs = Informer("persistentvolumeclaims",
-                             self._core.list_namespaced_persistent_volume_claim, ns, box_of,
-                             self._changed_box, selector)
-        self.events = Informer("events", self._core.list_namespaced_event, ns, _box_from_event,
-                               self._changed_box)
-        self.informers = (self.deployments, self.replicasets, self.pods, self.services,
-                          self.pvcs, self.events)
+        self.deployments = Informer(
+            "deployments",
+            self._apps.list_namespaced_deployment,
+            ns,
+            box_of,
+            self._changed_box,
+            selector,
+        )
+        self.replicasets = Informer(
+            "replicasets",
+            self._apps.list_namespaced_replica_set,
+            ns,
+            box_of,
+            self._changed_box,
+            selector,
+        )
+        self.pods = Informer(
+            "pods", self._core.list_namespaced_pod, ns, box_of, self._changed_box, selector
+        )
+        self.services = Informer(
+            "services", self._core.list_namespaced_service, ns, box_of, self._changed_box, selector
+        )
+        self.pvcs = Informer(
+            "persistentvolumeclaims",
+            self._core.list_namespaced_persistent_volume_claim,
+            ns,
+            box_of,
+            self._changed_box,
+            selector,
+        )
+        self.events = Informer(
+            "events", self._core.list_namespaced_event, ns, _box_from_event, self._changed_box
+        )
+        self.informers = (
+            self.deployments,
+            self.replicasets,
+            self.pods,
+            self.services,
+            self.pvcs,
+            self.events,
+        )
 
     # -- caches and status -------------------------------------------------------------------
     def start(self) -> None:
@@ -159,8 +185,9 @@ class Boxes:
     def list_json(self) -> bytes:
         """The list response body, assembled from per-box JSON kept current by the watches."""
         with self._status_lock:
-            order = sorted(self._status.values(), key=lambda b: (b.created_at, b.name),
-                           reverse=True)
+            order = sorted(
+                self._status.values(), key=lambda b: (b.created_at, b.name), reverse=True
+            )
             parts = [self._status_json[b.name] for b in order]
         return b'{"items":[' + b",".join(parts) + b"]}"
 
@@ -192,12 +219,20 @@ class Boxes:
         now = self.clock().strftime("%Y-%m-%dT%H:%M:%SZ")
         body = {
             "metadata": {"generateName": f"{metadata['name']}.", "namespace": self.namespace},
-            "involvedObject": {"apiVersion": "apps/v1", "kind": "Deployment",
-                               "name": metadata["name"], "namespace": self.namespace,
-                               "uid": metadata.get("uid")},
-            "reason": reason, "message": message, "type": "Normal",
+            "involvedObject": {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "name": metadata["name"],
+                "namespace": self.namespace,
+                "uid": metadata.get("uid"),
+            },
+            "reason": reason,
+            "message": message,
+            "type": "Normal",
             "source": {"component": render.MANAGER},
-            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
         }
 
         def send() -> None:
@@ -218,9 +253,12 @@ class Boxes:
         except ProfileRejected as err:
             raise Invalid(err.message) from None
         return render.BoxSpec(
-            name=request.name, preset=request.preset, ttl_hours=request.ttl_hours,
+            name=request.name,
+            preset=request.preset,
+            ttl_hours=request.ttl_hours,
             repository=request.repository,
-            expires_at=self.clock() + timedelta(hours=request.ttl_hours), gpu=profile,
+            expires_at=self.clock() + timedelta(hours=request.ttl_hours),
+            gpu=profile,
         )
 
     def create(self, request: DevboxCreate) -> Devbox:
@@ -229,8 +267,11 @@ class Boxes:
         if self.deployments.get(names.deployment) is not None:
             raise Conflict(f"devbox '{spec.name}' already exists")
         try:
-            deployment = kube.call(self._apps.create_namespaced_deployment, self.namespace,
-                                   render.render_deployment(spec, self.settings))
+            deployment = kube.call(
+                self._apps.create_namespaced_deployment,
+                self.namespace,
+                render.render_deployment(spec, self.settings),
+            )
         except Conflict:
             raise Conflict(f"devbox '{spec.name}' already exists") from None
         METRICS.writes.labels("create").inc()
@@ -238,17 +279,28 @@ class Boxes:
         self.ensure_service(spec, deployment)
         self.deployments.wait_for_version(names.deployment, kube.resource_version(deployment))
         self.record(deployment, "Created", _created_message(spec))
-        log.info("box created", extra={"box": spec.name, "preset": spec.preset,
-                                       "gpu_profile": spec.gpu.name if spec.gpu else None})
+        log.info(
+            "box created",
+            extra={
+                "box": spec.name,
+                "preset": spec.preset,
+                "gpu_profile": spec.gpu.name if spec.gpu else None,
+            },
+        )
         return self._current(spec.name, deployment)
 
     def _current(self, name: str, deployment: Obj) -> Devbox:
         """The box's status, derived at once so the response reflects the write just made."""
         objects = self.objects(name) or status.BoxObjects(deployment=deployment)
         if kube.resource_version(objects.deployment) < kube.resource_version(deployment):
-            objects = status.BoxObjects(deployment=deployment, pods=objects.pods,
-                                        replicasets=objects.replicasets, events=objects.events,
-                                        service=objects.service, pvc=objects.pvc)
+            objects = status.BoxObjects(
+                deployment=deployment,
+                pods=objects.pods,
+                replicasets=objects.replicasets,
+                events=objects.events,
+                service=objects.service,
+                pvc=objects.pvc,
+            )
         return status.derive(objects, self.settings)
 
     def ensure_storage(self, spec: render.BoxSpec) -> None:
@@ -258,18 +310,24 @@ class Boxes:
         existing = self.pvcs.get(names.pvc)
         if existing is None:
             try:
-                kube.call(self._core.create_namespaced_persistent_volume_claim, self.namespace,
-                          wanted)
+                kube.call(
+                    self._core.create_namespaced_persistent_volume_claim, self.namespace, wanted
+                )
                 METRICS.writes.labels("create").inc()
                 return
             except Conflict:
-                existing = kube.call(self._core.read_namespaced_persistent_volume_claim,
-                                     names.pvc, self.namespace)
+                existing = kube.call(
+                    self._core.read_namespaced_persistent_volume_claim, names.pvc, self.namespace
+                )
         size = wanted["spec"]["resources"]["requests"]["storage"]
         current = existing["spec"]["resources"]["requests"]["storage"]
         if quantity_value(size) > quantity_value(current):
-            kube.call(self._core.patch_namespaced_persistent_volume_claim, names.pvc,
-                      self.namespace, {"spec": {"resources": {"requests": {"storage": size}}}})
+            kube.call(
+                self._core.patch_namespaced_persistent_volume_claim,
+                names.pvc,
+                self.namespace,
+                {"spec": {"resources": {"requests": {"storage": size}}}},
+            )
             METRICS.writes.labels("patch").inc()
 
     def ensure_service(self, spec: render.BoxSpec, deployment: Obj) -> None:
@@ -277,10 +335,14 @@ class Boxes:
         if self.services.get(names.service) is not None:
             return
         service = render.render_service(spec, self.settings)
-        service["metadata"]["ownerReferences"] = [{
-            "apiVersion": "apps/v1", "kind": "Deployment",
-            "name": deployment["metadata"]["name"], "uid": deployment["metadata"]["uid"],
-        }]
+        service["metadata"]["ownerReferences"] = [
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "name": deployment["metadata"]["name"],
+                "uid": deployment["metadata"]["uid"],
+            }
+        ]
         try:
             kube.call(self._core.create_namespaced_service, self.namespace, service)
             METRICS.writes.labels("create").inc()
@@ -295,8 +357,9 @@ class Boxes:
 
     def _patch(self, name: str, patch: Obj) -> Obj:
         names = render.object_names(name)
-        updated = kube.call(self._apps.patch_namespaced_deployment, names.deployment,
-                            self.namespace, patch)
+        updated = kube.call(
+            self._apps.patch_namespaced_deployment, names.deployment, self.namespace, patch
+        )
         METRICS.writes.labels("patch").inc()
         self.deployments.wait_for_version(names.deployment, kube.resource_version(updated))
         return updated
@@ -306,17 +369,25 @@ class Boxes:
         deployment = self._deployment(name)
         spec = render.spec_from_deployment(deployment)
         expires = self.clock() + timedelta(hours=spec.ttl_hours)
-        updated = self._patch(name, {
-            "metadata": {"annotations": {
-                render.ANNOTATION_EXPIRES_AT: render.format_timestamp(expires),
-                render.ANNOTATION_EXPIRED_AT: None,
-            }},
-            "spec": {"replicas": 1},
-        })
+        updated = self._patch(
+            name,
+            {
+                "metadata": {
+                    "annotations": {
+                        render.ANNOTATION_EXPIRES_AT: render.format_timestamp(expires),
+                        render.ANNOTATION_EXPIRED_AT: None,
+                    }
+                },
+                "spec": {"replicas": 1},
+            },
+        )
         self.ensure_storage(spec)
         self.ensure_service(spec, updated)
-        self.record(updated, "Started", f"Started; stops automatically at "
-                                         f"{render.format_timestamp(expires)}")
+        self.record(
+            updated,
+            "Started",
+            f"Started; stops automatically at {render.format_timestamp(expires)}",
+        )
         return self._current(name, updated)
 
     def stop_box(self, name: str, expired_at: datetime | None = None) -> Devbox:
@@ -325,8 +396,9 @@ class Boxes:
         annotations: dict[str, Any] = {}
         if expired_at is not None:
             annotations[render.ANNOTATION_EXPIRED_AT] = render.format_timestamp(expired_at)
-        updated = self._patch(name, {"metadata": {"annotations": annotations},
-                                     "spec": {"replicas": 0}})
+        updated = self._patch(
+            name, {"metadata": {"annotations": annotations}, "spec": {"replicas": 0}}
+        )
         if expired_at is not None:
             self.record(updated, "Expired", "Stopped: its time to live ran out; storage kept")
         else:
@@ -344,8 +416,7 @@ class Boxes:
         for function, object_name in (
             (self._apps.delete_namespaced_deployment, names.deployment),
             (self._core.delete_namespaced_service, names.service),
-            *([(self._core.delete_namespaced_persistent_volume_claim, names.pvc)]
-              if purge else []),
+            *([(self._core.delete_namespaced_persistent_volume_claim, names.pvc)] if purge else []),
         ):
             try:
                 kube.call(function, object_name, self.namespace, body=background)
@@ -353,13 +424,19 @@ class Boxes:
             except NotFound:
                 continue
         self.deployments.wait_for_absence(names.deployment)
-        message = (f"devbox '{name}' deleted with its home volume" if purge else
-                   f"devbox '{name}' deleted; home volume {names.pvc} kept")
+        message = (
+            f"devbox '{name}' deleted with its home volume"
+            if purge
+            else f"devbox '{name}' deleted; home volume {names.pvc} kept"
+        )
         log.info("box deleted", extra={"box": name, "purged": purge})
         return DeleteResult(name=name, purged=purge, message=message)
 
 
 def _created_message(spec: render.BoxSpec) -> str:
-    accelerator = (f"GPU profile {spec.gpu.name} ({spec.gpu.count}x {spec.gpu.resource_name})"
-                   if spec.gpu else "no GPU")
+    accelerator = (
+        f"GPU profile {spec.gpu.name} ({spec.gpu.count}x {spec.gpu.resource_name})"
+        if spec.gpu
+        else "no GPU"
+    )
     return f"Created with preset {spec.preset}, {accelerator}"

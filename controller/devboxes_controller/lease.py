@@ -28,8 +28,14 @@ def _parse(value: str | None) -> datetime | None:
 class LeaderElector:
     """Holds or waits for the Lease; ``leading`` is set while this replica holds it."""
 
-    def __init__(self, api: client.ApiClient, namespace: str, identity: str,
-                 lease_seconds: int = 15, on_change: Callable[[bool], None] | None = None) -> None:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        namespace: str,
+        identity: str,
+        lease_seconds: int = 15,
+        on_change: Callable[[bool], None] | None = None,
+    ) -> None:
         self._leases = client.CoordinationV1Api(api)
         self._namespace = namespace
         self.identity = identity
@@ -52,8 +58,9 @@ class LeaderElector:
                 lease = kube.call(self._leases.read_namespaced_lease, LEASE_NAME, self._namespace)
                 if lease["spec"].get("holderIdentity") == self.identity:
                     lease["spec"]["holderIdentity"] = None
-                    kube.call(self._leases.replace_namespaced_lease, LEASE_NAME,
-                              self._namespace, lease)
+                    kube.call(
+                        self._leases.replace_namespaced_lease, LEASE_NAME, self._namespace, lease
+                    )
             except ApiProblem as err:
                 log.warning("lease not released", extra={"error": err.detail})
 
@@ -80,13 +87,18 @@ class LeaderElector:
 
     def _try_acquire(self) -> bool:
         now = datetime.now(UTC)
-        spec: Obj = {"holderIdentity": self.identity, "leaseDurationSeconds": self._duration,
-                     "renewTime": _micro(now)}
+        spec: Obj = {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": self._duration,
+            "renewTime": _micro(now),
+        }
         try:
             lease = kube.call(self._leases.read_namespaced_lease, LEASE_NAME, self._namespace)
         except NotFound:
-            body = {"metadata": {"name": LEASE_NAME, "namespace": self._namespace},
-                    "spec": {**spec, "acquireTime": _micro(now), "leaseTransitions": 0}}
+            body = {
+                "metadata": {"name": LEASE_NAME, "namespace": self._namespace},
+                "spec": {**spec, "acquireTime": _micro(now), "leaseTransitions": 0},
+            }
             try:
                 kube.call(self._leases.create_namespaced_lease, self._namespace, body)
             except Conflict:

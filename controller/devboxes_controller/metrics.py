@@ -8,23 +8,45 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self.requests = Counter("devboxes_http_requests_total", "API requests by route and status",
-                                ["method", "route", "status"], registry=self.registry)
-        self.latency = Histogram("devboxes_http_request_seconds", "API request latency",
-                                 ["method", "route"], registry=self.registry)
-        self.writes = Counter("devboxes_kubernetes_writes_total",
-                              "Writes the controller sent to the apiserver", ["verb"],
-                              registry=self.registry)
-        self.status_updates = Counter("devboxes_status_updates_total",
-                                      "Box statuses recomputed after a watched change",
-                                      registry=self.registry)
-        self.expired = Counter("devboxes_ttl_expirations_total",
-                               "Boxes stopped because their time to live ran out",
-                               registry=self.registry)
-        self.repairs = Counter("devboxes_repairs_total", "Objects recreated by reconciliation",
-                               ["kind"], registry=self.registry)
-        self.leader = Gauge("devboxes_leader", "1 while this replica holds the reconciler lease",
-                            registry=self.registry)
+        self.requests = Counter(
+            "devboxes_http_requests_total",
+            "API requests by route and status",
+            ["method", "route", "status"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "devboxes_http_request_seconds",
+            "API request latency",
+            ["method", "route"],
+            registry=self.registry,
+        )
+        self.writes = Counter(
+            "devboxes_kubernetes_writes_total",
+            "Writes the controller sent to the apiserver",
+            ["verb"],
+            registry=self.registry,
+        )
+        self.status_updates = Counter(
+            "devboxes_status_updates_total",
+            "Box statuses recomputed after a watched change",
+            registry=self.registry,
+        )
+        self.expired = Counter(
+            "devboxes_ttl_expirations_total",
+            "Boxes stopped because their time to live ran out",
+            registry=self.registry,
+        )
+        self.repairs = Counter(
+            "devboxes_repairs_total",
+            "Objects recreated by reconciliation",
+            ["kind"],
+            registry=self.registry,
+        )
+        self.leader = Gauge(
+            "devboxes_leader",
+            "1 while this replica holds the reconciler lease",
+            registry=self.registry,
+        )
         self.boxes = Gauge("devboxes_boxes", "Boxes by state", ["state"], registry=self.registry)
 
     def boxes_changed(self) -> None:

@@ -64,8 +64,10 @@ class Reconciler:
             try:
                 deadline = self._reconcile_box(deployment, now)
             except ApiProblem as err:
-                log.warning("reconcile failed", extra={
-                    "box": render.box_name_of(deployment), "error": err.detail})
+                log.warning(
+                    "reconcile failed",
+                    extra={"box": render.box_name_of(deployment), "error": err.detail},
+                )
                 continue
             if deadline is not None:
                 upcoming.append(deadline)

@@ -74,8 +74,11 @@ def detach(pool_file: Path) -> None:
     with log.open("wb") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "devboxes_testbed", "up", "--pools", str(pool_file)],
-            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, env={**os.environ, "PYTHONPATH": str(REPO / "testbed")},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env={**os.environ, "PYTHONPATH": str(REPO / "testbed")},
         )
     while not ENV_FILE.exists():
         if process.poll() is not None:
@@ -106,8 +109,12 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("build", help="build the pinned binaries into the cache if missing")
     commands.add_parser("pin", help="regenerate the wrapper go.mod files for the pinned versions")
     start = commands.add_parser("up", help="start everything and stay in the foreground")
-    start.add_argument("--pools", type=Path, default=REPO / "testbed" / "nodes.yaml",
-                       help="node pool file (testbed/nodes-scale.yaml for benchmarks)")
+    start.add_argument(
+        "--pools",
+        type=Path,
+        default=REPO / "testbed" / "nodes.yaml",
+        help="node pool file (testbed/nodes-scale.yaml for benchmarks)",
+    )
     start.add_argument("--detach", action="store_true", help="run in the background")
     commands.add_parser("down", help="stop a detached 'up'")
     args = parser.parse_args(argv)

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,10 +61,18 @@ TARGETS: tuple[Target, ...] = (
         for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
     ),
     Target("etcd", "etcd", "go.etcd.io/etcd/server/v3"),
-    Target("kwok", "kwok", "sigs.k8s.io/kwok/cmd/kwok",
-           (f"-X sigs.k8s.io/kwok/pkg/consts.Version={KWOK_VERSION}",)),
-    Target("helm", "helm", "helm.sh/helm/v3/cmd/helm",
-           (f"-X helm.sh/helm/v3/internal/version.version={HELM_VERSION}",)),
+    Target(
+        "kwok",
+        "kwok",
+        "sigs.k8s.io/kwok/cmd/kwok",
+        (f"-X sigs.k8s.io/kwok/pkg/consts.Version={KWOK_VERSION}",),
+    ),
+    Target(
+        "helm",
+        "helm",
+        "helm.sh/helm/v3/cmd/helm",
+        (f"-X helm.sh/helm/v3/internal/version.version={HELM_VERSION}",),
+    ),
 )
 
 
@@ -138,7 +147,9 @@ def stage_files(directory: Path) -> list[Path]:
 def _copy_kwok_stages(go: str, directory: Path) -> None:
     result = subprocess.run(
         [go, "mod", "download", "-json", f"sigs.k8s.io/kwok@{KWOK_VERSION}"],
-        capture_output=True, text=True, cwd=tempfile.gettempdir(),
+        capture_output=True,
+        text=True,
+        cwd=tempfile.gettempdir(),
     )
     if result.returncode != 0:
         raise TestbedError(f"fetching kwok {KWOK_VERSION} stages failed: {result.stderr.strip()}")
@@ -149,7 +160,7 @@ def _copy_kwok_stages(go: str, directory: Path) -> None:
         shutil.copyfile(source / stage, target / Path(stage).name)
 
 
-def ensure_built(log=print) -> Path:
+def ensure_built(log: Callable[[str], None] = print) -> Path:
     """Build whatever is missing for the pinned versions; return the binaries' directory."""
     go = go_binary()
     directory = bin_dir(go)
@@ -169,8 +180,9 @@ def ensure_built(log=print) -> Path:
             command += ["-ldflags", "-s -w"]
         command.append(target.package)
         env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"}
-        result = subprocess.run(command, cwd=GO_DIR / target.module, env=env,
-                                capture_output=True, text=True)
+        result = subprocess.run(
+            command, cwd=GO_DIR / target.module, env=env, capture_output=True, text=True
+        )
         if result.returncode != 0:
             tail = "\n".join(result.stderr.strip().splitlines()[-15:])
             raise TestbedError(f"building {target.name} failed:\n{tail}")
@@ -187,7 +199,10 @@ def staging_modules(go: str) -> list[str]:
     """The staging modules that the published k8s.io/kubernetes go.mod replaces with local paths."""
     result = subprocess.run(
         [go, "mod", "download", "-json", f"k8s.io/kubernetes@{KUBERNETES_VERSION}"],
-        capture_output=True, text=True, check=True, cwd=tempfile.gettempdir(),
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tempfile.gettempdir(),
     )
     gomod = Path(json.loads(result.stdout)["GoMod"]).read_text()
     return sorted(set(_STAGING.findall(gomod)))
@@ -204,9 +219,11 @@ def pin() -> None:
         f"require k8s.io/kubernetes {KUBERNETES_VERSION}\n\n"
         f"replace (\n{replaces}\n)\n"
     )
-    tools = {"etcd": f"go.etcd.io/etcd/server/v3@{ETCD_VERSION}",
-             "kwok": f"sigs.k8s.io/kwok/cmd/kwok@{KWOK_VERSION}",
-             "helm": f"helm.sh/helm/v3/cmd/helm@{HELM_VERSION}"}
+    tools = {
+        "etcd": f"go.etcd.io/etcd/server/v3@{ETCD_VERSION}",
+        "kwok": f"sigs.k8s.io/kwok/cmd/kwok@{KWOK_VERSION}",
+        "helm": f"helm.sh/helm/v3/cmd/helm@{HELM_VERSION}",
+    }
     for module, tool in tools.items():
         directory = GO_DIR / module
         directory.mkdir(parents=True, exist_ok=True)

@@ -164,20 +164,24 @@ class Testbed:
         def etcd() -> list[str]:
             client, peer = self._port("etcd"), self._port("etcd-peer")
             return [
-                self._bin("etcd"), "--name=testbed", f"--data-dir={self.state_dir / 'etcd'}",
+                self._bin("etcd"),
+                "--name=testbed",
+                f"--data-dir={self.state_dir / 'etcd'}",
                 f"--listen-client-urls=http://127.0.0.1:{client}",
                 f"--advertise-client-urls=http://127.0.0.1:{client}",
                 f"--listen-peer-urls=http://127.0.0.1:{peer}",
                 f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
                 f"--initial-cluster=testbed=http://127.0.0.1:{peer}",
-                "--unsafe-no-fsync", "--log-level=warn",
+                "--unsafe-no-fsync",
+                "--log-level=warn",
             ]
 
         def apiserver() -> list[str]:
             return [
                 self._bin("kube-apiserver"),
                 f"--etcd-servers=http://127.0.0.1:{self._port('etcd')}",
-                "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
                 f"--secure-port={self._port('apiserver')}",
                 f"--tls-cert-file={certs.serving_cert}",
                 f"--tls-private-key-file={certs.serving_key}",
@@ -200,7 +204,8 @@ class Testbed:
                 f"--authorization-kubeconfig={kubeconfig}",
                 "--bind-address=127.0.0.1",
                 f"--secure-port={self._port('controller-manager')}",
-                "--leader-elect=false", "--controllers=*",
+                "--leader-elect=false",
+                "--controllers=*",
                 "--use-service-account-credentials=true",
                 f"--service-account-private-key-file={certs.sa_private}",
                 f"--root-ca-file={certs.ca_cert}",
@@ -223,11 +228,13 @@ class Testbed:
 
         def kwok() -> list[str]:
             return [
-                self._bin("kwok"), f"--kubeconfig={kubeconfig}",
+                self._bin("kwok"),
+                f"--kubeconfig={kubeconfig}",
                 "--manage-all-nodes=false",
                 f"--manage-nodes-with-annotation-selector={nodes.KWOK_ANNOTATION}=fake",
                 f"--server-address=127.0.0.1:{self._port('kwok')}",
-                "--node-ip=127.0.0.1", "--cidr=10.244.0.1/16",
+                "--node-ip=127.0.0.1",
+                "--cidr=10.244.0.1/16",
                 *(f"--config={stage}" for stage in stages),
             ]
 
@@ -235,18 +242,41 @@ class Testbed:
             return lambda: f"{scheme}://127.0.0.1:{self.ports[port]}{path}"
 
         return [
-            Component("etcd", etcd, url("http", "etcd", "/health"), logs / "etcd.log",
-                      self._reassigner("etcd", "etcd-peer")),
-            Component("kube-apiserver", apiserver, url("https", "apiserver", "/livez"),
-                      logs / "kube-apiserver.log", self._reassigner("apiserver")),
-            Component("kube-controller-manager", controller_manager,
-                      url("https", "controller-manager", "/healthz"),
-                      logs / "kube-controller-manager.log",
-                      self._reassigner("controller-manager")),
-            Component("kube-scheduler", scheduler, url("https", "scheduler", "/healthz"),
-                      logs / "kube-scheduler.log", self._reassigner("scheduler")),
-            Component("kwok", kwok, url("http", "kwok", "/healthz"), logs / "kwok.log",
-                      self._reassigner("kwok")),
+            Component(
+                "etcd",
+                etcd,
+                url("http", "etcd", "/health"),
+                logs / "etcd.log",
+                self._reassigner("etcd", "etcd-peer"),
+            ),
+            Component(
+                "kube-apiserver",
+                apiserver,
+                url("https", "apiserver", "/livez"),
+                logs / "kube-apiserver.log",
+                self._reassigner("apiserver"),
+            ),
+            Component(
+                "kube-controller-manager",
+                controller_manager,
+                url("https", "controller-manager", "/healthz"),
+                logs / "kube-controller-manager.log",
+                self._reassigner("controller-manager"),
+            ),
+            Component(
+                "kube-scheduler",
+                scheduler,
+                url("https", "scheduler", "/healthz"),
+                logs / "kube-scheduler.log",
+                self._reassigner("scheduler"),
+            ),
+            Component(
+                "kwok",
+                kwok,
+                url("http", "kwok", "/healthz"),
+                logs / "kwok.log",
+                self._reassigner("kwok"),
+            ),
         ]
 
     def start(self) -> None:
@@ -294,7 +324,9 @@ class Testbed:
                 api.read_namespaced_service_account("default", "default")
                 return
             time.sleep(0.3)
-        raise TestbedError("the default ServiceAccount never appeared: is the controller-manager running?")
+        raise TestbedError(
+            "the default ServiceAccount never appeared: is the controller-manager running?"
+        )
 
     def _create_cluster_objects(self, pool_file: nodes.PoolFile) -> None:
         from kubernetes import client
@@ -309,8 +341,12 @@ class Testbed:
         node_api = client.NodeV1Api(api_client)
         for runtime_class in pool_file.runtimeClasses:
             node_api.create_runtime_class(
-                {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
-                 "metadata": {"name": runtime_class.name}, "handler": runtime_class.handler}
+                {
+                    "apiVersion": "node.k8s.io/v1",
+                    "kind": "RuntimeClass",
+                    "metadata": {"name": runtime_class.name},
+                    "handler": runtime_class.handler,
+                }
             )
         client.StorageV1Api(api_client).create_storage_class(STORAGE_CLASS)
         self._wait_nodes_ready({n["metadata"]["name"] for n in node_list}, core)
@@ -323,8 +359,9 @@ class Testbed:
             ready = {
                 node.metadata.name
                 for node in core.list_node().items
-                if any(c.type == "Ready" and c.status == "True"
-                       for c in node.status.conditions or [])
+                if any(
+                    c.type == "Ready" and c.status == "True" for c in node.status.conditions or []
+                )
             }
             if names <= ready:
                 return

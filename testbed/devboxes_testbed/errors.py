@@ -2,6 +2,6 @@
 
 
 class TestbedError(Exception):
-    """A clear, one-line-per-cause problem with the testbed (bad input, failed start, missing tool)."""
+    """A problem a person can fix: bad input, a failed start, a missing tool."""
 
     __test__ = False  # not a pytest test class despite the name

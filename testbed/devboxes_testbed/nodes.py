@@ -39,7 +39,7 @@ class RuntimeClass(_Strict):
 
 class PoolFile(_Strict):
     pools: list[Pool]
-    runtimeClasses: list[RuntimeClass] = Field(default_factory=list)  # noqa: N815
+    runtimeClasses: list[RuntimeClass] = Field(default_factory=list)
 
 
 def load(path: Path) -> PoolFile:
@@ -65,22 +65,24 @@ def node_objects(pool_file: PoolFile) -> list[dict[str, Any]]:
     for pool in pool_file.pools:
         capacity = {"pods": "110", **pool.capacity}
         for index in range(pool.count):
-            nodes.append({
-                "apiVersion": "v1",
-                "kind": "Node",
-                "metadata": {
-                    "name": f"{pool.name}-{index}",
-                    "annotations": {KWOK_ANNOTATION: "fake"},
-                    "labels": {
-                        **pool.labels,
-                        POOL_LABEL: pool.name,
-                        "kubernetes.io/hostname": f"{pool.name}-{index}",
-                        "kubernetes.io/os": "linux",
-                        "kubernetes.io/arch": "amd64",
-                        "type": "kwok",
+            nodes.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "metadata": {
+                        "name": f"{pool.name}-{index}",
+                        "annotations": {KWOK_ANNOTATION: "fake"},
+                        "labels": {
+                            **pool.labels,
+                            POOL_LABEL: pool.name,
+                            "kubernetes.io/hostname": f"{pool.name}-{index}",
+                            "kubernetes.io/os": "linux",
+                            "kubernetes.io/arch": "amd64",
+                            "type": "kwok",
+                        },
                     },
-                },
-                "spec": {"taints": [t.model_dump(exclude_none=True) for t in pool.taints]},
-                "status": {"capacity": capacity, "allocatable": capacity},
-            })
+                    "spec": {"taints": [t.model_dump(exclude_none=True) for t in pool.taints]},
+                    "status": {"capacity": capacity, "allocatable": capacity},
+                }
+            )
     return nodes

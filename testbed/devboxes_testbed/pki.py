@@ -85,12 +85,27 @@ def create(directory: Path) -> Pki:
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = _name("devboxes-testbed-ca")
     ca = _certificate(
-        ca_name, ca_key, ca_name, ca_key,
-        [(x509.BasicConstraints(ca=True, path_length=None), True),
-         (x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                        content_commitment=False, key_encipherment=False,
-                        data_encipherment=False, key_agreement=False,
-                        encipher_only=False, decipher_only=False), True)],
+        ca_name,
+        ca_key,
+        ca_name,
+        ca_key,
+        [
+            (x509.BasicConstraints(ca=True, path_length=None), True),
+            (
+                x509.KeyUsage(
+                    digital_signature=True,
+                    key_cert_sign=True,
+                    crl_sign=True,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
+                True,
+            ),
+        ],
     )
     pki.ca_cert.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     _write_key(pki.ca_key, ca_key)
@@ -99,18 +114,30 @@ def create(directory: Path) -> Pki:
     names = ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"]
     addresses = ["127.0.0.1", "10.96.0.1"]
     serving = _certificate(
-        _name("kube-apiserver"), serving_key, ca_name, ca_key,
-        [(x509.SubjectAlternativeName(
-            [x509.DNSName(n) for n in names]
-            + [x509.IPAddress(ipaddress.ip_address(a)) for a in addresses]), False),
-         (x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False)],
+        _name("kube-apiserver"),
+        serving_key,
+        ca_name,
+        ca_key,
+        [
+            (
+                x509.SubjectAlternativeName(
+                    [x509.DNSName(n) for n in names]
+                    + [x509.IPAddress(ipaddress.ip_address(a)) for a in addresses]
+                ),
+                False,
+            ),
+            (x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False),
+        ],
     )
     pki.serving_cert.write_bytes(serving.public_bytes(serialization.Encoding.PEM))
     _write_key(pki.serving_key, serving_key)
 
     admin_key = ec.generate_private_key(ec.SECP256R1())
     admin = _certificate(
-        _name("testbed-admin", "system:masters"), admin_key, ca_name, ca_key,
+        _name("testbed-admin", "system:masters"),
+        admin_key,
+        ca_name,
+        ca_key,
         [(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), False)],
     )
     pki.admin_cert.write_bytes(admin.public_bytes(serialization.Encoding.PEM))

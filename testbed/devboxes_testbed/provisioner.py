@@ -94,17 +94,22 @@ class Provisioner:
         from kubernetes import watch
 
         stream = watch.Watch()
-        for event in stream.stream(core.list_persistent_volume_claim_for_all_namespaces,
-                                   timeout_seconds=5, deserialize=False):
+        for event in stream.stream(
+            core.list_persistent_volume_claim_for_all_namespaces,
+            timeout_seconds=5,
+            deserialize=False,
+        ):
             if self._stop.is_set():
                 stream.stop()
                 return
             claim = event["object"]
             spec = claim.get("spec") or {}
-            if (spec.get("storageClassName") == STORAGE_CLASS["metadata"]["name"]
-                    and not spec.get("volumeName")
-                    and (claim.get("status") or {}).get("phase", "Pending") == "Pending"
-                    and event["type"] != "DELETED"):
+            if (
+                spec.get("storageClassName") == STORAGE_CLASS["metadata"]["name"]
+                and not spec.get("volumeName")
+                and (claim.get("status") or {}).get("phase", "Pending") == "Pending"
+                and event["type"] != "DELETED"
+            ):
                 with contextlib.suppress(Exception):
                     core.create_persistent_volume(volume_for(claim))
 
@@ -112,15 +117,18 @@ class Provisioner:
         from kubernetes import watch
 
         stream = watch.Watch()
-        for event in stream.stream(core.list_persistent_volume, timeout_seconds=5,
-                                   deserialize=False):
+        for event in stream.stream(
+            core.list_persistent_volume, timeout_seconds=5, deserialize=False
+        ):
             if self._stop.is_set():
                 stream.stop()
                 return
             volume = event["object"]
             annotations = (volume.get("metadata") or {}).get("annotations") or {}
-            if (annotations.get("pv.kubernetes.io/provisioned-by") == PROVISIONER_NAME
-                    and volume.get("status", {}).get("phase") == "Released"
-                    and event["type"] != "DELETED"):
+            if (
+                annotations.get("pv.kubernetes.io/provisioned-by") == PROVISIONER_NAME
+                and volume.get("status", {}).get("phase") == "Released"
+                and event["type"] != "DELETED"
+            ):
                 with contextlib.suppress(Exception):
                     core.delete_persistent_volume(volume["metadata"]["name"])

@@ -47,10 +47,20 @@ class Stack:
         token_file.chmod(0o600)
         return Component(
             "devboxes-controller",
-            lambda: [sys.executable, "-m", "devboxes_controller", "serve",
-                     "--settings", str(SETTINGS), "--kubeconfig", str(self.testbed.kubeconfig),
-                     "--token-file", str(token_file),
-                     "--listen", f"127.0.0.1:{self.ports['controller']}"],
+            lambda: [
+                sys.executable,
+                "-m",
+                "devboxes_controller",
+                "serve",
+                "--settings",
+                str(SETTINGS),
+                "--kubeconfig",
+                str(self.testbed.kubeconfig),
+                "--token-file",
+                str(token_file),
+                "--listen",
+                f"127.0.0.1:{self.ports['controller']}",
+            ],
             lambda: f"{self.controller_url}/ready",
             logs / "controller.log",
             self._reassigner("controller"),
@@ -63,16 +73,23 @@ class Stack:
             shutil.copytree(REPO / "notebooks", root)
         return Component(
             "jupyterlab",
-            lambda: [sys.executable, "-m", "jupyterlab", "--no-browser",
-                     "--ip=127.0.0.1", f"--port={self.ports['jupyter']}",
-                     f"--ServerApp.root_dir={root}",
-                     f"--IdentityProvider.token={self.jupyter_token}",
-                     f"--DevboxesJupyterApp.controller_url={self.controller_url}",
-                     f"--DevboxesJupyterApp.token_file={self.state_dir / 'controller-token'}",
-                     "--ServerApp.jpserver_extensions={'devboxes_jupyter': True}",
-                     "--ServerApp.allow_root=True"],
-            lambda: f"http://127.0.0.1:{self.ports['jupyter']}/api/status"
-                    f"?token={self.jupyter_token}",
+            lambda: [
+                sys.executable,
+                "-m",
+                "jupyterlab",
+                "--no-browser",
+                "--ip=127.0.0.1",
+                f"--port={self.ports['jupyter']}",
+                f"--ServerApp.root_dir={root}",
+                f"--IdentityProvider.token={self.jupyter_token}",
+                f"--DevboxesJupyterApp.controller_url={self.controller_url}",
+                f"--DevboxesJupyterApp.token_file={self.state_dir / 'controller-token'}",
+                "--ServerApp.jpserver_extensions={'devboxes_jupyter': True}",
+                "--ServerApp.allow_root=True",
+            ],
+            lambda: (
+                f"http://127.0.0.1:{self.ports['jupyter']}/api/status?token={self.jupyter_token}"
+            ),
             logs / "jupyterlab.log",
             self._reassigner("jupyter"),
         )
@@ -83,7 +100,8 @@ class Stack:
             from kubernetes import client
 
             client.CoreV1Api(self.testbed.api_client()).create_namespace(
-                {"metadata": {"name": NAMESPACE}})
+                {"metadata": {"name": NAMESPACE}}
+            )
             logs = self.state_dir / "logs"
             logs.mkdir(parents=True, exist_ok=True)
             for service in (self._controller(logs), self._jupyter(logs)):
@@ -107,15 +125,16 @@ class Stack:
         }
 
     def summary(self, env_file: Path) -> str:
-        return "\n".join([
-            "",
-            "Devboxes is running on the local testbed:",
-            f"  Kubernetes API   {self.testbed.server}",
-            f"  Devboxes API     {self.controller_url}   (dashboard: {self.controller_url}"
-            "/dashboard)",
-            f"  JupyterLab       {self.jupyter_url}",
-            f"  environment      source {env_file}   (KUBECONFIG, DEVBOX_URL, DEVBOX_TOKEN,"
-            " JUPYTER_URL)",
-            "  Ctrl-C stops everything.",
-        ])
-
+        return "\n".join(
+            [
+                "",
+                "Devboxes is running on the local testbed:",
+                f"  Kubernetes API   {self.testbed.server}",
+                f"  Devboxes API     {self.controller_url}   (dashboard: {self.controller_url}"
+                "/dashboard)",
+                f"  JupyterLab       {self.jupyter_url}",
+                f"  environment      source {env_file}   (KUBECONFIG, DEVBOX_URL, DEVBOX_TOKEN,"
+                " JUPYTER_URL)",
+                "  Ctrl-C stops everything.",
+            ]
+        )

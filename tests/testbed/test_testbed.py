@@ -23,12 +23,16 @@ def gpu_pod(name: str, **spec: Any) -> dict[str, Any]:
         "kind": "Pod",
         "metadata": {"name": name},
         "spec": {
-            "containers": [{
-                "name": "main",
-                "image": "example.invalid/cuda:1",
-                "resources": {"requests": {"nvidia.com/gpu": "1"},
-                              "limits": {"nvidia.com/gpu": "1"}},
-            }],
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "example.invalid/cuda:1",
+                    "resources": {
+                        "requests": {"nvidia.com/gpu": "1"},
+                        "limits": {"nvidia.com/gpu": "1"},
+                    },
+                }
+            ],
             "tolerations": [GPU_TOLERATION],
             **spec,
         },
@@ -51,8 +55,9 @@ def scheduling_message(core: client.CoreV1Api, namespace: str, name: str) -> str
 
 
 def test_nodes_advertise_gpu_pools(kube: Any) -> None:
-    allocatable = {n.metadata.name: n.status.allocatable
-                   for n in client.CoreV1Api(kube).list_node().items}
+    allocatable = {
+        n.metadata.name: n.status.allocatable for n in client.CoreV1Api(kube).list_node().items
+    }
     assert allocatable["nvidia-l4-0"]["nvidia.com/gpu"] == "1"
     assert allocatable["nvidia-l4-1"]["nvidia.com/gpu"] == "1"
     assert allocatable["nvidia-a100-mig-0"]["nvidia.com/mig-1g.10gb"] == "7"
@@ -96,26 +101,45 @@ def test_deployment_with_claim_becomes_ready_and_namespace_deletes(kube: Any) ->
     namespace = "deletion-check"
     core.create_namespace({"metadata": {"name": namespace}})
     wait_for(lambda: core.list_namespaced_service_account(namespace).items)
-    core.create_namespaced_persistent_volume_claim(namespace, {
-        "metadata": {"name": "home"},
-        "spec": {"accessModes": ["ReadWriteOnce"],
-                 "resources": {"requests": {"storage": "1Gi"}}},
-    })
-    labels = {"app": "web"}
-    apps.create_namespaced_deployment(namespace, {
-        "metadata": {"name": "web"},
-        "spec": {
-            "selector": {"matchLabels": labels},
-            "template": {"metadata": {"labels": labels}, "spec": {
-                "containers": [{"name": "web", "image": "example.invalid/web:1",
-                                "volumeMounts": [{"name": "home", "mountPath": "/home"}]}],
-                "volumes": [{"name": "home", "persistentVolumeClaim": {"claimName": "home"}}],
-            }},
+    core.create_namespaced_persistent_volume_claim(
+        namespace,
+        {
+            "metadata": {"name": "home"},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
         },
-    })
+    )
+    labels = {"app": "web"}
+    apps.create_namespaced_deployment(
+        namespace,
+        {
+            "metadata": {"name": "web"},
+            "spec": {
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": "web",
+                                "image": "example.invalid/web:1",
+                                "volumeMounts": [{"name": "home", "mountPath": "/home"}],
+                            }
+                        ],
+                        "volumes": [
+                            {"name": "home", "persistentVolumeClaim": {"claimName": "home"}}
+                        ],
+                    },
+                },
+            },
+        },
+    )
     wait_for(lambda: apps.list_namespaced_replica_set(namespace).items)
-    wait_for(lambda: (apps.read_namespaced_deployment("web", namespace).status.ready_replicas
-                      or 0) == 1)
+    wait_for(
+        lambda: (apps.read_namespaced_deployment("web", namespace).status.ready_replicas or 0) == 1
+    )
     assert core.read_namespaced_persistent_volume_claim("home", namespace).status.phase == "Bound"
 
     core.delete_namespace(namespace)
@@ -133,7 +157,9 @@ def test_deployment_with_claim_becomes_ready_and_namespace_deletes(kube: Any) ->
 
 def test_bad_pool_file_gives_one_clear_line(tmp_path: Path) -> None:
     pool_file = tmp_path / "pools.yaml"
-    pool_file.write_text("pools:\n  - name: gpu\n    count: two\n    capacity: {}\n    colour: red\n")
+    pool_file.write_text(
+        "pools:\n  - name: gpu\n    count: two\n    capacity: {}\n    colour: red\n"
+    )
     with pytest.raises(TestbedError) as error:
         nodes.load(pool_file)
     message = str(error.value)
@@ -143,8 +169,11 @@ def test_bad_pool_file_gives_one_clear_line(tmp_path: Path) -> None:
 
 
 def test_testbed_stops_with_no_process_left(tmp_path: Path) -> None:
-    bed = Testbed(tmp_path, Path(__file__).resolve().parents[2] / "testbed" / "nodes.yaml",
-                  log=lambda message: None)
+    bed = Testbed(
+        tmp_path,
+        Path(__file__).resolve().parents[2] / "testbed" / "nodes.yaml",
+        log=lambda message: None,
+    )
     bed.start()
     pids = [c.process.pid for c in bed.components if c.process]
     assert len(pids) == 5
