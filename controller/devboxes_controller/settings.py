@@ -263,6 +263,18 @@ def quantity_value(value: str) -> Decimal:
     return Decimal(value[: len(value) - len(suffix)]) * _QUANTITY_FACTORS[suffix]
 
 
+def _whole_number(value: object) -> object:
+    """Integers, and numbers like 2.0 that JSON Schema and Helm treat as the integer 2."""
+    shown = json.dumps(value) if isinstance(value, bool | int | float) else repr(value)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _fail(f"must be an integer, got {shown}")
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise _fail(f"must be an integer, got {shown}")
+        return int(value)
+    return value
+
+
 def _int_range(low: int, high: int) -> Callable[[int], int]:
     def check(value: int) -> int:
         if not low <= value <= high:
@@ -398,7 +410,9 @@ class GpuProfileConfig(_Model):
     display_name: Annotated[StrictStr, AfterValidator(_check_display_name)]
     description: Annotated[StrictStr, AfterValidator(_check_description)] | None = None
     resource_name: Annotated[StrictStr, AfterValidator(_check_resource_name)]
-    count: Annotated[StrictInt, AfterValidator(_int_range(1, MAX_GPU_COUNT))]
+    count: Annotated[
+        int, BeforeValidator(_whole_number), AfterValidator(_int_range(1, MAX_GPU_COUNT))
+    ]
     workspace_image: Image | None = None
     runtime_class_name: DnsSubdomain | None = None
     supplemental_groups: list[GroupId] = Field(

@@ -115,29 +115,10 @@ def load_cases() -> list[dict[str, Any]]:
 CASES = load_cases()
 
 
-def integral_floats(value: object) -> bool:
-    if isinstance(value, float):
-        return value.is_integer()
-    if isinstance(value, dict):
-        return any(integral_floats(v) for v in value.values())
-    if isinstance(value, list):
-        return any(integral_floats(v) for v in value)
-    return False
-
-
 @pytest.mark.parametrize("case", CASES, ids=[case["id"] for case in CASES])
 def test_catalog_case_has_the_same_verdict_in_the_chart(
-    case: dict[str, Any], render: Render, request: pytest.FixtureRequest
+    case: dict[str, Any], render: Render
 ) -> None:
-    if not case["valid"] and integral_floats(case["gpu"]):
-        # Helm parses every number of a values file as float64, so 2.0 and 2 reach both the
-        # schema and the templates as the same value and render as `2`.
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="Helm cannot tell an integral float such as 2.0 from the integer 2",
-            )
-        )
     result = render(with_token({"gpu": case["gpu"]}))
     if case["valid"]:
         assert result.returncode == 0, f"the chart refused a valid catalog:\n{result.stderr}"
