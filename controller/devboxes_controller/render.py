@@ -47,6 +47,9 @@ SSH_PORT_NAME = "ssh"
 SSH_CONTAINER_PORT = 2222
 SSH_SERVICE_PORT = 22
 HOME_VOLUME = "home"
+KEYS_VOLUME = "authorized-keys"
+# The workspace entrypoint reads operator keys from /etc/devbox/authorized_keys.
+KEYS_MOUNT_PATH = "/etc/devbox"
 HOME_MOUNT_PATH = "/home/dev"
 
 # What the workspace entrypoint and sshd need, and nothing more. The entrypoint runs as
@@ -220,7 +223,14 @@ def _main_container(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
         "ports": [{"name": SSH_PORT_NAME, "containerPort": SSH_CONTAINER_PORT, "protocol": "TCP"}],
         "env": env,
         "resources": {"requests": requests, "limits": limits},
-        "volumeMounts": [{"name": HOME_VOLUME, "mountPath": HOME_MOUNT_PATH}],
+        "volumeMounts": [
+            {"name": HOME_VOLUME, "mountPath": HOME_MOUNT_PATH},
+            *(
+                [{"name": KEYS_VOLUME, "mountPath": KEYS_MOUNT_PATH, "readOnly": True}]
+                if settings.ssh.authorized_keys_secret
+                else []
+            ),
+        ],
         "readinessProbe": {
             "tcpSocket": {"port": SSH_CONTAINER_PORT},
             "periodSeconds": 5,
@@ -265,7 +275,21 @@ def _pod_spec(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
             {
                 "name": HOME_VOLUME,
                 "persistentVolumeClaim": {"claimName": object_names(spec.name).pvc},
-            }
+            },
+            *(
+                [
+                    {
+                        "name": KEYS_VOLUME,
+                        "secret": {
+                            "secretName": settings.ssh.authorized_keys_secret,
+                            "items": [{"key": "authorized_keys", "path": "authorized_keys"}],
+                            "defaultMode": 0o444,
+                        },
+                    }
+                ]
+                if settings.ssh.authorized_keys_secret
+                else []
+            ),
         ],
     }
     gpu = spec.gpu

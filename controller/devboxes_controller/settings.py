@@ -612,6 +612,9 @@ class SshSettings(_Model):
     host: Annotated[
         Annotated[StrictStr, AfterValidator(_check_host)] | None, BeforeValidator(_empty_host)
     ] = "127.0.0.1"
+    # A Secret in the boxes' namespace whose key `authorized_keys` lists the public keys
+    # allowed to log in as dev; mounted read-only into every box.
+    authorized_keys_secret: DnsSubdomain | None = None
 
 
 class TtlSettings(_Model):

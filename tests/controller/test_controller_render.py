@@ -499,3 +499,19 @@ def test_any_box_round_trips_and_renders_stably(
     rebuilt = spec_from_deployment(json.loads(json.dumps(deployment)))
     assert rebuilt == spec
     assert render_deployment(rebuilt, SETTINGS, replicas=replicas) == deployment
+
+
+def test_authorized_keys_secret_is_mounted_read_only_into_the_main_container_only() -> None:
+    settings = make_settings(ssh={"authorizedKeysSecret": "team-keys"})
+    deployment = render_deployment(box(), settings)
+    pod = deployment["spec"]["template"]["spec"]
+    volume = next(v for v in pod["volumes"] if v.get("secret"))
+    assert volume["secret"]["secretName"] == "team-keys"
+    main = pod["containers"][0]
+    mount = next(m for m in main["volumeMounts"] if m["name"] == volume["name"])
+    assert mount == {"name": volume["name"], "mountPath": "/etc/devbox", "readOnly": True}
+
+
+def test_no_keys_secret_means_no_extra_volume() -> None:
+    pod = pod_of(render_deployment(box(), make_settings()))
+    assert [v["name"] for v in pod["volumes"]] == ["home"]
