@@ -494,13 +494,12 @@ def test_a_settings_change_rolls_the_controller(render: Render) -> None:
 
 
 EXPECTED_RULES = {
-    ("apps", "deployments"): {"get", "list", "watch", "create", "patch", "update", "delete"},
-    ("apps", "replicasets"): {"get", "list", "watch"},
-    ("", "pods"): {"get", "list", "watch"},
-    ("", "services"): {"get", "list", "watch", "create", "patch", "update", "delete"},
-    ("", "persistentvolumeclaims"): {"get", "list", "watch", "create", "patch", "update", "delete"},
-    ("", "events"): {"create", "patch"},
-    ("events.k8s.io", "events"): {"get", "list", "watch", "create", "patch"},
+    ("apps", "deployments"): {"list", "watch", "create", "patch", "delete"},
+    ("apps", "replicasets"): {"list", "watch"},
+    ("", "pods"): {"list", "watch"},
+    ("", "services"): {"list", "watch", "create", "delete"},
+    ("", "persistentvolumeclaims"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("", "events"): {"list", "watch", "create"},
     ("coordination.k8s.io", "leases"): {"get", "create", "update"},
 }
 
