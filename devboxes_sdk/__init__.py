@@ -1,1 +1,64 @@
-"""Typed Python SDK for the Devboxes API."""
+"""Typed Python SDK for the Devboxes API.
+
+Usage::
+
+    from devboxes_sdk import Client
+
+    client = Client()                       # DEVBOX_URL / DEVBOX_TOKEN or the config file
+    box = client.create("atlas", gpu=True)  # the operator's default GPU profile
+    print(box.wait_ready().ssh_command)
+"""
+
+from devboxes_sdk._version import __version__
+from devboxes_sdk.client import Capabilities, Client, Devbox, GpuCatalog, GpuNamespace
+from devboxes_sdk.errors import (
+    ApiError,
+    AuthenticationError,
+    BoxDegraded,
+    BoxNotReady,
+    BoxStopped,
+    ConfigurationError,
+    Conflict,
+    DevboxesError,
+    NotFound,
+    PermissionDenied,
+    StartTimeout,
+    Unavailable,
+    ValidationError,
+)
+from devboxes_sdk.models import (
+    DeleteResult,
+    DevboxState,
+    FieldError,
+    GpuAllocation,
+    GpuProfile,
+    WhoAmI,
+)
+
+__all__ = [
+    "ApiError",
+    "AuthenticationError",
+    "BoxDegraded",
+    "BoxNotReady",
+    "BoxStopped",
+    "Capabilities",
+    "Client",
+    "ConfigurationError",
+    "Conflict",
+    "DeleteResult",
+    "Devbox",
+    "DevboxState",
+    "DevboxesError",
+    "FieldError",
+    "GpuAllocation",
+    "GpuCatalog",
+    "GpuNamespace",
+    "GpuProfile",
+    "NotFound",
+    "PermissionDenied",
+    "StartTimeout",
+    "Unavailable",
+    "ValidationError",
+    "WhoAmI",
+    "__version__",
+]

@@ -178,4 +178,3 @@ class ErrorBody(_Response):
 
 class Health(_Response):
     status: str
-

@@ -31,6 +31,7 @@ from devboxes_sdk.models import (
 
 from .auth import require_operator
 from .boxes import Boxes
+from .dashboard import mount_dashboard
 from .kube import ApiProblem, Invalid
 from .metrics import METRICS
 
@@ -202,6 +203,7 @@ def create_app(
     app.state.boxes = boxes
     app.state.token = token
     app.include_router(router)
+    mount_dashboard(app, boxes)
     _install_handlers(app)
     _install_middleware(app)
 

@@ -266,6 +266,9 @@ class Boxes:
         names = render.object_names(spec.name)
         if self.deployments.get(names.deployment) is not None:
             raise Conflict(f"devbox '{spec.name}' already exists")
+        # The claim first: until it exists the scheduler refuses the pod with a confusing
+        # "unbound immediate PersistentVolumeClaims" message instead of the real reason.
+        self.ensure_storage(spec)
         try:
             deployment = kube.call(
                 self._apps.create_namespaced_deployment,
@@ -275,7 +278,6 @@ class Boxes:
         except Conflict:
             raise Conflict(f"devbox '{spec.name}' already exists") from None
         METRICS.writes.labels("create").inc()
-        self.ensure_storage(spec)
         self.ensure_service(spec, deployment)
         self.deployments.wait_for_version(names.deployment, kube.resource_version(deployment))
         self.record(deployment, "Created", _created_message(spec))

@@ -1,0 +1,354 @@
+"use strict";
+
+// The dashboard calls /api/v1 with the session cookie; every mutation carries the
+// session's CSRF value, which the server renders into a meta tag of this page.
+(function () {
+  const csrf = document.querySelector('meta[name="devboxes-csrf"]').content;
+  const ttlMax = Number(document.querySelector('meta[name="devboxes-ttl-max"]').content);
+  const rows = new Map();
+  const $ = (id) => document.getElementById(id);
+
+  function toLogin() {
+    window.location.assign("/dashboard/login?next=/dashboard");
+  }
+
+  async function api(method, path, body) {
+    const headers = { Accept: "application/json" };
+    if (method !== "GET") headers["X-Devboxes-CSRF"] = csrf;
+    if (body !== undefined) headers["Content-Type"] = "application/json";
+    const response = await fetch("/api/v1" + path, {
+      method,
+      headers,
+      credentials: "same-origin",
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    if (response.status === 401) {
+      toLogin();
+      throw new Error("session ended");
+    }
+    let data = null;
+    try {
+      data = await response.json();
+    } catch (err) {
+      data = { detail: `unexpected response (HTTP ${response.status})` };
+    }
+    return { ok: response.ok, status: response.status, data };
+  }
+
+  function announce(text) {
+    $("action-status").textContent = text;
+  }
+
+  // -- the accelerator selector --------------------------------------------------------
+  function acceleratorOption(value, label, description, checked) {
+    const id = "accelerator-" + (value || "cpu");
+    const wrap = document.createElement("div");
+    wrap.className = "option";
+    const input = document.createElement("input");
+    input.type = "radio";
+    input.name = "accelerator";
+    input.id = id;
+    input.value = value;
+    input.checked = checked;
+    const text = document.createElement("label");
+    text.htmlFor = id;
+    const title = document.createElement("span");
+    title.className = "option-title";
+    title.textContent = label;
+    text.append(title);
+    if (description) {
+      const help = document.createElement("span");
+      help.className = "option-description";
+      help.id = id + "-description";
+      help.textContent = description;
+      text.append(help);
+      input.setAttribute("aria-describedby", help.id);
+    }
+    wrap.append(input, text);
+    return wrap;
+  }
+
+  async function loadCapabilities() {
+    const { ok, data } = await api("GET", "/capabilities");
+    if (!ok) {
+      $("create-error").textContent = "Could not load the accelerator catalog: " + detailText(data);
+      return;
+    }
+    const gpu = data.gpu || { enabled: false, profiles: [] };
+    if (!gpu.enabled) {
+      $("gpu-disabled").hidden = false;
+      return;
+    }
+    const options = $("accelerator-options");
+    options.replaceChildren(
+      acceleratorOption("", "CPU only", "No accelerator", true),
+      ...gpu.profiles.map((p) =>
+        acceleratorOption(p.name, `${p.display_name} (${p.count} × ${p.resource_name})`,
+          p.description || "", false)),
+    );
+    $("accelerator").hidden = false;
+  }
+
+  // -- the create form -----------------------------------------------------------------
+  const fieldErrors = {
+    name: "box-name-error",
+    preset: "box-preset-error",
+    ttl_hours: "box-ttl-error",
+    gpu: "accelerator-error",
+  };
+
+  function detailText(data) {
+    if (!data || data.detail === undefined) return "unknown error";
+    if (typeof data.detail === "string") return data.detail;
+    return data.detail.map((e) => e.msg).join("; ");
+  }
+
+  function clearErrors() {
+    for (const id of [...Object.values(fieldErrors), "create-error"]) $(id).textContent = "";
+    for (const id of ["box-name", "box-preset", "box-ttl"]) $(id).removeAttribute("aria-invalid");
+  }
+
+  function fieldOfMessage(message) {
+    if (/ttl_hours/.test(message)) return "ttl_hours";
+    if (/GPU|profile/.test(message)) return "gpu";
+    if (/already exists|invalid name/.test(message)) return "name";
+    return null;
+  }
+
+  function showError(field, message) {
+    const id = field ? fieldErrors[field] : "create-error";
+    const target = $(id);
+    target.textContent = target.textContent ? target.textContent + " " + message : message;
+    const input = { name: "box-name", preset: "box-preset", ttl_hours: "box-ttl" }[field];
+    if (input) $(input).setAttribute("aria-invalid", "true");
+  }
+
+  function showServerErrors(data) {
+    if (data && Array.isArray(data.detail)) {
+      for (const error of data.detail) {
+        const loc = (error.loc || []).filter((p) => p !== "body");
+        const field = loc.length && fieldErrors[loc[0]] ? String(loc[0]) : null;
+        showError(field, error.msg);
+      }
+    } else {
+      const message = detailText(data);
+      showError(fieldOfMessage(message), message);
+    }
+  }
+
+  async function create(event) {
+    event.preventDefault();
+    clearErrors();
+    const form = event.target;
+    const ttl = Number(form.ttl_hours.value);
+    const chosen = form.querySelector('input[name="accelerator"]:checked');
+    const body = {
+      name: $("box-name").value.trim(),
+      preset: form.preset.value,
+      ttl_hours: Number.isInteger(ttl) ? ttl : form.ttl_hours.value,
+    };
+    if (chosen && chosen.value) body.gpu = { profile: chosen.value };
+    const button = $("create-button");
+    button.disabled = true;
+    try {
+      const { ok, data } = await api("POST", "/devboxes", body);
+      if (ok) {
+        upsert(data);
+        announce(`Box ${data.name} created.`);
+        $("box-name").value = "";
+      } else {
+        showServerErrors(data);
+      }
+    } finally {
+      button.disabled = false;
+    }
+  }
+
+  // -- the box table -------------------------------------------------------------------
+  function accelerator(box) {
+    if (!box.gpu) return "CPU";
+    return `${box.gpu.display_name} (${box.gpu.count} × ${box.gpu.resource_name})`;
+  }
+
+  function autoStop(box) {
+    if (box.state === "stopped" || !box.expires_at) return "—";
+    return new Date(box.expires_at).toLocaleString();
+  }
+
+  function actionButton(label, box, handler, className) {
+    const button = document.createElement("button");
+    button.type = "button";
+    button.textContent = label;
+    button.className = className || "secondary";
+    button.setAttribute("aria-label", `${label} ${box.name}`);
+    button.addEventListener("click", () => handler(button.dataset.box));
+    button.dataset.box = box.name;
+    return button;
+  }
+
+  function newRow(box) {
+    const tr = document.createElement("tr");
+    tr.dataset.box = box.name;
+    const cells = {};
+    for (const key of ["name", "state", "accelerator", "preset", "autostop", "ssh", "message"]) {
+      const cell = document.createElement(key === "name" ? "th" : "td");
+      if (key === "name") cell.scope = "row";
+      cell.className = "col-" + key;
+      cells[key] = cell;
+      tr.append(cell);
+    }
+    const actions = document.createElement("td");
+    actions.className = "col-actions";
+    const start = actionButton("Start", box, (name) => lifecycle(name, "start"));
+    const stop = actionButton("Stop", box, (name) => lifecycle(name, "stop"));
+    const remove = actionButton("Delete", box, openDelete, "danger");
+    actions.append(start, stop, remove);
+    tr.append(actions);
+    return { tr, cells, start, stop, box };
+  }
+
+  function fill(row, box) {
+    row.box = box;
+    row.tr.dataset.state = box.state;
+    row.cells.name.textContent = box.name;
+    const badge = document.createElement("span");
+    badge.className = "state state-" + box.state;
+    badge.textContent = box.state;
+    row.cells.state.replaceChildren(badge);
+    row.cells.accelerator.textContent = accelerator(box);
+    row.cells.preset.textContent = box.preset;
+    const time = document.createElement("time");
+    if (box.expires_at && box.state !== "stopped") time.dateTime = box.expires_at;
+    time.textContent = autoStop(box);
+    row.cells.autostop.replaceChildren(time);
+    if (box.ssh_command) {
+      const code = document.createElement("code");
+      code.textContent = box.ssh_command;
+      row.cells.ssh.replaceChildren(code);
+    } else {
+      row.cells.ssh.textContent = "—";
+    }
+    row.cells.message.textContent = box.message || "";
+    row.start.hidden = box.state !== "stopped";
+    row.stop.hidden = box.state === "stopped";
+  }
+
+  function upsert(box) {
+    let row = rows.get(box.name);
+    if (!row) {
+      row = newRow(box);
+      rows.set(box.name, row);
+      const body = $("box-rows");
+      const older = [...body.children].find((tr) => {
+        const other = rows.get(tr.dataset.box).box;
+        return Date.parse(other.created_at) < Date.parse(box.created_at) ||
+          (other.created_at === box.created_at && other.name < box.name);
+      });
+      body.insertBefore(row.tr, older || null);
+    }
+    fill(row, box);
+    $("no-boxes").hidden = rows.size > 0;
+  }
+
+  function remove(name) {
+    const row = rows.get(name);
+    if (row) {
+      row.tr.remove();
+      rows.delete(name);
+    }
+    $("no-boxes").hidden = rows.size > 0;
+  }
+
+  function replaceAll(items) {
+    const seen = new Set(items.map((b) => b.name));
+    for (const name of [...rows.keys()]) if (!seen.has(name)) remove(name);
+    // Oldest first, so each insert lands at the top: newest first, as the API orders.
+    for (const box of [...items].reverse()) upsert(box);
+    $("no-boxes").hidden = rows.size > 0;
+  }
+
+  async function lifecycle(name, verb) {
+    announce(`${verb === "start" ? "Starting" : "Stopping"} ${name}…`);
+    const { ok, data } = await api("POST", `/devboxes/${encodeURIComponent(name)}/${verb}`);
+    if (ok) {
+      upsert(data);
+      announce(`Box ${name} ${verb === "start" ? "started" : "stopped"}.`);
+    } else {
+      announce(`Could not ${verb} ${name}: ${detailText(data)}`);
+    }
+  }
+
+  // -- delete and purge ----------------------------------------------------------------
+  const dialog = $("delete-dialog");
+  let deleting = null;
+
+  function purgeReady() {
+    return !$("delete-purge").checked || $("delete-confirm").value === deleting;
+  }
+
+  function refreshDelete() {
+    $("purge-confirm").hidden = !$("delete-purge").checked;
+    $("delete-submit").disabled = !purgeReady();
+    $("delete-submit").textContent = $("delete-purge").checked ? "Delete and purge" : "Delete";
+  }
+
+  function openDelete(name) {
+    deleting = name;
+    $("delete-name").textContent = name;
+    $("delete-purge").checked = false;
+    $("delete-confirm").value = "";
+    $("delete-error").textContent = "";
+    refreshDelete();
+    dialog.showModal();
+  }
+
+  async function confirmDelete(event) {
+    event.preventDefault();
+    if (!deleting || !purgeReady()) return;
+    const name = deleting;
+    const purge = $("delete-purge").checked;
+    $("delete-submit").disabled = true;
+    const { ok, data } = await api(
+      "DELETE", `/devboxes/${encodeURIComponent(name)}${purge ? "?purge=true" : ""}`);
+    if (ok) {
+      dialog.close();
+      remove(name);
+      announce(data.message);
+    } else {
+      $("delete-error").textContent = detailText(data);
+      refreshDelete();
+    }
+  }
+
+  // -- live updates --------------------------------------------------------------------
+  function connect() {
+    const source = new EventSource("/dashboard/events");
+    const status = $("connection");
+    source.addEventListener("open", () => { status.textContent = "Live"; status.dataset.live = "true"; });
+    source.addEventListener("snapshot", (e) => replaceAll(JSON.parse(e.data).items));
+    source.addEventListener("box", (e) => upsert(JSON.parse(e.data)));
+    source.addEventListener("removed", (e) => remove(JSON.parse(e.data).name));
+    source.addEventListener("expired", () => { source.close(); toLogin(); });
+    source.addEventListener("error", async () => {
+      status.textContent = "Reconnecting…";
+      status.dataset.live = "false";
+      // EventSource hides the status code: ask the API whether the session is still valid.
+      try {
+        await api("GET", "/whoami");
+      } catch (err) {
+        source.close();
+      }
+    });
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    if (ttlMax > 0) $("box-ttl").max = String(ttlMax);
+    $("create-form").addEventListener("submit", create);
+    $("delete-form").addEventListener("submit", confirmDelete);
+    $("delete-cancel").addEventListener("click", () => dialog.close());
+    $("delete-purge").addEventListener("change", refreshDelete);
+    $("delete-confirm").addEventListener("input", refreshDelete);
+    loadCapabilities().catch(() => undefined);
+    connect();
+  });
+})();

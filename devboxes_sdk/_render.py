@@ -1,0 +1,142 @@
+"""Plain-text rendering for the ``devbox`` CLI: tables, relative times, box details."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+
+from devboxes_sdk.client import Devbox, GpuCatalog
+from devboxes_sdk.models import DevboxState, GpuAllocation
+
+BOX_HEADERS = ("NAME", "STATE", "SIZE", "AUTO-STOP", "ACCELERATOR", "SSH")
+PROFILE_HEADERS = ("PROFILE", "NAME", "COUNT", "RESOURCE", "DESCRIPTION")
+EMPTY = "-"
+
+# Server-supplied text (messages, names) is shown in a terminal; control characters
+# could move the cursor or rewrite earlier lines, so they are replaced.
+_CONTROL = dict.fromkeys([*range(0x20), *range(0x7F, 0xA0)], "?")
+
+_MINUTE = 60
+_HOUR = 60 * _MINUTE
+_DAY = 24 * _HOUR
+
+
+def clean(text: str) -> str:
+    """``text`` with control characters replaced, safe to print to a terminal."""
+    return text.translate(_CONTROL)
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    """Left-aligned columns separated by two spaces, without trailing blanks."""
+    lines = [list(headers), *([clean(cell) for cell in row] for row in rows)]
+    widths = [max(len(line[column]) for line in lines) for column in range(len(headers))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        for line in lines
+    )
+
+
+def duration(seconds: float) -> str:
+    """A coarse, human duration: ``45s``, ``12m``, ``23h``, ``3d``."""
+    whole = int(seconds)
+    if whole < _MINUTE:
+        return f"{whole}s"
+    if whole < _HOUR:
+        return f"{whole // _MINUTE}m"
+    if whole < 2 * _DAY:
+        return f"{whole // _HOUR}h"
+    return f"{whole // _DAY}d"
+
+
+def relative_time(moment: datetime, now: datetime) -> str:
+    """``in 23h`` for the future, ``5m ago`` for the past, ``now`` within a second."""
+    seconds = (moment - now).total_seconds()
+    if abs(seconds) < 1:
+        return "now"
+    if seconds > 0:
+        return f"in {duration(seconds)}"
+    return f"{duration(-seconds)} ago"
+
+
+def accelerator(gpu: GpuAllocation | None) -> str:
+    if gpu is None:
+        return "cpu"
+    return f"{gpu.display_name} ({gpu.count}\N{MULTIPLICATION SIGN} {gpu.resource_name})"
+
+
+def auto_stop(box: Devbox, now: datetime) -> str:
+    """Time until the TTL stops the box; ``-`` when it is already stopped."""
+    if box.state is DevboxState.STOPPED or box.expires_at is None:
+        return EMPTY
+    if box.expires_at <= now:
+        return "due"
+    return relative_time(box.expires_at, now)
+
+
+def box_row(box: Devbox, now: datetime) -> tuple[str, ...]:
+    return (
+        box.name,
+        box.state.value,
+        box.preset,
+        auto_stop(box, now),
+        accelerator(box.gpu),
+        box.ssh_command or EMPTY,
+    )
+
+
+def boxes_table(boxes: Iterable[Devbox], now: datetime) -> str:
+    return table(BOX_HEADERS, (box_row(box, now) for box in boxes))
+
+
+def profiles_table(catalog: GpuCatalog) -> str:
+    default = catalog.default
+    rows = []
+    for profile in catalog:
+        is_default = default is not None and profile.name == default.name
+        rows.append(
+            (
+                f"{profile.name} (default)" if is_default else profile.name,
+                profile.display_name,
+                str(profile.count),
+                profile.resource_name,
+                profile.description or EMPTY,
+            )
+        )
+    return table(PROFILE_HEADERS, rows)
+
+
+def box_details(box: Devbox, now: datetime) -> str:
+    """Every field of one box as aligned ``Key: value`` lines."""
+    expires = EMPTY
+    if box.expires_at is not None:
+        stamp = box.expires_at.isoformat(timespec="seconds")
+        expires = stamp if box.state is DevboxState.STOPPED else f"{stamp} ({auto_stop(box, now)})"
+    fields = [
+        ("Name", box.name),
+        ("State", box.state.value),
+        ("Message", box.message or EMPTY),
+        ("Size", box.preset),
+        ("Accelerator", accelerator(box.gpu)),
+        ("GPU profile", box.gpu.profile if box.gpu else EMPTY),
+        (
+            "Created",
+            f"{box.created_at.isoformat(timespec='seconds')} "
+            f"({relative_time(box.created_at, now)})",
+        ),
+        ("Auto-stop", expires),
+        ("SSH", box.ssh_command or EMPTY),
+        ("Repository", box.repository or EMPTY),
+        ("Storage", box.storage_size or EMPTY),
+        ("Pod", box.pod_name or EMPTY),
+        ("Pod ready", "yes" if box.pod_ready else "no"),
+        ("Restarts", str(box.restarts)),
+    ]
+    width = max(len(key) for key, _ in fields) + 1
+    return "\n".join(f"{key + ':':<{width}} {clean(value)}" for key, value in fields)
+
+
+def progress_line(box: Devbox) -> str:
+    """One line describing where a box is on its way to ready."""
+    if box.message:
+        return clean(f"{box.name}: {box.state.value}: {box.message}")
+    return clean(f"{box.name}: {box.state.value}")

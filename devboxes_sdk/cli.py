@@ -1,0 +1,592 @@
+"""``devbox``: the command line for Devboxes, built on the SDK.
+
+Exit codes: 0 success, 1 error, 2 usage error, 3 the box was not ready in time,
+4 the box is degraded, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import io
+import json
+import os
+import re
+import shlex
+import shutil
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any, NoReturn, TextIO
+
+from devboxes_sdk import _render
+from devboxes_sdk._completion import completion_script
+from devboxes_sdk._version import __version__
+from devboxes_sdk.client import API_PREFIX, Client, Devbox
+from devboxes_sdk.config import (
+    ENV_URL,
+    config_path,
+    normalize_token,
+    normalize_url,
+    read_config,
+    write_config,
+)
+from devboxes_sdk.errors import (
+    BoxDegraded,
+    BoxStopped,
+    DevboxesError,
+    StartTimeout,
+)
+from devboxes_sdk.models import PRESETS, DevboxState, normalize_name
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_TIMEOUT = 3
+EXIT_DEGRADED = 4
+EXIT_INTERRUPTED = 130
+
+DEFAULT_WAIT_TIMEOUT = 600.0
+
+# Only these ssh_command parts are used; anything else the server sends is ignored so
+# that a server can never make the local ssh run a command (e.g. ProxyCommand).
+_SSH_DESTINATION_RE = re.compile(r"^(?:[A-Za-z0-9._][A-Za-z0-9._-]{0,63}@)?[A-Za-z0-9.:\[\]_-]+$")
+_SSH_OPTIONS_WITH_VALUE = frozenset("BbcDEeFIiJLlmOoPpQRSWw")
+
+
+class UsageError(Exception):
+    """The command line is well-formed for argparse but cannot be carried out as given."""
+
+
+# -- argument types -----------------------------------------------------------------
+
+
+def _box_name(value: str) -> str:
+    try:
+        return normalize_name(value)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
+    return number
+
+
+def _positive_seconds(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {value!r}") from None
+    if not 0 < number < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {value}")
+    return number
+
+
+# -- parser -------------------------------------------------------------------------
+
+
+def _global_options(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
+    """Add --url/--token/--json; on subcommands they default to SUPPRESS so that
+    ``devbox --json list`` and ``devbox list --json`` both work."""
+    default: Any = argparse.SUPPRESS if suppress else None
+    parser.add_argument(
+        "--url", default=default, help=f"Devboxes API URL (default: ${ENV_URL} or the config file)"
+    )
+    parser.add_argument(
+        "--token",
+        default=default,
+        help="API token (default: $DEVBOX_TOKEN or the config file; prefer those, "
+        "command lines are visible to other local users)",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        default=argparse.SUPPRESS if suppress else False,
+        help="print the server's JSON instead of tables",
+    )
+
+
+def _wait_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--no-wait", action="store_true", help="return at once instead of waiting until ready"
+    )
+    parser.add_argument(
+        "--timeout",
+        type=_positive_seconds,
+        default=DEFAULT_WAIT_TIMEOUT,
+        metavar="S",
+        help=f"seconds to wait for the box to be ready (default {DEFAULT_WAIT_TIMEOUT:g})",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="devbox",
+        description="Persistent SSH development boxes, with GPUs, on Devboxes.",
+        epilog="exit codes: 0 ok, 1 error, 2 usage, 3 not ready in time, 4 degraded, "
+        "130 interrupted",
+    )
+    parser.add_argument("--version", action="version", version=f"devbox {__version__}")
+    _global_options(parser, suppress=False)
+    common = argparse.ArgumentParser(add_help=False)
+    _global_options(common, suppress=True)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def add(name: str, help_text: str, handler: Callable[[argparse.Namespace], int]) -> Any:
+        sub = commands.add_parser(name, help=help_text, description=help_text, parents=[common])
+        sub.set_defaults(handler=handler)
+        return sub
+
+    add("login", "check a URL and token and save them to the config file", _cmd_login)
+    add("whoami", "show who the token belongs to", _cmd_whoami)
+
+    gpu = commands.add_parser(
+        "gpu", help="GPU catalog", description="GPU catalog", parents=[common]
+    )
+    gpu_commands = gpu.add_subparsers(dest="gpu_command", metavar="COMMAND", required=True)
+    profiles = gpu_commands.add_parser(
+        "profiles",
+        help="list the GPU profiles you can ask for",
+        description="list the GPU profiles you can ask for",
+        parents=[common],
+    )
+    profiles.add_argument("-q", "--quiet", action="store_true", help="print profile names only")
+    profiles.set_defaults(handler=_cmd_gpu_profiles)
+
+    create = add("create", "create a box and wait until it is ready", _cmd_create)
+    create.add_argument("name", type=_box_name, metavar="NAME")
+    create.add_argument(
+        "--preset", choices=PRESETS, default="small", help="box size (default small)"
+    )
+    create.add_argument(
+        "--ttl",
+        type=_positive_int,
+        default=24,
+        metavar="HOURS",
+        help="stop the box automatically after this many hours (default 24)",
+    )
+    create.add_argument("--repo", metavar="REPOSITORY", help="owner/repo or GitHub https URL")
+    accelerator = create.add_mutually_exclusive_group()
+    accelerator.add_argument(
+        "--gpu", action="store_true", help="attach the operator's default GPU profile"
+    )
+    accelerator.add_argument("--gpu-profile", metavar="PROFILE", help="attach this GPU profile")
+    _wait_options(create)
+    create.add_argument("--ssh", action="store_true", help="open an SSH session once ready")
+
+    listing = add("list", "list your boxes, newest first", _cmd_list)
+    listing.add_argument("-q", "--quiet", action="store_true", help="print box names only")
+
+    status = add("status", "show every detail of one box", _cmd_status)
+    status.add_argument("name", type=_box_name, metavar="NAME")
+
+    start = add("start", "start a stopped box (renews its auto-stop time)", _cmd_start)
+    start.add_argument("name", type=_box_name, metavar="NAME")
+    _wait_options(start)
+
+    stop = add("stop", "stop a box; its home volume is kept", _cmd_stop)
+    stop.add_argument("name", type=_box_name, metavar="NAME")
+
+    delete = add("delete", "delete a box (its home volume is kept unless --purge)", _cmd_delete)
+    delete.add_argument("name", type=_box_name, metavar="NAME")
+    delete.add_argument(
+        "--purge", action="store_true", help="also delete the home volume, permanently"
+    )
+    delete.add_argument(
+        "--yes", action="store_true", help="do not ask for confirmation before purging"
+    )
+
+    ssh = add("ssh", "open an SSH session to a ready box", _cmd_ssh)
+    ssh.add_argument("name", type=_box_name, metavar="NAME")
+    ssh.add_argument(
+        "ssh_args", nargs=argparse.REMAINDER, metavar="-- ARGS", help="passed on to ssh"
+    )
+
+    completion = commands.add_parser(
+        "completion",
+        help="print a shell completion script",
+        description="print a shell completion script; e.g. source <(devbox completion bash)",
+    )
+    completion.add_argument("shell", choices=("bash", "zsh"))
+    completion.set_defaults(handler=_cmd_completion)
+    return parser
+
+
+# -- helpers ------------------------------------------------------------------------
+
+
+def _client(args: argparse.Namespace) -> Client:
+    return Client(args.url, args.token)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _print_json(data: object) -> None:
+    print(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+def _print_box(box: Devbox, args: argparse.Namespace) -> None:
+    if args.json:
+        _print_json(box.raw)
+    else:
+        print(_render.boxes_table([box], _now()))
+
+
+class Progress:
+    """Shows a box's way to ready on a stream: a live spinner on a terminal, otherwise
+    one line per change of state or message."""
+
+    _UNICODE_FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+    _ASCII_FRAMES = "|/-\\"
+    _INTERVAL = 0.1
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self._live = stream.isatty()
+        encoding = (getattr(stream, "encoding", None) or "ascii").lower()
+        self._frames = self._UNICODE_FRAMES if "utf" in encoding else self._ASCII_FRAMES
+        self._text = ""
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def update(self, box: Devbox) -> None:
+        line = _render.progress_line(box)
+        if not self._live:
+            print(line, file=self._stream, flush=True)
+            return
+        with self._lock:
+            self._text = line
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._spin, name="devbox-spinner", daemon=True)
+            self._thread.start()
+
+    def _spin(self) -> None:
+        frame = 0
+        while True:
+            with self._lock:
+                width = max(shutil.get_terminal_size().columns - 1, 10)
+                text = f"{self._frames[frame % len(self._frames)]} {self._text}"[:width]
+                self._stream.write(f"\r\x1b[2K{text}")
+                self._stream.flush()
+            frame += 1
+            if self._stopped.wait(self._INTERVAL):
+                return
+
+    def close(self) -> None:
+        self._stopped.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._stream.write("\r\x1b[2K")
+            self._stream.flush()
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _wait(box: Devbox, timeout: float) -> Devbox:
+    with Progress(sys.stderr) as progress:
+        return box.wait_ready(timeout, on_update=progress.update)
+
+
+def ssh_argv(box: Devbox, extra: Sequence[str]) -> list[str]:
+    """The ``ssh`` command line for a box, from its ssh_command (or ssh_host/ssh_port).
+
+    Only the destination, ``-p`` and ``-l`` are taken from the server's ssh_command.
+    """
+    destination = box.ssh_host
+    port = box.ssh_port
+    user: str | None = None
+    if box.ssh_command:
+        try:
+            words = shlex.split(box.ssh_command)
+        except ValueError:
+            words = []
+        if words and os.path.basename(words[0]) == "ssh":
+            index = 1
+            while index < len(words):
+                word = words[index]
+                if word.startswith("-") and len(word) >= 2 and word[1] in _SSH_OPTIONS_WITH_VALUE:
+                    value = word[2:]
+                    if not value and index + 1 < len(words):
+                        index += 1
+                        value = words[index]
+                    if word[1] == "p" and value.isdigit():
+                        port = int(value)
+                    elif word[1] == "l":
+                        user = value
+                elif not word.startswith("-"):
+                    destination = word
+                    break
+                index += 1
+    if not destination or destination.startswith("-") or not _SSH_DESTINATION_RE.match(destination):
+        raise DevboxesError(f"{box.name} has no usable SSH address yet")
+    if user is not None and "@" not in destination and re.fullmatch(r"[A-Za-z0-9._-]+", user):
+        destination = f"{user}@{destination}"
+    extra_args = list(extra)
+    if extra_args and extra_args[0] == "--":
+        extra_args = extra_args[1:]
+    return ["ssh", "-p", str(port), destination, *extra_args]
+
+
+def _exec_ssh(box: Devbox, extra: Sequence[str]) -> NoReturn:
+    argv = ssh_argv(box, extra)
+    executable = shutil.which("ssh")
+    if executable is None:
+        raise DevboxesError("ssh is not installed (no 'ssh' on PATH)")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(executable, argv)  # noqa: S606 - replacing this process with ssh is the point
+
+
+def _not_ready(box: Devbox) -> DevboxesError:
+    reason = f"state {box.state.value}" + (f": {box.message}" if box.message else "")
+    hint = f"start it with: devbox start {box.name}"
+    if box.state is DevboxState.STARTING:
+        hint = f"wait for it with: devbox start {box.name}"
+    return DevboxesError(f"{box.name} is not ready ({reason}); {hint}")
+
+
+# -- commands -----------------------------------------------------------------------
+
+
+def _read_token(url: str) -> str:
+    if sys.stdin.isatty():
+        return getpass.getpass(f"Token for {url}: ")
+    return sys.stdin.readline()
+
+
+def _cmd_login(args: argparse.Namespace) -> int:
+    url = args.url or os.environ.get(ENV_URL) or read_config(config_path()).url
+    if not url:
+        raise UsageError("login needs --url URL, the address of your Devboxes server")
+    url = normalize_url(url)
+    raw_token = args.token if args.token is not None else _read_token(url)
+    token = normalize_token(raw_token, "--token" if args.token is not None else "the prompt")
+    with Client(url, token) as client:
+        me = client.whoami()
+    path = config_path()
+    write_config(path, url, token)
+    if args.json:
+        _print_json({"url": url, "user": me.user, "mode": me.mode, "config": str(path)})
+    else:
+        print(f"Logged in to {url} as {_render.clean(me.user)}.")
+        print(f"Configuration saved to {path} (readable only by you).")
+    return EXIT_OK
+
+
+def _cmd_whoami(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        if args.json:
+            _print_json(client.request_json("GET", f"{API_PREFIX}/whoami"))
+            return EXIT_OK
+        me = client.whoami()
+        print(f"{_render.clean(me.user)} ({_render.clean(me.mode)}) at {client.url}")
+    return EXIT_OK
+
+
+def _cmd_gpu_profiles(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        catalog = client.gpu.catalog()
+    if args.json:
+        _print_json(catalog.raw)
+    elif args.quiet:
+        for name in catalog.names:
+            print(_render.clean(name))
+    elif not catalog.enabled:
+        print("GPU acceleration is disabled on this Devboxes server.")
+    elif len(catalog) == 0:
+        print("No GPU profiles are configured.")
+    else:
+        print(_render.profiles_table(catalog))
+    return EXIT_OK
+
+
+def _finish_wait(box: Devbox, args: argparse.Namespace) -> int:
+    ready = _wait(box, args.timeout)
+    _print_box(ready, args)
+    if not args.json and ready.ssh_command:
+        print(f"\nConnect with: {_render.clean(ready.ssh_command)}  (or: devbox ssh {ready.name})")
+    return EXIT_OK
+
+
+def _cmd_create(args: argparse.Namespace) -> int:
+    if args.ssh and args.no_wait:
+        raise UsageError("--ssh needs the box to be ready; drop --no-wait")
+    gpu: bool | str | None = True if args.gpu else args.gpu_profile
+    with _client(args) as client:
+        box = client.create(
+            args.name, preset=args.preset, ttl_hours=args.ttl, repository=args.repo, gpu=gpu
+        )
+        if args.no_wait:
+            _print_box(box, args)
+            return EXIT_OK
+        _finish_wait(box, args)
+    if args.ssh:
+        _exec_ssh(box, [])
+    return EXIT_OK
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        if args.json:
+            _print_json(client.request_json("GET", f"{API_PREFIX}/devboxes"))
+            return EXIT_OK
+        boxes = client.list()
+    if args.quiet:
+        for box in boxes:
+            print(box.name)
+    elif not boxes:
+        print("No devboxes yet. Create one with: devbox create NAME")
+    else:
+        print(_render.boxes_table(boxes, _now()))
+    return EXIT_OK
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        box = client.get(args.name)
+    if args.json:
+        _print_json(box.raw)
+    else:
+        print(_render.box_details(box, _now()))
+    return EXIT_OK
+
+
+def _cmd_start(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        box = client.start(args.name)
+        if args.no_wait:
+            _print_box(box, args)
+            return EXIT_OK
+        return _finish_wait(box, args)
+
+
+def _cmd_stop(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        box = client.stop(args.name)
+    _print_box(box, args)
+    if not args.json:
+        print(
+            f"\nThe home volume of {box.name} is kept; start it again with: devbox start {box.name}"
+        )
+    return EXIT_OK
+
+
+def _confirm_purge(name: str) -> None:
+    if not sys.stdin.isatty():
+        raise UsageError(
+            f"refusing to purge {name} without confirmation: stdin is not a terminal; "
+            "pass --yes to purge anyway"
+        )
+    print(
+        f"This deletes {name} and its home volume. Files in the home volume cannot be recovered.",
+        file=sys.stderr,
+    )
+    answer = input(f"Type the box name ({name}) to confirm: ")
+    if answer.strip() != name:
+        raise DevboxesError(f"confirmation did not match; {name} was not deleted")
+
+
+def _cmd_delete(args: argparse.Namespace) -> int:
+    if args.purge and not args.yes:
+        _confirm_purge(args.name)
+    with _client(args) as client:
+        if args.json:
+            result = client.request_json(
+                "DELETE",
+                f"{API_PREFIX}/devboxes/{args.name}",
+                params={"purge": "true" if args.purge else "false"},
+            )
+            _print_json(result)
+            return EXIT_OK
+        deleted = client.delete(args.name, purge=args.purge)
+    print(_render.clean(deleted.message))
+    return EXIT_OK
+
+
+def _cmd_ssh(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        box = client.get(args.name)
+    if box.state is not DevboxState.READY:
+        raise _not_ready(box)
+    _exec_ssh(box, args.ssh_args)
+
+
+def _cmd_completion(args: argparse.Namespace) -> int:
+    sys.stdout.write(completion_script(args.shell))
+    return EXIT_OK
+
+
+# -- entry point --------------------------------------------------------------------
+
+
+def _error(message: str) -> None:
+    print(_render.clean(message), file=sys.stderr)
+
+
+def _run(args: argparse.Namespace) -> int:
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    try:
+        return handler(args)
+    except StartTimeout as error:
+        _error(f"{error}")
+        _error(f"It is still starting; follow it with: devbox status {error.box.name}")
+        return EXIT_TIMEOUT
+    except BoxDegraded as error:
+        _error(str(error))
+        _error(f"Details: devbox status {error.box.name}")
+        return EXIT_DEGRADED
+    except BoxStopped as error:
+        _error(str(error))
+        return EXIT_ERROR
+    except UsageError as error:
+        _error(f"devbox: error: {error}")
+        return EXIT_USAGE
+    except DevboxesError as error:
+        _error(str(error))
+        return EXIT_ERROR
+    except EOFError:
+        _error("no input; aborted")
+        return EXIT_ERROR
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit code (argparse exits 2 itself on usage errors)."""
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="replace")
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        return _run(args)
+    except KeyboardInterrupt:
+        _error("\ninterrupted")
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # The reader went away (e.g. `devbox list | head`); stay quiet about it.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,631 @@
+"""The typed client of the Devboxes API (``/api/v1``).
+
+Every HTTP exchange goes through :meth:`Client._request` on one ``requests.Session``,
+so connections are reused and retries, authentication and error mapping live in one
+place.
+"""
+
+from __future__ import annotations
+
+import builtins
+import copy
+import math
+import re
+import time
+from collections.abc import Callable, Iterator, Mapping
+from datetime import datetime
+from typing import Any, TypeVar
+
+import requests
+from pydantic import BaseModel
+from pydantic import ValidationError as PydanticValidationError
+
+from devboxes_sdk import models
+from devboxes_sdk._version import __version__
+from devboxes_sdk.config import resolve
+from devboxes_sdk.errors import (
+    ApiError,
+    BoxDegraded,
+    BoxStopped,
+    StartTimeout,
+    Unavailable,
+    ValidationError,
+    error_from_body,
+)
+from devboxes_sdk.models import FieldError
+
+__all__ = ["Capabilities", "Client", "Devbox", "GpuCatalog", "GpuNamespace", "UpdateCallback"]
+
+API_PREFIX = "/api/v1"
+WAIT_HEADER = "X-Devboxes-Wait"
+# The server caps one server-side wait at this many seconds; longer waits loop.
+MAX_SERVER_WAIT = 300
+# Only requests that can be repeated without a second effect are retried.
+_IDEMPOTENT_METHODS = frozenset({"GET", "DELETE"})
+_RETRY_DELAYS = (0.5, 1.0, 2.0)
+_POLL_FIRST_DELAY = 0.5
+_POLL_MAX_DELAY = 5.0
+# A server-side wait that comes back sooner than this without any change is treated
+# like a poll, so a misbehaving server cannot turn the wait into a busy loop.
+_MIN_SERVER_WAIT_ROUND = 1.0
+_USER_AGENT = f"devboxes-sdk/{__version__}"
+
+_ModelT = TypeVar("_ModelT", bound=BaseModel)
+UpdateCallback = Callable[["Devbox"], object]
+
+
+class _BearerAuth(requests.auth.AuthBase):
+    """Sets the bearer header; as an ``auth`` object it also wins over ``~/.netrc``."""
+
+    def __init__(self, token: str) -> None:
+        self._token = token
+
+    def __call__(self, request: requests.PreparedRequest) -> requests.PreparedRequest:
+        request.headers["Authorization"] = f"Bearer {self._token}"
+        return request
+
+    def __repr__(self) -> str:
+        return "_BearerAuth(token=<hidden>)"
+
+
+def _describe_connection_error(error: requests.RequestException) -> str:
+    """The useful part of urllib3's long exception text (never includes headers)."""
+    text = str(error)
+    if isinstance(error, requests.exceptions.SSLError):
+        match = re.search(r"(certificate verify failed[^'\")]*)", text)
+        return f"TLS error: {match.group(1).strip()}" if match else "TLS handshake failed"
+    match = re.search(r"\[Errno -?\d+\] ([^'\")]+)", text)
+    if match:
+        return match.group(1).strip()
+    if "RemoteDisconnected" in text or "Connection aborted" in text:
+        return "the server closed the connection"
+    return "connection failed"
+
+
+def _name_or_error(name: str) -> str:
+    try:
+        return models.normalize_name(name)
+    except ValueError as error:
+        raise ValidationError([FieldError(loc=["name"], msg=str(error))], local=True) from None
+
+
+class Devbox:
+    """One box, bound to the client that fetched it.
+
+    Attributes mirror :class:`devboxes_sdk.models.Devbox`; :attr:`raw` is the JSON the
+    server sent, unknown fields included. ``refresh``, ``start``, ``stop`` and
+    ``wait_ready`` update this object in place and return it.
+    """
+
+    __slots__ = ("_client", "_model", "_raw")
+
+    def __init__(self, client: Client, model: models.Devbox, raw: Mapping[str, Any]) -> None:
+        self._client = client
+        self._model = model
+        self._raw: dict[str, Any] = dict(raw)
+
+    def _replace(self, other: Devbox) -> Devbox:
+        self._model = other._model
+        self._raw = other._raw
+        return self
+
+    @property
+    def client(self) -> Client:
+        return self._client
+
+    @property
+    def model(self) -> models.Devbox:
+        """The parsed wire model."""
+        return self._model
+
+    @property
+    def raw(self) -> dict[str, Any]:
+        """A copy of the server's JSON for this box."""
+        return copy.deepcopy(self._raw)
+
+    @property
+    def name(self) -> str:
+        return self._model.name
+
+    @property
+    def state(self) -> models.DevboxState:
+        return self._model.state
+
+    @property
+    def preset(self) -> str:
+        return self._model.preset
+
+    @property
+    def created_at(self) -> datetime:
+        return self._model.created_at
+
+    @property
+    def expires_at(self) -> datetime | None:
+        """When the box stops on its own (its TTL), as an aware datetime."""
+        return self._model.expires_at
+
+    @property
+    def repository(self) -> str | None:
+        return self._model.repository
+
+    @property
+    def ssh_host(self) -> str | None:
+        return self._model.ssh_host
+
+    @property
+    def ssh_port(self) -> int:
+        return self._model.ssh_port
+
+    @property
+    def ssh_command(self) -> str | None:
+        return self._model.ssh_command
+
+    @property
+    def pod_name(self) -> str | None:
+        return self._model.pod_name
+
+    @property
+    def pod_ready(self) -> bool:
+        return self._model.pod_ready
+
+    @property
+    def restarts(self) -> int:
+        return self._model.restarts
+
+    @property
+    def storage_size(self) -> str | None:
+        return self._model.storage_size
+
+    @property
+    def message(self) -> str | None:
+        """What the box is waiting for or why it is degraded (scheduler words verbatim)."""
+        return self._model.message
+
+    @property
+    def gpu(self) -> models.GpuAllocation | None:
+        """The accelerator pinned at creation; ``None`` for a CPU box."""
+        return self._model.gpu
+
+    @property
+    def ready(self) -> bool:
+        return self._model.state is models.DevboxState.READY
+
+    def refresh(self) -> Devbox:
+        return self._replace(self._client.get(self.name))
+
+    def start(self) -> Devbox:
+        """Start the box (renews its TTL). Use :meth:`wait_ready` to wait for it."""
+        return self._replace(self._client.start(self.name))
+
+    def stop(self) -> Devbox:
+        """Stop the box; its home volume is kept."""
+        return self._replace(self._client.stop(self.name))
+
+    def delete(self, purge: bool = False) -> models.DeleteResult:
+        """Delete the box; ``purge=True`` also deletes its home volume for good."""
+        return self._client.delete(self.name, purge=purge)
+
+    def wait_ready(
+        self, timeout: float = 600, *, on_update: UpdateCallback | None = None
+    ) -> Devbox:
+        """Wait until the box is ready; see :meth:`Client.wait_ready`."""
+        return self._replace(self._client.wait_ready(self.name, timeout, on_update=on_update))
+
+    def __repr__(self) -> str:
+        gpu = self._model.gpu.profile if self._model.gpu else None
+        return (
+            f"Devbox(name={self.name!r}, state={self.state.value!r}, "
+            f"preset={self.preset!r}, gpu={gpu!r})"
+        )
+
+
+class GpuCatalog:
+    """The operator's GPU profiles as discovery shows them."""
+
+    __slots__ = ("_model", "_raw")
+
+    def __init__(self, model: models.GpuCapabilities, raw: Mapping[str, Any]) -> None:
+        self._model = model
+        self._raw: dict[str, Any] = dict(raw)
+
+    @property
+    def enabled(self) -> bool:
+        return self._model.enabled
+
+    @property
+    def default_profile(self) -> str | None:
+        return self._model.default_profile
+
+    @property
+    def profiles(self) -> builtins.list[models.GpuProfile]:
+        return builtins.list(self._model.profiles)
+
+    @property
+    def names(self) -> builtins.list[str]:
+        return [profile.name for profile in self._model.profiles]
+
+    @property
+    def default(self) -> models.GpuProfile | None:
+        """The profile used when a box asks for a GPU without naming one."""
+        if self._model.default_profile is not None:
+            return self.get(self._model.default_profile)
+        return next((profile for profile in self._model.profiles if profile.default), None)
+
+    @property
+    def raw(self) -> dict[str, Any]:
+        """A copy of the server's JSON for the catalog."""
+        return copy.deepcopy(self._raw)
+
+    def get(self, name: str) -> models.GpuProfile | None:
+        return next((profile for profile in self._model.profiles if profile.name == name), None)
+
+    def __getitem__(self, name: str) -> models.GpuProfile:
+        profile = self.get(name)
+        if profile is None:
+            available = ", ".join(self.names) or "none"
+            raise KeyError(f"no GPU profile named {name!r} (available: {available})")
+        return profile
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.get(name) is not None
+
+    def __iter__(self) -> Iterator[models.GpuProfile]:
+        return iter(self._model.profiles)
+
+    def __len__(self) -> int:
+        return len(self._model.profiles)
+
+    def __repr__(self) -> str:
+        return (
+            f"GpuCatalog(enabled={self.enabled!r}, default_profile={self.default_profile!r}, "
+            f"profiles={self.names!r})"
+        )
+
+
+class Capabilities:
+    """What the server offers (``GET /api/v1/capabilities``)."""
+
+    __slots__ = ("_raw", "gpu")
+
+    def __init__(self, model: models.Capabilities, raw: Mapping[str, Any]) -> None:
+        gpu_raw = raw.get("gpu")
+        self.gpu = GpuCatalog(model.gpu, gpu_raw if isinstance(gpu_raw, Mapping) else {})
+        self._raw: dict[str, Any] = dict(raw)
+
+    @property
+    def raw(self) -> dict[str, Any]:
+        return copy.deepcopy(self._raw)
+
+    def __repr__(self) -> str:
+        return f"Capabilities(gpu={self.gpu!r})"
+
+
+class GpuNamespace:
+    """``client.gpu``: the GPU catalog verbs."""
+
+    __slots__ = ("_client",)
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def catalog(self) -> GpuCatalog:
+        return self._client.capabilities().gpu
+
+    def profiles(self) -> builtins.list[models.GpuProfile]:
+        """The profiles users may choose (empty when GPU acceleration is disabled)."""
+        return self.catalog().profiles
+
+    def default(self) -> models.GpuProfile | None:
+        return self.catalog().default
+
+
+class Client:
+    """A connection to one Devboxes API.
+
+    ``url`` and ``token`` default to ``DEVBOX_URL`` / ``DEVBOX_TOKEN`` and then to the
+    configuration file (see :mod:`devboxes_sdk.config`). ``timeout`` bounds every
+    request in seconds. Pass ``session`` to share a ``requests.Session``; the client
+    only closes sessions it created.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        *,
+        timeout: float = 30.0,
+        session: requests.Session | None = None,
+    ) -> None:
+        if not timeout > 0:
+            raise ValueError("timeout must be a positive number of seconds")
+        settings = resolve(url, token)
+        self._url = settings.url
+        self._auth = _BearerAuth(settings.token)
+        self.timeout = float(timeout)
+        self._owns_session = session is None
+        self._session = session if session is not None else requests.Session()
+        self.gpu = GpuNamespace(self)
+
+    @property
+    def url(self) -> str:
+        return self._url
+
+    def __repr__(self) -> str:
+        return f"Client(url={self._url!r})"
+
+    def close(self) -> None:
+        if self._owns_session:
+            self._session.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- transport ----------------------------------------------------------------
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str | int] | None = None,
+        body: Mapping[str, Any] | None = None,
+        timeout: float | tuple[float, float] | None = None,
+    ) -> requests.Response:
+        """Send one request and return the successful response, or raise the mapped error.
+
+        GET and DELETE are retried on connection errors and 503, with a short bounded
+        backoff; everything else is sent exactly once.
+        """
+        if not path.startswith("/") or path.startswith("//"):
+            raise ValueError(f"API path must start with a single '/': {path!r}")
+        method = method.upper()
+        attempts = len(_RETRY_DELAYS) + 1 if method in _IDEMPOTENT_METHODS else 1
+        for attempt in range(attempts):
+            last = attempt + 1 == attempts
+            try:
+                response = self._session.request(
+                    method,
+                    self._url + path,
+                    params=params,
+                    json=body,
+                    auth=self._auth,
+                    headers={"Accept": "application/json", "User-Agent": _USER_AGENT},
+                    timeout=timeout if timeout is not None else self.timeout,
+                    allow_redirects=False,
+                )
+            except requests.ConnectionError as error:
+                if not last:
+                    time.sleep(_RETRY_DELAYS[attempt])
+                    continue
+                reason = _describe_connection_error(error)
+                raise Unavailable(
+                    None, f"cannot reach the Devboxes API at {self._url}: {reason}"
+                ) from None
+            except requests.Timeout:
+                raise Unavailable(
+                    None, f"the Devboxes API at {self._url} did not answer in time"
+                ) from None
+            except requests.RequestException as error:
+                raise ApiError(
+                    None, f"request to the Devboxes API failed: {type(error).__name__}"
+                ) from None
+            if response.status_code == 503 and not last:
+                response.close()
+                time.sleep(_RETRY_DELAYS[attempt])
+                continue
+            if response.status_code >= 300:
+                raise self._error(response)
+            return response
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    @staticmethod
+    def _error(response: requests.Response) -> ApiError:
+        if 300 <= response.status_code < 400:
+            return ApiError(
+                response.status_code,
+                "unexpected redirect; check the Devboxes URL (the SDK never follows "
+                "redirects with your token)",
+            )
+        try:
+            body: object = response.json()
+        except ValueError:
+            body = None
+        return error_from_body(
+            response.status_code, body, text=response.text, reason=response.reason or ""
+        )
+
+    @staticmethod
+    def _decode(response: requests.Response) -> Any:
+        try:
+            return response.json()
+        except ValueError:
+            content_type = response.headers.get("Content-Type", "no content type")
+            raise ApiError(
+                response.status_code, f"expected a JSON body, got {content_type}"
+            ) from None
+
+    @staticmethod
+    def _parse(model: type[_ModelT], data: Any, status: int) -> _ModelT:
+        try:
+            return model.model_validate(data)
+        except PydanticValidationError as error:
+            first = error.errors(include_url=False)[0]
+            where = ".".join(str(part) for part in first["loc"]) or "body"
+            raise ApiError(
+                status,
+                f"response does not match the Devboxes API ({model.__name__}.{where}: "
+                f"{first['msg']})",
+            ) from None
+
+    def request_json(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str | int] | None = None,
+        body: Mapping[str, Any] | None = None,
+    ) -> Any:
+        """Send a request to ``path`` (e.g. ``/api/v1/devboxes``) and return its JSON.
+
+        The escape hatch for fields or endpoints the typed verbs do not cover; errors
+        are mapped exactly as for the typed verbs.
+        """
+        return self._decode(self._request(method, path, params=params, body=body))
+
+    def _box(self, response: requests.Response) -> Devbox:
+        data = self._decode(response)
+        model = self._parse(models.Devbox, data, response.status_code)
+        return Devbox(self, model, data)
+
+    # -- verbs --------------------------------------------------------------------
+
+    def whoami(self) -> models.WhoAmI:
+        response = self._request("GET", f"{API_PREFIX}/whoami")
+        return self._parse(models.WhoAmI, self._decode(response), response.status_code)
+
+    def capabilities(self) -> Capabilities:
+        response = self._request("GET", f"{API_PREFIX}/capabilities")
+        data = self._decode(response)
+        model = self._parse(models.Capabilities, data, response.status_code)
+        return Capabilities(model, data if isinstance(data, Mapping) else {})
+
+    def gpu_profiles(self) -> builtins.list[models.GpuProfile]:
+        """The GPU profiles users may choose (empty when GPU acceleration is disabled)."""
+        return self.gpu.profiles()
+
+    def create(
+        self,
+        name: str,
+        preset: models.Preset = "small",
+        ttl_hours: int = 24,
+        repository: str | None = None,
+        gpu: bool | str | models.GpuProfile | None = None,
+    ) -> Devbox:
+        """Create a box and return it at once (usually ``starting``).
+
+        ``gpu``: ``None``/``False`` for a CPU box, ``True`` for the operator's default
+        profile, or a profile name (or :class:`~devboxes_sdk.models.GpuProfile`).
+        The body is checked locally first; a broken rule raises
+        :class:`~devboxes_sdk.errors.ValidationError` without a request.
+        """
+        body: dict[str, Any] = {"name": name, "preset": preset, "ttl_hours": ttl_hours}
+        if repository is not None:
+            body["repository"] = repository
+        if gpu is True:
+            body["gpu"] = {}
+        elif isinstance(gpu, models.GpuProfile):
+            body["gpu"] = {"profile": gpu.name}
+        elif isinstance(gpu, str):
+            if not gpu.strip():
+                raise ValidationError(
+                    [FieldError(loc=["body", "gpu", "profile"], msg="profile name is empty")],
+                    local=True,
+                )
+            body["gpu"] = {"profile": gpu.strip()}
+        elif gpu is not None and gpu is not False:
+            raise TypeError("gpu must be None, a bool, a profile name or a GpuProfile")
+        try:
+            checked = models.DevboxCreate.model_validate(body)
+        except PydanticValidationError as error:
+            raise ValidationError.from_pydantic(error) from None
+        body["name"] = checked.name
+        if checked.repository is None:
+            body.pop("repository", None)
+        else:
+            body["repository"] = checked.repository
+        return self._box(self._request("POST", f"{API_PREFIX}/devboxes", body=body))
+
+    def list(self) -> builtins.list[Devbox]:
+        """Every box, newest first."""
+        response = self._request("GET", f"{API_PREFIX}/devboxes")
+        data = self._decode(response)
+        parsed = self._parse(models.DevboxList, data, response.status_code)
+        return [
+            Devbox(self, model, raw) for model, raw in zip(parsed.items, data["items"], strict=True)
+        ]
+
+    def get(self, name: str) -> Devbox:
+        return self._box(self._request("GET", f"{API_PREFIX}/devboxes/{_name_or_error(name)}"))
+
+    def start(self, name: str) -> Devbox:
+        """Start a stopped box (renews its TTL); returns without waiting."""
+        path = f"{API_PREFIX}/devboxes/{_name_or_error(name)}/start"
+        return self._box(self._request("POST", path))
+
+    def stop(self, name: str) -> Devbox:
+        """Stop a box; its home volume is kept."""
+        path = f"{API_PREFIX}/devboxes/{_name_or_error(name)}/stop"
+        return self._box(self._request("POST", path))
+
+    def delete(self, name: str, purge: bool = False) -> models.DeleteResult:
+        """Delete a box. The home volume is kept unless ``purge`` is true."""
+        response = self._request(
+            "DELETE",
+            f"{API_PREFIX}/devboxes/{_name_or_error(name)}",
+            params={"purge": "true" if purge else "false"},
+        )
+        return self._parse(models.DeleteResult, self._decode(response), response.status_code)
+
+    def wait_ready(
+        self,
+        name: str,
+        timeout: float = 600,
+        *,
+        on_update: UpdateCallback | None = None,
+    ) -> Devbox:
+        """Wait until the box is ``ready`` and return it.
+
+        Uses the server-side wait when the server offers it (it answers with
+        ``X-Devboxes-Wait: ready``), otherwise polls with a backoff from 0.5 s to 5 s.
+        ``on_update`` is called with the first observed box and again whenever its
+        state or message changes.
+
+        Raises :class:`~devboxes_sdk.errors.BoxDegraded` as soon as the box is degraded,
+        :class:`~devboxes_sdk.errors.BoxStopped` if it is stopped, and
+        :class:`~devboxes_sdk.errors.StartTimeout` (with the last state and message,
+        e.g. the scheduler's reason) when ``timeout`` seconds pass.
+        """
+        if not timeout >= 0:
+            raise ValueError("timeout must be zero or a positive number of seconds")
+        path = f"{API_PREFIX}/devboxes/{_name_or_error(name)}"
+        deadline = time.monotonic() + timeout
+        server_wait = True
+        delay = _POLL_FIRST_DELAY
+        seen: tuple[models.DevboxState, str | None] | None = None
+        while True:
+            remaining = deadline - time.monotonic()
+            asked_server = server_wait and remaining >= 1
+            round_started = time.monotonic()
+            if asked_server:
+                seconds = min(MAX_SERVER_WAIT, math.floor(remaining))
+                response = self._request(
+                    "GET",
+                    path,
+                    params={"wait": "ready", "timeout": seconds},
+                    timeout=(self.timeout, seconds + self.timeout),
+                )
+                server_wait = response.headers.get(WAIT_HEADER, "").strip().lower() == "ready"
+            else:
+                response = self._request("GET", path)
+            box = self._box(response)
+            current = (box.state, box.message)
+            changed = current != seen
+            seen = current
+            if changed and on_update is not None:
+                on_update(box)
+            if box.state is models.DevboxState.READY:
+                return box
+            if box.state is models.DevboxState.DEGRADED:
+                raise BoxDegraded(box)
+            if box.state is models.DevboxState.STOPPED:
+                raise BoxStopped(box)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise StartTimeout(box, timeout)
+            quick = time.monotonic() - round_started < _MIN_SERVER_WAIT_ROUND
+            if not (asked_server and server_wait) or (quick and not changed):
+                time.sleep(min(delay, remaining))
+                delay = min(delay * 2, _POLL_MAX_DELAY)

@@ -1,0 +1,89 @@
+"""The Jupyter server extension: configuration traits and route registration."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+from jupyter_server.extension.application import ExtensionApp
+from traitlets import Float, Int, TraitError, Unicode, validate
+
+from devboxes_jupyter.client_factory import ClientFactory
+from devboxes_jupyter.handlers import EXECUTOR_SETTING, FACTORY_SETTING, routes
+
+
+class DevboxesJupyterApp(ExtensionApp):
+    """Serves ``/devboxes/api/`` for the launcher panel, backed by one Devboxes controller.
+
+    Configure it as ``c.DevboxesJupyterApp.<trait>`` in ``jupyter_server_config.py``
+    or on the command line. Empty traits fall back to ``DEVBOX_URL`` /
+    ``DEVBOX_TOKEN`` and then to the SDK's configuration file.
+    """
+
+    name = "devboxes_jupyter"
+    load_other_extensions = True
+
+    controller_url = Unicode(
+        "",
+        help="Base URL of the Devboxes controller, e.g. https://devboxes.example.com. "
+        "Empty: DEVBOX_URL, then the SDK configuration file.",
+    ).tag(config=True)
+
+    token = Unicode(
+        "",
+        help="Bearer token for the controller. It stays on the server: it is never sent "
+        "to the browser. Empty: token_file, then DEVBOX_TOKEN, then the SDK configuration file.",
+    ).tag(config=True)
+
+    token_file = Unicode(
+        "",
+        help="File holding the controller token (read on every request, so rotation "
+        "needs no restart). Used when token is empty.",
+    ).tag(config=True)
+
+    request_timeout = Float(
+        30.0,
+        help="Seconds to wait for the controller on each request (a server-side wait "
+        "gets its own wait time on top).",
+    ).tag(config=True)
+
+    max_workers = Int(
+        8,
+        help="Threads that carry controller calls, so that slow calls and server-side "
+        "waits never block Jupyter's event loop.",
+    ).tag(config=True)
+
+    @validate("request_timeout")
+    def _check_timeout(self, proposal: dict[str, float]) -> float:
+        value = proposal["value"]
+        if not value > 0:
+            raise TraitError("request_timeout must be a positive number of seconds")
+        return value
+
+    @validate("max_workers")
+    def _check_workers(self, proposal: dict[str, int]) -> int:
+        value = proposal["value"]
+        if value < 1:
+            raise TraitError("max_workers must be at least 1")
+        return value
+
+    def initialize_settings(self) -> None:
+        self._factory = ClientFactory(
+            controller_url=self.controller_url,
+            token=self.token,
+            token_file=self.token_file,
+            timeout=self.request_timeout,
+        )
+        self._executor = ThreadPoolExecutor(
+            max_workers=self.max_workers, thread_name_prefix="devboxes-api"
+        )
+        self.settings.update({FACTORY_SETTING: self._factory, EXECUTOR_SETTING: self._executor})
+        # The URL itself is not logged: a misconfigured one could carry credentials.
+        source = "controller_url" if self.controller_url else "DEVBOX_URL or the SDK configuration"
+        self.log.info("Devboxes extension loaded; controller URL from %s", source)
+
+    def initialize_handlers(self) -> None:
+        self.handlers.extend(routes())
+
+    async def stop_extension(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._factory.close()

@@ -1,0 +1,211 @@
+"""REST routes under ``/devboxes/api/``: the browser's way to the controller.
+
+The browser authenticates to Jupyter; the server extension talks to the controller
+with its own token, which is never part of any response. SDK calls block, so each one
+runs on the extension's thread pool, off the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from concurrent.futures import Executor
+from http import HTTPStatus
+from typing import Any
+
+from jupyter_server.auth.decorator import authorized
+from jupyter_server.base.handlers import APIHandler
+from jupyter_server.extension.handler import ExtensionHandlerMixin
+from tornado import web
+
+from devboxes_jupyter.client_factory import ClientFactory
+from devboxes_jupyter.models import (
+    RequestRejected,
+    devbox_json,
+    error_body,
+    gpu_choice,
+    parse_create,
+    parse_name,
+    parse_purge,
+    parse_wait,
+)
+from devboxes_sdk import models
+from devboxes_sdk.client import API_PREFIX, Client, Devbox
+from devboxes_sdk.errors import DevboxesError
+
+API_ROOT = "/devboxes/api"
+FACTORY_SETTING = "devboxes_client_factory"
+EXECUTOR_SETTING = "devboxes_executor"
+AUTH_RESOURCE = "devboxes"
+_NAME = r"(?P<name>[^/]+)"
+
+
+class DevboxesHandler(ExtensionHandlerMixin, APIHandler):
+    """Shared plumbing: run an SDK call off the loop and answer JSON either way."""
+
+    auth_resource = AUTH_RESOURCE
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        """Jupyter's own refusals (403, 404, ...) in the same ``{"detail"}`` shape."""
+        try:
+            detail = HTTPStatus(status_code).phrase
+        except ValueError:
+            detail = "Error"
+        exc_info = kwargs.get("exc_info")
+        if exc_info is not None and isinstance(exc_info[1], web.HTTPError):
+            detail = exc_info[1].log_message or detail
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps({"detail": detail}))
+
+    def _reply(self, status: int, body: Any) -> None:
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(body))
+
+    async def _respond(
+        self,
+        action: Callable[[Client], Any],
+        *,
+        status: int = 200,
+        wait_seconds: float = 0.0,
+    ) -> None:
+        factory: ClientFactory = self.settings[FACTORY_SETTING]
+        executor: Executor = self.settings[EXECUTOR_SETTING]
+
+        def run() -> Any:
+            return action(factory(wait_seconds))
+
+        try:
+            payload = await asyncio.get_running_loop().run_in_executor(executor, run)
+        except DevboxesError as error:
+            status, body = error_body(error)
+            # Status and class are enough for an operator; the detail may quote user
+            # input. Nothing here can hold the token.
+            self.log.info(
+                "devboxes: %s %s -> %s %s",
+                self.request.method,
+                self.request.path,
+                status,
+                type(error).__name__,
+            )
+            self._reply(status, body)
+            return
+        self._reply(status, payload)
+
+    def _reject(self, error: RequestRejected) -> None:
+        self._reply(error.status, error.body())
+
+
+def _box_json(box: Devbox) -> dict[str, Any]:
+    return box.model.model_dump(mode="json")
+
+
+class CapabilitiesHandler(DevboxesHandler):
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        def action(client: Client) -> dict[str, Any]:
+            raw = client.capabilities().raw
+            return models.Capabilities.model_validate(raw).model_dump(mode="json")
+
+        await self._respond(action)
+
+
+class DevboxCollectionHandler(DevboxesHandler):
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        await self._respond(lambda client: {"items": [_box_json(box) for box in client.list()]})
+
+    @web.authenticated
+    @authorized
+    async def post(self) -> None:
+        try:
+            request = parse_create(self.request.body)
+        except RequestRejected as error:
+            self._reject(error)
+            return
+
+        def action(client: Client) -> dict[str, Any]:
+            box = client.create(
+                request.name,
+                preset=request.preset,
+                ttl_hours=request.ttl_hours,
+                repository=request.repository,
+                gpu=gpu_choice(request.gpu),
+            )
+            return _box_json(box)
+
+        await self._respond(action, status=201)
+
+
+class DevboxHandler(DevboxesHandler):
+    @web.authenticated
+    @authorized
+    async def get(self, name: str) -> None:
+        try:
+            name = parse_name(name)
+            wait = parse_wait(self.request.query_arguments)
+        except RequestRejected as error:
+            self._reject(error)
+            return
+        if wait is None:
+            await self._respond(lambda client: _box_json(client.get(name)))
+            return
+
+        def action(client: Client) -> dict[str, Any]:
+            data = client.request_json(
+                "GET",
+                f"{API_PREFIX}/devboxes/{name}",
+                params={"wait": wait.wait, "timeout": wait.timeout},
+            )
+            return devbox_json(data)
+
+        await self._respond(action, wait_seconds=wait.timeout)
+
+    @web.authenticated
+    @authorized
+    async def delete(self, name: str) -> None:
+        try:
+            name = parse_name(name)
+            purge = parse_purge(self.request.query_arguments)
+        except RequestRejected as error:
+            self._reject(error)
+            return
+        await self._respond(lambda client: client.delete(name, purge=purge).model_dump(mode="json"))
+
+
+class DevboxStartHandler(DevboxesHandler):
+    @web.authenticated
+    @authorized
+    async def post(self, name: str) -> None:
+        try:
+            name = parse_name(name)
+        except RequestRejected as error:
+            self._reject(error)
+            return
+        await self._respond(lambda client: _box_json(client.start(name)))
+
+
+class DevboxStopHandler(DevboxesHandler):
+    @web.authenticated
+    @authorized
+    async def post(self, name: str) -> None:
+        try:
+            name = parse_name(name)
+        except RequestRejected as error:
+            self._reject(error)
+            return
+        await self._respond(lambda client: _box_json(client.stop(name)))
+
+
+def routes() -> list[tuple[str, type[DevboxesHandler]]]:
+    """Every route of the extension, relative to the server's base URL."""
+    return [
+        (f"{API_ROOT}/capabilities", CapabilitiesHandler),
+        (f"{API_ROOT}/devboxes", DevboxCollectionHandler),
+        (f"{API_ROOT}/devboxes/{_NAME}", DevboxHandler),
+        (f"{API_ROOT}/devboxes/{_NAME}/start", DevboxStartHandler),
+        (f"{API_ROOT}/devboxes/{_NAME}/stop", DevboxStopHandler),
+    ]

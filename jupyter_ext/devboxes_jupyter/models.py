@@ -1,0 +1,159 @@
+"""What the server extension accepts from the browser and what it answers.
+
+Bodies are the wire models of :mod:`devboxes_sdk.models`; this module only adds the
+query parameters of the extension's own routes and the mapping of SDK errors to the
+``{"detail": ...}`` error body the API uses everywhere.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ValidationError as PydanticValidationError
+
+from devboxes_sdk import models
+from devboxes_sdk.errors import ApiError, ConfigurationError, DevboxesError, ValidationError
+
+# One server-side wait holds a worker thread; the browser asks again after each answer,
+# so a short bound keeps threads free without costing the user anything.
+MAX_WAIT_SECONDS = 120
+DEFAULT_WAIT_SECONDS = 30
+
+
+class RequestRejected(Exception):
+    """The browser's request broke a rule before any call to the controller."""
+
+    def __init__(self, status: int, detail: str | list[models.FieldError]) -> None:
+        super().__init__(status, detail)
+        self.status = status
+        self.detail = detail
+
+    def body(self) -> dict[str, Any]:
+        return {"detail": _detail_json(self.detail)}
+
+
+class WaitQuery(BaseModel):
+    """``?wait=ready&timeout=S`` on the get route, passed through to the controller."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    wait: Literal["ready"]
+    timeout: Annotated[int, Field(ge=1, le=MAX_WAIT_SECONDS)] = DEFAULT_WAIT_SECONDS
+
+
+def _detail_json(detail: str | Sequence[models.FieldError]) -> str | list[dict[str, Any]]:
+    if isinstance(detail, str):
+        return detail
+    return [error.model_dump(mode="json") for error in detail]
+
+
+def _field_errors(error: PydanticValidationError, prefix: str) -> list[models.FieldError]:
+    return [
+        models.FieldError(
+            type=item["type"],
+            loc=[prefix, *item["loc"]],
+            msg=item["msg"].removeprefix("Value error, "),
+        )
+        for item in error.errors(include_url=False, include_context=False)
+    ]
+
+
+def _single(query: Mapping[str, Sequence[bytes]], key: str) -> str:
+    values = query[key]
+    if len(values) != 1:
+        message = f"give '{key}' once, not {len(values)} times"
+        raise RequestRejected(422, [models.FieldError(loc=["query", key], msg=message)])
+    try:
+        return values[0].decode("utf-8")
+    except UnicodeDecodeError:
+        raise RequestRejected(
+            422, [models.FieldError(loc=["query", key], msg="must be UTF-8 text")]
+        ) from None
+
+
+def parse_wait(query: Mapping[str, Sequence[bytes]]) -> WaitQuery | None:
+    """The server-side wait the browser asked for, or None for a plain read."""
+    if "wait" not in query and "timeout" not in query:
+        return None
+    raw = {key: _single(query, key) for key in ("wait", "timeout") if key in query}
+    try:
+        return WaitQuery.model_validate(raw)
+    except PydanticValidationError as error:
+        raise RequestRejected(422, _field_errors(error, "query")) from None
+
+
+def parse_name(value: str) -> str:
+    """A box name from the URL path, normalized like every Devboxes client does."""
+    try:
+        return models.normalize_name(value)
+    except ValueError as error:
+        raise RequestRejected(
+            422, [models.FieldError(loc=["path", "name"], msg=str(error))]
+        ) from None
+
+
+def devbox_json(data: object) -> dict[str, Any]:
+    """A controller's box body, checked against the wire model and re-serialized."""
+    try:
+        return models.Devbox.model_validate(data).model_dump(mode="json")
+    except PydanticValidationError:
+        raise ApiError(502, "the controller's answer does not match the Devboxes API") from None
+
+
+def parse_purge(query: Mapping[str, Sequence[bytes]]) -> bool:
+    """``?purge=true|false`` on delete; anything else is refused rather than guessed."""
+    if "purge" not in query:
+        return False
+    value = _single(query, "purge").strip().lower()
+    if value in ("true", "1"):
+        return True
+    if value in ("false", "0"):
+        return False
+    raise RequestRejected(
+        422, [models.FieldError(loc=["query", "purge"], msg="must be 'true' or 'false'")]
+    )
+
+
+def parse_create(body: bytes) -> models.DevboxCreate:
+    """The create body, checked with the wire model before it reaches the controller."""
+    try:
+        data = json.loads(body or b"null")
+    except (ValueError, UnicodeDecodeError):
+        raise RequestRejected(422, "the request body must be a JSON object") from None
+    if not isinstance(data, dict):
+        raise RequestRejected(422, "the request body must be a JSON object")
+    try:
+        return models.DevboxCreate.model_validate(data)
+    except PydanticValidationError as error:
+        raise RequestRejected(422, _field_errors(error, "body")) from None
+
+
+def gpu_choice(request: models.GpuRequest | None) -> bool | str | None:
+    """The SDK's ``gpu`` argument for a create body's ``gpu`` field."""
+    if request is None:
+        return None
+    return request.profile if request.profile is not None else True
+
+
+def error_body(error: DevboxesError) -> tuple[int, dict[str, Any]]:
+    """The status and ``{"detail": ...}`` body the browser gets for an SDK error.
+
+    The controller's status passes through unchanged; the detail never contains the
+    token (the SDK never puts it in an error).
+    """
+    if isinstance(error, ValidationError):
+        return 422, {"detail": _detail_json(error.errors)}
+    if isinstance(error, ApiError):
+        if error.status == 401:
+            return 401, {
+                "detail": "the Devboxes controller refused the token configured for this "
+                f"Jupyter server: {error.detail}"
+            }
+        # No HTTP answer at all (connection refused, time-out): the controller is unavailable.
+        return error.status or 503, {"detail": error.detail}
+    if isinstance(error, ConfigurationError):
+        return 503, {"detail": f"Devboxes is not configured on this Jupyter server: {error}"}
+    return 502, {"detail": str(error)}

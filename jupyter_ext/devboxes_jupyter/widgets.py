@@ -1,0 +1,327 @@
+"""ipywidgets views over a :class:`devboxes_sdk.client.Client`.
+
+The widgets hold no state of their own beyond what they show: every action is one SDK
+call, every error is shown next to the control that caused it, and waiting for a box
+runs on a background thread so the kernel stays free.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime
+from html import escape
+from typing import Any
+
+import ipywidgets as widgets
+from traitlets import TraitError, Unicode, observe, validate
+
+from devboxes_jupyter import labels
+from devboxes_sdk import models
+from devboxes_sdk.client import Client, Devbox
+from devboxes_sdk.errors import BoxNotReady, DevboxesError, StartTimeout
+
+__all__ = ["AcceleratorPicker", "DevboxLauncher", "DevboxTable", "gpu_capabilities"]
+
+# ipywidgets ships no type information, so its classes are Any to mypy; strict settings
+# refuse subclassing Any, hence the ignores on the subclasses below.
+_ERROR_STYLE = "color: var(--jp-error-color1, #d32f2f)"
+_NOTE_STYLE = "color: var(--jp-ui-font-color2, #616161)"
+
+
+def gpu_capabilities(client: Client) -> models.GpuCapabilities:
+    """The operator's catalog as the wire model the widgets render."""
+    catalog = client.capabilities().gpu
+    return models.GpuCapabilities(
+        enabled=catalog.enabled,
+        default_profile=catalog.default_profile,
+        profiles=catalog.profiles,
+    )
+
+
+def _error_html(text: str) -> str:
+    return f'<span style="{_ERROR_STYLE}">{escape(text)}</span>' if text else ""
+
+
+def _note_html(text: str) -> str:
+    return f'<span style="{_NOTE_STYLE}">{escape(text)}</span>' if text else ""
+
+
+def _describe(error: Exception) -> str:
+    if isinstance(error, DevboxesError):
+        return str(error)
+    # A bug must not leave a silent widget, but a traceback helps no one here either.
+    return f"unexpected {type(error).__name__}: {error}"
+
+
+class AcceleratorPicker(widgets.VBox):  # type: ignore[misc, unused-ignore]
+    """Choose CPU only or one GPU profile; ``value`` is None (CPU) or the profile name."""
+
+    value = Unicode(None, allow_none=True, help="None for CPU only, else a profile name")
+
+    def __init__(
+        self, gpu: models.GpuCapabilities, *, note: str | None = None, **kwargs: Any
+    ) -> None:
+        self.gpu = gpu
+        self._note = note
+        self.dropdown = widgets.Dropdown(
+            options=labels.accelerator_options(gpu),
+            value=labels.CPU_KEY,
+            description="Accelerator",
+            disabled=not gpu.enabled,
+            style={"description_width": "initial"},
+        )
+        self.dropdown.add_class("devboxes-accelerator")
+        self.help = widgets.HTML()
+        self.help.add_class("devboxes-accelerator-help")
+        super().__init__(children=[self.dropdown, self.help], **kwargs)
+        self.dropdown.observe(self._from_dropdown, names="value")
+        self._describe()
+
+    @classmethod
+    def from_client(cls, client: Client, **kwargs: Any) -> AcceleratorPicker:
+        return cls(gpu_capabilities(client), **kwargs)
+
+    @validate("value")
+    def _check_value(self, proposal: dict[str, Any]) -> str | None:
+        value: str | None = proposal["value"]
+        if value is None or value == labels.CPU_KEY:
+            return None
+        names = [profile.name for profile in self.gpu.profiles] if self.gpu.enabled else []
+        if value not in names:
+            available = ", ".join(names) or "none, GPU acceleration is disabled"
+            raise TraitError(f"no GPU profile named {value!r} (available: {available})")
+        return value
+
+    @observe("value")
+    def _to_dropdown(self, change: dict[str, Any]) -> None:
+        self.dropdown.value = change["new"] or labels.CPU_KEY
+
+    def _from_dropdown(self, change: dict[str, Any]) -> None:
+        self.value = change["new"] or None
+        self._describe()
+
+    def _describe(self) -> None:
+        key = self.dropdown.value or labels.CPU_KEY
+        text = labels.accelerator_help(self.gpu, key)
+        if self._note and not self.gpu.enabled:
+            text = self._note
+        self.help.value = _note_html(text)
+        self.dropdown.tooltip = text
+
+
+class DevboxLauncher(widgets.VBox):  # type: ignore[misc, unused-ignore]
+    """A create form that then follows the new box until it is ready or degraded."""
+
+    def __init__(self, client: Client, *, wait_timeout: float = 900.0, **kwargs: Any) -> None:
+        self.client = client
+        self.wait_timeout = wait_timeout
+        self.box: Devbox | None = None
+        self.watcher: threading.Thread | None = None
+        self._generation = 0
+        self._lock = threading.Lock()
+
+        self.name = widgets.Text(description="Name", placeholder="my-box")
+        self.preset = widgets.Dropdown(
+            options=list(models.PRESETS), value="small", description="Preset"
+        )
+        self.ttl_hours = widgets.IntText(value=24, description="Auto-stop (h)")
+        self.error = widgets.HTML()
+        self.error.add_class("devboxes-error")
+        try:
+            self.picker = AcceleratorPicker(gpu_capabilities(client))
+        except DevboxesError as error:
+            self.picker = AcceleratorPicker(
+                models.GpuCapabilities(enabled=False),
+                note=f"The accelerator catalog could not be loaded: {_describe(error)}",
+            )
+        self.create_button = widgets.Button(description="Create", button_style="primary")
+        self.create_button.add_class("devboxes-create")
+        self.status = widgets.HTML()
+        self.status.add_class("devboxes-status")
+        self.ssh = widgets.HTML()
+        self.ssh.add_class("devboxes-ssh")
+        self.create_button.on_click(lambda _button: self.create())
+        super().__init__(
+            children=[
+                self.name,
+                self.preset,
+                self.ttl_hours,
+                self.picker,
+                self.create_button,
+                self.error,
+                self.status,
+                self.ssh,
+            ],
+            **kwargs,
+        )
+        self.add_class("devboxes-launcher")
+
+    def create(self) -> Devbox | None:
+        """Create the box the form describes; errors go to the form, not to a traceback."""
+        self.error.value = ""
+        try:
+            name = models.normalize_name(self.name.value)
+        except ValueError as error:
+            self.error.value = _error_html(str(error))
+            return None
+        if self.ttl_hours.value < 1:
+            self.error.value = _error_html("Auto-stop must be at least 1 hour.")
+            return None
+        self.create_button.disabled = True
+        try:
+            box = self.client.create(
+                name,
+                preset=self.preset.value,
+                ttl_hours=self.ttl_hours.value,
+                gpu=self.picker.value,
+            )
+        except DevboxesError as error:
+            self.error.value = _error_html(_describe(error))
+            return None
+        finally:
+            self.create_button.disabled = False
+        with self._lock:
+            self._generation += 1
+            generation = self._generation
+        self.box = box
+        self.ssh.value = ""
+        self._show(box, generation)
+        self.watcher = threading.Thread(
+            target=self._watch,
+            args=(box.name, generation),
+            name=f"devbox-wait-{box.name}",
+            daemon=True,
+        )
+        self.watcher.start()
+        return box
+
+    def wait(self, timeout: float | None = None) -> Devbox | None:
+        """Block until the current box's watch ends (for scripts; the form never needs it)."""
+        if self.watcher is not None:
+            self.watcher.join(timeout)
+        return self.box
+
+    def _current(self, generation: int) -> bool:
+        with self._lock:
+            return generation == self._generation
+
+    def _show(self, box: Devbox, generation: int, note: str = "") -> None:
+        if not self._current(generation):
+            return
+        self.box = box
+        line = labels.status_line(box.state, box.message)
+        self.status.value = f"<b>{escape(box.name)}</b>: {escape(line)}" + (
+            f" {_note_html(note)}" if note else ""
+        )
+        if box.state is models.DevboxState.READY and box.ssh_command:
+            self.ssh.value = f"<code>{escape(box.ssh_command)}</code>"
+
+    def _watch(self, name: str, generation: int) -> None:
+        on_update: Callable[[Devbox], None] = lambda box: self._show(box, generation)  # noqa: E731
+        try:
+            box = self.client.wait_ready(name, self.wait_timeout, on_update=on_update)
+        except StartTimeout as error:
+            self._show(error.box, generation, f"(not ready after {error.timeout:g} s)")
+        except BoxNotReady as error:
+            self._show(error.box, generation)
+        except Exception as error:
+            if self._current(generation):
+                self.error.value = _error_html(_describe(error))
+        else:
+            self._show(box, generation)
+
+
+class _Row:
+    """The widgets of one box in :class:`DevboxTable`."""
+
+    def __init__(self, table: DevboxTable, box: Devbox, now: datetime) -> None:
+        self.name = box.name
+        self.state = widgets.HTML(escape(labels.status_line(box.state, box.message)))
+        self.accelerator = widgets.HTML(escape(labels.allocation_label(box.gpu)))
+        self.auto_stop = widgets.HTML(
+            escape(labels.auto_stop_label(box.state, box.expires_at, now))
+        )
+        stopped = box.state is models.DevboxState.STOPPED
+        self.start_button = widgets.Button(description="Start", disabled=not stopped)
+        self.stop_button = widgets.Button(description="Stop", disabled=stopped)
+        self.delete_button = widgets.Button(description="Delete")
+        self.start_button.on_click(lambda _b: table.run(self.name, "start"))
+        self.stop_button.on_click(lambda _b: table.run(self.name, "stop"))
+        self.delete_button.on_click(lambda _b: self._delete(table))
+        self.confirming = False
+
+    def _delete(self, table: DevboxTable) -> None:
+        # Deleting drops the box's compute at once, so it takes a second, deliberate click.
+        if not self.confirming:
+            self.confirming = True
+            self.delete_button.description = "Confirm delete"
+            self.delete_button.button_style = "danger"
+            return
+        table.run(self.name, "delete")
+
+    def cells(self) -> list[widgets.Widget]:
+        return [
+            widgets.HTML(f"<b>{escape(self.name)}</b>"),
+            self.state,
+            self.accelerator,
+            self.auto_stop,
+            widgets.HBox([self.start_button, self.stop_button, self.delete_button]),
+        ]
+
+
+class DevboxTable(widgets.VBox):  # type: ignore[misc, unused-ignore]
+    """The user's boxes with state, accelerator, auto-stop time and start/stop/delete."""
+
+    HEADERS = ("Name", "State", "Accelerator", "Auto-stop", "")
+
+    def __init__(self, client: Client, **kwargs: Any) -> None:
+        self.client = client
+        self.rows: dict[str, _Row] = {}
+        self.error = widgets.HTML()
+        self.error.add_class("devboxes-error")
+        self.refresh_button = widgets.Button(description="Refresh", icon="refresh")
+        self.refresh_button.on_click(lambda _b: self.refresh())
+        self.grid = widgets.GridBox(
+            layout=widgets.Layout(
+                grid_template_columns="minmax(8em, auto) minmax(10em, 2fr) auto auto auto",
+                grid_gap="4px 16px",
+            )
+        )
+        super().__init__(children=[self.refresh_button, self.error, self.grid], **kwargs)
+        self.add_class("devboxes-table")
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Re-read the boxes from the controller."""
+        try:
+            boxes = self.client.list()
+        except DevboxesError as error:
+            self.error.value = _error_html(_describe(error))
+            return
+        now = datetime.now(UTC)
+        self.rows = {box.name: _Row(self, box, now) for box in boxes}
+        cells: list[widgets.Widget] = [widgets.HTML(f"<b>{h}</b>") for h in self.HEADERS]
+        for row in self.rows.values():
+            cells.extend(row.cells())
+        if not boxes:
+            cells.append(widgets.HTML(_note_html("No devboxes yet.")))
+        self.grid.children = cells
+        self.error.value = ""
+
+    def run(self, name: str, action: str) -> None:
+        """Start, stop or delete one box (keeping its storage), then refresh."""
+        try:
+            if action == "start":
+                self.client.start(name)
+            elif action == "stop":
+                self.client.stop(name)
+            elif action == "delete":
+                self.client.delete(name)
+            else:
+                raise ValueError(f"unknown action {action!r}: use start, stop or delete")
+        except DevboxesError as error:
+            self.refresh()
+            self.error.value = _error_html(f"{action} {name}: {_describe(error)}")
+            return
+        self.refresh()

@@ -1,0 +1,435 @@
+"""The /api/v1 contract over real HTTP: every route, status code and body shape.
+
+Each body is checked twice: against the SDK models (the contract's single source) and
+against the schema the controller itself publishes at /openapi.json, so the two cannot
+drift apart unnoticed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import jsonschema
+import pytest
+import requests
+from controllers import ControllerProcess, example_settings
+from pydantic import BaseModel
+from support import wait_for
+
+from devboxes_sdk.models import (
+    Capabilities,
+    DeleteResult,
+    Devbox,
+    DevboxList,
+    DevboxState,
+    ErrorBody,
+    Health,
+    WhoAmI,
+)
+
+M = TypeVar("M", bound=BaseModel)
+BOXES = "/api/v1/devboxes"
+# Values from testbed/settings.yaml that discovery must never reveal.
+HIDDEN_VALUES = (
+    "devboxes/workspace-cuda",
+    "devboxes/workspace-rocm",
+    "runtime",
+    "accelerator",
+    "toleration",
+    "nodeSelector",
+    "node_selector",
+    "supplemental",
+    "NoSchedule",
+    "44",
+    "109",
+)
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+class Api:
+    """Authenticated calls to one controller, each checked against its OpenAPI document."""
+
+    def __init__(self, controller: ControllerProcess) -> None:
+        self.base = controller.url
+        self.session = requests.Session()
+        self.session.headers.update(controller.headers())
+        response = self.session.get(f"{self.base}/openapi.json", timeout=10)
+        assert response.status_code == 200, response.text
+        self.openapi: dict[str, Any] = response.json()
+
+    def call(
+        self, method: str, path: str, template: str | None = None, **kwargs: Any
+    ) -> requests.Response:
+        response = self.session.request(method, f"{self.base}{path}", timeout=90, **kwargs)
+        if path.startswith("/api/"):
+            self.check_schema(method, template or path, response)
+        return response
+
+    def check_schema(self, method: str, template: str, response: requests.Response) -> None:
+        operation = self.openapi["paths"][template][method.lower()]
+        documented = operation["responses"]
+        code = str(response.status_code)
+        assert code in documented, f"{method} {template} answered undocumented {code}"
+        schema = documented[code]["content"]["application/json"]["schema"]
+        jsonschema.validate(response.json(), {**schema, "components": self.openapi["components"]})
+
+    def create(self, body: dict[str, Any]) -> requests.Response:
+        return self.call("POST", BOXES, json=body)
+
+    def get(self, name: str, **params: Any) -> requests.Response:
+        return self.call("GET", f"{BOXES}/{name}", f"{BOXES}/{{name}}", params=params)
+
+    def delete(self, name: str, purge: bool = True) -> requests.Response:
+        return self.call(
+            "DELETE", f"{BOXES}/{name}", f"{BOXES}/{{name}}", params={"purge": str(purge).lower()}
+        )
+
+    def verb(self, name: str, verb: str) -> requests.Response:
+        return self.call("POST", f"{BOXES}/{name}/{verb}", f"{BOXES}/{{name}}/{verb}")
+
+
+def parse(model: type[M], response: requests.Response, status: int) -> M:
+    assert response.status_code == status, response.text
+    return model.model_validate_json(response.content)
+
+
+def field_errors(response: requests.Response) -> list[dict[str, Any]]:
+    """The 422 ``detail`` list, each entry checked for exactly type, loc and msg."""
+    body = parse(ErrorBody, response, 422)
+    assert isinstance(body.detail, list), body
+    entries: list[dict[str, Any]] = response.json()["detail"]
+    for entry in entries:
+        assert set(entry) == {"type", "loc", "msg"}, entry
+    return entries
+
+
+@pytest.fixture(scope="module")
+def api(controller: ControllerProcess) -> Api:
+    return Api(controller)
+
+
+@pytest.fixture
+def boxes(api: Api) -> Iterator[Callable[[dict[str, Any]], Devbox]]:
+    """Create boxes through the API; every box created here is purged afterwards."""
+    made: list[str] = []
+
+    def create(body: dict[str, Any]) -> Devbox:
+        box = parse(Devbox, api.create(body), 201)
+        made.append(box.name)
+        return box
+
+    yield create
+    for name in made:
+        assert api.delete(name).status_code in (200, 404)
+
+
+def test_health_and_ready_answer_without_a_token(controller: ControllerProcess) -> None:
+    health = requests.get(f"{controller.url}/health", timeout=10)
+    assert parse(Health, health, 200).status == "ok"
+    ready = requests.get(f"{controller.url}/ready", timeout=10)
+    assert ready.status_code == 200
+    assert ready.json()["status"] == "ready"
+
+
+def test_openapi_documents_every_route(api: Api) -> None:
+    operations = {
+        (method.upper(), path) for path, item in api.openapi["paths"].items() for method in item
+    }
+    assert operations == {
+        ("GET", "/api/v1/whoami"),
+        ("GET", "/api/v1/capabilities"),
+        ("GET", BOXES),
+        ("POST", BOXES),
+        ("GET", f"{BOXES}/{{name}}"),
+        ("DELETE", f"{BOXES}/{{name}}"),
+        ("POST", f"{BOXES}/{{name}}/start"),
+        ("POST", f"{BOXES}/{{name}}/stop"),
+    }
+
+
+def test_whoami(api: Api) -> None:
+    who = parse(WhoAmI, api.call("GET", "/api/v1/whoami"), 200)
+    assert (who.user, who.mode) == ("operator", "token")
+
+
+def test_capabilities_list_the_example_profiles(api: Api) -> None:
+    response = api.call("GET", "/api/v1/capabilities")
+    caps = parse(Capabilities, response, 200)
+    assert caps.gpu.enabled
+    assert caps.gpu.default_profile == "nvidia-l4"
+    assert [p.name for p in caps.gpu.profiles] == [
+        "nvidia-l4",
+        "nvidia-a100-mig-1g10gb",
+        "amd-rocm",
+        "nvidia-l4-shared",
+    ]
+    assert [p.name for p in caps.gpu.profiles if p.default] == ["nvidia-l4"]
+    l4 = caps.gpu.profiles[0]
+    assert (l4.display_name, l4.resource_name, l4.count) == ("NVIDIA L4", "nvidia.com/gpu", 1)
+
+
+def test_capabilities_hide_images_runtime_groups_and_scheduling(api: Api) -> None:
+    text = api.call("GET", "/api/v1/capabilities").text
+    for value in HIDDEN_VALUES:
+        assert value.lower() not in text.lower(), f"capabilities reveal {value!r}: {text}"
+    assert '"nvidia"' not in text, "the RuntimeClass name leaks"
+    for profile in json.loads(text)["gpu"]["profiles"]:
+        assert set(profile) == {
+            "name",
+            "display_name",
+            "description",
+            "resource_name",
+            "count",
+            "default",
+        }
+
+
+def test_create_get_list_stop_start_delete(
+    api: Api, boxes: Callable[[dict[str, Any]], Devbox]
+) -> None:
+    name = unique("life")
+    created = boxes({"name": f"  {name.upper()} ", "preset": "small", "ttl_hours": 2})
+    assert created.name == name
+    assert created.gpu is None
+    assert created.preset == "small"
+    assert created.expires_at is not None
+
+    fetched = parse(Devbox, api.get(name), 200)
+    assert fetched.name == name
+    assert api.get(name).json()["gpu"] is None
+    assert parse(Devbox, api.get(f" {name.upper()}"), 200).name == name
+
+    stopped = parse(Devbox, api.verb(name, "stop"), 200)
+    assert stopped.state == DevboxState.STOPPED
+    started = parse(Devbox, api.verb(name, "start"), 200)
+    assert started.state != DevboxState.STOPPED
+
+    result = parse(DeleteResult, api.delete(name, purge=False), 200)
+    assert (result.name, result.purged) == (name, False)
+    assert parse(ErrorBody, api.delete(name, purge=False), 404).detail == (
+        f"devbox '{name}' not found"
+    )
+    # The home volume was kept, so purging it alone still finds something to delete.
+    purged = parse(DeleteResult, api.delete(name, purge=True), 200)
+    assert (purged.name, purged.purged) == (name, True)
+    assert api.get(name).status_code == 404
+
+
+def test_list_is_newest_first(api: Api, boxes: Callable[[dict[str, Any]], Devbox]) -> None:
+    older = boxes({"name": unique("older")})
+    time.sleep(1.1)  # creation timestamps have one-second resolution
+    newer = boxes({"name": unique("newer")})
+    listing = parse(DevboxList, api.call("GET", BOXES), 200)
+    names = [box.name for box in listing.items]
+    assert names.index(newer.name) < names.index(older.name)
+    stamps = [box.created_at for box in listing.items]
+    assert stamps == sorted(stamps, reverse=True)
+    assert set(api.call("GET", BOXES).json()) == {"items"}
+
+
+def test_gpu_box_reports_its_allocation(
+    api: Api, boxes: Callable[[dict[str, Any]], Devbox]
+) -> None:
+    box = boxes({"name": unique("mig"), "gpu": {"profile": "nvidia-a100-mig-1g10gb"}})
+    assert box.gpu is not None
+    assert (box.gpu.profile, box.gpu.resource_name, box.gpu.count) == (
+        "nvidia-a100-mig-1g10gb",
+        "nvidia.com/mig-1g.10gb",
+        1,
+    )
+    default = boxes({"name": unique("dflt"), "gpu": {}})
+    assert default.gpu is not None
+    assert default.gpu.profile == "nvidia-l4"
+
+
+def test_unknown_box_is_404(api: Api) -> None:
+    name = unique("ghost")
+    for response in (
+        api.get(name),
+        api.verb(name, "start"),
+        api.verb(name, "stop"),
+        api.delete(name),
+        api.get(name, wait="ready", timeout=1),
+    ):
+        body = parse(ErrorBody, response, 404)
+        assert body.detail == f"devbox '{name}' not found"
+
+
+def test_existing_name_is_409(api: Api, boxes: Callable[[dict[str, Any]], Devbox]) -> None:
+    box = boxes({"name": unique("twice")})
+    again = api.create({"name": box.name.upper()})
+    assert parse(ErrorBody, again, 409).detail == f"devbox '{box.name}' already exists"
+
+
+@pytest.mark.parametrize(
+    ("body", "loc"),
+    [
+        ({"name": "x", "foo": 1}, ["body", "foo"]),
+        ({"name": "x", "gpu": {"count": 2}}, ["body", "gpu", "count"]),
+        (
+            {"name": "x", "gpu": {"profile": "nvidia-l4", "resource_name": "amd.com/gpu"}},
+            ["body", "gpu", "resource_name"],
+        ),
+    ],
+)
+def test_unknown_fields_are_422_at_every_level(
+    api: Api, body: dict[str, Any], loc: list[str]
+) -> None:
+    errors = field_errors(api.create(body))
+    assert [e["loc"] for e in errors] == [loc]
+    assert errors[0]["type"] == "extra_forbidden"
+    assert api.get("x").status_code == 404, "nothing may be written before validation"
+
+
+@pytest.mark.parametrize(
+    "name", ["", "-lead", "trail-", "under_score", "dot.ted", "a" * 41, "spa ce", "ünï"]
+)
+def test_bad_names_are_422(api: Api, name: str) -> None:
+    errors = field_errors(api.create({"name": name}))
+    assert [e["loc"] for e in errors] == [["body", "name"]]
+    assert "lowercase letters, digits and '-'" in errors[0]["msg"]
+
+
+@pytest.mark.parametrize(
+    ("body", "loc"),
+    [
+        ({}, ["body", "name"]),
+        ({"name": "ok", "preset": "huge"}, ["body", "preset"]),
+        ({"name": "ok", "ttl_hours": 0}, ["body", "ttl_hours"]),
+        ({"name": "ok", "repository": "not a repo"}, ["body", "repository"]),
+        ({"name": "ok", "gpu": "nvidia-l4"}, ["body", "gpu"]),
+    ],
+)
+def test_invalid_bodies_are_422_with_the_field(
+    api: Api, body: dict[str, Any], loc: list[str]
+) -> None:
+    assert [e["loc"] for e in field_errors(api.create(body))] == [loc]
+
+
+def test_malformed_json_is_422(api: Api) -> None:
+    response = api.call(
+        "POST", BOXES, data=b"{not json", headers={"Content-Type": "application/json"}
+    )
+    assert field_errors(response)
+
+
+def test_bad_name_in_path_is_422(api: Api) -> None:
+    body = parse(ErrorBody, api.get("Bad_Name"), 422)
+    assert isinstance(body.detail, str)
+    assert "invalid name" in body.detail
+
+
+def test_ttl_over_the_maximum_is_422(api: Api) -> None:
+    name = unique("ttl")
+    body = parse(ErrorBody, api.create({"name": name, "ttl_hours": 169}), 422)
+    assert body.detail == "ttl_hours must be at most 168"
+    assert api.get(name).status_code == 404
+
+
+def test_unknown_profile_is_422_naming_the_available_ones(api: Api) -> None:
+    name = unique("prof")
+    body = parse(ErrorBody, api.create({"name": name, "gpu": {"profile": "h100"}}), 422)
+    assert isinstance(body.detail, str)
+    assert "'h100'" in body.detail
+    for profile in ("nvidia-l4", "nvidia-a100-mig-1g10gb", "amd-rocm", "nvidia-l4-shared"):
+        assert profile in body.detail
+    assert api.get(name).status_code == 404
+
+
+def test_wait_returns_once_ready_with_the_header(
+    api: Api, boxes: Callable[[dict[str, Any]], Devbox]
+) -> None:
+    box = boxes({"name": unique("wait")})
+    response = api.get(box.name, wait="ready", timeout=120)
+    waited = parse(Devbox, response, 200)
+    assert response.headers["X-Devboxes-Wait"] == "ready"
+    assert waited.state == DevboxState.READY
+    assert waited.pod_ready
+    assert "X-Devboxes-Wait" not in api.get(box.name).headers
+
+
+def test_wait_returns_the_current_state_at_the_timeout(
+    api: Api, boxes: Callable[[dict[str, Any]], Devbox]
+) -> None:
+    # testbed/nodes.yaml has two L4 nodes with one GPU each: two boxes fill them.
+    for _ in range(2):
+        box = boxes({"name": unique("l4"), "gpu": {"profile": "nvidia-l4"}})
+        assert (
+            parse(Devbox, api.get(box.name, wait="ready", timeout=120), 200).state
+            == DevboxState.READY
+        )
+    blocked = boxes({"name": unique("l4"), "gpu": {"profile": "nvidia-l4"}})
+
+    def scheduler_has_spoken() -> bool:
+        """the third L4 box is reported as blocked by the scheduler"""
+        return "Scheduling blocked" in (api.get(blocked.name).json()["message"] or "")
+
+    wait_for(scheduler_has_spoken, timeout=60)
+    response = api.get(blocked.name, wait="ready", timeout=2)
+    waited = parse(Devbox, response, 200)
+    assert response.headers["X-Devboxes-Wait"] == "ready"
+    assert waited.state == DevboxState.STARTING
+    assert waited.message is not None
+    assert "Insufficient nvidia.com/gpu" in waited.message
+
+
+@pytest.mark.parametrize(
+    "params",
+    [{"wait": "ready", "timeout": 301}, {"wait": "ready", "timeout": -1}, {"wait": "forever"}],
+)
+def test_wait_arguments_out_of_range_are_422(api: Api, params: dict[str, Any]) -> None:
+    errors = field_errors(api.get("anything", **params))
+    assert errors[0]["loc"][0] == "query"
+
+
+def test_cpu_box_when_gpu_is_disabled(
+    controllers: Callable[..., ControllerProcess], namespace: str
+) -> None:
+    settings = example_settings(namespace)
+    settings["gpu"]["enabled"] = False
+    api = Api(controllers(settings))
+    caps = parse(Capabilities, api.call("GET", "/api/v1/capabilities"), 200)
+    assert (caps.gpu.enabled, caps.gpu.default_profile, caps.gpu.profiles) == (False, None, [])
+    name = unique("nogpu")
+    for gpu in ({}, {"profile": "nvidia-l4"}):
+        refused = parse(ErrorBody, api.create({"name": name, "gpu": gpu}), 422)
+        assert refused.detail == "GPU acceleration is disabled by the operator"
+    assert api.get(name).status_code == 404
+    box = parse(Devbox, api.create({"name": name}), 201)
+    assert box.gpu is None
+
+
+def test_quota_refusal_is_403_with_the_apiservers_reason(
+    controllers: Callable[..., ControllerProcess], namespace: str, kube: Any
+) -> None:
+    from kubernetes import client
+
+    core = client.CoreV1Api(kube)
+    core.create_namespaced_resource_quota(
+        namespace,
+        {
+            "metadata": {"name": "no-deployments"},
+            "spec": {"hard": {"count/deployments.apps": "0"}},
+        },
+    )
+
+    def quota_counted() -> bool:
+        """the quota controller has computed the quota's usage"""
+        quota = core.read_namespaced_resource_quota("no-deployments", namespace)
+        return bool(quota.status and quota.status.hard)
+
+    wait_for(quota_counted, timeout=60)
+    api = Api(controllers())
+    name = unique("quota")
+    response = api.create({"name": name})
+    body = parse(ErrorBody, response, 403)
+    assert isinstance(body.detail, str)
+    assert "exceeded quota: no-deployments" in body.detail
+    assert api.get(name).status_code == 404

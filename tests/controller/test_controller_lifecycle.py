@@ -1,0 +1,305 @@
+"""Box lifecycle against the real testbed: GPU scheduling, pinned contracts, storage, races."""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import requests
+from controllers import ControllerProcess, example_settings
+from devboxes_controller import render
+from kubernetes import client
+from support import wait_for
+
+Start = Callable[..., ControllerProcess]
+
+
+class Api:
+    """The controller's HTTP API as a test drives it."""
+
+    def __init__(self, process: ControllerProcess) -> None:
+        self.process = process
+        self.session = requests.Session()
+        self.session.headers.update(process.headers())
+
+    def url(self, path: str) -> str:
+        return f"{self.process.url}/api/v1{path}"
+
+    def create(self, name: str, **body: Any) -> requests.Response:
+        return self.session.post(self.url("/devboxes"), json={"name": name, **body}, timeout=30)
+
+    def get(self, name: str) -> dict[str, Any]:
+        response = self.session.get(self.url(f"/devboxes/{name}"), timeout=30)
+        assert response.status_code == 200, response.text
+        return dict(response.json())
+
+    def wait_ready(self, name: str, timeout: float = 60) -> dict[str, Any]:
+        response = self.session.get(self.url(f"/devboxes/{name}"),
+                                    params={"wait": "ready", "timeout": timeout},
+                                    timeout=timeout + 10)
+        assert response.status_code == 200, response.text
+        return dict(response.json())
+
+    def verb(self, name: str, verb: str) -> dict[str, Any]:
+        response = self.session.post(self.url(f"/devboxes/{name}/{verb}"), timeout=30)
+        assert response.status_code == 200, response.text
+        return dict(response.json())
+
+    def delete(self, name: str, purge: bool = False) -> requests.Response:
+        return self.session.delete(self.url(f"/devboxes/{name}"),
+                                   params={"purge": str(purge).lower()}, timeout=30)
+
+
+def created(api: Api, name: str, **body: Any) -> dict[str, Any]:
+    response = api.create(name, **body)
+    assert response.status_code == 201, response.text
+    return dict(response.json())
+
+
+def box_pod(kube: Any, namespace: str, name: str) -> dict[str, Any]:
+    """The box's one live pod, as raw JSON."""
+    pods = client.CoreV1Api(kube).list_namespaced_pod(
+        namespace, label_selector=f"{render.LABEL_BOX}={name}", _preload_content=False)
+    live = [p for p in json.loads(pods.data)["items"]
+            if not p["metadata"].get("deletionTimestamp")]
+    assert len(live) == 1, [p["metadata"]["name"] for p in live]
+    return dict(live[0])
+
+
+def main_container(pod: dict[str, Any]) -> dict[str, Any]:
+    return next(c for c in pod["spec"]["containers"] if c["name"] == render.MAIN_CONTAINER)
+
+
+def node_labels(kube: Any, node: str) -> dict[str, str]:
+    return dict(client.CoreV1Api(kube).read_node(node).metadata.labels or {})
+
+
+def claim_size(kube: Any, namespace: str, name: str) -> str | None:
+    try:
+        claim = client.CoreV1Api(kube).read_namespaced_persistent_volume_claim(
+            render.object_names(name).pvc, namespace)
+    except client.ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+    if claim.metadata.deletion_timestamp:
+        return None
+    return str(claim.spec.resources.requests["storage"])
+
+
+@pytest.fixture
+def cleanup() -> Iterator[list[tuple[Api, str]]]:
+    """Boxes to purge after the test, so GPU capacity is free for the next one."""
+    boxes: list[tuple[Api, str]] = []
+    yield boxes
+    for api, name in boxes:
+        api.delete(name, purge=True)
+
+
+def test_l4_boxes_fill_the_nodes_then_wait_for_a_free_gpu(
+    controllers: Start, kube: Any, namespace: str, cleanup: list[tuple[Api, str]]
+) -> None:
+    api = Api(controllers())
+    for name in ("l4-first", "l4-second", "l4-third"):
+        cleanup.append((api, name))
+
+    first = created(api, "l4-first", gpu={})
+    assert first["gpu"] == {"profile": "nvidia-l4", "display_name": "NVIDIA L4",
+                            "resource_name": "nvidia.com/gpu", "count": 1}
+    first = api.wait_ready("l4-first")
+    assert first["state"] == "ready", first
+    assert first["ssh_command"]
+    assert first["pod_ready"] is True
+
+    pod = box_pod(kube, namespace, "l4-first")
+    assert node_labels(kube, pod["spec"]["nodeName"])["accelerator"] == "nvidia-l4"
+    resources = main_container(pod)["resources"]
+    assert resources["requests"]["nvidia.com/gpu"] == "1"
+    assert resources["limits"]["nvidia.com/gpu"] == "1"
+    assert pod["spec"]["runtimeClassName"] == "nvidia"
+
+    created(api, "l4-second", gpu={"profile": "nvidia-l4"})
+    assert api.wait_ready("l4-second")["state"] == "ready"
+    # Both L4 nodes now hold one box each: the third cannot be placed anywhere.
+    created(api, "l4-third", gpu={"profile": "nvidia-l4"})
+
+    def blocked() -> dict[str, Any] | None:
+        """the third L4 box reports the scheduler's refusal for want of a GPU"""
+        box = api.get("l4-third")
+        return box if "Insufficient nvidia.com/gpu" in box["message"] else None
+
+    third = wait_for(blocked, timeout=60)
+    assert third["state"] == "starting"
+    assert third["message"].startswith("Scheduling blocked: 0/")
+    scheduled = next(c for c in box_pod(kube, namespace, "l4-third")["status"]["conditions"]
+                     if c["type"] == "PodScheduled")
+    assert third["message"] == f"Scheduling blocked: {scheduled['message']}"
+
+    stopped = api.verb("l4-first", "stop")
+    assert stopped["state"] == "stopped"
+    third = api.wait_ready("l4-third", timeout=90)
+    assert third["state"] == "ready", third
+    assert box_pod(kube, namespace, "l4-third")["spec"]["nodeName"] == pod["spec"]["nodeName"]
+
+
+def test_mig_and_amd_profiles_render_and_schedule(
+    controllers: Start, kube: Any, namespace: str, cleanup: list[tuple[Api, str]]
+) -> None:
+    api = Api(controllers())
+    cleanup.extend([(api, "mig"), (api, "rocm")])
+    created(api, "mig", gpu={"profile": "nvidia-a100-mig-1g10gb"})
+    created(api, "rocm", gpu={"profile": "amd-rocm"}, preset="medium")
+    assert api.wait_ready("mig")["state"] == "ready"
+    rocm = api.wait_ready("rocm")
+    assert rocm["state"] == "ready", rocm
+    assert rocm["gpu"]["resource_name"] == "amd.com/gpu"
+
+    mig = box_pod(kube, namespace, "mig")
+    assert node_labels(kube, mig["spec"]["nodeName"])["accelerator"] == "nvidia-a100-mig"
+    container = main_container(mig)
+    assert container["resources"]["requests"]["nvidia.com/mig-1g.10gb"] == "1"
+    assert container["resources"]["limits"]["nvidia.com/mig-1g.10gb"] == "1"
+    assert container["image"] == "devboxes/workspace-cuda:12.8"
+    assert mig["spec"]["runtimeClassName"] == "nvidia"
+
+    amd = box_pod(kube, namespace, "rocm")
+    assert node_labels(kube, amd["spec"]["nodeName"])["accelerator"] == "amd-rocm"
+    assert amd["spec"]["securityContext"]["supplementalGroups"] == [44, 109]
+    assert amd["spec"]["nodeSelector"] == {"accelerator": "amd-rocm"}
+    assert "runtimeClassName" not in amd["spec"]
+    container = main_container(amd)
+    assert container["resources"]["limits"]["amd.com/gpu"] == "1"
+    assert container["image"] == "devboxes/workspace-rocm:6.4"
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["DEVBOX_GPU_PROFILE"] == "amd-rocm"
+    assert env["DEVBOX_GPU_SUPPLEMENTAL_GROUPS"] == "44,109"
+
+
+def test_missing_runtime_class_is_degraded_with_the_admission_message(
+    controllers: Start, namespace: str, cleanup: list[tuple[Api, str]]
+) -> None:
+    settings = example_settings(namespace)
+    rocm = next(p for p in settings["gpu"]["profiles"] if p["name"] == "amd-rocm")
+    rocm["runtimeClassName"] = "amd"
+    api = Api(controllers(settings))
+    cleanup.append((api, "no-runtime"))
+    created(api, "no-runtime", gpu={"profile": "amd-rocm"})
+    box = api.wait_ready("no-runtime")
+    assert box["state"] == "degraded", box
+    assert 'RuntimeClass "amd" not found' in box["message"]
+    assert box["pod_name"] is None
+
+
+def test_pinned_contract_survives_profile_removal_and_gpu_disabled(
+    controllers: Start, kube: Any, namespace: str, cleanup: list[tuple[Api, str]]
+) -> None:
+    settings = example_settings(namespace)
+    first = controllers(settings)
+    api = Api(first)
+    cleanup.append((api, "pinned"))
+    created(api, "pinned", gpu={"profile": "nvidia-a100-mig-1g10gb"}, ttl_hours=3)
+    assert api.wait_ready("pinned")["state"] == "ready"
+    pinned_gpu = api.verb("pinned", "stop")["gpu"]
+    first.stop()
+
+    removed = copy.deepcopy(settings)
+    removed["gpu"]["profiles"] = [p for p in removed["gpu"]["profiles"]
+                                  if p["name"] != "nvidia-a100-mig-1g10gb"]
+    api = Api(controllers(removed))
+    cleanup[0] = (api, "pinned")
+    refused = api.create("another", gpu={"profile": "nvidia-a100-mig-1g10gb"})
+    assert refused.status_code == 422, refused.text
+    assert "nvidia-l4" in refused.json()["detail"]
+    assert api.get("pinned")["gpu"] == pinned_gpu
+    api.verb("pinned", "start")
+    box = api.wait_ready("pinned")
+    assert box["state"] == "ready", box
+    assert box["gpu"] == pinned_gpu
+    limits = main_container(box_pod(kube, namespace, "pinned"))["resources"]["limits"]
+    assert limits["nvidia.com/mig-1g.10gb"] == "1"
+    api.verb("pinned", "stop")
+    api.process.stop()
+
+    disabled = copy.deepcopy(settings)
+    disabled["gpu"]["enabled"] = False
+    api = Api(controllers(disabled))
+    cleanup[0] = (api, "pinned")
+    refused = api.create("another", gpu={})
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["detail"] == "GPU acceleration is disabled by the operator"
+    api.verb("pinned", "start")
+    box = api.wait_ready("pinned")
+    assert box["state"] == "ready", box
+    assert box["gpu"] == pinned_gpu
+    assert "nvidia.com/mig-1g.10gb" in main_container(
+        box_pod(kube, namespace, "pinned"))["resources"]["requests"]
+
+
+def test_start_renews_the_ttl_from_the_stored_hours(
+    controllers: Start, cleanup: list[tuple[Api, str]]
+) -> None:
+    api = Api(controllers())
+    cleanup.append((api, "renewed"))
+    box = created(api, "renewed", ttl_hours=2)
+    assert api.verb("renewed", "stop")["state"] == "stopped"
+    restarted = api.verb("renewed", "start")
+    assert restarted["state"] == "starting"
+    assert restarted["expires_at"] > box["expires_at"]
+    assert api.get("renewed")["expires_at"] == restarted["expires_at"]
+
+
+def test_concurrent_creates_of_one_name_have_exactly_one_winner(
+    controllers: Start, kube: Any, namespace: str, cleanup: list[tuple[Api, str]]
+) -> None:
+    api = Api(controllers())
+    cleanup.append((api, "race"))
+    barrier = threading.Barrier(6)
+    codes: list[int] = []
+
+    def create() -> None:
+        racer = Api(api.process)
+        barrier.wait()
+        codes.append(racer.create("race").status_code)
+
+    threads = [threading.Thread(target=create) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(codes) == [201] + [409] * 5
+    deployments = client.AppsV1Api(kube).list_namespaced_deployment(
+        namespace, label_selector=render.MANAGED_SELECTOR).items
+    assert [d.metadata.name for d in deployments] == ["devbox-race"]
+
+
+def test_retained_claim_is_reused_and_grown_never_shrunk(
+    controllers: Start, kube: Any, namespace: str
+) -> None:
+    api = Api(controllers())
+    created(api, "keep", preset="small")
+    wait_for(lambda: claim_size(kube, namespace, "keep") == "20Gi", timeout=30)
+
+    kept = api.delete("keep")
+    assert kept.status_code == 200, kept.text
+    assert kept.json()["purged"] is False
+    assert claim_size(kube, namespace, "keep") == "20Gi"
+    assert api.session.get(api.url("/devboxes/keep"), timeout=10).status_code == 404
+
+    created(api, "keep", preset="medium")
+    assert claim_size(kube, namespace, "keep") == "30Gi"
+    assert wait_for(lambda: api.get("keep")["storage_size"] == "30Gi", timeout=30)
+    api.delete("keep")
+
+    created(api, "keep", preset="small")
+    assert claim_size(kube, namespace, "keep") == "30Gi"
+    assert api.get("keep")["storage_size"] == "30Gi"
+
+    purged = api.delete("keep", purge=True)
+    assert purged.status_code == 200, purged.text
+    assert purged.json()["purged"] is True
+    wait_for(lambda: claim_size(kube, namespace, "keep") is None, timeout=60)
+    assert api.delete("keep").status_code == 404

@@ -1,0 +1,354 @@
+"""The dashboard's sessions, CSRF rule, headers and event stream, over real HTTP.
+
+The controller runs as a subprocess against the testbed (the session-wide ``controller``
+fixture); a ``requests.Session`` plays the browser.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import requests
+from controllers import ControllerProcess
+from devboxes_controller.dashboard import safe_next
+from devboxes_controller.sessions import COOKIE, SessionStore, csrf_matches
+
+CSRF_META = re.compile(r'<meta name="devboxes-csrf" content="([^"]+)">')
+
+
+def login(controller: ControllerProcess, **headers: str) -> tuple[requests.Session, str]:
+    """A browser-like session signed in with the operator token, and its CSRF value."""
+    browser = requests.Session()
+    response = browser.post(
+        f"{controller.url}/dashboard/login",
+        data={"token": controller.token, "next": "/dashboard"},
+        headers=headers,
+        allow_redirects=False,
+        timeout=10,
+    )
+    assert response.status_code == 303, response.text
+    page = browser.get(f"{controller.url}/dashboard", timeout=10)
+    assert page.status_code == 200
+    match = CSRF_META.search(page.text)
+    assert match is not None
+    return browser, match.group(1)
+
+
+def box_name() -> str:
+    return f"dash-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def signed_in(controller: ControllerProcess) -> Iterator[tuple[requests.Session, str]]:
+    browser, csrf = login(controller)
+    yield browser, csrf
+    browser.close()
+
+
+def test_page_without_session_redirects_to_login(controller: ControllerProcess) -> None:
+    response = requests.get(f"{controller.url}/dashboard", allow_redirects=False, timeout=10)
+    assert response.status_code == 303
+    assert response.headers["location"] == "/dashboard/login?next=/dashboard"
+
+
+def test_login_sets_a_strict_http_only_cookie(controller: ControllerProcess) -> None:
+    response = requests.post(
+        f"{controller.url}/dashboard/login",
+        data={"token": controller.token, "next": "/dashboard"},
+        allow_redirects=False,
+        timeout=10,
+    )
+    assert response.status_code == 303
+    assert response.headers["location"] == "/dashboard"
+    cookie = response.headers["set-cookie"]
+    assert cookie.startswith(f"{COOKIE}=")
+    flags = {part.strip().lower() for part in cookie.split(";")[1:]}
+    assert {"httponly", "samesite=strict", "path=/"} <= flags
+    assert "secure" not in flags  # plain http on loopback
+    assert controller.token not in cookie
+
+
+def test_cookie_is_secure_behind_https(controller: ControllerProcess) -> None:
+    # The controller trusts forwarding headers from loopback, as behind a local proxy.
+    response = requests.post(
+        f"{controller.url}/dashboard/login",
+        data={"token": controller.token},
+        headers={"X-Forwarded-Proto": "https"},
+        allow_redirects=False,
+        timeout=10,
+    )
+    assert response.status_code == 303
+    flags = {part.strip().lower() for part in response.headers["set-cookie"].split(";")[1:]}
+    assert "secure" in flags
+
+
+def test_wrong_token_is_refused_without_detail(controller: ControllerProcess) -> None:
+    bodies = []
+    for wrong in ("short-guess", secrets.token_urlsafe(32), controller.token[:-1]):
+        response = requests.post(
+            f"{controller.url}/dashboard/login",
+            data={"token": wrong, "next": "/dashboard"},
+            allow_redirects=False,
+            timeout=10,
+        )
+        assert response.status_code == 401
+        assert "set-cookie" not in response.headers
+        assert wrong not in response.text
+        bodies.append(response.text)
+    # A near miss, a short token and a random one get the very same answer.
+    assert bodies[0] == bodies[1] == bodies[2]
+    assert "not accepted" in bodies[0]
+
+
+def test_login_from_another_site_is_refused(controller: ControllerProcess) -> None:
+    response = requests.post(
+        f"{controller.url}/dashboard/login",
+        data={"token": controller.token},
+        headers={"Origin": "https://elsewhere.example"},
+        allow_redirects=False,
+        timeout=10,
+    )
+    assert response.status_code == 403
+    assert "set-cookie" not in response.headers
+
+
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [
+        ("/dashboard", "/dashboard"),
+        ("/dashboard/", "/dashboard/"),
+        ("https://elsewhere.example/dashboard", "/dashboard"),
+        ("//elsewhere.example/dashboard", "/dashboard"),
+        ("/dashboard/../api/v1/devboxes", "/dashboard"),
+        ("/dashboardx", "/dashboard"),
+        ("/dashboard/login", "/dashboard"),
+        ("/api/v1/whoami", "/dashboard"),
+        ("", "/dashboard"),
+    ],
+)
+def test_redirect_after_login_stays_on_the_dashboard(target: str, expected: str) -> None:
+    assert safe_next(target) == expected
+
+
+def test_login_redirect_ignores_foreign_targets(controller: ControllerProcess) -> None:
+    response = requests.post(
+        f"{controller.url}/dashboard/login",
+        data={"token": controller.token, "next": "https://elsewhere.example/"},
+        allow_redirects=False,
+        timeout=10,
+    )
+    assert response.status_code == 303
+    assert response.headers["location"] == "/dashboard"
+
+
+def test_page_has_a_strict_csp_and_no_inline_code(
+    controller: ControllerProcess, signed_in: tuple[requests.Session, str]
+) -> None:
+    browser, _ = signed_in
+    for path in ("/dashboard", "/dashboard/login"):
+        response = browser.get(f"{controller.url}{path}", timeout=10)
+        assert response.status_code == 200
+        csp = {
+            directive.strip().split(" ", 1)[0]: directive.strip()
+            for directive in response.headers["content-security-policy"].split(";")
+        }
+        assert csp["default-src"] == "default-src 'self'"
+        assert csp["script-src"] == "script-src 'self'"
+        assert csp["style-src"] == "style-src 'self'"
+        assert csp["frame-ancestors"] == "frame-ancestors 'none'"
+        assert "unsafe" not in response.headers["content-security-policy"]
+        assert response.headers["cache-control"] == "no-store"
+        page = response.text
+        assert controller.token not in page
+        for script in re.findall(r"<script([^>]*)>(.*?)</script>", page, re.S):
+            assert 'src="/dashboard/static/' in script[0]
+            assert not script[1].strip()
+        assert not re.search(r"<style|\son[a-z]+=|\sstyle=", page)
+        assert "http://" not in page
+        assert "https://" not in page
+
+
+def test_assets_are_served_from_an_allowlist(controller: ControllerProcess) -> None:
+    script = requests.get(f"{controller.url}/dashboard/static/dashboard.js", timeout=10)
+    assert script.status_code == 200
+    assert script.headers["content-type"].startswith("text/javascript")
+    assert "EventSource" in script.text
+    style = requests.get(f"{controller.url}/dashboard/static/dashboard.css", timeout=10)
+    assert style.headers["content-type"].startswith("text/css")
+    for name in ("dashboard.html", "login.html", "..%2Fauth.py"):
+        assert (
+            requests.get(f"{controller.url}/dashboard/static/{name}", timeout=10).status_code == 404
+        )
+
+
+def test_session_reads_without_csrf(
+    controller: ControllerProcess, signed_in: tuple[requests.Session, str]
+) -> None:
+    browser, _ = signed_in
+    response = browser.get(f"{controller.url}/api/v1/devboxes", timeout=10)
+    assert response.status_code == 200
+    assert "items" in response.json()
+
+
+def test_mutation_needs_the_csrf_header(
+    controller: ControllerProcess, signed_in: tuple[requests.Session, str]
+) -> None:
+    browser, csrf = signed_in
+    name = box_name()
+    url = f"{controller.url}/api/v1/devboxes"
+    for headers in ({}, {"X-Devboxes-CSRF": "forged"}, {"X-Devboxes-CSRF": csrf + "x"}):
+        response = browser.post(url, json={"name": name}, headers=headers, timeout=30)
+        assert response.status_code == 403, response.text
+        assert "X-Devboxes-CSRF" in response.json()["detail"]
+    assert browser.get(f"{url}/{name}", timeout=10).status_code == 404
+
+    created = browser.post(url, json={"name": name}, headers={"X-Devboxes-CSRF": csrf}, timeout=30)
+    try:
+        assert created.status_code == 201, created.text
+        stop = browser.post(f"{url}/{name}/stop", timeout=30)
+        assert stop.status_code == 403
+    finally:
+        deleted = requests.delete(
+            f"{url}/{name}", params={"purge": "true"}, headers=controller.headers(), timeout=60
+        )
+    assert deleted.status_code == 200
+
+
+def test_bearer_requests_need_no_csrf(controller: ControllerProcess) -> None:
+    response = requests.post(
+        f"{controller.url}/api/v1/devboxes/{box_name()}/stop",
+        headers=controller.headers(),
+        timeout=10,
+    )
+    assert response.status_code == 404  # authorised; the box simply does not exist
+
+
+def test_forged_session_is_unauthorised(controller: ControllerProcess) -> None:
+    browser = requests.Session()
+    browser.cookies.set(COOKIE, secrets.token_urlsafe(32))
+    response = browser.get(f"{controller.url}/api/v1/whoami", timeout=10)
+    assert response.status_code == 401
+    assert "log in again" in response.json()["detail"]
+    events = browser.get(f"{controller.url}/dashboard/events", timeout=10)
+    assert events.status_code == 401
+    page = browser.get(f"{controller.url}/dashboard", allow_redirects=False, timeout=10)
+    assert page.status_code == 303
+
+
+def test_logout_needs_csrf_and_ends_the_session(controller: ControllerProcess) -> None:
+    browser, csrf = login(controller)
+    refused = browser.post(
+        f"{controller.url}/dashboard/logout",
+        data={"csrf": "wrong"},
+        allow_redirects=False,
+        timeout=10,
+    )
+    assert refused.status_code == 403
+    assert browser.get(f"{controller.url}/api/v1/whoami", timeout=10).status_code == 200
+
+    cookie = browser.cookies.get(COOKIE)
+    response = browser.post(
+        f"{controller.url}/dashboard/logout",
+        data={"csrf": csrf},
+        allow_redirects=False,
+        timeout=10,
+    )
+    assert response.status_code == 303
+    assert response.headers["location"] == "/dashboard/login"
+    # The old cookie, replayed, no longer works.
+    replay = requests.Session()
+    replay.cookies.set(COOKIE, cookie)
+    assert replay.get(f"{controller.url}/api/v1/whoami", timeout=10).status_code == 401
+
+
+def _events(response: requests.Response) -> Iterator[tuple[str, Any]]:
+    kind = ""
+    for line in response.iter_lines(decode_unicode=True):
+        if line.startswith("event: "):
+            kind = line[len("event: ") :]
+        elif line.startswith("data: "):
+            yield kind, json.loads(line[len("data: ") :])
+
+
+def test_events_push_box_changes(
+    controller: ControllerProcess, signed_in: tuple[requests.Session, str]
+) -> None:
+    browser, _ = signed_in
+    name = box_name()
+    api = f"{controller.url}/api/v1/devboxes"
+    with browser.get(f"{controller.url}/dashboard/events", stream=True, timeout=60) as stream:
+        assert stream.status_code == 200
+        assert stream.headers["content-type"].startswith("text/event-stream")
+        events = _events(stream)
+        kind, snapshot = next(events)
+        assert kind == "snapshot"
+        assert name not in {box["name"] for box in snapshot["items"]}
+
+        created = requests.post(api, json={"name": name}, headers=controller.headers(), timeout=30)
+        assert created.status_code == 201, created.text
+        try:
+            kind, box = next((k, d) for k, d in events if d.get("name") == name)
+            assert kind == "box"
+            assert box["preset"] == "small"
+            assert box["gpu"] is None
+        finally:
+            deleted = requests.delete(
+                f"{api}/{name}", params={"purge": "true"}, headers=controller.headers(), timeout=60
+            )
+        assert deleted.status_code == 200
+        kind = next(k for k, d in events if k == "removed" and d["name"] == name)
+        assert kind == "removed"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_sessions_expire_when_idle() -> None:
+    clock = Clock()
+    store = SessionStore(clock=clock, idle_seconds=60, absolute_seconds=3600)
+    session_id, _ = store.create()
+    clock.now += 59
+    assert store.lookup(session_id) is not None  # and that use restarts the idle period
+    clock.now += 59
+    assert store.lookup(session_id) is not None
+    clock.now += 61
+    assert store.lookup(session_id) is None
+    assert store.lookup(session_id) is None
+
+
+def test_sessions_expire_after_their_lifetime_even_when_used() -> None:
+    clock = Clock()
+    store = SessionStore(clock=clock, idle_seconds=60, absolute_seconds=150)
+    session_id, _ = store.create()
+    for _ in range(2):
+        clock.now += 50
+        assert store.lookup(session_id) is not None
+    clock.now += 51
+    assert store.lookup(session_id) is None
+
+
+def test_session_store_is_bounded_and_ids_are_unguessable() -> None:
+    store = SessionStore(max_sessions=3)
+    ids = [store.create()[0] for _ in range(4)]
+    assert store.lookup(ids[0]) is None
+    assert all(store.lookup(i) is not None for i in ids[1:])
+    assert len(set(ids)) == 4
+    assert all(len(i) >= 43 for i in ids)
+    assert store.lookup("") is None
+    assert store.lookup(None) is None
+    session = store.lookup(ids[1])
+    assert session is not None
+    assert csrf_matches(session, session.csrf)
+    assert not csrf_matches(session, None)
+    assert not csrf_matches(session, session.csrf[:-1])

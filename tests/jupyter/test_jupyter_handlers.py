@@ -1,0 +1,412 @@
+"""The server extension's routes: authentication, XSRF, input checks and token hygiene.
+
+The controller here is a loopback HTTP server that records what the extension sends,
+so each test can prove that a refused request never reached it. The behaviour of the
+routes against the real controller is covered in ``test_jupyter_handlers_controller``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+from devboxes_jupyter.handlers import API_ROOT, routes
+from tornado.httpclient import HTTPResponse
+
+pytest_plugins = ["pytest_jupyter.jupyter_server"]
+
+SECRET = "s3cret-controller-token-0123456789abcdefXYZ"
+BOX = {
+    "name": "atlas",
+    "state": "starting",
+    "preset": "small",
+    "created_at": "2025-03-01T12:00:00Z",
+    "expires_at": "2025-03-02T12:00:00Z",
+    "message": "Scheduling blocked: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+    "gpu": {
+        "profile": "nvidia-l4",
+        "display_name": "NVIDIA L4",
+        "resource_name": "nvidia.com/gpu",
+        "count": 1,
+    },
+}
+HANDLER_METHODS = ("get", "post", "put", "patch", "delete")
+
+
+@dataclass
+class Seen:
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    authorization: str | None
+
+
+@dataclass
+class RecordingController:
+    url: str
+    requests: list[Seen] = field(default_factory=list)
+    answers: dict[tuple[str, str], tuple[int, Any]] = field(default_factory=dict)
+
+
+@pytest.fixture
+def controller() -> Iterator[RecordingController]:
+    recorder = RecordingController(url="")
+
+    class Handler(BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            parts = urlsplit(self.path)
+            recorder.requests.append(
+                Seen(
+                    self.command,
+                    parts.path,
+                    parse_qs(parts.query),
+                    self.headers.get("Authorization"),
+                )
+            )
+            length = int(self.headers.get("Content-Length") or 0)
+            if length:
+                self.rfile.read(length)
+            status, body = recorder.answers.get(
+                (self.command, parts.path), (404, {"detail": "no such devbox"})
+            )
+            payload = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        do_GET = do_POST = do_DELETE = _answer
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    recorder.url = f"http://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield recorder
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def extension_config() -> dict[str, Any]:
+    return {"token": SECRET, "request_timeout": 5.0}
+
+
+@pytest.fixture
+def jp_server_config(
+    controller: RecordingController, extension_config: dict[str, Any]
+) -> dict[str, Any]:
+    return {
+        "ServerApp": {"jpserver_extensions": {"devboxes_jupyter": True}},
+        "DevboxesJupyterApp": {"controller_url": controller.url, **extension_config},
+    }
+
+
+Fetch = Callable[..., Awaitable[HTTPResponse]]
+
+
+def _json(response: HTTPResponse) -> Any:
+    return json.loads(response.body)
+
+
+def _concrete(pattern: str) -> str:
+    return re.sub(r"\(\?P<name>[^)]*\)", "atlas", pattern)
+
+
+def _every_route_and_method() -> list[tuple[str, str]]:
+    found = []
+    for pattern, handler in routes():
+        for method in HANDLER_METHODS:
+            if method in vars(handler):
+                found.append((_concrete(pattern), method.upper()))
+    return found
+
+
+def test_the_route_table_covers_the_whole_api() -> None:
+    assert sorted(_every_route_and_method()) == sorted(
+        [
+            (f"{API_ROOT}/capabilities", "GET"),
+            (f"{API_ROOT}/devboxes", "GET"),
+            (f"{API_ROOT}/devboxes", "POST"),
+            (f"{API_ROOT}/devboxes/atlas", "GET"),
+            (f"{API_ROOT}/devboxes/atlas", "DELETE"),
+            (f"{API_ROOT}/devboxes/atlas/start", "POST"),
+            (f"{API_ROOT}/devboxes/atlas/stop", "POST"),
+        ]
+    )
+
+
+@pytest.mark.parametrize(("path", "method"), _every_route_and_method())
+async def test_every_route_refuses_unauthenticated_requests(
+    http_server_client: Any,
+    jp_base_url: str,
+    controller: RecordingController,
+    path: str,
+    method: str,
+) -> None:
+    response = await http_server_client.fetch(
+        jp_base_url.rstrip("/") + path,
+        method=method,
+        body=b"{}" if method == "POST" else None,
+        raise_error=False,
+        follow_redirects=False,
+    )
+    assert response.code in (401, 403)
+    assert SECRET not in response.body.decode()
+    assert controller.requests == []
+
+
+async def _login(http_server_client: Any, jp_base_url: str, token: str) -> dict[str, str]:
+    """Log in like a browser does and return its cookies (session and _xsrf)."""
+    cookies: dict[str, str] = {}
+
+    def keep(response: HTTPResponse) -> None:
+        for header in response.headers.get_list("Set-Cookie"):
+            name, _, rest = header.partition("=")
+            cookies[name.strip()] = rest.split(";", 1)[0]
+
+    base = jp_base_url.rstrip("/")
+    keep(await http_server_client.fetch(f"{base}/login", raise_error=False))
+    assert "_xsrf" in cookies
+    keep(
+        await http_server_client.fetch(
+            f"{base}/login",
+            method="POST",
+            body=f"password={token}&_xsrf={cookies['_xsrf']}",
+            headers={"Cookie": "; ".join(f"{k}={v}" for k, v in cookies.items())},
+            follow_redirects=False,
+            raise_error=False,
+        )
+    )
+    assert any(name.startswith("username-") for name in cookies), cookies
+    return cookies
+
+
+@pytest.mark.parametrize(
+    ("path", "method"), [(p, m) for p, m in _every_route_and_method() if m != "GET"]
+)
+async def test_mutations_need_the_xsrf_token_with_cookie_auth(
+    http_server_client: Any,
+    jp_base_url: str,
+    jp_serverapp: Any,
+    controller: RecordingController,
+    path: str,
+    method: str,
+) -> None:
+    cookies = await _login(http_server_client, jp_base_url, jp_serverapp.identity_provider.token)
+    cookie_header = "; ".join(f"{k}={v}" for k, v in cookies.items())
+    url = jp_base_url.rstrip("/") + path
+    body = json.dumps({"name": "atlas"}).encode() if method == "POST" else None
+
+    refused = await http_server_client.fetch(
+        url, method=method, body=body, headers={"Cookie": cookie_header}, raise_error=False
+    )
+    assert refused.code == 403
+    assert controller.requests == []
+
+    accepted = await http_server_client.fetch(
+        url,
+        method=method,
+        body=body,
+        headers={"Cookie": cookie_header, "X-XSRFToken": cookies["_xsrf"]},
+        raise_error=False,
+    )
+    # The stand-in controller knows no box, so reaching it means a 404 from it.
+    assert accepted.code == 404, accepted.body
+    assert _json(accepted) == {"detail": "no such devbox"}
+    assert len(controller.requests) == 1
+
+
+async def test_reads_need_no_xsrf_token_with_cookie_auth(
+    http_server_client: Any, jp_base_url: str, jp_serverapp: Any, controller: RecordingController
+) -> None:
+    controller.answers[("GET", "/api/v1/devboxes")] = (200, {"items": [BOX]})
+    cookies = await _login(http_server_client, jp_base_url, jp_serverapp.identity_provider.token)
+    response = await http_server_client.fetch(
+        jp_base_url.rstrip("/") + f"{API_ROOT}/devboxes",
+        headers={"Cookie": "; ".join(f"{k}={v}" for k, v in cookies.items())},
+    )
+    assert _json(response)["items"][0]["name"] == "atlas"
+
+
+async def test_token_goes_to_the_controller_and_never_back(
+    jp_fetch: Fetch, controller: RecordingController
+) -> None:
+    controller.answers[("GET", "/api/v1/devboxes")] = (200, {"items": [BOX]})
+    controller.answers[("GET", "/api/v1/devboxes/atlas")] = (200, BOX)
+    controller.answers[("GET", "/api/v1/capabilities")] = (
+        200,
+        {"gpu": {"enabled": False, "default_profile": None, "profiles": []}},
+    )
+    responses = [
+        await jp_fetch("devboxes", "api", "devboxes"),
+        await jp_fetch("devboxes", "api", "devboxes", "atlas"),
+        await jp_fetch("devboxes", "api", "capabilities"),
+        await jp_fetch("devboxes", "api", "devboxes", "ghost", method="DELETE", raise_error=False),
+    ]
+    for response in responses:
+        assert SECRET not in response.body.decode()
+        assert all(SECRET not in value for _, value in response.headers.get_all())
+    assert [seen.authorization for seen in controller.requests] == [f"Bearer {SECRET}"] * 4
+
+
+async def test_server_side_wait_is_passed_through(
+    jp_fetch: Fetch, controller: RecordingController
+) -> None:
+    controller.answers[("GET", "/api/v1/devboxes/atlas")] = (200, BOX)
+    response = await jp_fetch(
+        "devboxes", "api", "devboxes", "atlas", params={"wait": "ready", "timeout": "7"}
+    )
+    assert _json(response)["message"] == BOX["message"]
+    assert controller.requests[-1].query == {"wait": ["ready"], "timeout": ["7"]}
+
+
+async def test_controller_errors_keep_status_and_detail(
+    jp_fetch: Fetch, controller: RecordingController
+) -> None:
+    detail = [
+        {
+            "type": "value_error",
+            "loc": ["body", "gpu", "profile"],
+            "msg": "unknown GPU profile 'h100'; available: nvidia-l4",
+        }
+    ]
+    controller.answers[("POST", "/api/v1/devboxes")] = (422, {"detail": detail})
+    response = await jp_fetch(
+        "devboxes",
+        "api",
+        "devboxes",
+        method="POST",
+        body=json.dumps({"name": "atlas", "gpu": {"profile": "h100"}}),
+        raise_error=False,
+    )
+    assert response.code == 422
+    assert _json(response) == {"detail": detail}
+
+
+@pytest.mark.parametrize(
+    ("parts", "kwargs", "loc"),
+    [
+        (
+            ("devboxes",),
+            {"method": "POST", "body": json.dumps({"name": "Not_Valid"})},
+            ["body", "name"],
+        ),
+        (
+            ("devboxes",),
+            {"method": "POST", "body": json.dumps({"name": "ok", "privileged": True})},
+            ["body", "privileged"],
+        ),
+        (("devboxes", "atlas"), {"params": {"wait": "forever"}}, ["query", "wait"]),
+        (("devboxes", "-x-", "start"), {"method": "POST", "body": b""}, ["path", "name"]),
+        (
+            ("devboxes", "atlas"),
+            {"method": "DELETE", "params": {"purge": "maybe"}},
+            ["query", "purge"],
+        ),
+    ],
+)
+async def test_bad_input_is_refused_before_the_controller(
+    jp_fetch: Fetch,
+    controller: RecordingController,
+    parts: tuple[str, ...],
+    kwargs: dict[str, Any],
+    loc: list[str],
+) -> None:
+    response = await jp_fetch("devboxes", "api", *parts, raise_error=False, **kwargs)
+    assert response.code == 422
+    assert [item["loc"] for item in _json(response)["detail"]] == [loc]
+    assert controller.requests == []
+
+
+class TestTokenFile:
+    @pytest.fixture
+    def token_file(self, tmp_path: Path) -> Path:
+        path = tmp_path / "controller-token"
+        path.write_text(SECRET + "\n")
+        return path
+
+    @pytest.fixture
+    def extension_config(self, token_file: Path) -> dict[str, Any]:
+        return {"token_file": str(token_file), "request_timeout": 5.0}
+
+    async def test_a_rotated_token_is_used_without_restart(
+        self, jp_fetch: Fetch, controller: RecordingController, token_file: Path
+    ) -> None:
+        controller.answers[("GET", "/api/v1/devboxes")] = (200, {"items": []})
+        await jp_fetch("devboxes", "api", "devboxes")
+        rotated = "rotated-token-abcdefghijklmnopqrstuvwxyz012345"
+        token_file.write_text(rotated)
+        await jp_fetch("devboxes", "api", "devboxes")
+        assert [seen.authorization for seen in controller.requests] == [
+            f"Bearer {SECRET}",
+            f"Bearer {rotated}",
+        ]
+
+    async def test_an_unreadable_token_file_is_a_clear_503(
+        self, jp_fetch: Fetch, controller: RecordingController, token_file: Path
+    ) -> None:
+        token_file.unlink()
+        response = await jp_fetch("devboxes", "api", "devboxes", raise_error=False)
+        assert response.code == 503
+        assert "cannot read the token file" in _json(response)["detail"]
+        assert controller.requests == []
+
+
+class TestNotConfigured:
+    @pytest.fixture
+    def jp_server_config(self) -> dict[str, Any]:
+        return {"ServerApp": {"jpserver_extensions": {"devboxes_jupyter": True}}}
+
+    async def test_missing_controller_url_is_a_clear_503(
+        self, jp_fetch: Fetch, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    ) -> None:
+        monkeypatch.delenv("DEVBOX_URL", raising=False)
+        monkeypatch.delenv("DEVBOX_TOKEN", raising=False)
+        monkeypatch.setenv("DEVBOX_CONFIG", str(tmp_path / "absent.toml"))
+        response = await jp_fetch("devboxes", "api", "capabilities", raise_error=False)
+        assert response.code == 503
+        assert _json(response)["detail"].startswith(
+            "Devboxes is not configured on this Jupyter server: no Devboxes URL configured"
+        )
+
+
+class TestUnreachable:
+    @pytest.fixture
+    def jp_server_config(self) -> dict[str, Any]:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        return {
+            "ServerApp": {"jpserver_extensions": {"devboxes_jupyter": True}},
+            "DevboxesJupyterApp": {
+                "controller_url": f"http://127.0.0.1:{port}",
+                "token": SECRET,
+                "request_timeout": 2.0,
+            },
+        }
+
+    async def test_an_unreachable_controller_is_503(self, jp_fetch: Fetch) -> None:
+        response = await jp_fetch(
+            "devboxes",
+            "api",
+            "devboxes",
+            method="POST",
+            body=json.dumps({"name": "atlas"}),
+            raise_error=False,
+        )
+        assert response.code == 503
+        assert "cannot reach the Devboxes API" in _json(response)["detail"]
+        assert SECRET not in response.body.decode()

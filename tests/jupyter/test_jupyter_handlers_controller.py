@@ -1,0 +1,140 @@
+"""The server extension's routes against the real controller on the testbed."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import pytest
+from tornado.httpclient import HTTPResponse
+
+from devboxes_sdk.client import Client
+from devboxes_sdk.errors import NotFound
+
+pytest_plugins = ["pytest_jupyter.jupyter_server"]
+
+Fetch = Callable[..., Awaitable[HTTPResponse]]
+READY_TIMEOUT = 180
+
+
+@pytest.fixture
+def jp_server_config(controller_env: dict[str, str]) -> dict[str, Any]:
+    return {
+        "ServerApp": {"jpserver_extensions": {"devboxes_jupyter": True}},
+        "DevboxesJupyterApp": {
+            "controller_url": controller_env["DEVBOX_URL"],
+            "token": controller_env["DEVBOX_TOKEN"],
+        },
+    }
+
+
+@pytest.fixture
+def cleanup(controller_client: Client) -> Iterator[list[str]]:
+    names: list[str] = []
+    yield names
+    for name in names:
+        with contextlib.suppress(NotFound):
+            controller_client.delete(name, purge=True)
+
+
+def _json(response: HTTPResponse) -> Any:
+    return json.loads(response.body)
+
+
+async def _create(fetch: Fetch, cleanup: list[str], **body: Any) -> HTTPResponse:
+    name = body.setdefault("name", f"jh-{uuid.uuid4().hex[:8]}")
+    cleanup.append(name)
+    return await fetch(
+        "devboxes", "api", "devboxes", method="POST", body=json.dumps(body), raise_error=False
+    )
+
+
+async def test_capabilities_match_the_controller(
+    jp_fetch: Fetch, controller_client: Client
+) -> None:
+    response = await jp_fetch("devboxes", "api", "capabilities")
+    body = _json(response)
+    expected = controller_client.capabilities().gpu
+    assert body["gpu"]["enabled"] == expected.enabled
+    assert [p["name"] for p in body["gpu"]["profiles"]] == expected.names
+
+
+async def test_gpu_box_lifecycle_through_the_extension(
+    jp_fetch: Fetch, controller_client: Client, cleanup: list[str]
+) -> None:
+    catalog = controller_client.capabilities().gpu
+    if not catalog.enabled or catalog.default is None:
+        pytest.skip("the controller under test has GPU acceleration disabled")
+    profile = catalog.default.name
+
+    created = await _create(jp_fetch, cleanup, gpu={"profile": profile}, preset="medium")
+    assert created.code == 201, created.body
+    box = _json(created)
+    name = box["name"]
+    assert box["gpu"]["profile"] == profile
+
+    listed = _json(await jp_fetch("devboxes", "api", "devboxes"))
+    assert name in [item["name"] for item in listed["items"]]
+
+    state = box["state"]
+    for _ in range(READY_TIMEOUT // 20):
+        if state in ("ready", "degraded"):
+            break
+        waited = await jp_fetch(
+            "devboxes",
+            "api",
+            "devboxes",
+            name,
+            params={"wait": "ready", "timeout": "20"},
+            request_timeout=60,
+        )
+        state = _json(waited)["state"]
+    assert state == "ready"
+    assert controller_client.get(name).ssh_command
+
+    stopped = _json(
+        await jp_fetch("devboxes", "api", "devboxes", name, "stop", method="POST", body=b"")
+    )
+    assert stopped["state"] == "stopped"
+    assert stopped["gpu"]["profile"] == profile
+
+    started = _json(
+        await jp_fetch("devboxes", "api", "devboxes", name, "start", method="POST", body=b"")
+    )
+    assert started["state"] != "stopped"
+
+    deleted = _json(
+        await jp_fetch(
+            "devboxes", "api", "devboxes", name, method="DELETE", params={"purge": "true"}
+        )
+    )
+    assert deleted["name"] == name
+    assert deleted["purged"] is True
+    missing = await jp_fetch("devboxes", "api", "devboxes", name, raise_error=False)
+    assert missing.code == 404
+    assert _json(missing)["detail"]
+
+
+async def test_duplicate_name_is_409_from_the_controller(
+    jp_fetch: Fetch, cleanup: list[str]
+) -> None:
+    first = await _create(jp_fetch, cleanup)
+    assert first.code == 201, first.body
+    again = await _create(jp_fetch, cleanup, name=_json(first)["name"])
+    assert again.code == 409
+    assert _json(again)["detail"]
+
+
+async def test_unknown_profile_is_422_naming_the_available_ones(
+    jp_fetch: Fetch, controller_client: Client, cleanup: list[str]
+) -> None:
+    catalog = controller_client.capabilities().gpu
+    if not catalog.enabled:
+        pytest.skip("the controller under test has GPU acceleration disabled")
+    response = await _create(jp_fetch, cleanup, gpu={"profile": "no-such-gpu"})
+    assert response.code == 422
+    text = json.dumps(_json(response)["detail"])
+    assert all(name in text for name in catalog.names)

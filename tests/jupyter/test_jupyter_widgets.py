@@ -1,0 +1,231 @@
+"""The widgets, driven from Python as a notebook user would drive them.
+
+Picker tests use catalog data directly; launcher and table tests talk to the real
+controller on the testbed through the ``controller_client`` fixture.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from devboxes_jupyter import labels
+from devboxes_jupyter.widgets import AcceleratorPicker, DevboxLauncher, DevboxTable
+from traitlets import TraitError
+
+from devboxes_sdk import models
+from devboxes_sdk.client import Client
+from devboxes_sdk.errors import NotFound
+
+L4 = models.GpuProfile(
+    name="nvidia-l4",
+    display_name="NVIDIA L4",
+    description="One dedicated L4",
+    resource_name="nvidia.com/gpu",
+    count=1,
+    default=True,
+)
+AMD = models.GpuProfile(
+    name="amd-mi210", display_name="AMD MI210", resource_name="amd.com/gpu", count=2
+)
+CATALOG = models.GpuCapabilities(enabled=True, default_profile="nvidia-l4", profiles=[L4, AMD])
+READY_TIMEOUT = 180
+
+
+def option_labels(picker: AcceleratorPicker) -> list[str]:
+    return [label for label, _key in picker.dropdown.options]
+
+
+class TestAcceleratorPicker:
+    def test_cpu_only_is_first_and_selected(self) -> None:
+        picker = AcceleratorPicker(CATALOG)
+        assert option_labels(picker)[0] == labels.CPU_ONLY
+        assert picker.dropdown.index == 0
+        assert picker.value is None
+        assert picker.dropdown.disabled is False
+
+    def test_profiles_follow_in_catalog_order_with_the_default_marked(self) -> None:
+        picker = AcceleratorPicker(CATALOG)
+        assert option_labels(picker)[1:] == [
+            labels.profile_label(L4),
+            labels.profile_label(AMD),
+        ]
+        assert option_labels(picker)[1].endswith(" (default)")
+        assert not option_labels(picker)[2].endswith(" (default)")
+
+    def test_choosing_a_profile_sets_value_and_shows_its_description(self) -> None:
+        picker = AcceleratorPicker(CATALOG)
+        picker.dropdown.index = 1
+        assert picker.value == "nvidia-l4"
+        assert "One dedicated L4" in picker.help.value
+        assert picker.dropdown.tooltip == "One dedicated L4"
+        picker.dropdown.index = 0
+        assert picker.value is None
+
+    def test_setting_value_moves_the_dropdown(self) -> None:
+        picker = AcceleratorPicker(CATALOG)
+        picker.value = "amd-mi210"
+        assert picker.dropdown.index == 2
+        picker.value = None
+        assert picker.dropdown.index == 0
+
+    def test_unknown_profile_is_refused_with_the_choices(self) -> None:
+        picker = AcceleratorPicker(CATALOG)
+        with pytest.raises(TraitError, match="available: nvidia-l4, amd-mi210"):
+            picker.value = "h100"
+        assert picker.value is None
+
+    def test_disabled_gpu_leaves_cpu_only_and_says_why(self) -> None:
+        picker = AcceleratorPicker(models.GpuCapabilities(enabled=False))
+        assert option_labels(picker) == [labels.CPU_ONLY]
+        assert picker.dropdown.disabled is True
+        assert "disabled by the operator" in picker.help.value
+        with pytest.raises(TraitError, match="disabled"):
+            picker.value = "nvidia-l4"
+
+
+class TestLauncherWithoutController:
+    @pytest.fixture
+    def offline_client(self) -> Client:
+        # Port 9 on loopback: nothing listens, so every call fails fast with Unavailable.
+        return Client("http://127.0.0.1:9", "offline-token-0123456789abcdef0123", timeout=2)
+
+    def test_bad_name_is_shown_inline(self, offline_client: Client) -> None:
+        launcher = DevboxLauncher(offline_client)
+        launcher.name.value = "Not Valid!"
+        launcher.create_button.click()
+        assert "invalid name" in launcher.error.value
+        assert "Traceback" not in launcher.error.value
+        assert launcher.box is None
+
+    def test_bad_ttl_is_shown_inline(self, offline_client: Client) -> None:
+        launcher = DevboxLauncher(offline_client)
+        launcher.name.value = "fine"
+        launcher.ttl_hours.value = 0
+        launcher.create_button.click()
+        assert "at least 1 hour" in launcher.error.value
+
+    def test_unreachable_controller_is_explained_not_raised(self, offline_client: Client) -> None:
+        launcher = DevboxLauncher(offline_client)
+        assert "could not be loaded" in launcher.picker.help.value
+        launcher.name.value = "fine"
+        launcher.create_button.click()
+        assert "cannot reach the Devboxes API" in launcher.error.value
+
+
+def _unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def cleanup(controller_client: Client) -> Iterator[list[str]]:
+    names: list[str] = []
+    yield names
+    for name in names:
+        with contextlib.suppress(NotFound):
+            controller_client.delete(name, purge=True)
+
+
+def _default_profile(client: Client) -> models.GpuProfile:
+    catalog = client.capabilities().gpu
+    if not catalog.enabled or catalog.default is None:
+        pytest.skip("the controller under test has GPU acceleration disabled")
+    return catalog.default
+
+
+class TestWithController:
+    def test_picker_shows_the_controllers_catalog(self, controller_client: Client) -> None:
+        profiles = controller_client.gpu_profiles()
+        picker = AcceleratorPicker.from_client(controller_client)
+        assert option_labels(picker)[0] == labels.CPU_ONLY
+        assert picker.value is None
+        assert option_labels(picker)[1:] == [labels.profile_label(p) for p in profiles]
+
+    def test_launcher_creates_a_gpu_box_and_follows_it_to_ready(
+        self, controller_client: Client, cleanup: list[str]
+    ) -> None:
+        profile = _default_profile(controller_client)
+        launcher = DevboxLauncher(controller_client, wait_timeout=READY_TIMEOUT)
+        launcher.name.value = _unique("wl")
+        launcher.picker.value = profile.name
+        launcher.create_button.click()
+        cleanup.append(launcher.name.value)
+        assert launcher.error.value == ""
+        created = launcher.box
+        assert created is not None
+        # create() hands back the box as the controller answered, before any waiting.
+        assert created.state is models.DevboxState.STARTING
+        assert launcher.watcher is not None
+
+        final = launcher.wait(READY_TIMEOUT + 30)
+        assert final is not None
+        assert final.state is models.DevboxState.READY, launcher.status.value
+        assert "ready" in launcher.status.value
+        assert final.gpu is not None
+        assert final.gpu.profile == profile.name
+        assert final.ssh_command
+        assert final.ssh_command in launcher.ssh.value
+
+    def test_controller_refusal_is_shown_inline(
+        self, controller_client: Client, cleanup: list[str]
+    ) -> None:
+        name = _unique("dup")
+        controller_client.create(name)
+        cleanup.append(name)
+        launcher = DevboxLauncher(controller_client)
+        launcher.name.value = name
+        launcher.create_button.click()
+        assert "409" in launcher.error.value
+        assert launcher.box is None
+
+    def test_table_lists_boxes_and_drives_stop_start_delete(
+        self, controller_client: Client, cleanup: list[str]
+    ) -> None:
+        name = _unique("wt")
+        controller_client.create(name, ttl_hours=3)
+        cleanup.append(name)
+        table = DevboxTable(controller_client)
+        row = table.rows[name]
+        assert labels.CPU_ONLY in row.accelerator.value
+        assert row.auto_stop.value.startswith("in ")
+        assert row.start_button.disabled is True
+
+        row.stop_button.click()
+        row = table.rows[name]
+        assert row.state.value.startswith("stopped"), table.error.value
+        assert row.start_button.disabled is False
+        assert controller_client.get(name).state is models.DevboxState.STOPPED
+
+        row.start_button.click()
+        assert controller_client.get(name).state is not models.DevboxState.STOPPED
+
+        row = table.rows[name]
+        row.delete_button.click()
+        assert row.delete_button.description == "Confirm delete"
+        assert name in table.rows
+        row.delete_button.click()
+        assert name not in table.rows
+        with pytest.raises(NotFound):
+            controller_client.get(name)
+
+    def test_table_shows_action_errors_inline(
+        self, controller_client: Client, cleanup: list[str]
+    ) -> None:
+        name = _unique("wg")
+        controller_client.create(name)
+        cleanup.append(name)
+        table = DevboxTable(controller_client)
+        controller_client.delete(name)
+        table.run(name, "stop")
+        assert "404" in table.error.value
+        assert name not in table.rows
+
+
+def test_table_reports_an_unreachable_controller() -> None:
+    client: Any = Client("http://127.0.0.1:9", "offline-token-0123456789abcdef0123", timeout=2)
+    table = DevboxTable(client)
+    assert "cannot reach the Devboxes API" in table.error.value
+    assert table.rows == {}
