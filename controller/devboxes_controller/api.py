@@ -145,6 +145,12 @@ def _install_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, err: RequestValidationError) -> JSONResponse:
+        # FastAPI decodes a JSON body before it runs dependencies; an unauthenticated
+        # caller must learn nothing about its request, not even that the body is malformed.
+        try:
+            require_operator(request)
+        except ApiProblem as refused:
+            return await problem(request, refused)
         return JSONResponse({"detail": _field_errors(err)}, status_code=422)
 
     @app.exception_handler(Exception)

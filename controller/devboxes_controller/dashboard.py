@@ -111,7 +111,14 @@ def _sessions(request: Request) -> SessionStore:
 
 
 def _same_origin(request: Request) -> bool:
-    """Browsers send Origin on form posts; refuse posts another site makes the browser send."""
+    """Refuse form posts that another site makes the browser send.
+
+    Browsers label every request with ``Sec-Fetch-Site``; with the no-referrer policy
+    their ``Origin`` on a form post is "null", so it is only the fallback for older ones.
+    """
+    site = request.headers.get("sec-fetch-site")
+    if site is not None:
+        return site in ("same-origin", "none")
     origin = request.headers.get("origin")
     if origin is None:
         return True
@@ -223,23 +230,33 @@ async def _stream(
     sessions = _sessions(request)
     cookie = request.cookies.get(COOKIE)
     try:
+        snapshot = boxes.list_json().decode()
+        # Only boxes this stream has shown are reported as removed: the watches may see a
+        # new box's other objects before its Deployment.
+        shown = {box["name"] for box in json.loads(snapshot)["items"]}
         yield b"retry: 3000\n\n"
-        yield _event("snapshot", boxes.list_json().decode())
+        yield _event("snapshot", snapshot)
         while True:
             try:
                 await asyncio.wait_for(subscriber.changed.wait(), KEEPALIVE_SECONDS)
+                quiet = False
             except TimeoutError:
-                if cookie is not None and sessions.lookup(cookie, touch=False) is None:
-                    yield _event("expired", "{}")
-                    return
+                quiet = True
+            if cookie is not None and sessions.lookup(cookie, touch=False) is None:
+                yield _event("expired", "{}")
+                return
+            if quiet:
                 yield b": keepalive\n\n"
                 continue
             for name in subscriber.take():
                 try:
                     box = boxes.get(name)
                 except ApiProblem:
-                    yield _event("removed", json.dumps({"name": name}))
+                    if name in shown:
+                        shown.discard(name)
+                        yield _event("removed", json.dumps({"name": name}))
                     continue
+                shown.add(name)
                 yield _event("box", box.model_dump_json())
     finally:
         broadcaster.unsubscribe(subscriber)

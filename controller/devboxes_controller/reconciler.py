@@ -16,6 +16,7 @@ from .boxes import Boxes
 from .kube import ApiProblem, Obj
 from .lease import LeaderElector
 from .metrics import METRICS
+from .settings import SnapshotError
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,13 @@ class Reconciler:
                 log.warning(
                     "reconcile failed",
                     extra={"box": render.box_name_of(deployment), "error": err.detail},
+                )
+                continue
+            except SnapshotError as err:
+                # One hand-edited Deployment must not stop expiry and repair of every other box.
+                log.warning(
+                    "box annotations unreadable",
+                    extra={"box": render.box_name_of(deployment), "error": str(err)},
                 )
                 continue
             if deadline is not None:

@@ -47,13 +47,6 @@ def _note_html(text: str) -> str:
     return f'<span style="{_NOTE_STYLE}">{escape(text)}</span>' if text else ""
 
 
-def _describe(error: Exception) -> str:
-    if isinstance(error, DevboxesError):
-        return str(error)
-    # A bug must not leave a silent widget, but a traceback helps no one here either.
-    return f"unexpected {type(error).__name__}: {error}"
-
-
 class AcceleratorPicker(widgets.VBox):  # type: ignore[misc, unused-ignore]
     """Choose CPU only or one GPU profile; ``value`` is None (CPU) or the profile name."""
 
@@ -133,7 +126,7 @@ class DevboxLauncher(widgets.VBox):  # type: ignore[misc, unused-ignore]
         except DevboxesError as error:
             self.picker = AcceleratorPicker(
                 models.GpuCapabilities(enabled=False),
-                note=f"The accelerator catalog could not be loaded: {_describe(error)}",
+                note=f"The accelerator catalog could not be loaded: {error!s}",
             )
         self.create_button = widgets.Button(description="Create", button_style="primary")
         self.create_button.add_class("devboxes-create")
@@ -177,7 +170,7 @@ class DevboxLauncher(widgets.VBox):  # type: ignore[misc, unused-ignore]
                 gpu=self.picker.value,
             )
         except DevboxesError as error:
-            self.error.value = _error_html(_describe(error))
+            self.error.value = _error_html(str(error))
             return None
         finally:
             self.create_button.disabled = False
@@ -225,9 +218,9 @@ class DevboxLauncher(widgets.VBox):  # type: ignore[misc, unused-ignore]
             self._show(error.box, generation, f"(not ready after {error.timeout:g} s)")
         except BoxNotReady as error:
             self._show(error.box, generation)
-        except Exception as error:
+        except DevboxesError as error:
             if self._current(generation):
-                self.error.value = _error_html(_describe(error))
+                self.error.value = _error_html(str(error))
         else:
             self._show(box, generation)
 
@@ -243,9 +236,10 @@ class _Row:
             escape(labels.auto_stop_label(box.state, box.expires_at, now))
         )
         stopped = box.state is models.DevboxState.STOPPED
-        self.start_button = widgets.Button(description="Start", disabled=not stopped)
-        self.stop_button = widgets.Button(description="Stop", disabled=stopped)
-        self.delete_button = widgets.Button(description="Delete")
+        fit = widgets.Layout(width="auto")
+        self.start_button = widgets.Button(description="Start", disabled=not stopped, layout=fit)
+        self.stop_button = widgets.Button(description="Stop", disabled=stopped, layout=fit)
+        self.delete_button = widgets.Button(description="Delete", layout=fit)
         self.start_button.on_click(lambda _b: table.run(self.name, "start"))
         self.stop_button.on_click(lambda _b: table.run(self.name, "stop"))
         self.delete_button.on_click(lambda _b: self._delete(table))
@@ -284,7 +278,7 @@ class DevboxTable(widgets.VBox):  # type: ignore[misc, unused-ignore]
         self.refresh_button.on_click(lambda _b: self.refresh())
         self.grid = widgets.GridBox(
             layout=widgets.Layout(
-                grid_template_columns="minmax(8em, auto) minmax(10em, 2fr) auto auto auto",
+                grid_template_columns="auto minmax(14em, 3fr) auto auto auto",
                 grid_gap="4px 16px",
             )
         )
@@ -297,7 +291,7 @@ class DevboxTable(widgets.VBox):  # type: ignore[misc, unused-ignore]
         try:
             boxes = self.client.list()
         except DevboxesError as error:
-            self.error.value = _error_html(_describe(error))
+            self.error.value = _error_html(str(error))
             return
         now = datetime.now(UTC)
         self.rows = {box.name: _Row(self, box, now) for box in boxes}
@@ -322,6 +316,6 @@ class DevboxTable(widgets.VBox):  # type: ignore[misc, unused-ignore]
                 raise ValueError(f"unknown action {action!r}: use start, stop or delete")
         except DevboxesError as error:
             self.refresh()
-            self.error.value = _error_html(f"{action} {name}: {_describe(error)}")
+            self.error.value = _error_html(f"{action} {name}: {error!s}")
             return
         self.refresh()

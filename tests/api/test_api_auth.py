@@ -85,7 +85,9 @@ def test_refusal_comes_before_validation(controller: ControllerProcess) -> None:
     base = controller.url
     assert_refused(
         requests.get(
-            f"{base}/api/v1/devboxes/Bad_Name", params={"wait": "ready", "timeout": 999}, timeout=10
+            f"{base}/api/v1/devboxes/Bad_Name",
+            params={"wait": "ready", "timeout": "999"},
+            timeout=10,
         ),
         "invalid query",
     )

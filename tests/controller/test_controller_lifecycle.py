@@ -6,6 +6,7 @@ import copy
 import json
 import threading
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -38,9 +39,11 @@ class Api:
         return dict(response.json())
 
     def wait_ready(self, name: str, timeout: float = 60) -> dict[str, Any]:
-        response = self.session.get(self.url(f"/devboxes/{name}"),
-                                    params={"wait": "ready", "timeout": timeout},
-                                    timeout=timeout + 10)
+        response = self.session.get(
+            self.url(f"/devboxes/{name}"),
+            params={"wait": "ready", "timeout": str(timeout)},
+            timeout=timeout + 10,
+        )
         assert response.status_code == 200, response.text
         return dict(response.json())
 
@@ -50,8 +53,9 @@ class Api:
         return dict(response.json())
 
     def delete(self, name: str, purge: bool = False) -> requests.Response:
-        return self.session.delete(self.url(f"/devboxes/{name}"),
-                                   params={"purge": str(purge).lower()}, timeout=30)
+        return self.session.delete(
+            self.url(f"/devboxes/{name}"), params={"purge": str(purge).lower()}, timeout=30
+        )
 
 
 def created(api: Api, name: str, **body: Any) -> dict[str, Any]:
@@ -63,9 +67,9 @@ def created(api: Api, name: str, **body: Any) -> dict[str, Any]:
 def box_pod(kube: Any, namespace: str, name: str) -> dict[str, Any]:
     """The box's one live pod, as raw JSON."""
     pods = client.CoreV1Api(kube).list_namespaced_pod(
-        namespace, label_selector=f"{render.LABEL_BOX}={name}", _preload_content=False)
-    live = [p for p in json.loads(pods.data)["items"]
-            if not p["metadata"].get("deletionTimestamp")]
+        namespace, label_selector=f"{render.LABEL_BOX}={name}", _preload_content=False
+    )
+    live = [p for p in json.loads(pods.data)["items"] if not p["metadata"].get("deletionTimestamp")]
     assert len(live) == 1, [p["metadata"]["name"] for p in live]
     return dict(live[0])
 
@@ -81,7 +85,8 @@ def node_labels(kube: Any, node: str) -> dict[str, str]:
 def claim_size(kube: Any, namespace: str, name: str) -> str | None:
     try:
         claim = client.CoreV1Api(kube).read_namespaced_persistent_volume_claim(
-            render.object_names(name).pvc, namespace)
+            render.object_names(name).pvc, namespace
+        )
     except client.ApiException as err:
         if err.status == 404:
             return None
@@ -108,8 +113,12 @@ def test_l4_boxes_fill_the_nodes_then_wait_for_a_free_gpu(
         cleanup.append((api, name))
 
     first = created(api, "l4-first", gpu={})
-    assert first["gpu"] == {"profile": "nvidia-l4", "display_name": "NVIDIA L4",
-                            "resource_name": "nvidia.com/gpu", "count": 1}
+    assert first["gpu"] == {
+        "profile": "nvidia-l4",
+        "display_name": "NVIDIA L4",
+        "resource_name": "nvidia.com/gpu",
+        "count": 1,
+    }
     first = api.wait_ready("l4-first")
     assert first["state"] == "ready", first
     assert first["ssh_command"]
@@ -135,8 +144,11 @@ def test_l4_boxes_fill_the_nodes_then_wait_for_a_free_gpu(
     third = wait_for(blocked, timeout=60)
     assert third["state"] == "starting"
     assert third["message"].startswith("Scheduling blocked: 0/")
-    scheduled = next(c for c in box_pod(kube, namespace, "l4-third")["status"]["conditions"]
-                     if c["type"] == "PodScheduled")
+    scheduled = next(
+        c
+        for c in box_pod(kube, namespace, "l4-third")["status"]["conditions"]
+        if c["type"] == "PodScheduled"
+    )
     assert third["message"] == f"Scheduling blocked: {scheduled['message']}"
 
     stopped = api.verb("l4-first", "stop")
@@ -207,8 +219,9 @@ def test_pinned_contract_survives_profile_removal_and_gpu_disabled(
     first.stop()
 
     removed = copy.deepcopy(settings)
-    removed["gpu"]["profiles"] = [p for p in removed["gpu"]["profiles"]
-                                  if p["name"] != "nvidia-a100-mig-1g10gb"]
+    removed["gpu"]["profiles"] = [
+        p for p in removed["gpu"]["profiles"] if p["name"] != "nvidia-a100-mig-1g10gb"
+    ]
     api = Api(controllers(removed))
     cleanup[0] = (api, "pinned")
     refused = api.create("another", gpu={"profile": "nvidia-a100-mig-1g10gb"})
@@ -235,20 +248,31 @@ def test_pinned_contract_survives_profile_removal_and_gpu_disabled(
     box = api.wait_ready("pinned")
     assert box["state"] == "ready", box
     assert box["gpu"] == pinned_gpu
-    assert "nvidia.com/mig-1g.10gb" in main_container(
-        box_pod(kube, namespace, "pinned"))["resources"]["requests"]
+    assert (
+        "nvidia.com/mig-1g.10gb"
+        in main_container(box_pod(kube, namespace, "pinned"))["resources"]["requests"]
+    )
 
 
 def test_start_renews_the_ttl_from_the_stored_hours(
-    controllers: Start, cleanup: list[tuple[Api, str]]
+    controllers: Start, kube: Any, namespace: str, cleanup: list[tuple[Api, str]]
 ) -> None:
     api = Api(controllers())
     cleanup.append((api, "renewed"))
-    box = created(api, "renewed", ttl_hours=2)
+    created(api, "renewed", ttl_hours=2)
     assert api.verb("renewed", "stop")["state"] == "stopped"
+    # An old deadline, as if the box had been stopped long ago.
+    client.AppsV1Api(kube).patch_namespaced_deployment(
+        "devbox-renewed",
+        namespace,
+        {"metadata": {"annotations": {render.ANNOTATION_EXPIRES_AT: "2020-01-01T00:00:00Z"}}},
+    )
+    before = datetime.now(UTC).replace(microsecond=0)
     restarted = api.verb("renewed", "start")
+    after = datetime.now(UTC)
     assert restarted["state"] == "starting"
-    assert restarted["expires_at"] > box["expires_at"]
+    expires = datetime.fromisoformat(restarted["expires_at"])
+    assert before + timedelta(hours=2) <= expires <= after + timedelta(hours=2)
     assert api.get("renewed")["expires_at"] == restarted["expires_at"]
 
 
@@ -271,8 +295,11 @@ def test_concurrent_creates_of_one_name_have_exactly_one_winner(
     for thread in threads:
         thread.join()
     assert sorted(codes) == [201] + [409] * 5
-    deployments = client.AppsV1Api(kube).list_namespaced_deployment(
-        namespace, label_selector=render.MANAGED_SELECTOR).items
+    deployments = (
+        client.AppsV1Api(kube)
+        .list_namespaced_deployment(namespace, label_selector=render.MANAGED_SELECTOR)
+        .items
+    )
     assert [d.metadata.name for d in deployments] == ["devbox-race"]
 
 

@@ -19,8 +19,9 @@ LEASE = "devboxes-controller"
 
 
 def api_call(process: ControllerProcess, method: str, path: str, **kwargs: Any) -> Any:
-    response = requests.request(method, f"{process.url}/api/v1{path}",
-                                headers=process.headers(), timeout=60, **kwargs)
+    response = requests.request(
+        method, f"{process.url}/api/v1{path}", headers=process.headers(), timeout=60, **kwargs
+    )
     assert response.ok, response.text
     return response.json()
 
@@ -33,21 +34,28 @@ def expire_now(kube: Any, namespace: str, name: str) -> None:
     """Move the stored deadline into the past, as if the TTL had run out."""
     past = render.format_timestamp(datetime.now(UTC) - timedelta(minutes=1))
     client.AppsV1Api(kube).patch_namespaced_deployment(
-        render.object_names(name).deployment, namespace,
-        {"metadata": {"annotations": {render.ANNOTATION_EXPIRES_AT: past}}})
+        render.object_names(name).deployment,
+        namespace,
+        {"metadata": {"annotations": {render.ANNOTATION_EXPIRES_AT: past}}},
+    )
 
 
 def events(kube: Any, namespace: str, name: str, reason: str) -> list[Any]:
     found = client.CoreV1Api(kube).list_namespaced_event(namespace).items
     deployment = render.object_names(name).deployment
-    return [e for e in found
-            if e.reason == reason and e.involved_object.name == deployment
-            and e.involved_object.kind == "Deployment"]
+    return [
+        e
+        for e in found
+        if e.reason == reason
+        and e.involved_object.name == deployment
+        and e.involved_object.kind == "Deployment"
+    ]
 
 
 def replicas(kube: Any, namespace: str, name: str) -> int:
     deployment = client.AppsV1Api(kube).read_namespaced_deployment(
-        render.object_names(name).deployment, namespace)
+        render.object_names(name).deployment, namespace
+    )
     return int(deployment.spec.replicas)
 
 
@@ -68,7 +76,8 @@ def lease_holder(kube: Any, namespace: str) -> str | None:
         if err.status == 404:
             return None
         raise
-    return lease.spec.holder_identity
+    holder = lease.spec.holder_identity
+    return str(holder) if holder else None
 
 
 def expired_in_log(process: ControllerProcess, name: str) -> bool:
@@ -90,6 +99,21 @@ def test_ttl_expiry_stops_the_box_and_records_an_event(
     ready = api_call(process, "GET", "/devboxes/brief", params={"wait": "ready", "timeout": 60})
     assert ready["state"] == "ready", ready
 
+    # A Deployment whose record was edited by hand must not stall the other boxes.
+    broken = render.render_deployment(
+        render.BoxSpec(
+            name="broken",
+            preset="small",
+            ttl_hours=1,
+            repository=None,
+            expires_at=datetime.now(UTC),
+            gpu=None,
+        ),
+        settings_from_mapping(example_settings(namespace)),
+        replicas=0,
+    )
+    del broken["metadata"]["annotations"][render.ANNOTATION_TTL_HOURS]
+    client.AppsV1Api(kube).create_namespaced_deployment(namespace, broken)
     expire_now(kube, namespace, "brief")
 
     def stopped() -> dict[str, Any] | None:
@@ -100,12 +124,18 @@ def test_ttl_expiry_stops_the_box_and_records_an_event(
     stopped_box = wait_for(stopped, timeout=30)
     assert "time to live" in stopped_box["message"]
     assert replicas(kube, namespace, "brief") == 0
-    annotations = client.AppsV1Api(kube).read_namespaced_deployment(
-        "devbox-brief", namespace).metadata.annotations
+    annotations = (
+        client.AppsV1Api(kube)
+        .read_namespaced_deployment("devbox-brief", namespace)
+        .metadata.annotations
+    )
     assert render.ANNOTATION_EXPIRED_AT in annotations
     assert render.ANNOTATION_EXPIRES_AT in annotations
-    assert exists(client.CoreV1Api(kube).read_namespaced_persistent_volume_claim,
-                  "devbox-brief-home", namespace)
+    assert exists(
+        client.CoreV1Api(kube).read_namespaced_persistent_volume_claim,
+        "devbox-brief-home",
+        namespace,
+    )
 
     expired = wait_for(lambda: events(kube, namespace, "brief", "Expired"), timeout=15)
     assert expired[0].source.component == render.MANAGER
@@ -113,8 +143,12 @@ def test_ttl_expiry_stops_the_box_and_records_an_event(
     # Starting again renews the deadline; the reconciler leaves the box running.
     restarted = api_call(process, "POST", "/devboxes/brief/start")
     assert restarted["expires_at"] > ready["expires_at"]
-    assert api_call(process, "GET", "/devboxes/brief",
-                    params={"wait": "ready", "timeout": 60})["state"] == "ready"
+    assert (
+        api_call(process, "GET", "/devboxes/brief", params={"wait": "ready", "timeout": 60})[
+            "state"
+        ]
+        == "ready"
+    )
     assert replicas(kube, namespace, "brief") == 1
 
 
@@ -125,11 +159,14 @@ def test_deleted_service_is_recreated(controllers: Start, kube: Any, namespace: 
     wait_for(lambda: exists(core.read_namespaced_service, "devbox-lost-service-ssh", namespace))
     core.delete_namespaced_service("devbox-lost-service-ssh", namespace)
 
-    wait_for(lambda: exists(core.read_namespaced_service, "devbox-lost-service-ssh", namespace),
-             timeout=20)
+    wait_for(
+        lambda: exists(core.read_namespaced_service, "devbox-lost-service-ssh", namespace),
+        timeout=20,
+    )
     assert wait_for(lambda: events(kube, namespace, "lost-service", "Repaired"), timeout=15)
-    ready = api_call(process, "GET", "/devboxes/lost-service",
-                     params={"wait": "ready", "timeout": 60})
+    ready = api_call(
+        process, "GET", "/devboxes/lost-service", params={"wait": "ready", "timeout": 60}
+    )
     assert ready["state"] == "ready", ready
 
 
@@ -140,19 +177,23 @@ def test_create_interrupted_after_the_deployment_is_completed(
     process = controllers()
     settings = settings_from_mapping(example_settings(namespace))
     spec = render.BoxSpec(
-        name="half", preset="small", ttl_hours=2, repository=None,
+        name="half",
+        preset="small",
+        ttl_hours=2,
+        repository=None,
         expires_at=datetime.now(UTC) + timedelta(hours=2),
         gpu=settings.gpu.profile("nvidia-a100-mig-1g10gb"),
     )
     client.AppsV1Api(kube).create_namespaced_deployment(
-        namespace, render.render_deployment(spec, settings))
+        namespace, render.render_deployment(spec, settings)
+    )
     core = client.CoreV1Api(kube)
 
     def completed() -> bool:
         """the reconciler writes the missing claim and Service"""
-        return (exists(core.read_namespaced_persistent_volume_claim, "devbox-half-home",
-                       namespace)
-                and exists(core.read_namespaced_service, "devbox-half-ssh", namespace))
+        return exists(
+            core.read_namespaced_persistent_volume_claim, "devbox-half-home", namespace
+        ) and exists(core.read_namespaced_service, "devbox-half-ssh", namespace)
 
     wait_for(completed, timeout=20)
     ready = api_call(process, "GET", "/devboxes/half", params={"wait": "ready", "timeout": 60})
@@ -163,8 +204,10 @@ def test_create_interrupted_after_the_deployment_is_completed(
     assert "Service" in repaired[0].message
     # The repair never duplicates: one claim, one Service, one Deployment.
     selector = f"{render.LABEL_BOX}=half"
-    assert len(core.list_namespaced_persistent_volume_claim(
-        namespace, label_selector=selector).items) == 1
+    assert (
+        len(core.list_namespaced_persistent_volume_claim(namespace, label_selector=selector).items)
+        == 1
+    )
     assert len(core.list_namespaced_service(namespace, label_selector=selector).items) == 1
     api_call(process, "DELETE", "/devboxes/half", params={"purge": "true"})
 
@@ -176,14 +219,20 @@ def test_create_interrupted_after_the_claim_is_finished_by_the_next_create(
     process = controllers()
     settings = settings_from_mapping(example_settings(namespace))
     spec = render.BoxSpec(
-        name="claimed", preset="small", ttl_hours=2, repository=None,
-        expires_at=datetime.now(UTC) + timedelta(hours=2), gpu=None,
+        name="claimed",
+        preset="small",
+        ttl_hours=2,
+        repository=None,
+        expires_at=datetime.now(UTC) + timedelta(hours=2),
+        gpu=None,
     )
     core = client.CoreV1Api(kube)
     claim = core.create_namespaced_persistent_volume_claim(
-        namespace, render.render_pvc(spec, settings))
-    response = requests.get(f"{process.url}/api/v1/devboxes/claimed",
-                            headers=process.headers(), timeout=10)
+        namespace, render.render_pvc(spec, settings)
+    )
+    response = requests.get(
+        f"{process.url}/api/v1/devboxes/claimed", headers=process.headers(), timeout=10
+    )
     assert response.status_code == 404
 
     api_call(process, "POST", "/devboxes", json={"name": "claimed"})
@@ -199,8 +248,10 @@ def test_only_the_leader_expires_boxes_and_a_survivor_takes_over(
     first = controllers(lease_seconds=3)
     second = controllers(lease_seconds=3)
     by_identity = {first.identity: first, second.identity: second}
-    holder = wait_for(lambda: lease_holder(kube, namespace) in by_identity
-                      and lease_holder(kube, namespace), timeout=20)
+    holder = wait_for(
+        lambda: lease_holder(kube, namespace) in by_identity and lease_holder(kube, namespace),
+        timeout=20,
+    )
     leader = by_identity[holder]
     follower = second if leader is first else first
 

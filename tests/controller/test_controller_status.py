@@ -44,7 +44,9 @@ def make_settings(**overrides: Any) -> Settings:
 SETTINGS = make_settings()
 
 
-def deployment(replicas: int = 1, gpu: bool = False, **annotations: str) -> Obj:
+def deployment(
+    replicas: int = 1, gpu: bool = False, annotations: dict[str, str] | None = None
+) -> Obj:
     spec = render.BoxSpec(
         name="atlas",
         preset="medium",
@@ -57,7 +59,7 @@ def deployment(replicas: int = 1, gpu: bool = False, **annotations: str) -> Obj:
     obj["metadata"].update(
         creationTimestamp="2030-01-01T08:00:00Z", uid="d-1", resourceVersion="10"
     )
-    obj["metadata"]["annotations"].update(annotations)
+    obj["metadata"]["annotations"].update(annotations or {})
     obj["status"] = {}
     return obj
 
@@ -180,12 +182,15 @@ def test_zero_replicas_is_stopped_whatever_the_pods_say() -> None:
 
 def test_a_box_stopped_by_its_ttl_says_when() -> None:
     objects = BoxObjects(
-        deployment=deployment(replicas=0, **{render.ANNOTATION_EXPIRED_AT: "2030-01-01T12:00:00Z"})
+        deployment=deployment(
+            replicas=0, annotations={render.ANNOTATION_EXPIRED_AT: "2030-01-01T12:00:00Z"}
+        )
     )
     box = derive(objects, SETTINGS)
     assert box.state is DevboxState.STOPPED
-    assert "2030-01-01T12:00:00Z" in box.message
-    assert "time to live" in box.message
+    assert box.message == (
+        "Stopped when its time to live ran out at 2030-01-01T12:00:00Z; storage is kept."
+    )
 
 
 # -- ready -----------------------------------------------------------------------------------
@@ -304,7 +309,7 @@ def test_replicaset_failure_condition_is_degraded() -> None:
     )
     box = derive(objects, SETTINGS)
     assert box.state is DevboxState.DEGRADED
-    assert RUNTIME_CLASS_REFUSAL in box.message
+    assert box.message == f"Kubernetes cannot create the pod: {RUNTIME_CLASS_REFUSAL}"
 
 
 def test_failed_create_events_of_the_box_replicaset_are_read_latest_first() -> None:
@@ -403,7 +408,7 @@ def test_the_newest_live_pod_speaks_for_the_box() -> None:
     )
     assert box.state is DevboxState.STARTING
     assert box.pod_name == "devbox-atlas-new-c"
-    assert box.message.startswith("Scheduling blocked: ")
+    assert box.message == f"Scheduling blocked: {SCHEDULER_WORDS}"
 
 
 # -- the rest of the wire object ---------------------------------------------------------------

@@ -106,11 +106,21 @@ def test_wrong_token_is_refused_without_detail(controller: ControllerProcess) ->
     assert "not accepted" in bodies[0]
 
 
-def test_login_from_another_site_is_refused(controller: ControllerProcess) -> None:
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"Origin": "https://elsewhere.example"},
+        {"Sec-Fetch-Site": "cross-site", "Origin": "null"},
+        {"Sec-Fetch-Site": "same-site"},
+    ],
+)
+def test_login_from_another_site_is_refused(
+    controller: ControllerProcess, headers: dict[str, str]
+) -> None:
     response = requests.post(
         f"{controller.url}/dashboard/login",
         data={"token": controller.token},
-        headers={"Origin": "https://elsewhere.example"},
+        headers=headers,
         allow_redirects=False,
         timeout=10,
     )
@@ -253,6 +263,7 @@ def test_logout_needs_csrf_and_ends_the_session(controller: ControllerProcess) -
     assert browser.get(f"{controller.url}/api/v1/whoami", timeout=10).status_code == 200
 
     cookie = browser.cookies.get(COOKIE)
+    assert cookie is not None
     response = browser.post(
         f"{controller.url}/dashboard/logout",
         data={"csrf": csrf},

@@ -8,6 +8,7 @@ in ``test-artifacts/``.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import socket
@@ -81,6 +82,12 @@ def lab(controller_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
     (data / "labextensions" / "devboxes-jupyter").symlink_to(LABEXTENSION)
     root = base / "root"
     root.mkdir()
+    # No "get notified about news?" toast over the screenshots.
+    labconfig = base / "config" / "labconfig"
+    labconfig.mkdir(parents=True)
+    (labconfig / "page_config.json").write_text(
+        json.dumps({"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": True}})
+    )
     token = secrets.token_hex(24)
     port = _free_port()
     env = {
@@ -210,9 +217,9 @@ def _leave_one_device(client: Client, profile: str, cleanup: list[str]) -> None:
         client.delete(fillers[-1], purge=True)
 
 
-def _open_lab(page: Any, lab: Lab, path: str = "lab") -> None:
+def _open_lab(page: Any, lab: Lab, path: str = "lab", ready: str = ".jp-LauncherCard") -> None:
     page.goto(f"{lab.url}/{path}?token={lab.token}")
-    page.wait_for_selector(".jp-LauncherCard", timeout=60_000)
+    page.wait_for_selector(ready, timeout=60_000)
 
 
 def test_launcher_tile_creates_gpu_boxes_and_shows_the_scheduler(
@@ -306,8 +313,7 @@ def test_widgets_render_in_a_notebook(
     cleanup.append(name)
     lab.api("PUT", "api/contents/widgets.ipynb", {"type": "notebook", "content": WIDGETS_NOTEBOOK})
 
-    _open_lab(page, lab, "lab/tree/widgets.ipynb")
-    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+    _open_lab(page, lab, "lab/tree/widgets.ipynb", ready=".jp-Notebook .jp-Cell")
     expect(page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")).to_be_attached(
         timeout=60_000
     )

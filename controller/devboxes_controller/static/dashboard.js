@@ -134,6 +134,9 @@
       const message = detailText(data);
       showError(fieldOfMessage(message), message);
     }
+    // Focus moves to the first field in error, whose description now carries the message.
+    const invalid = document.querySelector('#create-form [aria-invalid="true"]');
+    if (invalid) invalid.focus();
   }
 
   async function create(event) {

@@ -1,0 +1,80 @@
+"""Fuzz every operation of the published OpenAPI document: no input may cause a 5xx.
+
+The controller runs on a namespace of its own so that boxes the fuzzer manages to
+create do not disturb other tests; the namespace goes with everything in it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import requests
+import schemathesis
+from controllers import ControllerProcess, example_settings
+from devboxes_testbed.cluster import Testbed
+from hypothesis import HealthCheck, given, settings
+
+MAX_EXAMPLES = 50
+
+
+@pytest.fixture(scope="module")
+def fuzz_controller(
+    testbed: Testbed, kube: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ControllerProcess]:
+    from kubernetes import client
+
+    core = client.CoreV1Api(kube)
+    namespace = f"fuzz-{uuid.uuid4().hex[:8]}"
+    core.create_namespace({"metadata": {"name": namespace}})
+    process = ControllerProcess(
+        testbed.kubeconfig, example_settings(namespace), tmp_path_factory.mktemp("fuzz")
+    ).start()
+    try:
+        yield process
+    finally:
+        process.stop()
+        core.delete_namespace(namespace)
+
+
+@pytest.fixture(scope="module")
+def api_schema(fuzz_controller: ControllerProcess) -> Any:
+    response = requests.get(
+        f"{fuzz_controller.url}/openapi.json", headers=fuzz_controller.headers(), timeout=10
+    )
+    assert response.status_code == 200, response.text
+    return schemathesis.openapi.from_dict(response.json())
+
+
+def check(case: Any, controller: ControllerProcess) -> None:
+    if case.query and "timeout" in case.query:
+        # A valid timeout holds the request open; cap it so the pass stays short.
+        timeout = case.query["timeout"]
+        if isinstance(timeout, int | float) and 0 < timeout <= 300:
+            case.query["timeout"] = min(timeout, 0.5)
+    response = case.call(base_url=controller.url, headers=controller.headers(), timeout=30)
+    described = f"{case.method} {case.formatted_path} {case.query} {case.body!r}"
+    assert response.status_code < 500, f"{described} -> {response.status_code} {response.text}"
+    assert response.status_code != 401, f"{described}: the right token was refused"
+
+
+def test_no_input_causes_a_server_error(
+    api_schema: Any, fuzz_controller: ControllerProcess
+) -> None:
+    operations = [result.ok() for result in api_schema.get_all_operations()]
+    assert len(operations) >= 8
+    for operation in operations:
+
+        @given(case=operation.as_strategy())
+        @settings(
+            max_examples=MAX_EXAMPLES,
+            deadline=None,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+        )
+        def fuzz(case: Any) -> None:
+            check(case, fuzz_controller)
+
+        fuzz()

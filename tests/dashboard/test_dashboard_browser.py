@@ -1,0 +1,253 @@
+"""The dashboard in a real headless Chromium against a controller on the testbed.
+
+Login, the accelerator selector, live scheduling status pushed over the event stream,
+stop, and delete with purge. Screenshots land in ``test-artifacts/dashboard/``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from controllers import ControllerProcess, example_settings
+
+pytestmark = pytest.mark.browser
+
+REPO = Path(__file__).resolve().parents[2]
+ARTIFACTS = REPO / "test-artifacts" / "dashboard"
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
+READY_MS = 180_000
+L4_SELECTOR = "accelerator=nvidia-l4"
+L4_RESOURCE = "nvidia.com/gpu"
+
+
+class Api:
+    """The operator's bearer-token client, for setup and cleanup around the browser."""
+
+    def __init__(self, controller: ControllerProcess) -> None:
+        self.base = f"{controller.url}/api/v1"
+        self.http = requests.Session()
+        self.http.headers.update(controller.headers())
+
+    def get(self, path: str) -> Any:
+        response = self.http.get(f"{self.base}{path}", timeout=30)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    def create_l4(self, name: str) -> None:
+        response = self.http.post(
+            f"{self.base}/devboxes",
+            json={"name": name, "gpu": {"profile": "nvidia-l4"}},
+            timeout=30,
+        )
+        assert response.status_code == 201, response.text
+
+    def wait_ready(self, name: str) -> None:
+        response = self.http.get(
+            f"{self.base}/devboxes/{name}", params={"wait": "ready", "timeout": "180"}, timeout=200
+        )
+        assert response.json()["state"] == "ready", response.text
+
+    def delete_all(self) -> None:
+        for box in self.get("/devboxes")["items"]:
+            self.http.delete(
+                f"{self.base}/devboxes/{box['name']}", params={"purge": "true"}, timeout=60
+            )
+
+
+def free_l4_gpus(kube: Any) -> int:
+    """Whole L4 GPUs no pod holds, across the cluster: other tests share them."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(kube)
+    nodes = core.list_node(label_selector=L4_SELECTOR).items
+    total = sum(int(node.status.allocatable.get(L4_RESOURCE, "0")) for node in nodes)
+    names = {node.metadata.name for node in nodes}
+    held = 0
+    for pod in core.list_pod_for_all_namespaces().items:
+        if pod.spec.node_name not in names or pod.status.phase in ("Succeeded", "Failed"):
+            continue
+        for container in pod.spec.containers:
+            requests_ = (container.resources and container.resources.requests) or {}
+            held += int(requests_.get(L4_RESOURCE, "0"))
+    return total - held
+
+
+@pytest.fixture
+def chromium() -> Iterator[Any]:
+    if not CHROMIUM.exists():
+        pytest.skip("Debian's chromium is not installed at /usr/bin/chromium")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+def shot(page: Any, name: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def test_dashboard_in_chromium(
+    controllers: Callable[..., ControllerProcess], kube: Any, chromium: Any
+) -> None:
+    from playwright.sync_api import expect
+
+    controller = controllers()
+    api = Api(controller)
+    profiles = api.get("/capabilities")["gpu"]["profiles"]
+    suffix = uuid.uuid4().hex[:6]
+    occupier, first, second = f"hold-{suffix}", f"l4-first-{suffix}", f"l4-second-{suffix}"
+
+    context = chromium.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    problems: list[str] = []
+    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+    try:
+        # Login: a wrong token first, then the right one.
+        page.goto(f"{controller.url}/dashboard")
+        expect(page).to_have_url(f"{controller.url}/dashboard/login?next=/dashboard")
+        page.get_by_label("Operator token").fill("not-the-operator-token")
+        page.get_by_role("button", name="Sign in").click()
+        expect(page.get_by_role("alert")).to_have_text("That token was not accepted.")
+        shot(page, "01-login-refused")
+        page.get_by_label("Operator token").fill(controller.token)
+        page.get_by_label("Operator token").press("Enter")
+        expect(page).to_have_url(f"{controller.url}/dashboard")
+        expect(page.locator("#connection")).to_have_text("Live")
+        # The session lives in an HttpOnly cookie: nothing for scripts to read or keep.
+        assert page.evaluate("document.cookie") == ""
+        assert page.evaluate("localStorage.length + sessionStorage.length") == 0
+        assert controller.token not in page.content()
+
+        # The selector: CPU only first and chosen, then every profile with its description.
+        radios = page.locator('input[name="accelerator"]')
+        expect(radios).to_have_count(len(profiles) + 1)
+        cpu = page.get_by_role("radio", name="CPU only")
+        expect(cpu).to_be_checked()
+        assert radios.first.get_attribute("value") == ""
+        for profile in profiles:
+            radio = page.locator(f'input[name="accelerator"][value="{profile["name"]}"]')
+            expect(radio).not_to_be_checked()
+            label = page.locator(f'label[for="{radio.get_attribute("id")}"]')
+            expect(label).to_contain_text(profile["display_name"])
+            expect(label).to_contain_text(profile["description"])
+        shot(page, "02-create-form")
+
+        # A server-side validation error lands next to its field.
+        page.get_by_label("Name", exact=True).fill("Not a valid name!")
+        page.get_by_role("button", name="Create", exact=True).click()
+        expect(page.locator("#box-name-error")).to_contain_text("invalid name")
+        expect(page.get_by_label("Name", exact=True)).to_have_attribute("aria-invalid", "true")
+
+        # Leave exactly one L4 free, so the second box of this test must wait for it.
+        free = free_l4_gpus(kube)
+        if free < 1:
+            pytest.skip("every NVIDIA L4 GPU of the testbed is held by another test")
+        holders = [f"{occupier}-{i}" for i in range(free - 1)]
+        for holder in holders:
+            api.create_l4(holder)
+            api.wait_ready(holder)
+
+        def create_l4(name: str) -> None:
+            page.get_by_label("Name", exact=True).fill(name)
+            page.locator('input[name="accelerator"][value="nvidia-l4"]').check()
+            page.get_by_role("button", name="Create", exact=True).click()
+            expect(page.locator("#action-status")).to_have_text(f"Box {name} created.")
+
+        create_l4(first)
+        first_row = page.locator(f'tr[data-box="{first}"]')
+        expect(first_row.locator(".col-accelerator")).to_have_text("NVIDIA L4 (1 × nvidia.com/gpu)")
+        expect(first_row.locator(".col-state")).to_have_text("ready", timeout=READY_MS)
+        expect(first_row.locator(".col-ssh")).to_contain_text("ssh")
+
+        create_l4(second)
+        second_row = page.locator(f'tr[data-box="{second}"]')
+        # Pushed by the event stream: the page is never reloaded in this test.
+        expect(second_row.locator(".col-message")).to_contain_text(
+            "Scheduling blocked:", timeout=READY_MS
+        )
+        expect(second_row.locator(".col-message")).to_contain_text("Insufficient nvidia.com/gpu")
+        expect(second_row.locator(".col-state")).to_have_text("starting")
+        shot(page, "03-scheduling-blocked")
+
+        first_row.get_by_role("button", name=f"Stop {first}").click()
+        expect(first_row.locator(".col-state")).to_have_text("stopped")
+        expect(first_row.get_by_role("button", name=f"Start {first}")).to_be_visible()
+        expect(second_row.locator(".col-state")).to_have_text("ready", timeout=READY_MS)
+        expect(second_row.locator(".col-message")).not_to_contain_text("Scheduling blocked")
+        shot(page, "04-second-ready")
+
+        # The dialog is reachable and dismissible from the keyboard.
+        second_row.get_by_role("button", name=f"Delete {second}").focus()
+        page.keyboard.press("Enter")
+        dialog = page.get_by_role("dialog")
+        expect(dialog).to_be_visible()
+        page.keyboard.press("Escape")
+        expect(dialog).to_be_hidden()
+        expect(second_row).to_have_count(1)
+
+        # Delete with purge: the button stays disabled until the name is typed.
+        second_row.get_by_role("button", name=f"Delete {second}").click()
+        expect(dialog).to_be_visible()
+        expect(dialog.get_by_label("Type the box name to confirm the purge")).to_be_hidden()
+        dialog.get_by_label("Also delete the home volume (purge)").check()
+        confirm = dialog.get_by_role("button", name="Delete and purge")
+        expect(confirm).to_be_disabled()
+        dialog.get_by_label("Type the box name to confirm the purge").fill(second[:-1])
+        expect(confirm).to_be_disabled()
+        dialog.get_by_label("Type the box name to confirm the purge").fill(second)
+        shot(page, "05-purge-confirm")
+        expect(confirm).to_be_enabled()
+        confirm.click()
+        expect(dialog).to_be_hidden()
+        expect(second_row).to_have_count(0)
+        expect(page.locator("#action-status")).to_contain_text("deleted with its home volume")
+        shot(page, "06-after-purge")
+        names = {box["name"] for box in api.get("/devboxes")["items"]}
+        assert second not in names
+        assert first in names
+
+        assert not [p for p in problems if "Content Security Policy" in p], problems
+    finally:
+        context.close()
+        api.delete_all()
+
+
+def test_selector_is_replaced_by_a_notice_when_gpu_is_disabled(
+    controllers: Callable[..., ControllerProcess], namespace: str, chromium: Any
+) -> None:
+    from playwright.sync_api import expect
+
+    settings = example_settings(namespace)
+    settings["gpu"] = {"enabled": False}
+    controller = controllers(settings)
+    page = chromium.new_page()
+    try:
+        page.goto(f"{controller.url}/dashboard/login")
+        page.get_by_label("Operator token").fill(controller.token)
+        page.get_by_role("button", name="Sign in").click()
+        expect(page.locator("#connection")).to_have_text("Live")
+        expect(page.get_by_text("GPU acceleration is disabled by the operator")).to_be_visible()
+        expect(page.get_by_role("group", name="Accelerator")).to_be_hidden()
+        expect(page.locator('input[name="accelerator"]')).to_have_count(0)
+        shot(page, "07-gpu-disabled")
+    finally:
+        page.close()
