@@ -11,7 +11,6 @@ _BASH = r"""# bash completion for devbox
 # Load it always:     devbox completion bash > ~/.local/share/bash-completion/completions/devbox
 
 _devbox_words() {
-    local IFS=$'\n'
     COMPREPLY=($(compgen -W "$1" -- "$2"))
 }
 

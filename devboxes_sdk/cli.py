@@ -262,7 +262,10 @@ class Progress:
 
     def update(self, box: Devbox) -> None:
         line = _render.progress_line(box)
+        if line == self._text:
+            return
         if not self._live:
+            self._text = line
             print(line, file=self._stream, flush=True)
             return
         with self._lock:
@@ -304,6 +307,8 @@ class Progress:
 
 def _wait(box: Devbox, timeout: float) -> Devbox:
     with Progress(sys.stderr) as progress:
+        if box.state is not DevboxState.READY:
+            progress.update(box)
         return box.wait_ready(timeout, on_update=progress.update)
 
 

@@ -40,6 +40,9 @@ API_PREFIX = "/api/v1"
 WAIT_HEADER = "X-Devboxes-Wait"
 # The server caps one server-side wait at this many seconds; longer waits loop.
 MAX_SERVER_WAIT = 300
+# With a progress callback, server-side waits are cut into rounds this long so that
+# messages that change while the box starts (e.g. the scheduler's reason) still arrive.
+PROGRESS_SERVER_WAIT = 10
 # Only requests that can be repeated without a second effect are retried.
 _IDEMPOTENT_METHODS = frozenset({"GET", "DELETE"})
 _RETRY_DELAYS = (0.5, 1.0, 2.0)
@@ -581,7 +584,8 @@ class Client:
         Uses the server-side wait when the server offers it (it answers with
         ``X-Devboxes-Wait: ready``), otherwise polls with a backoff from 0.5 s to 5 s.
         ``on_update`` is called with the first observed box and again whenever its
-        state or message changes.
+        state or message changes; with a callback, each server-side wait lasts at most
+        ``PROGRESS_SERVER_WAIT`` seconds so that changes are seen while they happen.
 
         Raises :class:`~devboxes_sdk.errors.BoxDegraded` as soon as the box is degraded,
         :class:`~devboxes_sdk.errors.BoxStopped` if it is stopped, and
@@ -595,12 +599,13 @@ class Client:
         server_wait = True
         delay = _POLL_FIRST_DELAY
         seen: tuple[models.DevboxState, str | None] | None = None
+        round_cap = MAX_SERVER_WAIT if on_update is None else PROGRESS_SERVER_WAIT
         while True:
             remaining = deadline - time.monotonic()
             asked_server = server_wait and remaining >= 1
             round_started = time.monotonic()
             if asked_server:
-                seconds = min(MAX_SERVER_WAIT, math.floor(remaining))
+                seconds = min(round_cap, math.floor(remaining))
                 response = self._request(
                     "GET",
                     path,

@@ -23,7 +23,7 @@ from . import kube, render, status
 from .cache import Informer
 from .kube import ApiProblem, Conflict, Invalid, NotFound, Obj
 from .metrics import METRICS
-from .settings import ProfileRejected, Settings, quantity_value
+from .settings import ProfileRejected, Settings, SnapshotError, quantity_value
 
 log = logging.getLogger(__name__)
 
@@ -369,7 +369,10 @@ class Boxes:
     def start_box(self, name: str) -> Devbox:
         """Replicas 1 and a renewed TTL, from the pinned snapshot; storage and Service repaired."""
         deployment = self._deployment(name)
-        spec = render.spec_from_deployment(deployment)
+        try:
+            spec = render.spec_from_deployment(deployment)
+        except SnapshotError as err:
+            raise Conflict(f"devbox '{name}' cannot be started: {err}") from None
         expires = self.clock() + timedelta(hours=spec.ttl_hours)
         updated = self._patch(
             name,
