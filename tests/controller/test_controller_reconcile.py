@@ -199,11 +199,14 @@ def test_create_interrupted_after_the_deployment_is_completed(
     ready = api_call(process, "GET", "/devboxes/half", params={"wait": "ready", "timeout": 60})
     assert ready["state"] == "ready", ready
     assert ready["gpu"]["profile"] == "nvidia-a100-mig-1g10gb"
+
     # One pass usually repairs both; under load a failed write leaves one for the next pass.
-    repaired = wait_for(lambda: events(kube, namespace, "half", "Repaired"), timeout=15)
-    messages = " ".join(event.message for event in repaired)
-    assert "PersistentVolumeClaim" in messages
-    assert "Service" in messages
+    def repaired() -> str:
+        """Repaired events name both recreated objects"""
+        messages = " ".join(e.message for e in events(kube, namespace, "half", "Repaired"))
+        return messages if "PersistentVolumeClaim" in messages and "Service" in messages else ""
+
+    wait_for(repaired, timeout=15)
     # The repair never duplicates: one claim, one Service, one Deployment.
     selector = f"{render.LABEL_BOX}=half"
     assert (
