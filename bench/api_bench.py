@@ -144,6 +144,19 @@ def create_boxes(api: Api, names: list[str], workers: int) -> list[float]:
         return list(pool.map(create, names))
 
 
+def wait_all_ready(api: Api, names: set[str], timeout: float) -> float | None:
+    """Seconds until every named box is ready, or None at the timeout."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        items = api.request("GET", "/api/v1/devboxes").json()["items"]
+        if sum(1 for box in items if box["name"] in names and box["state"] == "ready") == len(
+            names
+        ):
+            return time.monotonic() - started
+        time.sleep(2)
+    return None
+
+
 def ready_notification(api: Api, apiserver: Apiserver, namespace: str, samples: int) -> list[float]:
     """Milliseconds from the pod turning Ready (as a watch sees it) to a waiter's answer."""
     from kubernetes import watch
@@ -283,8 +296,8 @@ def measure(
     if apiserver is not None:
         with apiserver.delta() as created:
             create_ms = create_boxes(api, names, args.workers)
-        # Writes the create path caused but other components finish asynchronously.
-        time.sleep(2)
+            # The Events a create records are sent after its response; let them land.
+            time.sleep(2)
     else:
         create_ms = create_boxes(api, names, args.workers)
     log(f"  done in {time.monotonic() - started:.0f}s")
@@ -294,6 +307,13 @@ def measure(
         f"{percentile(create_ms, 50):.1f} / {percentile(create_ms, 95):.1f}",
     )
 
+    # Time reads at steady state, not while the cluster is still placing the new pods.
+    settled = wait_all_ready(api, set(names), args.settle_timeout)
+    report.add(
+        "all boxes ready after creating them (s)",
+        f"{settled:.0f}" if settled is not None else f"not within {args.settle_timeout}",
+    )
+    log("timing reads ...")
     list_ms = [api.timed("/api/v1/devboxes") for _ in range(args.reads)]
     get_ms = [api.timed(f"/api/v1/devboxes/{names[i % len(names)]}") for i in range(args.reads)]
     report.add(
@@ -399,6 +419,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reads", type=int, default=200)
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--ready-samples", type=int, default=10)
+    parser.add_argument(
+        "--settle-timeout",
+        type=float,
+        default=900,
+        help="seconds to wait for every box to be ready before timing reads",
+    )
     parser.add_argument("--no-cleanup", dest="cleanup", action="store_false")
     parser.add_argument(
         "--start-testbed",

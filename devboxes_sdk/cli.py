@@ -359,7 +359,10 @@ def _exec_ssh(box: Devbox, extra: Sequence[str]) -> NoReturn:
         raise DevboxesError("ssh is not installed (no 'ssh' on PATH)")
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execv(executable, argv)  # noqa: S606 - replacing this process with ssh is the point
+    try:
+        os.execv(executable, argv)  # noqa: S606 - replacing this process with ssh is the point
+    except OSError as error:
+        raise DevboxesError(f"cannot run {executable}: {error.strerror}") from None
 
 
 def _not_ready(box: Devbox) -> DevboxesError:

@@ -92,6 +92,46 @@ def _name_or_error(name: str) -> str:
         raise ValidationError([FieldError(loc=["name"], msg=str(error))], local=True) from None
 
 
+def create_body(
+    name: str,
+    preset: str = "small",
+    ttl_hours: int = 24,
+    repository: str | None = None,
+    gpu: bool | str | models.GpuProfile | None = None,
+) -> dict[str, Any]:
+    """The JSON body of a create, checked against :class:`models.DevboxCreate`.
+
+    ``gpu=True`` becomes ``"gpu": {}`` (the operator default), a name becomes
+    ``{"profile": name}``, and ``None``/``False`` leave the key out (a CPU box).
+    """
+    body: dict[str, Any] = {"name": name, "preset": preset, "ttl_hours": ttl_hours}
+    if repository is not None:
+        body["repository"] = repository
+    if gpu is True:
+        body["gpu"] = {}
+    elif isinstance(gpu, models.GpuProfile):
+        body["gpu"] = {"profile": gpu.name}
+    elif isinstance(gpu, str):
+        if not gpu.strip():
+            raise ValidationError(
+                [FieldError(loc=["body", "gpu", "profile"], msg="profile name is empty")],
+                local=True,
+            )
+        body["gpu"] = {"profile": gpu.strip()}
+    elif gpu is not None and gpu is not False:
+        raise TypeError("gpu must be None, a bool, a profile name or a GpuProfile")
+    try:
+        checked = models.DevboxCreate.model_validate(body)
+    except PydanticValidationError as error:
+        raise ValidationError.from_pydantic(error) from None
+    body["name"] = checked.name
+    if checked.repository is None:
+        body.pop("repository", None)
+    else:
+        body["repository"] = checked.repository
+    return body
+
+
 class Devbox:
     """One box, bound to the client that fetched it.
 
@@ -514,31 +554,7 @@ class Client:
         The body is checked locally first; a broken rule raises
         :class:`~devboxes_sdk.errors.ValidationError` without a request.
         """
-        body: dict[str, Any] = {"name": name, "preset": preset, "ttl_hours": ttl_hours}
-        if repository is not None:
-            body["repository"] = repository
-        if gpu is True:
-            body["gpu"] = {}
-        elif isinstance(gpu, models.GpuProfile):
-            body["gpu"] = {"profile": gpu.name}
-        elif isinstance(gpu, str):
-            if not gpu.strip():
-                raise ValidationError(
-                    [FieldError(loc=["body", "gpu", "profile"], msg="profile name is empty")],
-                    local=True,
-                )
-            body["gpu"] = {"profile": gpu.strip()}
-        elif gpu is not None and gpu is not False:
-            raise TypeError("gpu must be None, a bool, a profile name or a GpuProfile")
-        try:
-            checked = models.DevboxCreate.model_validate(body)
-        except PydanticValidationError as error:
-            raise ValidationError.from_pydantic(error) from None
-        body["name"] = checked.name
-        if checked.repository is None:
-            body.pop("repository", None)
-        else:
-            body["repository"] = checked.repository
+        body = create_body(name, preset, ttl_hours, repository, gpu)
         return self._box(self._request("POST", f"{API_PREFIX}/devboxes", body=body))
 
     def list(self) -> builtins.list[Devbox]:

@@ -1,0 +1,526 @@
+"""Pure unit tests of the CLI and the SDK's local logic: rendering, error parsing,
+request bodies and argument parsing. Nothing here talks HTTP."""
+
+from __future__ import annotations
+
+import io
+import shutil
+import subprocess
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from devboxes_sdk import (
+    ApiError,
+    AuthenticationError,
+    Client,
+    Conflict,
+    Devbox,
+    DevboxState,
+    GpuCatalog,
+    NotFound,
+    PermissionDenied,
+    Unavailable,
+    ValidationError,
+    models,
+)
+from devboxes_sdk import _render as render
+from devboxes_sdk._completion import completion_script
+from devboxes_sdk.cli import EXIT_USAGE, Progress, build_parser, main, ssh_argv
+from devboxes_sdk.client import create_body
+from devboxes_sdk.errors import BoxDegraded, StartTimeout, error_from_body
+
+NOW = datetime(2026, 12, 2, 9, 0, tzinfo=UTC)
+TOKEN = "unit-test-token-" + "x" * 32
+
+L4 = {
+    "profile": "nvidia-l4",
+    "display_name": "NVIDIA L4",
+    "resource_name": "nvidia.com/gpu",
+    "count": 1,
+}
+
+
+@pytest.fixture
+def client() -> Iterator[Client]:
+    with Client("https://devboxes.example.com", TOKEN) as instance:
+        yield instance
+
+
+def box_json(**fields: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "name": "atlas",
+        "state": "ready",
+        "preset": "medium",
+        "created_at": "2026-12-02T08:00:00Z",
+        "expires_at": "2026-12-03T08:30:00Z",
+        "ssh_host": "10.0.0.5",
+        "ssh_port": 22,
+        "ssh_command": "ssh -p 22 dev@10.0.0.5",
+        "gpu": L4,
+    }
+    data.update(fields)
+    return data
+
+
+def make_box(client: Client, **fields: Any) -> Devbox:
+    data = box_json(**fields)
+    return Devbox(client, models.Devbox.model_validate(data), data)
+
+
+def make_catalog(**fields: Any) -> GpuCatalog:
+    data: dict[str, Any] = {
+        "enabled": True,
+        "default_profile": "nvidia-l4",
+        "profiles": [
+            {
+                "name": "nvidia-l4",
+                "display_name": "NVIDIA L4",
+                "description": "One dedicated L4",
+                "resource_name": "nvidia.com/gpu",
+                "count": 1,
+                "default": True,
+            },
+            {
+                "name": "mig-1g",
+                "display_name": "A100 MIG 1g.10gb",
+                "resource_name": "nvidia.com/mig-1g.10gb",
+                "count": 2,
+            },
+        ],
+    }
+    data.update(fields)
+    return GpuCatalog(models.GpuCapabilities.model_validate(data), data)
+
+
+# -- relative times and tables -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("delta", "expected"),
+    [
+        (timedelta(hours=23, minutes=59), "in 23h"),
+        (timedelta(hours=47), "in 47h"),
+        (timedelta(days=3, hours=1), "in 3d"),
+        (timedelta(minutes=12, seconds=30), "in 12m"),
+        (timedelta(seconds=45), "in 45s"),
+        (timedelta(milliseconds=300), "now"),
+        (-timedelta(minutes=5), "5m ago"),
+        (-timedelta(hours=2), "2h ago"),
+    ],
+)
+def test_relative_time(delta: timedelta, expected: str) -> None:
+    assert render.relative_time(NOW + delta, NOW) == expected
+
+
+def test_table_aligns_columns_without_trailing_blanks() -> None:
+    text = render.table(("A", "LONGER"), [("wide-cell", "x"), ("y", "")])
+    assert text.splitlines() == ["A          LONGER", "wide-cell  x", "y"]
+
+
+def test_table_replaces_control_characters() -> None:
+    text = render.table(("MSG",), [("bad\x1b[2Jmessage\r",)])
+    assert "\x1b" not in text
+    assert "\r" not in text
+    assert "bad?[2Jmessage?" in text
+
+
+def test_boxes_table(client: Client) -> None:
+    boxes = [
+        make_box(client),
+        make_box(
+            client,
+            name="cpu-box",
+            state="stopped",
+            preset="small",
+            gpu=None,
+            ssh_command=None,
+        ),
+        make_box(
+            client,
+            name="late",
+            state="starting",
+            gpu=None,
+            ssh_command=None,
+            expires_at="2026-12-02T08:59:00Z",
+        ),
+    ]
+    assert render.boxes_table(boxes, NOW).splitlines() == [
+        "NAME     STATE     SIZE    AUTO-STOP  ACCELERATOR                    SSH",
+        "atlas    ready     medium  in 23h     NVIDIA L4 (1× nvidia.com/gpu)  "
+        "ssh -p 22 dev@10.0.0.5",
+        "cpu-box  stopped   small   -          cpu                            -",
+        "late     starting  medium  due        cpu                            -",
+    ]
+
+
+def test_accelerator_shows_count_and_resource() -> None:
+    allocation = models.GpuAllocation(
+        profile="mig", display_name="A100 MIG", resource_name="nvidia.com/mig-1g.10gb", count=3
+    )
+    assert render.accelerator(allocation) == "A100 MIG (3× nvidia.com/mig-1g.10gb)"
+    assert render.accelerator(None) == "cpu"
+
+
+def test_profiles_table_marks_default() -> None:
+    assert render.profiles_table(make_catalog()).splitlines() == [
+        "PROFILE              NAME              COUNT  RESOURCE                DESCRIPTION",
+        "nvidia-l4 (default)  NVIDIA L4         1      nvidia.com/gpu          One dedicated L4",
+        "mig-1g               A100 MIG 1g.10gb  2      nvidia.com/mig-1g.10gb  -",
+    ]
+
+
+def test_catalog_lookup_and_default() -> None:
+    catalog = make_catalog()
+    assert catalog.default is not None
+    assert catalog.default.name == "nvidia-l4"
+    assert catalog["mig-1g"].count == 2
+    assert "mig-1g" in catalog
+    assert catalog.names == ["nvidia-l4", "mig-1g"]
+    with pytest.raises(KeyError, match="available: nvidia-l4, mig-1g"):
+        catalog["h100"]
+
+
+def test_disabled_catalog_has_no_default() -> None:
+    catalog = make_catalog(enabled=False, default_profile=None, profiles=[])
+    assert catalog.default is None
+    assert len(catalog) == 0
+
+
+def test_box_details_lists_every_field(client: Client) -> None:
+    box = make_box(
+        client,
+        state="starting",
+        message="Scheduling blocked: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+        repository="octo/repo",
+        storage_size="30Gi",
+        restarts=2,
+    )
+    lines = dict(line.split(":", 1) for line in render.box_details(box, NOW).splitlines())
+    assert lines["State"].strip() == "starting"
+    assert lines["Message"].strip().endswith("3 Insufficient nvidia.com/gpu.")
+    assert lines["Accelerator"].strip() == "NVIDIA L4 (1× nvidia.com/gpu)"
+    assert lines["Auto-stop"].strip() == "2026-12-03T08:30:00+00:00 (in 23h)"
+    assert lines["Created"].strip() == "2026-12-02T08:00:00+00:00 (1h ago)"
+    assert lines["Repository"].strip() == "octo/repo"
+    assert lines["Restarts"].strip() == "2"
+
+
+def test_box_keeps_raw_json_and_aware_datetimes(client: Client) -> None:
+    box = make_box(client, future_field={"kept": True})
+    assert box.raw["future_field"] == {"kept": True}
+    assert box.created_at.tzinfo is not None
+    assert box.state is DevboxState.READY
+    assert TOKEN not in repr(box)
+    box.raw["name"] = "changed"
+    assert box.name == "atlas"
+
+
+# -- error parsing -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("status", "kind"),
+    [
+        (401, AuthenticationError),
+        (403, PermissionDenied),
+        (404, NotFound),
+        (409, Conflict),
+        (503, Unavailable),
+        (500, ApiError),
+        (418, ApiError),
+    ],
+)
+def test_status_maps_to_error_class(status: int, kind: type[ApiError]) -> None:
+    error = error_from_body(status, {"detail": "something happened"})
+    assert type(error) is kind
+    assert (error.status, error.detail) == (status, "something happened")
+    assert str(error) == f"Devboxes API returned {status}: something happened"
+
+
+def test_validation_error_keeps_field_errors() -> None:
+    body = {
+        "detail": [
+            {"type": "value_error", "loc": ["body", "gpu", "profile"], "msg": "unknown profile"},
+            {"type": "missing", "loc": ["body", "name"], "msg": "Field required"},
+        ]
+    }
+    error = error_from_body(422, body)
+    assert isinstance(error, ValidationError)
+    assert [e.loc for e in error.errors] == [["body", "gpu", "profile"], ["body", "name"]]
+    assert str(error) == (
+        "Devboxes API returned 422: gpu.profile: unknown profile; name: Field required"
+    )
+
+
+def test_plain_422_detail_is_a_validation_error() -> None:
+    error = error_from_body(422, {"detail": "GPU acceleration is disabled by the operator"})
+    assert isinstance(error, ValidationError)
+    assert error.detail == "GPU acceleration is disabled by the operator"
+
+
+def test_non_json_body_is_summarised() -> None:
+    html = "<html>\n<body><h1>502 Bad Gateway</h1></body>\n</html>" + " pad" * 100
+    error = error_from_body(502, None, text=html, reason="Bad Gateway")
+    assert error.status == 502
+    assert "\n" not in error.detail
+    assert len(error.detail) <= 200
+
+
+def test_empty_body_falls_back_to_reason() -> None:
+    assert error_from_body(500, None, text="", reason="Internal Server Error").detail == (
+        "Internal Server Error"
+    )
+
+
+def test_unexpected_detail_shapes_do_not_crash() -> None:
+    assert error_from_body(400, {"detail": [1, 2]}).detail == "[1, 2]"
+    assert error_from_body(400, {"detail": {"a": 1}}).detail == "{'a': 1}"
+    assert error_from_body(400, ["not", "a", "mapping"], text="raw").detail == "raw"
+
+
+# -- create bodies -------------------------------------------------------------------
+
+
+def test_create_body_gpu_forms() -> None:
+    assert "gpu" not in create_body("atlas")
+    assert "gpu" not in create_body("atlas", gpu=False)
+    assert create_body("atlas", gpu=True)["gpu"] == {}
+    assert create_body("atlas", gpu="nvidia-l4")["gpu"] == {"profile": "nvidia-l4"}
+    profile = models.GpuProfile(
+        name="mig-1g", display_name="MIG", resource_name="nvidia.com/mig-1g.10gb", count=1
+    )
+    assert create_body("atlas", gpu=profile)["gpu"] == {"profile": "mig-1g"}
+
+
+def test_create_body_normalises_and_omits_empty_repository() -> None:
+    body = create_body("  Atlas ", preset="large", ttl_hours=8, repository="  ")
+    assert body == {"name": "atlas", "preset": "large", "ttl_hours": 8}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fragment"),
+    [
+        ({"name": "-bad-"}, "name: invalid name"),
+        ({"name": "ok", "ttl_hours": 0}, "ttl_hours:"),
+        ({"name": "ok", "preset": "huge"}, "preset:"),
+        ({"name": "ok", "repository": "not a repo"}, "repository: repository must be"),
+        ({"name": "ok", "gpu": " "}, "gpu.profile: profile name is empty"),
+    ],
+)
+def test_create_body_is_validated_locally(kwargs: dict[str, Any], fragment: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        create_body(**kwargs)
+    assert caught.value.local
+    assert caught.value.status == 422
+    assert fragment in str(caught.value)
+    assert str(caught.value).startswith("invalid request: ")
+
+
+def test_client_rejects_bad_name_before_any_request(client: Client) -> None:
+    with pytest.raises(ValidationError, match="invalid name"):
+        client.get("../secrets")
+
+
+# -- waiting errors ------------------------------------------------------------------
+
+
+def test_start_timeout_carries_the_scheduler_reason(client: Client) -> None:
+    reason = "Scheduling blocked: 0/5 nodes are available: 5 Insufficient nvidia.com/gpu."
+    box = make_box(client, state="starting", message=reason)
+    error = StartTimeout(box, 30)
+    assert (error.state, error.message, error.box) == (DevboxState.STARTING, reason, box)
+    assert isinstance(error, TimeoutError)
+    assert str(error) == f"atlas was not ready within 30s (state starting: {reason})"
+
+
+def test_box_degraded_carries_the_reason(client: Client) -> None:
+    box = make_box(client, state="degraded", message="ImagePullBackOff: not found")
+    assert str(BoxDegraded(box)) == "atlas is degraded: ImagePullBackOff: not found"
+
+
+def test_progress_prints_each_change_once_without_a_tty(client: Client) -> None:
+    stream = io.StringIO()
+    progress = Progress(stream)
+    starting = make_box(client, state="starting", message="Scheduling blocked: x")
+    progress.update(starting)
+    progress.update(starting)
+    progress.update(make_box(client, state="ready", message=None))
+    progress.close()
+    assert stream.getvalue().splitlines() == [
+        "atlas: starting: Scheduling blocked: x",
+        "atlas: ready",
+    ]
+
+
+# -- ssh -----------------------------------------------------------------------------
+
+
+def test_ssh_argv_uses_ssh_command_destination_and_port(client: Client) -> None:
+    box = make_box(client, ssh_command="ssh -p 2222 dev@box.example.com", ssh_port=22)
+    assert ssh_argv(box, ["--", "-L", "8888:localhost:8888"]) == [
+        "ssh",
+        "-p",
+        "2222",
+        "dev@box.example.com",
+        "-L",
+        "8888:localhost:8888",
+    ]
+
+
+def test_ssh_argv_ignores_dangerous_server_options(client: Client) -> None:
+    box = make_box(
+        client,
+        ssh_command="ssh -o ProxyCommand=evil -l dev -p2200 10.0.0.9",
+        ssh_host="10.0.0.9",
+    )
+    assert ssh_argv(box, []) == ["ssh", "-p", "2200", "dev@10.0.0.9"]
+
+
+def test_ssh_argv_falls_back_to_host_and_port(client: Client) -> None:
+    box = make_box(client, ssh_command=None, ssh_host="10.1.2.3", ssh_port=30022)
+    assert ssh_argv(box, []) == ["ssh", "-p", "30022", "10.1.2.3"]
+
+
+def test_ssh_argv_refuses_option_like_host(client: Client) -> None:
+    box = make_box(client, ssh_command=None, ssh_host="-oProxyCommand=evil")
+    with pytest.raises(Exception, match="no usable SSH address"):
+        ssh_argv(box, [])
+
+
+# -- argument parsing and exit codes ---------------------------------------------------
+
+
+def test_global_options_work_before_and_after_the_command() -> None:
+    parser = build_parser()
+    before = parser.parse_args(["--json", "--url", "https://a.example.com", "list"])
+    after = parser.parse_args(["list", "--json", "--url", "https://a.example.com"])
+    for args in (before, after):
+        assert args.json is True
+        assert args.url == "https://a.example.com"
+        assert args.token is None
+
+
+def test_create_arguments() -> None:
+    args = build_parser().parse_args(
+        ["create", "Atlas", "--preset", "large", "--ttl", "8", "--gpu-profile", "mig-1g"]
+    )
+    assert (args.name, args.preset, args.ttl, args.gpu, args.gpu_profile) == (
+        "atlas",
+        "large",
+        8,
+        False,
+        "mig-1g",
+    )
+    assert (args.no_wait, args.ssh, args.timeout) == (False, False, 600.0)
+
+
+def test_ssh_passes_remaining_arguments() -> None:
+    args = build_parser().parse_args(["ssh", "atlas", "--", "-A", "nvidia-smi"])
+    assert args.ssh_args == ["-A", "nvidia-smi"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["create"],
+        ["create", "Bad_Name"],
+        ["create", "atlas", "--gpu", "--gpu-profile", "x"],
+        ["create", "atlas", "--ttl", "0"],
+        ["create", "atlas", "--timeout", "-5"],
+        ["create", "atlas", "--preset", "huge"],
+        ["gpu"],
+        ["completion", "fish"],
+        ["frobnicate"],
+    ],
+)
+def test_usage_errors_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main(argv)
+    assert caught.value.code == EXIT_USAGE
+    assert "Traceback" not in capsys.readouterr().err
+
+
+@pytest.fixture
+def no_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for name in ("DEVBOX_URL", "DEVBOX_TOKEN", "DEVBOX_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.mark.usefixtures("no_config")
+def test_missing_configuration_is_a_clean_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["list"]) == 1
+    err = capsys.readouterr().err
+    assert "no Devboxes URL configured" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.usefixtures("no_config")
+def test_bad_token_never_printed(capsys: pytest.CaptureFixture[str]) -> None:
+    secret = "secret with spaces " + "s" * 20
+    assert main(["--url", "https://a.example.com", "--token", secret, "list"]) == 1
+    captured = capsys.readouterr()
+    assert "whitespace" in captured.err
+    assert secret not in captured.err + captured.out
+
+
+@pytest.mark.usefixtures("no_config")
+def test_purge_without_tty_or_yes_is_refused(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO("atlas\n"))
+    assert main(["delete", "atlas", "--purge"]) == EXIT_USAGE
+    assert "pass --yes" in capsys.readouterr().err
+
+
+def test_ssh_with_no_wait_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["create", "atlas", "--ssh", "--no-wait"]) == EXIT_USAGE
+    assert "--ssh" in capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("no_config")
+def test_login_without_url_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["login"]) == EXIT_USAGE
+    assert "--url" in capsys.readouterr().err
+
+
+# -- completion ----------------------------------------------------------------------
+
+
+def test_bash_completion_is_valid_bash() -> None:
+    bash = shutil.which("bash")
+    if bash is None:
+        pytest.skip("bash is not installed")
+    script = completion_script("bash")
+    assert "complete -F _devbox devbox" in script
+    subprocess.run([bash, "-n"], input=script, text=True, check=True)
+
+
+def test_bash_completion_completes_commands(tmp_path: Path) -> None:
+    bash = shutil.which("bash")
+    if bash is None:
+        pytest.skip("bash is not installed")
+    script = tmp_path / "devbox.bash"
+    script.write_text(completion_script("bash"))
+    probe = (
+        f"source {script}\n"
+        'COMP_WORDS=(devbox st); COMP_CWORD=1; _devbox; echo "${COMPREPLY[*]}"\n'
+        'COMP_WORDS=(devbox create x --preset ""); COMP_CWORD=4; _devbox; '
+        'echo "${COMPREPLY[*]}"\n'
+    )
+    result = subprocess.run([bash, "-c", probe], text=True, capture_output=True, check=True)
+    assert result.stdout.splitlines() == ["status start stop", "small medium large"]
+
+
+def test_zsh_completion_is_valid_zsh(tmp_path: Path) -> None:
+    zsh = shutil.which("zsh")
+    if zsh is None:
+        pytest.skip("zsh is not installed")
+    script = tmp_path / "_devbox"
+    script.write_text(completion_script("zsh"))
+    subprocess.run([zsh, "-n", str(script)], check=True)
