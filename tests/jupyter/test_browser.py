@@ -218,7 +218,8 @@ def _leave_one_device(client: Client, profile: str, cleanup: list[str]) -> None:
 
 
 def _open_lab(page: Any, lab: Lab, path: str = "lab", ready: str = ".jp-LauncherCard") -> None:
-    page.goto(f"{lab.url}/{path}?token={lab.token}")
+    # reset: start from an empty layout, not the one an earlier test left behind.
+    page.goto(f"{lab.url}/{path}?reset&token={lab.token}")
     page.wait_for_selector(ready, timeout=60_000)
 
 
@@ -317,7 +318,8 @@ def test_widgets_render_in_a_notebook(
     expect(page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")).to_be_attached(
         timeout=60_000
     )
-    page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
+    # Not awaited: the command's promise can outlive the cell run.
+    page.evaluate("() => { void window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
 
     picker = page.locator(".devboxes-accelerator select")
     expect(picker).to_be_visible(timeout=120_000)

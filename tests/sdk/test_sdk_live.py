@@ -1,0 +1,112 @@
+"""The SDK and the `devbox` console script against the real controller on the testbed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from controllers import ControllerProcess
+
+from devboxes_sdk import Client
+from devboxes_sdk.errors import (
+    AuthenticationError,
+    Conflict,
+    NotFound,
+    StartTimeout,
+    ValidationError,
+)
+from devboxes_sdk.models import DevboxState
+
+DEVBOX = Path(os.environ.get("VIRTUAL_ENV", Path(__file__).resolve().parents[2] / ".venv"))
+DEVBOX_SCRIPT = str(DEVBOX / "bin" / "devbox")
+
+
+@pytest.fixture
+def process(controllers: Any) -> ControllerProcess:
+    started: ControllerProcess = controllers()
+    return started
+
+
+@pytest.fixture
+def sdk(process: ControllerProcess) -> Iterator[Client]:
+    client = Client(process.url, process.token)
+    yield client
+    for box in client.list():
+        client.delete(box.name, purge=True)
+
+
+def run_cli(process: ControllerProcess, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "DEVBOX_URL": process.url,
+        "DEVBOX_TOKEN": process.token,
+        "DEVBOX_CONFIG": "/nonexistent/devbox.toml",
+    }
+    return subprocess.run(
+        [DEVBOX_SCRIPT, *args], capture_output=True, text=True, env=env, timeout=120, check=False
+    )
+
+
+def test_every_verb_and_error_class(sdk: Client) -> None:
+    profiles = sdk.gpu_profiles()
+    assert profiles[0].name == "nvidia-l4"
+    assert sdk.whoami().user == "operator"
+    box = sdk.create("sdk-mig", gpu="nvidia-a100-mig-1g10gb")
+    assert box.gpu is not None
+    assert box.gpu.resource_name == "nvidia.com/mig-1g.10gb"
+    ready = box.wait_ready(timeout=90)
+    assert ready.state is DevboxState.READY
+    assert ready.ssh_command
+    assert sdk.get("sdk-mig").state is DevboxState.READY
+    assert sdk.stop("sdk-mig").state is DevboxState.STOPPED
+    assert sdk.start("sdk-mig").state is not DevboxState.STOPPED
+    with pytest.raises(Conflict):
+        sdk.create("sdk-mig")
+    with pytest.raises(NotFound):
+        sdk.get("missing-box")
+    with pytest.raises(ValidationError) as invalid:
+        sdk.create("sdk-bad", gpu="no-such-profile")
+    assert "no-such-profile" in str(invalid.value)
+    with pytest.raises(AuthenticationError):
+        Client(sdk.url, "x" * 40).list()
+    result = sdk.delete("sdk-mig")
+    assert result.purged is False
+
+
+def test_start_timeout_carries_the_scheduler_reason(sdk: Client) -> None:
+    names = ("sdk-l4-a", "sdk-l4-b", "sdk-l4-c")
+    for name in names:
+        sdk.create(name, gpu=True)
+
+    def first_timeout() -> StartTimeout:
+        for name in names:
+            try:
+                sdk.wait_ready(name, timeout=20)
+            except StartTimeout as err:
+                return err
+        pytest.fail("three L4 boxes cannot all fit on the testbed's two L4 GPUs")
+
+    timeout = first_timeout()
+    assert timeout.state is DevboxState.STARTING
+    assert "Insufficient nvidia.com/gpu" in (timeout.message or "")
+
+
+def test_cli_json_passes_server_fields_and_errors_exit_non_zero(
+    sdk: Client, process: ControllerProcess
+) -> None:
+    created = run_cli(process, "--json", "create", "cli-box", "--no-wait")
+    assert created.returncode == 0, created.stderr
+    assert json.loads(created.stdout)["name"] == "cli-box"
+    listed = run_cli(process, "--json", "list")
+    assert [b["name"] for b in json.loads(listed.stdout)["items"]] == ["cli-box"]
+    table = run_cli(process, "list")
+    assert table.stdout.splitlines()[0].split()[:2] == ["NAME", "STATE"]
+    missing = run_cli(process, "status", "nope")
+    assert missing.returncode != 0
+    assert "Devboxes API returned 404" in missing.stderr
+    assert "Traceback" not in missing.stderr
