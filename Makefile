@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TESTBED := PYTHONPATH=testbed $(PY) -m devboxes_testbed
 
-.PHONY: up down test lint testbed venv cassettes system-packages bench clean
+.PHONY: up down test lint testbed venv system-packages bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -38,9 +38,6 @@ up: $(STAMP) testbed
 
 down: $(STAMP)
 	$(TESTBED) down
-
-cassettes: $(STAMP) testbed
-	$(VENV)/bin/pytest -q tests/sdk --record-mode=rewrite -m cassette
 
 
 clean:
