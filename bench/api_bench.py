@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import secrets
+import shutil
 import signal
 import statistics
 import subprocess
@@ -437,9 +438,11 @@ def main(argv: list[str] | None = None) -> int:
         print(message, file=sys.stderr, flush=True)
 
     bed = process = None
-    workdir = Path(tempfile.mkdtemp(prefix="devboxes-bench-"))
+    workdir: Path | None = None
+    succeeded = False
     try:
         if args.start_testbed:
+            workdir = Path(tempfile.mkdtemp(prefix="devboxes-bench-"))
             log(f"starting a scale testbed in {workdir} ...")
             bed, process, args.url, args.token = start_testbed_and_controller(
                 workdir, args.namespace
@@ -451,12 +454,16 @@ def main(argv: list[str] | None = None) -> int:
         apiserver = Apiserver(args.kubeconfig) if args.kubeconfig else None
         report = measure(args, Api(args.url, args.token), apiserver, args.controller_pid, log)
         report.print()
+        succeeded = True
     finally:
         if process is not None:
             process.send_signal(signal.SIGTERM)
             process.wait(30)
         if bed is not None:
             bed.stop()
+        if workdir is not None and succeeded:
+            # On failure the controller's and the cluster's logs stay for a post-mortem.
+            shutil.rmtree(workdir, ignore_errors=True)
     return 0
 
 

@@ -78,3 +78,10 @@ def test_no_input_causes_a_server_error(
             check(case, fuzz_controller)
 
         fuzz()
+    # Every operation must really have been exercised, not skipped by the generator.
+    metrics = requests.get(
+        f"{fuzz_controller.url}/metrics", headers=fuzz_controller.headers(), timeout=10
+    ).text
+    for operation in operations:
+        route = f'method="{operation.method.upper()}",route="{operation.path}"'
+        assert route in metrics, f"no request reached {operation.method} {operation.path}"

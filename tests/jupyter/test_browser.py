@@ -49,6 +49,7 @@ LAB_START_TIMEOUT = 120
 class Lab:
     url: str
     token: str
+    log: Path
 
     def api(self, method: str, path: str, body: Any = None) -> Any:
         response = requests.request(
@@ -117,14 +118,13 @@ def lab(controller_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
             f"--LabApp.workspaces_dir={base / 'workspaces'}",
             "--LabApp.news_url=",
             "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-            "--LabApp.expose_app_in_browser=True",
             "--LabApp.extension_manager=readonly",
         ],
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
     )
-    lab = Lab(url=f"http://127.0.0.1:{port}", token=token)
+    lab = Lab(url=f"http://127.0.0.1:{port}", token=token, log=base / "lab.log")
     try:
         deadline = time.monotonic() + LAB_START_TIMEOUT
         while True:
@@ -224,7 +224,11 @@ def _open_lab(page: Any, lab: Lab, path: str = "lab", ready: str = ".jp-Launcher
 
 
 def test_launcher_tile_creates_gpu_boxes_and_shows_the_scheduler(
-    page: Any, lab: Lab, controller_client: Client, cleanup: list[str]
+    page: Any,
+    lab: Lab,
+    controller_client: Client,
+    controller_env: dict[str, str],
+    cleanup: list[str],
 ) -> None:
     from playwright.sync_api import expect
 
@@ -281,6 +285,11 @@ def test_launcher_tile_creates_gpu_boxes_and_shows_the_scheduler(
     assert blocked.message is not None
     assert blocked.message in status.inner_text()
 
+    # The controller token stays on the server: not in the page, not in the server log.
+    controller_token = controller_env["DEVBOX_TOKEN"]
+    assert controller_token not in page.content()
+    assert controller_token not in lab.log.read_text(errors="replace")
+
 
 WIDGETS_NOTEBOOK = {
     "cells": [
@@ -318,8 +327,9 @@ def test_widgets_render_in_a_notebook(
     expect(page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")).to_be_attached(
         timeout=60_000
     )
-    # Not awaited: the command's promise can outlive the cell run.
-    page.evaluate("() => { void window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+    # Run the cell as a person would: click into it, then Shift+Enter.
+    page.locator(".jp-Notebook .jp-Cell .jp-InputArea-editor").first.click()
+    page.keyboard.press("Shift+Enter")
 
     picker = page.locator(".devboxes-accelerator select")
     expect(picker).to_be_visible(timeout=120_000)
