@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TESTBED := PYTHONPATH=testbed $(PY) -m devboxes_testbed
 
-.PHONY: up down test lint testbed venv system-packages bench clean
+.PHONY: up down test lint testbed venv system-packages cassettes labextension clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,14 @@ up: $(STAMP) testbed
 down: $(STAMP)
 	$(TESTBED) down
 
+
+# Re-record the SDK's cassettes from the controller on a fresh testbed.
+cassettes: $(STAMP) testbed
+	$(VENV)/bin/pytest -q -p no:cacheprovider tests/sdk -m cassette --record-mode=rewrite
+
+# Rebuild the prebuilt JupyterLab extension shipped in the wheel (needs Node.js).
+labextension: $(STAMP)
+	cd jupyter_ext && npm ci && npx tsc && PATH=$(CURDIR)/$(VENV)/bin:$$PATH jupyter labextension build .
 
 clean:
 	rm -rf $(VENV) .devboxes .mypy_cache .ruff_cache

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from devboxes_sdk.models import Devbox, DevboxState, GpuAllocation
 
 from . import render
-from .settings import GpuProfileConfig, Settings
+from .settings import GpuProfileConfig, Settings, SnapshotError
 
 Obj = dict[str, Any]
 
@@ -32,6 +32,7 @@ WAITING_FOR_SCHEDULER = "Waiting for the scheduler."
 POD_FAILED = "The pod failed: {reason}"
 CONTAINER_FAILED = "{reason}: {message}"
 CREATE_FAILED = "Kubernetes cannot create the pod: {message}"
+SNAPSHOT_UNREADABLE = "The pinned GPU profile cannot be read ({error}); recreate the box."
 DEADLINE_EXCEEDED = "The box did not become ready in time: {message}"
 
 DEGRADED_WAITING_REASONS = frozenset(
@@ -124,6 +125,21 @@ def _container_failure(pod: Obj) -> str | None:
     return None
 
 
+def _event_time(event: Obj) -> str | None:
+    return event.get("lastTimestamp") or event.get("eventTime")
+
+
+def _started_at(deployment: Obj) -> datetime | None:
+    """When the box was last created or started: its deadline minus its time to live."""
+    annotations = _annotations(deployment)
+    expires = _parse_time(annotations.get(render.ANNOTATION_EXPIRES_AT))
+    try:
+        hours = int(annotations.get(render.ANNOTATION_TTL_HOURS, ""))
+    except ValueError:
+        return None
+    return expires - timedelta(hours=hours) if expires else None
+
+
 def _create_failure(objects: BoxObjects) -> str | None:
     failure = _condition(objects.deployment, "ReplicaFailure")
     if failure and failure.get("status") == "True" and failure.get("message"):
@@ -133,14 +149,17 @@ def _create_failure(objects: BoxObjects) -> str | None:
         if failure and failure.get("status") == "True" and failure.get("message"):
             return CREATE_FAILED.format(message=failure["message"])
     rs_names = {rs["metadata"]["name"] for rs in objects.replicasets}
+    since = _started_at(objects.deployment)
     failed = [
         e
         for e in objects.events
         if e.get("reason") == "FailedCreate"
         and (e.get("involvedObject") or {}).get("name") in rs_names
+        # Events outlive a stop; one from before the latest start no longer explains anything.
+        and (since is None or (_parse_time(_event_time(e)) or since) >= since)
     ]
     if failed:
-        latest = max(failed, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+        latest = max(failed, key=lambda e: _event_time(e) or "")
         return CREATE_FAILED.format(message=latest.get("message", ""))
     return None
 
@@ -207,6 +226,11 @@ def derive(objects: BoxObjects, settings: Settings) -> Devbox:
     pod = current_pod(objects.pods)
     host, port = ssh_address(objects.service, settings)
     ready = _pod_ready(pod)
+    try:
+        gpu = gpu_allocation(deployment)
+        broken_snapshot = None
+    except SnapshotError as err:
+        gpu, broken_snapshot = None, SNAPSHOT_UNREADABLE.format(error=err)
 
     if replicas == 0:
         expired_at = annotations.get(render.ANNOTATION_EXPIRED_AT)
@@ -214,6 +238,8 @@ def derive(objects: BoxObjects, settings: Settings) -> Devbox:
             DevboxState.STOPPED,
             (EXPIRED.format(at=expired_at) if expired_at else STOPPED),
         )
+    elif broken_snapshot is not None:
+        state, message = DevboxState.DEGRADED, broken_snapshot
     elif ready and host:
         state, message = DevboxState.READY, READY
     elif (reason := degraded_reason(objects, pod)) is not None:
@@ -244,5 +270,5 @@ def derive(objects: BoxObjects, settings: Settings) -> Devbox:
         restarts=restarts if running else 0,
         storage_size=_storage_size(objects.pvc),
         message=message,
-        gpu=gpu_allocation(deployment),
+        gpu=gpu,
     )

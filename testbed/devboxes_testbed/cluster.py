@@ -23,7 +23,7 @@ from .errors import TestbedError
 from .provisioner import STORAGE_CLASS, Provisioner
 
 SERVICE_CIDR = "10.96.0.0/16"
-START_TIMEOUT = 90.0
+START_TIMEOUT = 180.0
 STOP_TIMEOUT = 10.0
 _PORT_TAKEN = ("address already in use", "bind: address already in use")
 
@@ -103,13 +103,20 @@ def start_component(component: Component, log: Callable[[str], None]) -> None:
                 log(f"  {component.name} ready on {component.health_url()}")
                 return
             time.sleep(0.2)
+        assert component.process is not None
+        code = component.process.poll()
         tail = component.log_tail()
         component.stop()
         if any(marker in tail for marker in _PORT_TAKEN):
             log(f"  {component.name}: port taken, picking another")
             component.reassign_ports()
             continue
-        raise TestbedError(f"{component.name} failed to start; last lines of its log:\n{tail}")
+        why = (
+            f"exited with code {code}"
+            if code is not None
+            else (f"was not healthy within {START_TIMEOUT:.0f}s")
+        )
+        raise TestbedError(f"{component.name} {why}; last lines of its log:\n{tail}")
     raise TestbedError(f"{component.name} could not find a free port after 3 attempts")
 
 

@@ -454,3 +454,23 @@ def test_metadata_fields_come_from_the_annotations_and_objects() -> None:
     assert box.restarts == 3
     assert box.storage_size == "30Gi"
     assert derive(BoxObjects(deployment=deployment()), SETTINGS).storage_size is None
+
+
+def test_failed_create_events_from_before_the_latest_start_are_stale() -> None:
+    objects = BoxObjects(
+        deployment=deployment(gpu=True),  # started 08:00: deadline 12:00 minus 4 h
+        replicasets=[replicaset()],
+        events=[failed_create(RUNTIME_CLASS_REFUSAL, at="2030-01-01T07:59:00Z")],
+    )
+    box = derive(objects, SETTINGS)
+    assert box.state is DevboxState.STARTING
+    assert box.message == "Waiting for the pod to be created."
+
+
+def test_an_unreadable_snapshot_degrades_the_box_instead_of_hiding_it() -> None:
+    broken = deployment(gpu=True, annotations={render.ANNOTATION_GPU_SNAPSHOT: "{not json"})
+    box = derive(BoxObjects(deployment=broken), SETTINGS)
+    assert box.state is DevboxState.DEGRADED
+    assert box.message is not None
+    assert box.message.startswith("The pinned GPU profile cannot be read")
+    assert box.gpu is None
