@@ -324,6 +324,10 @@ def test_widgets_render_in_a_notebook(
     lab.api("PUT", "api/contents/widgets.ipynb", {"type": "notebook", "content": WIDGETS_NOTEBOOK})
 
     _open_lab(page, lab, "lab/tree/widgets.ipynb", ready=".jp-Notebook .jp-Cell")
+    # The notebook shows an empty cell before its content arrives; run the real one.
+    expect(page.locator(".jp-Notebook .jp-Cell").first).to_contain_text(
+        "DevboxTable(client)", timeout=60_000
+    )
     expect(page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")).to_be_attached(
         timeout=60_000
     )
