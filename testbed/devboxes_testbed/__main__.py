@@ -117,6 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     start.add_argument("--detach", action="store_true", help="run in the background")
     commands.add_parser("down", help="stop a detached 'up'")
+    provision = commands.add_parser("provisioner", help="run the simulated storage provisioner")
+    provision.add_argument("--kubeconfig", required=True)
+    provision.add_argument("--port", type=int, required=True)
     args = parser.parse_args(argv)
     try:
         if args.command == "build":
@@ -129,6 +132,10 @@ def main(argv: list[str] | None = None) -> int:
             (detach if args.detach else up)(args.pools)
         elif args.command == "down":
             down()
+        elif args.command == "provisioner":
+            from .provisioner import serve
+
+            serve(args.kubeconfig, args.port)
     except TestbedError as err:
         print(f"testbed: {err}", file=sys.stderr)
         return 1

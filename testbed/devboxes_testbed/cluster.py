@@ -10,6 +10,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -20,7 +21,7 @@ from typing import Any
 
 from . import build, nodes, pki
 from .errors import TestbedError
-from .provisioner import STORAGE_CLASS, Provisioner
+from .provisioner import STORAGE_CLASS
 
 SERVICE_CIDR = "10.96.0.0/16"
 START_TIMEOUT = 180.0
@@ -43,6 +44,7 @@ class Component:
     health_url: Callable[[], str]
     log: Path
     reassign_ports: Callable[[], None]
+    env: dict[str, str] | None = None
     process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -53,6 +55,7 @@ class Component:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
+                env=self.env,
             )
 
     def log_tail(self, lines: int = 12) -> str:
@@ -132,7 +135,6 @@ class Testbed:
     bin_dir: Path | None = None
     ports: dict[str, int] = field(default_factory=dict)
     components: list[Component] = field(default_factory=list)
-    provisioner: Provisioner | None = None
 
     @property
     def kubeconfig(self) -> Path:
@@ -245,6 +247,16 @@ class Testbed:
                 *(f"--config={stage}" for stage in stages),
             ]
 
+        def provisioner() -> list[str]:
+            return [
+                sys.executable,
+                "-m",
+                "devboxes_testbed",
+                "provisioner",
+                f"--kubeconfig={kubeconfig}",
+                f"--port={self._port('provisioner')}",
+            ]
+
         def url(scheme: str, port: str, path: str) -> Callable[[], str]:
             return lambda: f"{scheme}://127.0.0.1:{self.ports[port]}{path}"
 
@@ -284,6 +296,14 @@ class Testbed:
                 logs / "kwok.log",
                 self._reassigner("kwok"),
             ),
+            Component(
+                "provisioner",
+                provisioner,
+                url("http", "provisioner", "/healthz"),
+                logs / "provisioner.log",
+                self._reassigner("provisioner"),
+                env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
+            ),
         ]
 
     def start(self) -> None:
@@ -302,8 +322,6 @@ class Testbed:
                     self._write_kubeconfig(certs)
                 start_component(component, self.log)
             self._wait_apiserver_ready()
-            self.provisioner = Provisioner(str(self.kubeconfig), self.log)
-            self.provisioner.start()
             self._create_cluster_objects(pool_file)
         except BaseException:
             self.stop()
@@ -377,9 +395,6 @@ class Testbed:
 
     def stop(self) -> None:
         """Stop everything in reverse order; safe to call more than once."""
-        if self.provisioner is not None:
-            self.provisioner.stop()
-            self.provisioner = None
         for component in reversed(self.components):
             component.stop()
 

@@ -7,8 +7,11 @@ requested size, and deletes released volumes, so pods with claims can be schedul
 from __future__ import annotations
 
 import contextlib
+import signal
+import sys
 import threading
 from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 PROVISIONER_NAME = "testbed.devboxes.io/simulated"
@@ -132,3 +135,27 @@ class Provisioner:
             ):
                 with contextlib.suppress(Exception):
                     core.delete_persistent_volume(volume["metadata"]["name"])
+
+
+def serve(kubeconfig: str, port: int) -> None:
+    """Run as its own process, like every other component, with /healthz on loopback."""
+    provisioner = Provisioner(kubeconfig, lambda message: print(message, flush=True))
+
+    class Health(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200 if self.path == "/healthz" else 404)
+            self.end_headers()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", port), Health)
+    signal.signal(signal.SIGTERM, lambda signum, frame: server.shutdown())
+    provisioner.start()
+    print(f"provisioning claims of StorageClass {STORAGE_CLASS['metadata']['name']}", flush=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    with contextlib.suppress(KeyboardInterrupt):
+        thread.join()
+    provisioner.stop()
+    sys.exit(0)
