@@ -98,16 +98,8 @@ def serve(args: argparse.Namespace) -> int:
         return 1
     boxes = Boxes(settings, api)
     identity = args.identity or f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
-    reconciler_holder: dict[str, Reconciler] = {}
-    elector = LeaderElector(
-        api,
-        settings.namespace,
-        identity,
-        args.lease_seconds,
-        on_change=lambda leading: reconciler_holder["r"].leadership_changed(leading),
-    )
+    elector = LeaderElector(api, settings.namespace, identity, args.lease_seconds)
     reconciler = Reconciler(boxes, elector)
-    reconciler_holder["r"] = reconciler
 
     async def lifecycle() -> AsyncIterator[None]:
         boxes.start()

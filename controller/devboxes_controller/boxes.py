@@ -127,9 +127,6 @@ class Boxes:
     def healthy(self) -> bool:
         return all(i.healthy.is_set() for i in self.informers)
 
-    def wait_synced(self, timeout: float) -> bool:
-        return all(i.synced.wait(timeout) for i in self.informers)
-
     def bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         """Waiters live on this loop; watch threads wake them through it."""
         self._loop = loop
@@ -178,9 +175,6 @@ class Boxes:
         if box is None:
             raise NotFound(f"devbox '{name}' not found")
         return box
-
-    def list(self) -> list[Devbox]:
-        return sorted(self._status.values(), key=lambda b: (b.created_at, b.name), reverse=True)
 
     def list_json(self) -> bytes:
         """The list response body, assembled from per-box JSON kept current by the watches."""

@@ -34,16 +34,19 @@ class LeaderElector:
         namespace: str,
         identity: str,
         lease_seconds: int = 15,
-        on_change: Callable[[bool], None] | None = None,
     ) -> None:
         self._leases = client.CoordinationV1Api(api)
         self._namespace = namespace
         self.identity = identity
         self._duration = lease_seconds
-        self._on_change = on_change
+        self._listeners: list[Callable[[bool], None]] = []
         self.leading = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="leader-election", daemon=True)
+
+    def add_listener(self, listener: Callable[[bool], None]) -> None:
+        """Called with True when this replica takes the Lease and False when it loses it."""
+        self._listeners.append(listener)
 
     def start(self) -> None:
         self._thread.start()
@@ -72,8 +75,8 @@ class LeaderElector:
         else:
             self.leading.clear()
         log.info("leadership changed", extra={"leading": leading, "identity": self.identity})
-        if self._on_change:
-            self._on_change(leading)
+        for listener in self._listeners:
+            listener(leading)
 
     def _run(self) -> None:
         retry = max(1.0, self._duration / 3)

@@ -33,6 +33,7 @@ class Reconciler:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="reconciler", daemon=True)
         boxes.add_listener(lambda _name: self._wake.set())
+        elector.add_listener(self.leadership_changed)
 
     def start(self) -> None:
         self._thread.start()

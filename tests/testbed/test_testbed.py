@@ -176,7 +176,7 @@ def test_testbed_stops_with_no_process_left(tmp_path: Path) -> None:
     )
     bed.start()
     pids = [c.process.pid for c in bed.components if c.process]
-    assert len(pids) == 5
+    assert len(pids) == 6
     bed.stop()
     assert bed.alive() == []
     for pid in pids:
