@@ -176,19 +176,28 @@ class DevboxHandler(DevboxesHandler):
         await self._respond(lambda client: client.delete(name, purge=purge).model_dump(mode="json"))
 
 
-class DevboxActionHandler(DevboxesHandler):
-    """POST .../start and .../stop: the two verbs that change a box's replicas."""
-
+class DevboxStartHandler(DevboxesHandler):
     @web.authenticated
     @authorized
-    async def post(self, name: str, action: str) -> None:
+    async def post(self, name: str) -> None:
         try:
             name = parse_name(name)
         except RequestRejected as error:
             self._reject(error)
             return
-        verb = {"start": Client.start, "stop": Client.stop}[action]
-        await self._respond(lambda client: _box_json(verb(client, name)))
+        await self._respond(lambda client: _box_json(client.start(name)))
+
+
+class DevboxStopHandler(DevboxesHandler):
+    @web.authenticated
+    @authorized
+    async def post(self, name: str) -> None:
+        try:
+            name = parse_name(name)
+        except RequestRejected as error:
+            self._reject(error)
+            return
+        await self._respond(lambda client: _box_json(client.stop(name)))
 
 
 def routes() -> list[tuple[str, type[DevboxesHandler]]]:
@@ -197,5 +206,6 @@ def routes() -> list[tuple[str, type[DevboxesHandler]]]:
         (f"{API_ROOT}/capabilities", CapabilitiesHandler),
         (f"{API_ROOT}/devboxes", DevboxCollectionHandler),
         (f"{API_ROOT}/devboxes/{_NAME}", DevboxHandler),
-        (f"{API_ROOT}/devboxes/{_NAME}/(?P<action>start|stop)", DevboxActionHandler),
+        (f"{API_ROOT}/devboxes/{_NAME}/start", DevboxStartHandler),
+        (f"{API_ROOT}/devboxes/{_NAME}/stop", DevboxStopHandler),
     ]
