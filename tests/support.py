@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,3 +19,15 @@ def wait_for(predicate: Any, timeout: float = 60, interval: float = 0.2) -> Any:
         if time.monotonic() > deadline:
             pytest.fail(f"condition not met within {timeout}s: {predicate.__doc__ or predicate}")
         time.sleep(interval)
+
+
+# Debian's Chromium, never a downloaded browser build; flags for a closed network.
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]

@@ -14,20 +14,12 @@ from typing import Any
 import pytest
 import requests
 from controllers import ControllerProcess, example_settings
+from support import CHROMIUM, CHROMIUM_ARGS
 
 pytestmark = pytest.mark.browser
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts" / "dashboard"
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-]
 READY_MS = 180_000
 L4_SELECTOR = "accelerator=nvidia-l4"
 L4_RESOURCE = "nvidia.com/gpu"

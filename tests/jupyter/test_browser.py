@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 import requests
+from support import CHROMIUM, CHROMIUM_ARGS
 
 from devboxes_sdk import models
 from devboxes_sdk.client import Client, Devbox
@@ -32,15 +33,6 @@ pytestmark = pytest.mark.browser
 REPO = Path(__file__).resolve().parents[2]
 LABEXTENSION = REPO / "jupyter_ext" / "devboxes_jupyter" / "labextension"
 ARTIFACTS = REPO / "test-artifacts"
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-]
 READY_TIMEOUT_MS = 180_000
 LAB_START_TIMEOUT = 120
 
