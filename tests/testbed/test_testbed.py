@@ -175,9 +175,11 @@ def test_testbed_stops_with_no_process_left(tmp_path: Path) -> None:
         log=lambda message: None,
     )
     bed.start()
-    pids = [c.process.pid for c in bed.components if c.process]
-    assert len(pids) == 6
-    bed.stop()
+    try:
+        pids = [c.process.pid for c in bed.components if c.process]
+        assert len(pids) == len(bed.components) == 6
+    finally:
+        bed.stop()
     assert bed.alive() == []
     for pid in pids:
         with pytest.raises(ProcessLookupError):
