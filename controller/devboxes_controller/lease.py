@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 from kubernetes import client
 
-from . import kube
+from . import kube, render
 from .kube import ApiProblem, Conflict, NotFound, Obj
 
 log = logging.getLogger(__name__)
@@ -19,10 +19,6 @@ LEASE_NAME = "devboxes-controller"
 
 def _micro(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _parse(value: str | None) -> datetime | None:
-    return datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
 
 
 class LeaderElector:
@@ -109,7 +105,8 @@ class LeaderElector:
             return True
         current = lease.get("spec") or {}
         holder = current.get("holderIdentity")
-        renewed = _parse(current.get("renewTime"))
+        renew_time = current.get("renewTime")
+        renewed = render.parse_timestamp(renew_time) if renew_time else None
         duration = int(current.get("leaseDurationSeconds") or self._duration)
         expired = renewed is None or renewed + timedelta(seconds=duration) < now
         if holder and holder != self.identity and not expired:

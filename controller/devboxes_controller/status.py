@@ -72,9 +72,7 @@ def _annotations(obj: Obj) -> dict[str, str]:
 
 
 def _parse_time(value: str | None) -> datetime | None:
-    if not value:
-        return None
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return render.parse_timestamp(value) if value else None
 
 
 def current_pod(pods: Sequence[Obj]) -> Obj | None:

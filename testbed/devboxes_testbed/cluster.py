@@ -35,6 +35,16 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def reassigner(ports: dict[str, int], *names: str) -> Callable[[], None]:
+    """What a component calls when its port was taken: pick new free ports for ``names``."""
+
+    def reassign() -> None:
+        for name in names:
+            ports[name] = free_port()
+
+    return reassign
+
+
 @dataclass
 class Component:
     """One control-plane process, its log file and how to tell it is healthy."""
@@ -156,13 +166,6 @@ class Testbed:
             self.ports[name] = free_port()
         return self.ports[name]
 
-    def _reassigner(self, *names: str) -> Callable[[], None]:
-        def reassign() -> None:
-            for name in names:
-                self.ports[name] = free_port()
-
-        return reassign
-
     def _components(self, certs: pki.Pki) -> list[Component]:
         logs = self.state_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
@@ -266,42 +269,42 @@ class Testbed:
                 etcd,
                 url("http", "etcd", "/health"),
                 logs / "etcd.log",
-                self._reassigner("etcd", "etcd-peer"),
+                reassigner(self.ports, "etcd", "etcd-peer"),
             ),
             Component(
                 "kube-apiserver",
                 apiserver,
                 url("https", "apiserver", "/livez"),
                 logs / "kube-apiserver.log",
-                self._reassigner("apiserver"),
+                reassigner(self.ports, "apiserver"),
             ),
             Component(
                 "kube-controller-manager",
                 controller_manager,
                 url("https", "controller-manager", "/healthz"),
                 logs / "kube-controller-manager.log",
-                self._reassigner("controller-manager"),
+                reassigner(self.ports, "controller-manager"),
             ),
             Component(
                 "kube-scheduler",
                 scheduler,
                 url("https", "scheduler", "/healthz"),
                 logs / "kube-scheduler.log",
-                self._reassigner("scheduler"),
+                reassigner(self.ports, "scheduler"),
             ),
             Component(
                 "kwok",
                 kwok,
                 url("http", "kwok", "/healthz"),
                 logs / "kwok.log",
-                self._reassigner("kwok"),
+                reassigner(self.ports, "kwok"),
             ),
             Component(
                 "provisioner",
                 provisioner,
                 url("http", "provisioner", "/healthz"),
                 logs / "provisioner.log",
-                self._reassigner("provisioner"),
+                reassigner(self.ports, "provisioner"),
                 env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
             ),
         ]

@@ -6,11 +6,10 @@ from __future__ import annotations
 import secrets
 import shutil
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .cluster import Component, Testbed, free_port, start_component
+from .cluster import Component, Testbed, free_port, reassigner, start_component
 
 REPO = Path(__file__).resolve().parents[2]
 SETTINGS = REPO / "testbed" / "settings.yaml"
@@ -33,12 +32,6 @@ class Stack:
     @property
     def jupyter_url(self) -> str:
         return f"http://127.0.0.1:{self.ports['jupyter']}/lab?token={self.jupyter_token}"
-
-    def _reassigner(self, name: str) -> Callable[[], None]:
-        def reassign() -> None:
-            self.ports[name] = free_port()
-
-        return reassign
 
     def _controller(self, logs: Path) -> Component:
         self.ports["controller"] = free_port()
@@ -63,7 +56,7 @@ class Stack:
             ],
             lambda: f"{self.controller_url}/ready",
             logs / "controller.log",
-            self._reassigner("controller"),
+            reassigner(self.ports, "controller"),
         )
 
     def _jupyter(self, logs: Path) -> Component:
@@ -91,7 +84,7 @@ class Stack:
                 f"http://127.0.0.1:{self.ports['jupyter']}/api/status?token={self.jupyter_token}"
             ),
             logs / "jupyterlab.log",
-            self._reassigner("jupyter"),
+            reassigner(self.ports, "jupyter"),
         )
 
     def start(self) -> None:
