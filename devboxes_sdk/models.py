@@ -17,6 +17,9 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validato
 
 NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$"
 NAME_RE = re.compile(NAME_PATTERN)
+# What the API accepts before normalize_name folds it: ASCII letters of either case,
+# with surrounding whitespace, as Devboxes clients have always sent.
+NAME_INPUT_PATTERN = r"^\s*[A-Za-z0-9]([A-Za-z0-9-]{0,38}[A-Za-z0-9])?\s*$"
 NAME_RULE = (
     "1-40 characters of lowercase letters, digits and '-', starting and ending with a "
     "letter or digit"
@@ -39,11 +42,15 @@ class DevboxState(StrEnum):
 
 
 def normalize_name(value: str) -> str:
-    """Trim and lowercase a box name, then check it, as every Devboxes client expects."""
-    name = value.strip().lower()
-    if not NAME_RE.match(name):
+    """Trim and lowercase a box name, then check it, as every Devboxes client expects.
+
+    Only ASCII letters are folded: Unicode case folding maps lookalikes such as the
+    Kelvin sign onto ASCII letters, which would let two different names meet.
+    """
+    name = value.strip()
+    if not name.isascii() or not NAME_RE.fullmatch(name.lower()):
         raise ValueError(f"invalid name {value!r}: use {NAME_RULE}")
-    return name
+    return name.lower()
 
 
 class _Request(BaseModel):
@@ -63,7 +70,7 @@ class GpuRequest(_Request):
 class DevboxCreate(_Request):
     """Body of ``POST /api/v1/devboxes``."""
 
-    name: str
+    name: Annotated[str, Field(json_schema_extra={"pattern": NAME_INPUT_PATTERN})]
     preset: Preset = "small"
     ttl_hours: Annotated[int, Field(ge=1)] = 24
     repository: str | None = None

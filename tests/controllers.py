@@ -35,7 +35,7 @@ class ControllerProcess:
         workdir: Path,
         token: str | None = None,
         identity: str | None = None,
-        lease_seconds: int = 15,
+        lease_seconds: int = 3,
     ) -> None:
         self.kubeconfig = kubeconfig
         self.settings = settings
@@ -54,7 +54,8 @@ class ControllerProcess:
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}"}
 
-    def start(self, timeout: float = 60) -> ControllerProcess:
+    def start(self, timeout: float = 60, until: str = "/ready") -> ControllerProcess:
+        """Start the process and wait until ``until`` (``/ready`` or ``/health``) answers 200."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         settings_file = self.workdir / f"settings-{self.identity}.yaml"
         settings_file.write_text(yaml.safe_dump(self.settings))
@@ -88,13 +89,21 @@ class ControllerProcess:
             if self.process.poll() is not None:
                 raise RuntimeError(f"controller exited: {self.log.read_text()[-2000:]}")
             try:
-                if requests.get(f"{self.url}/ready", timeout=1).status_code == 200:
+                if requests.get(f"{self.url}{until}", timeout=1).status_code == 200:
                     return self
             except requests.ConnectionError:
                 pass
             time.sleep(0.2)
         self.stop()
         raise RuntimeError(f"controller not ready: {self.log.read_text()[-2000:]}")
+
+    def rss_kib(self) -> int:
+        """The process's resident memory now, from /proc."""
+        assert self.process is not None
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        raise RuntimeError("no VmRSS line")
 
     def stop(self, kill: bool = False) -> None:
         if self.process is None:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 
 def wait_for(predicate: Any, timeout: float = 60, interval: float = 0.2) -> Any:
@@ -31,3 +32,23 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--no-first-run",
 ]
+
+
+def service_account_kubeconfig(
+    testbed: Any, kube: Any, namespace: str, account: str, path: Path
+) -> Path:
+    """A kubeconfig that authenticates as ``account``, with a token from the TokenRequest API."""
+    from kubernetes import client
+
+    token = (
+        client.CoreV1Api(kube)
+        .create_namespaced_service_account_token(
+            account, namespace, {"spec": {"expirationSeconds": 3600}}
+        )
+        .status.token
+    )
+    config = yaml.safe_load(testbed.kubeconfig.read_text())
+    config["users"] = [{"name": account, "user": {"token": token}}]
+    config["contexts"][0]["context"]["user"] = account
+    path.write_text(yaml.safe_dump(config))
+    return path

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from .lease import DEFAULT_LEASE_SECONDS
 from .settings import ConfigError, load_check_target, load_settings
 
 _STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message"}
@@ -51,6 +52,12 @@ def _listen(value: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def _lease_seconds(value: str) -> int:
+    if not value.isdigit() or not 2 <= int(value) <= 60:
+        raise argparse.ArgumentTypeError(f"expected whole seconds from 2 to 60, got {value!r}")
+    return int(value)
+
+
 def check_config(path: Path) -> int:
     try:
         settings = load_check_target(path)
@@ -73,10 +80,12 @@ def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from . import kube
-    from .api import create_app
+    from .app import create_app
     from .auth import TokenError, load_token
     from .boxes import Boxes
     from .lease import LeaderElector
+    from .probe import ApiserverProbe
+    from .readiness import Readiness
     from .reconciler import Reconciler
 
     try:
@@ -97,11 +106,20 @@ def serve(args: argparse.Namespace) -> int:
         print(f"devboxes-controller: cannot load Kubernetes credentials: {err}", file=sys.stderr)
         return 1
     boxes = Boxes(settings, api)
+    probe = ApiserverProbe(api)
+    readiness = Readiness(probe, boxes)
     identity = args.identity or f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
-    elector = LeaderElector(api, settings.namespace, identity, args.lease_seconds)
+    elector = LeaderElector(
+        api,
+        settings.namespace,
+        identity,
+        args.lease_seconds,
+        can_lead=lambda: readiness.problem() is None,
+    )
     reconciler = Reconciler(boxes, elector)
 
     async def lifecycle() -> AsyncIterator[None]:
+        probe.start()
         boxes.start()
         elector.start()
         reconciler.start()
@@ -113,8 +131,9 @@ def serve(args: argparse.Namespace) -> int:
             stopper.start()
             stopper.join(timeout=6)
             boxes.stop()
+            probe.stop()
 
-    app = create_app(boxes, token, lifecycle)
+    app = create_app(boxes, token, readiness, lifecycle)
     host, port = args.listen
     logging.getLogger(__name__).info(
         "starting",
@@ -160,7 +179,11 @@ def main(argv: list[str] | None = None) -> int:
         help="file holding the operator token; default env DEVBOXES_TOKEN",
     )
     run.add_argument(
-        "--lease-seconds", type=int, default=15, help="leader election lease duration (default 15)"
+        "--lease-seconds",
+        type=_lease_seconds,
+        default=DEFAULT_LEASE_SECONDS,
+        help="leader election lease duration: how long a dead leader blocks takeover "
+        f"(default {DEFAULT_LEASE_SECONDS})",
     )
     run.add_argument("--identity", help="this replica's name in the Lease (default hostname)")
     run.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])

@@ -21,7 +21,7 @@ OPERATOR = "operator"
 
 class Unauthorized(ApiProblem):
     def __init__(self, detail: str = "authentication required") -> None:
-        super().__init__(401, detail)
+        super().__init__(401, detail, {"WWW-Authenticate": "Bearer"})
 
 
 class Forbidden(ApiProblem):
@@ -75,6 +75,9 @@ def require_operator(request: Request) -> str:
         session = sessions.lookup(cookie)
         if session is None:
             raise Unauthorized("session expired or invalid; log in again")
+        if session.reissued:
+            # The headers middleware sends the cookie with its new last-use time.
+            request.state.session_cookie = session.cookie
         if request.method not in SAFE_METHODS and not csrf_matches(
             session, request.headers.get(CSRF_HEADER)
         ):

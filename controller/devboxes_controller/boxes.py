@@ -21,7 +21,7 @@ from devboxes_sdk.models import DeleteResult, Devbox, DevboxCreate, DevboxState
 
 from . import kube, render, status
 from .cache import Informer
-from .kube import ApiProblem, Conflict, Invalid, NotFound, Obj
+from .kube import RETRY_AFTER_SECONDS, ApiProblem, Conflict, Invalid, NotFound, Obj
 from .metrics import METRICS
 from .settings import ProfileRejected, Settings, SnapshotError, quantity_value
 
@@ -124,8 +124,9 @@ class Boxes:
     def synced(self) -> bool:
         return all(i.synced.is_set() for i in self.informers)
 
-    def healthy(self) -> bool:
-        return all(i.healthy.is_set() for i in self.informers)
+    def stale_kinds(self) -> list[str]:
+        """Kinds whose watch is not established right now."""
+        return [i.kind for i in self.informers if not i.healthy.is_set()]
 
     def bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         """Waiters live on this loop; watch threads wake them through it."""
@@ -260,6 +261,13 @@ class Boxes:
         names = render.object_names(spec.name)
         if self.deployments.get(names.deployment) is not None:
             raise Conflict(f"devbox '{spec.name}' already exists")
+        claim = self.pvcs.get(names.pvc)
+        if claim is not None and claim["metadata"].get("deletionTimestamp"):
+            raise Conflict(
+                f"the home volume {names.pvc} of a purged devbox '{spec.name}' is still being "
+                "deleted; create the box again once it is gone",
+                retry_after=RETRY_AFTER_SECONDS,
+            )
         # The claim first: until it exists the scheduler refuses the pod with a confusing
         # "unbound immediate PersistentVolumeClaims" message instead of the real reason.
         self.ensure_storage(spec)

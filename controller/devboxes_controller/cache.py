@@ -2,7 +2,11 @@
 
 Each :class:`Informer` lists its kind once, then watches from the list's
 resourceVersion, resumes from the last seen version when a watch ends, and lists
-again when the apiserver answers 410 Gone. Readers never touch the apiserver.
+again when the apiserver answers 410 Gone (as it does after a restart, when its watch
+cache no longer reaches back to our version). The watch stream is read line by line
+here rather than through the client library's watch helper, so that every ERROR
+event, HTTP status and dropped connection reaches the recovery logic. Readers never
+touch the apiserver.
 """
 
 from __future__ import annotations
@@ -10,24 +14,55 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from kubernetes import client, watch
+from kubernetes import client
 
-from .kube import Obj, resource_version
+from .kube import CONNECT_SECONDS, Obj, resource_version
+from .metrics import METRICS
 
 log = logging.getLogger(__name__)
 
-WATCH_SECONDS = 240
-MAX_BACKOFF = 30.0
+# The apiserver ends each watch after this long; the read timeout adds a margin so a
+# connection that went silent (a frozen apiserver, a dropped route) is noticed too.
+WATCH_SECONDS = 120
+READ_MARGIN_SECONDS = 30
+LIST_READ_SECONDS = 60
+FIRST_BACKOFF = 0.25
+MAX_BACKOFF = 5.0
 
 BoxOf = Callable[[Obj], str | None]
 OnChange = Callable[[str], None]
 
 
+class WatchExpired(Exception):
+    """The apiserver no longer has our resourceVersion: only a fresh list can resume."""
+
+
+class WatchFailed(Exception):
+    """The apiserver ended the watch with an ERROR event other than 410."""
+
+
+def _lines(response: Any) -> Iterator[bytes]:
+    """The newline-delimited JSON events of a watch response, as they arrive."""
+    buffer = b""
+    for chunk in response.stream(amt=None, decode_content=False):
+        buffer += chunk
+        *complete, buffer = buffer.split(b"\n")
+        yield from (line for line in complete if line.strip())
+    if buffer.strip():
+        yield buffer
+
+
 class Informer:
-    """The live set of one kind's objects in one namespace, indexed by box."""
+    """The live set of one kind's objects in one namespace, indexed by box.
+
+    ``synced`` is set once the first list has been loaded. ``healthy`` is set while a
+    watch is established and cleared from the first failure until the next watch is
+    established again, so a replica can tell fresh caches from stale ones.
+    """
 
     def __init__(
         self,
@@ -48,6 +83,8 @@ class Informer:
         self._by_box: dict[str, dict[str, Obj]] = {}
         self._condition = threading.Condition()
         self._stop = threading.Event()
+        self._response: Any = None
+        self._incident: tuple[float, int] | None = None
         self.synced = threading.Event()
         self.healthy = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"watch-{kind}", daemon=True)
@@ -58,6 +95,9 @@ class Informer:
 
     def all(self) -> list[Obj]:
         return list(self._objects.values())
+
+    def names(self) -> set[str]:
+        return set(self._objects)
 
     def for_box(self, box: str) -> list[Obj]:
         return list(self._by_box.get(box, {}).values())
@@ -94,6 +134,9 @@ class Informer:
 
     def stop(self) -> None:
         self._stop.set()
+        response = self._response
+        if response is not None:
+            response.close()
 
     # -- the watch loop ----------------------------------------------------------------------
     def _kwargs(self) -> dict[str, Any]:
@@ -103,78 +146,107 @@ class Informer:
         return kwargs
 
     def _run(self) -> None:
-        backoff = 0.5
+        backoff = FIRST_BACKOFF
         version: str | None = None
         while not self._stop.is_set():
             try:
                 if version is None:
                     version = self._relist()
                 version = self._watch(version)
-                backoff = 0.5
-            except client.ApiException as err:
-                if err.status == 410:
-                    log.info("watch expired, listing again", extra={"kind": self.kind})
+                backoff = FIRST_BACKOFF
+            except WatchExpired:
+                version = None
+            except Exception as err:  # noqa: BLE001 - any failure: back off, then resume
+                if self._stop.is_set():
+                    break
+                if isinstance(err, client.ApiException) and err.status == 410:
                     version = None
                     continue
-                self._failed(err, backoff)
-                backoff = min(backoff * 2, MAX_BACKOFF)
-            except Exception as err:  # noqa: BLE001 - any transport failure: back off and resume
-                self._failed(err, backoff)
+                self._failed(err)
+                self._stop.wait(backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF)
 
-    def _failed(self, err: Exception, backoff: float) -> None:
+    def _failed(self, err: Exception) -> None:
+        """Stale from now on; the first failure of an incident is logged, the rest counted."""
         self.healthy.clear()
-        log.warning(
-            "watch failed, retrying",
-            extra={"kind": self.kind, "error": type(err).__name__, "backoff": backoff},
-        )
-        self._stop.wait(backoff)
+        METRICS.watch_failures.labels(self.kind).inc()
+        if self._incident is None:
+            self._incident = (time.monotonic(), 1)
+            log.warning(
+                "watch failed; serving the cached objects until it recovers",
+                extra={"kind": self.kind, "error": _describe(err)},
+            )
+        else:
+            started, failures = self._incident
+            self._incident = (started, failures + 1)
+
+    def _established(self) -> None:
+        self.healthy.set()
+        if self._incident is not None:
+            started, failures = self._incident
+            self._incident = None
+            log.info(
+                "watch recovered",
+                extra={
+                    "kind": self.kind,
+                    "failures": failures,
+                    "seconds": round(time.monotonic() - started, 1),
+                },
+            )
 
     def _relist(self) -> str:
-        response = self._list(_preload_content=False, **self._kwargs())
+        response = self._list(
+            _preload_content=False,
+            _request_timeout=(CONNECT_SECONDS, LIST_READ_SECONDS),
+            **self._kwargs(),
+        )
         body = json.loads(response.data)
         items = {item["metadata"]["name"]: item for item in body.get("items") or []}
         touched: set[str] = set()
         with self._condition:
             for name in set(self._objects) - set(items):
                 touched |= self._remove(name)
-            for item in items.values():
-                touched |= self._put(item)
+            for name, item in items.items():
+                if resource_version(item) != resource_version(self._objects.get(name) or {}):
+                    touched |= self._put(item)
             self._condition.notify_all()
         self.synced.set()
-        self.healthy.set()
         self._notify(touched)
         return str(body["metadata"]["resourceVersion"])
 
     def _watch(self, version: str) -> str:
-        stream = watch.Watch()
-        for event in stream.stream(
-            self._list,
+        response = self._list(
+            watch=True,
             resource_version=version,
             timeout_seconds=WATCH_SECONDS,
             allow_watch_bookmarks=True,
-            deserialize=False,
+            _preload_content=False,
+            _request_timeout=(CONNECT_SECONDS, WATCH_SECONDS + READ_MARGIN_SECONDS),
             **self._kwargs(),
-        ):
-            if self._stop.is_set():
-                stream.stop()
-                break
-            kind, obj = event["type"], event["object"]
-            if kind == "ERROR":
-                if obj.get("code") == 410:
-                    raise client.ApiException(status=410, reason="Gone")
-                raise client.ApiException(status=obj.get("code") or 500, reason=obj.get("message"))
-            version = str(obj["metadata"]["resourceVersion"])
-            if kind == "BOOKMARK":
-                continue
-            with self._condition:
-                touched = (
-                    self._remove(obj["metadata"]["name"]) if kind == "DELETED" else self._put(obj)
-                )
-                self._condition.notify_all()
-            self.healthy.set()
-            self._notify(touched)
-        self.healthy.set()
+        )
+        self._response = response
+        self._established()
+        try:
+            for line in _lines(response):
+                if self._stop.is_set():
+                    break
+                event = json.loads(line)
+                kind, obj = event["type"], event["object"]
+                if kind == "ERROR":
+                    if obj.get("code") == 410:
+                        raise WatchExpired(obj.get("message"))
+                    raise WatchFailed(f"{obj.get('code')}: {obj.get('message')}")
+                version = str(obj["metadata"]["resourceVersion"])
+                if kind == "BOOKMARK":
+                    continue
+                with self._condition:
+                    name = obj["metadata"]["name"]
+                    touched = self._remove(name) if kind == "DELETED" else self._put(obj)
+                    self._condition.notify_all()
+                self._notify(touched)
+        finally:
+            self._response = None
+            response.release_conn()
         return version
 
     def _put(self, obj: Obj) -> set[str]:
@@ -206,3 +278,9 @@ class Informer:
                 self._on_change(box)
             except Exception:
                 log.exception("status update failed", extra={"box": box})
+
+
+def _describe(err: Exception) -> str:
+    if isinstance(err, client.ApiException):
+        return f"HTTP {err.status}: {err.reason}"
+    return f"{type(err).__name__}: {err}"

@@ -144,13 +144,24 @@ def _login_page(target: str, error: str = "", status: int = 200) -> HTMLResponse
 router = APIRouter(include_in_schema=False)
 
 
+def set_session_cookie(request: Request, response: Response, value: str) -> None:
+    response.set_cookie(
+        COOKIE,
+        value,
+        path="/",
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+
+
 @router.get("/dashboard")
 def dashboard(request: Request) -> Response:
     session = _sessions(request).lookup(request.cookies.get(COOKIE))
     if session is None:
         return RedirectResponse(f"{LOGIN}?next={HOME}", status_code=303)
     boxes: Boxes = request.app.state.boxes
-    return _page(
+    page = _page(
         _template(
             "dashboard.html",
             {
@@ -159,6 +170,9 @@ def dashboard(request: Request) -> Response:
             },
         )
     )
+    if session.reissued:
+        set_session_cookie(request, page, session.cookie)
+    return page
 
 
 @router.get("/dashboard/login")
@@ -178,16 +192,8 @@ async def login(request: Request) -> Response:
     token = form.get("token", "").strip()
     if not token or not token_matches(token, request.app.state.token):
         return _login_page(target, LOGIN_REFUSED, 401)
-    session_id, _ = _sessions(request).create()
     response = RedirectResponse(target, status_code=303)
-    response.set_cookie(
-        COOKIE,
-        session_id,
-        path="/",
-        httponly=True,
-        samesite="strict",
-        secure=request.url.scheme == "https",
-    )
+    set_session_cookie(request, response, _sessions(request).create().cookie)
     return response
 
 
@@ -277,7 +283,7 @@ async def events(request: Request, _: Annotated[str, Depends(require_operator)])
 
 def mount_dashboard(app: FastAPI, boxes: Boxes) -> None:
     """Sessions, the push of box changes, and the dashboard routes."""
-    app.state.sessions = SessionStore()
+    app.state.sessions = SessionStore(app.state.token)
     broadcaster = Broadcaster()
     app.state.broadcaster = broadcaster
     boxes.add_listener(broadcaster.changed)

@@ -16,14 +16,21 @@ from kubernetes import client, config
 T = TypeVar("T")
 Obj = dict[str, Any]
 
+# Every call is bounded: a frozen apiserver or a dead etcd must cost a request seconds,
+# not minutes, and must never pin a worker thread for good.
+CONNECT_SECONDS = 2.0
+READ_SECONDS = 5.0
+RETRY_AFTER_SECONDS = 5
+
 
 class ApiProblem(Exception):
     """A failure our API reports as ``{"detail": message}`` with ``status``."""
 
-    def __init__(self, status: int, detail: str) -> None:
+    def __init__(self, status: int, detail: str, headers: dict[str, str] | None = None) -> None:
         super().__init__(detail)
         self.status = status
         self.detail = detail
+        self.headers = headers or {}
 
 
 class NotFound(ApiProblem):
@@ -32,8 +39,9 @@ class NotFound(ApiProblem):
 
 
 class Conflict(ApiProblem):
-    def __init__(self, detail: str) -> None:
-        super().__init__(409, detail)
+    def __init__(self, detail: str, retry_after: int | None = None) -> None:
+        headers = {"Retry-After": str(retry_after)} if retry_after else None
+        super().__init__(409, detail, headers)
 
 
 class Invalid(ApiProblem):
@@ -42,8 +50,10 @@ class Invalid(ApiProblem):
 
 
 class Unavailable(ApiProblem):
+    """The apiserver cannot be reached or is overloaded: the client should retry shortly."""
+
     def __init__(self, detail: str) -> None:
-        super().__init__(503, detail)
+        super().__init__(503, detail, {"Retry-After": str(RETRY_AFTER_SECONDS)})
 
 
 def api_client(kubeconfig: str | None) -> client.ApiClient:
@@ -90,6 +100,7 @@ def translate(err: Exception) -> ApiProblem:
 
 def call(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Obj:
     """Call a generated client method and return the raw JSON body, translating failures."""
+    kwargs.setdefault("_request_timeout", (CONNECT_SECONDS, READ_SECONDS))
     try:
         response = function(*args, _preload_content=False, **kwargs)
     except (client.ApiException, urllib3.exceptions.HTTPError, OSError) as err:

@@ -1,20 +1,32 @@
-"""Leader election through a coordination.k8s.io/v1 Lease: one replica reconciles."""
+"""Leader election through a coordination.k8s.io/v1 Lease: one replica reconciles.
+
+Timing follows the usual Kubernetes scheme, judged on local monotonic clocks so that
+clock skew between replicas cannot produce two leaders:
+- the holder renews every ``retry`` seconds and considers itself leader only until
+  ``renew_deadline`` after the start of its last successful renewal;
+- a follower takes the Lease once its record has not changed, as this follower saw
+  it, for the full lease duration, which is longer than the renew deadline.
+Every write is a compare-and-swap on the Lease's resourceVersion. A replica whose
+caches are not synced and fresh does not take the Lease, and steps down if it holds it.
+"""
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from kubernetes import client
 
-from . import kube, render
+from . import kube
 from .kube import ApiProblem, Conflict, NotFound, Obj
 
 log = logging.getLogger(__name__)
 
 LEASE_NAME = "devboxes-controller"
+DEFAULT_LEASE_SECONDS = 3
 
 
 def _micro(moment: datetime) -> str:
@@ -22,27 +34,40 @@ def _micro(moment: datetime) -> str:
 
 
 class LeaderElector:
-    """Holds or waits for the Lease; ``leading`` is set while this replica holds it."""
+    """Holds or waits for the Lease; :meth:`is_leading` says whether to act now."""
 
     def __init__(
         self,
         api: client.ApiClient,
         namespace: str,
         identity: str,
-        lease_seconds: int = 15,
+        lease_seconds: int = DEFAULT_LEASE_SECONDS,
+        can_lead: Callable[[], bool] = lambda: True,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._leases = client.CoordinationV1Api(api)
         self._namespace = namespace
         self.identity = identity
         self._duration = lease_seconds
+        self._retry = lease_seconds / 4
+        self._renew_deadline = lease_seconds * 2 / 3
+        self._can_lead = can_lead
+        self._clock = clock
+        self._renewed_at: float | None = None
+        self._observed: tuple[object, ...] | None = None
+        self._observed_at = 0.0
+        self._notified = False
         self._listeners: list[Callable[[bool], None]] = []
-        self.leading = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="leader-election", daemon=True)
 
     def add_listener(self, listener: Callable[[bool], None]) -> None:
         """Called with True when this replica takes the Lease and False when it loses it."""
         self._listeners.append(listener)
+
+    def is_leading(self) -> bool:
+        renewed = self._renewed_at
+        return renewed is not None and self._clock() - renewed < self._renew_deadline
 
     def start(self) -> None:
         self._thread.start()
@@ -51,40 +76,38 @@ class LeaderElector:
         """Stop and hand the Lease back at once so another replica takes over quickly."""
         self._stop.set()
         self._thread.join(timeout=5)
-        if self.leading.is_set():
-            self._set_leading(False)
-            try:
-                lease = kube.call(self._leases.read_namespaced_lease, LEASE_NAME, self._namespace)
-                if lease["spec"].get("holderIdentity") == self.identity:
-                    lease["spec"]["holderIdentity"] = None
-                    kube.call(
-                        self._leases.replace_namespaced_lease, LEASE_NAME, self._namespace, lease
-                    )
-            except ApiProblem as err:
-                log.warning("lease not released", extra={"error": err.detail})
+        if self._renewed_at is not None:
+            self._release()
+        self._notify()
 
-    def _set_leading(self, leading: bool) -> None:
-        if leading == self.leading.is_set():
+    # -- the election loop -------------------------------------------------------------------
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                if self._can_lead():
+                    self._acquire_or_renew()
+                elif self._renewed_at is not None:
+                    log.warning(
+                        "stepping down: the caches are not synced and fresh",
+                        extra={"identity": self.identity},
+                    )
+                    self._release()
+            except ApiProblem as err:
+                log.warning("lease check failed", extra={"error": err.detail})
+            self._notify()
+            self._stop.wait(self._retry)
+
+    def _notify(self) -> None:
+        leading = self.is_leading()
+        if leading == self._notified:
             return
-        if leading:
-            self.leading.set()
-        else:
-            self.leading.clear()
+        self._notified = leading
         log.info("leadership changed", extra={"leading": leading, "identity": self.identity})
         for listener in self._listeners:
             listener(leading)
 
-    def _run(self) -> None:
-        retry = max(1.0, self._duration / 3)
-        while not self._stop.is_set():
-            try:
-                self._set_leading(self._try_acquire())
-            except ApiProblem as err:
-                log.warning("lease check failed", extra={"error": err.detail})
-                self._set_leading(False)
-            self._stop.wait(retry)
-
-    def _try_acquire(self) -> bool:
+    def _acquire_or_renew(self) -> None:
+        attempt = self._clock()
         now = datetime.now(UTC)
         spec: Obj = {
             "holderIdentity": self.identity,
@@ -101,22 +124,36 @@ class LeaderElector:
             try:
                 kube.call(self._leases.create_namespaced_lease, self._namespace, body)
             except Conflict:
-                return False
-            return True
+                return
+            self._renewed_at = attempt
+            return
         current = lease.get("spec") or {}
         holder = current.get("holderIdentity")
-        renew_time = current.get("renewTime")
-        renewed = render.parse_timestamp(renew_time) if renew_time else None
-        duration = int(current.get("leaseDurationSeconds") or self._duration)
-        expired = renewed is None or renewed + timedelta(seconds=duration) < now
-        if holder and holder != self.identity and not expired:
-            return False
+        record = (holder, current.get("renewTime"), current.get("leaseTransitions"))
+        if record != self._observed:
+            self._observed, self._observed_at = record, attempt
         if holder != self.identity:
+            self._renewed_at = None
+            duration = int(current.get("leaseDurationSeconds") or self._duration)
+            if holder and attempt - self._observed_at < duration:
+                return
             spec["acquireTime"] = _micro(now)
             spec["leaseTransitions"] = int(current.get("leaseTransitions") or 0) + 1
         lease["spec"] = {**current, **spec}
         try:
             kube.call(self._leases.replace_namespaced_lease, LEASE_NAME, self._namespace, lease)
         except Conflict:
-            return False
-        return True
+            self._renewed_at = None
+            return
+        self._renewed_at = attempt
+
+    def _release(self) -> None:
+        self._renewed_at = None
+        self._notify()
+        try:
+            lease = kube.call(self._leases.read_namespaced_lease, LEASE_NAME, self._namespace)
+            if lease["spec"].get("holderIdentity") == self.identity:
+                lease["spec"]["holderIdentity"] = None
+                kube.call(self._leases.replace_namespaced_lease, LEASE_NAME, self._namespace, lease)
+        except ApiProblem as err:
+            log.warning("lease not released", extra={"error": err.detail})

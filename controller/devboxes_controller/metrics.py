@@ -42,6 +42,12 @@ class Metrics:
             ["kind"],
             registry=self.registry,
         )
+        self.watch_failures = Counter(
+            "devboxes_watch_failures_total",
+            "Watch or list attempts that failed and were retried, by kind",
+            ["kind"],
+            registry=self.registry,
+        )
         self.leader = Gauge(
             "devboxes_leader",
             "1 while this replica holds the reconciler lease",

@@ -51,7 +51,7 @@ class Reconciler:
         while not self._stop.is_set():
             self._wake.clear()
             timeout = RESYNC_SECONDS
-            if self._elector.leading.is_set() and self._boxes.synced():
+            if self._elector.is_leading():
                 next_deadline = self.reconcile_once()
                 if next_deadline is not None:
                     seconds = (next_deadline - self._boxes.clock()).total_seconds()
@@ -63,6 +63,10 @@ class Reconciler:
         now = self._boxes.clock()
         upcoming: list[datetime] = []
         for deployment in self._boxes.deployments.all():
+            # Leadership can lapse during a pass (a renewal missed its deadline): from
+            # then on another replica may act, so this one must not.
+            if not self._elector.is_leading():
+                return None
             try:
                 deadline = self._reconcile_box(deployment, now)
             except ApiProblem as err:

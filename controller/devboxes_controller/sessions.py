@@ -1,13 +1,20 @@
-"""Browser sessions of the dashboard, kept in the controller's memory.
+"""Browser sessions of the dashboard: signed cookies that every replica can check.
 
-The browser holds only a random session id (in an HttpOnly cookie); the operator token
-never leaves the login request. Each session carries its own CSRF value, which the page
-sends back as a header on every mutation. Sessions end on logout, after an idle period
-and after an absolute lifetime; a controller restart ends them all.
+The browser holds only a session cookie (HttpOnly): an id, its creation and last-use
+times, and an HMAC over them with a key derived from the operator token. Any replica
+holding the same token verifies it without shared state, so sessions survive a request
+landing on another replica or a controller restart. The operator token itself never
+leaves the login request. Each session's CSRF value is an HMAC of its id, sent back by
+the page as a header on every mutation.
+
+Sessions end after an idle period (the last-use time slides as the cookie is re-issued
+on use), after an absolute lifetime, at logout (the id is refused from then on), and
+for all sessions at once when the operator token is rotated.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import secrets
@@ -20,86 +27,96 @@ COOKIE = "devboxes_session"
 CSRF_HEADER = "X-Devboxes-CSRF"
 IDLE_SECONDS = 8 * 3600
 ABSOLUTE_SECONDS = 24 * 3600
-MAX_SESSIONS = 1000
+# A used session's cookie is re-issued with a new last-use time at most this often.
+REISSUE_SECONDS = 60
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+_VERSION = "v1"
 
 Clock = Callable[[], float]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Session:
+    id: str
     csrf: str
-    created: float
-    last_seen: float
+    created: int
+    last_seen: int
+    cookie: str
+    reissued: bool = False
 
 
-def _key(session_id: str) -> str:
-    # Stored under a digest so the map's keys are useless to anyone reading memory, and
-    # lookups never compare the secret itself.
-    return hashlib.sha256(session_id.encode()).hexdigest()
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
 
 class SessionStore:
-    """Thread-safe: request handlers run both on the event loop and in the thread pool."""
+    """Issues and checks session cookies; thread-safe (handlers run on several threads)."""
 
     def __init__(
         self,
-        clock: Clock = time.monotonic,
+        secret: str,
+        clock: Clock = time.time,
         idle_seconds: float = IDLE_SECONDS,
         absolute_seconds: float = ABSOLUTE_SECONDS,
-        max_sessions: int = MAX_SESSIONS,
     ) -> None:
+        self._key = hmac.new(secret.encode(), b"devboxes dashboard sessions", "sha256").digest()
         self._clock = clock
         self.idle_seconds = idle_seconds
         self.absolute_seconds = absolute_seconds
-        self._max = max_sessions
-        self._sessions: dict[str, Session] = {}
+        # Ended sessions, until their lifetime would have ended anyway.
+        self._ended: dict[str, float] = {}
         self._lock = threading.Lock()
 
-    def create(self) -> tuple[str, Session]:
-        """A new session: its id (for the cookie) and its record."""
-        session_id = secrets.token_urlsafe(32)
-        now = self._clock()
-        session = Session(csrf=secrets.token_urlsafe(32), created=now, last_seen=now)
-        with self._lock:
-            self._prune(now)
-            if len(self._sessions) >= self._max:
-                oldest = min(self._sessions, key=lambda k: self._sessions[k].last_seen)
-                del self._sessions[oldest]
-            self._sessions[_key(session_id)] = session
-        return session_id, session
+    def _mac(self, text: str) -> str:
+        return _b64(hmac.new(self._key, text.encode(), hashlib.sha256).digest())
 
-    def _expired(self, session: Session, now: float) -> bool:
-        return (
-            now - session.last_seen > self.idle_seconds
-            or now - session.created > self.absolute_seconds
+    def _issue(self, session_id: str, created: int, last_seen: int, reissued: bool) -> Session:
+        payload = f"{_VERSION}.{session_id}.{created}.{last_seen}"
+        return Session(
+            id=session_id,
+            csrf=self._mac(f"csrf.{session_id}"),
+            created=created,
+            last_seen=last_seen,
+            cookie=f"{payload}.{self._mac(payload)}",
+            reissued=reissued,
         )
 
-    def _prune(self, now: float) -> None:
-        for key in [k for k, s in self._sessions.items() if self._expired(s, now)]:
-            del self._sessions[key]
+    def create(self) -> Session:
+        now = int(self._clock())
+        return self._issue(secrets.token_urlsafe(32), now, now, reissued=True)
 
-    def lookup(self, session_id: str | None, touch: bool = True) -> Session | None:
-        """The live session for this id, or None; ``touch`` restarts its idle period."""
-        if not session_id:
+    def lookup(self, cookie: str | None, touch: bool = True) -> Session | None:
+        """The live session of this cookie, or None; ``touch`` restarts its idle period."""
+        if not cookie:
             return None
-        key = _key(session_id)
+        payload, _, mac = cookie.rpartition(".")
+        parts = payload.split(".")
+        if len(parts) != 4 or parts[0] != _VERSION:
+            return None
+        if not hmac.compare_digest(mac.encode(), self._mac(payload).encode()):
+            return None
+        _, session_id, created_text, seen_text = parts
+        if not (created_text.isdigit() and seen_text.isdigit()):
+            return None
+        created, last_seen = int(created_text), int(seen_text)
+        now = self._clock()
+        if now - last_seen > self.idle_seconds or now - created > self.absolute_seconds:
+            return None
+        with self._lock:
+            if session_id in self._ended:
+                return None
+        if touch and now - last_seen >= REISSUE_SECONDS:
+            return self._issue(session_id, created, int(now), reissued=True)
+        return self._issue(session_id, created, last_seen, reissued=False)
+
+    def end(self, cookie: str | None) -> None:
+        session = self.lookup(cookie, touch=False)
+        if session is None:
+            return
         now = self._clock()
         with self._lock:
-            session = self._sessions.get(key)
-            if session is None:
-                return None
-            if self._expired(session, now):
-                del self._sessions[key]
-                return None
-            if touch:
-                session.last_seen = now
-            return session
-
-    def end(self, session_id: str | None) -> None:
-        if session_id:
-            with self._lock:
-                self._sessions.pop(_key(session_id), None)
+            self._ended = {k: v for k, v in self._ended.items() if v > now}
+            self._ended[session.id] = session.created + self.absolute_seconds
 
 
 def csrf_matches(session: Session, presented: str | None) -> bool:

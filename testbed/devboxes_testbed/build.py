@@ -7,6 +7,7 @@ happens only when the pins change.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -164,10 +165,20 @@ def ensure_built(log: Callable[[str], None] = print) -> Path:
     """Build whatever is missing for the pinned versions; return the binaries' directory."""
     go = go_binary()
     directory = bin_dir(go)
-    missing = [t for t in TARGETS if not (directory / t.name).is_file()]
     if _complete(directory):
         return directory
     directory.mkdir(parents=True, exist_ok=True)
+    # Two test runs or a test run and `make testbed` may start at once: one builds, the
+    # other waits and then finds everything built.
+    with (directory / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not _complete(directory):
+            _build_missing(go, directory, log)
+    return directory
+
+
+def _build_missing(go: str, directory: Path, log: Callable[[str], None]) -> None:
+    missing = [t for t in TARGETS if not (directory / t.name).is_file()]
     log(f"building {len(missing)} testbed binaries into {directory} (first build takes a while)")
     for index, target in enumerate(missing, 1):
         started = time.monotonic()
@@ -189,7 +200,6 @@ def ensure_built(log: Callable[[str], None] = print) -> Path:
         partial.rename(directory / target.name)
         log(f"[{index}/{len(missing)}] {target.name} built in {time.monotonic() - started:.0f}s")
     _copy_kwok_stages(go, directory)
-    return directory
 
 
 _STAGING = re.compile(r"^\s*(k8s\.io/[\w.-]+)\s+=>\s+\./staging/", re.MULTILINE)

@@ -401,5 +401,30 @@ class Testbed:
         for component in reversed(self.components):
             component.stop()
 
+    def component(self, name: str) -> Component:
+        for component in self.components:
+            if component.name == name:
+                return component
+        raise TestbedError(f"no component named {name!r}")
+
+    def restart(self, name: str) -> None:
+        """Stop one component and start it again with the same flags, ports and data."""
+        component = self.component(name)
+        component.stop()
+        start_component(component, self.log)
+
+    def freeze(self, name: str) -> None:
+        """Suspend a component (SIGSTOP): its connections stay open and nothing answers."""
+        self._signal(name, signal.SIGSTOP)
+
+    def thaw(self, name: str) -> None:
+        self._signal(name, signal.SIGCONT)
+
+    def _signal(self, name: str, signum: signal.Signals) -> None:
+        process = self.component(name).process
+        if process is None or process.poll() is not None:
+            raise TestbedError(f"{name} is not running")
+        os.killpg(process.pid, signum)
+
     def alive(self) -> list[str]:
         return [c.name for c in self.components if c.process and c.process.poll() is None]

@@ -1,4 +1,7 @@
-"""Fuzz every operation of the published OpenAPI document: no input may cause a 5xx.
+"""Fuzz every operation of the published OpenAPI document with schema-valid and
+schema-invalid input: no input may cause a 5xx, and every response must conform to the
+document (documented status codes and headers, bodies matching their schemas, invalid
+input refused, valid input accepted).
 
 The controller runs on a namespace of its own so that boxes the fuzzer manages to
 create do not disturb other tests; the namespace goes with everything in it.
@@ -16,8 +19,11 @@ import schemathesis
 from controllers import ControllerProcess, example_settings
 from devboxes_testbed.cluster import Testbed
 from hypothesis import HealthCheck, given, settings
+from schemathesis.generation import GenerationMode
 
-MAX_EXAMPLES = 50
+POSITIVE_EXAMPLES = 150
+NEGATIVE_EXAMPLES = 60
+MIN_CASES = 1000
 
 
 @pytest.fixture(scope="module")
@@ -54,30 +60,41 @@ def check(case: Any, controller: ControllerProcess) -> None:
         timeout = case.query["timeout"]
         if isinstance(timeout, int | float) and 0 < timeout <= 300:
             case.query["timeout"] = min(timeout, 0.5)
-    response = case.call(base_url=controller.url, headers=controller.headers(), timeout=30)
+    response = case.call_and_validate(
+        base_url=controller.url, headers=controller.headers(), timeout=30
+    )
     described = f"{case.method} {case.formatted_path} {case.query} {case.body!r}"
     assert response.status_code < 500, f"{described} -> {response.status_code} {response.text}"
     assert response.status_code != 401, f"{described}: the right token was refused"
 
 
-def test_no_input_causes_a_server_error(
+def test_no_input_causes_a_server_error_or_a_nonconforming_answer(
     api_schema: Any, fuzz_controller: ControllerProcess
 ) -> None:
     operations = [result.ok() for result in api_schema.get_all_operations()]
     assert len(operations) >= 8
+    cases = 0
     for operation in operations:
+        takes_input = bool(operation.path_parameters or operation.query or operation.body)
+        modes = [(GenerationMode.POSITIVE, POSITIVE_EXAMPLES)]
+        if takes_input:
+            modes.append((GenerationMode.NEGATIVE, NEGATIVE_EXAMPLES))
+        for mode, examples in modes:
 
-        @given(case=operation.as_strategy())
-        @settings(
-            max_examples=MAX_EXAMPLES,
-            deadline=None,
-            database=None,
-            suppress_health_check=list(HealthCheck),
-        )
-        def fuzz(case: Any) -> None:
-            check(case, fuzz_controller)
+            @given(case=operation.as_strategy(generation_mode=mode))
+            @settings(
+                max_examples=examples,
+                deadline=None,
+                database=None,
+                suppress_health_check=list(HealthCheck),
+            )
+            def fuzz(case: Any) -> None:
+                nonlocal cases
+                cases += 1
+                check(case, fuzz_controller)
 
-        fuzz()
+            fuzz()
+    assert cases >= MIN_CASES
     # Every operation must really have been exercised, not skipped by the generator.
     metrics = requests.get(
         f"{fuzz_controller.url}/metrics", headers=fuzz_controller.headers(), timeout=10

@@ -325,41 +325,64 @@ class Clock:
         return self.now
 
 
+SECRET = "s" * 40
+
+
 def test_sessions_expire_when_idle() -> None:
     clock = Clock()
-    store = SessionStore(clock=clock, idle_seconds=60, absolute_seconds=3600)
-    session_id, _ = store.create()
-    clock.now += 59
-    assert store.lookup(session_id) is not None  # and that use restarts the idle period
-    clock.now += 59
-    assert store.lookup(session_id) is not None
-    clock.now += 61
-    assert store.lookup(session_id) is None
-    assert store.lookup(session_id) is None
+    store = SessionStore(SECRET, clock=clock, idle_seconds=300, absolute_seconds=3600)
+    first = store.create().cookie
+    clock.now += 299
+    session = store.lookup(first)  # and that use restarts the idle period
+    assert session is not None
+    assert session.reissued
+    clock.now += 299
+    assert store.lookup(first) is None
+    renewed = store.lookup(session.cookie)
+    assert renewed is not None
+    clock.now += 301
+    assert store.lookup(renewed.cookie) is None
 
 
 def test_sessions_expire_after_their_lifetime_even_when_used() -> None:
     clock = Clock()
-    store = SessionStore(clock=clock, idle_seconds=60, absolute_seconds=150)
-    session_id, _ = store.create()
+    store = SessionStore(SECRET, clock=clock, idle_seconds=300, absolute_seconds=600)
+    cookie = store.create().cookie
     for _ in range(2):
-        clock.now += 50
-        assert store.lookup(session_id) is not None
-    clock.now += 51
-    assert store.lookup(session_id) is None
+        clock.now += 250
+        session = store.lookup(cookie)
+        assert session is not None
+        cookie = session.cookie
+    clock.now += 101
+    assert store.lookup(cookie) is None
 
 
-def test_session_store_is_bounded_and_ids_are_unguessable() -> None:
-    store = SessionStore(max_sessions=3)
-    ids = [store.create()[0] for _ in range(4)]
-    assert store.lookup(ids[0]) is None
-    assert all(store.lookup(i) is not None for i in ids[1:])
-    assert len(set(ids)) == 4
-    assert all(len(i) >= 43 for i in ids)
+def test_every_replica_with_the_token_accepts_a_session_and_nothing_else_does() -> None:
+    clock = Clock()
+    store = SessionStore(SECRET, clock=clock)
+    session = store.create()
+    other_replica = SessionStore(SECRET, clock=clock)
+    seen = other_replica.lookup(session.cookie)
+    assert seen is not None
+    assert seen.csrf == session.csrf
+    assert csrf_matches(seen, session.csrf)
+    assert not csrf_matches(seen, None)
+    assert not csrf_matches(seen, session.csrf[:-1])
+    # Rotating the operator token ends every session.
+    assert SessionStore("t" * 40, clock=clock).lookup(session.cookie) is None
+    payload, _, mac = session.cookie.rpartition(".")
+    version, session_id, created, _seen = payload.split(".")
+    forged = f"{version}.{session_id}.{created}.{int(clock.now) + 10**6}.{mac}"
+    assert store.lookup(forged) is None
+    assert store.lookup(session.cookie[:-1]) is None
     assert store.lookup("") is None
     assert store.lookup(None) is None
-    session = store.lookup(ids[1])
-    assert session is not None
-    assert csrf_matches(session, session.csrf)
-    assert not csrf_matches(session, None)
-    assert not csrf_matches(session, session.csrf[:-1])
+    assert len(session_id) >= 43
+    assert len({store.create().id for _ in range(20)}) == 20
+
+
+def test_logout_ends_the_session() -> None:
+    store = SessionStore(SECRET)
+    session = store.create()
+    store.end(session.cookie)
+    assert store.lookup(session.cookie) is None

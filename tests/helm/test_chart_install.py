@@ -17,7 +17,7 @@ from controllers import ControllerProcess, example_settings
 from devboxes_testbed import build
 from devboxes_testbed.cluster import Testbed
 from kubernetes import client
-from support import wait_for
+from support import service_account_kubeconfig, wait_for
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "devboxes"
 
@@ -27,23 +27,6 @@ def helm() -> str:
     if directory is None:
         pytest.skip("the testbed binaries (helm) are not built: run `make testbed`")
     return str(directory / "helm")
-
-
-def service_account_kubeconfig(
-    testbed: Testbed, kube: Any, namespace: str, account: str, path: Path
-) -> Path:
-    token = (
-        client.CoreV1Api(kube)
-        .create_namespaced_service_account_token(
-            account, namespace, {"spec": {"expirationSeconds": 3600}}
-        )
-        .status.token
-    )
-    config = yaml.safe_load(testbed.kubeconfig.read_text())
-    config["users"] = [{"name": account, "user": {"token": token}}]
-    config["contexts"][0]["context"]["user"] = account
-    path.write_text(yaml.safe_dump(config))
-    return path
 
 
 def test_helm_install_and_the_role_is_enough_for_the_lifecycle(

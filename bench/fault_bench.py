@@ -1,0 +1,198 @@
+"""How the controller rides out control-plane failures, in counts and percentiles.
+
+Starts a testbed of its own and this repository's controller on it, then:
+
+- freezes the kube-apiserver (SIGSTOP) and sends concurrent creates: how soon each is
+  answered 503, and how reads and /health answer meanwhile;
+- kills the leading replica of two (SIGKILL, no Lease hand-back): how soon the other
+  holds the Lease;
+- restarts the kube-apiserver and etcd: how soon /ready is 200 again after the
+  component is back.
+
+    PYTHONPATH=testbed:tests .venv/bin/python bench/fault_bench.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import requests
+from controllers import ControllerProcess, example_settings
+from devboxes_testbed.cluster import Testbed
+from kubernetes import client
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def percentiles(samples: list[float]) -> str:
+    ordered = sorted(samples)
+
+    def at(q: float) -> float:
+        return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
+
+    return f"p50 {at(0.5) * 1000:.0f} / p95 {at(0.95) * 1000:.0f} / max {ordered[-1] * 1000:.0f} ms"
+
+
+def timed(call: Callable[[], requests.Response]) -> tuple[int, float]:
+    started = time.monotonic()
+    status = call().status_code
+    return status, time.monotonic() - started
+
+
+def frozen_apiserver(bed: Testbed, controller: ControllerProcess, creates: int) -> list[str]:
+    headers = controller.headers()
+    base = f"{controller.url}/api/v1"
+    requests.post(f"{base}/devboxes", json={"name": "reader"}, headers=headers, timeout=30)
+    reads: dict[str, list[float]] = {"/health": [], "list": [], "get": []}
+    stop = threading.Event()
+
+    def read_loop() -> None:
+        calls = {
+            "/health": lambda: requests.get(f"{controller.url}/health", timeout=30),
+            "list": lambda: requests.get(f"{base}/devboxes", headers=headers, timeout=30),
+            "get": lambda: requests.get(f"{base}/devboxes/reader", headers=headers, timeout=30),
+        }
+        while not stop.is_set():
+            for name, call in calls.items():
+                status, seconds = timed(call)
+                if status == 200:
+                    reads[name].append(seconds)
+
+    bed.freeze("kube-apiserver")
+    try:
+        reader = threading.Thread(target=read_loop)
+        reader.start()
+        with ThreadPoolExecutor(creates) as pool:
+            answers = list(
+                pool.map(
+                    lambda i: timed(
+                        lambda: requests.post(
+                            f"{base}/devboxes",
+                            json={"name": f"frozen-{i}"},
+                            headers=headers,
+                            timeout=60,
+                        )
+                    ),
+                    range(creates),
+                )
+            )
+        stop.set()
+        reader.join()
+    finally:
+        bed.thaw("kube-apiserver")
+    statuses = sorted({status for status, _ in answers})
+    rows = [
+        f"frozen apiserver, {creates} concurrent creates: statuses {statuses}, "
+        f"answered in {percentiles([s for _, s in answers])}"
+    ]
+    for name, samples in reads.items():
+        rows.append(f"  {name} during the freeze: {len(samples)} answered, {percentiles(samples)}")
+    return rows
+
+
+def lease_holder(kube: Any, namespace: str) -> str | None:
+    try:
+        lease = client.CoordinationV1Api(kube).read_namespaced_lease(
+            "devboxes-controller", namespace, _request_timeout=2
+        )
+    except Exception:  # noqa: BLE001 - not there yet, or the apiserver is busy
+        return None
+    holder: str | None = lease.spec.holder_identity
+    return holder
+
+
+def failover(bed: Testbed, namespace: str, workdir: Path, rounds: int) -> list[str]:
+    kube = bed.api_client()
+    settings = example_settings(namespace)
+    replicas = [ControllerProcess(bed.kubeconfig, settings, workdir).start() for _ in range(2)]
+    takeovers: list[float] = []
+    try:
+        for _ in range(rounds):
+            by_identity = {r.identity: r for r in replicas}
+            deadline = time.monotonic() + 60
+            while lease_holder(kube, namespace) not in by_identity:
+                if time.monotonic() > deadline:
+                    raise SystemExit("no replica took the Lease")
+                time.sleep(0.05)
+            leader = by_identity[str(lease_holder(kube, namespace))]
+            survivor = next(r for r in replicas if r is not leader)
+            killed = time.monotonic()
+            leader.stop(kill=True)
+            while lease_holder(kube, namespace) != survivor.identity:
+                time.sleep(0.05)
+            takeovers.append(time.monotonic() - killed)
+            replicas = [survivor, ControllerProcess(bed.kubeconfig, settings, workdir).start()]
+    finally:
+        for replica in replicas:
+            replica.stop()
+    return [
+        f"leader killed (lease 3 s): survivor holds the Lease after "
+        f"{percentiles(takeovers)} ({len(takeovers)} rounds, "
+        f"mean {statistics.mean(takeovers):.2f} s)"
+    ]
+
+
+def restarts(bed: Testbed, controller: ControllerProcess, component: str, rounds: int) -> str:
+    recovered: list[float] = []
+    for _ in range(rounds):
+        bed.component(component).stop()
+        deadline = time.monotonic() + 60
+        while requests.get(f"{controller.url}/ready", timeout=10).status_code == 200:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"/ready stayed 200 with {component} down")
+            time.sleep(0.1)
+        bed.restart(component)
+        back = time.monotonic()
+        while requests.get(f"{controller.url}/ready", timeout=10).status_code != 200:
+            if time.monotonic() - back > 180:
+                raise SystemExit(f"/ready never returned after {component} restarted")
+            time.sleep(0.05)
+        recovered.append(time.monotonic() - back)
+    return (
+        f"{component} restarted: /ready 200 again {percentiles(recovered)} after it was "
+        f"healthy ({rounds} rounds)"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--creates", type=int, default=60)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args(argv)
+    workdir = Path(tempfile.mkdtemp(prefix="devboxes-faults-"))
+    bed = Testbed(workdir / "testbed", REPO / "testbed" / "nodes.yaml", log=lambda _: None)
+    bed.start()
+    rows: list[str] = []
+    try:
+        core = client.CoreV1Api(bed.api_client())
+        for namespace in ("faults", "failover"):
+            core.create_namespace({"metadata": {"name": namespace}})
+        controller = ControllerProcess(bed.kubeconfig, example_settings("faults"), workdir).start()
+        try:
+            rows += frozen_apiserver(bed, controller, args.creates)
+            while requests.get(f"{controller.url}/ready", timeout=10).status_code != 200:
+                time.sleep(0.1)
+            rows.append(restarts(bed, controller, "kube-apiserver", args.rounds))
+            rows.append(restarts(bed, controller, "etcd", args.rounds))
+        finally:
+            controller.stop()
+        rows += failover(bed, "failover", workdir, args.rounds)
+    finally:
+        bed.stop()
+    print("\n".join(rows))
+    shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,243 @@
+"""The ASGI application: the API router and the dashboard as peers, and what wraps them.
+
+Around the routes: a guard that refuses unauthenticated callers and oversized bodies
+before any body is read, security headers and request metrics on every response, and
+one error shape (``{"detail": ...}``) for every failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from devboxes_sdk.models import Health
+
+from .api import Operator, router
+from .auth import require_operator
+from .boxes import Boxes
+from .dashboard import mount_dashboard, set_session_cookie
+from .kube import ApiProblem
+from .metrics import METRICS
+from .readiness import Readiness
+from .writes import WritePool
+
+log = logging.getLogger(__name__)
+
+API_CSP = "default-src 'none'; frame-ancestors 'none'"
+# The largest request this API takes is a create of a few hundred bytes.
+MAX_BODY_BYTES = 8192
+
+
+def _needs_operator(path: str) -> bool:
+    return path.startswith("/api/") or path in ("/metrics", "/openapi.json")
+
+
+class RequestGuard:
+    """Refuses before reading a byte of the body: callers without credentials on protected
+    routes (401), and bodies over the limit (413). The body of an accepted request is
+    read here, within the limit, and handed on."""
+
+    def __init__(self, app: ASGIApp, max_body: int = MAX_BODY_BYTES) -> None:
+        self.app = app
+        self.max_body = max_body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope)
+        if _needs_operator(scope["path"]):
+            try:
+                require_operator(request)
+            except ApiProblem as refused:
+                await _problem_response(refused)(scope, receive, send)
+                return
+        declared = request.headers.get("content-length", "0")
+        if not declared.isdigit() or int(declared) > self.max_body:
+            await self._too_large(scope, receive, send)
+            return
+        body = b""
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+            if len(body) > self.max_body:
+                await self._too_large(scope, receive, send)
+                return
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
+        problem = ApiProblem(413, f"request body too large: the limit is {self.max_body} bytes")
+        await _problem_response(problem)(scope, receive, send)
+
+
+def _problem_response(err: ApiProblem) -> JSONResponse:
+    return JSONResponse({"detail": err.detail}, status_code=err.status, headers=err.headers)
+
+
+def _field_errors(err: RequestValidationError | ValidationError) -> list[dict[str, Any]]:
+    errors = []
+    for error in err.errors():
+        message = str(error.get("msg", "invalid value"))
+        errors.append(
+            {
+                "type": error.get("type", "value_error"),
+                "loc": [str(p) if not isinstance(p, int) else p for p in error["loc"]],
+                "msg": message.removeprefix("Value error, "),
+            }
+        )
+    return errors
+
+
+def _allowed_methods(app: FastAPI, path: str) -> list[str]:
+    """Every method some route serves at this path (one route exists per method)."""
+    methods: set[str] = set()
+    for route in app.router.routes:
+        if isinstance(route, Route) and route.path_regex.fullmatch(path):
+            methods |= route.methods or set()
+    return sorted(methods)
+
+
+def _install_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ApiProblem)
+    async def problem(request: Request, err: ApiProblem) -> JSONResponse:
+        return _problem_response(err)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, err: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"detail": _field_errors(err)}, status_code=422)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, err: HTTPException) -> JSONResponse:
+        headers = dict(err.headers or {})
+        if err.status_code == 405:
+            headers["Allow"] = ", ".join(_allowed_methods(app, request.url.path))
+        return JSONResponse({"detail": err.detail}, status_code=err.status_code, headers=headers)
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, err: Exception) -> JSONResponse:
+        log.exception("unexpected error", extra={"path": request.url.path})
+        return JSONResponse({"detail": "internal error; see the controller log"}, status_code=500)
+
+
+def _route_template(request: Request) -> str:
+    route = request.scope.get("route")
+    return str(getattr(route, "path", "unmatched"))
+
+
+def _install_middleware(app: FastAPI) -> None:
+    # Added first, so it runs inside the headers middleware below and its refusals are
+    # counted and carry the security headers too.
+    app.add_middleware(RequestGuard)
+
+    @app.middleware("http")
+    async def headers_and_metrics(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        started = time.perf_counter()
+        response = await call_next(request)
+        path = request.url.path
+        response.headers.setdefault("Content-Security-Policy", API_CSP)
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.headers["X-Frame-Options"] = "DENY"
+        response.headers["Referrer-Policy"] = "no-referrer"
+        if path.startswith("/api/"):
+            response.headers["Cache-Control"] = "no-store"
+        renewed = getattr(request.state, "session_cookie", None)
+        if renewed is not None:
+            set_session_cookie(request, response, renewed)
+        route = _route_template(request)
+        METRICS.requests.labels(request.method, route, str(response.status_code)).inc()
+        METRICS.latency.labels(request.method, route).observe(time.perf_counter() - started)
+        return response
+
+
+def create_app(
+    boxes: Boxes,
+    token: str,
+    readiness: Readiness,
+    lifecycle: Callable[[], AsyncIterator[None]] | None = None,
+) -> FastAPI:
+    """The ASGI app. ``lifecycle`` starts and stops the watches and the reconciler."""
+    writes = WritePool(readiness.write_problem)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        boxes.bind_loop(asyncio.get_running_loop())
+        try:
+            if lifecycle is None:
+                yield
+            else:
+                async with asynccontextmanager(lifecycle)():
+                    yield
+        finally:
+            writes.shutdown()
+
+    app = FastAPI(
+        title="Devboxes API",
+        version="1",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
+    app.state.boxes = boxes
+    app.state.token = token
+    app.state.writes = writes
+    app.include_router(router)
+    mount_dashboard(app, boxes)
+    _install_handlers(app)
+    _install_middleware(app)
+
+    @app.get("/health", include_in_schema=False)
+    async def health() -> Health:
+        return Health(status="ok")
+
+    @app.get("/ready", include_in_schema=False)
+    async def ready() -> JSONResponse:
+        problem = readiness.problem()
+        if problem is None:
+            return JSONResponse({"status": "ready"})
+        return JSONResponse({"status": "not ready", "detail": problem}, status_code=503)
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics(_: Operator) -> Response:
+        for state, count in boxes.counts().items():
+            METRICS.boxes.labels(state).set(count)
+        return Response(generate_latest(METRICS.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/openapi.json", include_in_schema=False)
+    async def openapi(_: Operator) -> JSONResponse:
+        if app.openapi_schema is None:
+            app.openapi_schema = get_openapi(
+                title=app.title, version=app.version, routes=app.routes
+            )
+        return JSONResponse(app.openapi_schema)
+
+    return app

@@ -1,0 +1,131 @@
+"""Hostile and odd requests: refused early, precisely, and without cost to the server."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import uuid
+
+import pytest
+import requests
+from controllers import ControllerProcess
+
+HUNDRED_MB = 100 * 1024 * 1024
+CHUNK = b"{" * (1024 * 1024)
+
+
+def send_huge_body(controller: ControllerProcess, headers: str) -> tuple[bytes, int]:
+    """POST a declared 100 MB body, streaming it until the server answers or hangs up.
+
+    Returns the status line and the bytes the server let us send before it answered."""
+    sock = socket.create_connection(("127.0.0.1", controller.port), timeout=30)
+    sent = 0
+    answer = b""
+    answered = threading.Event()
+
+    def read() -> None:
+        nonlocal answer
+        try:
+            answer = sock.recv(4096)
+        finally:
+            answered.set()
+
+    request = (
+        f"POST /api/v1/devboxes HTTP/1.1\r\nHost: 127.0.0.1\r\n{headers}"
+        f"Content-Type: application/json\r\nContent-Length: {HUNDRED_MB}\r\n\r\n"
+    )
+    sock.sendall(request.encode())
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        while sent < HUNDRED_MB and not answered.is_set():
+            sock.sendall(CHUNK)
+            sent += len(CHUNK)
+    except OSError:
+        pass  # the server closed the connection after answering
+    reader.join(30)
+    sock.close()
+    return answer.split(b"\r\n", 1)[0], sent
+
+
+def test_a_huge_unauthenticated_body_is_refused_before_it_is_read(
+    controller: ControllerProcess,
+) -> None:
+    before = controller.rss_kib()
+    status, _sent = send_huge_body(controller, "")
+    assert status == b"HTTP/1.1 401 Unauthorized", status
+    grown_kib = controller.rss_kib() - before
+    assert grown_kib < 5 * 1024, f"RSS grew by {grown_kib} KiB"
+
+
+def test_a_huge_authenticated_body_gets_413(controller: ControllerProcess) -> None:
+    before = controller.rss_kib()
+    status, _sent = send_huge_body(controller, f"Authorization: Bearer {controller.token}\r\n")
+    assert status == b"HTTP/1.1 413 Request Entity Too Large", status
+    assert controller.rss_kib() - before < 5 * 1024
+
+
+def test_a_chunked_body_over_the_limit_gets_413(controller: ControllerProcess) -> None:
+    def chunks() -> object:
+        for _ in range(64):
+            yield b" " * 1024
+
+    response = requests.post(
+        f"{controller.url}/api/v1/devboxes",
+        data=chunks(),
+        headers={**controller.headers(), "Content-Type": "application/json"},
+        timeout=30,
+    )
+    assert response.status_code == 413, response.text
+    assert "limit" in response.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"{not json", b"\xff\xfe\x00", b'{"name": 1}', b""],
+    ids=["bad", "binary", "typed", "empty"],
+)
+def test_unauthenticated_malformed_bodies_get_401(
+    controller: ControllerProcess, body: bytes
+) -> None:
+    response = requests.post(
+        f"{controller.url}/api/v1/devboxes",
+        data=body,
+        headers={"Content-Type": "application/json"},
+        timeout=30,
+    )
+    assert response.status_code == 401, response.text
+    assert response.headers["WWW-Authenticate"] == "Bearer"
+
+
+@pytest.mark.parametrize("name", ["\u212aelvin", "caf\u00e9", "abc\u0131", "ab\uff43"])
+def test_unicode_lookalike_names_are_refused(controller: ControllerProcess, name: str) -> None:
+    response = requests.post(
+        f"{controller.url}/api/v1/devboxes",
+        json={"name": name},
+        headers=controller.headers(),
+        timeout=30,
+    )
+    assert response.status_code == 422, response.text
+    [error] = response.json()["detail"]
+    assert error["loc"] == ["body", "name"]
+    assert "lowercase letters" in error["msg"]
+    path = requests.get(
+        f"{controller.url}/api/v1/devboxes/{name}", headers=controller.headers(), timeout=30
+    )
+    assert path.status_code == 422, path.text
+
+
+def test_a_wrong_method_lists_every_method_the_path_takes(controller: ControllerProcess) -> None:
+    response = requests.put(
+        f"{controller.url}/api/v1/devboxes", headers=controller.headers(), timeout=30
+    )
+    assert response.status_code == 405
+    assert set(response.headers["Allow"].split(", ")) >= {"GET", "POST"}
+    one = requests.put(
+        f"{controller.url}/api/v1/devboxes/{uuid.uuid4().hex[:8]}",
+        headers=controller.headers(),
+        timeout=30,
+    )
+    assert one.status_code == 405
+    assert set(one.headers["Allow"].split(", ")) >= {"GET", "DELETE"}

@@ -1,0 +1,66 @@
+"""A testbed of the fault tests' own: they restart and freeze its apiserver and etcd,
+which would disturb every other test sharing the session's testbed."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from controllers import ControllerProcess, example_settings
+from devboxes_testbed.cluster import Testbed
+from kubernetes import client
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def fault_testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
+    bed = Testbed(
+        tmp_path_factory.mktemp("fault-testbed"),
+        REPO / "testbed" / "nodes.yaml",
+        log=lambda message: None,
+    )
+    bed.start()
+    try:
+        yield bed
+    finally:
+        bed.stop()
+
+
+@pytest.fixture
+def fault_kube(fault_testbed: Testbed) -> Any:
+    """A fresh client per test: connections of an earlier test may point at a dead apiserver."""
+    return fault_testbed.api_client()
+
+
+@pytest.fixture
+def fault_namespace(fault_kube: Any) -> str:
+    name = f"f-{uuid.uuid4().hex[:10]}"
+    client.CoreV1Api(fault_kube).create_namespace({"metadata": {"name": name}})
+    return name
+
+
+@pytest.fixture
+def fault_controllers(
+    fault_testbed: Testbed, fault_namespace: str, tmp_path: Path
+) -> Iterator[Callable[..., ControllerProcess]]:
+    started: list[ControllerProcess] = []
+
+    def start(
+        kubeconfig: Path | None = None, until: str = "/ready", **kwargs: Any
+    ) -> ControllerProcess:
+        process = ControllerProcess(
+            kubeconfig or fault_testbed.kubeconfig,
+            example_settings(fault_namespace),
+            tmp_path,
+            **kwargs,
+        )
+        started.append(process)
+        return process.start(until=until)
+
+    yield start
+    for process in started:
+        process.stop()
