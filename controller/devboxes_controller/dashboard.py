@@ -144,6 +144,12 @@ def _login_page(target: str, error: str = "", status: int = 200) -> HTMLResponse
 router = APIRouter(include_in_schema=False)
 
 
+@router.get("/")
+def root() -> Response:
+    # Someone who opens the bare controller address wants the page, not a JSON 404.
+    return RedirectResponse(HOME, status_code=303)
+
+
 @router.get("/dashboard")
 def dashboard(request: Request) -> Response:
     session = _sessions(request).lookup(request.cookies.get(COOKIE))
