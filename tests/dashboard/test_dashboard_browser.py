@@ -380,7 +380,7 @@ def test_dashboard_fits_an_800px_window(
         assert line_count(page, summary_selector) > 1
         expect(row.locator(".col-message")).to_have_text(message)
         assert not scrolls_sideways(page)
-        shot(page, "10-800px-message-expanded")
+        page.locator("#boxes").screenshot(path=str(ARTIFACTS / "10-800px-message-expanded.png"))
     finally:
         context.close()
         api.delete_all()
