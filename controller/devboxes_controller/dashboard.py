@@ -155,6 +155,12 @@ def set_session_cookie(request: Request, response: Response, value: str) -> None
     )
 
 
+@router.get("/")
+def root() -> Response:
+    # Someone who opens the bare controller address wants the page, not a JSON 404.
+    return RedirectResponse(HOME, status_code=303)
+
+
 @router.get("/dashboard")
 def dashboard(request: Request) -> Response:
     session = _sessions(request).lookup(request.cookies.get(COOKIE))

@@ -1,11 +1,13 @@
 """The dashboard in a real headless Chromium against a controller on the testbed.
 
 Login, the accelerator selector, live scheduling status pushed over the event stream,
-stop, and delete with purge. Screenshots land in ``test-artifacts/dashboard/``.
+stop, delete with purge, and the layout of an 800 px window. Screenshots land in
+``test-artifacts/dashboard/``.
 """
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -38,13 +40,16 @@ class Api:
         assert response.status_code == 200, response.text
         return response.json()
 
-    def create_l4(self, name: str) -> None:
-        response = self.http.post(
-            f"{self.base}/devboxes",
-            json={"name": name, "gpu": {"profile": "nvidia-l4"}},
-            timeout=30,
-        )
+    def create(self, name: str, profile: str | None = None) -> None:
+        body: dict[str, Any] = {"name": name}
+        if profile is not None:
+            body["gpu"] = {"profile": profile}
+        response = self.http.post(f"{self.base}/devboxes", json=body, timeout=30)
         assert response.status_code == 201, response.text
+
+    def stop(self, name: str) -> None:
+        response = self.http.post(f"{self.base}/devboxes/{name}/stop", timeout=30)
+        assert response.status_code == 200, response.text
 
     def wait_ready(self, name: str) -> None:
         response = self.http.get(
@@ -155,7 +160,7 @@ def test_dashboard_in_chromium(
             pytest.skip("every NVIDIA L4 GPU of the testbed is held by another test")
         holders = [f"{occupier}-{i}" for i in range(free - 1)]
         for holder in holders:
-            api.create_l4(holder)
+            api.create(holder, "nvidia-l4")
             api.wait_ready(holder)
 
         def create_l4(name: str) -> None:
@@ -243,3 +248,139 @@ def test_selector_is_replaced_by_a_notice_when_gpu_is_disabled(
         shot(page, "07-gpu-disabled")
     finally:
         page.close()
+
+
+def sign_in(page: Any, controller: ControllerProcess) -> None:
+    from playwright.sync_api import expect
+
+    # The bare controller address is where operators start.
+    page.goto(f"{controller.url}/")
+    expect(page).to_have_url(f"{controller.url}/dashboard/login?next=/dashboard")
+    page.get_by_label("Operator token").fill(controller.token)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page).to_have_url(f"{controller.url}/dashboard")
+    expect(page.locator("#connection")).to_have_text("Live")
+
+
+def scrolls_sideways(page: Any) -> bool:
+    overflow: bool = page.evaluate(
+        "() => { const e = document.scrollingElement; return e.scrollWidth > e.clientWidth; }"
+    )
+    return overflow
+
+
+def line_count(page: Any, selector: str) -> int:
+    """How many lines the text of the first match takes on screen."""
+    count: int = page.locator(selector).first.evaluate(
+        """(element) => {
+            const range = document.createRange();
+            range.selectNodeContents(element);
+            return new Set([...range.getClientRects()].map((r) => Math.round(r.top))).size;
+        }"""
+    )
+    return count
+
+
+NARROW = {"width": 800, "height": 1000}
+# A profile whose node pool the testbed does not have: its box waits with the scheduler's
+# full explanation without holding a GPU another test needs.
+H100 = {
+    "name": "nvidia-h100",
+    "displayName": "NVIDIA H100",
+    "description": "One NVIDIA H100 (80 GB); the pool scales up on demand",
+    "resourceName": "nvidia.com/gpu",
+    "count": 1,
+    "workspaceImage": "devboxes/workspace-cuda:12.8",
+    "runtimeClassName": "nvidia",
+    "nodeSelector": {"accelerator": "nvidia-h100"},
+    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+}
+
+
+def test_dashboard_fits_an_800px_window(
+    controllers: Callable[..., ControllerProcess], namespace: str, chromium: Any
+) -> None:
+    from playwright.sync_api import expect
+
+    settings = example_settings(namespace)
+    settings["gpu"]["profiles"].append(H100)
+    controller = controllers(settings)
+    api = Api(controller)
+    default = api.get("/capabilities")["gpu"]["default_profile"]
+    suffix = uuid.uuid4().hex[:6]
+    ready, idle, waiting = f"cpu-{suffix}", f"idle-{suffix}", f"h100-{suffix}"
+    api.create(ready)
+    api.create(idle)
+    api.stop(idle)
+    api.wait_ready(ready)
+
+    context = chromium.new_context(viewport=NARROW)
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    try:
+        sign_in(page, controller)
+        expect(page.locator(f'tr[data-box="{ready}"] .col-state')).to_have_text("ready")
+        expect(page.locator(f'tr[data-box="{idle}"] .col-state')).to_have_text("stopped")
+
+        # The default profile is marked, and only that one.
+        for radio in page.locator('input[name="accelerator"]').all():
+            label = page.locator(f'label[for="{radio.get_attribute("id")}"] .option-title')
+            if radio.get_attribute("value") == default:
+                expect(label).to_have_text(re.compile(r"\(default\)$"))
+            else:
+                expect(label).not_to_contain_text("(default)")
+
+        # A name error wraps under the name: no field moves sideways or changes width.
+        fields = ["#box-name", "#box-preset", "#box-ttl"]
+        before = [page.locator(f).bounding_box() for f in fields]
+        page.get_by_label("Name", exact=True).fill("Not a valid name, and a long one!")
+        page.get_by_role("button", name="Create", exact=True).click()
+        expect(page.locator("#box-name-error")).to_contain_text("invalid name")
+        after = [page.locator(f).bounding_box() for f in fields]
+        assert [(b["x"], b["y"], b["width"]) for b in before] == [
+            (a["x"], a["y"], a["width"]) for a in after
+        ]
+        assert not scrolls_sideways(page)
+        shot(page, "08-800px-name-error")
+
+        # A GPU create succeeds, and the selector returns to CPU only for the next box.
+        page.get_by_label("Name", exact=True).fill(waiting)
+        page.locator('input[name="accelerator"][value="nvidia-h100"]').check()
+        page.get_by_role("button", name="Create", exact=True).click()
+        expect(page.locator("#action-status")).to_have_text(f"Box {waiting} created.")
+        expect(page.get_by_role("radio", name="CPU only")).to_be_checked()
+        expect(page.locator('input[name="accelerator"][value="nvidia-h100"]')).not_to_be_checked()
+
+        # The scheduler's long explanation is one line until it is expanded.
+        row = page.locator(f'tr[data-box="{waiting}"]')
+        summary = row.locator(".col-message details summary")
+        expect(summary).to_contain_text("Scheduling blocked:", timeout=READY_MS)
+        message = api.get(f"/devboxes/{waiting}")["message"]
+        assert "didn't match Pod's node affinity/selector" in message
+        summary_selector = f'tr[data-box="{waiting}"] .col-message summary'
+        assert line_count(page, summary_selector) == 1
+        assert summary.evaluate("(e) => e.scrollWidth > e.clientWidth")  # cut, not wrapped
+        # Written as text: the cell holds the disclosure and nothing parsed from the message.
+        assert row.locator(".col-message").evaluate(
+            "(cell) => [...cell.querySelectorAll('*')].map((e) => e.tagName).join()"
+        ) in ("DETAILS,SUMMARY", "DETAILS,SUMMARY,P")
+        assert not scrolls_sideways(page)
+        for tr in page.locator("#box-rows tr").all():
+            buttons = tr.locator(".col-actions button:visible")
+            expect(buttons).to_have_count(2)
+            for button in buttons.all():
+                box = button.bounding_box()
+                assert box is not None
+                assert box["x"] >= 0, box
+                assert box["x"] + box["width"] <= NARROW["width"], box
+        shot(page, "09-800px")
+
+        summary.click()
+        expect(row.locator(".col-message details")).to_have_attribute("open", "")
+        assert line_count(page, summary_selector) > 1
+        expect(row.locator(".col-message")).to_have_text(message)
+        assert not scrolls_sideways(page)
+        page.locator("#boxes").screenshot(path=str(ARTIFACTS / "10-800px-message-expanded.png"))
+    finally:
+        context.close()
+        api.delete_all()

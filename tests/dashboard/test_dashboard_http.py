@@ -57,6 +57,17 @@ def test_page_without_session_redirects_to_login(controller: ControllerProcess) 
     assert response.headers["location"] == "/dashboard/login?next=/dashboard"
 
 
+def test_root_redirects_to_the_dashboard(controller: ControllerProcess) -> None:
+    response = requests.get(f"{controller.url}/", allow_redirects=False, timeout=10)
+    assert response.status_code == 303
+    assert response.headers["location"] == "/dashboard"
+    # Followed without a session, it ends on the sign-in form rather than a JSON 404.
+    page = requests.get(f"{controller.url}/", timeout=10)
+    assert page.status_code == 200
+    assert page.url == f"{controller.url}/dashboard/login?next=/dashboard"
+    assert page.headers["content-type"].startswith("text/html")
+
+
 def test_login_sets_a_strict_http_only_cookie(controller: ControllerProcess) -> None:
     response = requests.post(
         f"{controller.url}/dashboard/login",

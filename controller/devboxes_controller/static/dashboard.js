@@ -40,7 +40,7 @@
   }
 
   // -- the accelerator selector --------------------------------------------------------
-  function acceleratorOption(value, label, description, checked) {
+  function acceleratorOption(value, label, description, checked, isDefault) {
     const id = "accelerator-" + (value || "cpu");
     const wrap = document.createElement("div");
     wrap.className = "option";
@@ -55,6 +55,13 @@
     const title = document.createElement("span");
     title.className = "option-title";
     title.textContent = label;
+    if (isDefault) {
+      // The profile a bare "gpu" request gets, marked as the CLI and Jupyter mark it.
+      const mark = document.createElement("span");
+      mark.className = "option-default";
+      mark.textContent = " (default)";
+      title.append(mark);
+    }
     text.append(title);
     if (description) {
       const help = document.createElement("span");
@@ -81,10 +88,10 @@
     }
     const options = $("accelerator-options");
     options.replaceChildren(
-      acceleratorOption("", "CPU only", "No accelerator", true),
+      acceleratorOption("", "CPU only", "No accelerator", true, false),
       ...gpu.profiles.map((p) =>
         acceleratorOption(p.name, `${p.display_name} (${p.count} × ${p.resource_name})`,
-          p.description || "", false)),
+          p.description || "", false, p.default)),
     );
     $("accelerator").hidden = false;
   }
@@ -159,6 +166,9 @@
         upsert(data);
         announce(`Box ${data.name} created.`);
         $("box-name").value = "";
+        // Back to CPU only, so the next box gets a GPU only if one is chosen again.
+        const cpu = $("accelerator-cpu");
+        if (cpu) cpu.checked = true;
       } else {
         showServerErrors(data);
       }
@@ -176,6 +186,36 @@
   function autoStop(box) {
     if (box.state === "stopped" || !box.expires_at) return "—";
     return new Date(box.expires_at).toLocaleString();
+  }
+
+  // Longer messages (the scheduler's reasons run to several sentences) are collapsed to
+  // their first line, cut to the column's width; the whole text is one click away.
+  const SHORT_MESSAGE = 60;
+
+  function fillMessage(row, message) {
+    // Unchanged text is left alone, so a message the user expanded stays open.
+    if (row.message === message) return;
+    row.message = message;
+    const cell = row.cells.message;
+    const [first, ...rest] = message.split("\n");
+    if (message.length <= SHORT_MESSAGE && rest.length === 0) {
+      cell.textContent = message;
+      return;
+    }
+    const previous = cell.querySelector("details");
+    const details = document.createElement("details");
+    details.className = "message";
+    details.open = previous !== null && previous.open;
+    const summary = document.createElement("summary");
+    summary.textContent = first;
+    details.append(summary);
+    if (rest.length) {
+      const more = document.createElement("p");
+      more.className = "message-more";
+      more.textContent = rest.join("\n");
+      details.append(more);
+    }
+    cell.replaceChildren(details);
   }
 
   function actionButton(label, box, handler, className) {
@@ -207,7 +247,7 @@
     const remove = actionButton("Delete", box, openDelete, "danger");
     actions.append(start, stop, remove);
     tr.append(actions);
-    return { tr, cells, start, stop, box };
+    return { tr, cells, start, stop, box, message: null };
   }
 
   function fill(row, box) {
@@ -231,7 +271,7 @@
     } else {
       row.cells.ssh.textContent = "—";
     }
-    row.cells.message.textContent = box.message || "";
+    fillMessage(row, box.message || "");
     row.start.hidden = box.state !== "stopped";
     row.stop.hidden = box.state === "stopped";
   }
