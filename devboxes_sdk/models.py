@@ -10,6 +10,7 @@ unknown fields (servers may add some).
 from __future__ import annotations
 
 import re
+import unicodedata
 from enum import StrEnum
 from typing import Annotated, Literal
 
@@ -39,11 +40,33 @@ class DevboxState(StrEnum):
 
 
 def normalize_name(value: str) -> str:
-    """Trim and lowercase a box name, then check it, as every Devboxes client expects."""
+    """Trim and lowercase a box name, then check it, as every Devboxes client expects.
+
+    Non-ASCII text is refused before lowercasing: ``str.lower`` turns lookalikes such as
+    U+212A KELVIN SIGN into ASCII letters, which would silently pick another box.
+    """
+    foreign = next((char for char in value if not char.isascii()), None)
+    if foreign is not None:
+        raise ValueError(
+            f"invalid name {value!r}: it contains the non-ASCII character "
+            f"U+{ord(foreign):04X} ({unicodedata.name(foreign, 'unnamed')}); use {NAME_RULE}"
+        )
     name = value.strip().lower()
     if not NAME_RE.match(name):
         raise ValueError(f"invalid name {value!r}: use {NAME_RULE}")
     return name
+
+
+def normalize_repository(value: str) -> str | None:
+    """Trim a repository to clone and check it; an empty one means none."""
+    repository = value.strip()
+    if not repository:
+        return None
+    if not REPOSITORY_RE.match(repository):
+        raise ValueError(
+            f"repository must be 'owner/repo' or an https://github.com/ URL, got {value!r}"
+        )
+    return repository
 
 
 class _Request(BaseModel):
@@ -77,14 +100,7 @@ class DevboxCreate(_Request):
     @field_validator("repository")
     @classmethod
     def _repository(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        value = value.strip()
-        if not value:
-            return None
-        if not REPOSITORY_RE.match(value):
-            raise ValueError("repository must be 'owner/repo' or an https://github.com/ URL")
-        return value
+        return None if value is None else normalize_repository(value)
 
 
 class GpuProfile(_Response):
