@@ -670,7 +670,7 @@ def _error(message: str) -> None:
 def _timed_out(error: StartTimeout) -> None:
     box = error.box
     reason = _render.progress_reason(box)
-    state = f"{box.state.value}: {reason}" if reason else box.state.value
+    state = f"state {box.state.value}" + (f": {reason}" if reason else "")
     _error(f"{box.name} was not ready within {error.timeout:g}s ({state})")
     # The box stays queued: without a cancel hint it would take a GPU hours later, unused.
     gpu = ", and takes a GPU as soon as one is free" if box.gpu else ""
