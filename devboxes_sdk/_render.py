@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
@@ -15,6 +16,20 @@ EMPTY = "-"
 # Server-supplied text (messages, names) is shown in a terminal; control characters
 # could move the cursor or rewrite earlier lines, so they are replaced.
 _CONTROL = dict.fromkeys([*range(0x20), *range(0x7F, 0xA0)], "?")
+
+# The scheduler's sentence: "0/7 nodes are available: 2 Insufficient nvidia.com/gpu,
+# 5 node(s) didn't match Pod's node affinity/selector. preemption: ...". The counted
+# clauses run from the colon to the first full stop.
+_NODES_AVAILABLE = re.compile(r"\d+/\d+ nodes are available: ")
+_CLAUSE_END = re.compile(r"\.(?:\s|$)")
+_CLAUSE_COUNT = re.compile(r"^\d+\s+")
+# A missing resource is the reason a user can act on (wait, or pick another profile),
+# so it wins over clauses about nodes the box was never meant for.
+_SHORTAGE = "Insufficient "
+# Right after a create the scheduler can see the pod before the home volume's claim is
+# bound and says so; it resolves itself within seconds and is not a scheduling problem.
+_UNBOUND_CLAIMS = "unbound immediate PersistentVolumeClaims"
+STORAGE_PENDING = "Waiting for the home volume."
 
 _MINUTE = 60
 _HOUR = 60 * _MINUTE
@@ -135,8 +150,45 @@ def box_details(box: Devbox, now: datetime) -> str:
     return "\n".join(f"{key + ':':<{width}} {clean(value)}" for key, value in fields)
 
 
+def short_reason(message: str) -> str:
+    """The gist of a box's message, for one line of progress.
+
+    A scheduler sentence is cut to one reason without its count, e.g.
+    ``Scheduling blocked: Insufficient nvidia.com/gpu``; ``devbox status`` shows it all.
+    Other messages are returned as they are.
+    """
+    found = _NODES_AVAILABLE.search(message)
+    if found is None:
+        return message
+    rest = message[found.end() :]
+    end = _CLAUSE_END.search(rest)
+    clauses = [clause.strip() for clause in rest[: end.start() if end else None].split(",")]
+    clauses = [clause for clause in clauses if clause]
+    if not clauses:
+        return message
+    chosen = next((clause for clause in clauses if _SHORTAGE in clause), clauses[0])
+    return message[: found.start()] + _CLAUSE_COUNT.sub("", chosen)
+
+
+def progress_reason(box: Devbox) -> str | None:
+    """What a box waits for, short enough for a progress line."""
+    if not box.message:
+        return None
+    if box.state is DevboxState.STARTING and _UNBOUND_CLAIMS in box.message:
+        return STORAGE_PENDING
+    return short_reason(box.message)
+
+
 def progress_line(box: Devbox) -> str:
     """One line describing where a box is on its way to ready."""
-    if box.message:
-        return clean(f"{box.name}: {box.state.value}: {box.message}")
+    reason = progress_reason(box)
+    if reason:
+        return clean(f"{box.name}: {box.state.value}: {reason}")
     return clean(f"{box.name}: {box.state.value}")
+
+
+def fit(text: str, width: int, ellipsis: str = "…") -> str:
+    """``text`` cut to ``width`` characters, marking the cut with ``ellipsis``."""
+    if len(text) <= width:
+        return text
+    return text[: max(width - len(ellipsis), 0)] + ellipsis

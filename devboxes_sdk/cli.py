@@ -26,6 +26,7 @@ from devboxes_sdk._completion import completion_script
 from devboxes_sdk._version import __version__
 from devboxes_sdk.client import API_PREFIX, Client, Devbox
 from devboxes_sdk.config import (
+    ENV_TOKEN,
     ENV_URL,
     config_path,
     normalize_token,
@@ -36,10 +37,13 @@ from devboxes_sdk.config import (
 from devboxes_sdk.errors import (
     BoxDegraded,
     BoxStopped,
+    ConfigurationError,
     DevboxesError,
+    NotConfigured,
     StartTimeout,
+    ValidationError,
 )
-from devboxes_sdk.models import PRESETS, DevboxState, normalize_name
+from devboxes_sdk.models import PRESETS, DevboxState, normalize_name, normalize_repository
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -55,9 +59,42 @@ DEFAULT_WAIT_TIMEOUT = 600.0
 _SSH_DESTINATION_RE = re.compile(r"^(?:[A-Za-z0-9._][A-Za-z0-9._-]{0,63}@)?[A-Za-z0-9.:\[\]_-]+$")
 _SSH_OPTIONS_WITH_VALUE = frozenset("BbcDEeFIiJLlmOoPpQRSWw")
 
+# The API's names for the fields of a create, and the flags that set them, so that a
+# refused request is explained in the words the user typed. None: the message already
+# names the field in plain words.
+_CREATE_FLAGS: dict[str, str | None] = {
+    "name": None,
+    "preset": "--preset",
+    "ttl_hours": "--ttl",
+    "repository": "--repo",
+    "gpu": "--gpu",
+    "gpu.profile": "--gpu-profile",
+}
+_FLAG_UNITS = {"--ttl": ("hour", "hours")}
+# The controller states rules of its settings as plain text that starts with the field,
+# e.g. "ttl_hours must be at most 168", rather than as a located field error.
+_LEADING_FIELD = re.compile(r"^(gpu\.profile|ttl_hours|repository|preset)\b\s*")
+_TRAILING_NUMBER = re.compile(r"\b(\d+)$")
+
+_NOT_CONFIGURED = {
+    "url": f"no Devboxes URL configured: run 'devbox login --url URL' or set {ENV_URL}",
+    "token": f"no Devboxes token configured: run 'devbox login' or set {ENV_TOKEN}",
+}
+
 
 class UsageError(Exception):
     """The command line is well-formed for argparse but cannot be carried out as given."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """Reports a usage error as one line and where to find help, not the usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, _usage_text(self.prog, message))
+
+
+def _usage_text(prog: str, message: str) -> str:
+    return f"{prog}: error: {_render.clean(message)}\nRun '{prog} --help' for usage.\n"
 
 
 # -- argument types -----------------------------------------------------------------
@@ -66,6 +103,33 @@ class UsageError(Exception):
 def _box_name(value: str) -> str:
     try:
         return normalize_name(value)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+class _NewBoxName(argparse.Action):
+    """Stores the checked name and, as ``typed_name``, what was typed, so that a create
+    can say when the name it uses differs from the one given."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        typed = str(values)
+        try:
+            name = normalize_name(typed)
+        except ValueError as error:
+            raise argparse.ArgumentError(self, str(error)) from None
+        setattr(namespace, self.dest, name)
+        namespace.typed_name = typed
+
+
+def _repository(value: str) -> str | None:
+    try:
+        return normalize_repository(value)
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
 
@@ -128,7 +192,7 @@ def _wait_options(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="devbox",
         description="Persistent SSH development boxes, with GPUs, on Devboxes.",
         epilog="exit codes: 0 ok, 1 error, 2 usage, 3 not ready in time, 4 degraded, "
@@ -136,13 +200,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"devbox {__version__}")
     _global_options(parser, suppress=False)
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     _global_options(common, suppress=True)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def add(name: str, help_text: str, handler: Callable[[argparse.Namespace], int]) -> Any:
         sub = commands.add_parser(name, help=help_text, description=help_text, parents=[common])
-        sub.set_defaults(handler=handler)
+        sub.set_defaults(handler=handler, prog=sub.prog)
         return sub
 
     add("login", "check a URL and token and save them to the config file", _cmd_login)
@@ -159,10 +223,10 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
     )
     profiles.add_argument("-q", "--quiet", action="store_true", help="print profile names only")
-    profiles.set_defaults(handler=_cmd_gpu_profiles)
+    profiles.set_defaults(handler=_cmd_gpu_profiles, prog=profiles.prog)
 
     create = add("create", "create a box and wait until it is ready", _cmd_create)
-    create.add_argument("name", type=_box_name, metavar="NAME")
+    create.add_argument("name", action=_NewBoxName, metavar="NAME")
     create.add_argument(
         "--preset", choices=PRESETS, default="small", help="box size (default small)"
     )
@@ -173,7 +237,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="HOURS",
         help="stop the box automatically after this many hours (default 24)",
     )
-    create.add_argument("--repo", metavar="REPOSITORY", help="owner/repo or GitHub https URL")
+    create.add_argument(
+        "--repo", type=_repository, metavar="REPOSITORY", help="owner/repo or GitHub https URL"
+    )
     accelerator = create.add_mutually_exclusive_group()
     accelerator.add_argument(
         "--gpu", action="store_true", help="attach the operator's default GPU profile"
@@ -216,7 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="print a shell completion script; e.g. source <(devbox completion bash)",
     )
     completion.add_argument("shell", choices=("bash", "zsh"))
-    completion.set_defaults(handler=_cmd_completion)
+    completion.set_defaults(handler=_cmd_completion, prog=completion.prog)
     return parser
 
 
@@ -224,7 +290,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _client(args: argparse.Namespace) -> Client:
-    return Client(args.url, args.token)
+    """A client for the URL and token of the command line, environment or config file,
+    with problems explained in terms of this command's options."""
+    url: str | None = args.url
+    if url is not None:
+        try:
+            url = normalize_url(url)
+        except ConfigurationError as error:
+            raise ConfigurationError(f"{error} (from --url)") from None
+    token = None if args.token is None else normalize_token(args.token, "--token")
+    try:
+        return Client(url, token)
+    except NotConfigured as error:
+        raise ConfigurationError(_NOT_CONFIGURED[error.setting]) from None
 
 
 def _now() -> datetime:
@@ -254,7 +332,9 @@ class Progress:
         self._stream = stream
         self._live = stream.isatty()
         encoding = (getattr(stream, "encoding", None) or "ascii").lower()
-        self._frames = self._UNICODE_FRAMES if "utf" in encoding else self._ASCII_FRAMES
+        unicode = "utf" in encoding
+        self._frames = self._UNICODE_FRAMES if unicode else self._ASCII_FRAMES
+        self._ellipsis = "…" if unicode else "..."
         self._text = ""
         self._lock = threading.Lock()
         self._stopped = threading.Event()
@@ -278,8 +358,10 @@ class Progress:
         frame = 0
         while True:
             with self._lock:
+                text = f"{self._frames[frame % len(self._frames)]} {self._text}"
+                # One short of the edge: a wrapped line cannot be erased with \r.
                 width = max(shutil.get_terminal_size().columns - 1, 10)
-                text = f"{self._frames[frame % len(self._frames)]} {self._text}"[:width]
+                text = _render.fit(text, width, self._ellipsis)
                 self._stream.write(f"\r\x1b[2K{text}")
                 self._stream.flush()
             frame += 1
@@ -411,7 +493,13 @@ def _cmd_whoami(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _names_or_json(args: argparse.Namespace) -> None:
+    if args.quiet and args.json:
+        raise UsageError("-q and --json cannot be combined (-q prints names, --json the JSON)")
+
+
 def _cmd_gpu_profiles(args: argparse.Namespace) -> int:
+    _names_or_json(args)
     with _client(args) as client:
         catalog = client.gpu.catalog()
     if args.json:
@@ -436,14 +524,41 @@ def _finish_wait(box: Devbox, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def flag_message(error: ValidationError) -> str:
+    """A refused create in the words of the command line: ``--ttl must be at most 168
+    hours`` for the API's ``ttl_hours must be at most 168``."""
+    parts = []
+    for item in error.errors:
+        field = ".".join(str(part) for part in item.loc if part != "body")
+        message = item.msg.removeprefix("Value error, ")
+        if not field and (leading := _LEADING_FIELD.match(message)):
+            field, message = leading.group(1), message[leading.end() :]
+            separator = " "
+        else:
+            separator = ": "
+        flag = _CREATE_FLAGS.get(field, field)
+        if flag in _FLAG_UNITS and (number := _TRAILING_NUMBER.search(message)):
+            one, many = _FLAG_UNITS[flag]
+            message += f" {one if number.group(1) == '1' else many}"
+        parts.append(f"{flag}{separator}{message}" if flag else message)
+    return "; ".join(parts)
+
+
 def _cmd_create(args: argparse.Namespace) -> int:
     if args.ssh and args.no_wait:
         raise UsageError("--ssh needs the box to be ready; drop --no-wait")
     gpu: bool | str | None = True if args.gpu else args.gpu_profile
     with _client(args) as client:
-        box = client.create(
-            args.name, preset=args.preset, ttl_hours=args.ttl, repository=args.repo, gpu=gpu
-        )
+        if args.typed_name.strip() != args.name:
+            _error(f"note: using the name {args.name!r} (box names are lower case)")
+        try:
+            box = client.create(
+                args.name, preset=args.preset, ttl_hours=args.ttl, repository=args.repo, gpu=gpu
+            )
+        except ValidationError as error:
+            # Every field of a create comes from an option, so a refused rule is a bad
+            # argument, whether the SDK or the server found it.
+            raise UsageError(flag_message(error)) from None
         if args.no_wait:
             _print_box(box, args)
             return EXIT_OK
@@ -454,6 +569,7 @@ def _cmd_create(args: argparse.Namespace) -> int:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
+    _names_or_json(args)
     with _client(args) as client:
         if args.json:
             _print_json(client.request_json("GET", f"{API_PREFIX}/devboxes"))
@@ -551,13 +667,26 @@ def _error(message: str) -> None:
     print(_render.clean(message), file=sys.stderr)
 
 
+def _timed_out(error: StartTimeout) -> None:
+    box = error.box
+    reason = _render.progress_reason(box)
+    state = f"state {box.state.value}" + (f": {reason}" if reason else "")
+    _error(f"{box.name} was not ready within {error.timeout:g}s ({state})")
+    # The box stays queued: without a cancel hint it would take a GPU hours later, unused.
+    gpu = ", and takes a GPU as soon as one is free" if box.gpu else ""
+    _error(f"It keeps starting on the server{gpu}; full reason: devbox status {box.name}")
+    _error(
+        f"To cancel: devbox stop {box.name} (keeps the box) "
+        f"or devbox delete {box.name} (keeps its home volume)"
+    )
+
+
 def _run(args: argparse.Namespace) -> int:
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:
         return handler(args)
     except StartTimeout as error:
-        _error(f"{error}")
-        _error(f"It is still starting; follow it with: devbox status {error.box.name}")
+        _timed_out(error)
         return EXIT_TIMEOUT
     except BoxDegraded as error:
         _error(str(error))
@@ -567,7 +696,7 @@ def _run(args: argparse.Namespace) -> int:
         _error(str(error))
         return EXIT_ERROR
     except UsageError as error:
-        _error(f"devbox: error: {error}")
+        sys.stderr.write(_usage_text(args.prog, str(error)))
         return EXIT_USAGE
     except DevboxesError as error:
         _error(str(error))

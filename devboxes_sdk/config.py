@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import SplitResult, urlsplit
 
-from devboxes_sdk.errors import ConfigurationError
+from devboxes_sdk.errors import ConfigurationError, NotConfigured
 
 ENV_URL = "DEVBOX_URL"
 ENV_TOKEN = "DEVBOX_TOKEN"  # noqa: S105 - the variable name, not a secret
@@ -196,8 +196,10 @@ def resolve(
     elif file is not None and file.url is not None:
         chosen_url, url_source = file.url, f"from configuration file {file.path}"
     else:
-        raise ConfigurationError(
-            f"no Devboxes URL configured: run 'devbox login --url URL', set {ENV_URL}, or pass url="
+        raise NotConfigured(
+            "url",
+            f"no Devboxes URL configured: run 'devbox login --url URL', set {ENV_URL}, "
+            "or pass url=",
         )
     try:
         resolved_url = normalize_url(chosen_url)
@@ -217,8 +219,9 @@ def resolve(
             )
         resolved_token = normalize_token(file.token, source)
     else:
-        raise ConfigurationError(
-            f"no Devboxes token configured: run 'devbox login', set {ENV_TOKEN}, or pass token="
+        raise NotConfigured(
+            "token",
+            f"no Devboxes token configured: run 'devbox login', set {ENV_TOKEN}, or pass token=",
         )
     return Settings(url=resolved_url, token=resolved_token)
 

@@ -30,6 +30,18 @@ class ConfigurationError(DevboxesError):
     """The URL, token or configuration file cannot be used."""
 
 
+class NotConfigured(ConfigurationError):
+    """No URL or no token was found anywhere; ``setting`` is ``"url"`` or ``"token"``.
+
+    Separate from other configuration errors so that a front end (the CLI) can tell
+    its users how to supply the setting in its own words.
+    """
+
+    def __init__(self, setting: str, message: str) -> None:
+        self.setting = setting
+        super().__init__(message)
+
+
 class ApiError(DevboxesError):
     """The API answered with an error status (or could not be reached).
 

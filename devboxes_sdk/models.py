@@ -10,6 +10,7 @@ unknown fields (servers may add some).
 from __future__ import annotations
 
 import re
+import unicodedata
 from enum import StrEnum
 from typing import Annotated, Literal
 
@@ -19,7 +20,7 @@ NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$"
 NAME_RE = re.compile(NAME_PATTERN)
 # What the API accepts before normalize_name folds it: ASCII letters of either case,
 # with surrounding whitespace, as Devboxes clients have always sent.
-NAME_INPUT_PATTERN = r"^\s*[A-Za-z0-9]([A-Za-z0-9-]{0,38}[A-Za-z0-9])?\s*$"
+NAME_INPUT_PATTERN = r"^[ \t\n\r]*[A-Za-z0-9]([A-Za-z0-9-]{0,38}[A-Za-z0-9])?[ \t\n\r]*$"
 NAME_RULE = (
     "1-40 characters of lowercase letters, digits and '-', starting and ending with a "
     "letter or digit"
@@ -44,13 +45,31 @@ class DevboxState(StrEnum):
 def normalize_name(value: str) -> str:
     """Trim and lowercase a box name, then check it, as every Devboxes client expects.
 
-    Only ASCII letters are folded: Unicode case folding maps lookalikes such as the
-    Kelvin sign onto ASCII letters, which would let two different names meet.
+    Non-ASCII text is refused before lowercasing: ``str.lower`` turns lookalikes such as
+    U+212A KELVIN SIGN into ASCII letters, which would silently pick another box.
     """
-    name = value.strip()
-    if not name.isascii() or not NAME_RE.fullmatch(name.lower()):
+    foreign = next((char for char in value if not char.isascii()), None)
+    if foreign is not None:
+        raise ValueError(
+            f"invalid name {value!r}: it contains the non-ASCII character "
+            f"U+{ord(foreign):04X} ({unicodedata.name(foreign, 'unnamed')}); use {NAME_RULE}"
+        )
+    name = value.strip().lower()
+    if not NAME_RE.fullmatch(name):
         raise ValueError(f"invalid name {value!r}: use {NAME_RULE}")
-    return name.lower()
+    return name
+
+
+def normalize_repository(value: str) -> str | None:
+    """Trim a repository to clone and check it; an empty one means none."""
+    repository = value.strip()
+    if not repository:
+        return None
+    if not REPOSITORY_RE.match(repository):
+        raise ValueError(
+            f"repository must be 'owner/repo' or an https://github.com/ URL, got {value!r}"
+        )
+    return repository
 
 
 class _Request(BaseModel):
@@ -84,14 +103,7 @@ class DevboxCreate(_Request):
     @field_validator("repository")
     @classmethod
     def _repository(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        value = value.strip()
-        if not value:
-            return None
-        if not REPOSITORY_RE.match(value):
-            raise ValueError("repository must be 'owner/repo' or an https://github.com/ URL")
-        return value
+        return None if value is None else normalize_repository(value)
 
 
 class GpuProfile(_Response):

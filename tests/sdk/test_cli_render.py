@@ -4,6 +4,7 @@ request bodies and argument parsing. Nothing here talks HTTP."""
 from __future__ import annotations
 
 import io
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -29,7 +30,7 @@ from devboxes_sdk import (
 )
 from devboxes_sdk import _render as render
 from devboxes_sdk._completion import completion_script
-from devboxes_sdk.cli import EXIT_USAGE, Progress, build_parser, main, ssh_argv
+from devboxes_sdk.cli import EXIT_USAGE, Progress, build_parser, flag_message, main, ssh_argv
 from devboxes_sdk.client import create_body
 from devboxes_sdk.errors import BoxDegraded, StartTimeout, error_from_body
 
@@ -325,6 +326,26 @@ def test_client_rejects_bad_name_before_any_request(client: Client) -> None:
         client.get("../secrets")
 
 
+@pytest.mark.parametrize(
+    ("name", "code_point"),
+    [
+        ("\N{KELVIN SIGN}ube", "U+212A (KELVIN SIGN)"),
+        ("atl\N{CYRILLIC SMALL LETTER A}s", "U+0430 (CYRILLIC SMALL LETTER A)"),
+        ("atlas\N{NO-BREAK SPACE}", "U+00A0 (NO-BREAK SPACE)"),
+    ],
+)
+def test_non_ascii_lookalike_names_are_refused_not_normalised(name: str, code_point: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(code_point)) as caught:
+        models.normalize_name(name)
+    assert models.NAME_RULE in str(caught.value)
+    with pytest.raises(ValidationError, match=re.escape(code_point)):
+        create_body(name)
+
+
+def test_upper_case_names_are_lowered() -> None:
+    assert models.normalize_name(" UPPER ") == "upper"
+
+
 # -- waiting errors ------------------------------------------------------------------
 
 
@@ -340,6 +361,106 @@ def test_start_timeout_carries_the_scheduler_reason(client: Client) -> None:
 def test_box_degraded_carries_the_reason(client: Client) -> None:
     box = make_box(client, state="degraded", message="ImagePullBackOff: not found")
     assert str(BoxDegraded(box)) == "atlas is degraded: ImagePullBackOff: not found"
+
+
+SCHEDULER_SENTENCE = (
+    "Scheduling blocked: 0/7 nodes are available: 2 Insufficient nvidia.com/gpu, 5 node(s) "
+    "didn't match Pod's node affinity/selector. no new claims to deallocate, preemption: "
+    "0/7 nodes are available: 2 No preemption victims found for incoming pod, 5 Preemption "
+    "is not helpful for scheduling."
+)
+
+
+@pytest.mark.parametrize(
+    ("message", "short"),
+    [
+        (SCHEDULER_SENTENCE, "Scheduling blocked: Insufficient nvidia.com/gpu"),
+        (
+            "Scheduling blocked: 0/7 nodes are available: 5 node(s) didn't match Pod's node "
+            "affinity/selector, 2 Insufficient amd.com/gpu. preemption: not helpful",
+            "Scheduling blocked: Insufficient amd.com/gpu",
+        ),
+        (
+            "Scheduling blocked: 0/4 nodes are available: 4 node(s) had untolerated taint "
+            "{nvidia.com/gpu: }.",
+            "Scheduling blocked: node(s) had untolerated taint {nvidia.com/gpu: }",
+        ),
+        (
+            "Waiting for the SSH server to become ready.",
+            "Waiting for the SSH server to become ready.",
+        ),
+        ("Scheduling blocked: x", "Scheduling blocked: x"),
+        (
+            "Scheduling blocked: 0/3 nodes are available: ",
+            "Scheduling blocked: 0/3 nodes are available: ",
+        ),
+    ],
+)
+def test_short_reason_keeps_one_scheduler_clause(message: str, short: str) -> None:
+    assert render.short_reason(message) == short
+
+
+def test_unbound_claims_while_starting_is_shown_as_waiting_for_storage(client: Client) -> None:
+    message = (
+        "Scheduling blocked: 0/7 nodes are available: pod has unbound immediate "
+        "PersistentVolumeClaims. not found"
+    )
+    starting = make_box(client, state="starting", message=message)
+    assert render.progress_line(starting) == "atlas: starting: Waiting for the home volume."
+    degraded = make_box(client, state="degraded", message=message)
+    assert "unbound immediate PersistentVolumeClaims" in render.progress_line(degraded)
+    assert render.box_details(starting, NOW).count("unbound immediate") == 1
+
+
+def test_status_keeps_the_whole_scheduler_sentence(client: Client) -> None:
+    box = make_box(client, state="starting", message=SCHEDULER_SENTENCE)
+    assert f"Message:     {SCHEDULER_SENTENCE}" in render.box_details(box, NOW).splitlines()
+    assert render.progress_line(box) == (
+        "atlas: starting: Scheduling blocked: Insufficient nvidia.com/gpu"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "width", "ellipsis", "fitted"),
+    [
+        ("short", 10, "…", "short"),
+        ("exactly-10", 10, "…", "exactly-10"),
+        ("a longer line", 10, "…", "a longer …"),
+        ("a longer line", 10, "...", "a longe..."),
+    ],
+)
+def test_fit_marks_the_cut(text: str, width: int, ellipsis: str, fitted: str) -> None:
+    assert render.fit(text, width, ellipsis) == fitted
+    assert len(render.fit(text, width, ellipsis)) <= width
+
+
+class _Terminal(io.StringIO):
+    encoding = "utf-8"
+
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize(
+    ("columns", "shown"),
+    [
+        (80, "trainer: starting: Scheduling blocked: Insufficient nvidia.com/gpu"),
+        (40, "trainer: starting: Scheduling blocke…"),
+    ],
+)
+def test_spinner_keeps_the_reason_within_the_terminal_width(
+    client: Client, monkeypatch: pytest.MonkeyPatch, columns: int, shown: str
+) -> None:
+    monkeypatch.setenv("COLUMNS", str(columns))
+    terminal = _Terminal()
+    box = make_box(client, name="trainer", state="starting", message=SCHEDULER_SENTENCE)
+    with Progress(terminal) as progress:
+        progress.update(box)
+    frames = [frame for frame in terminal.getvalue().split("\r\x1b[2K") if frame]
+    assert frames
+    for frame in frames:
+        assert len(frame) < columns
+        assert frame[2:] == shown
 
 
 def test_progress_prints_each_change_once_without_a_tty(client: Client) -> None:
@@ -424,25 +545,99 @@ def test_ssh_passes_remaining_arguments() -> None:
 
 
 @pytest.mark.parametrize(
-    "argv",
+    ("argv", "prog", "message"),
     [
-        [],
-        ["create"],
-        ["create", "Bad_Name"],
-        ["create", "atlas", "--gpu", "--gpu-profile", "x"],
-        ["create", "atlas", "--ttl", "0"],
-        ["create", "atlas", "--timeout", "-5"],
-        ["create", "atlas", "--preset", "huge"],
-        ["gpu"],
-        ["completion", "fish"],
-        ["frobnicate"],
+        ([], "devbox", "the following arguments are required: COMMAND"),
+        (["create"], "devbox create", "the following arguments are required: NAME"),
+        (["create", "Bad_Name"], "devbox create", "argument NAME: invalid name 'Bad_Name'"),
+        (
+            ["create", "\N{KELVIN SIGN}ube"],
+            "devbox create",
+            "argument NAME: invalid name '\N{KELVIN SIGN}ube': "
+            "it contains the non-ASCII character U+212A",
+        ),
+        (
+            ["create", "atlas", "--gpu", "--gpu-profile", "x"],
+            "devbox create",
+            "argument --gpu-profile: not allowed with argument --gpu",
+        ),
+        (["create", "atlas", "--ttl", "0"], "devbox create", "argument --ttl: must be at least 1"),
+        (
+            ["create", "atlas", "--timeout", "-5"],
+            "devbox create",
+            "argument --timeout: must be a positive number of seconds",
+        ),
+        (["create", "atlas", "--preset", "huge"], "devbox create", "argument --preset: invalid"),
+        (
+            ["create", "atlas", "--repo", "not a repo"],
+            "devbox create",
+            "argument --repo: repository must be 'owner/repo' or an https://github.com/ URL, "
+            "got 'not a repo'",
+        ),
+        (["gpu"], "devbox gpu", "the following arguments are required: COMMAND"),
+        (["completion", "fish"], "devbox completion", "argument shell: invalid choice: 'fish'"),
+        (["frobnicate"], "devbox", "argument COMMAND: invalid choice: 'frobnicate'"),
     ],
 )
-def test_usage_errors_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+def test_usage_errors_exit_2(
+    argv: list[str], prog: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit) as caught:
         main(argv)
     assert caught.value.code == EXIT_USAGE
-    assert "Traceback" not in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    first, hint = err.splitlines()
+    assert first.startswith(f"{prog}: error: {message}")
+    assert hint == f"Run '{prog} --help' for usage."
+
+
+@pytest.mark.parametrize(
+    ("detail", "message"),
+    [
+        ("ttl_hours must be at most 168", "--ttl must be at most 168 hours"),
+        ("ttl_hours must be at most 1", "--ttl must be at most 1 hour"),
+        (
+            "unknown GPU profile 'h100'; available profiles: nvidia-l4, amd-rocm",
+            "unknown GPU profile 'h100'; available profiles: nvidia-l4, amd-rocm",
+        ),
+        (
+            [{"type": "value_error", "loc": ["body", "gpu", "profile"], "msg": "unknown"}],
+            "--gpu-profile: unknown",
+        ),
+        (
+            [
+                {"type": "less_than_equal", "loc": ["body", "ttl_hours"], "msg": "too long"},
+                {"type": "value_error", "loc": ["body", "repository"], "msg": "Value error, bad"},
+                {"type": "value_error", "loc": ["body", "name"], "msg": "invalid name 'X'"},
+                {"type": "missing", "loc": ["body", "future"], "msg": "Field required"},
+            ],
+            "--ttl: too long; --repo: bad; invalid name 'X'; future: Field required",
+        ),
+    ],
+)
+def test_refused_create_is_explained_with_the_flags(detail: object, message: str) -> None:
+    error = error_from_body(422, {"detail": detail})
+    assert isinstance(error, ValidationError)
+    assert flag_message(error) == message
+
+
+def test_locally_refused_create_is_explained_with_the_flags() -> None:
+    with pytest.raises(ValidationError) as caught:
+        create_body("atlas", gpu=" ")
+    assert flag_message(caught.value) == "--gpu-profile: profile name is empty"
+
+
+@pytest.mark.parametrize("argv", [["--json", "list", "-q"], ["gpu", "profiles", "-q", "--json"]])
+def test_quiet_and_json_together_are_refused(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == EXIT_USAGE
+    prog = "devbox list" if "list" in argv else "devbox gpu profiles"
+    assert capsys.readouterr().err.splitlines() == [
+        f"{prog}: error: -q and --json cannot be combined (-q prints names, --json the JSON)",
+        f"Run '{prog} --help' for usage.",
+    ]
 
 
 @pytest.fixture
@@ -458,6 +653,20 @@ def test_missing_configuration_is_a_clean_error(capsys: pytest.CaptureFixture[st
     err = capsys.readouterr().err
     assert "no Devboxes URL configured" in err
     assert "Traceback" not in err
+    assert err == "no Devboxes URL configured: run 'devbox login --url URL' or set DEVBOX_URL\n"
+
+
+@pytest.mark.usefixtures("no_config")
+def test_missing_token_names_the_cli_ways(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--url", "https://a.example.com", "list"]) == 1
+    err = capsys.readouterr().err
+    assert err == "no Devboxes token configured: run 'devbox login' or set DEVBOX_TOKEN\n"
+
+
+@pytest.mark.usefixtures("no_config")
+def test_bad_url_names_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--url", "http://a.example.com", "--token", TOKEN, "list"]) == 1
+    assert capsys.readouterr().err.rstrip().endswith("(from --url)")
 
 
 @pytest.mark.usefixtures("no_config")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from devboxes_sdk import Client, ConfigurationError
+from devboxes_sdk import Client, ConfigurationError, NotConfigured
 from devboxes_sdk.config import (
     config_path,
     normalize_token,
@@ -108,13 +108,17 @@ def test_file_url_matches_after_normalisation(tmp_path: Path) -> None:
 
 
 def test_missing_url_is_explained(tmp_path: Path) -> None:
-    with pytest.raises(ConfigurationError, match="no Devboxes URL configured"):
+    with pytest.raises(ConfigurationError, match="no Devboxes URL configured") as caught:
         resolve(env={"HOME": str(tmp_path)})
+    assert isinstance(caught.value, NotConfigured)
+    assert caught.value.setting == "url"
 
 
 def test_missing_token_is_explained(tmp_path: Path) -> None:
-    with pytest.raises(ConfigurationError, match="no Devboxes token configured"):
+    with pytest.raises(ConfigurationError, match="no Devboxes token configured") as caught:
         resolve("https://x.example.com", env={"HOME": str(tmp_path)})
+    assert isinstance(caught.value, NotConfigured)
+    assert caught.value.setting == "token"
 
 
 def test_blank_environment_values_are_ignored(config_file: Path) -> None:

@@ -1,0 +1,156 @@
+"""The `devbox` console script against the real controller on the testbed: what a user
+sees when an argument is refused, a name is changed, or a wait runs out."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from devboxes_sdk import Client
+
+VENV = Path(os.environ.get("VIRTUAL_ENV", Path(__file__).resolve().parents[2] / ".venv"))
+DEVBOX_SCRIPT = str(VENV / "bin" / "devbox")
+# Nothing listens on the discard port: a command that exits 2 with this URL was refused
+# before it sent any request.
+UNREACHABLE_URL = "http://127.0.0.1:9"
+PREFIX = "cli-"
+
+
+def devbox(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    environment = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("DEVBOX_")},
+        "DEVBOX_CONFIG": "/nonexistent/devbox.toml",
+        **env,
+    }
+    return subprocess.run(
+        [DEVBOX_SCRIPT, *args],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=180,
+        check=False,
+    )
+
+
+@pytest.fixture
+def boxes(controller_client: Client) -> Iterator[Client]:
+    """The session controller's client; every box this module made is purged afterwards."""
+    yield controller_client
+    for box in controller_client.list():
+        if box.name.startswith(PREFIX):
+            controller_client.delete(box.name, purge=True)
+
+
+def usage_error(prog: str, message: str) -> str:
+    return f"{prog}: error: {message}\nRun '{prog} --help' for usage.\n"
+
+
+def test_server_refusals_name_the_flags_and_exit_2(
+    boxes: Client, controller_env: dict[str, str]
+) -> None:
+    ttl = devbox(controller_env, "create", "cli-ttl", "--ttl", "1000", "--no-wait")
+    assert (ttl.returncode, ttl.stdout) == (2, "")
+    assert ttl.stderr == usage_error("devbox create", "--ttl must be at most 168 hours")
+
+    profile = devbox(controller_env, "create", "cli-gpu", "--gpu-profile", "h100", "--no-wait")
+    assert profile.returncode == 2
+    first, hint = profile.stderr.splitlines()
+    assert first.startswith("devbox create: error: unknown GPU profile 'h100'; available")
+    assert "nvidia-l4" in first
+    assert hint == "Run 'devbox create --help' for usage."
+    assert [box.name for box in boxes.list() if box.name.startswith(PREFIX)] == []
+
+
+@pytest.mark.parametrize(
+    ("args", "prog", "message"),
+    [
+        (
+            ["create", "cli-repo", "--repo", "not a repo"],
+            "devbox create",
+            "argument --repo: repository must be 'owner/repo' or an https://github.com/ URL, "
+            "got 'not a repo'",
+        ),
+        (
+            ["create", "cli-\N{KELVIN SIGN}ube"],
+            "devbox create",
+            "argument NAME: invalid name 'cli-\N{KELVIN SIGN}ube': it contains the non-ASCII "
+            "character U+212A (KELVIN SIGN); use 1-40 characters of lowercase letters, digits "
+            "and '-', starting and ending with a letter or digit",
+        ),
+        (
+            ["--json", "list", "-q"],
+            "devbox list",
+            "-q and --json cannot be combined (-q prints names, --json the JSON)",
+        ),
+    ],
+)
+def test_bad_arguments_exit_2_before_any_request(args: list[str], prog: str, message: str) -> None:
+    refused = devbox({"DEVBOX_URL": UNREACHABLE_URL, "DEVBOX_TOKEN": "t" * 40}, *args)
+    assert (refused.returncode, refused.stdout) == (2, "")
+    assert refused.stderr == usage_error(prog, message)
+
+
+def test_upper_case_name_is_lowered_with_a_note(
+    boxes: Client, controller_env: dict[str, str]
+) -> None:
+    created = devbox(controller_env, "create", "CLI-Upper", "--no-wait")
+    assert created.returncode == 0, created.stderr
+    assert created.stderr == "note: using the name 'cli-upper' (box names are lower case)\n"
+    assert created.stdout.splitlines()[1].split()[0] == "cli-upper"
+    assert boxes.get("cli-upper").name == "cli-upper"
+
+
+def test_missing_token_is_explained_in_cli_words(controller_env: dict[str, str]) -> None:
+    missing = devbox({"DEVBOX_URL": controller_env["DEVBOX_URL"]}, "list")
+    assert missing.returncode == 1
+    assert missing.stderr == (
+        "no Devboxes token configured: run 'devbox login' or set DEVBOX_TOKEN\n"
+    )
+
+
+def _wait_for_message(client: Client, name: str, fragment: str) -> None:
+    deadline = time.monotonic() + 120
+    while fragment not in (client.get(name).message or ""):
+        if time.monotonic() > deadline:
+            pytest.fail(f"{name} never reported {fragment!r}: {client.get(name).message!r}")
+        time.sleep(1)
+
+
+def test_timeout_shows_the_short_reason_and_how_to_cancel(
+    boxes: Client, controller_env: dict[str, str]
+) -> None:
+    # The testbed has two L4 GPUs: two ready L4 boxes leave none for a third.
+    for name in ("cli-l4-a", "cli-l4-b"):
+        ready = devbox(controller_env, "create", name, "--gpu", "--timeout", "120")
+        assert ready.returncode == 0, ready.stderr
+
+    waiting = devbox(controller_env, "create", "cli-l4-c", "--gpu", "--timeout", "3")
+    assert waiting.returncode == 3, waiting.stderr
+    assert "nodes are available" not in waiting.stderr
+    assert "unbound immediate PersistentVolumeClaims" not in waiting.stderr
+    assert waiting.stderr.splitlines()[-2:] == [
+        "It keeps starting on the server, and takes a GPU as soon as one is free; "
+        "full reason: devbox status cli-l4-c",
+        "To cancel: devbox stop cli-l4-c (keeps the box) "
+        "or devbox delete cli-l4-c (keeps its home volume)",
+    ]
+
+    _wait_for_message(boxes, "cli-l4-c", "Insufficient nvidia.com/gpu")
+    again = devbox(controller_env, "start", "cli-l4-c", "--timeout", "1")
+    assert again.returncode == 3, again.stderr
+    assert again.stderr.splitlines()[-3] == (
+        "cli-l4-c was not ready within 1s "
+        "(state starting: Scheduling blocked: Insufficient nvidia.com/gpu)"
+    )
+    status = devbox(controller_env, "status", "cli-l4-c")
+    assert "nodes are available: " in status.stdout
+    assert "Insufficient nvidia.com/gpu" in status.stdout
+
+    cancelled = devbox(controller_env, "delete", "cli-l4-c")
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert "cli-l4-c" not in devbox(controller_env, "list", "-q").stdout.split()
