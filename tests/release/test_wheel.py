@@ -14,7 +14,6 @@ import subprocess
 import sys
 import tarfile
 import zipfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +27,8 @@ REPO = Path(__file__).resolve().parents[2]
 VERSION = json.loads((REPO / "jupyter_ext" / "package.json").read_text())["version"]
 SERVER_CONFIG = Path("etc/jupyter/jupyter_server_config.d/devboxes_jupyter.json")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
-# Builds and installs reach the package index; the pytest-wide timeout still bounds them.
+# Builds and installs download from the package index. Below pytest's 600 s limit, so that
+# a stuck step fails with its own output.
 TIMEOUT = 540
 
 
@@ -92,32 +92,29 @@ class Venv:
 
 
 @pytest.fixture
-def fresh_venv(tmp_path: Path) -> Callable[[], Venv]:
-    def make() -> Venv:
-        root = tmp_path / "venv"
-        run([sys.executable, "-m", "venv", "--without-pip", str(root)], cwd=tmp_path)
-        inherited = {
-            key: value
-            for key, value in os.environ.items()
-            # Nothing of this checkout or of the test run's own virtualenv may leak in.
-            if key not in {"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"}
-            and not key.startswith("JUPYTER")
-        }
-        env = {
-            **inherited,
-            "PATH": f"{root / 'bin'}{os.pathsep}{os.defpath}",
-            "PYTHONNOUSERSITE": "1",
-            "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-            # The user's own Jupyter config and data stay out of the listings.
-            "JUPYTER_CONFIG_DIR": str(tmp_path / "jupyter-config"),
-            "JUPYTER_DATA_DIR": str(tmp_path / "jupyter-data"),
-        }
-        venv = Venv(root, env)
-        site = Path(venv.python("import sysconfig; print(sysconfig.get_path('purelib'))"))
-        assert site.is_relative_to(root)
-        return venv
-
-    return make
+def venv(tmp_path: Path) -> Venv:
+    """An empty virtualenv that sees nothing of this checkout."""
+    root = tmp_path / "venv"
+    run([sys.executable, "-m", "venv", "--without-pip", str(root)], cwd=tmp_path)
+    inherited = {
+        key: value
+        for key, value in os.environ.items()
+        # Nothing of this checkout or of the test run's own virtualenv may leak in.
+        if key not in {"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"} and not key.startswith("JUPYTER")
+    }
+    env = {
+        **inherited,
+        "PATH": f"{root / 'bin'}{os.pathsep}{os.defpath}",
+        "PYTHONNOUSERSITE": "1",
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        # The user's own Jupyter config and data stay out of the listings.
+        "JUPYTER_CONFIG_DIR": str(tmp_path / "jupyter-config"),
+        "JUPYTER_DATA_DIR": str(tmp_path / "jupyter-data"),
+    }
+    fresh = Venv(root, env)
+    search_path = json.loads(fresh.python("import json, sys; print(json.dumps(sys.path))"))
+    assert not [entry for entry in search_path if entry and Path(entry).is_relative_to(REPO)]
+    return fresh
 
 
 def test_sdist_and_wheel_carry_the_one_version_and_pass_twine(dist: Dist) -> None:
@@ -140,10 +137,7 @@ def test_sdist_and_wheel_carry_the_one_version_and_pass_twine(dist: Dist) -> Non
         assert f"devboxes-{VERSION}/jupyter_ext/package.json" in sdist.getnames()
 
 
-def test_base_install_works_and_needs_no_jupyter(
-    dist: Dist, fresh_venv: Callable[[], Venv]
-) -> None:
-    venv = fresh_venv()
+def test_base_install_works_and_needs_no_jupyter(dist: Dist, venv: Venv) -> None:
     venv.install(str(dist.wheel))
     assert venv.stdout("devbox", "--version") == f"devbox {VERSION}"
     imported = venv.python(
@@ -163,10 +157,7 @@ def test_base_install_works_and_needs_no_jupyter(
     assert venv.python("import devboxes_jupyter; print(devboxes_jupyter.__version__)") == VERSION
 
 
-def test_jupyter_server_of_other_origin_then_the_extras(
-    dist: Dist, fresh_venv: Callable[[], Venv]
-) -> None:
-    venv = fresh_venv()
+def test_jupyter_server_of_other_origin_then_the_extras(dist: Dist, venv: Venv) -> None:
 
     # A Jupyter server that came from elsewhere, next to the base install: the shipped
     # config enables the extension, and it loads without JupyterLab or ipywidgets.
