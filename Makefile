@@ -8,7 +8,8 @@ TESTBED := PYTHONPATH=testbed $(PY) -m devboxes_testbed
 
 .PHONY: up down test lint testbed venv system-packages cassettes labextension clean
 
-$(STAMP): pyproject.toml
+# package.json holds the version that the installed metadata reports.
+$(STAMP): pyproject.toml jupyter_ext/package.json
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev,controller,jupyter]'

@@ -1,3 +1,9 @@
-"""The SDK's version, kept apart so every module can import it without cycles."""
+"""The SDK's version, kept apart so every module can import it without cycles.
 
-__version__ = "0.1.0"
+jupyter_ext/package.json holds the project's one version string; the build copies it into
+the package metadata, which is read here.
+"""
+
+from importlib.metadata import version
+
+__version__ = version("devboxes")

@@ -8,6 +8,7 @@ YAML 1.1 parser as a boolean or a number.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -288,6 +289,24 @@ REFUSED: list[tuple[str, dict[str, Any], str, bool]] = [
         "/controller/sidecars/0/env",
         True,
     ),
+    (
+        "token-given-inline",
+        {"token": {"existingSecret": "", "key": "token", "value": "x" * 40}},
+        "additional properties 'value'",
+        False,
+    ),
+    (
+        "token-secret-not-a-name",
+        {"token": {"existingSecret": "Devboxes_Token", "key": "token"}},
+        "/token/existingSecret",
+        False,
+    ),
+    (
+        "token-key-with-slash",
+        {"token": {"existingSecret": "", "key": "a/b"}},
+        "/token/key",
+        False,
+    ),
 ]
 
 
@@ -330,11 +349,50 @@ def test_chart_refuses(
         assert violations, "the controller accepted values that the chart refuses"
 
 
-def test_missing_token_secret_is_refused_with_a_clear_message(render: Render) -> None:
-    result = render({})
-    assert result.returncode != 0
-    assert "token.existingSecret is required" in result.stderr
-    assert "kubectl create secret generic" in result.stderr
+def controller_token_env(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    (container,) = find(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    (token,) = [e for e in container["env"] if e["name"] == "DEVBOXES_TOKEN"]
+    return dict(token["valueFrom"]["secretKeyRef"])
+
+
+def generated_token(docs: list[dict[str, Any]], key: str) -> str:
+    secret = find(docs, "Secret")
+    assert set(secret["data"]) == {key}
+    return base64.b64decode(secret["data"][key], validate=True).decode()
+
+
+# "1" would be read back as a number, and "api.token" must survive as one key.
+@pytest.mark.parametrize("key", ["token", "api.token", "1"])
+def test_without_an_existing_secret_the_chart_generates_a_strong_token(
+    render: Render, key: str
+) -> None:
+    docs = objects(render({"token": {"existingSecret": "", "key": key}}))
+    secret = find(docs, "Secret")
+    assert secret["metadata"]["name"] == f"{RELEASE}-devboxes-token"
+    assert secret["metadata"]["namespace"] == RELEASE_NAMESPACE
+    assert secret["type"] == "Opaque"
+    token = generated_token(docs, key)
+    assert len(token) == 64
+    assert token.isascii()
+    assert token.isalnum()
+    assert controller_token_env(docs) == {"name": secret["metadata"]["name"], "key": key}
+
+
+def test_each_offline_render_draws_a_new_token(render: Render) -> None:
+    # Without a cluster `lookup` finds nothing to keep, so the token must come from the
+    # random source and not from anything fixed in the chart.
+    assert generated_token(objects(render({})), "token") != generated_token(
+        objects(render({})), "token"
+    )
+
+
+@pytest.mark.parametrize(("name", "key"), [("op-token", "bearer"), ("123", "1")])
+def test_an_existing_secret_is_used_and_no_secret_is_rendered(
+    render: Render, name: str, key: str
+) -> None:
+    docs = objects(render({"token": {"existingSecret": name, "key": key}}))
+    assert all(doc["kind"] != "Secret" for doc in docs), "the operator's Secret is shadowed"
+    assert controller_token_env(docs) == {"name": name, "key": key}
 
 
 @pytest.mark.parametrize(
@@ -357,8 +415,9 @@ def test_lint_strict_passes(
 def test_defaults_render_and_the_controller_accepts_the_settings(
     render: Render, chart_defaults: dict[str, Any], tmp_path: Path
 ) -> None:
-    docs = objects(render(with_token({})))
+    docs = objects(render({}))
     assert {doc["kind"] for doc in docs} == {
+        "Secret",
         "ServiceAccount",
         "ConfigMap",
         "Role",
@@ -377,7 +436,7 @@ def test_defaults_render_and_the_controller_accepts_the_settings(
     assert settings.namespace == RELEASE_NAMESPACE
     assert settings.gpu.enabled is False
     # The unedited values file passes the controller's own check-config as well.
-    assert controller_verdict(with_token(chart_defaults), tmp_path) is None
+    assert controller_verdict(chart_defaults, tmp_path) is None
 
 
 def commented_profiles() -> list[dict[str, Any]]:
@@ -455,8 +514,7 @@ def test_deployment_runs_the_controller_as_specified(render: Render) -> None:
         "--listen",
         "0.0.0.0:8080",
     ]
-    (token,) = [e for e in container["env"] if e["name"] == "DEVBOXES_TOKEN"]
-    assert token["valueFrom"] == {"secretKeyRef": {"name": "op-token", "key": "bearer"}}
+    assert controller_token_env(docs) == {"name": "op-token", "key": "bearer"}
     assert container["livenessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
     assert container["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "http"}
     assert container["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
@@ -473,7 +531,6 @@ def test_deployment_runs_the_controller_as_specified(render: Render) -> None:
     (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == "/etc/devboxes"]
     (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
     assert volume["configMap"]["name"] == find(docs, "ConfigMap")["metadata"]["name"]
-    assert all(doc["kind"] != "Secret" for doc in docs), "the chart must never create the token"
 
 
 def test_image_tag_overrides_the_app_version(render: Render) -> None:

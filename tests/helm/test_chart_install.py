@@ -1,4 +1,5 @@
-"""The chart installs into a real cluster, and its RBAC is enough for the whole lifecycle.
+"""The chart installs into a real cluster: its RBAC is enough for the whole lifecycle, and
+the token it generates works and survives upgrades.
 
 The controller runs locally with the chart ServiceAccount's own token (from the
 TokenRequest API), so every call it makes is authorized by the chart's Role alone.
@@ -6,6 +7,9 @@ TokenRequest API), so every call it makes is authorized by the chart's Role alon
 
 from __future__ import annotations
 
+import base64
+import os
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -29,41 +33,72 @@ def helm() -> str:
     return str(directory / "helm")
 
 
-def test_helm_install_and_the_role_is_enough_for_the_lifecycle(
-    testbed: Testbed, kube: Any, namespace: str, tmp_path: Path
-) -> None:
-    core = client.CoreV1Api(kube)
-    core.create_namespaced_secret(
-        namespace, {"metadata": {"name": "devboxes-token"}, "stringData": {"token": "x" * 40}}
-    )
-    values = tmp_path / "values.yaml"
-    values.write_text(
-        yaml.safe_dump(
-            {
-                "token": {"existingSecret": "devboxes-token"},
-                "gpu": example_settings(namespace)["gpu"],
-            }
-        )
-    )
+def helm_run(testbed: Testbed, *args: str) -> str:
     result = subprocess.run(
-        [
-            helm(),
-            "install",
-            "devboxes",
-            str(CHART),
-            "--namespace",
-            namespace,
-            "--values",
-            str(values),
-            "--kubeconfig",
-            str(testbed.kubeconfig),
-            "--wait=false",
-        ],
+        [helm(), *args, "--kubeconfig", str(testbed.kubeconfig)],
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def token_from_notes(testbed: Testbed, notes: str) -> str:
+    """Run the command that NOTES gives for loading the token, exactly as printed."""
+    (command,) = re.findall(r'^\s*(export DEVBOX_TOKEN=".*")$', notes, flags=re.MULTILINE)
+    # The testbed builds kubectl next to helm.
+    kubectl_dir = Path(helm()).parent
+    env = {
+        **os.environ,
+        "PATH": f"{kubectl_dir}{os.pathsep}{os.environ['PATH']}",
+        "KUBECONFIG": str(testbed.kubeconfig),
+    }
+    result = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", f'{command}\nprintf %s "$DEVBOX_TOKEN"'],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_helm_install_and_the_role_is_enough_for_the_lifecycle(
+    testbed: Testbed, kube: Any, namespace: str, tmp_path: Path
+) -> None:
+    core = client.CoreV1Api(kube)
+    # A dotted key, which the kubectl command in NOTES must escape.
+    core.create_namespaced_secret(
+        namespace,
+        {"metadata": {"name": "operator-token"}, "stringData": {"api.token": "x" * 40}},
+    )
+    values = tmp_path / "values.yaml"
+    values.write_text(
+        yaml.safe_dump(
+            {
+                "token": {"existingSecret": "operator-token", "key": "api.token"},
+                "gpu": example_settings(namespace)["gpu"],
+            }
+        )
+    )
+    notes = helm_run(
+        testbed,
+        "install",
+        "devboxes",
+        str(CHART),
+        "--namespace",
+        namespace,
+        "--values",
+        str(values),
+        "--wait=false",
+    )
+    assert token_from_notes(testbed, notes) == "x" * 40
+    chart_secrets = core.list_namespaced_secret(
+        namespace, label_selector="app.kubernetes.io/instance=devboxes"
+    ).items
+    assert not chart_secrets, "the chart made a token next to the operator's own"
     accounts = {a.metadata.name for a in core.list_namespaced_service_account(namespace).items}
     account = next(a for a in accounts if a.startswith("devboxes"))
 
@@ -99,3 +134,62 @@ def test_helm_install_and_the_role_is_enough_for_the_lifecycle(
     finally:
         controller.stop()
     assert "Forbidden" not in controller.log.read_text()
+
+
+def test_generated_token_works_and_upgrades_keep_it(
+    testbed: Testbed, kube: Any, namespace: str, tmp_path: Path
+) -> None:
+    core = client.CoreV1Api(kube)
+    values = tmp_path / "values.yaml"
+    # Only the GPU values: no token Secret made by hand, no token value.
+    values.write_text(yaml.safe_dump({"gpu": example_settings(namespace)["gpu"]}))
+    release = ["devboxes", str(CHART), "--namespace", namespace, "--values", str(values)]
+    installed = helm_run(testbed, "install", *release, "--wait=false")
+
+    def stored_token() -> str:
+        secret = core.read_namespaced_secret("devboxes-token", namespace)
+        return base64.b64decode(secret.data["token"]).decode()
+
+    token = stored_token()
+    assert len(token) == 64
+    assert token.isascii()
+    assert token.isalnum()
+    assert token not in installed, "NOTES printed the token"
+    assert token_from_notes(testbed, installed) == token
+
+    deployment = client.AppsV1Api(kube).read_namespaced_deployment("devboxes", namespace)
+    (env,) = [
+        e for e in deployment.spec.template.spec.containers[0].env if e.name == "DEVBOXES_TOKEN"
+    ]
+    assert (env.value_from.secret_key_ref.name, env.value_from.secret_key_ref.key) == (
+        "devboxes-token",
+        "token",
+    )
+
+    # Every upgrade renders the Secret again: only `lookup` stands between it and a new token.
+    upgraded = helm_run(testbed, "upgrade", *release, "--wait=false")
+    assert stored_token() == token
+    assert token not in upgraded, "NOTES printed the token"
+    history = helm_run(testbed, "history", "devboxes", "--namespace", namespace, "-o", "yaml")
+    assert [entry["revision"] for entry in yaml.safe_load(history)] == [1, 2]
+
+    # The controller accepts the generated token as its operator token.
+    controller = ControllerProcess(
+        testbed.kubeconfig, example_settings(namespace), tmp_path, token=token
+    ).start()
+    try:
+        response = requests.get(
+            f"{controller.url}/api/v1/whoami",
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=30,
+        )
+    finally:
+        controller.stop()
+    assert response.status_code == 200, response.text
+
+    # Rotation as the operator guide describes it: delete the Secret, upgrade again.
+    core.delete_namespaced_secret("devboxes-token", namespace)
+    helm_run(testbed, "upgrade", *release, "--wait=false")
+    rotated = stored_token()
+    assert len(rotated) == 64
+    assert rotated != token

@@ -38,8 +38,20 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
 {{- end }}
 
+{{/* The Secret holding the operator token: the operator's own, else the one this chart generates. */}}
 {{- define "devboxes.tokenSecret" -}}
-{{- required "token.existingSecret is required: create a Secret holding the operator bearer token (at least 32 characters), e.g. `kubectl create secret generic devboxes-token --from-literal=token=$(openssl rand -hex 32)`, and set token.existingSecret to its name" .Values.token.existingSecret }}
+{{- .Values.token.existingSecret | default (printf "%s-token" (include "devboxes.fullname" .)) }}
+{{- end }}
+
+{{/*
+The generated token, base64-encoded. An upgrade must not change it (every client holds a
+copy), so the value already in the cluster wins; only a first install draws a new one.
+Where `lookup` cannot reach a cluster (`helm template`, client-side dry runs, GitOps tools
+that render offline) each render draws anew: those setups need token.existingSecret.
+*/}}
+{{- define "devboxes.generatedToken" -}}
+{{- $current := lookup "v1" "Secret" .Release.Namespace (include "devboxes.tokenSecret" .) }}
+{{- dig "data" .Values.token.key "" $current | default (randAlphaNum 64 | b64enc) }}
 {{- end }}
 
 {{/*
