@@ -18,16 +18,23 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validato
 
 NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$"
 NAME_RE = re.compile(NAME_PATTERN)
-# What the API accepts before normalize_name folds it: ASCII letters of either case,
-# with surrounding whitespace, as Devboxes clients have always sent.
-NAME_INPUT_PATTERN = r"^[ \t\n\r]*[A-Za-z0-9]([A-Za-z0-9-]{0,38}[A-Za-z0-9])?[ \t\n\r]*$"
 NAME_RULE = (
     "1-40 characters of lowercase letters, digits and '-', starting and ending with a "
     "letter or digit"
 )
-REPOSITORY_RE = re.compile(
-    r"^(?:https://github\.com/)?[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100}?(?:\.git)?/?$"
+_REPOSITORY = (
+    r"(?:https://github\.com/)?[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100}?"
+    r"(?:\.git)?/?"
 )
+REPOSITORY_RE = re.compile(f"^{_REPOSITORY}$")
+# Text fields are trimmed of exactly these characters, so that the patterns the API
+# documents (below) describe precisely what it accepts.
+BLANKS = " \t\n\r"
+_BLANK = r"[ \t\n\r]*"
+# Upper-case ASCII is accepted and folded, as Devboxes clients have always sent it.
+NAME_INPUT_PATTERN = f"^{_BLANK}[A-Za-z0-9]([A-Za-z0-9-]{{0,38}}[A-Za-z0-9])?{_BLANK}$"
+# Blank means no repository.
+REPOSITORY_INPUT_PATTERN = f"^{_BLANK}({_REPOSITORY})?{_BLANK}$"
 
 Preset = Literal["small", "medium", "large"]
 PRESETS: tuple[Preset, ...] = ("small", "medium", "large")
@@ -54,7 +61,7 @@ def normalize_name(value: str) -> str:
             f"invalid name {value!r}: it contains the non-ASCII character "
             f"U+{ord(foreign):04X} ({unicodedata.name(foreign, 'unnamed')}); use {NAME_RULE}"
         )
-    name = value.strip().lower()
+    name = value.strip(BLANKS).lower()
     if not NAME_RE.fullmatch(name):
         raise ValueError(f"invalid name {value!r}: use {NAME_RULE}")
     return name
@@ -62,10 +69,10 @@ def normalize_name(value: str) -> str:
 
 def normalize_repository(value: str) -> str | None:
     """Trim a repository to clone and check it; an empty one means none."""
-    repository = value.strip()
+    repository = value.strip(BLANKS)
     if not repository:
         return None
-    if not REPOSITORY_RE.match(repository):
+    if not REPOSITORY_RE.fullmatch(repository):
         raise ValueError(
             f"repository must be 'owner/repo' or an https://github.com/ URL, got {value!r}"
         )
@@ -92,7 +99,9 @@ class DevboxCreate(_Request):
     name: Annotated[str, Field(json_schema_extra={"pattern": NAME_INPUT_PATTERN})]
     preset: Preset = "small"
     ttl_hours: Annotated[int, Field(ge=1)] = 24
-    repository: str | None = None
+    repository: Annotated[
+        str | None, Field(json_schema_extra={"pattern": REPOSITORY_INPUT_PATTERN})
+    ] = None
     gpu: GpuRequest | None = None
 
     @field_validator("name")

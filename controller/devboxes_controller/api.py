@@ -25,6 +25,7 @@ from devboxes_sdk.models import (
 from .auth import require_operator
 from .boxes import Boxes
 from .kube import Invalid
+from .settings import Settings
 from .writes import WritePool
 
 MAX_WAIT_SECONDS = 300
@@ -61,6 +62,28 @@ def _name(name: str) -> str:
 
 
 router = APIRouter(prefix="/api/v1", responses=ERRORS)
+
+
+def describe_settings(document: dict[str, Any], settings: Settings) -> dict[str, Any]:
+    """The served document states this operator's own limits (the longest TTL, the
+    profiles on offer), so that clients see exactly which creates are accepted."""
+    schemas = document["components"]["schemas"]
+    create = schemas["DevboxCreate"]["properties"]
+    create["ttl_hours"]["maximum"] = settings.ttl.max_hours
+    if settings.gpu.enabled:
+        names = [profile.name for profile in settings.gpu.profiles]
+        schemas["GpuRequest"]["properties"]["profile"] = {
+            "anyOf": [{"type": "string", "enum": names}, {"type": "null"}],
+            "title": "Profile",
+            "description": "A profile of the catalog; null for the operator's default",
+        }
+    else:
+        create["gpu"] = {
+            "type": "null",
+            "default": None,
+            "description": "GPU acceleration is disabled by the operator",
+        }
+    return document
 
 
 @router.get("/whoami")

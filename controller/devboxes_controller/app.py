@@ -26,7 +26,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from devboxes_sdk.models import Health
 
-from .api import Operator, router
+from .api import Operator, describe_settings, router
 from .auth import require_operator
 from .boxes import Boxes
 from .dashboard import mount_dashboard, set_session_cookie
@@ -235,8 +235,9 @@ def create_app(
     @app.get("/openapi.json", include_in_schema=False)
     async def openapi(_: Operator) -> JSONResponse:
         if app.openapi_schema is None:
-            app.openapi_schema = get_openapi(
-                title=app.title, version=app.version, routes=app.routes
+            app.openapi_schema = describe_settings(
+                get_openapi(title=app.title, version=app.version, routes=app.routes),
+                boxes.settings,
             )
         return JSONResponse(app.openapi_schema)
 
