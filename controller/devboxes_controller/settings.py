@@ -1,8 +1,9 @@
 """The controller's settings: the ``controller`` and ``gpu`` blocks of the Helm values.
 
-Settings fail closed. Every rule of DESIGN.md section 2 is checked at start-up and every
-violation is reported at once, as ``path: message`` with the key names an operator
-writes in the values file, so a bad rollout never becomes Ready.
+Settings fail closed. Every GPU catalog rule (docs/controller.md, "GPU profiles") is
+checked at start-up and every violation is reported at once, as ``path: message`` with
+the key names an operator writes in the values file, so a bad rollout never becomes
+Ready.
 
 Two kinds of rules exist. Per-field rules (formats, ranges, unknown keys) are pydantic
 validators, which already collect every failure. Rules that relate several values
