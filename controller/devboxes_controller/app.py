@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException
-from starlette.routing import Route
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from devboxes_sdk.models import Health
@@ -115,13 +115,20 @@ def _field_errors(err: RequestValidationError | ValidationError) -> list[dict[st
     return errors
 
 
-def _allowed_methods(app: FastAPI, path: str) -> list[str]:
-    """Every method some route serves at this path (one route exists per method)."""
-    methods: set[str] = set()
-    for route in app.router.routes:
-        if isinstance(route, Route) and route.path_regex.fullmatch(path):
-            methods |= route.methods or set()
-    return sorted(methods)
+HTTP_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def _allowed_methods(app: FastAPI, scope: Scope) -> list[str]:
+    """Every method some route serves at this path: the router's own 405 names only the
+    methods of the first route that matched the path."""
+    return [
+        method
+        for method in HTTP_METHODS
+        if any(
+            route.matches({**scope, "method": method})[0] == Match.FULL
+            for route in app.router.routes
+        )
+    ]
 
 
 def _install_handlers(app: FastAPI) -> None:
@@ -137,7 +144,7 @@ def _install_handlers(app: FastAPI) -> None:
     async def http_error(request: Request, err: HTTPException) -> JSONResponse:
         headers = dict(err.headers or {})
         if err.status_code == 405:
-            headers["Allow"] = ", ".join(_allowed_methods(app, request.url.path))
+            headers["Allow"] = ", ".join(_allowed_methods(app, request.scope))
         return JSONResponse({"detail": err.detail}, status_code=err.status_code, headers=headers)
 
     @app.exception_handler(Exception)

@@ -330,3 +330,42 @@ def test_retained_claim_is_reused_and_grown_never_shrunk(
     assert purged.json()["purged"] is True
     wait_for(lambda: claim_size(kube, namespace, "keep") is None, timeout=60)
     assert api.delete("keep").status_code == 404
+
+
+def test_create_right_after_a_purge_says_the_old_volume_is_still_going(
+    controllers: Start, kube: Any, namespace: str
+) -> None:
+    api = Api(controllers())
+    created(api, "again")
+    claim = render.object_names("again").pvc
+    core = client.CoreV1Api(kube)
+    # A finalizer of the test's own holds the old claim in deletion, as a slow storage
+    # driver or a pod still using it would.
+    core.patch_namespaced_persistent_volume_claim(
+        claim, namespace, {"metadata": {"finalizers": ["devboxes.test/hold"]}}
+    )
+    assert api.delete("again", purge=True).status_code == 200
+    wait_for(
+        lambda: (
+            core.read_namespaced_persistent_volume_claim(
+                claim, namespace
+            ).metadata.deletion_timestamp
+        )
+    )
+
+    refused = api.create("again")
+    assert refused.status_code == 409, refused.text
+    assert "still being deleted" in refused.json()["detail"]
+    assert refused.headers["Retry-After"]
+
+    core.patch_namespaced_persistent_volume_claim(
+        claim, namespace, {"metadata": {"finalizers": None}}
+    )
+    wait_for(lambda: claim_size(kube, namespace, "again") is None, timeout=60)
+
+    def recreated() -> bool:
+        """the create goes through once the old claim is gone"""
+        return api.create("again").status_code == 201
+
+    wait_for(recreated, timeout=30)
+    assert api.delete("again", purge=True).status_code == 200

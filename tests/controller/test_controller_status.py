@@ -1,4 +1,4 @@
-"""Status derivation (docs/controller.md, "States") from plain objects: every rule, first match wins."""
+"""Status derivation (docs/controller.md, "States") from plain objects, first match wins."""
 
 from __future__ import annotations
 
