@@ -23,6 +23,7 @@ from devboxes_sdk.models import (
 )
 
 from .auth import require_operator
+from .bodies import Body, respond
 from .boxes import Boxes
 from .kube import Invalid
 from .settings import Settings
@@ -91,14 +92,15 @@ async def whoami(user: Operator) -> WhoAmI:
     return WhoAmI(user=user, mode="token")
 
 
-@router.get("/capabilities")
-async def capabilities(_: Operator, boxes: BoxesDep) -> Capabilities:
-    return boxes.settings.gpu.capabilities()
+@router.get("/capabilities", response_model=Capabilities)
+async def capabilities(request: Request, _: Operator) -> Response:
+    answer: Body = request.app.state.capabilities
+    return respond(request, answer)
 
 
 @router.get("/devboxes", response_model=DevboxList)
-async def list_devboxes(_: Operator, boxes: BoxesDep) -> Response:
-    return Response(boxes.list_json(), media_type="application/json")
+async def list_devboxes(request: Request, _: Operator, boxes: BoxesDep) -> Response:
+    return respond(request, boxes.list_body())
 
 
 @router.post("/devboxes", status_code=201)
@@ -108,12 +110,12 @@ async def create_devbox(
     return await writes.run(boxes.create, body)
 
 
-@router.get("/devboxes/{name}")
+@router.get("/devboxes/{name}", response_model=Devbox)
 async def get_devbox(
+    request: Request,
     name: BoxName,
     _: Operator,
     boxes: BoxesDep,
-    response: Response,
     wait: Annotated[
         Literal["ready"] | None,
         Query(description="Hold the request until the box is ready or degraded"),
@@ -121,12 +123,14 @@ async def get_devbox(
     timeout: Annotated[
         float, Query(ge=0, le=MAX_WAIT_SECONDS, description="Seconds to hold a waiting request")
     ] = 60,
-) -> Devbox:
+) -> Response:
     name = _name(name)
     if wait is None:
-        return boxes.get(name)
-    response.headers[WAIT_HEADER] = wait
-    return await boxes.wait_settled(name, timeout)
+        return respond(request, boxes.get_body(name))
+    box = await boxes.wait_settled(name, timeout)
+    return Response(
+        box.model_dump_json(), media_type="application/json", headers={WAIT_HEADER: wait}
+    )
 
 
 @router.post("/devboxes/{name}/start")

@@ -28,6 +28,7 @@ from devboxes_sdk.models import Health
 
 from .api import Operator, describe_settings, router
 from .auth import require_operator
+from .bodies import body
 from .boxes import Boxes
 from .dashboard import mount_dashboard, set_session_cookie
 from .kube import ApiProblem
@@ -217,6 +218,7 @@ def create_app(
     app.state.boxes = boxes
     app.state.token = token
     app.state.writes = writes
+    app.state.capabilities = body(boxes.settings.gpu.capabilities().model_dump_json().encode())
     app.include_router(router)
     mount_dashboard(app, boxes)
     _install_handlers(app)

@@ -20,6 +20,7 @@ from kubernetes import client
 from devboxes_sdk.models import DeleteResult, Devbox, DevboxCreate, DevboxState
 
 from . import kube, render, status
+from .bodies import Body, body
 from .cache import Informer
 from .kube import RETRY_AFTER_SECONDS, ApiProblem, Conflict, Invalid, NotFound, Obj
 from .metrics import METRICS
@@ -60,7 +61,8 @@ class Boxes:
         self._core = client.CoreV1Api(api)
         self._apps = client.AppsV1Api(api)
         self._status: dict[str, Devbox] = {}
-        self._status_json: dict[str, bytes] = {}
+        self._status_body: dict[str, Body] = {}
+        self._list_body: Body | None = None
         self._status_lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._changed: dict[str, asyncio.Event] = {}
@@ -153,13 +155,14 @@ class Boxes:
     def _changed_box(self, name: str) -> None:
         objects = self.objects(name)
         with self._status_lock:
+            self._list_body = None
             if objects is None:
                 self._status.pop(name, None)
-                self._status_json.pop(name, None)
+                self._status_body.pop(name, None)
             else:
                 box = status.derive(objects, self.settings)
                 self._status[name] = box
-                self._status_json[name] = box.model_dump_json().encode()
+                self._status_body[name] = body(box.model_dump_json().encode())
         METRICS.boxes_changed()
         for listener in self._listeners:
             listener(name)
@@ -177,14 +180,23 @@ class Boxes:
             raise NotFound(f"devbox '{name}' not found")
         return box
 
-    def list_json(self) -> bytes:
-        """The list response body, assembled from per-box JSON kept current by the watches."""
+    def get_body(self, name: str) -> Body:
+        """The get response body, kept current by the watches."""
+        answer = self._status_body.get(name)
+        if answer is None:
+            raise NotFound(f"devbox '{name}' not found")
+        return answer
+
+    def list_body(self) -> Body:
+        """The list response body, assembled from the per-box bodies once per change."""
         with self._status_lock:
-            order = sorted(
-                self._status.values(), key=lambda b: (b.created_at, b.name), reverse=True
-            )
-            parts = [self._status_json[b.name] for b in order]
-        return b'{"items":[' + b",".join(parts) + b"]}"
+            if self._list_body is None:
+                order = sorted(
+                    self._status.values(), key=lambda b: (b.created_at, b.name), reverse=True
+                )
+                parts = [self._status_body[b.name].data for b in order]
+                self._list_body = body(b'{"items":[' + b",".join(parts) + b"]}", compress=True)
+            return self._list_body
 
     def counts(self) -> dict[str, int]:
         totals = {state.value: 0 for state in DevboxState}

@@ -242,7 +242,7 @@ async def _stream(
     sessions = _sessions(request)
     cookie = request.cookies.get(COOKIE)
     try:
-        snapshot = boxes.list_json().decode()
+        snapshot = boxes.list_body().data.decode()
         # Only boxes this stream has shown are reported as removed: the watches may see a
         # new box's other objects before its Deployment.
         shown = {box["name"] for box in json.loads(snapshot)["items"]}

@@ -1,0 +1,82 @@
+"""Read routes carry entity tags and compress large bodies: cheap polling for clients."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import uuid
+
+import pytest
+import requests
+from controllers import ControllerProcess
+
+
+@pytest.mark.parametrize("path", ["/api/v1/devboxes", "/api/v1/capabilities"])
+def test_an_unchanged_read_is_a_304_without_a_body(
+    controller: ControllerProcess, path: str
+) -> None:
+    url = f"{controller.url}{path}"
+    first = requests.get(url, headers=controller.headers(), timeout=30)
+    assert first.status_code == 200
+    tag = first.headers["ETag"]
+    again = requests.get(url, headers={**controller.headers(), "If-None-Match": tag}, timeout=30)
+    assert again.status_code == 304
+    assert again.content == b""
+    assert again.headers["ETag"] == tag
+    other = requests.get(
+        url, headers={**controller.headers(), "If-None-Match": '"stale"'}, timeout=30
+    )
+    assert other.status_code == 200
+    assert other.json() == first.json()
+
+
+def test_a_change_gives_the_list_and_the_box_new_tags(controller: ControllerProcess) -> None:
+    api = f"{controller.url}/api/v1/devboxes"
+    headers = controller.headers()
+    before = requests.get(api, headers=headers, timeout=30).headers["ETag"]
+    name = f"etag-{uuid.uuid4().hex[:6]}"
+    assert requests.post(api, json={"name": name}, headers=headers, timeout=30).status_code == 201
+    try:
+        listed = requests.get(api, headers={**headers, "If-None-Match": before}, timeout=30)
+        assert listed.status_code == 200
+        assert name in {box["name"] for box in listed.json()["items"]}
+        # Once ready, nothing about the box changes until it is stopped.
+        ready = requests.get(
+            f"{api}/{name}", params={"wait": "ready", "timeout": "60"}, headers=headers, timeout=90
+        )
+        assert ready.json()["state"] == "ready"
+        box = requests.get(f"{api}/{name}", headers=headers, timeout=30)
+        assert box.json() == ready.json()
+        tag = box.headers["ETag"]
+        same = requests.get(f"{api}/{name}", headers={**headers, "If-None-Match": tag}, timeout=30)
+        assert same.status_code == 304
+        stopped = requests.post(f"{api}/{name}/stop", headers=headers, timeout=30)
+        assert stopped.status_code == 200
+        changed = requests.get(
+            f"{api}/{name}", headers={**headers, "If-None-Match": tag}, timeout=30
+        )
+        assert changed.status_code == 200
+        assert changed.json()["state"] == "stopped"
+    finally:
+        requests.delete(f"{api}/{name}", params={"purge": "true"}, headers=headers, timeout=30)
+
+
+def test_a_large_list_is_gzipped_for_clients_that_ask(controller: ControllerProcess) -> None:
+    api = f"{controller.url}/api/v1/devboxes"
+    headers = controller.headers()
+    names = [f"gz-{uuid.uuid4().hex[:6]}" for _ in range(4)]
+    for name in names:
+        requests.post(api, json={"name": name}, headers=headers, timeout=30)
+    try:
+        raw = requests.get(
+            api, headers={**headers, "Accept-Encoding": "gzip"}, timeout=30, stream=True
+        )
+        assert raw.headers["Content-Encoding"] == "gzip"
+        packed = raw.raw.read()
+        plain = requests.get(api, headers={**headers, "Accept-Encoding": "identity"}, timeout=30)
+        assert "Content-Encoding" not in plain.headers
+        assert json.loads(gzip.decompress(packed)) == plain.json()
+        assert len(packed) < len(plain.content)
+    finally:
+        for name in names:
+            requests.delete(f"{api}/{name}", params={"purge": "true"}, headers=headers, timeout=30)
