@@ -10,7 +10,7 @@ import json
 import re
 import secrets
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -326,6 +326,41 @@ def test_events_push_box_changes(
         assert deleted.status_code == 200
         kind = next(k for k, d in events if k == "removed" and d["name"] == name)
         assert kind == "removed"
+
+
+def test_a_session_works_on_every_replica_and_survives_a_restart(
+    controllers: Callable[..., ControllerProcess],
+) -> None:
+    """Two replicas behind one Service share only the operator token, not memory."""
+    first = controllers()
+    second = controllers(token=first.token)
+    browser, csrf = login(first)
+    cookie = browser.cookies.get(COOKIE)
+    on_second = requests.Session()
+    on_second.cookies.set(COOKIE, cookie)
+    assert on_second.get(f"{second.url}/api/v1/devboxes", timeout=10).status_code == 200
+    name = box_name()
+    created = on_second.post(
+        f"{second.url}/api/v1/devboxes",
+        json={"name": name},
+        headers={"X-Devboxes-CSRF": csrf},
+        timeout=30,
+    )
+    assert created.status_code == 201, created.text
+    first.stop()
+    restarted = controllers(token=first.token)
+    on_restarted = requests.Session()
+    on_restarted.cookies.set(COOKIE, cookie)
+    deleted = on_restarted.delete(
+        f"{restarted.url}/api/v1/devboxes/{name}",
+        params={"purge": "true"},
+        headers={"X-Devboxes-CSRF": csrf},
+        timeout=30,
+    )
+    assert deleted.status_code == 200, deleted.text
+    # Another token (a rotation) ends the session everywhere.
+    rotated = controllers()
+    assert on_restarted.get(f"{rotated.url}/api/v1/devboxes", timeout=10).status_code == 401
 
 
 class Clock:
