@@ -66,7 +66,7 @@ class ApiserverProbe:
             response.read()
             status = response.status
         except Exception as err:  # noqa: BLE001 - any transport failure means unreachable
-            self._failed(f"the apiserver is unreachable ({type(err).__name__})", believed=False)
+            self._failed(_transport_problem(err), believed=False)
             return
         if status == 200:
             if self._last_ok is None or not self.reachable():
@@ -87,3 +87,13 @@ class ApiserverProbe:
         while not self._stop.is_set():
             self.check()
             self._stop.wait(self._interval)
+
+
+def _transport_problem(err: Exception) -> str:
+    """The failure in an operator's words, without the client library's internals."""
+    text = str(err).lower()
+    if "refused" in text:
+        return "the apiserver refuses connections"
+    if "timed out" in text or "timeout" in text:
+        return "the apiserver does not answer"
+    return "the apiserver is unreachable"
