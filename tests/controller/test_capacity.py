@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from devboxes_controller import capacity, doctor
+from devboxes_controller import capacity, doctor, status
 from devboxes_controller.settings import GpuProfileConfig, Settings, settings_from_mapping
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
@@ -209,6 +209,34 @@ def test_waiting_summaries() -> None:
         capacity.waiting_summary("NVIDIA L4", unknown, 3)
         == "Waiting for a free NVIDIA L4, 3rd in line"
     )
+
+
+def test_a_claim_still_binding_is_not_a_blocked_schedule() -> None:
+    pod = {
+        "metadata": {"name": "p", "creationTimestamp": "2030-01-01T00:00:00Z"},
+        "spec": {},
+        "status": {
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "0/7 nodes are available: pod has unbound immediate "
+                    "PersistentVolumeClaims. preemption: 0/7 nodes are available.",
+                }
+            ]
+        },
+    }
+    deployment = {
+        "metadata": {"name": "devbox-x", "labels": {"devboxes.io/box": "x"}, "annotations": {}},
+        "spec": {"replicas": 1},
+    }
+    objects = status.BoxObjects(deployment=deployment, pods=[pod])
+    box = status.derive(objects, Settings())
+    assert box.summary == status.SUMMARY_CLAIM_BINDING
+    assert box.message is not None
+    assert box.message.startswith("Scheduling blocked:")
+    assert status.waiting_since(objects) is None
 
 
 # -- the doctor --------------------------------------------------------------------------------
