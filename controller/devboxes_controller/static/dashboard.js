@@ -55,6 +55,13 @@
     const title = document.createElement("span");
     title.className = "option-title";
     title.textContent = label;
+    if (value) {
+      // Filled in, and kept current, from the event stream's availability.
+      const free = document.createElement("span");
+      free.className = "option-free";
+      free.id = id + "-free";
+      title.append(free);
+    }
     if (isDefault) {
       // The profile a bare "gpu" request gets, marked as the CLI and Jupyter mark it.
       const mark = document.createElement("span");
@@ -63,13 +70,6 @@
       title.append(mark);
     }
     text.append(title);
-    if (value) {
-      // Filled in, and kept current, from the event stream's availability.
-      const free = document.createElement("span");
-      free.className = "option-free";
-      free.id = id + "-free";
-      title.append(free);
-    }
     if (description) {
       const help = document.createElement("span");
       help.className = "option-description";
@@ -303,9 +303,7 @@
     } else {
       row.cells.ssh.textContent = "—";
     }
-    // The summary leads; the full message (the scheduler's words) is one click away.
-    const message = box.message || "";
-    fillMessage(row, box.summary && box.summary !== message ? box.summary + "\n" + message : message);
+    fillMessage(row, box.message || "");
     row.start.hidden = box.state !== "stopped";
     row.stop.hidden = box.state === "stopped";
   }
