@@ -101,8 +101,9 @@ def box_row(box: Devbox, now: datetime) -> tuple[str, ...]:
 
 
 def boxes_table(boxes: Sequence[Devbox], now: datetime) -> str:
-    """The list of boxes; a REASON column (each box's summary) when any is not ready."""
-    if all(box.state is DevboxState.READY for box in boxes):
+    """The list of boxes; a REASON column (each box's summary) when any box is starting or
+    degraded, the states that have one."""
+    if not any(box.summary for box in boxes):
         return table(BOX_HEADERS, (box_row(box, now) for box in boxes))
     return table(
         (*BOX_HEADERS, "REASON"),
