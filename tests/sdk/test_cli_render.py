@@ -228,9 +228,11 @@ def test_doctor_text_puts_the_fix_on_the_finding_line() -> None:
     )
     lines = render.doctor_text(report).splitlines()
     assert lines[1].startswith("FAIL")
-    assert lines[1].endswith(
-        "resource  no node advertises amd.com/gpu: install the device plugin or GPU Operator"
-    )
+    assert lines[1].split(maxsplit=3)[1:] == [
+        "amd",
+        "resource",
+        "no node advertises amd.com/gpu: install the device plugin or GPU Operator",
+    ]
     assert lines[2].split() == ["PASS", "-", "storage-class", "ok"]
     assert lines[-1] == "1 check(s) failed"
 
