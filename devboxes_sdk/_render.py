@@ -7,10 +7,11 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 from devboxes_sdk.client import Devbox, GpuCatalog
-from devboxes_sdk.models import DevboxState, GpuAllocation
+from devboxes_sdk.models import DevboxState, DoctorReport, GpuAllocation, GpuAvailability
 
 BOX_HEADERS = ("NAME", "STATE", "SIZE", "AUTO-STOP", "ACCELERATOR", "SSH")
-PROFILE_HEADERS = ("PROFILE", "NAME", "COUNT", "RESOURCE", "DESCRIPTION")
+PROFILE_HEADERS = ("PROFILE", "NAME", "COUNT", "RESOURCE", "FREE", "WAITING", "DESCRIPTION")
+DOCTOR_HEADERS = ("VERDICT", "PROFILE", "CHECK", "FINDING")
 EMPTY = "-"
 
 # Server-supplied text (messages, names) is shown in a terminal; control characters
@@ -99,25 +100,72 @@ def box_row(box: Devbox, now: datetime) -> tuple[str, ...]:
     )
 
 
-def boxes_table(boxes: Iterable[Devbox], now: datetime) -> str:
-    return table(BOX_HEADERS, (box_row(box, now) for box in boxes))
+def boxes_table(boxes: Sequence[Devbox], now: datetime) -> str:
+    """The list of boxes; a REASON column (each box's summary) when any box is starting or
+    degraded, the states that have one."""
+    if not any(box.summary for box in boxes):
+        return table(BOX_HEADERS, (box_row(box, now) for box in boxes))
+    return table(
+        (*BOX_HEADERS, "REASON"),
+        ((*box_row(box, now), box.summary or EMPTY) for box in boxes),
+    )
 
 
-def profiles_table(catalog: GpuCatalog) -> str:
+def free_text(availability: GpuAvailability | None, name: str) -> tuple[str, str]:
+    """FREE ("1 of 2", or "?" when the server cannot count) and WAITING for one profile."""
+    entry = availability.profile(name) if availability is not None else None
+    if entry is None:
+        return EMPTY, EMPTY
+    if entry.available is None or entry.capacity is None:
+        return "?", str(entry.waiting)
+    return f"{entry.available} of {entry.capacity}", str(entry.waiting)
+
+
+def profiles_table(catalog: GpuCatalog, availability: GpuAvailability | None) -> str:
     default = catalog.default
     rows = []
     for profile in catalog:
         is_default = default is not None and profile.name == default.name
+        free, waiting = free_text(availability, profile.name)
         rows.append(
             (
                 f"{profile.name} (default)" if is_default else profile.name,
                 profile.display_name,
                 str(profile.count),
                 profile.resource_name,
+                free,
+                waiting,
                 profile.description or EMPTY,
             )
         )
-    return table(PROFILE_HEADERS, rows)
+    text = table(PROFILE_HEADERS, rows)
+    reasons = sorted(
+        {p.reason for p in availability.profiles if p.capacity is None and p.reason}
+        if availability is not None
+        else set()
+    )
+    return "\n".join([text, *(f"\nFREE is unknown: {clean(r)}" for r in reasons)])
+
+
+def doctor_text(report: DoctorReport) -> str:
+    """The doctor's findings, one line each with its fix, and a closing verdict."""
+    rows = [
+        (
+            check.verdict.upper(),
+            check.profile or EMPTY,
+            check.check,
+            f"{check.message}: {check.fix}"
+            if check.fix and check.verdict != "pass"
+            else check.message,
+        )
+        for check in report.checks
+    ]
+    failed = sum(1 for c in report.checks if c.verdict == "fail")
+    warned = sum(1 for c in report.checks if c.verdict == "warn")
+    verdict = "all checks passed" if report.ok else f"{failed} check(s) failed"
+    if warned:
+        verdict += f", {warned} warning(s)"
+    return f"{table(DOCTOR_HEADERS, rows)}\n\n{verdict}"
 
 
 def box_details(box: Devbox, now: datetime) -> str:
@@ -129,6 +177,7 @@ def box_details(box: Devbox, now: datetime) -> str:
     fields = [
         ("Name", box.name),
         ("State", box.state.value),
+        ("Summary", box.summary or EMPTY),
         ("Message", box.message or EMPTY),
         ("Size", box.preset),
         ("Accelerator", accelerator(box.gpu)),

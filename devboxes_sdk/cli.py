@@ -40,10 +40,17 @@ from devboxes_sdk.errors import (
     ConfigurationError,
     DevboxesError,
     NotConfigured,
+    NotFound,
     StartTimeout,
     ValidationError,
 )
-from devboxes_sdk.models import PRESETS, DevboxState, normalize_name, normalize_repository
+from devboxes_sdk.models import (
+    PRESETS,
+    DevboxState,
+    GpuAvailability,
+    normalize_name,
+    normalize_repository,
+)
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -224,6 +231,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     profiles.add_argument("-q", "--quiet", action="store_true", help="print profile names only")
     profiles.set_defaults(handler=_cmd_gpu_profiles, prog=profiles.prog)
+    doctor = gpu_commands.add_parser(
+        "doctor",
+        help="check the cluster's GPU prerequisites (operator)",
+        description="check every prerequisite of every GPU profile on the cluster; "
+        "exits 1 when any check fails",
+        parents=[common],
+    )
+    doctor.set_defaults(handler=_cmd_gpu_doctor, prog=doctor.prog)
 
     create = add("create", "create a box and wait until it is ready", _cmd_create)
     create.add_argument("name", action=_NewBoxName, metavar="NAME")
@@ -498,12 +513,24 @@ def _names_or_json(args: argparse.Namespace) -> None:
         raise UsageError("-q and --json cannot be combined (-q prints names, --json the JSON)")
 
 
+def _availability(client: Client) -> GpuAvailability | None:
+    """The free counts, or None from a server that predates them."""
+    try:
+        return client.gpu.availability()
+    except NotFound:
+        return None
+
+
 def _cmd_gpu_profiles(args: argparse.Namespace) -> int:
     _names_or_json(args)
     with _client(args) as client:
         catalog = client.gpu.catalog()
+        availability = _availability(client) if catalog.enabled and not args.quiet else None
     if args.json:
-        _print_json(catalog.raw)
+        data = catalog.raw
+        if availability is not None:
+            data["availability"] = availability.model_dump(mode="json")
+        _print_json(data)
     elif args.quiet:
         for name in catalog.names:
             print(_render.clean(name))
@@ -512,8 +539,18 @@ def _cmd_gpu_profiles(args: argparse.Namespace) -> int:
     elif len(catalog) == 0:
         print("No GPU profiles are configured.")
     else:
-        print(_render.profiles_table(catalog))
+        print(_render.profiles_table(catalog, availability))
     return EXIT_OK
+
+
+def _cmd_gpu_doctor(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        report = client.gpu.doctor()
+    if args.json:
+        _print_json(report.model_dump(mode="json"))
+    else:
+        print(_render.doctor_text(report))
+    return EXIT_OK if report.ok else EXIT_ERROR
 
 
 def _finish_wait(box: Devbox, args: argparse.Namespace) -> int:
@@ -604,14 +641,45 @@ def _cmd_start(args: argparse.Namespace) -> int:
         return _finish_wait(box, args)
 
 
+def _holds_device(box: Devbox) -> bool:
+    """Whether the box has a GPU placed on a node (not stopped, not waiting for one)."""
+    return (
+        box.gpu is not None
+        and box.state is not DevboxState.STOPPED
+        and box.scheduling_detail is None
+        and box.pod_name is not None
+    )
+
+
+def _queue_note(client: Client, profile: str) -> str | None:
+    """Who takes the device a stop frees: the first box waiting for the same profile."""
+    try:
+        entry = client.gpu.availability().profile(profile)
+    except DevboxesError:
+        return None
+    if entry is None or entry.waiting == 0:
+        return None
+    if entry.waiting == 1:
+        return f"1 box is waiting for {profile}; it will take this GPU"
+    return f"{entry.waiting} boxes are waiting for {profile}; the first in line will take this GPU"
+
+
 def _cmd_stop(args: argparse.Namespace) -> int:
     with _client(args) as client:
+        before = client.get(args.name)
         box = client.stop(args.name)
+        note = (
+            _queue_note(client, before.gpu.profile)
+            if before.gpu is not None and _holds_device(before) and not args.json
+            else None
+        )
     _print_box(box, args)
     if not args.json:
         print(
             f"\nThe home volume of {box.name} is kept; start it again with: devbox start {box.name}"
         )
+        if note is not None:
+            print(_render.clean(note))
     return EXIT_OK
 
 

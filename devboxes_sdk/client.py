@@ -230,6 +230,17 @@ class Devbox:
         return self._model.gpu
 
     @property
+    def summary(self) -> str | None:
+        """One line on why the box is not ready yet, e.g. ``Waiting for a free NVIDIA L4:
+        0 of 2 free, 2nd in line``; ``None`` when ready or stopped (or on older servers)."""
+        return self._model.summary
+
+    @property
+    def scheduling_detail(self) -> str | None:
+        """The scheduler's own sentence while it cannot place the box, verbatim."""
+        return self._model.scheduling_detail
+
+    @property
     def ready(self) -> bool:
         return self._model.state is models.DevboxState.READY
 
@@ -360,6 +371,23 @@ class GpuNamespace:
 
     def default(self) -> models.GpuProfile | None:
         return self.catalog().default
+
+    def availability(self, preset: models.Preset | None = None) -> models.GpuAvailability:
+        """Per profile: boxes that could start now (``available``), on an empty cluster
+        (``capacity``) and boxes waiting for a device (``waiting``), in the profile's units.
+
+        With ``preset``, a box counts only where that preset's CPU and memory also fit.
+        ``available`` and ``capacity`` are ``None`` (with ``reason``) when the server
+        cannot see the cluster's nodes and pods.
+        """
+        params = {"preset": preset} if preset is not None else None
+        return self._client._get_model(
+            f"{API_PREFIX}/gpu/availability", models.GpuAvailability, params
+        )
+
+    def doctor(self) -> models.DoctorReport:
+        """The operator's preflight: every prerequisite of every profile, checked live."""
+        return self._client._get_model(f"{API_PREFIX}/gpu/doctor", models.DoctorReport)
 
 
 class Client:
@@ -518,6 +546,15 @@ class Client:
         """
         return self._decode(self._request(method, path, params=params, body=body))
 
+    def _get_model(
+        self,
+        path: str,
+        model: type[_ModelT],
+        params: Mapping[str, str | int] | None = None,
+    ) -> _ModelT:
+        response = self._request("GET", path, params=params)
+        return self._parse(model, self._decode(response), response.status_code)
+
     def _box(self, response: requests.Response) -> Devbox:
         data = self._decode(response)
         model = self._parse(models.Devbox, data, response.status_code)
@@ -526,8 +563,7 @@ class Client:
     # -- verbs --------------------------------------------------------------------
 
     def whoami(self) -> models.WhoAmI:
-        response = self._request("GET", f"{API_PREFIX}/whoami")
-        return self._parse(models.WhoAmI, self._decode(response), response.status_code)
+        return self._get_model(f"{API_PREFIX}/whoami", models.WhoAmI)
 
     def capabilities(self) -> Capabilities:
         response = self._request("GET", f"{API_PREFIX}/capabilities")

@@ -167,6 +167,55 @@ class Devbox(_Response):
     storage_size: str | None = None
     message: str | None = None
     gpu: GpuAllocation | None = None
+    # One human line saying why a box that is not ready is not ready yet, e.g. "Waiting
+    # for a free NVIDIA L4: 0 of 2 free, 2nd in line"; None when ready or stopped.
+    summary: str | None = None
+    # The scheduler's own sentence, verbatim, while it cannot place the box's pod.
+    scheduling_detail: str | None = None
+
+
+class ProfileAvailability(_Response):
+    """How many boxes of one GPU profile could start now, in the profile's own units.
+
+    ``available`` and ``capacity`` are None when the controller cannot see the cluster's
+    nodes and pods; ``reason`` then says why. ``reason`` also explains a capacity of 0.
+    """
+
+    name: str
+    available: int | None = None
+    capacity: int | None = None
+    waiting: int = 0
+    reason: str | None = None
+
+
+class GpuAvailability(_Response):
+    """Body of ``GET /api/v1/gpu/availability``."""
+
+    observed_at: AwareDatetime
+    profiles: list[ProfileAvailability] = Field(default_factory=list)
+
+    def profile(self, name: str) -> ProfileAvailability | None:
+        return next((p for p in self.profiles if p.name == name), None)
+
+
+DoctorVerdict = Literal["pass", "warn", "fail"]
+
+
+class DoctorCheck(_Response):
+    """One finding of the GPU doctor; ``profile`` is None for cluster-wide checks."""
+
+    profile: str | None = None
+    check: str
+    verdict: DoctorVerdict
+    message: str
+    fix: str | None = None
+
+
+class DoctorReport(_Response):
+    """Body of ``GET /api/v1/gpu/doctor``: ``ok`` is false when any check fails."""
+
+    ok: bool
+    checks: list[DoctorCheck] = Field(default_factory=list)
 
 
 class DevboxList(_Response):

@@ -1,4 +1,5 @@
-"""``devboxes-controller``: ``serve`` the API and reconciler, or ``check-config`` a file."""
+"""``devboxes-controller``: ``serve`` the API and reconciler, ``check-config`` a file, or
+check the cluster's GPU prerequisites with ``doctor``."""
 
 from __future__ import annotations
 
@@ -74,6 +75,38 @@ def check_config(path: Path) -> int:
     )
     print(f"{path}: valid ({state})")
     return 0
+
+
+def doctor(args: argparse.Namespace) -> int:
+    """The GPU doctor without a running controller: exit 1 on any failed check, 2 when the
+    settings or credentials are unusable or the apiserver cannot be asked."""
+    from devboxes_sdk._render import doctor_text
+
+    from . import kube
+    from .doctor import examine
+
+    try:
+        settings = load_settings(args.settings, os.environ)
+    except ConfigError as err:
+        print("devboxes-controller: invalid settings:", file=sys.stderr)
+        for violation in err.violations:
+            print(f"  {violation}", file=sys.stderr)
+        return 2
+    try:
+        api = kube.api_client(args.kubeconfig)
+    except Exception as err:  # noqa: BLE001 - any kubeconfig problem is reported in one line
+        print(f"devboxes-controller: cannot load Kubernetes credentials: {err}", file=sys.stderr)
+        return 2
+    try:
+        report = examine(settings, api)
+    except kube.ApiProblem as err:
+        print(f"devboxes-controller: doctor: {err.detail}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(report.model_dump_json(indent=2))
+    else:
+        print(doctor_text(report))
+    return 0 if report.ok else 1
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -156,17 +189,23 @@ def main(argv: list[str] | None = None) -> int:
     check = commands.add_parser("check-config", help="validate a settings or Helm values file")
     check.add_argument("file", type=Path)
     run = commands.add_parser("serve", help="serve the API and reconcile boxes")
-    run.add_argument(
-        "--settings",
-        type=Path,
-        default=os.environ.get("DEVBOXES_SETTINGS"),
-        help="settings file (YAML or JSON); env DEVBOXES_SETTINGS",
+    check_gpu = commands.add_parser(
+        "doctor",
+        help="check the cluster's GPU prerequisites; exit 1 when any check fails",
     )
-    run.add_argument(
-        "--kubeconfig",
-        default=os.environ.get("KUBECONFIG"),
-        help="kubeconfig; default in-cluster credentials, then ~/.kube/config",
-    )
+    for command in (run, check_gpu):
+        command.add_argument(
+            "--settings",
+            type=Path,
+            default=os.environ.get("DEVBOXES_SETTINGS"),
+            help="settings file (YAML or JSON); env DEVBOXES_SETTINGS",
+        )
+        command.add_argument(
+            "--kubeconfig",
+            default=os.environ.get("KUBECONFIG"),
+            help="kubeconfig; default in-cluster credentials, then ~/.kube/config",
+        )
+    check_gpu.add_argument("--json", action="store_true", help="print the report as JSON")
     run.add_argument(
         "--listen",
         type=_listen,
@@ -190,6 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "check-config":
         return check_config(args.file)
+    if args.command == "doctor":
+        return doctor(args)
     return serve(args)
 
 

@@ -17,11 +17,15 @@ from devboxes_sdk.models import (
     Devbox,
     DevboxCreate,
     DevboxList,
+    DoctorReport,
     ErrorBody,
+    GpuAvailability,
+    Preset,
     WhoAmI,
     normalize_name,
 )
 
+from . import doctor
 from .auth import require_operator
 from .bodies import Body, respond
 from .boxes import Boxes
@@ -96,6 +100,24 @@ async def whoami(user: Operator) -> WhoAmI:
 async def capabilities(request: Request, _: Operator) -> Response:
     answer: Body = request.app.state.capabilities
     return respond(request, answer)
+
+
+@router.get("/gpu/availability")
+async def gpu_availability(
+    _: Operator,
+    boxes: BoxesDep,
+    preset: Annotated[
+        Preset | None,
+        Query(description="Count only boxes whose preset's CPU and memory also fit"),
+    ] = None,
+) -> GpuAvailability:
+    return boxes.availability.current(preset)
+
+
+@router.get("/gpu/doctor")
+async def gpu_doctor(_: Operator, boxes: BoxesDep, writes: WritesDep) -> DoctorReport:
+    # The checks read the apiserver, so they run off the event loop like a write does.
+    return await writes.run(doctor.examine, boxes.settings, boxes.api)
 
 
 @router.get("/devboxes", response_model=DevboxList)

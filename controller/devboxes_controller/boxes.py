@@ -12,6 +12,7 @@ import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -19,7 +20,8 @@ from kubernetes import client
 
 from devboxes_sdk.models import DeleteResult, Devbox, DevboxCreate, DevboxState
 
-from . import kube, render, status
+from . import capacity, kube, render, status
+from .availability import Availability
 from .bodies import Body, body
 from .cache import Informer
 from .kube import RETRY_AFTER_SECONDS, ApiProblem, Conflict, Invalid, NotFound, Obj
@@ -51,6 +53,15 @@ def _box_from_event(event: Obj) -> str | None:
     return "-".join(parts[: len(parts) - trim]) if len(parts) > trim else None
 
 
+@dataclass(frozen=True)
+class Queued:
+    """A GPU box whose pod the scheduler cannot place yet."""
+
+    profile: str
+    display_name: str
+    since: str
+
+
 class Boxes:
     """All boxes of one namespace: cached state, derived status, lifecycle verbs."""
 
@@ -58,6 +69,7 @@ class Boxes:
         self.settings = settings
         self.namespace = settings.namespace
         self.clock = clock
+        self.api = api
         self._core = client.CoreV1Api(api)
         self._apps = client.AppsV1Api(api)
         self._status: dict[str, Devbox] = {}
@@ -66,6 +78,7 @@ class Boxes:
         self._status_lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._changed: dict[str, asyncio.Event] = {}
+        self._queued: dict[str, Queued] = {}
         self._listeners: list[Callable[[str], None]] = []
         self._events = ThreadPoolExecutor(max_workers=1, thread_name_prefix="k8s-events")
         selector = render.MANAGED_SELECTOR
@@ -112,15 +125,20 @@ class Boxes:
             self.pvcs,
             self.events,
         )
+        # Not among ``informers``: readiness never depends on the cluster-wide watches.
+        self.availability = Availability(settings, api, self.waiting_counts)
+        self.availability.add_listener(self._availability_changed)
 
     # -- caches and status -------------------------------------------------------------------
     def start(self) -> None:
         for informer in self.informers:
             informer.start()
+        self.availability.start()
 
     def stop(self) -> None:
         for informer in self.informers:
             informer.stop()
+        self.availability.stop()
         self._events.shutdown(wait=False)
 
     def synced(self) -> bool:
@@ -155,19 +173,67 @@ class Boxes:
     def _changed_box(self, name: str) -> None:
         objects = self.objects(name)
         with self._status_lock:
-            self._list_body = None
+            was = self._queued.pop(name, None)
             if objects is None:
                 self._status.pop(name, None)
                 self._status_body.pop(name, None)
+                self._list_body = None
             else:
                 box = status.derive(objects, self.settings)
-                self._status[name] = box
-                self._status_body[name] = body(box.model_dump_json().encode())
+                since = status.waiting_since(objects)
+                if since is not None and box.gpu is not None:
+                    self._queued[name] = Queued(box.gpu.profile, box.gpu.display_name, since)
+                self._store(box)
+            now = self._queued.get(name)
+            profiles = {q.profile for q in (was, now) if q is not None}
+            touched = {name} | self._summarize(profiles)
+        if was != now:
+            self.availability.kick()
         METRICS.boxes_changed()
-        for listener in self._listeners:
-            listener(name)
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._wake, name)
+        self._announce(touched)
+
+    def _store(self, box: Devbox) -> None:
+        """Called with the status lock held."""
+        self._status[box.name] = box
+        self._status_body[box.name] = body(box.model_dump_json().encode())
+        self._list_body = None
+
+    def _announce(self, names: set[str]) -> None:
+        for name in sorted(names):
+            for listener in self._listeners:
+                listener(name)
+            if self._loop is not None:
+                self._loop.call_soon_threadsafe(self._wake, name)
+
+    def waiting_counts(self) -> dict[str, int]:
+        """Boxes waiting for a device, by profile."""
+        counts: dict[str, int] = {}
+        for queued in list(self._queued.values()):
+            counts[queued.profile] = counts.get(queued.profile, 0) + 1
+        return counts
+
+    def _summarize(self, profiles: set[str]) -> set[str]:
+        """Give each waiting box of these profiles its place in line and the free count;
+        returns the boxes whose summary changed. Called with the status lock held."""
+        touched: set[str] = set()
+        for profile in profiles:
+            line = sorted(
+                (q.since, name) for name, q in self._queued.items() if q.profile == profile
+            )
+            entry = self.availability.profile(profile)
+            for position, (_, name) in enumerate(line, start=1):
+                queued = self._queued[name]
+                summary = capacity.waiting_summary(queued.display_name, entry, position)
+                box = self._status.get(name)
+                if box is not None and box.summary != summary:
+                    self._store(box.model_copy(update={"summary": summary}))
+                    touched.add(name)
+        return touched
+
+    def _availability_changed(self) -> None:
+        with self._status_lock:
+            touched = self._summarize({q.profile for q in self._queued.values()})
+        self._announce(touched)
 
     def _wake(self, name: str) -> None:
         event = self._changed.pop(name, None)

@@ -11,8 +11,10 @@ touch the apiserver.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -35,6 +37,15 @@ MAX_BACKOFF = 5.0
 
 BoxOf = Callable[[Obj], str | None]
 OnChange = Callable[[str], None]
+Strip = Callable[[Obj], Obj]
+
+
+def _no_box(obj: Obj) -> str | None:
+    return None
+
+
+def _ignore(box: str) -> None:
+    return None
 
 
 class WatchExpired(Exception):
@@ -61,17 +72,26 @@ class Informer:
 
     ``synced`` is set once the first list has been loaded. ``healthy`` is set while a
     watch is established and cleared from the first failure until the next watch is
-    established again, so a replica can tell fresh caches from stale ones.
+    established again, so a replica can tell fresh caches from stale ones; ``failure``
+    then holds the error that broke it.
+
+    With ``namespace`` None the informer covers the whole cluster and keys objects by
+    ``namespace/name``. ``strip`` keeps only what readers need of each object (it must
+    keep ``metadata.name``, ``namespace`` and ``resourceVersion``), so a cache of every pod
+    of a cluster stays small. ``on_update`` is called after every applied change and
+    every failure.
     """
 
     def __init__(
         self,
         kind: str,
         list_function: Callable[..., Any],
-        namespace: str,
-        box_of: BoxOf,
-        on_change: OnChange,
+        namespace: str | None,
+        box_of: BoxOf = _no_box,
+        on_change: OnChange = _ignore,
         label_selector: str | None = None,
+        strip: Strip | None = None,
+        on_update: Callable[[], None] | None = None,
     ) -> None:
         self.kind = kind
         self._list = list_function
@@ -79,6 +99,9 @@ class Informer:
         self._box_of = box_of
         self._on_change = on_change
         self._selector = label_selector
+        self._strip = strip
+        self._on_update = on_update
+        self.failure: Exception | None = None
         self._objects: dict[str, Obj] = {}
         self._by_box: dict[str, dict[str, Obj]] = {}
         self._condition = threading.Condition()
@@ -134,13 +157,19 @@ class Informer:
 
     def stop(self) -> None:
         self._stop.set()
-        response = self._response
-        if response is not None:
-            response.close()
+        # Shutting the socket down wakes the thread blocked reading the watch; closing the
+        # response from this thread would wait for that read to return.
+        connection = getattr(self._response, "connection", None)
+        sock = getattr(connection, "sock", None)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
 
     # -- the watch loop ----------------------------------------------------------------------
     def _kwargs(self) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {"namespace": self._namespace}
+        kwargs: dict[str, Any] = {}
+        if self._namespace is not None:
+            kwargs["namespace"] = self._namespace
         if self._selector:
             kwargs["label_selector"] = self._selector
         return kwargs
@@ -169,6 +198,8 @@ class Informer:
     def _failed(self, err: Exception) -> None:
         """Stale from now on; the first failure of an incident is logged, the rest counted."""
         self.healthy.clear()
+        self.failure = err
+        self._updated()
         METRICS.watch_failures.labels(self.kind).inc()
         if self._incident is None:
             self._incident = (time.monotonic(), 1)
@@ -181,6 +212,7 @@ class Informer:
             self._incident = (started, failures + 1)
 
     def _established(self) -> None:
+        self.failure = None
         self.healthy.set()
         if self._incident is not None:
             started, failures = self._incident
@@ -201,7 +233,7 @@ class Informer:
             **self._kwargs(),
         )
         body = json.loads(response.data)
-        items = {item["metadata"]["name"]: item for item in body.get("items") or []}
+        items = {self._key(item): self._kept(item) for item in body.get("items") or []}
         touched: set[str] = set()
         with self._condition:
             for name in set(self._objects) - set(items):
@@ -212,6 +244,7 @@ class Informer:
             self._condition.notify_all()
         self.synced.set()
         self._notify(touched)
+        self._updated()
         return str(body["metadata"]["resourceVersion"])
 
     def _watch(self, version: str) -> str:
@@ -240,17 +273,34 @@ class Informer:
                 if kind == "BOOKMARK":
                     continue
                 with self._condition:
-                    name = obj["metadata"]["name"]
-                    touched = self._remove(name) if kind == "DELETED" else self._put(obj)
+                    name = self._key(obj)
+                    if kind == "DELETED":
+                        touched = self._remove(name)
+                    else:
+                        touched = self._put(self._kept(obj))
                     self._condition.notify_all()
                 self._notify(touched)
+                self._updated()
         finally:
             self._response = None
             response.release_conn()
         return version
 
+    def _key(self, obj: Obj) -> str:
+        metadata = obj["metadata"]
+        if self._namespace is None and metadata.get("namespace"):
+            return f"{metadata['namespace']}/{metadata['name']}"
+        return str(metadata["name"])
+
+    def _kept(self, obj: Obj) -> Obj:
+        return self._strip(obj) if self._strip is not None else obj
+
+    def _updated(self) -> None:
+        if self._on_update is not None:
+            self._on_update()
+
     def _put(self, obj: Obj) -> set[str]:
-        name = obj["metadata"]["name"]
+        name = self._key(obj)
         touched = self._remove(name)
         self._objects[name] = obj
         box = self._box_of(obj)

@@ -3,7 +3,7 @@
 The page talks to ``/api/v1`` like any other client, authenticated by the session cookie
 and the session's CSRF value. Box updates are pushed from the watch cache over
 Server-Sent Events: the stream sends every box once, then each box again whenever the
-watches recompute its status.
+watches recompute its status; likewise the GPU availability (event ``availability``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import asyncio
 import html
 import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Annotated
 from urllib.parse import parse_qs, urlsplit
@@ -41,22 +41,30 @@ LOGIN_REFUSED = "That token was not accepted."
 
 
 class Subscriber:
-    """One open event stream: names of boxes changed since it last sent, coalesced."""
+    """One open event stream: names of boxes changed since it last sent, and whether the
+    availability changed, coalesced."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.pending: set[str] = set()
+        self.availability = False
         self.changed = asyncio.Event()
 
     def notify(self, name: str) -> None:
         self.pending.add(name)
         self.changed.set()
 
-    def take(self) -> list[str]:
+    def notify_availability(self) -> None:
+        self.availability = True
+        self.changed.set()
+
+    def take(self) -> tuple[list[str], bool]:
         names = sorted(self.pending)
+        availability = self.availability
         self.pending.clear()
+        self.availability = False
         self.changed.clear()
-        return names
+        return names, availability
 
 
 class Broadcaster:
@@ -76,11 +84,19 @@ class Broadcaster:
     def changed(self, name: str) -> None:
         """Called from watch threads."""
         for subscriber in list(self._subscribers):
-            try:
-                subscriber.loop.call_soon_threadsafe(subscriber.notify, name)
-            except RuntimeError:
-                # The loop is closed: the server is shutting down and the stream is gone.
-                self._subscribers.discard(subscriber)
+            self._call(subscriber, subscriber.notify, name)
+
+    def availability_changed(self) -> None:
+        """Called from the availability thread."""
+        for subscriber in list(self._subscribers):
+            self._call(subscriber, subscriber.notify_availability)
+
+    def _call(self, subscriber: Subscriber, function: Callable[..., None], *args: str) -> None:
+        try:
+            subscriber.loop.call_soon_threadsafe(function, *args)
+        except RuntimeError:
+            # The loop is closed: the server is shutting down and the stream is gone.
+            self._subscribers.discard(subscriber)
 
 
 def _template(name: str, values: dict[str, str]) -> str:
@@ -248,6 +264,7 @@ async def _stream(
         shown = {box["name"] for box in json.loads(snapshot)["items"]}
         yield b"retry: 3000\n\n"
         yield _event("snapshot", snapshot)
+        yield _event("availability", boxes.availability.current().model_dump_json())
         while True:
             try:
                 await asyncio.wait_for(subscriber.changed.wait(), KEEPALIVE_SECONDS)
@@ -260,7 +277,10 @@ async def _stream(
             if quiet:
                 yield b": keepalive\n\n"
                 continue
-            for name in subscriber.take():
+            names, availability = subscriber.take()
+            if availability:
+                yield _event("availability", boxes.availability.current().model_dump_json())
+            for name in names:
                 try:
                     box = boxes.get(name)
                 except ApiProblem:
@@ -293,4 +313,5 @@ def mount_dashboard(app: FastAPI, boxes: Boxes) -> None:
     broadcaster = Broadcaster()
     app.state.broadcaster = broadcaster
     boxes.add_listener(broadcaster.changed)
+    boxes.availability.add_listener(broadcaster.availability_changed)
     app.include_router(router)

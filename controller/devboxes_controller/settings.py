@@ -668,6 +668,12 @@ class Sidecar(_Model):
         return value
 
 
+class AvailabilitySettings(_Model):
+    # Watch every node and every pod of the cluster to count free GPUs. Needs the chart's
+    # read-only ClusterRole; off, availability reports "unknown" and nothing else changes.
+    enabled: StrictBool = True
+
+
 class Settings(_Model):
     namespace: DnsLabel = "devboxes"
     workspace_image: Image = "devboxes/workspace:0.1.0"
@@ -677,6 +683,7 @@ class Settings(_Model):
     presets: dict[Preset, PresetSettings] = Field(default_factory=lambda: dict(DEFAULT_PRESETS))
     sidecars: list[Sidecar] = Field(default_factory=list, max_length=MAX_SIDECARS)
     gpu: GpuSettings = Field(default_factory=GpuSettings)
+    availability: AvailabilitySettings = Field(default_factory=AvailabilitySettings)
 
     @classmethod
     def _rules(cls, raw: Mapping[str, Any]) -> list[Violation]:

@@ -35,6 +35,14 @@ CREATE_FAILED = "Kubernetes cannot create the pod: {message}"
 SNAPSHOT_UNREADABLE = "The pinned GPU profile cannot be read ({error}); recreate the box."
 DEADLINE_EXCEEDED = "The box did not become ready in time: {message}"
 
+# Summaries: one human line before the details of ``message``.
+SUMMARY_GPU_WAIT = "Waiting for a free {display_name}"
+SUMMARY_CLAIM_BINDING = "Waiting for the home volume to be bound."
+SUMMARY_NO_ROOM = "Waiting for a node with room for this box."
+# Right after a create the scheduler may see the pod before its home claim is bound. That
+# clears by itself within seconds and is no reason to queue for a device.
+UNBOUND_CLAIMS = "unbound immediate PersistentVolumeClaims"
+
 DEGRADED_WAITING_REASONS = frozenset(
     {
         "CrashLoopBackOff",
@@ -182,14 +190,55 @@ def degraded_reason(objects: BoxObjects, pod: Obj | None) -> str | None:
     return None
 
 
+def scheduling_detail(pod: Obj | None) -> str | None:
+    """The scheduler's sentence while it cannot place the pod, verbatim."""
+    scheduled = _condition(pod, "PodScheduled")
+    if not scheduled or scheduled.get("status") != "False":
+        return None
+    return str(scheduled.get("message") or scheduled.get("reason") or "no reason given")
+
+
+def _claim_binding(detail: str | None) -> bool:
+    return detail is not None and UNBOUND_CLAIMS in detail
+
+
+def waiting_since(objects: BoxObjects) -> str | None:
+    """When a running GPU box's pod started waiting for a device (its creation time), or
+    None when it does not wait for one. Orders the queue of a profile, oldest first."""
+    if (objects.deployment.get("spec") or {}).get("replicas", 1) == 0:
+        return None
+    if not _annotations(objects.deployment).get(render.ANNOTATION_GPU_SNAPSHOT):
+        return None
+    pod = current_pod(objects.pods)
+    detail = scheduling_detail(pod)
+    if pod is None or detail is None or _claim_binding(detail):
+        return None
+    return str(pod["metadata"].get("creationTimestamp") or "")
+
+
+def _summary(
+    state: DevboxState, message: str, detail: str | None, gpu: GpuAllocation | None
+) -> str | None:
+    """One human line for a box that is not ready; the queue refines a GPU wait."""
+    if state in (DevboxState.READY, DevboxState.STOPPED):
+        return None
+    if state is DevboxState.DEGRADED:
+        return message.split(": ", 1)[0]
+    if detail is None:
+        return message
+    if _claim_binding(detail):
+        return SUMMARY_CLAIM_BINDING
+    if gpu is not None:
+        return SUMMARY_GPU_WAIT.format(display_name=gpu.display_name)
+    return SUMMARY_NO_ROOM
+
+
 def _starting_message(pod: Obj | None) -> str:
     if pod is None:
         return WAITING_FOR_POD
-    scheduled = _condition(pod, "PodScheduled")
-    if scheduled and scheduled.get("status") == "False":
-        return SCHEDULING_BLOCKED.format(
-            reason=scheduled.get("message") or scheduled.get("reason") or "no reason given"
-        )
+    detail = scheduling_detail(pod)
+    if detail is not None:
+        return SCHEDULING_BLOCKED.format(reason=detail)
     node = (pod.get("spec") or {}).get("nodeName")
     if not node:
         return WAITING_FOR_SCHEDULER
@@ -253,6 +302,7 @@ def derive(objects: BoxObjects, settings: Settings) -> Devbox:
         for c in ((pod or {}).get("status") or {}).get("containerStatuses") or []
     )
     show_ssh = state is DevboxState.READY
+    detail = scheduling_detail(pod) if state is DevboxState.STARTING else None
     return Devbox(
         name=render.box_name_of(deployment) or metadata["name"],
         state=state,
@@ -269,4 +319,6 @@ def derive(objects: BoxObjects, settings: Settings) -> Devbox:
         storage_size=_storage_size(objects.pvc),
         message=message,
         gpu=gpu,
+        summary=_summary(state, message, detail, gpu),
+        scheduling_detail=detail,
     )

@@ -27,6 +27,7 @@ from devboxes_sdk.models import (
     DevboxList,
     DevboxState,
     ErrorBody,
+    GpuAvailability,
     Health,
     WhoAmI,
 )
@@ -145,6 +146,8 @@ def test_openapi_documents_every_route(api: Api) -> None:
     assert operations == {
         ("GET", "/api/v1/whoami"),
         ("GET", "/api/v1/capabilities"),
+        ("GET", "/api/v1/gpu/availability"),
+        ("GET", "/api/v1/gpu/doctor"),
         ("GET", BOXES),
         ("POST", BOXES),
         ("GET", f"{BOXES}/{{name}}"),
@@ -189,6 +192,22 @@ def test_capabilities_hide_images_runtime_groups_and_scheduling(api: Api) -> Non
             "count",
             "default",
         }
+
+
+def test_availability_lists_every_profile_without_nodes_or_scheduling(api: Api) -> None:
+    path = "/api/v1/gpu/availability"
+    for params in ({}, {"preset": "medium"}):
+        response = api.call("GET", path, params=params)
+        body = parse(GpuAvailability, response, 200)
+        assert [p.name for p in body.profiles] == [
+            "nvidia-l4",
+            "nvidia-a100-mig-1g10gb",
+            "amd-rocm",
+            "nvidia-l4-shared",
+        ]
+        assert set(response.json()) == {"observed_at", "profiles"}
+        for value in (*HIDDEN_VALUES, "nvidia-l4-0", "amd-rocm-0"):
+            assert value.lower() not in response.text.lower(), (params, value)
 
 
 def test_create_get_list_stop_start_delete(

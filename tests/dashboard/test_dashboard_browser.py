@@ -384,3 +384,44 @@ def test_dashboard_fits_an_800px_window(
     finally:
         context.close()
         api.delete_all()
+
+
+def test_selector_shows_free_devices_and_updates_live_when_a_box_stops(
+    controllers: Callable[..., ControllerProcess], chromium: Any
+) -> None:
+    from playwright.sync_api import expect
+
+    controller = controllers()
+    api = Api(controller)
+
+    def l4() -> dict[str, Any]:
+        body = api.get("/gpu/availability")
+        entry: dict[str, Any] = next(p for p in body["profiles"] if p["name"] == "nvidia-l4")
+        return entry
+
+    free, total = l4()["available"], l4()["capacity"]
+    if free < 1:
+        pytest.skip("every NVIDIA L4 GPU of the testbed is held by another test")
+    name = f"l4-free-{uuid.uuid4().hex[:6]}"
+    page = chromium.new_page()
+    page.set_default_timeout(30_000)
+    try:
+        api.create(name, "nvidia-l4")
+        api.wait_ready(name)
+        sign_in(page, controller)
+        option = page.locator("#accelerator-nvidia-l4-free")
+        # An en dash in the page: "NVIDIA L4 — 1 of 2 free".
+        expect(option).to_have_text(re.compile(rf"^ \u2014 {free - 1} of {total} free"))
+        full = page.locator(".option-full")
+        expect(full).to_have_count(1 if free == 1 else 0)
+        shot(page, "08-free-count")
+        page.get_by_role("button", name=f"Stop {name}").click()
+        # Pushed over the event stream: the page is not reloaded.
+        expect(option).to_have_text(
+            re.compile(rf"^ \u2014 {free} of {total} free"), timeout=READY_MS
+        )
+        expect(page.locator('.option-full input[value="nvidia-l4"]')).to_have_count(0)
+        shot(page, "09-free-count-after-stop")
+    finally:
+        page.close()
+        api.delete_all()

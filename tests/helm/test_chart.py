@@ -422,8 +422,11 @@ def test_defaults_render_and_the_controller_accepts_the_settings(
         "ConfigMap",
         "Role",
         "RoleBinding",
+        "ClusterRole",
+        "ClusterRoleBinding",
         "Service",
         "Deployment",
+        "Pod",
     }
     raw = rendered_settings(docs)
     expected = {
@@ -558,6 +561,14 @@ EXPECTED_RULES = {
     ("", "persistentvolumeclaims"): {"get", "list", "watch", "create", "patch", "delete"},
     ("", "events"): {"list", "watch", "create"},
     ("coordination.k8s.io", "leases"): {"get", "create", "update"},
+    ("", "resourcequotas"): {"list"},
+    ("", "limitranges"): {"list"},
+}
+EXPECTED_CLUSTER_RULES = {
+    ("", "nodes"): {"list", "watch"},
+    ("", "pods"): {"list", "watch"},
+    ("node.k8s.io", "runtimeclasses"): {"list"},
+    ("storage.k8s.io", "storageclasses"): {"list"},
 }
 
 
@@ -579,7 +590,6 @@ def test_role_grants_exactly_what_the_controller_uses_in_the_box_namespace(
     assert granted(role) == EXPECTED_RULES
     assert all("*" not in verbs for verbs in granted(role).values())
     assert role["metadata"]["namespace"] == "boxes"
-    assert not [doc for doc in docs if doc["kind"] in ("ClusterRole", "ClusterRoleBinding")]
     binding = find(docs, "RoleBinding")
     assert binding["metadata"]["namespace"] == "boxes"
     assert binding["roleRef"] == {
@@ -595,6 +605,56 @@ def test_role_grants_exactly_what_the_controller_uses_in_the_box_namespace(
         }
     ]
     assert rendered_settings(docs)["namespace"] == "boxes"
+
+
+def test_availability_adds_a_read_only_cluster_role_unique_to_the_release_namespace(
+    render: Render,
+) -> None:
+    docs = objects(render(with_token({})))
+    cluster_role = find(docs, "ClusterRole")
+    assert granted(cluster_role) == EXPECTED_CLUSTER_RULES
+    assert (
+        cluster_role["metadata"]["name"] == f"{RELEASE_NAMESPACE}-{RELEASE}-devboxes-cluster-read"
+    )
+    binding = find(docs, "ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == cluster_role["metadata"]["name"]
+    assert binding["subjects"] == [
+        {
+            "kind": "ServiceAccount",
+            "name": find(docs, "ServiceAccount")["metadata"]["name"],
+            "namespace": RELEASE_NAMESPACE,
+        }
+    ]
+    off = objects(render(with_token({"controller": {"availability": {"enabled": False}}})))
+    assert not [doc for doc in off if doc["kind"] in ("ClusterRole", "ClusterRoleBinding")]
+    assert rendered_settings(off)["availability"] == {"enabled": False}
+    refused = render(with_token({"controller": {"availability": {"enabled": "yes"}}}))
+    assert refused.returncode != 0
+    assert "availability" in refused.stderr
+
+
+def test_helm_test_runs_the_doctor_with_the_controllers_account_and_settings(
+    render: Render,
+) -> None:
+    docs = objects(render(with_token({})))
+    pod = find(docs, "Pod")
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    assert pod["spec"]["serviceAccountName"] == find(docs, "ServiceAccount")["metadata"]["name"]
+    (container,) = pod["spec"]["containers"]
+    assert (
+        container["image"]
+        == find(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"]
+    )
+    assert [*container["command"], *container["args"]] == [
+        "devboxes-controller",
+        "doctor",
+        "--settings",
+        "/etc/devboxes/settings.yaml",
+    ]
+    assert (
+        pod["spec"]["volumes"][0]["configMap"]["name"]
+        == find(docs, "ConfigMap")["metadata"]["name"]
+    )
 
 
 def test_disruption_budget_only_with_several_replicas(render: Render) -> None:

@@ -166,12 +166,75 @@ def test_accelerator_shows_count_and_resource() -> None:
     assert render.accelerator(None) == "cpu"
 
 
-def test_profiles_table_marks_default() -> None:
-    assert render.profiles_table(make_catalog()).splitlines() == [
-        "PROFILE              NAME              COUNT  RESOURCE                DESCRIPTION",
-        "nvidia-l4 (default)  NVIDIA L4         1      nvidia.com/gpu          One dedicated L4",
-        "mig-1g               A100 MIG 1g.10gb  2      nvidia.com/mig-1g.10gb  -",
+def test_boxes_table_gains_a_reason_column_when_a_box_waits(client: Client) -> None:
+    waiting = "Waiting for a free NVIDIA L4: 0 of 2 free, 2nd in line"
+    boxes = [
+        make_box(client),
+        make_box(client, name="queued", state="starting", ssh_command=None, summary=waiting),
     ]
+    lines = render.boxes_table(boxes, NOW).splitlines()
+    assert lines[0].split()[-1] == "REASON"
+    assert lines[1].endswith("  -")
+    assert lines[2].endswith(f"  {waiting}")
+
+
+def test_profiles_table_marks_default() -> None:
+    assert render.profiles_table(make_catalog(), None).splitlines() == [
+        "PROFILE              NAME              COUNT  RESOURCE                FREE  WAITING  "
+        "DESCRIPTION",
+        "nvidia-l4 (default)  NVIDIA L4         1      nvidia.com/gpu          -     -        "
+        "One dedicated L4",
+        "mig-1g               A100 MIG 1g.10gb  2      nvidia.com/mig-1g.10gb  -     -        -",
+    ]
+
+
+def test_profiles_table_shows_free_and_waiting_or_why_free_is_unknown() -> None:
+    counted = models.GpuAvailability.model_validate(
+        {
+            "observed_at": "2026-12-02T09:00:00Z",
+            "profiles": [
+                {"name": "nvidia-l4", "available": 0, "capacity": 2, "waiting": 3},
+                {"name": "mig-1g", "available": 5, "capacity": 7, "waiting": 0},
+            ],
+        }
+    )
+    lines = render.profiles_table(make_catalog(), counted).splitlines()
+    assert lines[1].split("nvidia.com/gpu")[1].split()[:4] == ["0", "of", "2", "3"]
+    assert lines[2].split("nvidia.com/mig-1g.10gb")[1].split()[:4] == ["5", "of", "7", "0"]
+    unknown = models.GpuAvailability.model_validate(
+        {
+            "observed_at": "2026-12-02T09:00:00Z",
+            "profiles": [{"name": "nvidia-l4", "waiting": 1, "reason": "forbidden"}],
+        }
+    )
+    text = render.profiles_table(make_catalog(), unknown)
+    assert text.splitlines()[1].split("nvidia.com/gpu")[1].split()[:2] == ["?", "1"]
+    assert text.endswith("FREE is unknown: forbidden")
+
+
+def test_doctor_text_puts_the_fix_on_the_finding_line() -> None:
+    report = models.DoctorReport(
+        ok=False,
+        checks=[
+            models.DoctorCheck(
+                profile="amd",
+                check="resource",
+                verdict="fail",
+                message="no node advertises amd.com/gpu",
+                fix="install the device plugin or GPU Operator",
+            ),
+            models.DoctorCheck(check="storage-class", verdict="pass", message="ok", fix=None),
+        ],
+    )
+    lines = render.doctor_text(report).splitlines()
+    assert lines[1].startswith("FAIL")
+    assert lines[1].split(maxsplit=3)[1:] == [
+        "amd",
+        "resource",
+        "no node advertises amd.com/gpu: install the device plugin or GPU Operator",
+    ]
+    assert lines[2].split() == ["PASS", "-", "storage-class", "ok"]
+    assert lines[-1] == "1 check(s) failed"
 
 
 def test_catalog_lookup_and_default() -> None:

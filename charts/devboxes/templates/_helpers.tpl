@@ -34,6 +34,11 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- .Values.controller.namespace | default .Release.Namespace }}
 {{- end }}
 
+{{/* Cluster-scoped objects are shared by every release: the namespace keeps the name unique. */}}
+{{- define "devboxes.clusterRoleName" -}}
+{{- printf "%s-%s-cluster-read" .Release.Namespace (include "devboxes.fullname" .) }}
+{{- end }}
+
 {{- define "devboxes.image" -}}
 {{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
 {{- end }}

@@ -55,6 +55,13 @@
     const title = document.createElement("span");
     title.className = "option-title";
     title.textContent = label;
+    if (value) {
+      // Filled in, and kept current, from the event stream's availability.
+      const free = document.createElement("span");
+      free.className = "option-free";
+      free.id = id + "-free";
+      title.append(free);
+    }
     if (isDefault) {
       // The profile a bare "gpu" request gets, marked as the CLI and Jupyter mark it.
       const mark = document.createElement("span");
@@ -94,6 +101,31 @@
           p.description || "", false, p.default)),
     );
     $("accelerator").hidden = false;
+    showAvailability(availability);
+  }
+
+  // -- free devices per profile, pushed over the event stream --------------------------
+  let availability = null;
+
+  function freeText(entry) {
+    if (entry.available === null || entry.capacity === null) return " — free count unknown";
+    const waiting = entry.waiting ? `, ${entry.waiting} waiting` : "";
+    return ` — ${entry.available} of ${entry.capacity} free${waiting}`;
+  }
+
+  function showAvailability(data) {
+    availability = data;
+    if (!data) return;
+    for (const entry of data.profiles) {
+      const free = $("accelerator-" + entry.name + "-free");
+      if (!free) continue;
+      // A full profile stays selectable: the new box waits in line for a device.
+      const full = entry.available === 0;
+      free.textContent = freeText(entry) + (full ? " (full: a new box waits)" : "");
+      free.closest(".option").classList.toggle("option-full", full);
+      if (entry.reason) free.title = entry.reason;
+      else free.removeAttribute("title");
+    }
   }
 
   // -- the create form -----------------------------------------------------------------
@@ -371,6 +403,7 @@
     source.addEventListener("snapshot", (e) => replaceAll(JSON.parse(e.data).items));
     source.addEventListener("box", (e) => upsert(JSON.parse(e.data)));
     source.addEventListener("removed", (e) => remove(JSON.parse(e.data).name));
+    source.addEventListener("availability", (e) => showAvailability(JSON.parse(e.data)));
     source.addEventListener("expired", () => { source.close(); toLogin(); });
     source.addEventListener("error", async () => {
       status.textContent = "Reconnecting…";

@@ -1,0 +1,506 @@
+"""GPU availability, the waiting boxes' summaries and the GPU doctor against the testbed.
+
+The session testbed (testbed/nodes.yaml) has 2 dedicated L4 nodes (1 GPU each, tainted),
+one time-sliced L4 advertising 4 units, one A100 with 7 MIG slices and one AMD node
+with 2 GPUs and no "amd" RuntimeClass. Other tests share the L4s, so counts are read
+relative to what this test finds, and everything it takes is given back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+import yaml
+from controllers import ControllerProcess, example_settings
+from devboxes_testbed import build
+from devboxes_testbed.cluster import Testbed
+from kubernetes import client
+from support import service_account_kubeconfig, wait_for
+
+from devboxes_sdk.models import Devbox, DoctorReport, GpuAvailability
+
+CHART = Path(__file__).resolve().parents[2] / "charts" / "devboxes"
+L4 = "nvidia-l4"
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+class Api:
+    def __init__(self, controller: ControllerProcess) -> None:
+        self.base = f"{controller.url}/api/v1"
+        self.http = requests.Session()
+        self.http.headers.update(controller.headers())
+
+    def call(self, method: str, path: str, **kwargs: Any) -> Any:
+        response = self.http.request(method, f"{self.base}{path}", timeout=60, **kwargs)
+        assert response.status_code < 300, f"{method} {path}: {response.text}"
+        return response.json()
+
+    def availability(self, preset: str | None = None) -> GpuAvailability:
+        params = {"preset": preset} if preset else None
+        return GpuAvailability.model_validate(self.call("GET", "/gpu/availability", params=params))
+
+    def free(self, profile: str) -> tuple[int | None, int | None, int]:
+        entry = self.availability().profile(profile)
+        assert entry is not None
+        return entry.available, entry.capacity, entry.waiting
+
+    def box(self, name: str) -> Devbox:
+        return Devbox.model_validate(self.call("GET", f"/devboxes/{name}"))
+
+    def create(self, name: str, profile: str) -> None:
+        self.call("POST", "/devboxes", json={"name": name, "gpu": {"profile": profile}})
+
+    def purge(self, name: str) -> None:
+        self.http.delete(f"{self.base}/devboxes/{name}", params={"purge": "true"}, timeout=60)
+
+
+@pytest.fixture
+def api(controller: ControllerProcess) -> Api:
+    return Api(controller)
+
+
+def gpu_pod(name: str, resource: str, selector: dict[str, str] | None = None) -> dict[str, Any]:
+    """A pod that is not a box and takes one unit of ``resource``."""
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "containers": [
+                {
+                    "name": "work",
+                    "image": "busybox",
+                    "resources": {"requests": {resource: "1"}, "limits": {resource: "1"}},
+                }
+            ],
+            "nodeSelector": selector or {},
+            "tolerations": [GPU_TOLERATION],
+        },
+    }
+
+
+@pytest.fixture
+def foreign(
+    kube: Any, namespace: str
+) -> Iterator[Callable[[str, str, dict[str, str] | None], str]]:
+    """Create GPU pods in a namespace of their own; all are deleted after the test."""
+    core = client.CoreV1Api(kube)
+    created: list[str] = []
+
+    def make(name: str, resource: str, selector: dict[str, str] | None = None) -> str:
+        core.create_namespaced_pod(namespace, gpu_pod(name, resource, selector))
+        created.append(name)
+        return name
+
+    yield make
+    for name in created:
+        try:
+            core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+        except client.ApiException:
+            continue
+
+
+def delete_pod(kube: Any, namespace: str, name: str) -> None:
+    client.CoreV1Api(kube).delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+
+
+def test_new_routes_refuse_without_the_token(controller: ControllerProcess) -> None:
+    for path in (
+        "/api/v1/gpu/availability",
+        "/api/v1/gpu/availability?preset=small",
+        "/api/v1/gpu/doctor",
+    ):
+        for headers in ({}, {"Authorization": "Bearer " + "x" * 40}):
+            response = requests.get(f"{controller.url}{path}", headers=headers, timeout=10)
+            assert response.status_code == 401, (path, response.text)
+            assert response.json()["detail"] in ("authentication required", "invalid token")
+
+
+def test_a_bad_preset_is_a_precise_422(api: Api) -> None:
+    response = api.http.get(f"{api.base}/gpu/availability", params={"preset": "huge"}, timeout=10)
+    assert response.status_code == 422
+    (error,) = response.json()["detail"]
+    assert error["loc"] == ["query", "preset"]
+
+
+def test_mig_and_shared_units_fall_and_rise_as_boxes_start_and_stop(api: Api) -> None:
+    suffix = uuid.uuid4().hex[:6]
+    mig, shared = "nvidia-a100-mig-1g10gb", "nvidia-l4-shared"
+    assert api.free(mig)[1] == 7
+    assert api.free(shared)[1] == 4
+    body = api.availability().model_dump(mode="json")
+    assert set(body) == {"observed_at", "profiles"}
+    assert "nvidia-l4-0" not in json.dumps(body), "availability names a node"
+    before = api.free(mig)[0]
+    assert before is not None
+    name = f"mig-{suffix}"
+    api.create(name, mig)
+    try:
+        api.call("GET", f"/devboxes/{name}", params={"wait": "ready", "timeout": "120"})
+        wait_for(lambda: api.free(mig)[0] == before - 1)
+        api.call("POST", f"/devboxes/{name}/stop")
+        wait_for(lambda: api.free(mig)[0] == before)
+        assert api.free(shared)[0] == api.free(shared)[1]
+    finally:
+        api.purge(name)
+
+
+def test_a_pod_in_another_namespace_and_a_cordon_lower_the_counts(
+    api: Api, kube: Any, namespace: str, foreign: Callable[..., str]
+) -> None:
+    available, total, _ = api.free(L4)
+    assert total == 2
+    assert available is not None
+    if available < 1:
+        pytest.skip("every L4 of the testbed is held by another test")
+    pod = foreign("l4-user", "nvidia.com/gpu", {"accelerator": L4})
+    wait_for(lambda: api.free(L4)[0] == available - 1)
+    delete_pod(kube, namespace, pod)
+    wait_for(lambda: api.free(L4)[0] == available)
+
+    core = client.CoreV1Api(kube)
+    core.patch_node("nvidia-l4-1", {"spec": {"unschedulable": True}})
+    try:
+        wait_for(lambda: api.free(L4)[1] == 1)
+    finally:
+        core.patch_node("nvidia-l4-1", {"spec": {"unschedulable": False}})
+    wait_for(lambda: api.free(L4)[1] == 2)
+
+
+def test_a_preset_that_does_not_fit_counts_nothing(api: Api) -> None:
+    # The MIG node has 32 CPUs: 16 large boxes (2 CPUs each) fit, but only 7 slices.
+    entry = api.availability("large").profile("nvidia-a100-mig-1g10gb")
+    assert entry is not None
+    assert entry.capacity == 7
+
+
+def run_cli(env: dict[str, str], *args: str) -> tuple[int, str]:
+    result = subprocess.run(
+        [sys.executable, "-m", "devboxes_sdk.cli", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=120,
+    )
+    return result.returncode, result.stdout + result.stderr
+
+
+def test_three_waiting_boxes_get_their_place_in_line(
+    api: Api,
+    kube: Any,
+    namespace: str,
+    foreign: Callable[..., str],
+    controller_env: dict[str, str],
+) -> None:
+    available, total, _ = api.free(L4)
+    assert available is not None
+    # Take every free L4 with pods that are not boxes, so the boxes must queue.
+    holders = [
+        foreign(f"hold-{i}", "nvidia.com/gpu", {"accelerator": L4}) for i in range(available)
+    ]
+    wait_for(lambda: api.free(L4)[0] == 0)
+    suffix = uuid.uuid4().hex[:6]
+    names = [f"q{letter}-{suffix}" for letter in "abc"]
+    try:
+        for name in names:
+            api.create(name, L4)
+            # One at a time, so that the pods' ages follow the names.
+            wait_for(
+                lambda n=name: (
+                    api.box(n).summary not in (None, "Waiting for the pod to be created.")
+                )
+            )
+
+        def queued() -> list[str | None]:
+            return [api.box(name).summary for name in names]
+
+        expected = [
+            f"Waiting for a free NVIDIA L4: 0 of {total} free, {place} in line"
+            for place in ("1st", "2nd", "3rd")
+        ]
+        wait_for(lambda: queued() == expected)
+        box = api.box(names[0])
+        assert box.scheduling_detail is not None
+        assert "Insufficient nvidia.com/gpu" in box.scheduling_detail
+        assert box.message == f"Scheduling blocked: {box.scheduling_detail}"
+        assert api.free(L4)[2] == 3
+
+        code, out = run_cli(controller_env, "list")
+        assert code == 0, out
+        assert "REASON" in out
+        assert "0 of 2 free, 2nd in line" in out
+        code, out = run_cli(controller_env, "gpu", "profiles")
+        assert code == 0, out
+        assert "FREE" in out
+        assert "WAITING" in out
+        line = next(li for li in out.splitlines() if li.startswith(f"{L4} "))
+        assert "0 of 2" in line
+        assert " 3 " in line
+        code, out = run_cli(controller_env, "gpu", "profiles", "--json")
+        data = json.loads(out)
+        l4 = next(p for p in data["availability"]["profiles"] if p["name"] == L4)
+        assert (l4["available"], l4["waiting"]) == (0, 3)
+
+        # A freed GPU goes to the first in line; the others move up.
+        delete_pod(kube, namespace, holders[0])
+        api.call("GET", f"/devboxes/{names[0]}", params={"wait": "ready", "timeout": "120"})
+        wait_for(
+            lambda: (
+                queued()[1:]
+                == [
+                    f"Waiting for a free NVIDIA L4: 0 of {total} free, {p} in line"
+                    for p in ("1st", "2nd")
+                ]
+            )
+        )
+        assert api.box(names[0]).summary is None
+
+        code, out = run_cli(controller_env, "stop", names[0])
+        assert code == 0, out
+        assert "2 boxes are waiting for nvidia-l4; the first in line will take this GPU" in out
+        api.call("GET", f"/devboxes/{names[1]}", params={"wait": "ready", "timeout": "120"})
+        wait_for(lambda: api.free(L4)[2] == 1)
+    finally:
+        for name in names:
+            api.purge(name)
+
+
+# -- availability switched off or forbidden ------------------------------------------------------
+
+
+def assert_everything_else_works(controller: ControllerProcess, reason: str) -> None:
+    api = Api(controller)
+    assert requests.get(f"{controller.url}/ready", timeout=10).status_code == 200
+    body = api.availability()
+    assert body.profiles
+    for entry in body.profiles:
+        assert (entry.available, entry.capacity) == (None, None)
+        assert entry.reason is not None
+        assert reason in entry.reason
+    caps = api.call("GET", "/capabilities")
+    assert set(caps) == {"gpu"}
+    assert set(caps["gpu"]) == {"enabled", "default_profile", "profiles"}
+    api.call("POST", "/devboxes", json={"name": "cpu-box"})
+    box = Devbox.model_validate(
+        api.call("GET", "/devboxes/cpu-box", params={"wait": "ready", "timeout": "120"})
+    )
+    assert box.state.value == "ready"
+    api.purge("cpu-box")
+
+
+def test_availability_switched_off_says_unknown_and_nothing_else_breaks(
+    controllers: Callable[..., ControllerProcess], namespace: str
+) -> None:
+    settings = example_settings(namespace)
+    settings["availability"] = {"enabled": False}
+    assert_everything_else_works(controllers(settings), "turned off by the operator")
+
+
+def helm_binary() -> str:
+    directory = build.installed()
+    if directory is None:
+        pytest.skip("the testbed binaries (helm) are not built: run `make testbed`")
+    return str(directory / "helm")
+
+
+def helm(testbed: Testbed, *args: str) -> str:
+    result = subprocess.run(
+        [helm_binary(), *args, "--kubeconfig", str(testbed.kubeconfig)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+@pytest.fixture
+def chart_account(
+    testbed: Testbed, kube: Any, namespace: str, tmp_path: Path
+) -> Iterator[Callable[[bool], Path]]:
+    """Install the chart into the test namespace and return a kubeconfig of its account."""
+    installed: list[str] = []
+
+    def install(availability: bool) -> Path:
+        values = tmp_path / "values.yaml"
+        values.write_text(
+            yaml.safe_dump(
+                {
+                    "controller": {"availability": {"enabled": availability}},
+                    "gpu": example_settings(namespace)["gpu"],
+                }
+            )
+        )
+        helm(
+            testbed,
+            "install",
+            "devboxes",
+            str(CHART),
+            "-n",
+            namespace,
+            "-f",
+            str(values),
+            "--wait=false",
+        )
+        installed.append("devboxes")
+        return service_account_kubeconfig(testbed, kube, namespace, "devboxes", tmp_path / "sa")
+
+    yield install
+    for release in installed:
+        # The ClusterRole and its binding outlive the namespace unless uninstalled.
+        helm(testbed, "uninstall", release, "-n", namespace)
+
+
+def test_without_the_cluster_role_availability_is_unknown_and_the_rest_works(
+    testbed: Testbed, namespace: str, chart_account: Callable[[bool], Path], tmp_path: Path
+) -> None:
+    kubeconfig = chart_account(False)
+    controller = ControllerProcess(kubeconfig, example_settings(namespace), tmp_path).start()
+    try:
+        assert_everything_else_works(controller, "may not list")
+    finally:
+        controller.stop()
+
+
+# -- the doctor -----------------------------------------------------------------------------------
+
+
+def doctor_settings(namespace: str) -> dict[str, Any]:
+    settings = example_settings(namespace)
+    base = {"resourceName": "nvidia.com/gpu", "count": 1, "tolerations": [GPU_TOLERATION]}
+    settings["gpu"]["profiles"] += [
+        {**base, "name": "h100", "displayName": "H100", "nodeSelector": {"accelerator": "h100"}},
+        {
+            **base,
+            "name": "l4-pair",
+            "displayName": "2x L4",
+            "count": 2,
+            "nodeSelector": {"accelerator": L4},
+        },
+        {
+            "name": "l4-untolerated",
+            "displayName": "L4 without toleration",
+            "resourceName": "nvidia.com/gpu",
+            "count": 1,
+            "nodeSelector": {"accelerator": L4},
+        },
+    ]
+    amd = next(p for p in settings["gpu"]["profiles"] if p["name"] == "amd-rocm")
+    amd["runtimeClassName"] = "amd"
+    return settings
+
+
+def failures(report: DoctorReport) -> dict[tuple[str | None, str], str]:
+    return {
+        (c.profile, c.check): f"{c.message}: {c.fix}" for c in report.checks if c.verdict == "fail"
+    }
+
+
+def assert_doctor_findings(report: DoctorReport) -> None:
+    assert not report.ok
+    found = failures(report)
+    assert found == {
+        ("h100", "selector"): "no node matches the nodeSelector accelerator=h100: label the GPU "
+        "nodes accelerator=h100 or correct the profile's nodeSelector",
+        ("l4-pair", "count"): "count 2 does not fit: the most nvidia.com/gpu on one node is 1: "
+        "lower the profile's count to 1 or add nodes with 2 nvidia.com/gpu",
+        ("amd-rocm", "runtime-class"): "RuntimeClass amd does not exist: every pod of this "
+        "profile is refused: create the RuntimeClass amd for the GPU nodes' container runtime, "
+        "or remove runtimeClassName from the profile",
+        ("l4-untolerated", "taints"): "the profile does not tolerate nvidia.com/gpu:NoSchedule "
+        "on 2 of 2 node(s): add a toleration {key: nvidia.com/gpu, operator: Exists, effect: "
+        "NoSchedule} to the profile, or remove the taint",
+        **{
+            (profile, "quota"): "ResourceQuota no-gpus allows 0 requests.nvidia.com/gpu, less "
+            "than the profile's count "
+            f"{count}: raise requests.nvidia.com/gpu in ResourceQuota no-gpus to at least {count}"
+            for profile, count in (
+                ("nvidia-l4", 1),
+                ("h100", 1),
+                ("l4-pair", 2),
+                ("l4-untolerated", 1),
+            )
+        },
+    }
+    passed = {(c.profile, c.check) for c in report.checks if c.verdict == "pass"}
+    assert ("nvidia-a100-mig-1g10gb", "count") in passed
+    assert ("nvidia-l4", "runtime-class") in passed
+    assert (None, "storage-class") in passed
+
+
+def test_doctor_names_each_missing_prerequisite(
+    testbed: Testbed,
+    kube: Any,
+    namespace: str,
+    tmp_path: Path,
+    controllers: Callable[..., ControllerProcess],
+    chart_account: Callable[[bool], Path],
+) -> None:
+    client.CoreV1Api(kube).create_namespaced_resource_quota(
+        namespace,
+        {"metadata": {"name": "no-gpus"}, "spec": {"hard": {"requests.nvidia.com/gpu": "0"}}},
+    )
+    settings = doctor_settings(namespace)
+    path = tmp_path / "doctor-settings.yaml"
+    path.write_text(yaml.safe_dump(settings))
+
+    # With the chart's own account, as `helm test` runs it: every permission is granted.
+    kubeconfig = chart_account(True)
+    command = [sys.executable, "-m", "devboxes_controller", "doctor", "--settings", str(path)]
+    result = subprocess.run(
+        [*command, "--kubeconfig", str(kubeconfig), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1, result.stderr
+    report = DoctorReport.model_validate_json(result.stdout)
+    assert_doctor_findings(report)
+    assert [c.verdict for c in report.checks if c.check == "permissions"] == ["pass"]
+
+    text = subprocess.run(
+        [*command, "--kubeconfig", str(kubeconfig)], capture_output=True, text=True, timeout=120
+    )
+    assert text.returncode == 1
+    assert "FAIL" in text.stdout
+    assert "h100" in text.stdout
+    assert "check(s) failed" in text.stdout.splitlines()[-1]
+
+    # The same report over the API and through the CLI.
+    controller = controllers(settings)
+    over_api = DoctorReport.model_validate(Api(controller).call("GET", "/gpu/doctor"))
+    assert_doctor_findings(over_api)
+    env = {"DEVBOX_URL": controller.url, "DEVBOX_TOKEN": controller.token}
+    code, out = run_cli(env, "gpu", "doctor", "--json")
+    assert code == 1
+    assert_doctor_findings(DoctorReport.model_validate_json(out))
+
+
+def test_doctor_refuses_bad_settings_in_one_line(tmp_path: Path, testbed: Testbed) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("gpu: {enabled: maybe}\n")
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "devboxes_controller",
+            "doctor",
+            "--settings",
+            str(path),
+            "--kubeconfig",
+            str(testbed.kubeconfig),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "gpu.enabled" in result.stderr
+    assert "Traceback" not in result.stderr
