@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import os
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from jupyter_server.extension.application import ExtensionApp
 from traitlets import Float, Int, TraitError, Unicode, validate
 
 from devboxes_jupyter.client_factory import ClientFactory
 from devboxes_jupyter.handlers import EXECUTOR_SETTING, FACTORY_SETTING, routes
+from devboxes_sdk.config import ENV_TOKEN, ENV_TOKEN_FILE, ENV_URL
+
+TOKEN_COPY = "devboxes-token"  # noqa: S105 - a file name, not a secret
 
 
 class DevboxesJupyterApp(ExtensionApp):
@@ -77,9 +82,50 @@ class DevboxesJupyterApp(ExtensionApp):
             max_workers=self.max_workers, thread_name_prefix="devboxes-api"
         )
         self.settings.update({FACTORY_SETTING: self._factory, EXECUTOR_SETTING: self._executor})
+        self._export_to_kernels()
         # The URL itself is not logged: a misconfigured one could carry credentials.
         source = "controller_url" if self.controller_url else "DEVBOX_URL or the SDK configuration"
         self.log.info("Devboxes extension loaded; controller URL from %s", source)
+
+    def _export_to_kernels(self) -> None:
+        """Put the controller URL and a token file into the server's environment.
+
+        Kernels (and terminals) inherit the server's environment, so ``Client()`` in a
+        notebook reaches the same controller as the extension with no setup. The token
+        travels as a file path, never as a value: a token file rotated on disk reaches
+        the next ``Client()``. Anyone who can run code on this Jupyter server can
+        therefore use the operator token; that is the single-operator trust model.
+        """
+        self._saved_env = {key: os.environ.get(key) for key in (ENV_URL, ENV_TOKEN, ENV_TOKEN_FILE)}
+        self._token_copy: Path | None = None
+        if self.controller_url:
+            os.environ[ENV_URL] = self.controller_url.strip()
+        if self.token:
+            assert self.serverapp is not None, "settings are initialized by a server"
+            runtime = Path(self.serverapp.runtime_dir)
+            runtime.mkdir(parents=True, exist_ok=True)
+            self._token_copy = runtime / f"{TOKEN_COPY}-{os.getpid()}"
+            descriptor = os.open(self._token_copy, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+                handle.write(self.token.strip())
+            token_file = str(self._token_copy)
+        elif self.token_file:
+            token_file = str(Path(self.token_file.strip()).expanduser().absolute())
+        else:
+            # Nothing configured here: kernels inherit DEVBOX_* or read the SDK file as is.
+            return
+        os.environ[ENV_TOKEN_FILE] = token_file
+        # DEVBOX_TOKEN would win over the file and could belong to another controller.
+        os.environ.pop(ENV_TOKEN, None)
+
+    def _restore_environment(self) -> None:
+        for key, value in self._saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        if self._token_copy is not None:
+            self._token_copy.unlink(missing_ok=True)
 
     def initialize_handlers(self) -> None:
         self.handlers.extend(routes())
@@ -87,3 +133,4 @@ class DevboxesJupyterApp(ExtensionApp):
     async def stop_extension(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
         self._factory.close()
+        self._restore_environment()
