@@ -36,6 +36,7 @@ class Lab:
     token: str
     log: Path
     root: Path
+    data: Path
 
     def api(self, method: str, path: str, body: Any = None, timeout: float = 30) -> Any:
         response = requests.request(
@@ -124,7 +125,7 @@ def running_lab(
         stdout=log,
         stderr=subprocess.STDOUT,
     )
-    lab = Lab(url=f"http://127.0.0.1:{port}", token=token, log=log_path, root=root)
+    lab = Lab(url=f"http://127.0.0.1:{port}", token=token, log=log_path, root=root, data=data)
     try:
         deadline = time.monotonic() + LAB_START_TIMEOUT
         while True:
