@@ -258,7 +258,10 @@ def test_launcher_tile_opens_the_sidebar_and_its_picker_creates_gpu_boxes(
     tile = page.locator(".jp-LauncherCard", has_text="GPU Devbox")
     expect(tile).to_be_visible()
     expect(
-        page.locator(".jp-LauncherCard", has_text=f"Python 3 on {profile.display_name} (devbox)")
+        page.locator(
+            ".jp-LauncherCard[data-category='Notebook']",
+            has_text=f"Python 3 on {profile.display_name} (devbox)",
+        )
     ).to_be_visible()
     page.screenshot(path=str(IMAGES / "jupyter-launcher.png"))
     tile.click()
@@ -317,7 +320,10 @@ def test_devbox_kernel_from_the_launcher_runs_a_cell(
     lab = setup.lab
     _open_lab(page, lab)
     sidebar = _open_sidebar(page)
-    card = page.locator(".jp-LauncherCard", has_text=f"Python 3 on {profile.display_name} (devbox)")
+    card = page.locator(
+        ".jp-LauncherCard[data-category='Notebook']",
+        has_text=f"Python 3 on {profile.display_name} (devbox)",
+    )
     expect(card).to_be_visible(timeout=60_000)
     card.click()
 
