@@ -77,7 +77,8 @@ class Watcher:
     def _run(self) -> None:
         while not self._stop.is_set():
             now = time.monotonic()
-            if now >= self._next_catalog:
+            # The catalog only feeds the kernelspecs.
+            if self._kernel_dir is not None and now >= self._next_catalog:
                 self._refresh_catalog()
             if now - self._last_watch < WATCHER_IDLE_SECONDS:
                 self._refresh_boxes()
@@ -88,8 +89,8 @@ class Watcher:
         try:
             catalog = self._client().capabilities().gpu
             profiles = catalog.profiles if catalog.enabled else []
-            if self._kernel_dir is not None:
-                write_kernelspecs(self._kernel_dir, profiles, self._kernel_python)
+            assert self._kernel_dir is not None
+            write_kernelspecs(self._kernel_dir, profiles, self._kernel_python)
             self._next_catalog = time.monotonic() + CATALOG_REFRESH_SECONDS
         except (DevboxesError, OSError) as error:
             # Try again on the next round; the CPU kernelspec is there meanwhile.
