@@ -21,10 +21,11 @@ testbed: $(STAMP)
 	$(TESTBED) build
 
 # Debian packages the tests use: Chromium for the browser tests (never a downloaded
-# browser build) and shellcheck for the workspace scripts.
+# browser build), shellcheck for the workspace scripts and OpenSSH's server, which
+# stands in for a box in the devbox kernel tests.
 system-packages:
-	@command -v chromium >/dev/null && command -v shellcheck >/dev/null || { \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium shellcheck >/dev/null; }
+	@command -v chromium >/dev/null && command -v shellcheck >/dev/null && test -x /usr/sbin/sshd || { \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium shellcheck openssh-server >/dev/null; }
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -1,7 +1,7 @@
 """Where the SDK finds the API URL and token, and how ``devbox login`` saves them.
 
 Each setting is taken from the first place that has it: an explicit argument, then the
-environment (``DEVBOX_URL``, ``DEVBOX_TOKEN``), then the TOML file at
+environment (``DEVBOX_URL``, ``DEVBOX_TOKEN``, then ``DEVBOX_TOKEN_FILE``), then the TOML file at
 ``$DEVBOX_CONFIG`` or ``~/.config/devbox/config.toml`` (keys ``url`` and ``token``).
 """
 
@@ -20,6 +20,7 @@ from devboxes_sdk.errors import ConfigurationError, NotConfigured
 
 ENV_URL = "DEVBOX_URL"
 ENV_TOKEN = "DEVBOX_TOKEN"  # noqa: S105 - the variable name, not a secret
+ENV_TOKEN_FILE = "DEVBOX_TOKEN_FILE"  # noqa: S105 - the variable name, not a secret
 ENV_CONFIG = "DEVBOX_CONFIG"
 CONFIG_KEYS = ("url", "token")
 
@@ -172,6 +173,19 @@ def read_config(path: Path) -> FileConfig:
     return FileConfig(path=path, url=values.get("url"), token=values.get("token"))
 
 
+def read_token_file(path: Path) -> str:
+    """The token held in ``path``, checked like any other token."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise ConfigurationError(
+            f"cannot read the token file {path}: {error.strerror or error}"
+        ) from None
+    except UnicodeDecodeError:
+        raise ConfigurationError(f"the token file {path} is not UTF-8 text") from None
+    return normalize_token(text, f"the token file {path}")
+
+
 def resolve(
     url: str | None = None,
     token: str | None = None,
@@ -186,7 +200,10 @@ def resolve(
     environ = os.environ if env is None else env
     env_url = environ.get(ENV_URL, "").strip() or None
     env_token = environ.get(ENV_TOKEN, "").strip() or None
-    need_file = (url is None and env_url is None) or (token is None and env_token is None)
+    env_token_file = environ.get(ENV_TOKEN_FILE, "").strip() or None
+    need_file = (url is None and env_url is None) or (
+        token is None and env_token is None and env_token_file is None
+    )
     file = read_config(config_path(environ)) if need_file else None
 
     if url is not None:
@@ -210,6 +227,9 @@ def resolve(
         resolved_token = normalize_token(token, "the explicit argument")
     elif env_token is not None:
         resolved_token = normalize_token(env_token, ENV_TOKEN)
+    elif env_token_file is not None:
+        # Read on every resolve, so a rotated token reaches the next Client.
+        resolved_token = read_token_file(Path(env_token_file).expanduser())
     elif file is not None and file.token is not None:
         source = f"configuration file {file.path}"
         if file.url is not None and not _same_url(file.url, resolved_url):

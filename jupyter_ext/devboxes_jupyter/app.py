@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from jupyter_server.extension.application import ExtensionApp
-from traitlets import Float, Int, TraitError, Unicode, validate
+from traitlets import Bool, Float, Int, TraitError, Unicode, validate
 
 from devboxes_jupyter.client_factory import ClientFactory
-from devboxes_jupyter.handlers import EXECUTOR_SETTING, FACTORY_SETTING, routes
+from devboxes_jupyter.handlers import EXECUTOR_SETTING, FACTORY_SETTING, WATCHER_SETTING, routes
+from devboxes_jupyter.kernelspecs import write_kernelspecs
+from devboxes_jupyter.watcher import Watcher
+from devboxes_sdk.config import ENV_TOKEN, ENV_TOKEN_FILE, ENV_URL
+
+TOKEN_COPY = "devboxes-token"  # noqa: S105 - a file name, not a secret
 
 
 class DevboxesJupyterApp(ExtensionApp):
@@ -52,6 +60,30 @@ class DevboxesJupyterApp(ExtensionApp):
         "waits never block Jupyter's event loop.",
     ).tag(config=True)
 
+    poll_interval = Float(
+        5.0,
+        help="Seconds between two listings of the boxes while a browser shows the "
+        "Devboxes sidebar (at least 2). All browsers share one listing.",
+    ).tag(config=True)
+
+    devbox_kernels = Bool(
+        True,
+        help='Offer the kernelspecs "Python 3 on <profile> (devbox)", whose kernels run '
+        "inside a box of that profile (configure c.DevboxKernelProvisioner.ssh_key_file).",
+    ).tag(config=True)
+
+    kernel_python = Unicode(
+        "python3",
+        help="Interpreter on the box that runs ipykernel for devbox kernels.",
+    ).tag(config=True)
+
+    @validate("poll_interval")
+    def _check_poll_interval(self, proposal: dict[str, float]) -> float:
+        value = proposal["value"]
+        if not value >= 2:
+            raise TraitError("poll_interval must be at least 2 seconds")
+        return value
+
     @validate("request_timeout")
     def _check_timeout(self, proposal: dict[str, float]) -> float:
         value = proposal["value"]
@@ -76,14 +108,84 @@ class DevboxesJupyterApp(ExtensionApp):
         self._executor = ThreadPoolExecutor(
             max_workers=self.max_workers, thread_name_prefix="devboxes-api"
         )
-        self.settings.update({FACTORY_SETTING: self._factory, EXECUTOR_SETTING: self._executor})
+        self._export_to_kernels()
+        self._kernel_dir = self._offer_kernels() if self.devbox_kernels else None
+        self._watcher = Watcher(
+            self._factory, self.poll_interval, self._kernel_dir, self.kernel_python, self.log
+        )
+        self._watcher.start()
+        self.settings.update(
+            {
+                FACTORY_SETTING: self._factory,
+                EXECUTOR_SETTING: self._executor,
+                WATCHER_SETTING: self._watcher,
+            }
+        )
         # The URL itself is not logged: a misconfigured one could carry credentials.
         source = "controller_url" if self.controller_url else "DEVBOX_URL or the SDK configuration"
         self.log.info("Devboxes extension loaded; controller URL from %s", source)
+
+    def _export_to_kernels(self) -> None:
+        """Put the controller URL and a token file into the server's environment.
+
+        Kernels (and terminals) inherit the server's environment, so ``Client()`` in a
+        notebook reaches the same controller as the extension with no setup. The token
+        travels as a file path, never as a value: a token file rotated on disk reaches
+        the next ``Client()``. Anyone who can run code on this Jupyter server can
+        therefore use the operator token; that is the single-operator trust model.
+        """
+        self._saved_env = {key: os.environ.get(key) for key in (ENV_URL, ENV_TOKEN, ENV_TOKEN_FILE)}
+        self._token_copy: Path | None = None
+        if self.controller_url:
+            os.environ[ENV_URL] = self.controller_url.strip()
+        if self.token:
+            assert self.serverapp is not None, "settings are initialized by a server"
+            runtime = Path(self.serverapp.runtime_dir)
+            runtime.mkdir(parents=True, exist_ok=True)
+            self._token_copy = runtime / f"{TOKEN_COPY}-{os.getpid()}"
+            descriptor = os.open(self._token_copy, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+                handle.write(self.token.strip())
+            token_file = str(self._token_copy)
+        elif self.token_file:
+            token_file = str(Path(self.token_file.strip()).expanduser().absolute())
+        else:
+            # Nothing configured here: kernels inherit DEVBOX_* or read the SDK file as is.
+            return
+        os.environ[ENV_TOKEN_FILE] = token_file
+        # DEVBOX_TOKEN would win over the file and could belong to another controller.
+        os.environ.pop(ENV_TOKEN, None)
+
+    def _offer_kernels(self) -> Path:
+        """A kernelspec directory of this server only, on its kernel search path.
+
+        It holds the CPU kernelspec at once; the watcher adds one per GPU profile when
+        it has read the catalog.
+        """
+        assert self.serverapp is not None, "settings are initialized by a server"
+        directory = Path(self.serverapp.runtime_dir) / f"devboxes-kernels-{os.getpid()}"
+        write_kernelspecs(directory, [], self.kernel_python)
+        manager = self.serverapp.kernel_spec_manager
+        assert manager is not None, "a server always has a kernelspec manager"
+        manager.kernel_dirs = [*manager.kernel_dirs, str(directory)]
+        return directory
+
+    def _restore_environment(self) -> None:
+        for key, value in self._saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        if self._token_copy is not None:
+            self._token_copy.unlink(missing_ok=True)
 
     def initialize_handlers(self) -> None:
         self.handlers.extend(routes())
 
     async def stop_extension(self) -> None:
+        self._watcher.stop()
+        if self._kernel_dir is not None:
+            shutil.rmtree(self._kernel_dir, ignore_errors=True)
         self._executor.shutdown(wait=False, cancel_futures=True)
         self._factory.close()
+        self._restore_environment()

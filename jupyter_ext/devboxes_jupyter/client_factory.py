@@ -7,8 +7,7 @@ from pathlib import Path
 import requests
 
 from devboxes_sdk.client import Client
-from devboxes_sdk.config import normalize_token
-from devboxes_sdk.errors import ConfigurationError
+from devboxes_sdk.config import read_token_file
 
 
 class ClientFactory:
@@ -41,24 +40,12 @@ class ClientFactory:
             f"token_file={self.token_file!r}, timeout={self.timeout!r})"
         )
 
-    def _read_token_file(self) -> str:
-        path = Path(self.token_file).expanduser()
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as error:
-            raise ConfigurationError(
-                f"cannot read the token file {path}: {error.strerror or error}"
-            ) from None
-        except UnicodeDecodeError:
-            raise ConfigurationError(f"the token file {path} is not UTF-8 text") from None
-        return normalize_token(text, f"the token file {path}")
-
     def token(self) -> str | None:
         """The configured token, or None to let the SDK resolve one."""
         if self._token:
             return self._token
         if self.token_file:
-            return self._read_token_file()
+            return read_token_file(Path(self.token_file).expanduser())
         return None
 
     def __call__(self, extra_seconds: float = 0.0) -> Client:

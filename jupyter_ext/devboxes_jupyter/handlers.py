@@ -29,7 +29,9 @@ from devboxes_jupyter.models import (
     parse_name,
     parse_purge,
     parse_wait,
+    parse_watch,
 )
+from devboxes_jupyter.watcher import Watcher
 from devboxes_sdk import models
 from devboxes_sdk.client import API_PREFIX, Client, Devbox
 from devboxes_sdk.errors import DevboxesError
@@ -37,6 +39,7 @@ from devboxes_sdk.errors import DevboxesError
 API_ROOT = "/devboxes/api"
 FACTORY_SETTING = "devboxes_client_factory"
 EXECUTOR_SETTING = "devboxes_executor"
+WATCHER_SETTING = "devboxes_watcher"
 AUTH_RESOURCE = "devboxes"
 _NAME = r"(?P<name>[^/]+)"
 
@@ -78,6 +81,9 @@ class DevboxesHandler(ExtensionHandlerMixin, APIHandler):
 
         try:
             payload = await asyncio.get_running_loop().run_in_executor(executor, run)
+            if self.request.method != "GET":
+                watcher: Watcher = self.settings[WATCHER_SETTING]
+                watcher.refresh_now()
         except DevboxesError as error:
             status, body = error_body(error)
             # Status and class are enough for an operator; the detail may quote user
@@ -200,10 +206,26 @@ class DevboxStopHandler(DevboxesHandler):
         await self._respond(lambda client: _box_json(client.stop(name)))
 
 
+class WatchHandler(DevboxesHandler):
+    """The boxes, GPU availability and devbox kernel starts, held until they change."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        try:
+            query = parse_watch(self.request.query_arguments)
+        except RequestRejected as error:
+            self._reject(error)
+            return
+        watcher: Watcher = self.settings[WATCHER_SETTING]
+        self._reply(200, await watcher.wait(query.after, query.timeout))
+
+
 def routes() -> list[tuple[str, type[DevboxesHandler]]]:
     """Every route of the extension, relative to the server's base URL."""
     return [
         (f"{API_ROOT}/capabilities", CapabilitiesHandler),
+        (f"{API_ROOT}/watch", WatchHandler),
         (f"{API_ROOT}/devboxes", DevboxCollectionHandler),
         (f"{API_ROOT}/devboxes/{_NAME}", DevboxHandler),
         (f"{API_ROOT}/devboxes/{_NAME}/start", DevboxStartHandler),

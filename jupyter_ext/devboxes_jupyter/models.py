@@ -44,6 +44,27 @@ class WaitQuery(BaseModel):
     timeout: Annotated[int, Field(ge=1, le=MAX_WAIT_SECONDS)] = DEFAULT_WAIT_SECONDS
 
 
+# A held watch keeps no thread busy (it waits on the event loop), but proxies in front
+# of Jupyter commonly cut idle requests at 60 s.
+MAX_WATCH_SECONDS = 30
+
+
+class WatchQuery(BaseModel):
+    """``?after=V&timeout=S`` on the watch route: answer once the view is newer than V."""
+
+    after: Annotated[int, Field(ge=-1)] = -1
+    timeout: Annotated[int, Field(ge=0, le=MAX_WATCH_SECONDS)] = 25
+
+
+def parse_watch(query: Mapping[str, Sequence[bytes]]) -> WatchQuery:
+    # Other parameters are ignored: JupyterLab adds a cache-busting one to every GET.
+    raw = {key: _single(query, key) for key in ("after", "timeout") if key in query}
+    try:
+        return WatchQuery.model_validate(raw)
+    except PydanticValidationError as error:
+        raise RequestRejected(422, _field_errors(error, "query")) from None
+
+
 def _detail_json(detail: str | Sequence[models.FieldError]) -> str | list[dict[str, Any]]:
     if isinstance(detail, str):
         return detail

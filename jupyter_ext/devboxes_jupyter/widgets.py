@@ -225,6 +225,18 @@ class DevboxLauncher(widgets.VBox):  # type: ignore[misc, unused-ignore]
             self._show(box, generation)
 
 
+def _action_button(label: str, icon: str, tooltip: str, disabled: bool) -> widgets.Button:
+    # ipywidgets buttons have a fixed width and cut their label with an ellipsis;
+    # sized to their content and never shrunk, the whole label shows.
+    return widgets.Button(
+        description=label,
+        icon=icon,
+        tooltip=tooltip,
+        disabled=disabled,
+        layout=widgets.Layout(width="auto", min_width="max-content", flex="0 0 auto"),
+    )
+
+
 class _Row:
     """The widgets of one box in :class:`DevboxTable`."""
 
@@ -236,10 +248,11 @@ class _Row:
             escape(labels.auto_stop_label(box.state, box.expires_at, now))
         )
         stopped = box.state is models.DevboxState.STOPPED
-        fit = widgets.Layout(width="auto")
-        self.start_button = widgets.Button(description="Start", disabled=not stopped, layout=fit)
-        self.stop_button = widgets.Button(description="Stop", disabled=stopped, layout=fit)
-        self.delete_button = widgets.Button(description="Delete", layout=fit)
+        self.start_button = _action_button("Start", "play", f"Start {box.name}", not stopped)
+        self.stop_button = _action_button("Stop", "stop", f"Stop {box.name}", stopped)
+        self.delete_button = _action_button(
+            "Delete", "trash", f"Delete {box.name} (its home volume is kept)", False
+        )
         self.start_button.on_click(lambda _b: table.run(self.name, "start"))
         self.stop_button.on_click(lambda _b: table.run(self.name, "stop"))
         self.delete_button.on_click(lambda _b: self._delete(table))
@@ -260,7 +273,10 @@ class _Row:
             self.state,
             self.accelerator,
             self.auto_stop,
-            widgets.HBox([self.start_button, self.stop_button, self.delete_button]),
+            widgets.HBox(
+                [self.start_button, self.stop_button, self.delete_button],
+                layout=widgets.Layout(flex_flow="row nowrap", overflow="visible"),
+            ),
         ]
 
 
@@ -278,7 +294,8 @@ class DevboxTable(widgets.VBox):  # type: ignore[misc, unused-ignore]
         self.refresh_button.on_click(lambda _b: self.refresh())
         self.grid = widgets.GridBox(
             layout=widgets.Layout(
-                grid_template_columns="auto minmax(14em, 3fr) auto auto auto",
+                # The buttons' column takes what they need, so labels are never cut.
+                grid_template_columns="auto minmax(14em, 3fr) auto auto max-content",
                 grid_gap="4px 16px",
             )
         )

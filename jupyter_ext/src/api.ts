@@ -37,6 +37,46 @@ export interface IDevbox {
   ssh_command: string | null;
   message: string | null;
   gpu: IGpuAllocation | null;
+  pod_name?: string | null;
+  repository?: string | null;
+  /** One-line reason, when the controller offers it. */
+  summary?: string | null;
+  /** The scheduler's full account, when the controller offers it. */
+  scheduling_detail?: string | null;
+}
+
+/** One profile's devices, when the controller offers `GET /api/v1/gpu/availability`. */
+export interface IProfileAvailability {
+  name: string;
+  available: number;
+  capacity: number;
+  waiting: number;
+}
+
+export interface IAvailability {
+  observed_at?: string;
+  profiles: IProfileAvailability[];
+}
+
+/** What a devbox kernel start is doing (see devboxes_jupyter/progress.py). */
+export interface IKernelProgress {
+  kernel_id: string;
+  box: string;
+  profile: string;
+  phase: string;
+  message: string;
+  updated: number;
+}
+
+/** The server extension's view, answered by the watch route once it changes. */
+export interface IView {
+  version: number;
+  items: IDevbox[] | null;
+  observed_at: string | null;
+  error: string | null;
+  availability: IAvailability | null;
+  kernels: IKernelProgress[];
+  poll_interval: number;
 }
 
 export interface ICreateRequest {
@@ -122,6 +162,30 @@ export function createDevbox(body: ICreateRequest): Promise<IDevbox> {
     method: 'POST',
     body: JSON.stringify(body)
   });
+}
+
+/** The view once it is newer than `after`, or as it is after `timeoutSeconds`. */
+export function watch(after: number, timeoutSeconds: number): Promise<IView> {
+  return request<IView>('watch', {}, { after: String(after), timeout: String(timeoutSeconds) });
+}
+
+export function startDevbox(name: string): Promise<IDevbox> {
+  return request<IDevbox>(`devboxes/${encodeURIComponent(name)}/start`, { method: 'POST' });
+}
+
+export function stopDevbox(name: string): Promise<IDevbox> {
+  return request<IDevbox>(`devboxes/${encodeURIComponent(name)}/stop`, { method: 'POST' });
+}
+
+export function deleteDevbox(
+  name: string,
+  purge: boolean
+): Promise<{ name: string; purged: boolean; message: string }> {
+  return request(
+    `devboxes/${encodeURIComponent(name)}`,
+    { method: 'DELETE' },
+    { purge: purge ? 'true' : 'false' }
+  );
 }
 
 /** Asks the controller to hold the answer until the box is ready, degraded or `timeout` passes. */

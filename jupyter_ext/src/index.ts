@@ -3,11 +3,11 @@ import {
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
-import { ICommandPalette, MainAreaWidget, WidgetTracker } from '@jupyterlab/apputils';
+import { ICommandPalette } from '@jupyterlab/apputils';
 import { ILauncher } from '@jupyterlab/launcher';
 import { LabIcon } from '@jupyterlab/ui-components';
 
-import { DevboxPanel } from './panel';
+import { DevboxSidebar } from './sidebar';
 
 const COMMAND = 'devboxes:open-panel';
 const CATEGORY = 'Devboxes';
@@ -32,35 +32,25 @@ const plugin: JupyterFrontEndPlugin<void> = {
     palette: ICommandPalette | null,
     restorer: ILayoutRestorer | null
   ) => {
-    const tracker = new WidgetTracker<MainAreaWidget<DevboxPanel>>({ namespace: 'devboxes' });
+    const sidebar = new DevboxSidebar();
+    sidebar.title.icon = gpuIcon;
+    sidebar.title.caption = 'Devboxes';
+    app.shell.add(sidebar, 'left', { rank: 600 });
+    // Reopened after a reload if it was open before.
+    restorer?.add(sidebar, 'devboxes-sidebar');
 
     app.commands.addCommand(COMMAND, {
       label: 'GPU Devbox',
-      caption: 'Create a Devbox with an optional GPU',
+      caption: 'Show your Devboxes and create one with an optional GPU',
       icon: gpuIcon,
       execute: () => {
-        const open = tracker.currentWidget;
-        if (open && !open.isDisposed) {
-          app.shell.activateById(open.id);
-          return open;
-        }
-        const widget = new MainAreaWidget({ content: new DevboxPanel() });
-        widget.id = 'devboxes-panel-main';
-        widget.title.label = 'GPU Devbox';
-        widget.title.icon = gpuIcon;
-        widget.title.closable = true;
-        void tracker.add(widget);
-        app.shell.add(widget, 'main');
-        app.shell.activateById(widget.id);
-        return widget;
+        app.shell.activateById(sidebar.id);
+        sidebar.showForm();
       }
     });
 
     launcher?.add({ command: COMMAND, category: CATEGORY, rank: 0 });
     palette?.addItem({ command: COMMAND, category: CATEGORY });
-    if (restorer) {
-      void restorer.restore(tracker, { command: COMMAND, name: () => 'devboxes' });
-    }
   }
 };
 

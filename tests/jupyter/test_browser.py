@@ -1,27 +1,32 @@
-"""The launcher tile, the panel and the widgets in a real headless Chromium.
+"""The Devboxes sidebar, the launcher, devbox kernels and the widgets in headless Chromium.
 
-JupyterLab runs as a subprocess on a free loopback port with this checkout's server
-extension and prebuilt labextension, talking to the real controller. Screenshots land
-in ``test-artifacts/``.
+JupyterLab is started as ``make up`` starts it (controller URL and token file on its
+command line, no ``DEVBOX_*`` variables) with this checkout's prebuilt labextension,
+against the real controller. Screenshots, in the light and the dark theme, land in
+``docs/images`` (docs/jupyter.md shows them).
+
+The devbox kernel test needs a box that runs an sshd; kwok pods run nothing, so a Debian
+sshd on loopback at the box's reported SSH address stands in for it (see sshd.py).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
+import getpass
 import os
 import secrets
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-import requests
+from controllers import ControllerProcess
+from devboxes_jupyter.provisioner import box_name
+from labserver import LABEXTENSION, Lab, running_lab
+from sshd import loopback_sshd, make_key, need_sshd
 from support import CHROMIUM, CHROMIUM_ARGS
 
 from devboxes_sdk import models
@@ -31,120 +36,58 @@ from devboxes_sdk.errors import BoxNotReady, NotFound
 pytestmark = pytest.mark.browser
 
 REPO = Path(__file__).resolve().parents[2]
-LABEXTENSION = REPO / "jupyter_ext" / "devboxes_jupyter" / "labextension"
-ARTIFACTS = REPO / "test-artifacts"
+IMAGES = REPO / "docs" / "images"
 READY_TIMEOUT_MS = 180_000
-LAB_START_TIMEOUT = 120
 
 
 @dataclass
-class Lab:
-    url: str
-    token: str
-    log: Path
-
-    def api(self, method: str, path: str, body: Any = None) -> Any:
-        response = requests.request(
-            method,
-            f"{self.url}/{path.lstrip('/')}",
-            json=body,
-            headers={"Authorization": f"token {self.token}"},
-            timeout=30,
-        )
-        response.raise_for_status()
-        return response.json() if response.content else None
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
+class Setup:
+    lab: Lab
+    owner: str
+    key: Path
+    base: Path
 
 
 @pytest.fixture(scope="module")
-def lab(controller_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+def setup(
+    controller: ControllerProcess, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Setup]:
     if not CHROMIUM.exists():
-        pytest.skip("Debian's chromium is not installed (make browser installs it)")
+        pytest.skip("Debian's chromium is not installed (make system-packages installs it)")
     if not (LABEXTENSION / "package.json").exists():
         pytest.skip("the labextension is not built (see jupyter_ext/README.md)")
-    base = tmp_path_factory.mktemp("lab")
-    data = base / "data"
-    (data / "labextensions").mkdir(parents=True)
-    # First on JUPYTER_PATH, so this checkout's build wins over any installed copy.
-    (data / "labextensions" / "devboxes-jupyter").symlink_to(LABEXTENSION)
-    root = base / "root"
-    root.mkdir()
-    # No "get notified about news?" toast over the screenshots.
-    labconfig = base / "config" / "labconfig"
-    labconfig.mkdir(parents=True)
-    (labconfig / "page_config.json").write_text(
-        json.dumps({"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": True}})
-    )
-    token = secrets.token_hex(24)
-    port = _free_port()
-    env = {
-        **os.environ,
-        **controller_env,
-        "JUPYTER_PATH": str(data),
-        "JUPYTER_CONFIG_DIR": str(base / "config"),
-        "JUPYTER_DATA_DIR": str(base / "user-data"),
-        "JUPYTER_RUNTIME_DIR": str(base / "runtime"),
-        "JUPYTER_PLATFORM_DIRS": "1",
-    }
-    log = (base / "lab.log").open("wb")
-    process = subprocess.Popen(
+    base = tmp_path_factory.mktemp("browser")
+    key = make_key(base)
+    owner = f"b{secrets.token_hex(3)}"
+    with running_lab(
+        base / "lab",
+        controller.url,
+        controller.token,
         [
-            sys.executable,
-            "-m",
-            "jupyterlab",
-            "--no-browser",
-            "--ip=127.0.0.1",
-            f"--port={port}",
-            "--port-retries=0",
-            # CI runs as root; the server is on loopback with a random token.
-            "--ServerApp.allow_root=True",
-            f"--ServerApp.root_dir={root}",
-            f"--IdentityProvider.token={token}",
-            "--ServerApp.jpserver_extensions=devboxes_jupyter=True",
-            f"--LabApp.workspaces_dir={base / 'workspaces'}",
-            "--LabApp.news_url=",
-            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-            "--LabApp.extension_manager=readonly",
+            # The theme switch for the dark screenshots goes through the app's commands.
+            "--LabApp.expose_app_in_browser=True",
+            f"--DevboxKernelProvisioner.ssh_key_file={key}",
+            f"--DevboxKernelProvisioner.ssh_user={getpass.getuser()}",
+            f"--DevboxKernelProvisioner.owner={owner}",
+            f"--DevboxKernelProvisioner.known_hosts_file={base / 'known_hosts'}",
+            "--DevboxKernelProvisioner.ssh_connect_timeout=120",
+            f"--DevboxesJupyterApp.kernel_python={sys.executable}",
+            "--DevboxesJupyterApp.poll_interval=2",
         ],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    lab = Lab(url=f"http://127.0.0.1:{port}", token=token, log=base / "lab.log")
-    try:
-        deadline = time.monotonic() + LAB_START_TIMEOUT
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"JupyterLab exited with {process.returncode}; see {base / 'lab.log'}")
-            try:
-                lab.api("GET", "api/status")
-                break
-            except requests.RequestException:
-                if time.monotonic() > deadline:
-                    pytest.fail(f"JupyterLab did not answer on {lab.url}; see {base / 'lab.log'}")
-                time.sleep(0.5)
-        yield lab
-    finally:
-        process.terminate()
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
-        log.close()
+    ) as lab:
+        yield Setup(lab, owner, key, base)
+
+
+@pytest.fixture
+def lab(setup: Setup) -> Lab:
+    return setup.lab
 
 
 @pytest.fixture
 def page(lab: Lab) -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
-    ARTIFACTS.mkdir(exist_ok=True)
+    IMAGES.mkdir(exist_ok=True)
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         context = browser.new_context(viewport={"width": 1360, "height": 860})
@@ -215,11 +158,95 @@ def _open_lab(page: Any, lab: Lab, path: str = "lab", ready: str = ".jp-Launcher
     page.wait_for_selector(ready, timeout=60_000)
 
 
-def test_launcher_tile_creates_gpu_boxes_and_shows_the_scheduler(
+def _theme(page: Any, name: str) -> None:
+    page.evaluate(
+        "name => window.jupyterapp.commands.execute('apputils:change-theme', {theme: name})",
+        name,
+    )
+    light = "true" if name == "JupyterLab Light" else "false"
+    page.wait_for_selector(f"body[data-jp-theme-light='{light}']", state="attached")
+    # A theme change shows JupyterLab's splash until the new theme has loaded.
+    page.wait_for_selector("#jupyterlab-splash", state="detached")
+
+
+def _open_sidebar(page: Any) -> Any:
+    page.locator(".jp-SideBar [data-id='devboxes-sidebar']").click()
+    sidebar = page.locator("#devboxes-sidebar")
+    sidebar.wait_for(state="visible")
+    return sidebar
+
+
+def _devbox_cli(controller: ControllerProcess, *args: str) -> None:
+    env = {**os.environ, "DEVBOX_URL": controller.url, "DEVBOX_TOKEN": controller.token}
+    subprocess.run(
+        [sys.executable, "-m", "devboxes_sdk.cli", *args],
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+
+
+def test_sidebar_lists_a_cli_box_and_follows_its_stop(
+    page: Any, lab: Lab, controller: ControllerProcess, cleanup: list[str]
+) -> None:
+    from playwright.sync_api import expect
+
+    name = f"cli-{secrets.token_hex(3)}"
+    cleanup.append(name)
+    _devbox_cli(controller, "create", name, "--gpu", "--ttl", "6")
+
+    _open_lab(page, lab)
+    sidebar = _open_sidebar(page)
+    row = sidebar.get_by_test_id(f"devbox-row-{name}")
+    expect(row).to_be_visible(timeout=60_000)
+    expect(sidebar.get_by_test_id(f"devbox-state-{name}")).to_have_text("ready", timeout=120_000)
+    expect(row).to_contain_text("NVIDIA L4")
+    expect(row).to_contain_text("auto-stop in")
+    expect(row.get_by_role("button", name="Copy SSH")).to_be_visible()
+    row.get_by_role("button", name=f"Show details of {name}").click()
+    expect(sidebar.get_by_test_id(f"devbox-detail-{name}")).to_contain_text("ssh: ssh -p")
+    page.screenshot(path=str(IMAGES / "jupyter-sidebar-light.png"))
+
+    # Stopped from the command line; the sidebar follows without a reload.
+    _devbox_cli(controller, "stop", name)
+    expect(sidebar.get_by_test_id(f"devbox-state-{name}")).to_have_text("stopped", timeout=60_000)
+    expect(row.get_by_role("button", name="Start")).to_be_visible()
+
+    _theme(page, "JupyterLab Dark")
+    page.screenshot(path=str(IMAGES / "jupyter-sidebar-dark.png"))
+    _theme(page, "JupyterLab Light")
+
+    # 800 px wide: every action shows its whole label.
+    page.set_viewport_size({"width": 800, "height": 700})
+    for action in row.locator(".jp-Devboxes-action").all():
+        assert action.evaluate("b => b.scrollWidth <= b.clientWidth"), action.inner_text()
+    page.screenshot(path=str(IMAGES / "jupyter-sidebar-800.png"))
+
+    # Start from the sidebar, then delete with a purge that asks for the typed name.
+    row.get_by_role("button", name="Start").click()
+    expect(sidebar.get_by_test_id(f"devbox-state-{name}")).not_to_have_text(
+        "stopped", timeout=60_000
+    )
+    row.get_by_role("button", name="Delete").click()
+    page.get_by_role("button", name="Delete and purge the volume").click()
+    page.locator(".jp-Dialog input").fill("not-the-name")
+    page.locator(".jp-Dialog").get_by_role("button", name="Purge").click()
+    expect(page.locator(".jp-Notification-Toast-warning, .Toastify__toast")).to_contain_text(
+        "Not purged"
+    )
+    row.get_by_role("button", name="Delete").click()
+    page.get_by_role("button", name="Delete and purge the volume").click()
+    page.locator(".jp-Dialog input").fill(name)
+    page.locator(".jp-Dialog").get_by_role("button", name="Purge").click()
+    expect(sidebar.get_by_test_id(f"devbox-row-{name}")).to_have_count(0, timeout=60_000)
+
+
+def test_launcher_tile_opens_the_sidebar_and_its_picker_creates_gpu_boxes(
     page: Any,
     lab: Lab,
     controller_client: Client,
-    controller_env: dict[str, str],
+    controller: ControllerProcess,
     cleanup: list[str],
 ) -> None:
     from playwright.sync_api import expect
@@ -230,23 +257,25 @@ def test_launcher_tile_creates_gpu_boxes_and_shows_the_scheduler(
     _open_lab(page, lab)
     tile = page.locator(".jp-LauncherCard", has_text="GPU Devbox")
     expect(tile).to_be_visible()
-    page.screenshot(path=str(ARTIFACTS / "jupyter-launcher.png"))
+    expect(
+        page.locator(
+            ".jp-LauncherCard[data-category='Notebook']",
+            has_text=f"Python 3 on {profile.display_name} (devbox)",
+        )
+    ).to_be_visible()
+    page.screenshot(path=str(IMAGES / "jupyter-launcher.png"))
     tile.click()
 
     accelerator = page.get_by_test_id("devbox-accelerator")
+    expect(accelerator).to_be_visible()
     expect(accelerator.locator("option").nth(1)).to_be_attached()
     expect(accelerator).to_have_value("")
-    expect(accelerator.locator("option:checked")).to_have_text("CPU only")
     expect(accelerator.locator("option").first).to_have_text("CPU only")
-    expect(accelerator).to_be_enabled()
-
     accelerator.select_option(profile.name)
     expect(page.get_by_test_id("devbox-accelerator-help")).not_to_be_empty()
 
     first, second = f"ui-a-{secrets.token_hex(3)}", f"ui-b-{secrets.token_hex(3)}"
     name_input = page.get_by_test_id("devbox-name")
-
-    # A bad name is refused next to the form without reaching the controller.
     name_input.fill("Bad Name!")
     page.get_by_test_id("devbox-create").click()
     expect(page.get_by_test_id("devbox-error")).to_contain_text("invalid name")
@@ -254,33 +283,74 @@ def test_launcher_tile_creates_gpu_boxes_and_shows_the_scheduler(
     cleanup.extend([first, second])
     name_input.fill(first)
     page.get_by_test_id("devbox-create").click()
-    expect(page.get_by_test_id(f"devbox-status-{first}")).to_contain_text(
+    expect(page.get_by_test_id(f"devbox-state-{first}")).to_have_text(
         "ready", timeout=READY_TIMEOUT_MS
     )
-    expect(page.get_by_test_id(f"devbox-ssh-{first}")).not_to_be_empty()
     expect(page.get_by_test_id("devbox-error")).to_be_empty()
 
     name_input.fill(second)
     page.get_by_test_id("devbox-create").click()
-    status = page.get_by_test_id(f"devbox-status-{second}")
+    reason = page.get_by_test_id(f"devbox-status-{second}")
     # The scheduler may first name another reason (a volume still binding, say);
     # the lasting one is the missing device.
-    expect(status).to_contain_text(
+    expect(reason).to_contain_text(
         f"Insufficient {profile.resource_name}", timeout=READY_TIMEOUT_MS
     )
-    expect(status).to_contain_text("starting — Scheduling blocked")
-    page.screenshot(path=str(ARTIFACTS / "jupyter-panel.png"))
+    expect(page.get_by_test_id(f"devbox-state-{second}")).to_have_text("starting")
+    page.screenshot(path=str(IMAGES / "jupyter-panel.png"))
 
-    assert controller_client.get(first).gpu is not None
     blocked = controller_client.get(second)
     assert blocked.state is models.DevboxState.STARTING
-    assert blocked.message is not None
-    assert blocked.message in status.inner_text()
+    assert blocked.gpu is not None
 
     # The controller token stays on the server: not in the page, not in the server log.
-    controller_token = controller_env["DEVBOX_TOKEN"]
-    assert controller_token not in page.content()
-    assert controller_token not in lab.log.read_text(errors="replace")
+    assert controller.token not in page.content()
+    assert controller.token not in lab.log_text()
+
+
+def test_devbox_kernel_from_the_launcher_runs_a_cell(
+    page: Any, setup: Setup, controller_client: Client, cleanup: list[str]
+) -> None:
+    from playwright.sync_api import expect
+
+    need_sshd()
+    profile = _l4_profile(controller_client)
+    name = box_name(setup.owner, profile.name)
+    cleanup.append(name)
+    lab = setup.lab
+    _open_lab(page, lab)
+    sidebar = _open_sidebar(page)
+    card = page.locator(
+        ".jp-LauncherCard[data-category='Notebook']",
+        has_text=f"Python 3 on {profile.display_name} (devbox)",
+    )
+    expect(card).to_be_visible(timeout=60_000)
+    card.click()
+
+    # The start waits at the SSH step until the box's sshd exists; meanwhile the
+    # sidebar shows what it is doing.
+    progress = sidebar.get_by_test_id(f"devbox-kernel-{name}")
+    expect(progress).to_contain_text("over SSH", timeout=READY_TIMEOUT_MS)
+    page.screenshot(path=str(IMAGES / "jupyter-kernel-progress.png"))
+
+    port = controller_client.get(name).ssh_port
+    with loopback_sshd(setup.base / "sshd", port, setup.key.with_suffix(".pub")):
+        expect(page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")).to_be_attached(
+            timeout=READY_TIMEOUT_MS
+        )
+        cell = page.locator(".jp-Notebook .jp-Cell .jp-InputArea-editor").first
+        cell.click()
+        page.keyboard.type("import os; print(1 + 1, 'SSH_CONNECTION' in os.environ)")
+        page.keyboard.press("Shift+Enter")
+        output = page.locator(".jp-Notebook .jp-OutputArea-output").first
+        expect(output).to_contain_text("2 True", timeout=120_000)
+        expect(page.locator(".jp-Notebook")).to_be_visible()
+        page.screenshot(path=str(IMAGES / "jupyter-devbox-kernel.png"))
+        _theme(page, "JupyterLab Dark")
+        page.screenshot(path=str(IMAGES / "jupyter-devbox-kernel-dark.png"))
+        _theme(page, "JupyterLab Light")
+        for kernel in lab.api("GET", "api/kernels"):
+            lab.api("DELETE", f"api/kernels/{kernel['id']}", timeout=60)
 
 
 WIDGETS_NOTEBOOK = {
@@ -344,4 +414,8 @@ def test_widgets_render_in_a_notebook(
     expect(table).to_contain_text(name, timeout=60_000)
     expect(table).to_contain_text("CPU only")
     expect(table.get_by_role("button", name="Stop").first).to_be_visible()
-    page.screenshot(path=str(ARTIFACTS / "jupyter-widgets.png"), full_page=True)
+    # The table's buttons show their whole label (they used to read "S… S… D…").
+    for label in ("Start", "Stop", "Delete"):
+        action = table.get_by_role("button", name=label).first
+        assert action.evaluate("b => b.scrollWidth <= b.clientWidth"), label
+    page.screenshot(path=str(IMAGES / "jupyter-widgets.png"), full_page=True)

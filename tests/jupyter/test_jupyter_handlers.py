@@ -110,7 +110,13 @@ def jp_server_config(
 ) -> dict[str, Any]:
     return {
         "ServerApp": {"jpserver_extensions": {"devboxes_jupyter": True}},
-        "DevboxesJupyterApp": {"controller_url": controller.url, **extension_config},
+        # No devbox kernelspecs: their catalog refresh would be one more controller call
+        # in the recordings these tests compare.
+        "DevboxesJupyterApp": {
+            "controller_url": controller.url,
+            "devbox_kernels": False,
+            **extension_config,
+        },
     }
 
 
@@ -138,6 +144,7 @@ def test_the_route_table_covers_the_whole_api() -> None:
     assert sorted(_every_route_and_method()) == sorted(
         [
             (f"{API_ROOT}/capabilities", "GET"),
+            (f"{API_ROOT}/watch", "GET"),
             (f"{API_ROOT}/devboxes", "GET"),
             (f"{API_ROOT}/devboxes", "POST"),
             (f"{API_ROOT}/devboxes/atlas", "GET"),

@@ -107,6 +107,31 @@ def test_file_url_matches_after_normalisation(tmp_path: Path) -> None:
     assert settings.token == TOKEN_FILE
 
 
+def test_token_file_from_environment_is_read_each_time(tmp_path: Path) -> None:
+    token_file = _write(tmp_path / "token", f"{TOKEN_FILE}\n")
+    env = {"HOME": str(tmp_path), "DEVBOX_TOKEN_FILE": str(token_file)}
+    assert resolve("https://x.example.com", env=env).token == TOKEN_FILE
+    token_file.write_text(TOKEN_ENV)
+    assert resolve("https://x.example.com", env=env).token == TOKEN_ENV
+
+
+def test_token_variable_beats_token_file(tmp_path: Path) -> None:
+    env = {"DEVBOX_TOKEN": TOKEN_ENV, "DEVBOX_TOKEN_FILE": str(tmp_path / "absent")}
+    assert resolve("https://x.example.com", env=env).token == TOKEN_ENV
+
+
+def test_token_file_beats_config_file(config_file: Path, tmp_path: Path) -> None:
+    token_file = _write(tmp_path / "token", TOKEN_ENV)
+    env = {"DEVBOX_CONFIG": str(config_file), "DEVBOX_TOKEN_FILE": str(token_file)}
+    assert resolve(env=env).token == TOKEN_ENV
+
+
+def test_unreadable_token_file_is_named(tmp_path: Path) -> None:
+    env = {"DEVBOX_TOKEN_FILE": str(tmp_path / "absent")}
+    with pytest.raises(ConfigurationError, match=r"cannot read the token file .*absent"):
+        resolve("https://x.example.com", env=env)
+
+
 def test_missing_url_is_explained(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="no Devboxes URL configured") as caught:
         resolve(env={"HOME": str(tmp_path)})

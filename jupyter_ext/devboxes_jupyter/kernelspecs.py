@@ -1,0 +1,66 @@
+"""Kernelspecs "Python 3 on <profile> (devbox)", one per GPU profile plus CPU only.
+
+They live in a directory of the running server only (added to its kernel search path),
+because the catalog belongs to the controller and may change while Jupyter runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from devboxes_jupyter.provisioner import PROVISIONER_NAME
+from devboxes_sdk import models
+
+PREFIX = "devbox-"
+CPU_KERNEL = f"{PREFIX}cpu"
+
+
+def kernel_name(profile: models.GpuProfile | None) -> str:
+    return CPU_KERNEL if profile is None else f"{PREFIX}{profile.name}"
+
+
+def kernelspec(profile: models.GpuProfile | None, python: str) -> dict[str, Any]:
+    """The kernel.json of one profile; ``python`` is the interpreter on the box."""
+    where = "CPU" if profile is None else profile.display_name
+    return {
+        "argv": [python, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": f"Python 3 on {where} (devbox)",
+        "language": "python",
+        # Signals cannot cross SSH; the interrupt travels on the control channel.
+        "interrupt_mode": "message",
+        "metadata": {
+            "kernel_provisioner": {
+                "provisioner_name": PROVISIONER_NAME,
+                "config": {"profile": "" if profile is None else profile.name},
+            },
+            "devboxes": {"profile": None if profile is None else profile.name},
+        },
+    }
+
+
+def write_kernelspecs(
+    directory: Path, profiles: Iterable[models.GpuProfile], python: str
+) -> list[str]:
+    """Make ``directory`` hold exactly the CPU kernelspec and one per profile."""
+    directory.mkdir(parents=True, exist_ok=True)
+    wanted: dict[str, dict[str, Any]] = {CPU_KERNEL: kernelspec(None, python)}
+    for profile in profiles:
+        wanted[kernel_name(profile)] = kernelspec(profile, python)
+    for stale in directory.iterdir():
+        if stale.name.startswith(PREFIX) and stale.name not in wanted:
+            shutil.rmtree(stale, ignore_errors=True)
+    for name, spec in wanted.items():
+        folder = directory / name
+        folder.mkdir(exist_ok=True)
+        # Replaced atomically: the kernelspec listing may read it at any moment.
+        descriptor, temporary = tempfile.mkstemp(dir=folder, suffix=".tmp")
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            json.dump(spec, handle, indent=1)
+        os.replace(temporary, folder / "kernel.json")
+    return sorted(wanted)

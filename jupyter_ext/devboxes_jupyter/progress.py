@@ -1,0 +1,57 @@
+"""What each devbox kernel start is doing, for the sidebar to show while the user waits.
+
+The provisioner runs in the Jupyter server's process, so a process-wide registry is
+enough; the server extension publishes it with the box list.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class KernelProgress:
+    kernel_id: str
+    box: str
+    profile: str
+    phase: str
+    message: str
+    updated: float
+
+
+class ProgressRegistry:
+    """The latest step of every devbox kernel start, told to listeners on each change."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._items: dict[str, KernelProgress] = {}
+        # Called after every change, from whichever thread made it.
+        self.listeners: list[Callable[[], None]] = []
+
+    def update(self, kernel_id: str, box: str, profile: str, phase: str, message: str) -> None:
+        with self._lock:
+            self._items[kernel_id] = KernelProgress(
+                kernel_id, box, profile, phase, message, time.time()
+            )
+        self._notify()
+
+    def forget(self, kernel_id: str) -> None:
+        with self._lock:
+            known = self._items.pop(kernel_id, None) is not None
+        if known:
+            self._notify()
+
+    def _notify(self) -> None:
+        for listener in list(self.listeners):
+            listener()
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [asdict(item) for item in self._items.values()]
+
+
+REGISTRY = ProgressRegistry()

@@ -1,0 +1,494 @@
+"""A kernel provisioner that runs the notebook's kernel inside a Devbox, over SSH.
+
+Start: create or reuse the user's box for the kernelspec's profile, wait for it with
+the controller's server-side wait, open one SSH connection to it with the operator's
+key, start ``ipykernel`` there and forward the kernel's five ZMQ channels from local
+TCP ports to the kernel's Unix sockets on the box. Interrupts travel as messages on
+the control channel, so no signal has to cross SSH. Shutdown ends the kernel and the
+connection and leaves the box to its own auto-stop.
+
+The controller is reached with ``Client()``, which in a Jupyter server with the
+Devboxes extension resolves to the extension's controller (see ``app.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import hashlib
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+from jupyter_client.connect import KernelConnectionInfo
+from jupyter_client.provisioning.local_provisioner import LocalProvisioner
+from jupyter_core.paths import jupyter_data_dir
+from tornado import web
+from traitlets import Enum, Float, Int, Unicode
+
+from devboxes_jupyter import progress
+from devboxes_sdk import models
+from devboxes_sdk.client import Client, Devbox
+from devboxes_sdk.errors import BoxNotReady, DevboxesError, NotFound
+
+PROVISIONER_NAME = "devboxes"
+CPU = "cpu"
+_READY = "DEVBOXES-READY"
+_ERROR = "DEVBOXES-ERROR"
+# Channel -> the "port" that names its Unix socket on the box (``<ip>-<port>``).
+_CHANNELS = {"shell_port": 1, "iopub_port": 2, "stdin_port": 3, "control_port": 4, "hb_port": 5}
+_NAME_LIMIT = 40
+_SSH_BANNER_SECONDS = 60
+# Runs on the box with the kernelspec's interpreter. It reads the kernel's connection
+# details from stdin (never the command line, which other users of the box can see),
+# starts the kernel in its own process group and ends it when stdin closes, i.e. when
+# the Jupyter side goes away, so a lost connection never leaves a kernel behind.
+_BOOTSTRAP = r"""
+import json, os, shutil, signal, subprocess, sys, tempfile, threading
+try:
+    import ipykernel
+except ImportError:
+    print("DEVBOXES-ERROR " + sys.executable + " on the box cannot import ipykernel", flush=True)
+    sys.exit(3)
+spec = json.loads(sys.stdin.readline())
+home = tempfile.mkdtemp(prefix="devbox-kernel-")
+connection = dict(spec["connection"], transport="ipc", ip=os.path.join(home, "k"))
+path = os.path.join(home, "connection.json")
+with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+    json.dump(connection, f)
+argv = [part.replace("{connection_file}", path) for part in spec["argv"]]
+kernel = subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True)
+print("DEVBOXES-READY " + home, flush=True)
+def end():
+    sys.stdin.buffer.read()
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(kernel.pid, sig)
+            kernel.wait(5)
+            return
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+threading.Thread(target=end, daemon=True).start()
+code = kernel.wait()
+shutil.rmtree(home, ignore_errors=True)
+sys.exit(code)
+"""
+
+
+class DevboxKernelError(web.HTTPError):
+    """A kernel start that cannot succeed, with the one sentence the user sees.
+
+    An ``HTTPError`` because Jupyter's kernel and session routes answer its message to
+    the browser (any other exception becomes "Unhandled error").
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(503, message.replace("%", "%%"), reason="Devbox kernel unavailable")
+        self.text = message
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "-", text.lower())).strip("-")
+
+
+def box_name(owner: str, profile: str | None) -> str:
+    """The box a kernel of ``profile`` (None: CPU only) runs in: ``nb-<owner>-<profile>``.
+
+    Lowercased, with anything but letters, digits and ``-`` turned into ``-``; a name
+    over 40 characters keeps its first 33 and ends with 6 hex digits of a hash of the
+    full name, so long names stay distinct.
+    """
+    full = _slug(f"nb-{owner}-{profile or CPU}")
+    if len(full) <= _NAME_LIMIT:
+        return full
+    digest = hashlib.sha256(full.encode()).hexdigest()[:6]
+    return f"{full[: _NAME_LIMIT - 7].rstrip('-')}-{digest}"
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else "no output"
+
+
+class DevboxKernelProvisioner(LocalProvisioner):
+    """Runs a kernel in the user's Devbox of one GPU profile (``profile``; empty: CPU)."""
+
+    profile = Unicode("", help="GPU profile of the box; empty for a CPU box.").tag(config=True)
+
+    ssh_key_file = Unicode(
+        "",
+        help="Private key that logs in to boxes (its public half must be among the keys "
+        "boxes are created with). Required.",
+    ).tag(config=True)
+
+    ssh_user = Unicode("dev", help="User to log in to boxes as.").tag(config=True)
+
+    known_hosts_file = Unicode(
+        "",
+        help="known_hosts file for box host keys, recorded on first use under the alias "
+        "devbox-<name>. Empty: <Jupyter data dir>/devboxes/known_hosts.",
+    ).tag(config=True)
+
+    owner = Unicode(
+        "",
+        help="The <owner> part of box names (nb-<owner>-<profile>). Empty: the user "
+        "running the Jupyter server.",
+    ).tag(config=True)
+
+    preset = Enum(
+        list(models.PRESETS), "small", help="Preset of boxes the provisioner creates."
+    ).tag(config=True)
+
+    ttl_hours = Int(8, help="Auto-stop of boxes the provisioner creates or starts, in hours.").tag(
+        config=True
+    )
+
+    start_timeout = Float(
+        300.0,
+        help="Seconds a kernel start waits for its box to be ready (e.g. for a free GPU).",
+    ).tag(config=True)
+
+    ssh_connect_timeout = Float(
+        30.0,
+        help="Seconds to keep retrying a refused or unanswered SSH connection to a box "
+        "that just became ready (its address may take a moment to route).",
+    ).tag(config=True)
+
+    _box: Devbox | None = None
+    _created = False
+    # Local directory of the SSH control socket while a connection to the box is open.
+    _control_dir: Path | None = None
+    # The kernel's socket directory on the box, which the forwards point into.
+    _remote_home: str | None = None
+
+    @property
+    def box_name(self) -> str:
+        return box_name(self.owner or getpass.getuser(), self.profile or None)
+
+    def _report(self, phase: str, message: str) -> None:
+        self.log.info("devbox kernel %s (%s): %s", self.kernel_id, self.box_name, message)
+        progress.REGISTRY.update(self.kernel_id, self.box_name, self.profile, phase, message)
+
+    def _fail(self, message: str) -> DevboxKernelError:
+        progress.REGISTRY.update(self.kernel_id, self.box_name, self.profile, "failed", message)
+        self.log.warning("devbox kernel %s: %s", self.kernel_id, message)
+        return DevboxKernelError(message)
+
+    # -- the box ------------------------------------------------------------------
+
+    def _ready_box(self) -> tuple[Devbox, bool]:
+        """The user's box for this profile, ready; True when it was created just now."""
+        name = self.box_name
+        wanted = self.profile or None
+        client = Client()
+        created = False
+        try:
+            box = client.get(name)
+        except NotFound:
+            self._report("creating", f"creating box {name}")
+            box = client.create(name, preset=self.preset, ttl_hours=self.ttl_hours, gpu=wanted)
+            created = True
+        have = box.gpu.profile if box.gpu else None
+        if have != wanted:
+            raise self._fail(
+                f"box {name} exists with accelerator {have or 'CPU only'}, not "
+                f"{wanted or 'CPU only'}; delete it or set DevboxKernelProvisioner.owner"
+            )
+        if box.state is models.DevboxState.STOPPED:
+            self._report("starting", f"starting stopped box {name}")
+            box = client.start(name)
+
+        def update(current: Devbox) -> None:
+            text = f"{current.state.value} — {current.message}" if current.message else ""
+            self._report("waiting", f"box {name}: {text or current.state.value}")
+
+        try:
+            box = client.wait_ready(name, self.start_timeout, on_update=update)
+        except BoxNotReady as error:
+            raise self._fail(f"box {name} is not ready: {error}") from None
+        return box, created
+
+    # -- SSH ----------------------------------------------------------------------
+
+    def _known_hosts(self) -> Path:
+        if self.known_hosts_file:
+            return Path(self.known_hosts_file).expanduser()
+        return Path(jupyter_data_dir()) / "devboxes" / "known_hosts"
+
+    def _ssh(self, *extra: str, command: str | None = None) -> list[str]:
+        assert self._box is not None
+        assert self._control_dir is not None
+        return [
+            "ssh",
+            "-i",
+            str(Path(self.ssh_key_file).expanduser()),
+            "-p",
+            str(self._box.ssh_port),
+            "-S",
+            str(self._control_dir / "ctl"),
+            "-o",
+            "IdentitiesOnly=yes",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            f"UserKnownHostsFile={self._known_hosts()}",
+            "-o",
+            "StrictHostKeyChecking=accept-new",
+            # Boxes behind one NodePort host share host:port over time; the box name
+            # keeps each box's host key apart.
+            "-o",
+            f"HostKeyAlias=devbox-{self._box.name}",
+            "-o",
+            "ConnectTimeout=15",
+            "-o",
+            "ServerAliveInterval=30",
+            "-o",
+            "LogLevel=ERROR",
+            *extra,
+            f"{self.ssh_user}@{self._box.ssh_host}",
+            *([] if command is None else [command]),
+        ]
+
+    def _master_alive(self) -> bool:
+        if self._control_dir is None or self._box is None:
+            return False
+        check = subprocess.run(
+            [*self._ssh("-O", "check")], capture_output=True, timeout=15, check=False
+        )
+        return check.returncode == 0
+
+    def _open_master(self, forget_host_key: bool) -> None:
+        """One authenticated connection that the kernel session and forwards share."""
+        assert self._box is not None
+        if not self.ssh_key_file:
+            raise self._fail(
+                "no SSH key configured for devbox kernels: set "
+                "c.DevboxKernelProvisioner.ssh_key_file in jupyter_server_config.py"
+            )
+        key = Path(self.ssh_key_file).expanduser()
+        if not key.is_file():
+            raise self._fail(f"the SSH key {key} (DevboxKernelProvisioner.ssh_key_file) is missing")
+        known = self._known_hosts()
+        known.parent.mkdir(parents=True, exist_ok=True)
+        if forget_host_key and known.exists():
+            # A box created just now has new host keys; an old box of the name had others.
+            subprocess.run(
+                ["ssh-keygen", "-R", f"devbox-{self._box.name}", "-f", str(known)],
+                capture_output=True,
+                timeout=15,
+                check=False,
+            )
+        self._control_dir = Path(tempfile.mkdtemp(prefix="devbox-ssh-"))
+        errors = self._control_dir / "master.err"
+        where = f"{self.ssh_user}@{self._box.ssh_host}:{self._box.ssh_port}"
+        self._report("connecting", f"connecting to box {self._box.name} over SSH ({where})")
+        deadline = time.monotonic() + self.ssh_connect_timeout
+        while True:
+            # -f: ssh returns once authenticated and keeps the connection in the
+            # background; its errors go to a file because the background half keeps
+            # stderr open.
+            with errors.open("wb") as sink:
+                result = subprocess.run(
+                    self._ssh("-M", "-f", "-N", "-o", "ControlPersist=no"),
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=sink,
+                    timeout=60,
+                    check=False,
+                )
+            if result.returncode == 0:
+                return
+            reason = _last_line(errors.read_text(errors="replace"))
+            transient = "Connection refused" in reason or "timed out" in reason
+            if not transient or time.monotonic() > deadline:
+                raise self._fail(f"SSH to box {self._box.name} ({where}) failed: {reason}")
+            time.sleep(1.0)
+
+    def _close_master(self) -> None:
+        if self._control_dir is None:
+            return
+        if self._box is not None:
+            subprocess.run(self._ssh("-O", "exit"), capture_output=True, timeout=15, check=False)
+        shutil.rmtree(self._control_dir, ignore_errors=True)
+        self._control_dir = None
+
+    def _forward_specs(self, remote_home: str) -> list[str]:
+        """``-L`` options from each local channel port to the kernel's socket on the box."""
+        specs: list[str] = []
+        for channel, number in _CHANNELS.items():
+            local = self.connection_info[channel]  # type: ignore[literal-required]
+            specs += ["-L", f"127.0.0.1:{local}:{remote_home}/k-{number}"]
+        return specs
+
+    def _forward(self, remote_home: str) -> None:
+        result = subprocess.run(
+            self._ssh("-O", "forward", *self._forward_specs(remote_home)),
+            capture_output=True,
+            timeout=30,
+            check=False,
+        )
+        if result.returncode != 0:
+            raise self._fail(
+                f"cannot forward the kernel channels from box {self.box_name}: "
+                f"{_last_line(result.stderr.decode(errors='replace'))}"
+            )
+
+    def _start_remote_kernel(self) -> str:
+        """Start the bootstrap on the box; the path of the kernel's socket directory."""
+        assert self.kernel_spec is not None
+        argv = list(self.kernel_spec.argv)
+        command = shlex.join([argv[0], "-c", _BOOTSTRAP])
+        process = subprocess.Popen(
+            self._ssh("-T", command=command),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        assert process.stdin is not None
+        assert process.stdout is not None
+        assert process.stderr is not None
+        connection = {
+            key: value.decode() if isinstance(value, bytes) else value
+            for key, value in self.connection_info.items()
+            if key in ("key", "signature_scheme", "kernel_name")
+        }
+        connection.update(_CHANNELS)
+        try:
+            process.stdin.write(
+                (json.dumps({"connection": connection, "argv": argv}) + "\n").encode()
+            )
+            process.stdin.flush()
+        except BrokenPipeError:
+            pass
+        self.process = process
+        self.pid = process.pid
+        self.pgid = process.pid
+        stderr_lines: list[str] = []
+        stderr_reader = _drain(process.stderr, stderr_lines.append, self.log.warning)
+        line = _read_line(process.stdout, _SSH_BANNER_SECONDS)
+        if line is not None and line.startswith(_READY):
+            _drain(process.stdout, None, self.log.info)
+            return line.removeprefix(_READY).strip()
+        process.kill()
+        process.wait(10)
+        stderr_reader.join(5)
+        self.process = None
+        if line is not None and line.startswith(_ERROR):
+            detail = line.removeprefix(_ERROR).strip()
+            raise self._fail(
+                f"cannot start the kernel in box {self.box_name}: {detail}; the box image "
+                "needs python3 and ipykernel (see workspace/README.md)"
+            )
+        if process.returncode == 127:
+            raise self._fail(
+                f"cannot start the kernel in box {self.box_name}: {argv[0]} is not installed "
+                "there; the box image needs python3 and ipykernel (see workspace/README.md)"
+            )
+        said = _last_line("\n".join(stderr_lines)) if stderr_lines else "no answer"
+        raise self._fail(f"the kernel in box {self.box_name} did not start: {said}")
+
+    # -- the provisioner interface ------------------------------------------------
+
+    async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
+        self._report("starting", f"preparing box {self.box_name}")
+        try:
+            box, created = await asyncio.to_thread(self._ready_box)
+        except DevboxKernelError:
+            raise
+        except DevboxesError as error:
+            raise self._fail(
+                f"the Devboxes controller refused box {self.box_name}: {error}"
+            ) from None
+        if self._box is not None and (box.ssh_host, box.ssh_port) != (
+            self._box.ssh_host,
+            self._box.ssh_port,
+        ):
+            # The box moved between restarts: the old connection leads nowhere.
+            await asyncio.to_thread(self._close_master)
+        self._box = box
+        self._created = created
+        return dict(await super().pre_launch(**kwargs))
+
+    async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> KernelConnectionInfo:
+        # The kernel runs kernel_spec.argv on the box; cmd is its local rendering.
+        try:
+            if await asyncio.to_thread(self._master_alive):
+                # A restart: the connection lives on, the new kernel gets new sockets.
+                await asyncio.to_thread(self._cancel_forwards)
+            else:
+                await asyncio.to_thread(self._close_master)
+                await asyncio.to_thread(self._open_master, self._created)
+            self._remote_home = await asyncio.to_thread(self._start_remote_kernel)
+            await asyncio.to_thread(self._forward, self._remote_home)
+        except BaseException:
+            if self.process is not None:
+                self.process.kill()
+                self.process = None
+            await asyncio.to_thread(self._close_master)
+            raise
+        self._report("running", f"kernel running in box {self.box_name}")
+        return self.connection_info
+
+    def _cancel_forwards(self) -> None:
+        if self._remote_home is not None:
+            subprocess.run(
+                self._ssh("-O", "cancel", *self._forward_specs(self._remote_home)),
+                capture_output=True,
+                timeout=15,
+                check=False,
+            )
+
+    async def cleanup(self, restart: bool = False) -> None:
+        await super().cleanup(restart=restart)
+        if not restart:
+            await asyncio.to_thread(self._close_master)
+            progress.REGISTRY.forget(self.kernel_id)
+
+    async def get_provisioner_info(self) -> dict[str, Any]:
+        info: dict[str, Any] = await super().get_provisioner_info()
+        info["box"] = self.box_name
+        return info
+
+
+def _read_line(stream: IO[bytes], timeout: float) -> str | None:
+    """The first line of ``stream``, or None at EOF or after ``timeout`` seconds."""
+    found: list[bytes] = []
+    reader = threading.Thread(target=lambda: found.append(stream.readline()), daemon=True)
+    reader.start()
+    reader.join(timeout)
+    if not found or not found[0]:
+        return None
+    return found[0].decode(errors="replace").strip()
+
+
+def _drain(
+    stream: IO[bytes], keep: Callable[[str], object] | None, log: Callable[..., object]
+) -> threading.Thread:
+    """Copy a kernel's output to the server log until it ends, so its pipe never fills."""
+
+    def run() -> None:
+        try:
+            for raw in iter(stream.readline, b""):
+                line = raw.decode(errors="replace").rstrip()
+                if keep is not None:
+                    keep(line)
+                log("devbox kernel: %s", line)
+        except (OSError, ValueError):
+            # The provisioner closed the pipe after the process ended.
+            return
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread

@@ -1,0 +1,171 @@
+"""One background thread per server that keeps the controller's view fresh.
+
+- While a browser watches (asked within the last minute), it lists the boxes every
+  ``poll_interval`` seconds, and GPU availability when the controller offers it. Many
+  browser tabs cost the controller one request per interval, not one each.
+- It keeps the devbox kernelspecs in step with the GPU catalog.
+
+Browsers long-poll ``/devboxes/api/watch``: the answer is held until the view changes
+(a box, availability, a kernel start's progress) or the wait runs out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from devboxes_jupyter import progress
+from devboxes_jupyter.kernelspecs import write_kernelspecs
+from devboxes_sdk.client import API_PREFIX, Client
+from devboxes_sdk.errors import DevboxesError, NotFound
+
+AVAILABILITY_PATH = f"{API_PREFIX}/gpu/availability"
+# A browser that has not asked for this long is gone; stop listing boxes for it.
+WATCHER_IDLE_SECONDS = 60.0
+CATALOG_REFRESH_SECONDS = 300.0
+
+
+class Watcher:
+    def __init__(
+        self,
+        client: Callable[[], Client],
+        poll_interval: float,
+        kernel_dir: Path | None,
+        kernel_python: str,
+        log: Any,
+    ) -> None:
+        self._client = client
+        self.poll_interval = poll_interval
+        self._kernel_dir = kernel_dir
+        self._kernel_python = kernel_python
+        self._log = log
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._lock = threading.Lock()
+        self._last_watch = 0.0
+        self._next_catalog = 0.0
+        self._availability_missing = False
+        self._version = 0
+        self._state: dict[str, Any] = {
+            "items": None,
+            "observed_at": None,
+            "error": None,
+            "availability": None,
+        }
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._changed: asyncio.Event | None = None
+        self._thread = threading.Thread(target=self._run, name="devboxes-watcher", daemon=True)
+        progress.REGISTRY.listeners.append(self._bump)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        with contextlib.suppress(ValueError):
+            progress.REGISTRY.listeners.remove(self._bump)
+        self._stop.set()
+        self._wake.set()
+
+    # -- the thread ---------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            now = time.monotonic()
+            # The catalog only feeds the kernelspecs.
+            if self._kernel_dir is not None and now >= self._next_catalog:
+                self._refresh_catalog()
+            if now - self._last_watch < WATCHER_IDLE_SECONDS:
+                self._refresh_boxes()
+            self._wake.wait(self.poll_interval)
+            self._wake.clear()
+
+    def _refresh_catalog(self) -> None:
+        try:
+            catalog = self._client().capabilities().gpu
+            profiles = catalog.profiles if catalog.enabled else []
+            assert self._kernel_dir is not None
+            write_kernelspecs(self._kernel_dir, profiles, self._kernel_python)
+            self._next_catalog = time.monotonic() + CATALOG_REFRESH_SECONDS
+        except (DevboxesError, OSError) as error:
+            # Try again on the next round; the CPU kernelspec is there meanwhile.
+            self._log.warning("devboxes: cannot refresh the GPU catalog: %s", error)
+
+    def _refresh_boxes(self) -> None:
+        update: dict[str, Any]
+        try:
+            client = self._client()
+            items = [box.raw for box in client.list()]
+            update = {
+                "items": items,
+                "observed_at": datetime.now(UTC).isoformat(),
+                "error": None,
+                "availability": self._availability(client),
+            }
+        except DevboxesError as error:
+            update = {"error": str(error)}
+        with self._lock:
+            changed = any(self._state.get(key) != value for key, value in update.items())
+            if changed:
+                self._state.update(update)
+        if changed:
+            self._bump()
+
+    def _availability(self, client: Client) -> Any:
+        """``GET /api/v1/gpu/availability`` if this controller has it, else None."""
+        if self._availability_missing:
+            return None
+        try:
+            return client.request_json("GET", AVAILABILITY_PATH)
+        except NotFound:
+            self._availability_missing = True
+            return None
+
+    # -- the event loop side ------------------------------------------------------
+
+    def _bump(self) -> None:
+        with self._lock:
+            self._version += 1
+        loop, changed = self._loop, self._changed
+        if loop is not None and changed is not None:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(changed.set)
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            state = dict(self._state, version=self._version)
+        state["kernels"] = progress.REGISTRY.snapshot()
+        state["poll_interval"] = self.poll_interval
+        return state
+
+    def refresh_now(self) -> None:
+        """After the browser changed a box: list again without waiting for the interval."""
+        self._wake.set()
+
+    async def wait(self, after: int, timeout: float) -> dict[str, Any]:
+        """The view once its version passes ``after``, or as it is after ``timeout``."""
+        if self._changed is None:
+            self._loop = asyncio.get_running_loop()
+            self._changed = asyncio.Event()
+        first = self._last_watch == 0.0
+        self._last_watch = time.monotonic()
+        if first or self._state["items"] is None:
+            self._wake.set()
+        deadline = time.monotonic() + timeout
+        while True:
+            # Cleared before the check: a change after it sets the event again.
+            self._changed.clear()
+            with self._lock:
+                if self._version > after:
+                    break
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), remaining)
+        return self.snapshot()

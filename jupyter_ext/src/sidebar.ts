@@ -1,0 +1,497 @@
+import { Clipboard, Dialog, InputDialog, Notification, showDialog } from '@jupyterlab/apputils';
+import {
+  addIcon,
+  caretDownIcon,
+  caretRightIcon,
+  copyIcon,
+  deleteIcon,
+  LabIcon,
+  runIcon,
+  stopIcon
+} from '@jupyterlab/ui-components';
+import { Widget } from '@lumino/widgets';
+
+import {
+  createDevbox,
+  deleteDevbox,
+  getCapabilities,
+  ICapabilities,
+  IDevbox,
+  IKernelProgress,
+  IView,
+  startDevbox,
+  stopDevbox,
+  watch
+} from './api';
+import { autoStop, CPU_ONLY, detail, normalizeName, profileLabel, reason } from './labels';
+
+const PRESETS = ['small', 'medium', 'large'];
+/** Seconds the server may hold one watch; it answers sooner when anything changes. */
+const WATCH_SECONDS = 25;
+/** Pause before watching again after the server could not answer. */
+const RETRY_MS = 5000;
+
+function element<K extends keyof HTMLElementTagNameMap>(
+  tag: K,
+  attributes: Record<string, string> = {},
+  text?: string
+): HTMLElementTagNameMap[K] {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attributes)) {
+    node.setAttribute(key, value);
+  }
+  if (text !== undefined) {
+    node.textContent = text;
+  }
+  return node;
+}
+
+/** A JupyterLab-styled button: icon and label, with the label as tooltip for narrow widths. */
+function button(
+  icon: LabIcon,
+  label: string,
+  testid: string,
+  onClick: () => void,
+  accept = false
+): HTMLButtonElement {
+  const node = element('button', {
+    type: 'button',
+    class: `jp-Button jp-mod-styled jp-Devboxes-action ${accept ? 'jp-mod-accept' : 'jp-mod-minimal'}`,
+    title: label,
+    'aria-label': label,
+    'data-testid': testid
+  });
+  node.append(
+    icon.element({ tag: 'span', className: 'jp-Devboxes-actionIcon', elementSize: 'small' }),
+    element('span', { class: 'jp-Devboxes-actionLabel' }, label)
+  );
+  node.addEventListener('click', event => {
+    event.stopPropagation();
+    onClick();
+  });
+  return node;
+}
+
+function field(labelText: string, control: HTMLElement): HTMLLabelElement {
+  const label = element('label', { class: 'jp-Devboxes-field' });
+  label.append(element('span', { class: 'jp-Devboxes-fieldLabel' }, labelText), control);
+  return label;
+}
+
+function select(testid: string, label: string): HTMLSelectElement {
+  return element('select', {
+    class: 'jp-mod-styled jp-Devboxes-select',
+    'data-testid': testid,
+    'aria-label': label
+  });
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise(resolve => setTimeout(resolve, ms));
+}
+
+/**
+ * The Devboxes sidebar: every box live, with start, stop, delete and copy-SSH, a create
+ * form with the accelerator picker, and the progress of devbox kernel starts.
+ *
+ * Updates come from the server extension's watch route, which lists the boxes once for
+ * all browsers every few seconds and answers as soon as something changed.
+ */
+export class DevboxSidebar extends Widget {
+  private readonly form: HTMLFormElement;
+  private readonly nameInput: HTMLInputElement;
+  private readonly presetSelect: HTMLSelectElement;
+  private readonly ttlInput: HTMLInputElement;
+  private readonly acceleratorSelect: HTMLSelectElement;
+  private readonly acceleratorHelp: HTMLElement;
+  private readonly createButton: HTMLButtonElement;
+  private readonly errorBox: HTMLElement;
+  private readonly statusLine: HTMLElement;
+  private readonly kernelList: HTMLElement;
+  private readonly boxList: HTMLElement;
+  private capabilities: ICapabilities | null = null;
+  private view: IView | null = null;
+  private readonly expanded = new Set<string>();
+  private readonly notices = new Map<string, string>();
+
+  constructor() {
+    super();
+    this.id = 'devboxes-sidebar';
+    this.addClass('jp-Devboxes-sidebar');
+
+    this.nameInput = element('input', {
+      type: 'text',
+      class: 'jp-mod-styled jp-Devboxes-input',
+      'data-testid': 'devbox-name',
+      'aria-label': 'Devbox name',
+      placeholder: 'my-box',
+      autocomplete: 'off',
+      spellcheck: 'false'
+    });
+    this.presetSelect = select('devbox-preset', 'Preset');
+    for (const preset of PRESETS) {
+      this.presetSelect.append(element('option', { value: preset }, preset));
+    }
+    this.ttlInput = element('input', {
+      type: 'number',
+      class: 'jp-mod-styled jp-Devboxes-input',
+      min: '1',
+      step: '1',
+      value: '24',
+      'data-testid': 'devbox-ttl',
+      'aria-label': 'Auto-stop after hours'
+    });
+    this.acceleratorSelect = select('devbox-accelerator', 'Accelerator');
+    this.acceleratorSelect.append(element('option', { value: '' }, CPU_ONLY));
+    this.acceleratorHelp = element('div', {
+      class: 'jp-Devboxes-help',
+      'data-testid': 'devbox-accelerator-help'
+    });
+    this.createButton = element(
+      'button',
+      { type: 'submit', class: 'jp-Button jp-mod-styled jp-mod-accept', 'data-testid': 'devbox-create' },
+      'Create'
+    );
+    this.errorBox = element('div', {
+      class: 'jp-Devboxes-error',
+      role: 'alert',
+      'data-testid': 'devbox-error'
+    });
+    this.form = element('form', { class: 'jp-Devboxes-form', 'data-testid': 'devbox-form' });
+    this.form.hidden = true;
+    this.form.append(
+      field('Name', this.nameInput),
+      field('Preset', this.presetSelect),
+      field('Auto-stop (hours)', this.ttlInput),
+      field('Accelerator', this.acceleratorSelect),
+      this.acceleratorHelp,
+      this.createButton,
+      this.errorBox
+    );
+    this.form.addEventListener('submit', event => {
+      event.preventDefault();
+      void this.create();
+    });
+    this.acceleratorSelect.addEventListener('change', () => this.describeAccelerator());
+
+    const header = element('header', { class: 'jp-Devboxes-header' });
+    header.append(
+      element('h2', { class: 'jp-Devboxes-title' }, 'Devboxes'),
+      button(addIcon, 'New box', 'devbox-new', () => this.toggleForm())
+    );
+    this.statusLine = element('div', {
+      class: 'jp-Devboxes-statusLine',
+      'data-testid': 'devbox-watch-status',
+      'aria-live': 'polite'
+    });
+    this.kernelList = element('ul', {
+      class: 'jp-Devboxes-kernels',
+      'data-testid': 'devbox-kernels',
+      'aria-label': 'Devbox kernel starts'
+    });
+    this.boxList = element('ul', {
+      class: 'jp-Devboxes-list',
+      'data-testid': 'devbox-list',
+      'aria-label': 'Devboxes'
+    });
+    this.node.append(header, this.form, this.kernelList, this.boxList, this.statusLine);
+    void this.loadCapabilities();
+    void this.follow();
+  }
+
+  /** Opens the create form (the launcher tile's way in). */
+  showForm(): void {
+    this.form.hidden = false;
+    this.nameInput.focus();
+  }
+
+  private toggleForm(): void {
+    if (this.form.hidden) {
+      this.showForm();
+    } else {
+      this.form.hidden = true;
+    }
+  }
+
+  private async loadCapabilities(): Promise<void> {
+    try {
+      this.capabilities = await getCapabilities();
+    } catch (error) {
+      this.errorBox.textContent = `Could not load the accelerator catalog: ${(error as Error).message}`;
+      return;
+    }
+    this.fillAccelerators();
+  }
+
+  private fillAccelerators(): void {
+    const gpu = this.capabilities?.gpu;
+    if (!gpu) {
+      return;
+    }
+    const chosen = this.acceleratorSelect.value;
+    this.acceleratorSelect.replaceChildren(element('option', { value: '' }, CPU_ONLY));
+    for (const profile of gpu.profiles) {
+      const option = element(
+        'option',
+        { value: profile.name },
+        profileLabel(profile, this.view?.availability)
+      );
+      if (profile.description) {
+        option.title = profile.description;
+      }
+      this.acceleratorSelect.append(option);
+    }
+    this.acceleratorSelect.value = chosen;
+    this.acceleratorSelect.disabled = !gpu.enabled;
+    this.describeAccelerator();
+  }
+
+  private describeAccelerator(): void {
+    const gpu = this.capabilities?.gpu;
+    if (gpu && !gpu.enabled) {
+      this.acceleratorHelp.textContent =
+        'GPU acceleration is disabled by the operator: new boxes get CPU only.';
+      return;
+    }
+    const chosen = gpu?.profiles.find(p => p.name === this.acceleratorSelect.value);
+    this.acceleratorHelp.textContent = chosen
+      ? (chosen.description ?? '')
+      : 'No accelerator: the box gets CPU and memory only.';
+  }
+
+  private async create(): Promise<void> {
+    this.errorBox.textContent = '';
+    let name: string;
+    try {
+      name = normalizeName(this.nameInput.value);
+    } catch (error) {
+      this.errorBox.textContent = (error as Error).message;
+      return;
+    }
+    const ttl = Number(this.ttlInput.value);
+    if (!Number.isInteger(ttl) || ttl < 1) {
+      this.errorBox.textContent = 'Auto-stop must be a whole number of hours, at least 1.';
+      return;
+    }
+    const profile = this.acceleratorSelect.value;
+    this.createButton.disabled = true;
+    try {
+      await createDevbox({
+        name,
+        preset: this.presetSelect.value,
+        ttl_hours: ttl,
+        gpu: profile ? { profile } : null
+      });
+      this.nameInput.value = '';
+    } catch (error) {
+      this.errorBox.textContent = (error as Error).message;
+    } finally {
+      this.createButton.disabled = false;
+    }
+  }
+
+  private async follow(): Promise<void> {
+    let after = -1;
+    while (!this.isDisposed) {
+      try {
+        const view = await watch(after, after < 0 ? 0 : WATCH_SECONDS);
+        after = view.version;
+        this.render(view);
+      } catch (error) {
+        this.statusLine.textContent = `Not updating: ${(error as Error).message}`;
+        await sleep(RETRY_MS);
+      }
+    }
+  }
+
+  private render(view: IView): void {
+    const availabilityChanged =
+      JSON.stringify(view.availability) !== JSON.stringify(this.view?.availability);
+    this.view = view;
+    if (availabilityChanged) {
+      this.fillAccelerators();
+    }
+    this.statusLine.textContent = view.error
+      ? `Controller unreachable: ${view.error}`
+      : view.observed_at
+        ? `Updated ${new Date(view.observed_at).toLocaleTimeString()}`
+        : 'Loading…';
+    this.renderKernels(view.kernels);
+    if (view.items === null) {
+      return;
+    }
+    this.boxList.replaceChildren(...view.items.map(box => this.row(box)));
+    if (view.items.length === 0) {
+      this.boxList.append(
+        element('li', { class: 'jp-Devboxes-empty' }, 'No boxes yet. Create one with New box.')
+      );
+    }
+  }
+
+  private renderKernels(kernels: IKernelProgress[]): void {
+    const starting = kernels.filter(k => k.phase !== 'running');
+    this.kernelList.replaceChildren(
+      ...starting.map(k => {
+        const item = element('li', {
+          class: 'jp-Devboxes-kernel',
+          'data-phase': k.phase,
+          'data-testid': `devbox-kernel-${k.box}`
+        });
+        item.append(
+          element('strong', {}, `Kernel on ${k.profile || 'CPU'}`),
+          element('span', {}, k.message)
+        );
+        return item;
+      })
+    );
+    this.notify(kernels);
+  }
+
+  /** A JupyterLab notification per kernel start, so progress shows wherever the user is. */
+  private notify(kernels: IKernelProgress[]): void {
+    const seen = new Set<string>();
+    for (const k of kernels) {
+      seen.add(k.kernel_id);
+      const text = `Python 3 on ${k.profile || 'CPU'} (devbox): ${k.message}`;
+      const id = this.notices.get(k.kernel_id);
+      const type = k.phase === 'failed' ? 'error' : k.phase === 'running' ? 'success' : 'in-progress';
+      const autoClose = type === 'in-progress' ? false : 5000;
+      if (id === undefined) {
+        if (type !== 'success') {
+          this.notices.set(k.kernel_id, Notification.emit(text, type, { autoClose }));
+        }
+      } else {
+        Notification.update({ id, message: text, type, autoClose });
+      }
+    }
+    for (const [kernel, id] of this.notices) {
+      if (!seen.has(kernel)) {
+        Notification.dismiss(id);
+        this.notices.delete(kernel);
+      }
+    }
+  }
+
+  private row(box: IDevbox): HTMLLIElement {
+    const item = element('li', {
+      class: 'jp-Devboxes-box',
+      'data-state': box.state,
+      'data-testid': `devbox-row-${box.name}`,
+      title: detail(box).join('\n')
+    });
+    const open = this.expanded.has(box.name);
+    const head = element('div', { class: 'jp-Devboxes-boxHead' });
+    const toggle = element('button', {
+      type: 'button',
+      class: 'jp-Button jp-mod-minimal jp-Devboxes-toggle',
+      'aria-expanded': String(open),
+      'aria-label': `${open ? 'Hide' : 'Show'} details of ${box.name}`,
+      title: open ? 'Hide details' : 'Show details'
+    });
+    toggle.append((open ? caretDownIcon : caretRightIcon).element({ tag: 'span', elementSize: 'small' }));
+    toggle.addEventListener('click', () => {
+      if (open) {
+        this.expanded.delete(box.name);
+      } else {
+        this.expanded.add(box.name);
+      }
+      if (this.view) {
+        this.render(this.view);
+      }
+    });
+    head.append(
+      toggle,
+      element('span', { class: 'jp-Devboxes-boxName' }, box.name),
+      element(
+        'span',
+        { class: 'jp-Devboxes-state', 'data-testid': `devbox-state-${box.name}` },
+        box.state
+      )
+    );
+    const facts = element('div', { class: 'jp-Devboxes-facts' });
+    facts.append(
+      element('span', {}, box.gpu ? box.gpu.display_name : CPU_ONLY),
+      element('span', {}, autoStop(box))
+    );
+    const why = element(
+      'div',
+      { class: 'jp-Devboxes-reason', 'data-testid': `devbox-status-${box.name}` },
+      reason(box)
+    );
+    const actions = element('div', { class: 'jp-Devboxes-actions' });
+    if (box.state === 'stopped') {
+      actions.append(
+        button(runIcon, 'Start', `devbox-start-${box.name}`, () =>
+          this.act(`start ${box.name}`, () => startDevbox(box.name))
+        )
+      );
+    } else {
+      actions.append(
+        button(stopIcon, 'Stop', `devbox-stop-${box.name}`, () =>
+          this.act(`stop ${box.name}`, () => stopDevbox(box.name))
+        )
+      );
+    }
+    if (box.ssh_command) {
+      const command = box.ssh_command;
+      actions.append(
+        button(copyIcon, 'Copy SSH', `devbox-ssh-${box.name}`, () => {
+          Clipboard.copyToSystem(command);
+          Notification.info(`Copied: ${command}`, { autoClose: 3000 });
+        })
+      );
+    }
+    actions.append(
+      button(deleteIcon, 'Delete', `devbox-delete-${box.name}`, () => void this.remove(box.name))
+    );
+    item.append(head, facts, why, actions);
+    if (open) {
+      const more = element('pre', {
+        class: 'jp-Devboxes-detail',
+        'data-testid': `devbox-detail-${box.name}`
+      });
+      more.textContent = detail(box).join('\n');
+      item.append(more);
+    }
+    return item;
+  }
+
+  private async act(what: string, action: () => Promise<unknown>): Promise<void> {
+    try {
+      await action();
+    } catch (error) {
+      Notification.error(`Could not ${what}: ${(error as Error).message}`, { autoClose: 8000 });
+    }
+  }
+
+  private async remove(name: string): Promise<void> {
+    const choice = await showDialog({
+      title: `Delete ${name}?`,
+      body: 'Delete keeps the home volume, so a box of the same name gets it back. Purge deletes the volume too, for good.',
+      buttons: [
+        Dialog.cancelButton(),
+        Dialog.warnButton({ label: 'Purge…', ariaLabel: 'Delete and purge the volume' }),
+        Dialog.warnButton({ label: 'Delete', ariaLabel: 'Delete, keep the volume' })
+      ]
+    });
+    if (!choice.button.accept) {
+      return;
+    }
+    const purge = choice.button.label === 'Purge…';
+    if (purge) {
+      const typed = await InputDialog.getText({
+        title: `Type ${name} to delete its volume for good`,
+        placeholder: name,
+        okLabel: 'Purge'
+      });
+      if (!typed.button.accept) {
+        return;
+      }
+      if ((typed.value ?? '').trim() !== name) {
+        Notification.warning(`Not purged: the name typed was not ${name}.`, { autoClose: 5000 });
+        return;
+      }
+    }
+    await this.act(`delete ${name}`, () => deleteDevbox(name, purge));
+  }
+}

@@ -1,0 +1,273 @@
+"""A JupyterLab started the way ``make up`` starts it, and kernels driven over its REST API.
+
+The server gets the controller URL and a token file on its command line, exactly as
+``testbed/devboxes_testbed/stack.py`` passes them, and an environment with no
+``DEVBOX_*`` variables: whatever a kernel knows about the controller, it learned from
+the extension.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+REPO = Path(__file__).resolve().parents[2]
+LABEXTENSION = REPO / "jupyter_ext" / "devboxes_jupyter" / "labextension"
+LAB_START_TIMEOUT = 120
+
+
+@dataclass
+class Lab:
+    url: str
+    token: str
+    log: Path
+    root: Path
+    data: Path
+
+    def api(self, method: str, path: str, body: Any = None, timeout: float = 30) -> Any:
+        response = requests.request(
+            method,
+            f"{self.url}/{path.lstrip('/')}",
+            json=body,
+            headers={"Authorization": f"token {self.token}"},
+            timeout=timeout,
+        )
+        response.raise_for_status()
+        return response.json() if response.content else None
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@contextlib.contextmanager
+def running_lab(
+    base: Path,
+    controller_url: str,
+    controller_token: str,
+    extra_args: list[str] | None = None,
+) -> Iterator[Lab]:
+    """JupyterLab with this checkout's extension, configured as ``make up`` configures it."""
+    data = base / "data"
+    (data / "labextensions").mkdir(parents=True)
+    # First on JUPYTER_PATH, so this checkout's build wins over any installed copy.
+    (data / "labextensions" / "devboxes-jupyter").symlink_to(LABEXTENSION)
+    root = base / "root"
+    root.mkdir()
+    # No "get notified about news?" toast over the screenshots.
+    labconfig = base / "config" / "labconfig"
+    labconfig.mkdir(parents=True)
+    (labconfig / "page_config.json").write_text(
+        json.dumps({"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": True}})
+    )
+    token_file = base / "controller-token"
+    token_file.write_text(controller_token)
+    token_file.chmod(0o600)
+    token = secrets.token_hex(24)
+    port = _free_port()
+    env = {key: value for key, value in os.environ.items() if not key.startswith("DEVBOX_")}
+    env.update(
+        {
+            "JUPYTER_PATH": str(data),
+            "JUPYTER_CONFIG_DIR": str(base / "config"),
+            "JUPYTER_DATA_DIR": str(base / "user-data"),
+            "JUPYTER_RUNTIME_DIR": str(base / "runtime"),
+            "JUPYTER_PLATFORM_DIRS": "1",
+            # No ~/.config/devbox/config.toml of whoever runs the tests.
+            "HOME": str(base / "home"),
+        }
+    )
+    log_path = base / "lab.log"
+    log = log_path.open("wb")
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            "--no-browser",
+            "--ip=127.0.0.1",
+            f"--port={port}",
+            "--port-retries=0",
+            # CI runs as root; the server is on loopback with a random token.
+            "--ServerApp.allow_root=True",
+            f"--ServerApp.root_dir={root}",
+            f"--IdentityProvider.token={token}",
+            "--ServerApp.jpserver_extensions={'devboxes_jupyter': True}",
+            f"--DevboxesJupyterApp.controller_url={controller_url}",
+            f"--DevboxesJupyterApp.token_file={token_file}",
+            f"--LabApp.workspaces_dir={base / 'workspaces'}",
+            "--LabApp.news_url=",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+            "--LabApp.extension_manager=readonly",
+            *(extra_args or []),
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    lab = Lab(url=f"http://127.0.0.1:{port}", token=token, log=log_path, root=root, data=data)
+    try:
+        deadline = time.monotonic() + LAB_START_TIMEOUT
+        while True:
+            if process.poll() is not None:
+                pytest.fail(f"JupyterLab exited with {process.returncode}; see {log_path}")
+            try:
+                lab.api("GET", "api/status")
+                break
+            except requests.RequestException:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"JupyterLab did not answer on {lab.url}; see {log_path}")
+                time.sleep(0.5)
+        yield lab
+    finally:
+        process.terminate()
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+        log.close()
+
+
+@dataclass
+class Execution:
+    """What one ``execute_request`` produced."""
+
+    status: str
+    stdout: str = ""
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    results: list[str] = field(default_factory=list)
+
+
+class KernelChannels:
+    """One kernel of a Lab, started through ``/api/kernels`` and driven over its websocket."""
+
+    def __init__(self, lab: Lab, kernel_id: str) -> None:
+        import websocket
+
+        self.lab = lab
+        self.kernel_id = kernel_id
+        self.session = uuid.uuid4().hex
+        ws_url = lab.url.replace("http://", "ws://", 1)
+        self._ws = websocket.create_connection(
+            f"{ws_url}/api/kernels/{kernel_id}/channels?session_id={self.session}",
+            header=[f"Authorization: token {lab.token}"],
+            timeout=30,
+        )
+
+    @classmethod
+    @contextlib.contextmanager
+    def start(cls, lab: Lab, name: str, timeout: float = 120) -> Iterator[KernelChannels]:
+        model = lab.api("POST", "api/kernels", {"name": name}, timeout=timeout)
+        channels = cls(lab, model["id"])
+        try:
+            yield channels
+        finally:
+            channels.close()
+            with contextlib.suppress(requests.RequestException):
+                lab.api("DELETE", f"api/kernels/{model['id']}", timeout=60)
+
+    def close(self) -> None:
+        self._ws.close()
+
+    def _send(self, channel: str, msg_type: str, content: dict[str, Any]) -> str:
+        msg_id = uuid.uuid4().hex
+        self._ws.send(
+            json.dumps(
+                {
+                    "header": {
+                        "msg_id": msg_id,
+                        "msg_type": msg_type,
+                        "session": self.session,
+                        "username": "test",
+                        "version": "5.3",
+                        "date": "",
+                    },
+                    "parent_header": {},
+                    "metadata": {},
+                    "content": content,
+                    "channel": channel,
+                    "buffers": [],
+                }
+            )
+        )
+        return msg_id
+
+    def _receive(self, deadline: float) -> dict[str, Any]:
+        import websocket
+
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                pytest.fail(f"no answer from kernel {self.kernel_id} in time")
+            self._ws.settimeout(remaining)
+            try:
+                message: dict[str, Any] = json.loads(self._ws.recv())
+            except websocket.WebSocketTimeoutException:
+                continue
+            return message
+
+    def send_execute(self, code: str) -> str:
+        return self._send(
+            "shell",
+            "execute_request",
+            {"code": code, "silent": False, "store_history": True, "allow_stdin": False},
+        )
+
+    def collect(self, msg_id: str, timeout: float = 300) -> Execution:
+        """Outputs of one request until its execute_reply and idle status both arrived."""
+        deadline = time.monotonic() + timeout
+        execution = Execution(status="")
+        idle = False
+        while not (idle and execution.status):
+            message = self._receive(deadline)
+            if message.get("parent_header", {}).get("msg_id") != msg_id:
+                continue
+            kind = message["header"]["msg_type"]
+            content = message["content"]
+            if kind == "execute_reply":
+                execution.status = content["status"]
+            elif kind == "status" and content["execution_state"] == "idle":
+                idle = True
+            elif kind == "stream":
+                execution.stdout += content["text"]
+            elif kind == "error":
+                execution.errors.append(content)
+            elif kind in ("execute_result", "display_data"):
+                execution.results.append(content["data"].get("text/plain", ""))
+        return execution
+
+    def execute(self, code: str, timeout: float = 300) -> Execution:
+        return self.collect(self.send_execute(code), timeout)
+
+    def wait_busy(self, msg_id: str, timeout: float = 60) -> None:
+        """Return once the kernel reports it started working on ``msg_id``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            message = self._receive(deadline)
+            if (
+                message.get("parent_header", {}).get("msg_id") == msg_id
+                and message["header"]["msg_type"] == "status"
+                and message["content"]["execution_state"] == "busy"
+            ):
+                return

@@ -1,0 +1,293 @@
+"""Devbox kernels: "Python 3 on <profile> (devbox)" runs its kernel inside a box over SSH.
+
+Everything is real except the box's inside: the Lab starts the kernel through its REST
+API, the provisioner asks the real controller on the testbed for the box and waits with
+its server-side wait, then logs in with a throwaway key. kwok pods run nothing, so a
+Debian sshd on loopback, started by the test at the SSH host and port the controller
+reports for the box, stands in for the box; the kernel is a real ipykernel behind it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import json
+import secrets
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from controllers import ControllerProcess
+from devboxes_jupyter.provisioner import box_name
+from labserver import KernelChannels, Lab, running_lab
+from sshd import loopback_sshd, make_key, need_sshd
+from support import wait_for
+
+from devboxes_sdk import models
+from devboxes_sdk.client import Client, Devbox
+from devboxes_sdk.errors import BoxNotReady, NotFound
+
+KERNEL_START_TIMEOUT = 400
+
+
+@dataclass
+class Setup:
+    lab: Lab
+    owner: str
+    key: Path
+    base: Path
+
+
+@pytest.fixture(scope="module")
+def setup(
+    controller: ControllerProcess, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Setup]:
+    need_sshd()
+    base = tmp_path_factory.mktemp("devbox-kernel")
+    key = make_key(base)
+    owner = f"t{secrets.token_hex(3)}"
+    with running_lab(
+        base / "lab",
+        controller.url,
+        controller.token,
+        [
+            f"--DevboxKernelProvisioner.ssh_key_file={key}",
+            f"--DevboxKernelProvisioner.ssh_user={getpass.getuser()}",
+            f"--DevboxKernelProvisioner.owner={owner}",
+            f"--DevboxKernelProvisioner.known_hosts_file={base / 'known_hosts'}",
+            "--DevboxKernelProvisioner.ssh_connect_timeout=20",
+            # The "box" is this machine, whose python has ipykernel.
+            f"--DevboxesJupyterApp.kernel_python={sys.executable}",
+        ],
+    ) as lab:
+        yield Setup(lab, owner, key, base)
+
+
+@pytest.fixture
+def boxes(controller_client: Client) -> Iterator[list[str]]:
+    names: list[str] = []
+    yield names
+    for name in names:
+        with contextlib.suppress(NotFound):
+            controller_client.delete(name, purge=True)
+
+
+def _kernelspecs(lab: Lab) -> dict[str, Any]:
+    specs: dict[str, Any] = lab.api("GET", "api/kernelspecs")["kernelspecs"]
+    return specs
+
+
+def _start_kernel(lab: Lab, name: str) -> requests.Response:
+    return requests.post(
+        f"{lab.url}/api/kernels",
+        json={"name": name},
+        headers={"Authorization": f"token {lab.token}"},
+        timeout=KERNEL_START_TIMEOUT,
+    )
+
+
+def _box_port(client: Client, name: str) -> int:
+    def reported() -> int | None:
+        """the controller reports the box's SSH port"""
+        with contextlib.suppress(NotFound):
+            port = client.get(name).ssh_port
+            # 22 stands for "no address yet": the box's Service has no node port so far.
+            return port if port != 22 else None
+        return None
+
+    port: int = wait_for(reported, timeout=120)
+    return port
+
+
+def test_kernelspecs_offer_cpu_and_every_profile(setup: Setup, controller_client: Client) -> None:
+    catalog = controller_client.capabilities().gpu
+    expected = {"devbox-cpu": "Python 3 on CPU (devbox)"}
+    expected.update(
+        {f"devbox-{p.name}": f"Python 3 on {p.display_name} (devbox)" for p in catalog.profiles}
+    )
+
+    def offered() -> bool:
+        """the Lab offers a devbox kernelspec per profile"""
+        return expected.keys() <= _kernelspecs(setup.lab).keys()
+
+    wait_for(offered, timeout=60)
+    specs = _kernelspecs(setup.lab)
+    for name, display in expected.items():
+        assert specs[name]["spec"]["display_name"] == display
+        assert specs[name]["spec"]["interrupt_mode"] == "message"
+
+
+def test_kernel_runs_in_the_box_interrupts_restarts_and_shuts_down(
+    setup: Setup, controller_client: Client, boxes: list[str]
+) -> None:
+    catalog = controller_client.capabilities().gpu
+    profile = catalog.get("nvidia-l4") or catalog.default
+    if profile is None:
+        pytest.skip("the controller under test offers no GPU profile")
+    name = box_name(setup.owner, profile.name)
+    boxes.append(name)
+    wait_for(lambda: f"devbox-{profile.name}" in _kernelspecs(setup.lab), timeout=60)
+
+    started: list[requests.Response] = []
+    starter = threading.Thread(
+        target=lambda: started.append(_start_kernel(setup.lab, f"devbox-{profile.name}"))
+    )
+    starter.start()
+    # The provisioner creates the box; its sshd comes up at the address the box reports.
+    port = _box_port(controller_client, name)
+    with loopback_sshd(setup.base / "sshd-gpu", port, setup.key.with_suffix(".pub")):
+        starter.join(KERNEL_START_TIMEOUT)
+        assert started, "the kernel start did not answer"
+        assert started[0].status_code == 201, started[0].text
+        kernel_id = started[0].json()["id"]
+
+        box = controller_client.get(name)
+        assert box.state is models.DevboxState.READY
+        assert box.gpu is not None
+        assert box.gpu.profile == profile.name
+
+        watch = setup.lab.api("GET", "devboxes/api/watch?timeout=0")
+        progress = {item["kernel_id"]: item for item in watch["kernels"]}
+        assert progress[kernel_id]["phase"] == "running"
+        assert progress[kernel_id]["box"] == name
+
+        channels = KernelChannels(setup.lab, kernel_id)
+        try:
+            result = channels.execute("1+1")
+            assert result.status == "ok"
+            assert result.results == ["2"]
+            # The kernel runs in the SSH session, not as a child of the Jupyter server.
+            where = channels.execute("import os; print('SSH_CONNECTION' in os.environ)")
+            assert where.stdout.strip() == "True"
+
+            sleeping = channels.send_execute("import time; time.sleep(600)")
+            channels.wait_busy(sleeping)
+            setup.lab.api("POST", f"api/kernels/{kernel_id}/interrupt")
+            interrupted = channels.collect(sleeping, timeout=60)
+            assert interrupted.status == "error"
+            assert interrupted.errors[0]["ename"] == "KeyboardInterrupt"
+
+            assert channels.execute("marker = 41").status == "ok"
+            setup.lab.api("POST", f"api/kernels/{kernel_id}/restart", timeout=KERNEL_START_TIMEOUT)
+        finally:
+            channels.close()
+        channels = KernelChannels(setup.lab, kernel_id)
+        try:
+            fresh = channels.execute("'marker' in dir(), 1+1")
+            assert fresh.results == ["(False, 2)"]
+        finally:
+            channels.close()
+
+        setup.lab.api("DELETE", f"api/kernels/{kernel_id}", timeout=60)
+        # Shutdown leaves the box to its auto-stop.
+        assert controller_client.get(name).state is models.DevboxState.READY
+        kernels = [item["id"] for item in setup.lab.api("GET", "api/kernels")]
+        assert kernel_id not in kernels
+
+        def forgotten() -> bool:
+            """the kernel's progress entry is gone"""
+            watch = setup.lab.api("GET", "devboxes/api/watch?timeout=0")
+            return kernel_id not in [item["kernel_id"] for item in watch["kernels"]]
+
+        wait_for(forgotten, timeout=30)
+
+
+def _write_kernelspec(lab: Lab, name: str, argv0: str, config: dict[str, Any]) -> None:
+    folder = lab.data / "kernels" / name
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [argv0, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": name,
+                "language": "python",
+                "interrupt_mode": "message",
+                "metadata": {
+                    "kernel_provisioner": {"provisioner_name": "devboxes", "config": config}
+                },
+            }
+        )
+    )
+
+
+def _refused(response: requests.Response) -> str:
+    assert response.status_code == 503, response.text
+    message: str = response.json()["message"]
+    return message
+
+
+def test_failures_end_the_start_with_one_message(
+    setup: Setup, controller_client: Client, boxes: list[str], tmp_path: Path
+) -> None:
+    name = box_name(setup.owner, None)
+    boxes.append(name)
+
+    # No sshd at the box's address: the refusal, once the connect grace is over.
+    message = _refused(_start_kernel(setup.lab, "devbox-cpu"))
+    port = controller_client.get(name).ssh_port
+    assert message.startswith(f"SSH to box {name} (")
+    assert f"127.0.0.1 port {port}: Connection refused" in message
+
+    with loopback_sshd(setup.base / "sshd-cpu", port, setup.key.with_suffix(".pub")):
+        # An image without ipykernel: a python with nothing installed.
+        bare = tmp_path / "bare"
+        import venv
+
+        venv.EnvBuilder(with_pip=False).create(bare)
+        _write_kernelspec(setup.lab, "devbox-bare", str(bare / "bin" / "python"), {})
+        message = _refused(_start_kernel(setup.lab, "devbox-bare"))
+        assert "cannot import ipykernel" in message
+        assert "needs python3 and ipykernel" in message
+
+        # An image without the interpreter at all.
+        _write_kernelspec(setup.lab, "devbox-nopython", "/nonexistent/python3", {})
+        message = _refused(_start_kernel(setup.lab, "devbox-nopython"))
+        assert "/nonexistent/python3 is not installed there" in message
+
+    assert list(setup.lab.api("GET", "api/kernels")) == []
+
+
+class _Blocked(Exception):
+    pass
+
+
+def test_no_free_device_before_the_timeout_is_the_message(
+    setup: Setup, controller_client: Client, boxes: list[str]
+) -> None:
+    profile = controller_client.capabilities().gpu.get("amd-rocm")
+    if profile is None:
+        pytest.skip("the controller under test has no amd-rocm profile")
+
+    def stop_when_blocked(box: Devbox) -> None:
+        if (box.message or "").startswith("Scheduling blocked"):
+            raise _Blocked
+
+    # Take every device of the profile, however many the node pools have.
+    for _ in range(16):
+        filler = f"fill-{secrets.token_hex(3)}"
+        controller_client.create(filler, gpu=profile.name, ttl_hours=1)
+        boxes.append(filler)
+        try:
+            controller_client.wait_ready(filler, 120, on_update=stop_when_blocked)
+        except _Blocked:
+            break
+        except BoxNotReady as error:
+            pytest.fail(f"filler box {filler} did not become ready: {error}")
+    else:
+        pytest.fail(f"16 boxes of {profile.name} were all placed; cannot exhaust it")
+
+    boxes.append(box_name(setup.owner, profile.name))
+    _write_kernelspec(
+        setup.lab,
+        "devbox-amd-short",
+        sys.executable,
+        {"profile": profile.name, "start_timeout": 20},
+    )
+    message = _refused(_start_kernel(setup.lab, "devbox-amd-short"))
+    assert message.startswith(f"box {box_name(setup.owner, profile.name)} is not ready:")
+    assert f"Insufficient {profile.resource_name}" in message
