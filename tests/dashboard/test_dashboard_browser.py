@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import requests
 from controllers import ControllerProcess, example_settings
-from support import CHROMIUM, CHROMIUM_ARGS
+from support import CHROMIUM, CHROMIUM_ARGS, wait_for
 
 pytestmark = pytest.mark.browser
 
@@ -399,9 +399,14 @@ def test_selector_shows_free_devices_and_updates_live_when_a_box_stops(
         entry: dict[str, Any] = next(p for p in body["profiles"] if p["name"] == "nvidia-l4")
         return entry
 
+    def all_free() -> bool:
+        """earlier tests' L4 boxes are gone (their pods may still be terminating)"""
+        entry = l4()
+        return bool(entry["available"] == entry["capacity"])
+
+    # The count is compared exactly, so no other box may take or free an L4 meanwhile.
+    wait_for(all_free, timeout=120)
     free, total = l4()["available"], l4()["capacity"]
-    if free < 1:
-        pytest.skip("every NVIDIA L4 GPU of the testbed is held by another test")
     name = f"l4-free-{uuid.uuid4().hex[:6]}"
     page = chromium.new_page()
     page.set_default_timeout(30_000)
