@@ -33,6 +33,7 @@ from devboxes_sdk.models import (
     FieldError,
     GpuAllocation,
     GpuProfile,
+    Volume,
     WhoAmI,
 )
 
@@ -61,6 +62,7 @@ __all__ = [
     "StartTimeout",
     "Unavailable",
     "ValidationError",
+    "Volume",
     "WhoAmI",
     "__version__",
 ]

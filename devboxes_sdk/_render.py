@@ -7,10 +7,11 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 from devboxes_sdk.client import Devbox, GpuCatalog
-from devboxes_sdk.models import DevboxState, GpuAllocation
+from devboxes_sdk.models import DevboxState, GpuAllocation, Volume
 
 BOX_HEADERS = ("NAME", "STATE", "SIZE", "AUTO-STOP", "ACCELERATOR", "SSH")
 PROFILE_HEADERS = ("PROFILE", "NAME", "COUNT", "RESOURCE", "DESCRIPTION")
+VOLUME_HEADERS = ("NAME", "SIZE", "CREATED", "LAST PROFILE", "CLAIM")
 EMPTY = "-"
 
 # Server-supplied text (messages, names) is shown in a terminal; control characters
@@ -120,6 +121,22 @@ def profiles_table(catalog: GpuCatalog) -> str:
     return table(PROFILE_HEADERS, rows)
 
 
+def volumes_table(volumes: Iterable[Volume], now: datetime) -> str:
+    return table(
+        VOLUME_HEADERS,
+        (
+            (
+                volume.name,
+                volume.size or EMPTY,
+                relative_time(volume.created_at, now),
+                volume.last_profile or "cpu",
+                volume.claim,
+            )
+            for volume in volumes
+        ),
+    )
+
+
 def box_details(box: Devbox, now: datetime) -> str:
     """Every field of one box as aligned ``Key: value`` lines."""
     expires = EMPTY
@@ -145,6 +162,12 @@ def box_details(box: Devbox, now: datetime) -> str:
         ("Pod", box.pod_name or EMPTY),
         ("Pod ready", "yes" if box.pod_ready else "no"),
         ("Restarts", str(box.restarts)),
+        (
+            "Restart",
+            f"required: {box.restart_reason or 'the release changed'}"
+            if box.restart_required
+            else "not required",
+        ),
     ]
     width = max(len(key) for key, _ in fields) + 1
     return "\n".join(f"{key + ':':<{width}} {clean(value)}" for key, value in fields)

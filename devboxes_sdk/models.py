@@ -158,6 +158,15 @@ class Devbox(_Response):
     storage_size: str | None = None
     message: str | None = None
     gpu: GpuAllocation | None = None
+    # Lifecycle: a running box whose pod template lags behind the release, and why.
+    restart_required: bool = False
+    restart_reason: str | None = None
+
+
+class DevboxExtend(_Request):
+    """Body of ``POST /api/v1/devboxes/{name}/extend``: push the auto-stop time back."""
+
+    hours: Annotated[int, Field(ge=1)]
 
 
 class DevboxList(_Response):
@@ -172,6 +181,22 @@ class DeleteResult(_Response):
     name: str
     purged: bool
     message: str
+
+
+class Volume(_Response):
+    """A retained home volume: a claim whose box was deleted or never finished creating."""
+
+    name: str
+    claim: str
+    size: str | None = None
+    created_at: AwareDatetime
+    last_profile: str | None = None
+
+
+class VolumeList(_Response):
+    """Body of ``GET /api/v1/volumes``: oldest first."""
+
+    items: list[Volume]
 
 
 class WhoAmI(_Response):

@@ -282,7 +282,7 @@ class Boxes:
         METRICS.writes.labels("create").inc()
         self.ensure_service(spec, deployment)
         self.deployments.wait_for_version(names.deployment, kube.resource_version(deployment))
-        self.record(deployment, "Created", _created_message(spec))
+        self.record(deployment, "Created", _created_message(spec, reused=claim is not None))
         log.info(
             "box created",
             extra={
@@ -323,14 +323,21 @@ class Boxes:
                 existing = kube.call(
                     self._core.read_namespaced_persistent_volume_claim, names.pvc, self.namespace
                 )
+        patch: Obj = {}
         size = wanted["spec"]["resources"]["requests"]["storage"]
         current = existing["spec"]["resources"]["requests"]["storage"]
         if quantity_value(size) > quantity_value(current):
+            patch["spec"] = {"resources": {"requests": {"storage": size}}}
+        profile = wanted["metadata"]["labels"].get(render.LABEL_GPU_PROFILE)
+        if (existing["metadata"].get("labels") or {}).get(render.LABEL_GPU_PROFILE) != profile:
+            # None removes the label: a CPU box now owns a volume a GPU box used before.
+            patch["metadata"] = {"labels": {render.LABEL_GPU_PROFILE: profile}}
+        if patch:
             kube.call(
                 self._core.patch_namespaced_persistent_volume_claim,
                 names.pvc,
                 self.namespace,
-                {"spec": {"resources": {"requests": {"storage": size}}}},
+                patch,
             )
             METRICS.writes.labels("patch").inc()
 
@@ -419,17 +426,13 @@ class Boxes:
         claim = self.pvcs.get(names.pvc)
         if deployment is None and not (purge and claim is not None):
             raise NotFound(f"devbox '{name}' not found")
-        background = client.V1DeleteOptions(propagation_policy="Background")
         for function, object_name in (
             (self._apps.delete_namespaced_deployment, names.deployment),
             (self._core.delete_namespaced_service, names.service),
-            *([(self._core.delete_namespaced_persistent_volume_claim, names.pvc)] if purge else []),
         ):
-            try:
-                kube.call(function, object_name, self.namespace, body=background)
-                METRICS.writes.labels("delete").inc()
-            except NotFound:
-                continue
+            self._delete(function, object_name)
+        if purge:
+            self.purge_claim(name)
         self.deployments.wait_for_absence(names.deployment)
         message = (
             f"devbox '{name}' deleted with its home volume"
@@ -439,11 +442,59 @@ class Boxes:
         log.info("box deleted", extra={"box": name, "purged": purge})
         return DeleteResult(name=name, purged=purge, message=message)
 
+    def _delete(self, function: Callable[..., Any], object_name: str) -> bool:
+        """Delete one object in the background; False when it was already gone."""
+        background = client.V1DeleteOptions(propagation_policy="Background")
+        try:
+            kube.call(function, object_name, self.namespace, body=background)
+        except NotFound:
+            return False
+        METRICS.writes.labels("delete").inc()
+        return True
 
-def _created_message(spec: render.BoxSpec) -> str:
+    def purge_claim(self, name: str) -> bool:
+        """Delete a box's home claim: the only code path that deletes one."""
+        return self._delete(
+            self._core.delete_namespaced_persistent_volume_claim, render.object_names(name).pvc
+        )
+
+    def extend_box(self, name: str, hours: int) -> Devbox:
+        """Push a running box's deadline back, never beyond ``ttl.maxHours`` from now."""
+        deployment = self._deployment(name)
+        if (deployment.get("spec") or {}).get("replicas", 1) == 0:
+            raise Conflict(f"devbox '{name}' is stopped; start it, which renews its time to live")
+        try:
+            spec = render.spec_from_deployment(deployment)
+        except SnapshotError as err:
+            raise Conflict(f"devbox '{name}' cannot be extended: {err}") from None
+        now = self.clock()
+        maximum = self.settings.ttl.max_hours
+        base = max(spec.expires_at, now)
+        room = int((now + timedelta(hours=maximum) - base) / timedelta(hours=1))
+        if hours > room:
+            raise Invalid(
+                f"hours must be at most {max(room, 0)}: a box stops at most {maximum} hours "
+                f"from now (the maximum time to live), and {name} already runs until "
+                f"{render.format_timestamp(base)}"
+            )
+        expires = base + timedelta(hours=hours)
+        stamp = render.format_timestamp(expires)
+        updated = self._patch(
+            name, {"metadata": {"annotations": {render.ANNOTATION_EXPIRES_AT: stamp}}}
+        )
+        self.record(
+            updated,
+            "Extended",
+            f"Extended by {hours} h; stops automatically at {stamp}",
+        )
+        return self._current(name, updated)
+
+
+def _created_message(spec: render.BoxSpec, reused: bool) -> str:
     accelerator = (
         f"GPU profile {spec.gpu.name} ({spec.gpu.count}x {spec.gpu.resource_name})"
         if spec.gpu
         else "no GPU"
     )
-    return f"Created with preset {spec.preset}, {accelerator}"
+    home = "; reusing its retained home volume" if reused else ""
+    return f"Created with preset {spec.preset}, {accelerator}{home}"

@@ -20,6 +20,8 @@ LABEL_BOX = "devboxes.io/box"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_NAME = "app.kubernetes.io/name"
 LABEL_COMPONENT = "app.kubernetes.io/component"
+# On a home claim: the GPU profile of the box that last used it, for the volume listing.
+LABEL_GPU_PROFILE = "devboxes.io/gpu-profile"
 MANAGER = "devboxes-controller"
 APP_NAME = "devbox"
 MANAGED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGER}"
@@ -150,10 +152,13 @@ def render_pvc(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
     }
     if settings.storage_class_name is not None:
         pvc_spec["storageClassName"] = settings.storage_class_name
+    metadata = _metadata(object_names(spec.name).pvc, settings, spec.name, COMPONENT_HOME)
+    if spec.gpu is not None:
+        metadata["labels"][LABEL_GPU_PROFILE] = spec.gpu.name
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
-        "metadata": _metadata(object_names(spec.name).pvc, settings, spec.name, COMPONENT_HOME),
+        "metadata": metadata,
         "spec": pvc_spec,
     }
 

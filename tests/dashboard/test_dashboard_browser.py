@@ -384,3 +384,51 @@ def test_dashboard_fits_an_800px_window(
     finally:
         context.close()
         api.delete_all()
+
+
+def test_extend_and_purge_a_retained_volume_in_chromium(
+    controllers: Callable[..., ControllerProcess], chromium: Any
+) -> None:
+    from playwright.sync_api import expect
+
+    controller = controllers()
+    api = Api(controller)
+    suffix = uuid.uuid4().hex[:6]
+    running, kept = f"run-{suffix}", f"kept-{suffix}"
+    api.create(running)
+    api.create(kept)
+    api.http.delete(f"{api.base}/devboxes/{kept}", timeout=30).raise_for_status()
+    before = api.get(f"/devboxes/{running}")["expires_at"]
+
+    context = chromium.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    try:
+        page.goto(f"{controller.url}/dashboard/login?next=/dashboard")
+        page.get_by_label("Operator token").fill(controller.token)
+        page.get_by_label("Operator token").press("Enter")
+        expect(page.locator("#connection")).to_have_text("Live")
+
+        row = page.locator(f'tr[data-box="{running}"]')
+        row.get_by_role("button", name=f"Extend {running}").click()
+        dialog = page.get_by_role("dialog")
+        dialog.get_by_label("Hours to add").fill("2")
+        dialog.get_by_role("button", name="Extend").click()
+        expect(dialog).to_be_hidden()
+        expect(page.locator("#action-status")).to_contain_text(f"Box {running} now stops at")
+        assert api.get(f"/devboxes/{running}")["expires_at"] > before
+
+        volume = page.locator(f'tr[data-volume="{kept}"]')
+        expect(volume).to_contain_text("20Gi")
+        volume.get_by_role("button", name=f"Purge {kept}").click()
+        confirm = dialog.get_by_role("button", name="Purge")
+        expect(confirm).to_be_disabled()
+        dialog.get_by_label("Type the name to confirm").fill(kept)
+        shot(page, "07-purge-volume")
+        confirm.click()
+        expect(volume).to_have_count(0)
+        expect(page.locator("#action-status")).to_contain_text(f"devbox-{kept}-home")
+        assert kept not in {v["name"] for v in api.get("/volumes")["items"]}
+    finally:
+        context.close()
+        api.delete_all()
