@@ -19,7 +19,7 @@ from kubernetes import client
 
 from devboxes_sdk.models import DeleteResult, Devbox, DevboxCreate, DevboxState
 
-from . import kube, render, status
+from . import kube, render, status, template
 from .cache import Informer
 from .kube import RETRY_AFTER_SECONDS, ApiProblem, Conflict, Invalid, NotFound, Obj
 from .metrics import METRICS
@@ -366,7 +366,7 @@ class Boxes:
             raise NotFound(f"devbox '{name}' not found")
         return deployment
 
-    def _patch(self, name: str, patch: Obj) -> Obj:
+    def _patch(self, name: str, patch: Obj | list[Obj]) -> Obj:
         names = render.object_names(name)
         updated = kube.call(
             self._apps.patch_namespaced_deployment, names.deployment, self.namespace, patch
@@ -382,6 +382,9 @@ class Boxes:
             spec = render.spec_from_deployment(deployment)
         except SnapshotError as err:
             raise Conflict(f"devbox '{name}' cannot be started: {err}") from None
+        if (deployment.get("spec") or {}).get("replicas", 1) == 0:
+            # The release's changes go in before the pod exists, so it starts with them.
+            self.rebuild_if_changed(deployment)
         expires = self.clock() + timedelta(hours=spec.ttl_hours)
         updated = self._patch(
             name,
@@ -403,6 +406,22 @@ class Boxes:
             f"Started; stops automatically at {render.format_timestamp(expires)}",
         )
         return self._current(name, updated)
+
+    def rebuild_if_changed(self, deployment: Obj) -> Obj | None:
+        """Replace the pod template with the release's, rendered from the box's pinned
+        record, when the release changed it; the updated Deployment, or None."""
+        name = render.box_name_of(deployment)
+        try:
+            changed = template.changes(deployment, self.settings)
+            patch = template.rebuild_patch(deployment, self.settings) if changed else None
+        except SnapshotError as err:
+            raise Conflict(f"devbox '{name}' cannot be rebuilt: {err}") from None
+        if name is None or patch is None:
+            return None
+        updated = self._patch(name, patch)
+        self.record(updated, "Rebuilt", f"Pod template rebuilt: {'; '.join(changed)}")
+        log.info("box rebuilt", extra={"box": name, "changes": changed})
+        return updated
 
     def stop_box(self, name: str, expired_at: datetime | None = None) -> Devbox:
         """Replicas 0; the claim, the snapshot and the TTL annotation stay."""

@@ -100,6 +100,9 @@ class Reconciler:
         created = render.parse_timestamp(deployment["metadata"]["creationTimestamp"])
         if now - created >= REPAIR_GRACE:
             self._repair(name, spec, deployment)
+        if not running:
+            # A stopped box has no pod to disturb: it follows the release at once.
+            self._boxes.rebuild_if_changed(deployment)
         return spec.expires_at if running else None
 
     def _repair(self, name: str, spec: render.BoxSpec, deployment: Obj) -> None:

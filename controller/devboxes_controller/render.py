@@ -8,6 +8,8 @@ rebuilds a spec from that annotation and never from the live catalog.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -41,6 +43,11 @@ ANNOTATION_EXPIRES_AT = ANNOTATION_PREFIX + "expires-at"
 ANNOTATION_REPOSITORY = ANNOTATION_PREFIX + "repository"
 # Written by the reconciler when the TTL stops a box.
 ANNOTATION_EXPIRED_AT = ANNOTATION_PREFIX + "expired-at"
+# The main container's image and resources as created: pinned like the GPU profile, so
+# a new release image or preset size never changes an existing box.
+ANNOTATION_PINNED_MAIN = ANNOTATION_PREFIX + "pinned-main"
+# A hash per part of the pod template as last written, to tell what a release changed.
+ANNOTATION_TEMPLATE = ANNOTATION_PREFIX + "template"
 
 _PRESET_BY_NAME: dict[str, Preset] = {preset: preset for preset in PRESETS}
 
@@ -78,6 +85,17 @@ CAPABILITIES_ADDED = (
 
 
 @dataclass(frozen=True)
+class PinnedMain:
+    """The main container's image and resources, fixed when the box is created."""
+
+    image: str
+    resources: dict[str, dict[str, str]]
+
+    def to_json(self) -> str:
+        return canonical_json({"image": self.image, "resources": self.resources})
+
+
+@dataclass(frozen=True)
 class BoxSpec:
     """Everything the objects of one box are rendered from."""
 
@@ -87,6 +105,12 @@ class BoxSpec:
     repository: str | None
     expires_at: datetime
     gpu: GpuProfileConfig | None
+    # None for a new box: rendered from the settings, then pinned.
+    pinned: PinnedMain | None = None
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 
 @dataclass(frozen=True)
@@ -203,6 +227,9 @@ def _main_container(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
     preset = settings.preset(spec.preset)
     requests: dict[str, str] = {"cpu": preset.cpu, "memory": preset.memory_request}
     limits: dict[str, str] = {"memory": preset.memory_limit}
+    if spec.pinned is not None:
+        requests = dict(spec.pinned.resources.get("requests") or {})
+        limits = dict(spec.pinned.resources.get("limits") or {})
     env = [_env("DEVBOX_NAME", spec.name)]
     if spec.repository:
         env.append(_env("DEVBOX_REPOSITORY", spec.repository))
@@ -222,6 +249,8 @@ def _main_container(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
             groups = ",".join(str(group) for group in gpu.supplemental_groups)
             env.append(_env("DEVBOX_GPU_SUPPLEMENTAL_GROUPS", groups))
         image = gpu.workspace_image or image
+    if spec.pinned is not None:
+        image = spec.pinned.image
     return {
         "name": MAIN_CONTAINER,
         "image": image,
@@ -310,6 +339,30 @@ def _pod_spec(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
     return pod
 
 
+def template_parts(template: dict[str, Any]) -> dict[str, Any]:
+    """A pod template cut into the parts a release change is reported by: each container,
+    the volumes, and the rest of the pod."""
+    pod = dict(template.get("spec") or {})
+    parts: dict[str, Any] = {
+        f"container:{c.get('name')}": c for c in pod.pop("containers", None) or []
+    }
+    parts["volumes"] = pod.pop("volumes", None) or []
+    parts["pod"] = {"metadata": template.get("metadata") or {}, "spec": pod}
+    return parts
+
+
+def template_hashes(template: dict[str, Any]) -> dict[str, str]:
+    return {
+        part: hashlib.sha256(canonical_json(value).encode()).hexdigest()[:16]
+        for part, value in template_parts(template).items()
+    }
+
+
+def _pinned_main(template: dict[str, Any]) -> PinnedMain:
+    main = next(c for c in template["spec"]["containers"] if c["name"] == MAIN_CONTAINER)
+    return PinnedMain(image=main["image"], resources=main["resources"])
+
+
 def _annotations(spec: BoxSpec) -> dict[str, str]:
     annotations = {
         ANNOTATION_PRESET: spec.preset,
@@ -334,7 +387,12 @@ def render_deployment(spec: BoxSpec, settings: Settings, replicas: int = 1) -> d
     metadata = _metadata(
         object_names(spec.name).deployment, settings, spec.name, COMPONENT_WORKSPACE
     )
-    metadata["annotations"] = _annotations(spec)
+    template = {"metadata": template_metadata, "spec": _pod_spec(spec, settings)}
+    metadata["annotations"] = {
+        **_annotations(spec),
+        ANNOTATION_PINNED_MAIN: _pinned_main(template).to_json(),
+        ANNOTATION_TEMPLATE: canonical_json(template_hashes(template)),
+    }
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -347,7 +405,7 @@ def render_deployment(spec: BoxSpec, settings: Settings, replicas: int = 1) -> d
             "revisionHistoryLimit": 2,
             "progressDeadlineSeconds": 600,
             "selector": {"matchLabels": box_selector(spec.name)},
-            "template": {"metadata": template_metadata, "spec": _pod_spec(spec, settings)},
+            "template": template,
         },
     }
 
@@ -397,6 +455,7 @@ def spec_from_deployment(deployment: dict[str, Any]) -> BoxSpec:
         except SnapshotError as exc:
             raise SnapshotError(f"box {name!r}: {exc}") from None
     repository = annotations.get(ANNOTATION_REPOSITORY)
+    pinned_text = annotations.get(ANNOTATION_PINNED_MAIN)
     return BoxSpec(
         name=name,
         preset=preset,
@@ -404,4 +463,40 @@ def spec_from_deployment(deployment: dict[str, Any]) -> BoxSpec:
         repository=repository if isinstance(repository, str) and repository else None,
         expires_at=expires_at,
         gpu=gpu,
+        pinned=None if pinned_text is None else _read_pinned(name, pinned_text),
     )
+
+
+def _read_pinned(box: str, text: str) -> PinnedMain:
+    problem = f"box {box!r}: {ANNOTATION_PINNED_MAIN} is not an image and resources record"
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise SnapshotError(problem) from None
+    image = data.get("image") if isinstance(data, dict) else None
+    resources = data.get("resources") if isinstance(data, dict) else None
+    if not isinstance(image, str) or not image or not isinstance(resources, dict):
+        raise SnapshotError(problem)
+    for kind, values in resources.items():
+        if kind not in ("requests", "limits") or not isinstance(values, dict):
+            raise SnapshotError(problem)
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in values.items()):
+            raise SnapshotError(problem)
+    return PinnedMain(image=image, resources=resources)
+
+
+def pinned_from_template(deployment: dict[str, Any]) -> PinnedMain | None:
+    """The main container's image and resources as deployed, for a box created before
+    they were pinned in an annotation."""
+    template = (deployment.get("spec") or {}).get("template") or {}
+    for container in (template.get("spec") or {}).get("containers") or []:
+        if container.get("name") == MAIN_CONTAINER and container.get("image"):
+            resources = container.get("resources") or {}
+            return PinnedMain(
+                image=str(container["image"]),
+                resources={
+                    kind: {str(k): str(v) for k, v in (resources.get(kind) or {}).items()}
+                    for kind in ("requests", "limits")
+                },
+            )
+    return None

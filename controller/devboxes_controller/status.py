@@ -15,7 +15,7 @@ from typing import Any
 
 from devboxes_sdk.models import Devbox, DevboxState, GpuAllocation
 
-from . import render
+from . import render, template
 from .settings import GpuProfileConfig, Settings, SnapshotError
 
 Obj = dict[str, Any]
@@ -269,4 +269,16 @@ def derive(objects: BoxObjects, settings: Settings) -> Devbox:
         storage_size=_storage_size(objects.pvc),
         message=message,
         gpu=gpu,
+        **_restart(deployment, settings, running=replicas != 0),
     )
+
+
+def _restart(deployment: Obj, settings: Settings, running: bool) -> dict[str, Any]:
+    """A running box whose pod the release would change; stopped ones are rebuilt at once."""
+    if not running:
+        return {}
+    try:
+        reason = template.restart_reason(deployment, settings)
+    except SnapshotError:
+        return {}
+    return {"restart_required": reason is not None, "restart_reason": reason}
