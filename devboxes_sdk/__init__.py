@@ -28,6 +28,7 @@ from devboxes_sdk.errors import (
     ValidationError,
 )
 from devboxes_sdk.models import (
+    Activity,
     DeleteResult,
     DevboxState,
     FieldError,
@@ -38,6 +39,7 @@ from devboxes_sdk.models import (
 )
 
 __all__ = [
+    "Activity",
     "ApiError",
     "AuthenticationError",
     "BoxDegraded",

@@ -137,6 +137,23 @@ def volumes_table(volumes: Iterable[Volume], now: datetime) -> str:
     )
 
 
+def activity_text(box: Devbox, now: datetime) -> str:
+    """``idle for 23m; stops in 37m``, ``active``, or why nothing is known."""
+    activity = box.activity
+    if activity is None:
+        return EMPTY
+    if activity.state == "unknown":
+        return "unknown (no activity agent reports; never stopped for idleness)"
+    if activity.state == "active" or activity.idle_since is None:
+        return "active"
+    idle = f"idle for {duration((now - activity.idle_since).total_seconds())}"
+    if activity.stops_at is None:
+        return idle
+    if activity.stops_at <= now:
+        return f"{idle}; stops now"
+    return f"{idle}; stops {relative_time(activity.stops_at, now)}"
+
+
 def box_details(box: Devbox, now: datetime) -> str:
     """Every field of one box as aligned ``Key: value`` lines."""
     expires = EMPTY
@@ -162,6 +179,7 @@ def box_details(box: Devbox, now: datetime) -> str:
         ("Pod", box.pod_name or EMPTY),
         ("Pod ready", "yes" if box.pod_ready else "no"),
         ("Restarts", str(box.restarts)),
+        ("Activity", activity_text(box, now)),
         (
             "Restart",
             f"required: {box.restart_reason or 'the release changed'}"

@@ -240,6 +240,11 @@ class Devbox:
         return self._model.restart_reason
 
     @property
+    def activity(self) -> models.Activity | None:
+        """What the box's activity agent reports while it runs; ``None`` when stopped."""
+        return self._model.activity
+
+    @property
     def ready(self) -> bool:
         return self._model.state is models.DevboxState.READY
 

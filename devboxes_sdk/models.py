@@ -140,6 +140,18 @@ class GpuAllocation(_Response):
     count: int
 
 
+class Activity(_Response):
+    """What a running box's activity agent last reported.
+
+    ``unknown`` when no agent reports (such a box is never stopped for idleness);
+    ``stops_at`` is set while the box is idle and its operator stops idle boxes.
+    """
+
+    state: Literal["active", "idle", "unknown"]
+    idle_since: AwareDatetime | None = None
+    stops_at: AwareDatetime | None = None
+
+
 class Devbox(_Response):
     """One box as the API reports it."""
 
@@ -161,12 +173,22 @@ class Devbox(_Response):
     # Lifecycle: a running box whose pod template lags behind the release, and why.
     restart_required: bool = False
     restart_reason: str | None = None
+    activity: Activity | None = None
 
 
 class DevboxExtend(_Request):
     """Body of ``POST /api/v1/devboxes/{name}/extend``: push the auto-stop time back."""
 
     hours: Annotated[int, Field(ge=1)]
+
+
+class ActivityReport(_Request):
+    """What a box's activity agent sends each minute; small and bounded."""
+
+    ssh_sessions: Annotated[int, Field(ge=0, le=10_000)]
+    busy_kernels: Annotated[int, Field(ge=0, le=10_000)]
+    # Highest utilization of the box's GPUs in percent; None when no vendor tool answers.
+    gpu_utilization: Annotated[float, Field(ge=0, le=100)] | None = None
 
 
 class DevboxList(_Response):

@@ -17,9 +17,9 @@ from typing import Any
 
 from kubernetes import client
 
-from devboxes_sdk.models import DeleteResult, Devbox, DevboxCreate, DevboxState
+from devboxes_sdk.models import ActivityReport, DeleteResult, Devbox, DevboxCreate, DevboxState
 
-from . import kube, render, status, template
+from . import activity, kube, render, status, template
 from .cache import Informer
 from .kube import RETRY_AFTER_SECONDS, ApiProblem, Conflict, Invalid, NotFound, Obj
 from .metrics import METRICS
@@ -53,8 +53,16 @@ def _box_from_event(event: Obj) -> str | None:
 class Boxes:
     """All boxes of one namespace: cached state, derived status, lifecycle verbs."""
 
-    def __init__(self, settings: Settings, api: client.ApiClient, clock: Clock = utcnow) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        api: client.ApiClient,
+        *,
+        activity_key: bytes,
+        clock: Clock = utcnow,
+    ) -> None:
         self.settings = settings
+        self.activity_key = activity_key
         self.namespace = settings.namespace
         self.clock = clock
         self._core = client.CoreV1Api(api)
@@ -281,6 +289,7 @@ class Boxes:
             raise Conflict(f"devbox '{spec.name}' already exists") from None
         METRICS.writes.labels("create").inc()
         self.ensure_service(spec, deployment)
+        self.ensure_activity_secret(deployment)
         self.deployments.wait_for_version(names.deployment, kube.resource_version(deployment))
         self.record(deployment, "Created", _created_message(spec, reused=claim is not None))
         log.info(
@@ -360,6 +369,69 @@ class Boxes:
         except Conflict:
             return
 
+    def ensure_activity_secret(self, deployment: Obj) -> None:
+        """Write the box's agent credential, for its Deployment's uid and the current key."""
+        name = render.box_name_of(deployment)
+        if name is None:
+            return
+        secret = render.render_activity_secret(
+            name,
+            self.settings,
+            activity.credential(self.activity_key, name, deployment["metadata"]["uid"]),
+        )
+        secret["metadata"]["ownerReferences"] = [
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "name": deployment["metadata"]["name"],
+                "uid": deployment["metadata"]["uid"],
+            }
+        ]
+        try:
+            kube.call(self._core.create_namespaced_secret, self.namespace, secret)
+            METRICS.writes.labels("create").inc()
+        except Conflict:
+            kube.call(
+                self._core.patch_namespaced_secret,
+                secret["metadata"]["name"],
+                self.namespace,
+                {
+                    "metadata": {"ownerReferences": secret["metadata"]["ownerReferences"]},
+                    "stringData": secret["stringData"],
+                },
+            )
+            METRICS.writes.labels("patch").inc()
+
+    def record_activity(self, name: str, report: ActivityReport) -> None:
+        """Write back what a box's agent reported, when it changes what is known."""
+        deployment = self._deployment(name)
+        if (deployment.get("spec") or {}).get("replicas", 1) == 0:
+            return
+        now = self.clock()
+        previous = activity.recorded(deployment)
+        gpu_box = activity.gpu_profile(deployment) is not None
+        idle = activity.is_idle(report, gpu_box, self.settings.idle.gpu_utilization_percent)
+        record = activity.next_record(previous, idle, now)
+        if activity.needs_write(previous, record, now):
+            self._patch(
+                name,
+                {"metadata": {"annotations": {activity.ANNOTATION_ACTIVITY: record.to_json()}}},
+            )
+
+    def stop_idle(self, name: str, limit: timedelta) -> Devbox:
+        """Stop a box nobody used for ``limit``, like a TTL expiry."""
+        minutes = activity.minutes_text(limit)
+        updated = self._patch(
+            name,
+            {
+                "metadata": {"annotations": {activity.ANNOTATION_IDLE_STOPPED: minutes}},
+                "spec": {"replicas": 0},
+            },
+        )
+        self.record(updated, "IdleStopped", f"Stopped after {minutes} min idle; storage kept")
+        log.info("box stopped for idleness", extra={"box": name, "minutes": minutes})
+        return self._current(name, updated)
+
     def _deployment(self, name: str) -> Obj:
         deployment = self.deployments.get(render.object_names(name).deployment)
         if deployment is None:
@@ -393,6 +465,9 @@ class Boxes:
                     "annotations": {
                         render.ANNOTATION_EXPIRES_AT: render.format_timestamp(expires),
                         render.ANNOTATION_EXPIRED_AT: None,
+                        # A new pod: what the last one's agent said no longer holds.
+                        activity.ANNOTATION_ACTIVITY: None,
+                        activity.ANNOTATION_IDLE_STOPPED: None,
                     }
                 },
                 "spec": {"replicas": 1},
@@ -400,6 +475,7 @@ class Boxes:
         )
         self.ensure_storage(spec)
         self.ensure_service(spec, updated)
+        self.ensure_activity_secret(updated)
         self.record(
             updated,
             "Started",
@@ -498,9 +574,14 @@ class Boxes:
             )
         expires = base + timedelta(hours=hours)
         stamp = render.format_timestamp(expires)
-        updated = self._patch(
-            name, {"metadata": {"annotations": {render.ANNOTATION_EXPIRES_AT: stamp}}}
-        )
+        annotations = {render.ANNOTATION_EXPIRES_AT: stamp}
+        record = activity.recorded(deployment)
+        if record is not None and record.idle_since is not None:
+            # Asking for more time is a sign of life: the idle window starts again.
+            annotations[activity.ANNOTATION_ACTIVITY] = activity.Record(
+                reported_at=record.reported_at, idle_since=now
+            ).to_json()
+        updated = self._patch(name, {"metadata": {"annotations": annotations}})
         self.record(
             updated,
             "Extended",

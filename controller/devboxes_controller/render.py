@@ -16,7 +16,7 @@ from typing import Any
 
 from devboxes_sdk.models import PRESETS, Preset
 
-from .settings import GpuProfileConfig, Settings, SnapshotError
+from .settings import ACTIVITY_SIDECAR, GpuProfileConfig, Settings, SnapshotError
 
 LABEL_BOX = "devboxes.io/box"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -31,6 +31,7 @@ MANAGED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGER}"
 COMPONENT_WORKSPACE = "workspace"
 COMPONENT_HOME = "home"
 COMPONENT_SSH = "ssh"
+COMPONENT_ACTIVITY = "activity"
 
 ANNOTATION_PREFIX = "devboxes.io/"
 ANNOTATION_GPU_SNAPSHOT = ANNOTATION_PREFIX + "gpu-profile-snapshot"
@@ -59,6 +60,10 @@ HOME_VOLUME = "home"
 KEYS_VOLUME = "authorized-keys"
 # The workspace entrypoint reads operator keys from /etc/devbox/authorized_keys.
 KEYS_MOUNT_PATH = "/etc/devbox"
+ACTIVITY_VOLUME = "activity-credential"
+ACTIVITY_MOUNT_PATH = "/var/run/devbox-activity"
+ACTIVITY_CREDENTIAL_KEY = "credential"
+ACTIVITY_COMMAND = "devbox-activity-agent"
 HOME_MOUNT_PATH = "/home/dev"
 
 # What the workspace entrypoint and sshd need, and nothing more. The entrypoint runs as
@@ -118,6 +123,7 @@ class ObjectNames:
     deployment: str
     pvc: str
     service: str
+    activity_secret: str
 
 
 def object_names(box: str) -> ObjectNames:
@@ -125,6 +131,7 @@ def object_names(box: str) -> ObjectNames:
         deployment=f"devbox-{box}",
         pvc=f"devbox-{box}-home",
         service=f"devbox-{box}-ssh",
+        activity_secret=f"devbox-{box}-activity",
     )
 
 
@@ -295,6 +302,61 @@ def _sidecar_containers(settings: Settings) -> list[dict[str, Any]]:
     return containers
 
 
+def _reports_activity(spec: BoxSpec, settings: Settings) -> bool:
+    """Only boxes that idleness may stop run the agent; the others need no credential."""
+    window = settings.idle.window(spec.gpu.name if spec.gpu else None)
+    return window is not None and settings.idle.controller_url is not None
+
+
+def _activity_container(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
+    # The release image, never the profile's, and never the accelerator: it only reads
+    # the pod's sockets and asks Jupyter and the vendor tools.
+    return {
+        "name": ACTIVITY_SIDECAR,
+        "image": settings.workspace_image,
+        "command": [ACTIVITY_COMMAND],
+        "env": [
+            _env("DEVBOX_NAME", spec.name),
+            _env(
+                "DEVBOX_ACTIVITY_URL",
+                f"{settings.idle.controller_url}/api/v1/devboxes/{spec.name}/activity",
+            ),
+            _env(
+                "DEVBOX_ACTIVITY_CREDENTIAL_FILE",
+                f"{ACTIVITY_MOUNT_PATH}/{ACTIVITY_CREDENTIAL_KEY}",
+            ),
+        ],
+        "volumeMounts": [
+            {"name": ACTIVITY_VOLUME, "mountPath": ACTIVITY_MOUNT_PATH, "readOnly": True}
+        ],
+        "securityContext": _container_security(),
+    }
+
+
+def _activity_volume(spec: BoxSpec) -> dict[str, Any]:
+    return {
+        "name": ACTIVITY_VOLUME,
+        # Optional: the Secret is written right after the Deployment (its credential
+        # needs the Deployment's uid); the kubelet fills the mount in once it exists.
+        "secret": {
+            "secretName": object_names(spec.name).activity_secret,
+            "optional": True,
+            "defaultMode": 0o444,
+        },
+    }
+
+
+def render_activity_secret(box: str, settings: Settings, credential: str) -> dict[str, Any]:
+    """The box's agent credential; write-only towards the controller's ingest route."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _metadata(object_names(box).activity_secret, settings, box, COMPONENT_ACTIVITY),
+        "type": "Opaque",
+        "stringData": {ACTIVITY_CREDENTIAL_KEY: credential},
+    }
+
+
 def _pod_spec(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
     security: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
     pod: dict[str, Any] = {
@@ -304,7 +366,11 @@ def _pod_spec(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
         "hostPID": False,
         "hostIPC": False,
         "securityContext": security,
-        "containers": [_main_container(spec, settings), *_sidecar_containers(settings)],
+        "containers": [
+            _main_container(spec, settings),
+            *_sidecar_containers(settings),
+            *([_activity_container(spec, settings)] if _reports_activity(spec, settings) else []),
+        ],
         "volumes": [
             {
                 "name": HOME_VOLUME,
@@ -324,6 +390,7 @@ def _pod_spec(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
                 if settings.ssh.authorized_keys_secret
                 else []
             ),
+            *([_activity_volume(spec)] if _reports_activity(spec, settings) else []),
         ],
     }
     gpu = spec.gpu

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from devboxes_sdk.models import Devbox, DevboxState, GpuAllocation
 
-from . import render, template
+from . import activity, render, template
 from .settings import GpuProfileConfig, Settings, SnapshotError
 
 Obj = dict[str, Any]
@@ -234,7 +234,8 @@ def derive(objects: BoxObjects, settings: Settings) -> Devbox:
         expired_at = annotations.get(render.ANNOTATION_EXPIRED_AT)
         state, message = (
             DevboxState.STOPPED,
-            (EXPIRED.format(at=expired_at) if expired_at else STOPPED),
+            activity.stopped_message(deployment)
+            or (EXPIRED.format(at=expired_at) if expired_at else STOPPED),
         )
     elif broken_snapshot is not None:
         state, message = DevboxState.DEGRADED, broken_snapshot
@@ -270,6 +271,7 @@ def derive(objects: BoxObjects, settings: Settings) -> Devbox:
         message=message,
         gpu=gpu,
         **_restart(deployment, settings, running=replicas != 0),
+        activity=activity.of(deployment, settings, datetime.now(UTC)) if replicas != 0 else None,
     )
 
 

@@ -218,6 +218,19 @@
     cell.replaceChildren(details);
   }
 
+  function minutesFromNow(iso) {
+    return Math.round((Date.parse(iso) - Date.now()) / 60000);
+  }
+
+  // Computed when the box last changed: the server pushes no update while nothing does.
+  function activityText(box) {
+    const activity = box.activity;
+    if (!activity || activity.state !== "idle" || !activity.idle_since) return "";
+    const idle = `Idle for ${Math.max(0, -minutesFromNow(activity.idle_since))} min`;
+    if (!activity.stops_at) return idle;
+    return `${idle}; stops in ${Math.max(0, minutesFromNow(activity.stops_at))} min`;
+  }
+
   function actionButton(label, box, handler, className) {
     const button = document.createElement("button");
     button.type = "button";
@@ -272,9 +285,11 @@
     } else {
       row.cells.ssh.textContent = "—";
     }
-    fillMessage(row, box.restart_required
-      ? `${box.message || ""}\nRestart required: ${box.restart_reason || "the release changed"}`
-      : box.message || "");
+    fillMessage(row, [
+      box.message || "",
+      activityText(box),
+      box.restart_required ? `Restart required: ${box.restart_reason || "the release changed"}` : "",
+    ].filter(Boolean).join("\n"));
     row.start.hidden = box.state !== "stopped";
     row.stop.hidden = box.state === "stopped";
     row.extend.hidden = box.state === "stopped";
