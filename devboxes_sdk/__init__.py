@@ -28,6 +28,7 @@ from devboxes_sdk.errors import (
     ValidationError,
 )
 from devboxes_sdk.models import (
+    Activity,
     DeleteResult,
     DevboxState,
     DoctorCheck,
@@ -37,10 +38,12 @@ from devboxes_sdk.models import (
     GpuAvailability,
     GpuProfile,
     ProfileAvailability,
+    Volume,
     WhoAmI,
 )
 
 __all__ = [
+    "Activity",
     "ApiError",
     "AuthenticationError",
     "BoxDegraded",
@@ -69,6 +72,7 @@ __all__ = [
     "StartTimeout",
     "Unavailable",
     "ValidationError",
+    "Volume",
     "WhoAmI",
     "__version__",
 ]

@@ -22,7 +22,7 @@ _devbox() {
     for ((i = 1; i < COMP_CWORD; i++)); do
         word="${COMP_WORDS[i]}"
         case "$word" in
-            --url|--token|--preset|--ttl|--repo|--gpu-profile|--timeout) ((i++)) ;;
+            --url|--token|--preset|--ttl|--repo|--gpu-profile|--timeout|--hours) ((i++)) ;;
             -*) ;;
             *)
                 if [[ -z "$command" ]]; then
@@ -35,13 +35,14 @@ _devbox() {
     done
 
     case "$prev" in
-        --url|--token|--repo|--ttl|--timeout) return 0 ;;
+        --url|--token|--repo|--ttl|--timeout|--hours) return 0 ;;
         --preset) _devbox_words "small medium large" "$cur"; return 0 ;;
         --gpu-profile) _devbox_words "$(devbox gpu profiles -q 2>/dev/null)" "$cur"; return 0 ;;
     esac
 
     local global="--url --token --json --help"
-    local commands="login whoami gpu create list status start stop delete ssh completion"
+    local commands="login whoami gpu create list status start stop extend delete ssh volumes"
+    commands="$commands completion"
     local create_options="--preset --ttl --repo --gpu --gpu-profile --no-wait --ssh --timeout"
     if [[ -z "$command" ]]; then
         if [[ "$cur" == -* ]]; then
@@ -67,7 +68,14 @@ _devbox() {
             ;;
         list) _devbox_words "$global --quiet" "$cur" ;;
         login|whoami) _devbox_words "$global" "$cur" ;;
-        status|stop|start|delete|ssh)
+        volumes)
+            if [[ "$cur" == -* ]]; then
+                _devbox_words "$global --yes" "$cur"
+            elif [[ -z "$subcommand" ]]; then
+                _devbox_words "purge" "$cur"
+            fi
+            ;;
+        status|stop|start|extend|delete|ssh)
             if [[ "$command" == ssh && -n "$subcommand" ]]; then
                 return 0
             fi
@@ -75,6 +83,7 @@ _devbox() {
                 case "$command" in
                     start) _devbox_words "$global --no-wait --timeout" "$cur" ;;
                     delete) _devbox_words "$global --purge --yes" "$cur" ;;
+                    extend) _devbox_words "$global --hours" "$cur" ;;
                     *) _devbox_words "$global" "$cur" ;;
                 esac
             elif [[ -z "$subcommand" ]]; then
@@ -135,6 +144,8 @@ _devbox() {
                 'status:show every detail of one box'
                 'start:start a stopped box'
                 'stop:stop a box, keeping its home volume'
+                'extend:push a running box auto-stop time back'
+                'volumes:list or purge retained home volumes'
                 'delete:delete a box'
                 'ssh:open an SSH session to a ready box'
                 'completion:print a shell completion script'
@@ -164,6 +175,12 @@ _devbox() {
                         '(-q --quiet)'{-q,--quiet}'[print box names only]' && ret=0 ;;
                 status|stop)
                     _arguments $global '1:box:_devbox_boxes' && ret=0 ;;
+                extend)
+                    _arguments $global '--hours[hours to add]:hours:' \
+                        '1:box:_devbox_boxes' && ret=0 ;;
+                volumes)
+                    _arguments $global '1:subcommand:(purge)' \
+                        '--yes[do not ask before purging]' '2:name:' && ret=0 ;;
                 start)
                     _arguments $global '--no-wait[return at once]' \
                         '--timeout[seconds to wait]:seconds:' '1:box:_devbox_boxes' && ret=0 ;;

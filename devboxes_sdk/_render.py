@@ -7,11 +7,18 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 from devboxes_sdk.client import Devbox, GpuCatalog
-from devboxes_sdk.models import DevboxState, DoctorReport, GpuAllocation, GpuAvailability
+from devboxes_sdk.models import (
+    DevboxState,
+    DoctorReport,
+    GpuAllocation,
+    GpuAvailability,
+    Volume,
+)
 
 BOX_HEADERS = ("NAME", "STATE", "SIZE", "AUTO-STOP", "ACCELERATOR", "SSH")
 PROFILE_HEADERS = ("PROFILE", "NAME", "COUNT", "RESOURCE", "FREE", "WAITING", "DESCRIPTION")
 DOCTOR_HEADERS = ("VERDICT", "PROFILE", "CHECK", "FINDING")
+VOLUME_HEADERS = ("NAME", "SIZE", "CREATED", "LAST PROFILE", "CLAIM")
 EMPTY = "-"
 
 # Server-supplied text (messages, names) is shown in a terminal; control characters
@@ -168,6 +175,39 @@ def doctor_text(report: DoctorReport) -> str:
     return f"{table(DOCTOR_HEADERS, rows)}\n\n{verdict}"
 
 
+def volumes_table(volumes: Iterable[Volume], now: datetime) -> str:
+    return table(
+        VOLUME_HEADERS,
+        (
+            (
+                volume.name,
+                volume.size or EMPTY,
+                relative_time(volume.created_at, now),
+                volume.last_profile or "cpu",
+                volume.claim,
+            )
+            for volume in volumes
+        ),
+    )
+
+
+def activity_text(box: Devbox, now: datetime) -> str:
+    """``idle for 23m; stops in 37m``, ``active``, or why nothing is known."""
+    activity = box.activity
+    if activity is None:
+        return EMPTY
+    if activity.state == "unknown":
+        return "unknown (no activity agent reports; never stopped for idleness)"
+    if activity.state == "active" or activity.idle_since is None:
+        return "active"
+    idle = f"idle for {duration((now - activity.idle_since).total_seconds())}"
+    if activity.stops_at is None:
+        return idle
+    if activity.stops_at <= now:
+        return f"{idle}; stops now"
+    return f"{idle}; stops {relative_time(activity.stops_at, now)}"
+
+
 def box_details(box: Devbox, now: datetime) -> str:
     """Every field of one box as aligned ``Key: value`` lines."""
     expires = EMPTY
@@ -194,6 +234,13 @@ def box_details(box: Devbox, now: datetime) -> str:
         ("Pod", box.pod_name or EMPTY),
         ("Pod ready", "yes" if box.pod_ready else "no"),
         ("Restarts", str(box.restarts)),
+        ("Activity", activity_text(box, now)),
+        (
+            "Restart",
+            f"required: {box.restart_reason or 'the release changed'}"
+            if box.restart_required
+            else "not required",
+        ),
     ]
     width = max(len(key) for key, _ in fields) + 1
     return "\n".join(f"{key + ':':<{width}} {clean(value)}" for key, value in fields)

@@ -285,6 +285,26 @@ def build_parser() -> argparse.ArgumentParser:
         "--yes", action="store_true", help="do not ask for confirmation before purging"
     )
 
+    extend = add(
+        "extend", "push a running box's auto-stop time back, without a restart", _cmd_extend
+    )
+    extend.add_argument("name", type=_box_name, metavar="NAME")
+    extend.add_argument(
+        "--hours", type=_positive_int, required=True, metavar="N", help="hours to add"
+    )
+
+    volumes = add("volumes", "list home volumes kept after their box was deleted", _cmd_volumes)
+    volume_commands = volumes.add_subparsers(dest="volume_command", metavar="COMMAND")
+    purge = volume_commands.add_parser(
+        "purge",
+        help="delete a retained home volume, permanently",
+        description="delete a retained home volume, permanently",
+        parents=[common],
+    )
+    purge.add_argument("name", type=_box_name, metavar="NAME")
+    purge.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    purge.set_defaults(handler=_cmd_volume_purge, prog=purge.prog)
+
     ssh = add("ssh", "open an SSH session to a ready box", _cmd_ssh)
     ssh.add_argument("name", type=_box_name, metavar="NAME")
     ssh.add_argument(
@@ -581,6 +601,19 @@ def flag_message(error: ValidationError) -> str:
     return "; ".join(parts)
 
 
+def _note_retained_volume(client: Client, name: str) -> None:
+    """Say when a create will pick up the home volume an earlier box of this name left."""
+    try:
+        volumes = client.volumes()
+    except NotFound:
+        # A server from before volume listing: the create still reuses the volume.
+        return
+    kept = next((volume for volume in volumes if volume.name == name), None)
+    if kept is not None:
+        size = f" ({kept.size})" if kept.size else ""
+        _error(f"note: reusing the retained home volume {kept.claim}{size} of an earlier {name}")
+
+
 def _cmd_create(args: argparse.Namespace) -> int:
     if args.ssh and args.no_wait:
         raise UsageError("--ssh needs the box to be ready; drop --no-wait")
@@ -588,6 +621,7 @@ def _cmd_create(args: argparse.Namespace) -> int:
     with _client(args) as client:
         if args.typed_name.strip() != args.name:
             _error(f"note: using the name {args.name!r} (box names are lower case)")
+        _note_retained_volume(client, args.name)
         try:
             box = client.create(
                 args.name, preset=args.preset, ttl_hours=args.ttl, repository=args.repo, gpu=gpu
@@ -683,24 +717,27 @@ def _cmd_stop(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _confirm_purge(name: str) -> None:
+def _confirm(name: str, warning: str, refused: str) -> None:
+    """Ask for the box name to be typed before something that cannot be undone."""
     if not sys.stdin.isatty():
         raise UsageError(
             f"refusing to purge {name} without confirmation: stdin is not a terminal; "
             "pass --yes to purge anyway"
         )
-    print(
-        f"This deletes {name} and its home volume. Files in the home volume cannot be recovered.",
-        file=sys.stderr,
-    )
+    print(warning, file=sys.stderr)
     answer = input(f"Type the box name ({name}) to confirm: ")
     if answer.strip() != name:
-        raise DevboxesError(f"confirmation did not match; {name} was not deleted")
+        raise DevboxesError(f"confirmation did not match; {refused}")
 
 
 def _cmd_delete(args: argparse.Namespace) -> int:
     if args.purge and not args.yes:
-        _confirm_purge(args.name)
+        _confirm(
+            args.name,
+            f"This deletes {args.name} and its home volume. "
+            "Files in the home volume cannot be recovered.",
+            f"{args.name} was not deleted",
+        )
     with _client(args) as client:
         if args.json:
             result = client.request_json(
@@ -712,6 +749,54 @@ def _cmd_delete(args: argparse.Namespace) -> int:
             return EXIT_OK
         deleted = client.delete(args.name, purge=args.purge)
     print(_render.clean(deleted.message))
+    return EXIT_OK
+
+
+def _cmd_extend(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        try:
+            box = client.extend(args.name, args.hours)
+        except ValidationError as error:
+            raise UsageError(_extend_message(error)) from None
+    _print_box(box, args)
+    return EXIT_OK
+
+
+def _extend_message(error: ValidationError) -> str:
+    """A refused extend in the words of the command line: ``--hours must be at most 12``."""
+    return "; ".join(
+        f"--hours {item.msg.removeprefix('hours ')}" if item.msg.startswith("hours ") else item.msg
+        for item in error.errors
+    )
+
+
+def _cmd_volumes(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        if args.json:
+            _print_json(client.request_json("GET", f"{API_PREFIX}/volumes"))
+            return EXIT_OK
+        volumes = client.volumes()
+    if not volumes:
+        print("No retained home volumes.")
+    else:
+        print(_render.volumes_table(volumes, _now()))
+        print("\nPurge one with: devbox volumes purge NAME (its files cannot be recovered)")
+    return EXIT_OK
+
+
+def _cmd_volume_purge(args: argparse.Namespace) -> int:
+    if not args.yes:
+        _confirm(
+            args.name,
+            f"This deletes the home volume of {args.name}. Its files cannot be recovered.",
+            f"the home volume of {args.name} was not deleted",
+        )
+    with _client(args) as client:
+        result = client.purge_volume(args.name)
+    if args.json:
+        _print_json(result.model_dump())
+    else:
+        print(_render.clean(result.message))
     return EXIT_OK
 
 

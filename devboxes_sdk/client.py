@@ -241,6 +241,21 @@ class Devbox:
         return self._model.scheduling_detail
 
     @property
+    def restart_required(self) -> bool:
+        """True when the release changed the box's pod; a stop and start applies it."""
+        return self._model.restart_required
+
+    @property
+    def restart_reason(self) -> str | None:
+        """What changed, when :attr:`restart_required` is true."""
+        return self._model.restart_reason
+
+    @property
+    def activity(self) -> models.Activity | None:
+        """What the box's activity agent reports while it runs; ``None`` when stopped."""
+        return self._model.activity
+
+    @property
     def ready(self) -> bool:
         return self._model.state is models.DevboxState.READY
 
@@ -258,6 +273,10 @@ class Devbox:
     def delete(self, purge: bool = False) -> models.DeleteResult:
         """Delete the box; ``purge=True`` also deletes its home volume for good."""
         return self._client.delete(self.name, purge=purge)
+
+    def extend(self, hours: int) -> Devbox:
+        """Push the box's auto-stop time back by ``hours``, without a restart."""
+        return self._replace(self._client.extend(self.name, hours))
 
     def wait_ready(
         self, timeout: float = 600, *, on_update: UpdateCallback | None = None
@@ -622,6 +641,27 @@ class Client:
             f"{API_PREFIX}/devboxes/{_name_or_error(name)}",
             params={"purge": "true" if purge else "false"},
         )
+        return self._parse(models.DeleteResult, self._decode(response), response.status_code)
+
+    def extend(self, name: str, hours: int) -> Devbox:
+        """Push a running box's auto-stop time back by ``hours`` (at most the server's
+        maximum time to live from now); the box keeps running."""
+        try:
+            body = models.DevboxExtend(hours=hours)
+        except PydanticValidationError as error:
+            raise ValidationError.from_pydantic(error) from None
+        path = f"{API_PREFIX}/devboxes/{_name_or_error(name)}/extend"
+        return self._box(self._request("POST", path, body=body.model_dump()))
+
+    def volumes(self) -> builtins.list[models.Volume]:
+        """Home volumes kept after their box was deleted, oldest first."""
+        response = self._request("GET", f"{API_PREFIX}/volumes")
+        data = self._decode(response)
+        return self._parse(models.VolumeList, data, response.status_code).items
+
+    def purge_volume(self, name: str) -> models.DeleteResult:
+        """Delete the retained home volume of the box ``name``, permanently."""
+        response = self._request("DELETE", f"{API_PREFIX}/volumes/{_name_or_error(name)}")
         return self._parse(models.DeleteResult, self._decode(response), response.status_code)
 
     def wait_ready(

@@ -149,6 +149,18 @@ class GpuAllocation(_Response):
     count: int
 
 
+class Activity(_Response):
+    """What a running box's activity agent last reported.
+
+    ``unknown`` when no agent reports (such a box is never stopped for idleness);
+    ``stops_at`` is set while the box is idle and its operator stops idle boxes.
+    """
+
+    state: Literal["active", "idle", "unknown"]
+    idle_since: AwareDatetime | None = None
+    stops_at: AwareDatetime | None = None
+
+
 class Devbox(_Response):
     """One box as the API reports it."""
 
@@ -172,6 +184,10 @@ class Devbox(_Response):
     summary: str | None = None
     # The scheduler's own sentence, verbatim, while it cannot place the box's pod.
     scheduling_detail: str | None = None
+    # Lifecycle: a running box whose pod template lags behind the release, and why.
+    restart_required: bool = False
+    restart_reason: str | None = None
+    activity: Activity | None = None
 
 
 class ProfileAvailability(_Response):
@@ -218,6 +234,21 @@ class DoctorReport(_Response):
     checks: list[DoctorCheck] = Field(default_factory=list)
 
 
+class DevboxExtend(_Request):
+    """Body of ``POST /api/v1/devboxes/{name}/extend``: push the auto-stop time back."""
+
+    hours: Annotated[int, Field(ge=1)]
+
+
+class ActivityReport(_Request):
+    """What a box's activity agent sends each minute; small and bounded."""
+
+    ssh_sessions: Annotated[int, Field(ge=0, le=10_000)]
+    busy_kernels: Annotated[int, Field(ge=0, le=10_000)]
+    # Highest utilization of the box's GPUs in percent; None when no vendor tool answers.
+    gpu_utilization: Annotated[float, Field(ge=0, le=100)] | None = None
+
+
 class DevboxList(_Response):
     """Body of ``GET /api/v1/devboxes``: newest first."""
 
@@ -230,6 +261,22 @@ class DeleteResult(_Response):
     name: str
     purged: bool
     message: str
+
+
+class Volume(_Response):
+    """A retained home volume: a claim whose box was deleted or never finished creating."""
+
+    name: str
+    claim: str
+    size: str | None = None
+    created_at: AwareDatetime
+    last_profile: str | None = None
+
+
+class VolumeList(_Response):
+    """Body of ``GET /api/v1/volumes``: oldest first."""
+
+    items: list[Volume]
 
 
 class WhoAmI(_Response):

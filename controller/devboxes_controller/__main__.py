@@ -113,6 +113,7 @@ def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from . import kube
+    from .activity import activity_key
     from .app import create_app
     from .auth import TokenError, load_token
     from .boxes import Boxes
@@ -138,7 +139,7 @@ def serve(args: argparse.Namespace) -> int:
     except Exception as err:  # noqa: BLE001 - any kubeconfig problem is reported in one line
         print(f"devboxes-controller: cannot load Kubernetes credentials: {err}", file=sys.stderr)
         return 1
-    boxes = Boxes(settings, api)
+    boxes = Boxes(settings, api, activity_key=activity_key(token))
     probe = ApiserverProbe(api)
     readiness = Readiness(probe, boxes)
     identity = args.identity or f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"

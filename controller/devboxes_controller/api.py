@@ -16,16 +16,18 @@ from devboxes_sdk.models import (
     DeleteResult,
     Devbox,
     DevboxCreate,
+    DevboxExtend,
     DevboxList,
     DoctorReport,
     ErrorBody,
     GpuAvailability,
     Preset,
+    VolumeList,
     WhoAmI,
     normalize_name,
 )
 
-from . import doctor
+from . import doctor, volumes
 from .auth import require_operator
 from .bodies import Body, respond
 from .boxes import Boxes
@@ -170,3 +172,22 @@ async def delete_devbox(
     name: BoxName, _: Operator, boxes: BoxesDep, writes: WritesDep, purge: bool = False
 ) -> DeleteResult:
     return await writes.run(boxes.delete, _name(name), purge)
+
+
+@router.post("/devboxes/{name}/extend")
+async def extend_devbox(
+    name: BoxName, body: DevboxExtend, _: Operator, boxes: BoxesDep, writes: WritesDep
+) -> Devbox:
+    return await writes.run(boxes.extend_box, _name(name), body.hours)
+
+
+@router.get("/volumes")
+async def list_volumes(_: Operator, boxes: BoxesDep) -> VolumeList:
+    return volumes.retained(boxes)
+
+
+@router.delete("/volumes/{name}")
+async def purge_volume(
+    name: BoxName, _: Operator, boxes: BoxesDep, writes: WritesDep
+) -> DeleteResult:
+    return await writes.run(volumes.purge, boxes, _name(name))

@@ -31,6 +31,8 @@ from .auth import require_operator
 from .bodies import body
 from .boxes import Boxes
 from .dashboard import mount_dashboard, set_session_cookie
+from .ingest import MAX_REPORT_BYTES, RateLimiter, is_activity_route
+from .ingest import router as ingest_router
 from .kube import ApiProblem
 from .metrics import METRICS
 from .readiness import Readiness
@@ -44,7 +46,14 @@ MAX_BODY_BYTES = 8192
 
 
 def _needs_operator(path: str) -> bool:
+    # The activity route authenticates each box's agent itself, and refuses the operator.
+    if is_activity_route(path):
+        return False
     return path.startswith("/api/") or path in ("/metrics", "/openapi.json")
+
+
+def _body_limit(path: str, default: int) -> int:
+    return MAX_REPORT_BYTES if is_activity_route(path) else default
 
 
 class RequestGuard:
@@ -67,9 +76,10 @@ class RequestGuard:
             except ApiProblem as refused:
                 await _problem_response(refused)(scope, receive, send)
                 return
+        limit = _body_limit(scope["path"], self.max_body)
         declared = request.headers.get("content-length", "0")
-        if not declared.isdigit() or int(declared) > self.max_body:
-            await self._too_large(scope, receive, send)
+        if not declared.isdigit() or int(declared) > limit:
+            await self._too_large(scope, receive, send, limit)
             return
         body = b""
         more = True
@@ -79,8 +89,8 @@ class RequestGuard:
                 return
             body += message.get("body", b"")
             more = message.get("more_body", False)
-            if len(body) > self.max_body:
-                await self._too_large(scope, receive, send)
+            if len(body) > limit:
+                await self._too_large(scope, receive, send, limit)
                 return
         replayed = False
 
@@ -93,8 +103,8 @@ class RequestGuard:
 
         await self.app(scope, replay, send)
 
-    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
-        problem = ApiProblem(413, f"request body too large: the limit is {self.max_body} bytes")
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
+        problem = ApiProblem(413, f"request body too large: the limit is {limit} bytes")
         await _problem_response(problem)(scope, receive, send)
 
 
@@ -220,6 +230,8 @@ def create_app(
     app.state.writes = writes
     app.state.capabilities = body(boxes.settings.gpu.capabilities().model_dump_json().encode())
     app.include_router(router)
+    app.include_router(ingest_router)
+    app.state.activity_limiter = RateLimiter()
     mount_dashboard(app, boxes)
     _install_handlers(app)
     _install_middleware(app)

@@ -18,9 +18,9 @@ from typing import Any
 
 from kubernetes import client
 
-from devboxes_sdk.models import DeleteResult, Devbox, DevboxCreate, DevboxState
+from devboxes_sdk.models import ActivityReport, DeleteResult, Devbox, DevboxCreate, DevboxState
 
-from . import capacity, kube, render, status
+from . import activity, capacity, kube, render, status, template
 from .availability import Availability
 from .bodies import Body, body
 from .cache import Informer
@@ -65,8 +65,16 @@ class Queued:
 class Boxes:
     """All boxes of one namespace: cached state, derived status, lifecycle verbs."""
 
-    def __init__(self, settings: Settings, api: client.ApiClient, clock: Clock = utcnow) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        api: client.ApiClient,
+        *,
+        activity_key: bytes,
+        clock: Clock = utcnow,
+    ) -> None:
         self.settings = settings
+        self.activity_key = activity_key
         self.namespace = settings.namespace
         self.clock = clock
         self.api = api
@@ -359,8 +367,9 @@ class Boxes:
             raise Conflict(f"devbox '{spec.name}' already exists") from None
         METRICS.writes.labels("create").inc()
         self.ensure_service(spec, deployment)
+        self.ensure_activity_secret(deployment)
         self.deployments.wait_for_version(names.deployment, kube.resource_version(deployment))
-        self.record(deployment, "Created", _created_message(spec))
+        self.record(deployment, "Created", _created_message(spec, reused=claim is not None))
         log.info(
             "box created",
             extra={
@@ -401,14 +410,21 @@ class Boxes:
                 existing = kube.call(
                     self._core.read_namespaced_persistent_volume_claim, names.pvc, self.namespace
                 )
+        patch: Obj = {}
         size = wanted["spec"]["resources"]["requests"]["storage"]
         current = existing["spec"]["resources"]["requests"]["storage"]
         if quantity_value(size) > quantity_value(current):
+            patch["spec"] = {"resources": {"requests": {"storage": size}}}
+        profile = wanted["metadata"]["labels"].get(render.LABEL_GPU_PROFILE)
+        if (existing["metadata"].get("labels") or {}).get(render.LABEL_GPU_PROFILE) != profile:
+            # None removes the label: a CPU box now owns a volume a GPU box used before.
+            patch["metadata"] = {"labels": {render.LABEL_GPU_PROFILE: profile}}
+        if patch:
             kube.call(
                 self._core.patch_namespaced_persistent_volume_claim,
                 names.pvc,
                 self.namespace,
-                {"spec": {"resources": {"requests": {"storage": size}}}},
+                patch,
             )
             METRICS.writes.labels("patch").inc()
 
@@ -431,13 +447,76 @@ class Boxes:
         except Conflict:
             return
 
+    def ensure_activity_secret(self, deployment: Obj) -> None:
+        """Write the box's agent credential, for its Deployment's uid and the current key."""
+        name = render.box_name_of(deployment)
+        if name is None:
+            return
+        secret = render.render_activity_secret(
+            name,
+            self.settings,
+            activity.credential(self.activity_key, name, deployment["metadata"]["uid"]),
+        )
+        secret["metadata"]["ownerReferences"] = [
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "name": deployment["metadata"]["name"],
+                "uid": deployment["metadata"]["uid"],
+            }
+        ]
+        try:
+            kube.call(self._core.create_namespaced_secret, self.namespace, secret)
+            METRICS.writes.labels("create").inc()
+        except Conflict:
+            kube.call(
+                self._core.patch_namespaced_secret,
+                secret["metadata"]["name"],
+                self.namespace,
+                {
+                    "metadata": {"ownerReferences": secret["metadata"]["ownerReferences"]},
+                    "stringData": secret["stringData"],
+                },
+            )
+            METRICS.writes.labels("patch").inc()
+
+    def record_activity(self, name: str, report: ActivityReport) -> None:
+        """Write back what a box's agent reported, when it changes what is known."""
+        deployment = self._deployment(name)
+        if (deployment.get("spec") or {}).get("replicas", 1) == 0:
+            return
+        now = self.clock()
+        previous = activity.recorded(deployment)
+        gpu_box = activity.gpu_profile(deployment) is not None
+        idle = activity.is_idle(report, gpu_box, self.settings.idle.gpu_utilization_percent)
+        record = activity.next_record(previous, idle, now)
+        if activity.needs_write(previous, record, now):
+            self._patch(
+                name,
+                {"metadata": {"annotations": {activity.ANNOTATION_ACTIVITY: record.to_json()}}},
+            )
+
+    def stop_idle(self, name: str, limit: timedelta) -> Devbox:
+        """Stop a box nobody used for ``limit``, like a TTL expiry."""
+        minutes = activity.minutes_text(limit)
+        updated = self._patch(
+            name,
+            {
+                "metadata": {"annotations": {activity.ANNOTATION_IDLE_STOPPED: minutes}},
+                "spec": {"replicas": 0},
+            },
+        )
+        self.record(updated, "IdleStopped", f"Stopped after {minutes} min idle; storage kept")
+        log.info("box stopped for idleness", extra={"box": name, "minutes": minutes})
+        return self._current(name, updated)
+
     def _deployment(self, name: str) -> Obj:
         deployment = self.deployments.get(render.object_names(name).deployment)
         if deployment is None:
             raise NotFound(f"devbox '{name}' not found")
         return deployment
 
-    def _patch(self, name: str, patch: Obj) -> Obj:
+    def _patch(self, name: str, patch: Obj | list[Obj]) -> Obj:
         names = render.object_names(name)
         updated = kube.call(
             self._apps.patch_namespaced_deployment, names.deployment, self.namespace, patch
@@ -453,6 +532,9 @@ class Boxes:
             spec = render.spec_from_deployment(deployment)
         except SnapshotError as err:
             raise Conflict(f"devbox '{name}' cannot be started: {err}") from None
+        if (deployment.get("spec") or {}).get("replicas", 1) == 0:
+            # The release's changes go in before the pod exists, so it starts with them.
+            self.rebuild_if_changed(deployment)
         expires = self.clock() + timedelta(hours=spec.ttl_hours)
         updated = self._patch(
             name,
@@ -461,6 +543,9 @@ class Boxes:
                     "annotations": {
                         render.ANNOTATION_EXPIRES_AT: render.format_timestamp(expires),
                         render.ANNOTATION_EXPIRED_AT: None,
+                        # A new pod: what the last one's agent said no longer holds.
+                        activity.ANNOTATION_ACTIVITY: None,
+                        activity.ANNOTATION_IDLE_STOPPED: None,
                     }
                 },
                 "spec": {"replicas": 1},
@@ -468,12 +553,29 @@ class Boxes:
         )
         self.ensure_storage(spec)
         self.ensure_service(spec, updated)
+        self.ensure_activity_secret(updated)
         self.record(
             updated,
             "Started",
             f"Started; stops automatically at {render.format_timestamp(expires)}",
         )
         return self._current(name, updated)
+
+    def rebuild_if_changed(self, deployment: Obj) -> Obj | None:
+        """Replace the pod template with the release's, rendered from the box's pinned
+        record, when the release changed it; the updated Deployment, or None."""
+        name = render.box_name_of(deployment)
+        try:
+            changed = template.changes(deployment, self.settings)
+            patch = template.rebuild_patch(deployment, self.settings) if changed else None
+        except SnapshotError as err:
+            raise Conflict(f"devbox '{name}' cannot be rebuilt: {err}") from None
+        if name is None or patch is None:
+            return None
+        updated = self._patch(name, patch)
+        self.record(updated, "Rebuilt", f"Pod template rebuilt: {'; '.join(changed)}")
+        log.info("box rebuilt", extra={"box": name, "changes": changed})
+        return updated
 
     def stop_box(self, name: str, expired_at: datetime | None = None) -> Devbox:
         """Replicas 0; the claim, the snapshot and the TTL annotation stay."""
@@ -497,17 +599,13 @@ class Boxes:
         claim = self.pvcs.get(names.pvc)
         if deployment is None and not (purge and claim is not None):
             raise NotFound(f"devbox '{name}' not found")
-        background = client.V1DeleteOptions(propagation_policy="Background")
         for function, object_name in (
             (self._apps.delete_namespaced_deployment, names.deployment),
             (self._core.delete_namespaced_service, names.service),
-            *([(self._core.delete_namespaced_persistent_volume_claim, names.pvc)] if purge else []),
         ):
-            try:
-                kube.call(function, object_name, self.namespace, body=background)
-                METRICS.writes.labels("delete").inc()
-            except NotFound:
-                continue
+            self._delete(function, object_name)
+        if purge:
+            self.purge_claim(name)
         self.deployments.wait_for_absence(names.deployment)
         message = (
             f"devbox '{name}' deleted with its home volume"
@@ -517,11 +615,64 @@ class Boxes:
         log.info("box deleted", extra={"box": name, "purged": purge})
         return DeleteResult(name=name, purged=purge, message=message)
 
+    def _delete(self, function: Callable[..., Any], object_name: str) -> bool:
+        """Delete one object in the background; False when it was already gone."""
+        background = client.V1DeleteOptions(propagation_policy="Background")
+        try:
+            kube.call(function, object_name, self.namespace, body=background)
+        except NotFound:
+            return False
+        METRICS.writes.labels("delete").inc()
+        return True
 
-def _created_message(spec: render.BoxSpec) -> str:
+    def purge_claim(self, name: str) -> bool:
+        """Delete a box's home claim: the only code path that deletes one."""
+        return self._delete(
+            self._core.delete_namespaced_persistent_volume_claim, render.object_names(name).pvc
+        )
+
+    def extend_box(self, name: str, hours: int) -> Devbox:
+        """Push a running box's deadline back, never beyond ``ttl.maxHours`` from now."""
+        deployment = self._deployment(name)
+        if (deployment.get("spec") or {}).get("replicas", 1) == 0:
+            raise Conflict(f"devbox '{name}' is stopped; start it, which renews its time to live")
+        try:
+            spec = render.spec_from_deployment(deployment)
+        except SnapshotError as err:
+            raise Conflict(f"devbox '{name}' cannot be extended: {err}") from None
+        now = self.clock()
+        maximum = self.settings.ttl.max_hours
+        base = max(spec.expires_at, now)
+        room = int((now + timedelta(hours=maximum) - base) / timedelta(hours=1))
+        if hours > room:
+            raise Invalid(
+                f"hours must be at most {max(room, 0)}: a box stops at most {maximum} hours "
+                f"from now (the maximum time to live), and {name} already runs until "
+                f"{render.format_timestamp(base)}"
+            )
+        expires = base + timedelta(hours=hours)
+        stamp = render.format_timestamp(expires)
+        annotations = {render.ANNOTATION_EXPIRES_AT: stamp}
+        record = activity.recorded(deployment)
+        if record is not None and record.idle_since is not None:
+            # Asking for more time is a sign of life: the idle window starts again.
+            annotations[activity.ANNOTATION_ACTIVITY] = activity.Record(
+                reported_at=record.reported_at, idle_since=now
+            ).to_json()
+        updated = self._patch(name, {"metadata": {"annotations": annotations}})
+        self.record(
+            updated,
+            "Extended",
+            f"Extended by {hours} h; stops automatically at {stamp}",
+        )
+        return self._current(name, updated)
+
+
+def _created_message(spec: render.BoxSpec, reused: bool) -> str:
     accelerator = (
         f"GPU profile {spec.gpu.name} ({spec.gpu.count}x {spec.gpu.resource_name})"
         if spec.gpu
         else "no GPU"
     )
-    return f"Created with preset {spec.preset}, {accelerator}"
+    home = "; reusing its retained home volume" if reused else ""
+    return f"Created with preset {spec.preset}, {accelerator}{home}"

@@ -1,4 +1,5 @@
-"""Level-triggered reconciliation, run only by the Lease holder: TTL expiry and repair.
+"""Level-triggered reconciliation, run only by the Lease holder: TTL and idle expiry,
+repair, and rebuilding stopped boxes for the release.
 
 Each pass reads the caches, stops boxes whose deadline has passed and recreates a
 missing claim or Service from the Deployment's pinned snapshot. Passes are idempotent;
@@ -11,7 +12,7 @@ import logging
 import threading
 from datetime import datetime, timedelta
 
-from . import render
+from . import activity, render
 from .boxes import Boxes
 from .kube import ApiProblem, Obj
 from .lease import LeaderElector
@@ -97,10 +98,21 @@ class Reconciler:
             METRICS.expired.inc()
             log.info("box expired", extra={"box": name})
             return None
+        idle_stop = (
+            activity.idle_stop_at(deployment, self._boxes.settings, now) if running else None
+        )
+        limit = activity.window(deployment, self._boxes.settings)
+        if idle_stop is not None and limit is not None and idle_stop <= now:
+            self._boxes.stop_idle(name, limit)
+            return None
         created = render.parse_timestamp(deployment["metadata"]["creationTimestamp"])
         if now - created >= REPAIR_GRACE:
             self._repair(name, spec, deployment)
-        return spec.expires_at if running else None
+        if not running:
+            # A stopped box has no pod to disturb: it follows the release at once.
+            self._boxes.rebuild_if_changed(deployment)
+            return None
+        return min(spec.expires_at, idle_stop) if idle_stop is not None else spec.expires_at
 
     def _repair(self, name: str, spec: render.BoxSpec, deployment: Obj) -> None:
         names = render.object_names(name)

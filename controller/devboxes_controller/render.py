@@ -8,18 +8,22 @@ rebuilds a spec from that annotation and never from the live catalog.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from devboxes_sdk.models import PRESETS, Preset
 
-from .settings import GpuProfileConfig, Settings, SnapshotError
+from .settings import ACTIVITY_SIDECAR, GpuProfileConfig, Settings, SnapshotError
 
 LABEL_BOX = "devboxes.io/box"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_NAME = "app.kubernetes.io/name"
 LABEL_COMPONENT = "app.kubernetes.io/component"
+# On a home claim: the GPU profile of the box that last used it, for the volume listing.
+LABEL_GPU_PROFILE = "devboxes.io/gpu-profile"
 MANAGER = "devboxes-controller"
 APP_NAME = "devbox"
 MANAGED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGER}"
@@ -27,6 +31,7 @@ MANAGED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGER}"
 COMPONENT_WORKSPACE = "workspace"
 COMPONENT_HOME = "home"
 COMPONENT_SSH = "ssh"
+COMPONENT_ACTIVITY = "activity"
 
 ANNOTATION_PREFIX = "devboxes.io/"
 ANNOTATION_GPU_SNAPSHOT = ANNOTATION_PREFIX + "gpu-profile-snapshot"
@@ -39,6 +44,11 @@ ANNOTATION_EXPIRES_AT = ANNOTATION_PREFIX + "expires-at"
 ANNOTATION_REPOSITORY = ANNOTATION_PREFIX + "repository"
 # Written by the reconciler when the TTL stops a box.
 ANNOTATION_EXPIRED_AT = ANNOTATION_PREFIX + "expired-at"
+# The main container's image and resources as created: pinned like the GPU profile, so
+# a new release image or preset size never changes an existing box.
+ANNOTATION_PINNED_MAIN = ANNOTATION_PREFIX + "pinned-main"
+# A hash per part of the pod template as last written, to tell what a release changed.
+ANNOTATION_TEMPLATE = ANNOTATION_PREFIX + "template"
 
 _PRESET_BY_NAME: dict[str, Preset] = {preset: preset for preset in PRESETS}
 
@@ -50,6 +60,10 @@ HOME_VOLUME = "home"
 KEYS_VOLUME = "authorized-keys"
 # The workspace entrypoint reads operator keys from /etc/devbox/authorized_keys.
 KEYS_MOUNT_PATH = "/etc/devbox"
+ACTIVITY_VOLUME = "activity-credential"
+ACTIVITY_MOUNT_PATH = "/var/run/devbox-activity"
+ACTIVITY_CREDENTIAL_KEY = "credential"
+ACTIVITY_COMMAND = "devbox-activity-agent"
 HOME_MOUNT_PATH = "/home/dev"
 
 # What the workspace entrypoint and sshd need, and nothing more. The entrypoint runs as
@@ -76,6 +90,17 @@ CAPABILITIES_ADDED = (
 
 
 @dataclass(frozen=True)
+class PinnedMain:
+    """The main container's image and resources, fixed when the box is created."""
+
+    image: str
+    resources: dict[str, dict[str, str]]
+
+    def to_json(self) -> str:
+        return canonical_json({"image": self.image, "resources": self.resources})
+
+
+@dataclass(frozen=True)
 class BoxSpec:
     """Everything the objects of one box are rendered from."""
 
@@ -85,6 +110,12 @@ class BoxSpec:
     repository: str | None
     expires_at: datetime
     gpu: GpuProfileConfig | None
+    # None for a new box: rendered from the settings, then pinned.
+    pinned: PinnedMain | None = None
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 
 @dataclass(frozen=True)
@@ -92,6 +123,7 @@ class ObjectNames:
     deployment: str
     pvc: str
     service: str
+    activity_secret: str
 
 
 def object_names(box: str) -> ObjectNames:
@@ -99,6 +131,7 @@ def object_names(box: str) -> ObjectNames:
         deployment=f"devbox-{box}",
         pvc=f"devbox-{box}-home",
         service=f"devbox-{box}-ssh",
+        activity_secret=f"devbox-{box}-activity",
     )
 
 
@@ -150,10 +183,13 @@ def render_pvc(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
     }
     if settings.storage_class_name is not None:
         pvc_spec["storageClassName"] = settings.storage_class_name
+    metadata = _metadata(object_names(spec.name).pvc, settings, spec.name, COMPONENT_HOME)
+    if spec.gpu is not None:
+        metadata["labels"][LABEL_GPU_PROFILE] = spec.gpu.name
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
-        "metadata": _metadata(object_names(spec.name).pvc, settings, spec.name, COMPONENT_HOME),
+        "metadata": metadata,
         "spec": pvc_spec,
     }
 
@@ -198,6 +234,9 @@ def _main_container(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
     preset = settings.preset(spec.preset)
     requests: dict[str, str] = {"cpu": preset.cpu, "memory": preset.memory_request}
     limits: dict[str, str] = {"memory": preset.memory_limit}
+    if spec.pinned is not None:
+        requests = dict(spec.pinned.resources.get("requests") or {})
+        limits = dict(spec.pinned.resources.get("limits") or {})
     env = [_env("DEVBOX_NAME", spec.name)]
     if spec.repository:
         env.append(_env("DEVBOX_REPOSITORY", spec.repository))
@@ -217,6 +256,8 @@ def _main_container(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
             groups = ",".join(str(group) for group in gpu.supplemental_groups)
             env.append(_env("DEVBOX_GPU_SUPPLEMENTAL_GROUPS", groups))
         image = gpu.workspace_image or image
+    if spec.pinned is not None:
+        image = spec.pinned.image
     return {
         "name": MAIN_CONTAINER,
         "image": image,
@@ -261,6 +302,61 @@ def _sidecar_containers(settings: Settings) -> list[dict[str, Any]]:
     return containers
 
 
+def _reports_activity(spec: BoxSpec, settings: Settings) -> bool:
+    """Only boxes that idleness may stop run the agent; the others need no credential."""
+    window = settings.idle.window(spec.gpu.name if spec.gpu else None)
+    return window is not None and settings.idle.controller_url is not None
+
+
+def _activity_container(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
+    # The release image, never the profile's, and never the accelerator: it only reads
+    # the pod's sockets and asks Jupyter and the vendor tools.
+    return {
+        "name": ACTIVITY_SIDECAR,
+        "image": settings.workspace_image,
+        "command": [ACTIVITY_COMMAND],
+        "env": [
+            _env("DEVBOX_NAME", spec.name),
+            _env(
+                "DEVBOX_ACTIVITY_URL",
+                f"{settings.idle.controller_url}/api/v1/devboxes/{spec.name}/activity",
+            ),
+            _env(
+                "DEVBOX_ACTIVITY_CREDENTIAL_FILE",
+                f"{ACTIVITY_MOUNT_PATH}/{ACTIVITY_CREDENTIAL_KEY}",
+            ),
+        ],
+        "volumeMounts": [
+            {"name": ACTIVITY_VOLUME, "mountPath": ACTIVITY_MOUNT_PATH, "readOnly": True}
+        ],
+        "securityContext": _container_security(),
+    }
+
+
+def _activity_volume(spec: BoxSpec) -> dict[str, Any]:
+    return {
+        "name": ACTIVITY_VOLUME,
+        # Optional: the Secret is written right after the Deployment (its credential
+        # needs the Deployment's uid); the kubelet fills the mount in once it exists.
+        "secret": {
+            "secretName": object_names(spec.name).activity_secret,
+            "optional": True,
+            "defaultMode": 0o444,
+        },
+    }
+
+
+def render_activity_secret(box: str, settings: Settings, credential: str) -> dict[str, Any]:
+    """The box's agent credential; write-only towards the controller's ingest route."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _metadata(object_names(box).activity_secret, settings, box, COMPONENT_ACTIVITY),
+        "type": "Opaque",
+        "stringData": {ACTIVITY_CREDENTIAL_KEY: credential},
+    }
+
+
 def _pod_spec(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
     security: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
     pod: dict[str, Any] = {
@@ -270,7 +366,11 @@ def _pod_spec(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
         "hostPID": False,
         "hostIPC": False,
         "securityContext": security,
-        "containers": [_main_container(spec, settings), *_sidecar_containers(settings)],
+        "containers": [
+            _main_container(spec, settings),
+            *_sidecar_containers(settings),
+            *([_activity_container(spec, settings)] if _reports_activity(spec, settings) else []),
+        ],
         "volumes": [
             {
                 "name": HOME_VOLUME,
@@ -290,6 +390,7 @@ def _pod_spec(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
                 if settings.ssh.authorized_keys_secret
                 else []
             ),
+            *([_activity_volume(spec)] if _reports_activity(spec, settings) else []),
         ],
     }
     gpu = spec.gpu
@@ -303,6 +404,30 @@ def _pod_spec(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
         if gpu.tolerations:
             pod["tolerations"] = [t.to_kubernetes() for t in gpu.tolerations]
     return pod
+
+
+def template_parts(template: dict[str, Any]) -> dict[str, Any]:
+    """A pod template cut into the parts a release change is reported by: each container,
+    the volumes, and the rest of the pod."""
+    pod = dict(template.get("spec") or {})
+    parts: dict[str, Any] = {
+        f"container:{c.get('name')}": c for c in pod.pop("containers", None) or []
+    }
+    parts["volumes"] = pod.pop("volumes", None) or []
+    parts["pod"] = {"metadata": template.get("metadata") or {}, "spec": pod}
+    return parts
+
+
+def template_hashes(template: dict[str, Any]) -> dict[str, str]:
+    return {
+        part: hashlib.sha256(canonical_json(value).encode()).hexdigest()[:16]
+        for part, value in template_parts(template).items()
+    }
+
+
+def _pinned_main(template: dict[str, Any]) -> PinnedMain:
+    main = next(c for c in template["spec"]["containers"] if c["name"] == MAIN_CONTAINER)
+    return PinnedMain(image=main["image"], resources=main["resources"])
 
 
 def _annotations(spec: BoxSpec) -> dict[str, str]:
@@ -329,7 +454,12 @@ def render_deployment(spec: BoxSpec, settings: Settings, replicas: int = 1) -> d
     metadata = _metadata(
         object_names(spec.name).deployment, settings, spec.name, COMPONENT_WORKSPACE
     )
-    metadata["annotations"] = _annotations(spec)
+    template = {"metadata": template_metadata, "spec": _pod_spec(spec, settings)}
+    metadata["annotations"] = {
+        **_annotations(spec),
+        ANNOTATION_PINNED_MAIN: _pinned_main(template).to_json(),
+        ANNOTATION_TEMPLATE: canonical_json(template_hashes(template)),
+    }
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -342,7 +472,7 @@ def render_deployment(spec: BoxSpec, settings: Settings, replicas: int = 1) -> d
             "revisionHistoryLimit": 2,
             "progressDeadlineSeconds": 600,
             "selector": {"matchLabels": box_selector(spec.name)},
-            "template": {"metadata": template_metadata, "spec": _pod_spec(spec, settings)},
+            "template": template,
         },
     }
 
@@ -392,6 +522,7 @@ def spec_from_deployment(deployment: dict[str, Any]) -> BoxSpec:
         except SnapshotError as exc:
             raise SnapshotError(f"box {name!r}: {exc}") from None
     repository = annotations.get(ANNOTATION_REPOSITORY)
+    pinned_text = annotations.get(ANNOTATION_PINNED_MAIN)
     return BoxSpec(
         name=name,
         preset=preset,
@@ -399,4 +530,40 @@ def spec_from_deployment(deployment: dict[str, Any]) -> BoxSpec:
         repository=repository if isinstance(repository, str) and repository else None,
         expires_at=expires_at,
         gpu=gpu,
+        pinned=None if pinned_text is None else _read_pinned(name, pinned_text),
     )
+
+
+def _read_pinned(box: str, text: str) -> PinnedMain:
+    problem = f"box {box!r}: {ANNOTATION_PINNED_MAIN} is not an image and resources record"
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise SnapshotError(problem) from None
+    image = data.get("image") if isinstance(data, dict) else None
+    resources = data.get("resources") if isinstance(data, dict) else None
+    if not isinstance(image, str) or not image or not isinstance(resources, dict):
+        raise SnapshotError(problem)
+    for kind, values in resources.items():
+        if kind not in ("requests", "limits") or not isinstance(values, dict):
+            raise SnapshotError(problem)
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in values.items()):
+            raise SnapshotError(problem)
+    return PinnedMain(image=image, resources=resources)
+
+
+def pinned_from_template(deployment: dict[str, Any]) -> PinnedMain | None:
+    """The main container's image and resources as deployed, for a box created before
+    they were pinned in an annotation."""
+    template = (deployment.get("spec") or {}).get("template") or {}
+    for container in (template.get("spec") or {}).get("containers") or []:
+        if container.get("name") == MAIN_CONTAINER and container.get("image"):
+            resources = container.get("resources") or {}
+            return PinnedMain(
+                image=str(container["image"]),
+                resources={
+                    kind: {str(k): str(v) for k, v in (resources.get(kind) or {}).items()}
+                    for kind in ("requests", "limits")
+                },
+            )
+    return None

@@ -59,6 +59,9 @@ MAX_SUPPLEMENTAL_GROUPS = 8
 MAX_NODE_SELECTOR = 16
 MAX_TOLERATIONS = 16
 MAX_SIDECARS = 8
+MAX_IDLE_MINUTES = 7 * 24 * 60
+# The sidecar that reports a box's activity; never a name in the settings' sidecars.
+ACTIVITY_SIDECAR = "activity"
 MAX_IMAGE_LENGTH = 512
 MAX_GPU_COUNT = 64
 MAX_GROUP_ID = 2**31 - 1
@@ -665,6 +668,8 @@ class Sidecar(_Model):
     def _not_main(cls, value: str) -> str:
         if value == "devbox":
             raise _fail("'devbox' is the main container's name; pick another sidecar name")
+        if value == ACTIVITY_SIDECAR:
+            raise _fail(f"{ACTIVITY_SIDECAR!r} is the activity agent's name; pick another one")
         return value
 
 
@@ -672,6 +677,50 @@ class AvailabilitySettings(_Model):
     # Watch every node and every pod of the cluster to count free GPUs. Needs the chart's
     # read-only ClusterRole; off, availability reports "unknown" and nothing else changes.
     enabled: StrictBool = True
+
+
+def _check_url(value: str) -> str:
+    if not re.match(r"^https?://[^\s/?#]+(/[^\s?#]*)?$", value) or len(value) > 512:
+        raise _fail(f"{value!r} is not an http:// or https:// URL without query or fragment")
+    return value.rstrip("/")
+
+
+IdleMinutes = Annotated[float, Field(gt=0, le=MAX_IDLE_MINUTES)]
+
+
+class IdleSettings(_Model):
+    """When running boxes that nobody uses are stopped, from their activity agent's reports.
+
+    A box is idle while no SSH session is open, no Jupyter kernel is busy and, on a GPU
+    box, GPU utilization is known and below the threshold. None never stops a box.
+    """
+
+    # GPU boxes whose profile has no entry in ``profiles``.
+    stop_after_minutes: IdleMinutes | None = None
+    # CPU boxes: off by default, since they hold no scarce device.
+    cpu_stop_after_minutes: IdleMinutes | None = None
+    profiles: dict[StrictStr, IdleMinutes] = Field(default_factory=dict)
+    gpu_utilization_percent: Annotated[StrictInt, Field(ge=0, le=100)] = 5
+    # Where agents reach the controller; the chart fills in its Service. Empty, as the
+    # chart's default values have it, means unset, like an empty ssh.host.
+    controller_url: Annotated[
+        Annotated[StrictStr, AfterValidator(_check_url)] | None, BeforeValidator(_empty_host)
+    ] = None
+
+    @classmethod
+    def _rules(cls, raw: Mapping[str, Any]) -> list[Violation]:
+        windows = [_lookup(raw, "stop_after_minutes"), _lookup(raw, "cpu_stop_after_minutes")]
+        profiles = _lookup(raw, "profiles")
+        enabled = any(w is not None for w in windows) or bool(profiles)
+        if enabled and _lookup(raw, "controller_url") in (None, ""):
+            return [(("controllerUrl",), "is required when boxes may be stopped for idleness")]
+        return []
+
+    def window(self, profile: str | None) -> float | None:
+        """Minutes of idleness after which a box of this GPU profile (None: CPU) stops."""
+        if profile is None:
+            return self.cpu_stop_after_minutes
+        return self.profiles.get(profile, self.stop_after_minutes)
 
 
 class Settings(_Model):
@@ -684,10 +733,11 @@ class Settings(_Model):
     sidecars: list[Sidecar] = Field(default_factory=list, max_length=MAX_SIDECARS)
     gpu: GpuSettings = Field(default_factory=GpuSettings)
     availability: AvailabilitySettings = Field(default_factory=AvailabilitySettings)
+    idle: IdleSettings = Field(default_factory=IdleSettings)
 
     @classmethod
     def _rules(cls, raw: Mapping[str, Any]) -> list[Violation]:
-        found: list[Violation] = []
+        found: list[Violation] = _idle_profile_rules(raw)
         presets = _lookup(raw, "presets")
         if isinstance(presets, Mapping):
             missing = [p for p in PRESETS if p not in presets]
@@ -720,6 +770,26 @@ class Settings(_Model):
 
     def preset(self, name: Preset) -> PresetSettings:
         return self.presets[name]
+
+
+def _idle_profile_rules(raw: Mapping[str, Any]) -> list[Violation]:
+    """Idle windows may only name configured GPU profiles."""
+    idle, gpu = _lookup(raw, "idle"), _lookup(raw, "gpu")
+    profiles = _lookup(idle, "profiles") if isinstance(idle, Mapping) else None
+    if not isinstance(profiles, Mapping):
+        return []
+    listed = _lookup(gpu, "profiles") if isinstance(gpu, Mapping) else None
+    entries = listed if isinstance(listed, list) else []
+    names = {_lookup(p, "name") for p in entries if isinstance(p, Mapping)}
+    configured = ", ".join(sorted(str(n) for n in names if isinstance(n, str))) or "none"
+    return [
+        (
+            ("idle", "profiles", str(key)),
+            f"{key!r} is not a configured GPU profile (configured: {configured})",
+        )
+        for key in profiles
+        if key not in names
+    ]
 
 
 # --- error reporting ---------------------------------------------------------------------

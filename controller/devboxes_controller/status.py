@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from devboxes_sdk.models import Devbox, DevboxState, GpuAllocation
 
-from . import render
+from . import activity, render, template
 from .settings import GpuProfileConfig, Settings, SnapshotError
 
 Obj = dict[str, Any]
@@ -283,7 +283,8 @@ def derive(objects: BoxObjects, settings: Settings) -> Devbox:
         expired_at = annotations.get(render.ANNOTATION_EXPIRED_AT)
         state, message = (
             DevboxState.STOPPED,
-            (EXPIRED.format(at=expired_at) if expired_at else STOPPED),
+            activity.stopped_message(deployment)
+            or (EXPIRED.format(at=expired_at) if expired_at else STOPPED),
         )
     elif broken_snapshot is not None:
         state, message = DevboxState.DEGRADED, broken_snapshot
@@ -321,4 +322,17 @@ def derive(objects: BoxObjects, settings: Settings) -> Devbox:
         gpu=gpu,
         summary=_summary(state, message, detail, gpu),
         scheduling_detail=detail,
+        **_restart(deployment, settings, running=replicas != 0),
+        activity=activity.of(deployment, settings, datetime.now(UTC)) if replicas != 0 else None,
     )
+
+
+def _restart(deployment: Obj, settings: Settings, running: bool) -> dict[str, Any]:
+    """A running box whose pod the release would change; stopped ones are rebuilt at once."""
+    if not running:
+        return {}
+    try:
+        reason = template.restart_reason(deployment, settings)
+    except SnapshotError:
+        return {}
+    return {"restart_required": reason is not None, "restart_reason": reason}

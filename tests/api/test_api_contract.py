@@ -154,6 +154,9 @@ def test_openapi_documents_every_route(api: Api) -> None:
         ("DELETE", f"{BOXES}/{{name}}"),
         ("POST", f"{BOXES}/{{name}}/start"),
         ("POST", f"{BOXES}/{{name}}/stop"),
+        ("POST", f"{BOXES}/{{name}}/extend"),
+        ("GET", "/api/v1/volumes"),
+        ("DELETE", "/api/v1/volumes/{name}"),
     }
 
 

@@ -640,3 +640,57 @@ def test_snapshot_round_trips(data: Mapping[str, Any]) -> None:
     assert GpuProfileConfig.from_snapshot(text).snapshot_json() == text
     assert text.isascii()
     assert len(text) <= SNAPSHOT_MAX_BYTES
+
+
+# --- idle stop -----------------------------------------------------------------------------
+
+
+def test_idle_windows_per_profile_with_cpu_off_by_default() -> None:
+    settings = settings_from_mapping(
+        {
+            "idle": {
+                "stopAfterMinutes": 60,
+                "profiles": {"nvidia-l4": 0.5},
+                "controllerUrl": "http://devboxes.devboxes.svc:80/",
+            },
+            "gpu": {
+                "enabled": True,
+                "defaultProfile": "nvidia-l4",
+                "profiles": [
+                    {"name": n, "displayName": n, "resourceName": "nvidia.com/gpu", "count": 1}
+                    for n in ("nvidia-l4", "other")
+                ],
+            },
+        }
+    )
+    assert settings.idle.window("nvidia-l4") == 0.5
+    assert settings.idle.window("other") == 60
+    assert settings.idle.window(None) is None
+    assert settings.idle.controller_url == "http://devboxes.devboxes.svc:80"
+    assert settings.idle.gpu_utilization_percent == 5
+    assert settings_from_mapping({"idle": {"controllerUrl": ""}}).idle.controller_url is None
+
+
+@pytest.mark.parametrize(
+    ("idle", "violation"),
+    [
+        ({"stopAfterMinutes": 0, "controllerUrl": "http://c"}, "idle.stopAfterMinutes: "),
+        ({"cpuStopAfterMinutes": 10}, "idle.controllerUrl: is required when boxes may be"),
+        ({"profiles": {"h100": 5}, "controllerUrl": "http://c"}, "idle.profiles.h100: 'h100' is"),
+        ({"gpuUtilizationPercent": 101}, "idle.gpuUtilizationPercent: "),
+        ({"controllerUrl": "ftp://c"}, "idle.controllerUrl: 'ftp://c' is not an http"),
+        ({"stopAfterMinutes": 1, "controllerUrl": "http://c", "typo": 1}, "idle.typo: unknown"),
+    ],
+)
+def test_idle_settings_refusals(idle: dict[str, Any], violation: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        settings_from_mapping({"idle": idle})
+    assert any(v.startswith(violation) for v in refused.value.violations), refused.value
+
+
+def test_the_activity_sidecar_name_is_reserved() -> None:
+    with pytest.raises(ConfigError) as refused:
+        settings_from_mapping({"sidecars": [{"name": "activity"}]})
+    assert refused.value.violations == [
+        "sidecars[0].name: 'activity' is the activity agent's name; pick another one"
+    ]

@@ -367,7 +367,8 @@ def test_dashboard_fits_an_800px_window(
         assert not scrolls_sideways(page)
         for tr in page.locator("#box-rows tr").all():
             buttons = tr.locator(".col-actions button:visible")
-            expect(buttons).to_have_count(2)
+            # Start and Delete when stopped; Stop, Extend and Delete otherwise.
+            expect(buttons).to_have_count(2 if tr.get_attribute("data-state") == "stopped" else 3)
             for button in buttons.all():
                 box = button.bounding_box()
                 assert box is not None
@@ -429,4 +430,52 @@ def test_selector_shows_free_devices_and_updates_live_when_a_box_stops(
         shot(page, "09-free-count-after-stop")
     finally:
         page.close()
+        api.delete_all()
+
+
+def test_extend_and_purge_a_retained_volume_in_chromium(
+    controllers: Callable[..., ControllerProcess], chromium: Any
+) -> None:
+    from playwright.sync_api import expect
+
+    controller = controllers()
+    api = Api(controller)
+    suffix = uuid.uuid4().hex[:6]
+    running, kept = f"run-{suffix}", f"kept-{suffix}"
+    api.create(running)
+    api.create(kept)
+    api.http.delete(f"{api.base}/devboxes/{kept}", timeout=30).raise_for_status()
+    before = api.get(f"/devboxes/{running}")["expires_at"]
+
+    context = chromium.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    try:
+        page.goto(f"{controller.url}/dashboard/login?next=/dashboard")
+        page.get_by_label("Operator token").fill(controller.token)
+        page.get_by_label("Operator token").press("Enter")
+        expect(page.locator("#connection")).to_have_text("Live")
+
+        row = page.locator(f'tr[data-box="{running}"]')
+        row.get_by_role("button", name=f"Extend {running}").click()
+        dialog = page.get_by_role("dialog")
+        dialog.get_by_label("Hours to add").fill("2")
+        dialog.get_by_role("button", name="Extend").click()
+        expect(dialog).to_be_hidden()
+        expect(page.locator("#action-status")).to_contain_text(f"Box {running} now stops at")
+        assert api.get(f"/devboxes/{running}")["expires_at"] > before
+
+        volume = page.locator(f'tr[data-volume="{kept}"]')
+        expect(volume).to_contain_text("20Gi")
+        volume.get_by_role("button", name=f"Purge {kept}").click()
+        confirm = dialog.get_by_role("button", name="Purge")
+        expect(confirm).to_be_disabled()
+        dialog.get_by_label("Type the name to confirm").fill(kept)
+        shot(page, "07-purge-volume")
+        confirm.click()
+        expect(volume).to_have_count(0)
+        expect(page.locator("#action-status")).to_contain_text(f"devbox-{kept}-home")
+        assert kept not in {v["name"] for v in api.get("/volumes")["items"]}
+    finally:
+        context.close()
         api.delete_all()

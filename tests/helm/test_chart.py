@@ -434,6 +434,12 @@ def test_defaults_render_and_the_controller_accepts_the_settings(
         "namespace": RELEASE_NAMESPACE,
         "gpu": chart_defaults["gpu"],
     }
+    # Activity agents report to this release's Service unless told otherwise.
+    service = find(docs, "Service")["metadata"]["name"]
+    expected["idle"] = {
+        **expected["idle"],
+        "controllerUrl": f"http://{service}.{RELEASE_NAMESPACE}.svc:80",
+    }
     assert raw == expected
     settings = settings_from_mapping(raw)
     assert settings.namespace == RELEASE_NAMESPACE
@@ -560,6 +566,7 @@ EXPECTED_RULES = {
     ("", "services"): {"list", "watch", "create", "delete"},
     ("", "persistentvolumeclaims"): {"get", "list", "watch", "create", "patch", "delete"},
     ("", "events"): {"list", "watch", "create"},
+    ("", "secrets"): {"create", "patch"},
     ("coordination.k8s.io", "leases"): {"get", "create", "update"},
     ("", "resourcequotas"): {"list"},
     ("", "limitranges"): {"list"},

@@ -273,6 +273,33 @@ def test_box_details_lists_every_field(client: Client) -> None:
     assert lines["Restarts"].strip() == "2"
 
 
+@pytest.mark.parametrize(
+    ("activity", "restart", "shown"),
+    [
+        (None, None, ("-", "not required")),
+        ({"state": "unknown"}, None, ("unknown (no activity agent reports; never", "not required")),
+        (
+            {
+                "state": "idle",
+                "idle_since": "2026-12-02T08:37:00Z",
+                "stops_at": "2026-12-02T09:37:00Z",
+            },
+            "sidecar agent added",
+            ("idle for 23m; stops in 37m", "required: sidecar agent added"),
+        ),
+    ],
+)
+def test_box_details_show_activity_and_a_required_restart(
+    client: Client, activity: Any, restart: str | None, shown: tuple[str, str]
+) -> None:
+    box = make_box(
+        client, activity=activity, restart_required=restart is not None, restart_reason=restart
+    )
+    lines = dict(line.split(":", 1) for line in render.box_details(box, NOW).splitlines())
+    assert lines["Activity"].strip().startswith(shown[0])
+    assert lines["Restart"].strip() == shown[1]
+
+
 def test_box_keeps_raw_json_and_aware_datetimes(client: Client) -> None:
     box = make_box(client, future_field={"kept": True})
     assert box.raw["future_field"] == {"kept": True}

@@ -121,5 +121,10 @@ a message naming the offending value; the controller checks the same rules at st
 {{- $settings := deepCopy .Values.controller }}
 {{- $_ := set $settings "namespace" (include "devboxes.boxNamespace" .) }}
 {{- $_ := set $settings "gpu" (deepCopy .Values.gpu) }}
+{{- $idle := deepCopy (default dict .Values.controller.idle) }}
+{{- if not $idle.controllerUrl }}
+{{- $_ := set $idle "controllerUrl" (printf "http://%s.%s.svc:%v" (include "devboxes.fullname" .) .Release.Namespace .Values.service.port) }}
+{{- end }}
+{{- $_ := set $settings "idle" $idle }}
 {{- toYaml $settings }}
 {{- end }}

@@ -250,6 +250,19 @@
     cell.replaceChildren(details);
   }
 
+  function minutesFromNow(iso) {
+    return Math.round((Date.parse(iso) - Date.now()) / 60000);
+  }
+
+  // Computed when the box last changed: the server pushes no update while nothing does.
+  function activityText(box) {
+    const activity = box.activity;
+    if (!activity || activity.state !== "idle" || !activity.idle_since) return "";
+    const idle = `Idle for ${Math.max(0, -minutesFromNow(activity.idle_since))} min`;
+    if (!activity.stops_at) return idle;
+    return `${idle}; stops in ${Math.max(0, minutesFromNow(activity.stops_at))} min`;
+  }
+
   function actionButton(label, box, handler, className) {
     const button = document.createElement("button");
     button.type = "button";
@@ -276,10 +289,11 @@
     actions.className = "col-actions";
     const start = actionButton("Start", box, (name) => lifecycle(name, "start"));
     const stop = actionButton("Stop", box, (name) => lifecycle(name, "stop"));
+    const extend = actionButton("Extend", box, openExtend);
     const remove = actionButton("Delete", box, openDelete, "danger");
-    actions.append(start, stop, remove);
+    actions.append(start, stop, extend, remove);
     tr.append(actions);
-    return { tr, cells, start, stop, box, message: null };
+    return { tr, cells, start, stop, extend, box, message: null };
   }
 
   function fill(row, box) {
@@ -303,9 +317,14 @@
     } else {
       row.cells.ssh.textContent = "—";
     }
-    fillMessage(row, box.message || "");
+    fillMessage(row, [
+      box.message || "",
+      activityText(box),
+      box.restart_required ? `Restart required: ${box.restart_reason || "the release changed"}` : "",
+    ].filter(Boolean).join("\n"));
     row.start.hidden = box.state !== "stopped";
     row.stop.hidden = box.state === "stopped";
+    row.extend.hidden = box.state === "stopped";
   }
 
   function upsert(box) {
@@ -395,14 +414,122 @@
     }
   }
 
+  // -- extend --------------------------------------------------------------------------
+  const extendDialog = $("extend-dialog");
+  let extending = null;
+
+  function openExtend(name) {
+    extending = name;
+    $("extend-name").textContent = name;
+    $("extend-error").textContent = "";
+    $("extend-hours").max = String(ttlMax);
+    extendDialog.showModal();
+  }
+
+  async function confirmExtend(event) {
+    event.preventDefault();
+    const hours = Number($("extend-hours").value);
+    if (!extending || !Number.isInteger(hours) || hours < 1) {
+      $("extend-error").textContent = "Enter a whole number of hours, at least 1.";
+      return;
+    }
+    const name = extending;
+    $("extend-submit").disabled = true;
+    try {
+      const { ok, data } = await api(
+        "POST", `/devboxes/${encodeURIComponent(name)}/extend`, { hours });
+      if (ok) {
+        extendDialog.close();
+        upsert(data);
+        announce(`Box ${name} now stops at ${autoStop(data)}.`);
+      } else {
+        $("extend-error").textContent = detailText(data);
+      }
+    } finally {
+      $("extend-submit").disabled = false;
+    }
+  }
+
+  // -- retained volumes ----------------------------------------------------------------
+  const volumeDialog = $("volume-dialog");
+  let purging = null;
+
+  function volumeRow(volume) {
+    const tr = document.createElement("tr");
+    tr.dataset.volume = volume.name;
+    const name = document.createElement("th");
+    name.scope = "row";
+    name.textContent = volume.name;
+    tr.append(name);
+    for (const text of [volume.size || "—", new Date(volume.created_at).toLocaleString(),
+      volume.last_profile || "CPU"]) {
+      const cell = document.createElement("td");
+      cell.textContent = text;
+      tr.append(cell);
+    }
+    const actions = document.createElement("td");
+    actions.className = "col-actions";
+    actions.append(actionButton("Purge", volume, openPurgeVolume, "danger"));
+    tr.append(actions);
+    return tr;
+  }
+
+  async function loadVolumes() {
+    const { ok, data } = await api("GET", "/volumes");
+    if (!ok) return;
+    $("volume-rows").replaceChildren(...data.items.map(volumeRow));
+    $("no-volumes").hidden = data.items.length > 0;
+  }
+
+  function refreshPurgeVolume() {
+    $("volume-submit").disabled = $("volume-confirm").value !== purging;
+  }
+
+  function openPurgeVolume(name) {
+    purging = name;
+    $("volume-name").textContent = name;
+    $("volume-confirm").value = "";
+    $("volume-error").textContent = "";
+    refreshPurgeVolume();
+    volumeDialog.showModal();
+  }
+
+  async function confirmPurgeVolume(event) {
+    event.preventDefault();
+    if (!purging || $("volume-confirm").value !== purging) return;
+    const name = purging;
+    $("volume-submit").disabled = true;
+    const { ok, data } = await api("DELETE", `/volumes/${encodeURIComponent(name)}`);
+    if (ok) {
+      volumeDialog.close();
+      announce(data.message);
+      await loadVolumes();
+    } else {
+      $("volume-error").textContent = detailText(data);
+      refreshPurgeVolume();
+    }
+  }
+
   // -- live updates --------------------------------------------------------------------
   function connect() {
     const source = new EventSource("/dashboard/events");
     const status = $("connection");
     source.addEventListener("open", () => { status.textContent = "Live"; status.dataset.live = "true"; });
-    source.addEventListener("snapshot", (e) => replaceAll(JSON.parse(e.data).items));
-    source.addEventListener("box", (e) => upsert(JSON.parse(e.data)));
-    source.addEventListener("removed", (e) => remove(JSON.parse(e.data).name));
+    // A deleted box may leave its volume behind, and a new box may take one back.
+    source.addEventListener("snapshot", (e) => {
+      replaceAll(JSON.parse(e.data).items);
+      loadVolumes().catch(() => undefined);
+    });
+    source.addEventListener("box", (e) => {
+      const box = JSON.parse(e.data);
+      const known = rows.has(box.name);
+      upsert(box);
+      if (!known) loadVolumes().catch(() => undefined);
+    });
+    source.addEventListener("removed", (e) => {
+      remove(JSON.parse(e.data).name);
+      loadVolumes().catch(() => undefined);
+    });
     source.addEventListener("availability", (e) => showAvailability(JSON.parse(e.data)));
     source.addEventListener("expired", () => { source.close(); toLogin(); });
     source.addEventListener("error", async () => {
@@ -424,6 +551,11 @@
     $("delete-cancel").addEventListener("click", () => dialog.close());
     $("delete-purge").addEventListener("change", refreshDelete);
     $("delete-confirm").addEventListener("input", refreshDelete);
+    $("extend-form").addEventListener("submit", confirmExtend);
+    $("extend-cancel").addEventListener("click", () => extendDialog.close());
+    $("volume-form").addEventListener("submit", confirmPurgeVolume);
+    $("volume-cancel").addEventListener("click", () => volumeDialog.close());
+    $("volume-confirm").addEventListener("input", refreshPurgeVolume);
     loadCapabilities().catch(() => undefined);
     connect();
   });

@@ -1,0 +1,229 @@
+"""Idle boxes go back to the pool: the real activity agent, run on this machine with a stub
+nvidia-smi, reports to the controller on the testbed, which stops boxes nobody uses."""
+
+from __future__ import annotations
+
+import base64
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from controllers import ControllerProcess, example_settings
+from devboxes_controller import render
+from kubernetes import client
+from support import wait_for
+
+Start = Callable[..., ControllerProcess]
+AGENT = Path(__file__).resolve().parents[2] / "workspace" / "devbox-activity-agent"
+MIG = {"profile": "nvidia-a100-mig-1g10gb"}
+# Six seconds: short enough to watch, while the agent reports every few seconds.
+WINDOW_MINUTES = 0.1
+
+
+def call(process: ControllerProcess, method: str, path: str, **kwargs: Any) -> requests.Response:
+    kwargs.setdefault("headers", process.headers())
+    return requests.request(method, f"{process.url}/api/v1{path}", timeout=30, **kwargs)
+
+
+def box(process: ControllerProcess, name: str) -> dict[str, Any]:
+    response = call(process, "GET", f"/devboxes/{name}")
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+def credential(kube: Any, namespace: str, name: str) -> str:
+    secret = client.CoreV1Api(kube).read_namespaced_secret(
+        render.object_names(name).activity_secret, namespace
+    )
+    return base64.b64decode(secret.data["credential"]).decode()
+
+
+def report(
+    process: ControllerProcess, name: str, token: str | None, body: Any = None
+) -> requests.Response:
+    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+    return call(
+        process,
+        "POST",
+        f"/devboxes/{name}/activity",
+        headers=headers,
+        json={"ssh_sessions": 0, "busy_kernels": 0, "gpu_utilization": 1} if body is None else body,
+    )
+
+
+def events(kube: Any, namespace: str, name: str, reason: str) -> list[str]:
+    deployment = render.object_names(name).deployment
+    return [
+        str(e.message)
+        for e in client.CoreV1Api(kube).list_namespaced_event(namespace).items
+        if e.reason == reason and e.involved_object.name == deployment
+    ]
+
+
+class Agents:
+    """Agent processes on this machine, each with its own stub nvidia-smi."""
+
+    def __init__(self, process: ControllerProcess, kube: Any, namespace: str, tmp: Path) -> None:
+        self.process, self.kube, self.namespace, self.tmp = process, kube, namespace, tmp
+        self.running: list[subprocess.Popen[bytes]] = []
+
+    def utilization(self, name: str, percent: int) -> None:
+        (self.tmp / f"{name}-gpu").write_text(f"{percent}\n")
+
+    def start(self, name: str, percent: int) -> None:
+        self.utilization(name, percent)
+        tools = self.tmp / f"{name}-bin"
+        tools.mkdir()
+        stub = tools / "nvidia-smi"
+        stub.write_text(f'#!/bin/sh\ncat "{self.tmp / f"{name}-gpu"}"\n')
+        stub.chmod(0o755)
+        secret = self.tmp / f"{name}-credential"
+        secret.write_text(credential(self.kube, self.namespace, name))
+        env = {**os.environ, "PATH": f"{tools}:{os.environ['PATH']}"}
+        self.running.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    str(AGENT),
+                    "--url",
+                    f"{self.process.url}/api/v1/devboxes/{name}/activity",
+                    "--credential-file",
+                    str(secret),
+                    "--interval",
+                    "6",
+                    # Nothing listens on the discard port: no Jupyter, no busy kernel.
+                    "--jupyter-url",
+                    "http://127.0.0.1:9",
+                ],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=(self.tmp / f"{name}-agent.log").open("wb"),
+            )
+        )
+
+    def stop(self) -> None:
+        for agent in self.running:
+            agent.terminate()
+            agent.wait(10)
+
+
+@pytest.fixture
+def idle_controller(controllers: Start, namespace: str) -> ControllerProcess:
+    settings = example_settings(namespace)
+    settings["idle"] = {
+        "stopAfterMinutes": WINDOW_MINUTES,
+        "gpuUtilizationPercent": 10,
+        "controllerUrl": "http://devboxes.devboxes.svc:8080",
+    }
+    return controllers(settings)
+
+
+@pytest.fixture
+def agents(
+    idle_controller: ControllerProcess, kube: Any, namespace: str, tmp_path: Path
+) -> Iterator[Agents]:
+    running = Agents(idle_controller, kube, namespace, tmp_path)
+    yield running
+    running.stop()
+
+
+def test_idle_boxes_stop_busy_and_silent_ones_keep_running(
+    idle_controller: ControllerProcess, agents: Agents, kube: Any, namespace: str
+) -> None:
+    process = idle_controller
+    for name in ("busy", "quiet", "silent"):
+        assert call(process, "POST", "/devboxes", json={"name": name, "gpu": MIG}).ok
+    assert call(process, "POST", "/devboxes", json={"name": "cpu"}).ok
+
+    # The agent is a sidecar of the release image, without the GPU, holding the credential.
+    template = client.AppsV1Api(kube).read_namespaced_deployment("devbox-quiet", namespace)
+    sidecar = next(c for c in template.spec.template.spec.containers if c.name == "activity")
+    assert sidecar.image == "devboxes/workspace:0.1.0"
+    assert not (sidecar.resources and (sidecar.resources.limits or sidecar.resources.requests))
+    cpu = client.AppsV1Api(kube).read_namespaced_deployment("devbox-cpu", namespace)
+    assert [c.name for c in cpu.spec.template.spec.containers] == ["devbox"], (
+        "CPU boxes are never stopped for idleness by default, so they run no agent"
+    )
+
+    agents.start("busy", 80)
+    agents.start("quiet", 2)
+
+    def stopped(name: str) -> Callable[[], dict[str, Any] | None]:
+        def check() -> dict[str, Any] | None:
+            current = box(process, name)
+            return current if current["state"] == "stopped" else None
+
+        check.__doc__ = f"{name} is stopped for idleness"
+        return check
+
+    quiet = wait_for(stopped("quiet"), timeout=120)
+    assert quiet["message"] == f"Stopped after {WINDOW_MINUTES:g} min idle; start to continue."
+    assert quiet["activity"] is None
+    assert wait_for(lambda: events(kube, namespace, "quiet", "IdleStopped"), timeout=15)
+
+    busy = box(process, "busy")
+    assert busy["state"] != "stopped", busy
+    assert busy["activity"]["state"] == "active"
+    silent = box(process, "silent")
+    assert silent["state"] != "stopped", silent
+    assert silent["activity"] == {"state": "unknown", "idle_since": None, "stops_at": None}
+
+    # The busy box was only kept because it was busy: once its GPU idles, it stops too.
+    agents.utilization("busy", 3)
+    wait_for(stopped("busy"), timeout=120)
+    assert box(process, "silent")["state"] != "stopped"
+    assert not events(kube, namespace, "silent", "IdleStopped")
+    for name in ("busy", "quiet", "silent", "cpu"):
+        call(process, "DELETE", f"/devboxes/{name}", params={"purge": "true"})
+
+
+def test_only_the_boxs_own_credential_may_report(
+    idle_controller: ControllerProcess, kube: Any, namespace: str
+) -> None:
+    process = idle_controller
+    for name in ("mine", "theirs"):
+        assert call(process, "POST", "/devboxes", json={"name": name, "gpu": MIG}).ok
+    mine = credential(kube, namespace, "mine")
+    theirs = credential(kube, namespace, "theirs")
+    assert mine != theirs
+
+    refusals = {
+        "no credential": report(process, "mine", None),
+        "a forged credential": report(process, "mine", "A" * len(mine)),
+        "another box's credential": report(process, "mine", theirs),
+        "the operator token": report(process, "mine", process.token),
+        "an unknown box": report(process, "nobody", mine),
+        "a bad name": report(process, "Not_A_Box", mine),
+    }
+    for why, response in refusals.items():
+        assert response.status_code == 401, (why, response.text)
+        assert response.json() == {"detail": "invalid box credential"} or why == "no credential"
+    assert box(process, "mine")["activity"]["state"] == "unknown"
+
+    oversize = report(process, "mine", mine, {"ssh_sessions": 0, "pad": "x" * 2048})
+    assert oversize.status_code == 413, oversize.text
+    invalid = report(process, "mine", mine, {"ssh_sessions": -1, "busy_kernels": 0})
+    assert invalid.status_code == 422, invalid.text
+    assert "ssh_sessions" in invalid.json()["detail"]
+    too_soon = report(process, "mine", mine)
+    assert too_soon.status_code == 429, too_soon.text
+    assert too_soon.headers["Retry-After"] == "5"
+
+    accepted = report(process, "theirs", theirs, {"ssh_sessions": 2, "busy_kernels": 0})
+    assert accepted.status_code == 204, accepted.text
+    assert wait_for(lambda: box(process, "theirs")["activity"]["state"] == "active", timeout=15)
+
+    # Not part of the public API: the operator's OpenAPI document does not list it.
+    openapi = requests.get(f"{process.url}/openapi.json", headers=process.headers(), timeout=30)
+    paths = openapi.json()["paths"]
+    assert not [path for path in paths if path.endswith("/activity")]
+    log = process.log.read_text()
+    assert mine not in log
+    assert theirs not in log
+    for name in ("mine", "theirs"):
+        call(process, "DELETE", f"/devboxes/{name}", params={"purge": "true"})
