@@ -59,6 +59,7 @@ PERMISSIONS: tuple[Permission, ...] = (
     *_grant("", "services", "list watch create delete"),
     *_grant("", "persistentvolumeclaims", "get list watch create patch delete"),
     *_grant("", "events", "list watch create"),
+    *_grant("", "secrets", "create patch"),
     *_grant("coordination.k8s.io", "leases", "get create update"),
     *_grant("", "resourcequotas", "list", optional=True),
     *_grant("", "limitranges", "list", optional=True),
