@@ -11,22 +11,13 @@ from typing import Any
 import pytest
 from controllers import ControllerProcess, example_settings
 from devboxes_testbed.cluster import Testbed
-
-REPO = Path(__file__).resolve().parent.parent
+from support import running_testbed
 
 
 @pytest.fixture(scope="session")
 def testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
-    bed = Testbed(
-        tmp_path_factory.mktemp("testbed"),
-        REPO / "testbed" / "nodes.yaml",
-        log=lambda message: None,
-    )
-    bed.start()
-    try:
+    with running_testbed(tmp_path_factory.mktemp("testbed")) as bed:
         yield bed
-    finally:
-        bed.stop()
 
 
 @pytest.fixture(scope="session")

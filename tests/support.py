@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def wait_for(predicate: Any, timeout: float = 60, interval: float = 0.2) -> Any:
@@ -52,3 +57,38 @@ def service_account_kubeconfig(
     config["contexts"][0]["context"]["user"] = account
     path.write_text(yaml.safe_dump(config))
     return path
+
+
+def helm_binary() -> str:
+    """The testbed's helm; the test is skipped when the testbed binaries are not built."""
+    from devboxes_testbed import build
+
+    directory = build.installed()
+    if directory is None:
+        pytest.skip("the testbed binaries (helm) are not built: run `make testbed`")
+    return str(directory / "helm")
+
+
+def helm_run(testbed: Any, *args: str) -> str:
+    """Run helm against the testbed and return its output; any failure fails the test."""
+    result = subprocess.run(
+        [helm_binary(), *args, "--kubeconfig", str(testbed.kubeconfig)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+@contextlib.contextmanager
+def running_testbed(state_dir: Path) -> Iterator[Any]:
+    """A testbed cluster with the standard node pools, stopped when the block ends."""
+    from devboxes_testbed.cluster import Testbed
+
+    bed = Testbed(state_dir, REPO / "testbed" / "nodes.yaml", log=lambda message: None)
+    bed.start()
+    try:
+        yield bed
+    finally:
+        bed.stop()

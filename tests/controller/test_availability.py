@@ -21,10 +21,9 @@ import pytest
 import requests
 import yaml
 from controllers import ControllerProcess, example_settings
-from devboxes_testbed import build
 from devboxes_testbed.cluster import Testbed
 from kubernetes import client
-from support import service_account_kubeconfig, wait_for
+from support import helm_run, service_account_kubeconfig, wait_for
 
 from devboxes_sdk.models import Devbox, DoctorReport, GpuAvailability
 
@@ -303,24 +302,6 @@ def test_availability_switched_off_says_unknown_and_nothing_else_breaks(
     assert_everything_else_works(controllers(settings), "turned off by the operator")
 
 
-def helm_binary() -> str:
-    directory = build.installed()
-    if directory is None:
-        pytest.skip("the testbed binaries (helm) are not built: run `make testbed`")
-    return str(directory / "helm")
-
-
-def helm(testbed: Testbed, *args: str) -> str:
-    result = subprocess.run(
-        [helm_binary(), *args, "--kubeconfig", str(testbed.kubeconfig)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr
-    return result.stdout
-
-
 @pytest.fixture
 def chart_account(
     testbed: Testbed, kube: Any, namespace: str, tmp_path: Path
@@ -338,7 +319,7 @@ def chart_account(
                 }
             )
         )
-        helm(
+        helm_run(
             testbed,
             "install",
             "devboxes",
@@ -355,7 +336,7 @@ def chart_account(
     yield install
     for release in installed:
         # The ClusterRole and its binding outlive the namespace unless uninstalled.
-        helm(testbed, "uninstall", release, "-n", namespace)
+        helm_run(testbed, "uninstall", release, "-n", namespace)
 
 
 def test_without_the_cluster_role_availability_is_unknown_and_the_rest_works(

@@ -12,22 +12,13 @@ import pytest
 from controllers import ControllerProcess, example_settings
 from devboxes_testbed.cluster import Testbed
 from kubernetes import client
-
-REPO = Path(__file__).resolve().parents[2]
+from support import running_testbed
 
 
 @pytest.fixture(scope="module")
 def fault_testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
-    bed = Testbed(
-        tmp_path_factory.mktemp("fault-testbed"),
-        REPO / "testbed" / "nodes.yaml",
-        log=lambda message: None,
-    )
-    bed.start()
-    try:
+    with running_testbed(tmp_path_factory.mktemp("fault-testbed")) as bed:
         yield bed
-    finally:
-        bed.stop()
 
 
 @pytest.fixture

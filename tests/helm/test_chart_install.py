@@ -14,41 +14,21 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
 import requests
 import yaml
 from controllers import ControllerProcess, example_settings
-from devboxes_testbed import build
 from devboxes_testbed.cluster import Testbed
 from kubernetes import client
-from support import service_account_kubeconfig, wait_for
+from support import helm_binary, helm_run, service_account_kubeconfig, wait_for
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "devboxes"
-
-
-def helm() -> str:
-    directory = build.installed()
-    if directory is None:
-        pytest.skip("the testbed binaries (helm) are not built: run `make testbed`")
-    return str(directory / "helm")
-
-
-def helm_run(testbed: Testbed, *args: str) -> str:
-    result = subprocess.run(
-        [helm(), *args, "--kubeconfig", str(testbed.kubeconfig)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr
-    return result.stdout
 
 
 def token_from_notes(testbed: Testbed, notes: str) -> str:
     """Run the command that NOTES gives for loading the token, exactly as printed."""
     (command,) = re.findall(r'^\s*(export DEVBOX_TOKEN=".*")$', notes, flags=re.MULTILINE)
     # The testbed builds kubectl next to helm.
-    kubectl_dir = Path(helm()).parent
+    kubectl_dir = Path(helm_binary()).parent
     env = {
         **os.environ,
         "PATH": f"{kubectl_dir}{os.pathsep}{os.environ['PATH']}",

@@ -9,6 +9,7 @@ the extension.
 from __future__ import annotations
 
 import contextlib
+import getpass
 import json
 import os
 import secrets
@@ -271,3 +272,41 @@ class KernelChannels:
                 and message["content"]["execution_state"] == "busy"
             ):
                 return
+
+
+@dataclass
+class KernelLab:
+    """A Lab whose devbox kernels reach "boxes" through the loopback sshd (see sshd.py)."""
+
+    lab: Lab
+    owner: str
+    key: Path
+    base: Path
+
+
+@contextlib.contextmanager
+def running_kernel_lab(
+    base: Path,
+    controller_url: str,
+    controller_token: str,
+    owner_prefix: str,
+    connect_timeout: int,
+    extra_args: list[str] | None = None,
+) -> Iterator[KernelLab]:
+    """A Lab as ``make up`` starts it, whose devbox kernels log in to this machine (whose
+    python has ipykernel) with a throwaway key, as a box of ``owner_prefix``-named user."""
+    from sshd import make_key
+
+    key = make_key(base)
+    owner = f"{owner_prefix}{secrets.token_hex(3)}"
+    args = [
+        *(extra_args or []),
+        f"--DevboxKernelProvisioner.ssh_key_file={key}",
+        f"--DevboxKernelProvisioner.ssh_user={getpass.getuser()}",
+        f"--DevboxKernelProvisioner.owner={owner}",
+        f"--DevboxKernelProvisioner.known_hosts_file={base / 'known_hosts'}",
+        f"--DevboxKernelProvisioner.ssh_connect_timeout={connect_timeout}",
+        f"--DevboxesJupyterApp.kernel_python={sys.executable}",
+    ]
+    with running_lab(base / "lab", controller_url, controller_token, args) as lab:
+        yield KernelLab(lab, owner, key, base)

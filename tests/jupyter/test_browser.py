@@ -12,21 +12,19 @@ sshd on loopback at the box's reported SSH address stands in for it (see sshd.py
 from __future__ import annotations
 
 import contextlib
-import getpass
 import os
 import secrets
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from controllers import ControllerProcess
 from devboxes_jupyter.provisioner import box_name
-from labserver import LABEXTENSION, Lab, running_lab
-from sshd import loopback_sshd, make_key, need_sshd
+from labserver import LABEXTENSION, KernelLab, Lab, running_kernel_lab
+from sshd import loopback_sshd, need_sshd
 from support import CHROMIUM, CHROMIUM_ARGS
 
 from devboxes_sdk import models
@@ -40,46 +38,31 @@ IMAGES = REPO / "docs" / "images"
 READY_TIMEOUT_MS = 180_000
 
 
-@dataclass
-class Setup:
-    lab: Lab
-    owner: str
-    key: Path
-    base: Path
-
-
 @pytest.fixture(scope="module")
 def setup(
     controller: ControllerProcess, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Setup]:
+) -> Iterator[KernelLab]:
     if not CHROMIUM.exists():
         pytest.skip("Debian's chromium is not installed (make system-packages installs it)")
     if not (LABEXTENSION / "package.json").exists():
         pytest.skip("the labextension is not built (see jupyter_ext/README.md)")
-    base = tmp_path_factory.mktemp("browser")
-    key = make_key(base)
-    owner = f"b{secrets.token_hex(3)}"
-    with running_lab(
-        base / "lab",
+    with running_kernel_lab(
+        tmp_path_factory.mktemp("browser"),
         controller.url,
         controller.token,
-        [
+        owner_prefix="b",
+        connect_timeout=120,
+        extra_args=[
             # The theme switch for the dark screenshots goes through the app's commands.
             "--LabApp.expose_app_in_browser=True",
-            f"--DevboxKernelProvisioner.ssh_key_file={key}",
-            f"--DevboxKernelProvisioner.ssh_user={getpass.getuser()}",
-            f"--DevboxKernelProvisioner.owner={owner}",
-            f"--DevboxKernelProvisioner.known_hosts_file={base / 'known_hosts'}",
-            "--DevboxKernelProvisioner.ssh_connect_timeout=120",
-            f"--DevboxesJupyterApp.kernel_python={sys.executable}",
             "--DevboxesJupyterApp.poll_interval=2",
         ],
-    ) as lab:
-        yield Setup(lab, owner, key, base)
+    ) as kernel_lab:
+        yield kernel_lab
 
 
 @pytest.fixture
-def lab(setup: Setup) -> Lab:
+def lab(setup: KernelLab) -> Lab:
     return setup.lab
 
 
@@ -309,7 +292,7 @@ def test_launcher_tile_opens_the_sidebar_and_its_picker_creates_gpu_boxes(
 
 
 def test_devbox_kernel_from_the_launcher_runs_a_cell(
-    page: Any, setup: Setup, controller_client: Client, cleanup: list[str]
+    page: Any, setup: KernelLab, controller_client: Client, cleanup: list[str]
 ) -> None:
     from playwright.sync_api import expect
 

@@ -10,13 +10,11 @@ reports for the box, stands in for the box; the kernel is a real ipykernel behin
 from __future__ import annotations
 
 import contextlib
-import getpass
 import json
 import secrets
 import sys
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +22,8 @@ import pytest
 import requests
 from controllers import ControllerProcess
 from devboxes_jupyter.provisioner import box_name
-from labserver import KernelChannels, Lab, running_lab
-from sshd import loopback_sshd, make_key, need_sshd
+from labserver import KernelChannels, KernelLab, Lab, running_kernel_lab
+from sshd import loopback_sshd, need_sshd
 from support import wait_for
 
 from devboxes_sdk import models
@@ -35,37 +33,19 @@ from devboxes_sdk.errors import BoxNotReady, NotFound
 KERNEL_START_TIMEOUT = 400
 
 
-@dataclass
-class Setup:
-    lab: Lab
-    owner: str
-    key: Path
-    base: Path
-
-
 @pytest.fixture(scope="module")
 def setup(
     controller: ControllerProcess, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Setup]:
+) -> Iterator[KernelLab]:
     need_sshd()
-    base = tmp_path_factory.mktemp("devbox-kernel")
-    key = make_key(base)
-    owner = f"t{secrets.token_hex(3)}"
-    with running_lab(
-        base / "lab",
+    with running_kernel_lab(
+        tmp_path_factory.mktemp("devbox-kernel"),
         controller.url,
         controller.token,
-        [
-            f"--DevboxKernelProvisioner.ssh_key_file={key}",
-            f"--DevboxKernelProvisioner.ssh_user={getpass.getuser()}",
-            f"--DevboxKernelProvisioner.owner={owner}",
-            f"--DevboxKernelProvisioner.known_hosts_file={base / 'known_hosts'}",
-            "--DevboxKernelProvisioner.ssh_connect_timeout=20",
-            # The "box" is this machine, whose python has ipykernel.
-            f"--DevboxesJupyterApp.kernel_python={sys.executable}",
-        ],
-    ) as lab:
-        yield Setup(lab, owner, key, base)
+        owner_prefix="t",
+        connect_timeout=20,
+    ) as kernel_lab:
+        yield kernel_lab
 
 
 @pytest.fixture
@@ -104,7 +84,9 @@ def _box_port(client: Client, name: str) -> int:
     return port
 
 
-def test_kernelspecs_offer_cpu_and_every_profile(setup: Setup, controller_client: Client) -> None:
+def test_kernelspecs_offer_cpu_and_every_profile(
+    setup: KernelLab, controller_client: Client
+) -> None:
     catalog = controller_client.capabilities().gpu
     expected = {"devbox-cpu": "Python 3 on CPU (devbox)"}
     expected.update(
@@ -123,7 +105,7 @@ def test_kernelspecs_offer_cpu_and_every_profile(setup: Setup, controller_client
 
 
 def test_kernel_runs_in_the_box_interrupts_restarts_and_shuts_down(
-    setup: Setup, controller_client: Client, boxes: list[str]
+    setup: KernelLab, controller_client: Client, boxes: list[str]
 ) -> None:
     catalog = controller_client.capabilities().gpu
     profile = catalog.get("nvidia-l4") or catalog.default
@@ -222,7 +204,7 @@ def _refused(response: requests.Response) -> str:
 
 
 def test_failures_end_the_start_with_one_message(
-    setup: Setup, controller_client: Client, boxes: list[str], tmp_path: Path
+    setup: KernelLab, controller_client: Client, boxes: list[str], tmp_path: Path
 ) -> None:
     name = box_name(setup.owner, None)
     boxes.append(name)
@@ -257,7 +239,7 @@ class _Blocked(Exception):
 
 
 def test_no_free_device_before_the_timeout_is_the_message(
-    setup: Setup, controller_client: Client, boxes: list[str]
+    setup: KernelLab, controller_client: Client, boxes: list[str]
 ) -> None:
     profile = controller_client.capabilities().gpu.get("amd-rocm")
     if profile is None:
