@@ -38,6 +38,7 @@ from devboxes_sdk.errors import (
     BoxDegraded,
     BoxStopped,
     ConfigurationError,
+    Conflict,
     DevboxesError,
     NotConfigured,
     NotFound,
@@ -758,6 +759,11 @@ def _cmd_extend(args: argparse.Namespace) -> int:
             box = client.extend(args.name, args.hours)
         except ValidationError as error:
             raise UsageError(_extend_message(error)) from None
+        except Conflict as error:
+            # The box's deadline leaves less room than asked for: a refused --hours.
+            if not error.detail.startswith("hours "):
+                raise
+            raise UsageError(f"--{error.detail}") from None
     _print_box(box, args)
     return EXIT_OK
 

@@ -77,6 +77,7 @@ def describe_settings(document: dict[str, Any], settings: Settings) -> dict[str,
     schemas = document["components"]["schemas"]
     create = schemas["DevboxCreate"]["properties"]
     create["ttl_hours"]["maximum"] = settings.ttl.max_hours
+    schemas["DevboxExtend"]["properties"]["hours"]["maximum"] = settings.ttl.max_hours
     if settings.gpu.enabled:
         names = [profile.name for profile in settings.gpu.profiles]
         schemas["GpuRequest"]["properties"]["profile"] = {

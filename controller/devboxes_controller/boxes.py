@@ -642,10 +642,14 @@ class Boxes:
             raise Conflict(f"devbox '{name}' cannot be extended: {err}") from None
         now = self.clock()
         maximum = self.settings.ttl.max_hours
+        if hours > maximum:
+            raise Invalid(f"hours must be at most {maximum}, the maximum time to live")
         base = max(spec.expires_at, now)
         room = int((now + timedelta(hours=maximum) - base) / timedelta(hours=1))
         if hours > room:
-            raise Invalid(
+            # A conflict with the box's current deadline, not a malformed request: the same
+            # hours are accepted for a box with more room.
+            raise Conflict(
                 f"hours must be at most {max(room, 0)}: a box stops at most {maximum} hours "
                 f"from now (the maximum time to live), and {name} already runs until "
                 f"{render.format_timestamp(base)}"

@@ -168,12 +168,15 @@ def test_extend_moves_the_deadline_within_the_maximum_ttl(
 
     # Three hours from now is the most the four-hour maximum leaves room for.
     beyond = call(process, "POST", "/devboxes/longer/extend", json={"hours": 2})
-    assert beyond.status_code == 422, beyond.text
+    assert beyond.status_code == 409, beyond.text
     assert beyond.json()["detail"].startswith("hours must be at most 1: ")
     assert "4 hours" in beyond.json()["detail"]
-    refused = devbox(process, "extend", "longer", "--hours", "5")
+    refused = devbox(process, "extend", "longer", "--hours", "3")
     assert refused.returncode == 2, refused.stderr
     assert "--hours must be at most 1: " in refused.stderr
+    over = devbox(process, "extend", "longer", "--hours", "5")
+    assert over.returncode == 2, over.stderr
+    assert "--hours must be at most 4, the maximum time to live" in over.stderr
     assert box.refresh().expires_at == first + timedelta(hours=1)
 
     done = devbox(process, "extend", "longer", "--hours", "1")
