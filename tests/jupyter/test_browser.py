@@ -274,10 +274,10 @@ def test_launcher_tile_opens_the_sidebar_and_its_picker_creates_gpu_boxes(
     name_input.fill(second)
     page.get_by_test_id("devbox-create").click()
     reason = page.get_by_test_id(f"devbox-status-{second}")
-    # The scheduler may first name another reason (a volume still binding, say);
-    # the lasting one is the missing device.
+    # The one-line summary the controller puts before the scheduler's words; the
+    # scheduler may first name another reason (a volume still binding, say).
     expect(reason).to_contain_text(
-        f"Insufficient {profile.resource_name}", timeout=READY_TIMEOUT_MS
+        f"Waiting for a free {profile.display_name}", timeout=READY_TIMEOUT_MS
     )
     expect(page.get_by_test_id(f"devbox-state-{second}")).to_have_text("starting")
     page.screenshot(path=str(IMAGES / "jupyter-panel.png"))
