@@ -19,7 +19,7 @@ from kubernetes import client
 
 from devboxes_sdk.models import DeleteResult, Devbox, DevboxCreate, DevboxState
 
-from . import kube, render, status
+from . import kube, render, slim, status
 from .bodies import Body, body
 from .cache import Informer
 from .kube import RETRY_AFTER_SECONDS, ApiProblem, Conflict, Invalid, NotFound, Obj
@@ -78,6 +78,7 @@ class Boxes:
             box_of,
             self._changed_box,
             selector,
+            strip=slim.deployment,
         )
         self.replicasets = Informer(
             "replicasets",
@@ -86,12 +87,25 @@ class Boxes:
             box_of,
             self._changed_box,
             selector,
+            strip=slim.replicaset,
         )
         self.pods = Informer(
-            "pods", self._core.list_namespaced_pod, ns, box_of, self._changed_box, selector
+            "pods",
+            self._core.list_namespaced_pod,
+            ns,
+            box_of,
+            self._changed_box,
+            selector,
+            strip=slim.pod,
         )
         self.services = Informer(
-            "services", self._core.list_namespaced_service, ns, box_of, self._changed_box, selector
+            "services",
+            self._core.list_namespaced_service,
+            ns,
+            box_of,
+            self._changed_box,
+            selector,
+            strip=slim.service,
         )
         self.pvcs = Informer(
             "persistentvolumeclaims",
@@ -100,9 +114,15 @@ class Boxes:
             box_of,
             self._changed_box,
             selector,
+            strip=slim.persistent_volume_claim,
         )
         self.events = Informer(
-            "events", self._core.list_namespaced_event, ns, _box_from_event, self._changed_box
+            "events",
+            self._core.list_namespaced_event,
+            ns,
+            _box_from_event,
+            self._changed_box,
+            strip=slim.event,
         )
         self.informers = (
             self.deployments,

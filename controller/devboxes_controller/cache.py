@@ -35,6 +35,8 @@ MAX_BACKOFF = 5.0
 
 BoxOf = Callable[[Obj], str | None]
 OnChange = Callable[[str], None]
+# What the cache keeps of an object as the apiserver sent it (see ``slim``).
+Strip = Callable[[Obj], Obj]
 
 
 class WatchExpired(Exception):
@@ -72,8 +74,11 @@ class Informer:
         box_of: BoxOf,
         on_change: OnChange,
         label_selector: str | None = None,
+        *,
+        strip: Strip,
     ) -> None:
         self.kind = kind
+        self._strip = strip
         self._list = list_function
         self._namespace = namespace
         self._box_of = box_of
@@ -201,7 +206,9 @@ class Informer:
             **self._kwargs(),
         )
         body = json.loads(response.data)
-        items = {item["metadata"]["name"]: item for item in body.get("items") or []}
+        version = str(body["metadata"]["resourceVersion"])
+        items = {item["metadata"]["name"]: self._strip(item) for item in body.get("items") or []}
+        del body  # the full objects: a relist of every box's pods must not linger
         touched: set[str] = set()
         with self._condition:
             for name in set(self._objects) - set(items):
@@ -212,7 +219,7 @@ class Informer:
             self._condition.notify_all()
         self.synced.set()
         self._notify(touched)
-        return str(body["metadata"]["resourceVersion"])
+        return version
 
     def _watch(self, version: str) -> str:
         response = self._list(
@@ -239,9 +246,11 @@ class Informer:
                 version = str(obj["metadata"]["resourceVersion"])
                 if kind == "BOOKMARK":
                     continue
+                name = obj["metadata"]["name"]
                 with self._condition:
-                    name = obj["metadata"]["name"]
-                    touched = self._remove(name) if kind == "DELETED" else self._put(obj)
+                    touched = (
+                        self._remove(name) if kind == "DELETED" else self._put(self._strip(obj))
+                    )
                     self._condition.notify_all()
                 self._notify(touched)
         finally:
