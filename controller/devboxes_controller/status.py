@@ -35,6 +35,8 @@ CREATE_FAILED = "Kubernetes cannot create the pod: {message}"
 SNAPSHOT_UNREADABLE = "The pinned GPU profile cannot be read ({error}); recreate the box."
 DEADLINE_EXCEEDED = "The box did not become ready in time: {message}"
 
+# The only Events status reads beyond their reason: pod creations Kubernetes refused.
+FAILED_CREATE = "FailedCreate"
 DEGRADED_WAITING_REASONS = frozenset(
     {
         "CrashLoopBackOff",
@@ -151,7 +153,7 @@ def _create_failure(objects: BoxObjects) -> str | None:
     failed = [
         e
         for e in objects.events
-        if e.get("reason") == "FailedCreate"
+        if e.get("reason") == FAILED_CREATE
         and (e.get("involvedObject") or {}).get("name") in rs_names
         # Events outlive a stop; one from before the latest start no longer explains anything.
         and (since is None or (_parse_time(_event_time(e)) or since) >= since)
