@@ -38,10 +38,14 @@ class Api:
         self.http = requests.Session()
         self.http.headers.update(controller.headers())
 
-    def call(self, method: str, path: str, **kwargs: Any) -> Any:
-        response = self.http.request(method, f"{self.base}{path}", timeout=60, **kwargs)
+    def call(self, method: str, path: str, timeout: float = 60, **kwargs: Any) -> Any:
+        response = self.http.request(method, f"{self.base}{path}", timeout=timeout, **kwargs)
         assert response.status_code < 300, f"{method} {path}: {response.text}"
         return response.json()
+
+    def wait_ready(self, path: str) -> Any:
+        """The box at ``path`` once ready (the server holds the request up to 120 s)."""
+        return self.call("GET", path, params={"wait": "ready", "timeout": "120"}, timeout=150)
 
     def availability(self, preset: str | None = None) -> GpuAvailability:
         params = {"preset": preset} if preset else None
@@ -142,7 +146,7 @@ def test_mig_and_shared_units_fall_and_rise_as_boxes_start_and_stop(api: Api) ->
     name = f"mig-{suffix}"
     api.create(name, mig)
     try:
-        api.call("GET", f"/devboxes/{name}", params={"wait": "ready", "timeout": "120"})
+        api.wait_ready(f"/devboxes/{name}")
         wait_for(lambda: api.free(mig)[0] == before - 1)
         api.call("POST", f"/devboxes/{name}/stop")
         wait_for(lambda: api.free(mig)[0] == before)
@@ -250,7 +254,7 @@ def test_three_waiting_boxes_get_their_place_in_line(
 
         # A freed GPU goes to the first in line; the others move up.
         delete_pod(kube, namespace, holders[0])
-        api.call("GET", f"/devboxes/{names[0]}", params={"wait": "ready", "timeout": "120"})
+        api.wait_ready(f"/devboxes/{names[0]}")
         wait_for(
             lambda: (
                 queued()[1:]
@@ -265,7 +269,7 @@ def test_three_waiting_boxes_get_their_place_in_line(
         code, out = run_cli(controller_env, "stop", names[0])
         assert code == 0, out
         assert "2 boxes are waiting for nvidia-l4; the first in line will take this GPU" in out
-        api.call("GET", f"/devboxes/{names[1]}", params={"wait": "ready", "timeout": "120"})
+        api.wait_ready(f"/devboxes/{names[1]}")
         wait_for(lambda: api.free(L4)[2] == 1)
     finally:
         for name in names:
@@ -288,9 +292,7 @@ def assert_everything_else_works(controller: ControllerProcess, reason: str) -> 
     assert set(caps) == {"gpu"}
     assert set(caps["gpu"]) == {"enabled", "default_profile", "profiles"}
     api.call("POST", "/devboxes", json={"name": "cpu-box"})
-    box = Devbox.model_validate(
-        api.call("GET", "/devboxes/cpu-box", params={"wait": "ready", "timeout": "120"})
-    )
+    box = Devbox.model_validate(api.wait_ready("/devboxes/cpu-box"))
     assert box.state.value == "ready"
     api.purge("cpu-box")
 
