@@ -203,11 +203,14 @@ def test_three_waiting_boxes_get_their_place_in_line(
     foreign: Callable[..., str],
     controller_env: dict[str, str],
 ) -> None:
-    available, total, _ = api.free(L4)
-    assert available is not None
-    # Take every free L4 with pods that are not boxes, so the boxes must queue.
+    # Boxes of earlier tests give their L4s back as their namespaces go; wait for that so
+    # that no device is freed behind this test's back while it counts places in line.
+    _, total, _ = api.free(L4)
+    wait_for(lambda: api.free(L4)[0] == total, timeout=180)
+    assert total is not None
+    # Take every L4 with pods that are not boxes, so the boxes must queue.
     holders = [
-        foreign(f"hold-{i}", "nvidia.com/gpu", {"accelerator": L4}) for i in range(available)
+        foreign(f"hold-{i}", "nvidia.com/gpu", {"accelerator": L4}) for i in range(total)
     ]
     wait_for(lambda: api.free(L4)[0] == 0)
     suffix = uuid.uuid4().hex[:6]
