@@ -116,11 +116,12 @@ def serve(args: argparse.Namespace) -> int:
     from .activity import activity_key
     from .app import create_app
     from .auth import TokenError, load_token
-    from .boxes import Boxes
     from .lease import LeaderElector
+    from .lifecycle import Lifecycle
     from .probe import ApiserverProbe
     from .readiness import Readiness
     from .reconciler import Reconciler
+    from .store import BoxStore
 
     try:
         settings = load_settings(args.settings, os.environ)
@@ -139,9 +140,10 @@ def serve(args: argparse.Namespace) -> int:
     except Exception as err:  # noqa: BLE001 - any kubeconfig problem is reported in one line
         print(f"devboxes-controller: cannot load Kubernetes credentials: {err}", file=sys.stderr)
         return 1
-    boxes = Boxes(settings, api, activity_key=activity_key(token))
+    store = BoxStore(settings, api)
+    lifecycle = Lifecycle(store, api, activity_key=activity_key(token))
     probe = ApiserverProbe(api)
-    readiness = Readiness(probe, boxes)
+    readiness = Readiness(probe, store)
     identity = args.identity or f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
     elector = LeaderElector(
         api,
@@ -150,11 +152,11 @@ def serve(args: argparse.Namespace) -> int:
         args.lease_seconds,
         can_lead=lambda: readiness.problem() is None,
     )
-    reconciler = Reconciler(boxes, elector)
+    reconciler = Reconciler(store, lifecycle, elector)
 
-    async def lifecycle() -> AsyncIterator[None]:
+    async def background() -> AsyncIterator[None]:
         probe.start()
-        boxes.start()
+        store.start()
         elector.start()
         reconciler.start()
         try:
@@ -164,10 +166,11 @@ def serve(args: argparse.Namespace) -> int:
             stopper = threading.Thread(target=elector.stop)
             stopper.start()
             stopper.join(timeout=6)
-            boxes.stop()
+            store.stop()
+            lifecycle.stop()
             probe.stop()
 
-    app = create_app(boxes, token, readiness, lifecycle)
+    app = create_app(store, lifecycle, token, readiness, background)
     host, port = args.listen
     logging.getLogger(__name__).info(
         "starting",

@@ -30,9 +30,10 @@ from devboxes_sdk.models import (
 from . import doctor, volumes
 from .auth import require_operator
 from .bodies import Body, respond
-from .boxes import Boxes
 from .kube import Invalid
+from .lifecycle import Lifecycle
 from .settings import Settings
+from .store import BoxStore
 from .writes import WritePool
 
 MAX_WAIT_SECONDS = 300
@@ -47,9 +48,14 @@ Operator = Annotated[str, Depends(require_operator)]
 BoxName = Annotated[str, Path(json_schema_extra={"pattern": NAME_INPUT_PATTERN})]
 
 
-def _boxes(request: Request) -> Boxes:
-    boxes: Boxes = request.app.state.boxes
-    return boxes
+def _store(request: Request) -> BoxStore:
+    store: BoxStore = request.app.state.store
+    return store
+
+
+def _lifecycle(request: Request) -> Lifecycle:
+    lifecycle: Lifecycle = request.app.state.lifecycle
+    return lifecycle
 
 
 def _writes(request: Request) -> WritePool:
@@ -57,7 +63,8 @@ def _writes(request: Request) -> WritePool:
     return writes
 
 
-BoxesDep = Annotated[Boxes, Depends(_boxes)]
+StoreDep = Annotated[BoxStore, Depends(_store)]
+LifecycleDep = Annotated[Lifecycle, Depends(_lifecycle)]
 WritesDep = Annotated[WritePool, Depends(_writes)]
 
 
@@ -108,31 +115,31 @@ async def capabilities(request: Request, _: Operator) -> Response:
 @router.get("/gpu/availability")
 async def gpu_availability(
     _: Operator,
-    boxes: BoxesDep,
+    store: StoreDep,
     preset: Annotated[
         Preset | None,
         Query(description="Count only boxes whose preset's CPU and memory also fit"),
     ] = None,
 ) -> GpuAvailability:
-    return boxes.availability.current(preset)
+    return store.availability.current(preset)
 
 
 @router.get("/gpu/doctor")
-async def gpu_doctor(_: Operator, boxes: BoxesDep, writes: WritesDep) -> DoctorReport:
+async def gpu_doctor(_: Operator, lifecycle: LifecycleDep, writes: WritesDep) -> DoctorReport:
     # The checks read the apiserver, so they run off the event loop like a write does.
-    return await writes.run(doctor.examine, boxes.settings, boxes.api)
+    return await writes.run(doctor.examine, lifecycle.settings, lifecycle.api)
 
 
 @router.get("/devboxes", response_model=DevboxList)
-async def list_devboxes(request: Request, _: Operator, boxes: BoxesDep) -> Response:
-    return respond(request, boxes.list_body())
+async def list_devboxes(request: Request, _: Operator, store: StoreDep) -> Response:
+    return respond(request, store.list_body())
 
 
 @router.post("/devboxes", status_code=201)
 async def create_devbox(
-    body: DevboxCreate, _: Operator, boxes: BoxesDep, writes: WritesDep
+    body: DevboxCreate, _: Operator, lifecycle: LifecycleDep, writes: WritesDep
 ) -> Devbox:
-    return await writes.run(boxes.create, body)
+    return await writes.run(lifecycle.create, body)
 
 
 @router.get("/devboxes/{name}", response_model=Devbox)
@@ -140,7 +147,7 @@ async def get_devbox(
     request: Request,
     name: BoxName,
     _: Operator,
-    boxes: BoxesDep,
+    store: StoreDep,
     wait: Annotated[
         Literal["ready"] | None,
         Query(description="Hold the request until the box is ready or degraded"),
@@ -151,44 +158,48 @@ async def get_devbox(
 ) -> Response:
     name = _name(name)
     if wait is None:
-        return respond(request, boxes.get_body(name))
-    box = await boxes.wait_settled(name, timeout)
+        return respond(request, store.get_body(name))
+    box = await store.wait_settled(name, timeout)
     return Response(
         box.model_dump_json(), media_type="application/json", headers={WAIT_HEADER: wait}
     )
 
 
 @router.post("/devboxes/{name}/start")
-async def start_devbox(name: BoxName, _: Operator, boxes: BoxesDep, writes: WritesDep) -> Devbox:
-    return await writes.run(boxes.start_box, _name(name))
+async def start_devbox(
+    name: BoxName, _: Operator, lifecycle: LifecycleDep, writes: WritesDep
+) -> Devbox:
+    return await writes.run(lifecycle.start_box, _name(name))
 
 
 @router.post("/devboxes/{name}/stop")
-async def stop_devbox(name: BoxName, _: Operator, boxes: BoxesDep, writes: WritesDep) -> Devbox:
-    return await writes.run(boxes.stop_box, _name(name))
+async def stop_devbox(
+    name: BoxName, _: Operator, lifecycle: LifecycleDep, writes: WritesDep
+) -> Devbox:
+    return await writes.run(lifecycle.stop_box, _name(name))
 
 
 @router.delete("/devboxes/{name}")
 async def delete_devbox(
-    name: BoxName, _: Operator, boxes: BoxesDep, writes: WritesDep, purge: bool = False
+    name: BoxName, _: Operator, lifecycle: LifecycleDep, writes: WritesDep, purge: bool = False
 ) -> DeleteResult:
-    return await writes.run(boxes.delete, _name(name), purge)
+    return await writes.run(lifecycle.delete, _name(name), purge)
 
 
 @router.post("/devboxes/{name}/extend")
 async def extend_devbox(
-    name: BoxName, body: DevboxExtend, _: Operator, boxes: BoxesDep, writes: WritesDep
+    name: BoxName, body: DevboxExtend, _: Operator, lifecycle: LifecycleDep, writes: WritesDep
 ) -> Devbox:
-    return await writes.run(boxes.extend_box, _name(name), body.hours)
+    return await writes.run(lifecycle.extend_box, _name(name), body.hours)
 
 
 @router.get("/volumes")
-async def list_volumes(_: Operator, boxes: BoxesDep) -> VolumeList:
-    return volumes.retained(boxes)
+async def list_volumes(_: Operator, store: StoreDep) -> VolumeList:
+    return volumes.retained(store)
 
 
 @router.delete("/volumes/{name}")
 async def purge_volume(
-    name: BoxName, _: Operator, boxes: BoxesDep, writes: WritesDep
+    name: BoxName, _: Operator, lifecycle: LifecycleDep, writes: WritesDep
 ) -> DeleteResult:
-    return await writes.run(volumes.purge, boxes, _name(name))
+    return await writes.run(volumes.purge, lifecycle, _name(name))

@@ -29,13 +29,14 @@ from devboxes_sdk.models import Health
 from .api import Operator, describe_settings, router
 from .auth import require_operator
 from .bodies import body
-from .boxes import Boxes
 from .dashboard import mount_dashboard, set_session_cookie
 from .ingest import MAX_REPORT_BYTES, RateLimiter, is_activity_route
 from .ingest import router as ingest_router
 from .kube import ApiProblem
+from .lifecycle import Lifecycle
 from .metrics import METRICS
 from .readiness import Readiness
+from .store import BoxStore
 from .writes import WritePool
 
 log = logging.getLogger(__name__)
@@ -197,22 +198,23 @@ def _install_middleware(app: FastAPI) -> None:
 
 
 def create_app(
-    boxes: Boxes,
+    store: BoxStore,
+    lifecycle: Lifecycle,
     token: str,
     readiness: Readiness,
-    lifecycle: Callable[[], AsyncIterator[None]] | None = None,
+    background: Callable[[], AsyncIterator[None]] | None = None,
 ) -> FastAPI:
-    """The ASGI app. ``lifecycle`` starts and stops the watches and the reconciler."""
+    """The ASGI app. ``background`` starts and stops the watches and the reconciler."""
     writes = WritePool(readiness.write_problem)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        boxes.bind_loop(asyncio.get_running_loop())
+        store.bind_loop(asyncio.get_running_loop())
         try:
-            if lifecycle is None:
+            if background is None:
                 yield
             else:
-                async with asynccontextmanager(lifecycle)():
+                async with asynccontextmanager(background)():
                     yield
         finally:
             writes.shutdown()
@@ -225,14 +227,15 @@ def create_app(
         redoc_url=None,
         openapi_url=None,
     )
-    app.state.boxes = boxes
+    app.state.store = store
+    app.state.lifecycle = lifecycle
     app.state.token = token
     app.state.writes = writes
-    app.state.capabilities = body(boxes.settings.gpu.capabilities().model_dump_json().encode())
+    app.state.capabilities = body(store.settings.gpu.capabilities().model_dump_json().encode())
     app.include_router(router)
     app.include_router(ingest_router)
     app.state.activity_limiter = RateLimiter()
-    mount_dashboard(app, boxes)
+    mount_dashboard(app, store)
     _install_handlers(app)
     _install_middleware(app)
 
@@ -249,7 +252,7 @@ def create_app(
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics(_: Operator) -> Response:
-        for state, count in boxes.counts().items():
+        for state, count in store.counts().items():
             METRICS.boxes.labels(state).set(count)
         return Response(generate_latest(METRICS.registry), media_type=CONTENT_TYPE_LATEST)
 
@@ -258,7 +261,7 @@ def create_app(
         if app.openapi_schema is None:
             app.openapi_schema = describe_settings(
                 get_openapi(title=app.title, version=app.version, routes=app.routes),
-                boxes.settings,
+                store.settings,
             )
         return JSONResponse(app.openapi_schema)
 

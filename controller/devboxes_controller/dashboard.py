@@ -21,9 +21,9 @@ from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse, StreamingResponse
 
 from .auth import require_operator, token_matches
-from .boxes import Boxes
 from .kube import ApiProblem
 from .sessions import COOKIE, SessionStore, csrf_matches
+from .store import BoxStore
 
 STATIC = Path(__file__).resolve().parent / "static"
 ASSETS = {"dashboard.js": "text/javascript", "dashboard.css": "text/css"}
@@ -182,13 +182,13 @@ def dashboard(request: Request) -> Response:
     session = _sessions(request).lookup(request.cookies.get(COOKIE))
     if session is None:
         return RedirectResponse(f"{LOGIN}?next={HOME}", status_code=303)
-    boxes: Boxes = request.app.state.boxes
+    store: BoxStore = request.app.state.store
     page = _page(
         _template(
             "dashboard.html",
             {
                 "csrf": session.csrf,
-                "ttl_max": str(boxes.settings.ttl.max_hours),
+                "ttl_max": str(store.settings.ttl.max_hours),
             },
         )
     )
@@ -253,18 +253,18 @@ def _event(kind: str, data: str) -> bytes:
 
 
 async def _stream(
-    request: Request, boxes: Boxes, broadcaster: Broadcaster, subscriber: Subscriber
+    request: Request, store: BoxStore, broadcaster: Broadcaster, subscriber: Subscriber
 ) -> AsyncIterator[bytes]:
     sessions = _sessions(request)
     cookie = request.cookies.get(COOKIE)
     try:
-        snapshot = boxes.list_body().data.decode()
+        snapshot = store.list_body().data.decode()
         # Only boxes this stream has shown are reported as removed: the watches may see a
         # new box's other objects before its Deployment.
         shown = {box["name"] for box in json.loads(snapshot)["items"]}
         yield b"retry: 3000\n\n"
         yield _event("snapshot", snapshot)
-        yield _event("availability", boxes.availability.current().model_dump_json())
+        yield _event("availability", store.availability.current().model_dump_json())
         while True:
             try:
                 await asyncio.wait_for(subscriber.changed.wait(), KEEPALIVE_SECONDS)
@@ -279,10 +279,10 @@ async def _stream(
                 continue
             names, availability = subscriber.take()
             if availability:
-                yield _event("availability", boxes.availability.current().model_dump_json())
+                yield _event("availability", store.availability.current().model_dump_json())
             for name in names:
                 try:
-                    box = boxes.get(name)
+                    box = store.get(name)
                 except ApiProblem:
                     if name in shown:
                         shown.discard(name)
@@ -296,22 +296,22 @@ async def _stream(
 
 @router.get("/dashboard/events")
 async def events(request: Request, _: Annotated[str, Depends(require_operator)]) -> Response:
-    boxes: Boxes = request.app.state.boxes
+    store: BoxStore = request.app.state.store
     broadcaster: Broadcaster = request.app.state.broadcaster
     # Subscribe before the snapshot is taken, so no change between the two is lost.
     subscriber = broadcaster.subscribe()
     return StreamingResponse(
-        _stream(request, boxes, broadcaster, subscriber),
+        _stream(request, store, broadcaster, subscriber),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
 
 
-def mount_dashboard(app: FastAPI, boxes: Boxes) -> None:
+def mount_dashboard(app: FastAPI, store: BoxStore) -> None:
     """Sessions, the push of box changes, and the dashboard routes."""
     app.state.sessions = SessionStore(app.state.token)
     broadcaster = Broadcaster()
     app.state.broadcaster = broadcaster
-    boxes.add_listener(broadcaster.changed)
-    boxes.availability.add_listener(broadcaster.availability_changed)
+    store.add_listener(broadcaster.changed)
+    store.availability.add_listener(broadcaster.availability_changed)
     app.include_router(router)

@@ -16,10 +16,11 @@ from pydantic import ValidationError
 
 from devboxes_sdk.models import ActivityReport, normalize_name
 
-from . import activity, render
+from . import activity
 from .auth import Unauthorized, bearer
-from .boxes import Boxes
 from .kube import ApiProblem, Invalid
+from .lifecycle import Lifecycle
+from .store import BoxStore
 from .writes import WritePool
 
 ACTIVITY_ROUTE = re.compile(r"^/api/v1/devboxes/[^/]+/activity$")
@@ -55,17 +56,18 @@ router = APIRouter(include_in_schema=False)
 def _authenticated_box(request: Request, name: str) -> str:
     """The box the credential belongs to; 401 for anything else, unknown boxes included,
     so the route tells an unauthenticated caller nothing."""
-    boxes: Boxes = request.app.state.boxes
+    store: BoxStore = request.app.state.store
+    lifecycle: Lifecycle = request.app.state.lifecycle
     presented = bearer(request)
     try:
         box = normalize_name(name)
     except ValueError:
         raise Unauthorized("invalid box credential") from None
-    deployment = boxes.deployments.get(render.object_names(box).deployment)
+    deployment = store.deployment(box)
     if (
         presented is None
         or deployment is None
-        or not activity.credential_matches(boxes.activity_key, deployment, presented)
+        or not activity.credential_matches(lifecycle.activity_key, deployment, presented)
     ):
         raise Unauthorized("invalid box credential")
     return box
@@ -88,7 +90,7 @@ async def report_activity(name: str, request: Request) -> Response:
             f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in err.errors()
         )
         raise Invalid(f"invalid activity report: {problems}") from None
-    boxes: Boxes = request.app.state.boxes
+    lifecycle: Lifecycle = request.app.state.lifecycle
     writes: WritePool = request.app.state.writes
-    await writes.run(boxes.record_activity, box, report)
+    await writes.run(lifecycle.record_activity, box, report)
     return Response(status_code=204)

@@ -9,24 +9,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .boxes import Boxes
 from .probe import ApiserverProbe
+from .store import BoxStore
 
 
 @dataclass(frozen=True)
 class Readiness:
     probe: ApiserverProbe
-    boxes: Boxes
+    store: BoxStore
 
     def write_problem(self) -> str | None:
-        if not self.boxes.synced():
+        if not self.store.synced():
             return "the controller is still loading its caches"
         return self.probe.problem()
 
     def problem(self) -> str | None:
         """Why this replica is not ready, or None."""
-        stale = self.boxes.stale_kinds()
-        if not self.boxes.synced():
+        stale = self.store.stale_kinds()
+        if not self.store.synced():
             return "waiting for the Kubernetes caches to sync"
         problem = self.probe.problem()
         if problem is not None:

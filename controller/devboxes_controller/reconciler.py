@@ -13,11 +13,12 @@ import threading
 from datetime import datetime, timedelta
 
 from . import activity, render
-from .boxes import Boxes
 from .kube import ApiProblem, Obj
 from .lease import LeaderElector
+from .lifecycle import Lifecycle
 from .metrics import METRICS
 from .settings import SnapshotError
+from .store import BoxStore
 
 log = logging.getLogger(__name__)
 
@@ -27,13 +28,14 @@ REPAIR_GRACE = timedelta(seconds=5)
 
 
 class Reconciler:
-    def __init__(self, boxes: Boxes, elector: LeaderElector) -> None:
-        self._boxes = boxes
+    def __init__(self, store: BoxStore, lifecycle: Lifecycle, elector: LeaderElector) -> None:
+        self._store = store
+        self._lifecycle = lifecycle
         self._elector = elector
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="reconciler", daemon=True)
-        boxes.add_listener(lambda _name: self._wake.set())
+        store.add_listener(lambda _name: self._wake.set())
         elector.add_listener(self.leadership_changed)
 
     def start(self) -> None:
@@ -55,15 +57,15 @@ class Reconciler:
             if self._elector.is_leading():
                 next_deadline = self.reconcile_once()
                 if next_deadline is not None:
-                    seconds = (next_deadline - self._boxes.clock()).total_seconds()
+                    seconds = (next_deadline - self._lifecycle.clock()).total_seconds()
                     timeout = max(0.05, min(timeout, seconds))
             self._wake.wait(timeout)
 
     def reconcile_once(self) -> datetime | None:
         """One pass over every box; returns the earliest deadline still ahead."""
-        now = self._boxes.clock()
+        now = self._lifecycle.clock()
         upcoming: list[datetime] = []
-        for deployment in self._boxes.deployments.all():
+        for deployment in self._store.deployments():
             # Leadership can lapse during a pass (a renewal missed its deadline): from
             # then on another replica may act, so this one must not.
             if not self._elector.is_leading():
@@ -94,37 +96,38 @@ class Reconciler:
         spec = render.spec_from_deployment(deployment)
         running = (deployment.get("spec") or {}).get("replicas", 1) != 0
         if running and spec.expires_at <= now:
-            self._boxes.stop_box(name, expired_at=spec.expires_at)
+            self._lifecycle.stop_box(name, expired_at=spec.expires_at)
             METRICS.expired.inc()
             log.info("box expired", extra={"box": name})
             return None
         idle_stop = (
-            activity.idle_stop_at(deployment, self._boxes.settings, now) if running else None
+            activity.idle_stop_at(deployment, self._lifecycle.settings, now) if running else None
         )
-        limit = activity.window(deployment, self._boxes.settings)
+        limit = activity.window(deployment, self._lifecycle.settings)
         if idle_stop is not None and limit is not None and idle_stop <= now:
-            self._boxes.stop_idle(name, limit)
+            self._lifecycle.stop_idle(name, limit)
             return None
         created = render.parse_timestamp(deployment["metadata"]["creationTimestamp"])
         if now - created >= REPAIR_GRACE:
             self._repair(name, spec, deployment)
         if not running:
             # A stopped box has no pod to disturb: it follows the release at once.
-            self._boxes.rebuild_if_changed(deployment)
+            self._lifecycle.rebuild_if_changed(deployment)
             return None
         return min(spec.expires_at, idle_stop) if idle_stop is not None else spec.expires_at
 
     def _repair(self, name: str, spec: render.BoxSpec, deployment: Obj) -> None:
-        names = render.object_names(name)
         repaired = []
-        if self._boxes.pvcs.get(names.pvc) is None:
-            self._boxes.ensure_storage(spec)
+        if self._store.claim(name) is None:
+            self._lifecycle.ensure_storage(spec)
             repaired.append("PersistentVolumeClaim")
-        if self._boxes.services.get(names.service) is None:
-            self._boxes.ensure_service(spec, deployment)
+        if self._store.service(name) is None:
+            self._lifecycle.ensure_service(spec, deployment)
             repaired.append("Service")
         for kind in repaired:
             METRICS.repairs.labels(kind).inc()
         if repaired:
-            self._boxes.record(deployment, "Repaired", f"Recreated missing {', '.join(repaired)}")
+            self._lifecycle.record(
+                deployment, "Repaired", f"Recreated missing {', '.join(repaired)}"
+            )
             log.info("box repaired", extra={"box": name, "objects": repaired})

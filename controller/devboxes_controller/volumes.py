@@ -12,8 +12,9 @@ import logging
 from devboxes_sdk.models import DeleteResult, Volume, VolumeList
 
 from . import render
-from .boxes import Boxes
 from .kube import Conflict, NotFound, Obj
+from .lifecycle import Lifecycle
+from .store import BoxStore
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +33,7 @@ def _volume(claim: Obj, box: str) -> Volume:
     )
 
 
-def _retained_claim(boxes: Boxes, claim: Obj) -> str | None:
+def _retained_claim(store: BoxStore, claim: Obj) -> str | None:
     """The box name of a claim that no box uses, or None."""
     metadata = claim["metadata"]
     box = render.box_name_of(claim)
@@ -42,31 +43,32 @@ def _retained_claim(boxes: Boxes, claim: Obj) -> str | None:
         return None
     if metadata["name"] != render.object_names(box).pvc:
         return None
-    if boxes.deployments.get(render.object_names(box).deployment) is not None:
+    if store.deployment(box) is not None:
         return None
     return box
 
 
-def retained(boxes: Boxes) -> VolumeList:
+def retained(store: BoxStore) -> VolumeList:
     """Every home claim without a box, oldest first."""
     found = []
-    for claim in boxes.pvcs.all():
-        box = _retained_claim(boxes, claim)
+    for claim in store.claims():
+        box = _retained_claim(store, claim)
         if box is not None:
             found.append(_volume(claim, box))
     found.sort(key=lambda v: (v.created_at, v.name))
     return VolumeList(items=found)
 
 
-def purge(boxes: Boxes, name: str) -> DeleteResult:
+def purge(lifecycle: Lifecycle, name: str) -> DeleteResult:
     """Delete the retained home volume of ``name``; a box that still exists keeps its own."""
     pvc = render.object_names(name).pvc
-    if boxes.deployments.get(render.object_names(name).deployment) is not None:
+    store = lifecycle.store
+    if store.deployment(name) is not None:
         raise Conflict(
             f"devbox '{name}' still exists and uses {pvc}; delete the box with purge instead"
         )
-    claim = boxes.pvcs.get(pvc)
-    if claim is None or _retained_claim(boxes, claim) is None or not boxes.purge_claim(name):
+    claim = store.claim(name)
+    if claim is None or _retained_claim(store, claim) is None or not lifecycle.purge_claim(name):
         raise NotFound(f"no retained home volume for '{name}'")
     log.info("volume purged", extra={"box": name})
     return DeleteResult(name=name, purged=True, message=f"home volume {pvc} of '{name}' deleted")

@@ -1,299 +1,49 @@
-"""The box lifecycle over watch-backed caches: create, start, stop, delete, status, waiting.
+"""The box lifecycle: create, start, stop, delete, extend, and the writes reconciliation
+and the activity agent's reports need.
 
-Reads come from memory. Every rule is checked before the first write. Writes are
+Every rule is checked and every object rendered before the first write. Writes are
 idempotent, so a create interrupted between steps is finished by reconciliation, and the
-response to a write waits (briefly) until the cache has seen it.
+response to a write waits (briefly) until the store has seen it.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from kubernetes import client
 
-from devboxes_sdk.models import ActivityReport, DeleteResult, Devbox, DevboxCreate, DevboxState
+from devboxes_sdk.models import ActivityReport, DeleteResult, Devbox, DevboxCreate
 
-from . import activity, capacity, kube, render, status, template
-from .availability import Availability
-from .bodies import Body, body
-from .cache import Informer
+from . import activity, kube, render, status, template
 from .kube import RETRY_AFTER_SECONDS, ApiProblem, Conflict, Invalid, NotFound, Obj
 from .metrics import METRICS
 from .settings import ProfileRejected, Settings, SnapshotError, quantity_value
+from .store import BoxStore
 
 log = logging.getLogger(__name__)
 
-Clock = Callable[[], datetime]
-SETTLED = frozenset({DevboxState.READY, DevboxState.DEGRADED})
-DEPLOYMENT_PREFIX = "devbox-"
 
+class Lifecycle:
+    """The verbs that change boxes; reads go to the store."""
 
-def utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
-def _box_from_event(event: Obj) -> str | None:
-    """Events carry no labels: map the involved object's name back to its box."""
-    involved = event.get("involvedObject") or {}
-    name = str(involved.get("name") or "")
-    if involved.get("kind") not in ("ReplicaSet", "Pod", "Deployment"):
-        return None
-    if not name.startswith(DEPLOYMENT_PREFIX):
-        return None
-    parts = name[len(DEPLOYMENT_PREFIX) :].split("-")
-    # Deployment devbox-NAME, ReplicaSet devbox-NAME-HASH, Pod devbox-NAME-HASH-SUFFIX
-    trim = {"Deployment": 0, "ReplicaSet": 1, "Pod": 2}[str(involved["kind"])]
-    return "-".join(parts[: len(parts) - trim]) if len(parts) > trim else None
-
-
-@dataclass(frozen=True)
-class Queued:
-    """A GPU box whose pod the scheduler cannot place yet."""
-
-    profile: str
-    display_name: str
-    since: str
-
-
-class Boxes:
-    """All boxes of one namespace: cached state, derived status, lifecycle verbs."""
-
-    def __init__(
-        self,
-        settings: Settings,
-        api: client.ApiClient,
-        *,
-        activity_key: bytes,
-        clock: Clock = utcnow,
-    ) -> None:
-        self.settings = settings
+    def __init__(self, store: BoxStore, api: client.ApiClient, *, activity_key: bytes) -> None:
+        self.store = store
+        self.settings: Settings = store.settings
+        self.namespace = store.settings.namespace
         self.activity_key = activity_key
-        self.namespace = settings.namespace
-        self.clock = clock
+        self.clock = store.clock
         self.api = api
         self._core = client.CoreV1Api(api)
         self._apps = client.AppsV1Api(api)
-        self._status: dict[str, Devbox] = {}
-        self._status_body: dict[str, Body] = {}
-        self._list_body: Body | None = None
-        self._status_lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._changed: dict[str, asyncio.Event] = {}
-        self._queued: dict[str, Queued] = {}
-        self._listeners: list[Callable[[str], None]] = []
         self._events = ThreadPoolExecutor(max_workers=1, thread_name_prefix="k8s-events")
-        selector = render.MANAGED_SELECTOR
-        ns = self.namespace
-        box_of = render.box_name_of
-        self.deployments = Informer(
-            "deployments",
-            self._apps.list_namespaced_deployment,
-            ns,
-            box_of,
-            self._changed_box,
-            selector,
-        )
-        self.replicasets = Informer(
-            "replicasets",
-            self._apps.list_namespaced_replica_set,
-            ns,
-            box_of,
-            self._changed_box,
-            selector,
-        )
-        self.pods = Informer(
-            "pods", self._core.list_namespaced_pod, ns, box_of, self._changed_box, selector
-        )
-        self.services = Informer(
-            "services", self._core.list_namespaced_service, ns, box_of, self._changed_box, selector
-        )
-        self.pvcs = Informer(
-            "persistentvolumeclaims",
-            self._core.list_namespaced_persistent_volume_claim,
-            ns,
-            box_of,
-            self._changed_box,
-            selector,
-        )
-        self.events = Informer(
-            "events", self._core.list_namespaced_event, ns, _box_from_event, self._changed_box
-        )
-        self.informers = (
-            self.deployments,
-            self.replicasets,
-            self.pods,
-            self.services,
-            self.pvcs,
-            self.events,
-        )
-        # Not among ``informers``: readiness never depends on the cluster-wide watches.
-        self.availability = Availability(settings, api, self.waiting_counts)
-        self.availability.add_listener(self._availability_changed)
-
-    # -- caches and status -------------------------------------------------------------------
-    def start(self) -> None:
-        for informer in self.informers:
-            informer.start()
-        self.availability.start()
 
     def stop(self) -> None:
-        for informer in self.informers:
-            informer.stop()
-        self.availability.stop()
         self._events.shutdown(wait=False)
 
-    def synced(self) -> bool:
-        return all(i.synced.is_set() for i in self.informers)
-
-    def stale_kinds(self) -> list[str]:
-        """Kinds whose watch is not established right now."""
-        return [i.kind for i in self.informers if not i.healthy.is_set()]
-
-    def bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Waiters live on this loop; watch threads wake them through it."""
-        self._loop = loop
-
-    def add_listener(self, listener: Callable[[str], None]) -> None:
-        """Called from watch threads with the box name whenever a box's status is recomputed."""
-        self._listeners.append(listener)
-
-    def objects(self, name: str) -> status.BoxObjects | None:
-        names = render.object_names(name)
-        deployment = self.deployments.get(names.deployment)
-        if deployment is None:
-            return None
-        return status.BoxObjects(
-            deployment=deployment,
-            pods=self.pods.for_box(name),
-            replicasets=self.replicasets.for_box(name),
-            events=self.events.for_box(name),
-            service=self.services.get(names.service),
-            pvc=self.pvcs.get(names.pvc),
-        )
-
-    def _changed_box(self, name: str) -> None:
-        objects = self.objects(name)
-        with self._status_lock:
-            was = self._queued.pop(name, None)
-            if objects is None:
-                self._status.pop(name, None)
-                self._status_body.pop(name, None)
-                self._list_body = None
-            else:
-                box = status.derive(objects, self.settings)
-                since = status.waiting_since(objects)
-                if since is not None and box.gpu is not None:
-                    self._queued[name] = Queued(box.gpu.profile, box.gpu.display_name, since)
-                self._store(box)
-            now = self._queued.get(name)
-            profiles = {q.profile for q in (was, now) if q is not None}
-            touched = {name} | self._summarize(profiles)
-        if was != now:
-            self.availability.kick()
-        METRICS.boxes_changed()
-        self._announce(touched)
-
-    def _store(self, box: Devbox) -> None:
-        """Called with the status lock held."""
-        self._status[box.name] = box
-        self._status_body[box.name] = body(box.model_dump_json().encode())
-        self._list_body = None
-
-    def _announce(self, names: set[str]) -> None:
-        for name in sorted(names):
-            for listener in self._listeners:
-                listener(name)
-            if self._loop is not None:
-                self._loop.call_soon_threadsafe(self._wake, name)
-
-    def waiting_counts(self) -> dict[str, int]:
-        """Boxes waiting for a device, by profile."""
-        counts: dict[str, int] = {}
-        for queued in list(self._queued.values()):
-            counts[queued.profile] = counts.get(queued.profile, 0) + 1
-        return counts
-
-    def _summarize(self, profiles: set[str]) -> set[str]:
-        """Give each waiting box of these profiles its place in line and the free count;
-        returns the boxes whose summary changed. Called with the status lock held."""
-        touched: set[str] = set()
-        for profile in profiles:
-            line = sorted(
-                (q.since, name) for name, q in self._queued.items() if q.profile == profile
-            )
-            entry = self.availability.profile(profile)
-            for position, (_, name) in enumerate(line, start=1):
-                queued = self._queued[name]
-                summary = capacity.waiting_summary(queued.display_name, entry, position)
-                box = self._status.get(name)
-                if box is not None and box.summary != summary:
-                    self._store(box.model_copy(update={"summary": summary}))
-                    touched.add(name)
-        return touched
-
-    def _availability_changed(self) -> None:
-        with self._status_lock:
-            touched = self._summarize({q.profile for q in self._queued.values()})
-        self._announce(touched)
-
-    def _wake(self, name: str) -> None:
-        event = self._changed.pop(name, None)
-        if event is not None:
-            event.set()
-
-    def get(self, name: str) -> Devbox:
-        box = self._status.get(name)
-        if box is None:
-            raise NotFound(f"devbox '{name}' not found")
-        return box
-
-    def get_body(self, name: str) -> Body:
-        """The get response body, kept current by the watches."""
-        answer = self._status_body.get(name)
-        if answer is None:
-            raise NotFound(f"devbox '{name}' not found")
-        return answer
-
-    def list_body(self) -> Body:
-        """The list response body, assembled from the per-box bodies once per change."""
-        with self._status_lock:
-            if self._list_body is None:
-                order = sorted(
-                    self._status.values(), key=lambda b: (b.created_at, b.name), reverse=True
-                )
-                parts = [self._status_body[b.name].data for b in order]
-                self._list_body = body(b'{"items":[' + b",".join(parts) + b"]}", compress=True)
-            return self._list_body
-
-    def counts(self) -> dict[str, int]:
-        totals = {state.value: 0 for state in DevboxState}
-        for box in list(self._status.values()):
-            totals[box.state.value] += 1
-        return totals
-
-    async def wait_settled(self, name: str, timeout: float) -> Devbox:
-        """Until the box is ready or degraded, or the timeout passes; no polling, no thread."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while True:
-            box = self.get(name)
-            remaining = deadline - loop.time()
-            if box.state in SETTLED or remaining <= 0:
-                return box
-            event = self._changed.setdefault(name, asyncio.Event())
-            try:
-                await asyncio.wait_for(event.wait(), remaining)
-            except TimeoutError:
-                return self.get(name)
-
-    # -- writes ------------------------------------------------------------------------------
     def record(self, deployment: Obj, reason: str, message: str) -> None:
         """A Kubernetes Event on the box's Deployment, sent off the request path."""
         metadata = deployment["metadata"]
@@ -345,30 +95,33 @@ class Boxes:
     def create(self, request: DevboxCreate) -> Devbox:
         spec = self.validate(request)
         names = render.object_names(spec.name)
-        if self.deployments.get(names.deployment) is not None:
+        if self.store.deployment(spec.name) is not None:
             raise Conflict(f"devbox '{spec.name}' already exists")
-        claim = self.pvcs.get(names.pvc)
+        claim = self.store.claim(spec.name)
         if claim is not None and claim["metadata"].get("deletionTimestamp"):
             raise Conflict(
                 f"the home volume {names.pvc} of a purged devbox '{spec.name}' is still being "
                 "deleted; create the box again once it is gone",
                 retry_after=RETRY_AFTER_SECONDS,
             )
+        # Everything is rendered before the first write; only the agent's credential waits
+        # for the Deployment, whose uid it is bound to.
+        wanted_claim = render.render_pvc(spec, self.settings)
+        wanted_deployment = render.render_deployment(spec, self.settings)
+        wanted_service = render.render_service(spec, self.settings)
         # The claim first: until it exists the scheduler refuses the pod with a confusing
         # "unbound immediate PersistentVolumeClaims" message instead of the real reason.
-        self.ensure_storage(spec)
+        self._apply_claim(wanted_claim, claim)
         try:
             deployment = kube.call(
-                self._apps.create_namespaced_deployment,
-                self.namespace,
-                render.render_deployment(spec, self.settings),
+                self._apps.create_namespaced_deployment, self.namespace, wanted_deployment
             )
         except Conflict:
             raise Conflict(f"devbox '{spec.name}' already exists") from None
         METRICS.writes.labels("create").inc()
-        self.ensure_service(spec, deployment)
+        self._apply_service(wanted_service, deployment)
         self.ensure_activity_secret(deployment)
-        self.deployments.wait_for_version(names.deployment, kube.resource_version(deployment))
+        self.store.has_seen(deployment)
         self.record(deployment, "Created", _created_message(spec, reused=claim is not None))
         log.info(
             "box created",
@@ -382,7 +135,7 @@ class Boxes:
 
     def _current(self, name: str, deployment: Obj) -> Devbox:
         """The box's status, derived at once so the response reflects the write just made."""
-        objects = self.objects(name) or status.BoxObjects(deployment=deployment)
+        objects = self.store.objects(name) or status.BoxObjects(deployment=deployment)
         if kube.resource_version(objects.deployment) < kube.resource_version(deployment):
             objects = status.BoxObjects(
                 deployment=deployment,
@@ -396,9 +149,10 @@ class Boxes:
 
     def ensure_storage(self, spec: render.BoxSpec) -> None:
         """Create the home claim, or reuse a retained one and grow it; never shrink it."""
-        names = render.object_names(spec.name)
-        wanted = render.render_pvc(spec, self.settings)
-        existing = self.pvcs.get(names.pvc)
+        self._apply_claim(render.render_pvc(spec, self.settings), self.store.claim(spec.name))
+
+    def _apply_claim(self, wanted: Obj, existing: Obj | None) -> None:
+        name = wanted["metadata"]["name"]
         if existing is None:
             try:
                 kube.call(
@@ -408,7 +162,7 @@ class Boxes:
                 return
             except Conflict:
                 existing = kube.call(
-                    self._core.read_namespaced_persistent_volume_claim, names.pvc, self.namespace
+                    self._core.read_namespaced_persistent_volume_claim, name, self.namespace
                 )
         patch: Obj = {}
         size = wanted["spec"]["resources"]["requests"]["storage"]
@@ -421,26 +175,16 @@ class Boxes:
             patch["metadata"] = {"labels": {render.LABEL_GPU_PROFILE: profile}}
         if patch:
             kube.call(
-                self._core.patch_namespaced_persistent_volume_claim,
-                names.pvc,
-                self.namespace,
-                patch,
+                self._core.patch_namespaced_persistent_volume_claim, name, self.namespace, patch
             )
             METRICS.writes.labels("patch").inc()
 
     def ensure_service(self, spec: render.BoxSpec, deployment: Obj) -> None:
-        names = render.object_names(spec.name)
-        if self.services.get(names.service) is not None:
-            return
-        service = render.render_service(spec, self.settings)
-        service["metadata"]["ownerReferences"] = [
-            {
-                "apiVersion": "apps/v1",
-                "kind": "Deployment",
-                "name": deployment["metadata"]["name"],
-                "uid": deployment["metadata"]["uid"],
-            }
-        ]
+        if self.store.service(spec.name) is None:
+            self._apply_service(render.render_service(spec, self.settings), deployment)
+
+    def _apply_service(self, service: Obj, deployment: Obj) -> None:
+        service["metadata"]["ownerReferences"] = _owned_by(deployment)
         try:
             kube.call(self._core.create_namespaced_service, self.namespace, service)
             METRICS.writes.labels("create").inc()
@@ -457,14 +201,7 @@ class Boxes:
             self.settings,
             activity.credential(self.activity_key, name, deployment["metadata"]["uid"]),
         )
-        secret["metadata"]["ownerReferences"] = [
-            {
-                "apiVersion": "apps/v1",
-                "kind": "Deployment",
-                "name": deployment["metadata"]["name"],
-                "uid": deployment["metadata"]["uid"],
-            }
-        ]
+        secret["metadata"]["ownerReferences"] = _owned_by(deployment)
         try:
             kube.call(self._core.create_namespaced_secret, self.namespace, secret)
             METRICS.writes.labels("create").inc()
@@ -511,18 +248,20 @@ class Boxes:
         return self._current(name, updated)
 
     def _deployment(self, name: str) -> Obj:
-        deployment = self.deployments.get(render.object_names(name).deployment)
+        deployment = self.store.deployment(name)
         if deployment is None:
             raise NotFound(f"devbox '{name}' not found")
         return deployment
 
     def _patch(self, name: str, patch: Obj | list[Obj]) -> Obj:
-        names = render.object_names(name)
         updated = kube.call(
-            self._apps.patch_namespaced_deployment, names.deployment, self.namespace, patch
+            self._apps.patch_namespaced_deployment,
+            render.object_names(name).deployment,
+            self.namespace,
+            patch,
         )
         METRICS.writes.labels("patch").inc()
-        self.deployments.wait_for_version(names.deployment, kube.resource_version(updated))
+        self.store.has_seen(updated)
         return updated
 
     def start_box(self, name: str) -> Devbox:
@@ -595,8 +334,8 @@ class Boxes:
     def delete(self, name: str, purge: bool) -> DeleteResult:
         """Compute and Service go; the home claim stays unless ``purge``."""
         names = render.object_names(name)
-        deployment = self.deployments.get(names.deployment)
-        claim = self.pvcs.get(names.pvc)
+        deployment = self.store.deployment(name)
+        claim = self.store.claim(name)
         if deployment is None and not (purge and claim is not None):
             raise NotFound(f"devbox '{name}' not found")
         for function, object_name in (
@@ -606,7 +345,7 @@ class Boxes:
             self._delete(function, object_name)
         if purge:
             self.purge_claim(name)
-        self.deployments.wait_for_absence(names.deployment)
+        self.store.has_forgotten(name)
         message = (
             f"devbox '{name}' deleted with its home volume"
             if purge
@@ -670,6 +409,18 @@ class Boxes:
             f"Extended by {hours} h; stops automatically at {stamp}",
         )
         return self._current(name, updated)
+
+
+def _owned_by(deployment: Obj) -> list[Obj]:
+    """Owner references that let the garbage collector remove an object with its box."""
+    return [
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "name": deployment["metadata"]["name"],
+            "uid": deployment["metadata"]["uid"],
+        }
+    ]
 
 
 def _created_message(spec: render.BoxSpec, reused: bool) -> str:
