@@ -24,9 +24,10 @@ from . import activity, capacity, kube, render, status, template
 from .availability import Availability
 from .bodies import Body, body
 from .cache import Informer
+from .formats import quantity_value
 from .kube import RETRY_AFTER_SECONDS, ApiProblem, Conflict, Invalid, NotFound, Obj
 from .metrics import METRICS
-from .settings import ProfileRejected, Settings, SnapshotError, quantity_value
+from .settings import ProfileRejected, Settings, SnapshotError
 
 log = logging.getLogger(__name__)
 

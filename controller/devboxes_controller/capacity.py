@@ -17,7 +17,8 @@ from typing import Any
 
 from devboxes_sdk.models import GpuAvailability, ProfileAvailability
 
-from .settings import GpuProfileConfig, PresetSettings, Toleration, quantity_value
+from .formats import quantity_value
+from .settings import GpuProfileConfig, PresetSettings, Toleration
 
 Obj = dict[str, Any]
 Usage = dict[str, Decimal]
