@@ -28,6 +28,7 @@ from .formats import quantity_value
 from .kube import RETRY_AFTER_SECONDS, ApiProblem, Conflict, Invalid, NotFound, Obj
 from .metrics import METRICS
 from .settings import ProfileRejected, Settings, SnapshotError
+from .timestamps import format_timestamp
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +189,7 @@ class Boxes:
                 self._status_body.pop(name, None)
                 self._list_body = None
             else:
-                box = status.derive(objects, self.settings)
+                box = status.derive(objects, self.settings, self.clock())
                 since = status.waiting_since(objects)
                 if since is not None and box.gpu is not None:
                     self._queued[name] = Queued(box.gpu.profile, box.gpu.display_name, since)
@@ -298,7 +299,7 @@ class Boxes:
     def record(self, deployment: Obj, reason: str, message: str) -> None:
         """A Kubernetes Event on the box's Deployment, sent off the request path."""
         metadata = deployment["metadata"]
-        now = self.clock().strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = format_timestamp(self.clock())
         body = {
             "metadata": {"generateName": f"{metadata['name']}.", "namespace": self.namespace},
             "involvedObject": {
@@ -393,7 +394,7 @@ class Boxes:
                 service=objects.service,
                 pvc=objects.pvc,
             )
-        return status.derive(objects, self.settings)
+        return status.derive(objects, self.settings, self.clock())
 
     def ensure_storage(self, spec: render.BoxSpec) -> None:
         """Create the home claim, or reuse a retained one and grow it; never shrink it."""
@@ -542,7 +543,7 @@ class Boxes:
             {
                 "metadata": {
                     "annotations": {
-                        render.ANNOTATION_EXPIRES_AT: render.format_timestamp(expires),
+                        render.ANNOTATION_EXPIRES_AT: format_timestamp(expires),
                         render.ANNOTATION_EXPIRED_AT: None,
                         # A new pod: what the last one's agent said no longer holds.
                         activity.ANNOTATION_ACTIVITY: None,
@@ -558,7 +559,7 @@ class Boxes:
         self.record(
             updated,
             "Started",
-            f"Started; stops automatically at {render.format_timestamp(expires)}",
+            f"Started; stops automatically at {format_timestamp(expires)}",
         )
         return self._current(name, updated)
 
@@ -583,7 +584,7 @@ class Boxes:
         self._deployment(name)
         annotations: dict[str, Any] = {}
         if expired_at is not None:
-            annotations[render.ANNOTATION_EXPIRED_AT] = render.format_timestamp(expired_at)
+            annotations[render.ANNOTATION_EXPIRED_AT] = format_timestamp(expired_at)
         updated = self._patch(
             name, {"metadata": {"annotations": annotations}, "spec": {"replicas": 0}}
         )
@@ -653,10 +654,10 @@ class Boxes:
             raise Conflict(
                 f"hours must be at most {max(room, 0)}: a box stops at most {maximum} hours "
                 f"from now (the maximum time to live), and {name} already runs until "
-                f"{render.format_timestamp(base)}"
+                f"{format_timestamp(base)}"
             )
         expires = base + timedelta(hours=hours)
-        stamp = render.format_timestamp(expires)
+        stamp = format_timestamp(expires)
         annotations = {render.ANNOTATION_EXPIRES_AT: stamp}
         record = activity.recorded(deployment)
         if record is not None and record.idle_since is not None:

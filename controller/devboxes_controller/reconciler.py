@@ -18,6 +18,7 @@ from .kube import ApiProblem, Obj
 from .lease import LeaderElector
 from .metrics import METRICS
 from .settings import SnapshotError
+from .timestamps import parse_timestamp
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +106,7 @@ class Reconciler:
         if idle_stop is not None and limit is not None and idle_stop <= now:
             self._boxes.stop_idle(name, limit)
             return None
-        created = render.parse_timestamp(deployment["metadata"]["creationTimestamp"])
+        created = parse_timestamp(deployment["metadata"]["creationTimestamp"])
         if now - created >= REPAIR_GRACE:
             self._repair(name, spec, deployment)
         if not running:

@@ -14,6 +14,7 @@ from devboxes_sdk.models import DeleteResult, Volume, VolumeList
 from . import render
 from .boxes import Boxes
 from .kube import Conflict, NotFound, Obj
+from .timestamps import parse_timestamp
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +28,7 @@ def _volume(claim: Obj, box: str) -> Volume:
         name=box,
         claim=metadata["name"],
         size=str(size) if size else None,
-        created_at=render.parse_timestamp(metadata["creationTimestamp"]),
+        created_at=parse_timestamp(metadata["creationTimestamp"]),
         last_profile=(metadata.get("labels") or {}).get(render.LABEL_GPU_PROFILE) or None,
     )
 

@@ -23,7 +23,6 @@ from devboxes_controller.render import (
     MANAGED_SELECTOR,
     BoxSpec,
     box_name_of,
-    format_timestamp,
     object_names,
     render_deployment,
     render_pvc,
@@ -36,6 +35,7 @@ from devboxes_controller.settings import (
     SnapshotError,
     settings_from_mapping,
 )
+from devboxes_controller.timestamps import format_timestamp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
