@@ -31,7 +31,7 @@ from . import doctor, volumes
 from .auth import require_operator
 from .bodies import Body, respond
 from .boxes import Boxes
-from .kube import Invalid
+from .kube import rule_broken
 from .settings import Settings
 from .writes import WritePool
 
@@ -65,7 +65,7 @@ def _name(name: str) -> str:
     try:
         return normalize_name(name)
     except ValueError as err:
-        raise Invalid(str(err)) from None
+        raise rule_broken(["path", "name"], str(err)) from None
 
 
 router = APIRouter(prefix="/api/v1", responses=ERRORS)

@@ -25,7 +25,7 @@ from .availability import Availability
 from .bodies import Body, body
 from .cache import Informer
 from .formats import quantity_value
-from .kube import RETRY_AFTER_SECONDS, ApiProblem, Conflict, Invalid, NotFound, Obj
+from .kube import RETRY_AFTER_SECONDS, ApiProblem, Conflict, NotFound, Obj, rule_broken
 from .metrics import METRICS
 from .settings import ProfileRejected, Settings, SnapshotError
 from .timestamps import format_timestamp
@@ -330,11 +330,13 @@ class Boxes:
         """Every rule, before any write: TTL bound, preset and the GPU profile."""
         ttl = self.settings.ttl
         if request.ttl_hours > ttl.max_hours:
-            raise Invalid(f"ttl_hours must be at most {ttl.max_hours}")
+            raise rule_broken(
+                ["body", "ttl_hours"], f"must be at most {ttl.max_hours}", "less_than_equal"
+            )
         try:
             profile = self.settings.gpu.resolve(request.gpu)
         except ProfileRejected as err:
-            raise Invalid(err.message) from None
+            raise rule_broken(["body", "gpu", *err.field], err.message) from None
         return render.BoxSpec(
             name=request.name,
             preset=request.preset,
@@ -645,7 +647,11 @@ class Boxes:
         now = self.clock()
         maximum = self.settings.ttl.max_hours
         if hours > maximum:
-            raise Invalid(f"hours must be at most {maximum}, the maximum time to live")
+            raise rule_broken(
+                ["body", "hours"],
+                f"must be at most {maximum}, the maximum time to live",
+                "less_than_equal",
+            )
         base = max(spec.expires_at, now)
         room = int((now + timedelta(hours=maximum) - base) / timedelta(hours=1))
         if hours > room:

@@ -101,10 +101,15 @@ _PROFILE_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$")
 
 
 class ProfileRejected(Exception):
-    """A create asked for a GPU profile that cannot be used; the message suits a 422."""
+    """A create asked for a GPU profile that cannot be used; the message suits a 422.
 
-    def __init__(self, message: str) -> None:
+    ``field`` is the part of the GPU request refused: ``("profile",)`` for a profile
+    that is not on offer, ``()`` when no GPU can be had at all.
+    """
+
+    def __init__(self, message: str, field: tuple[str, ...] = ()) -> None:
         self.message = message
+        self.field = field
         super().__init__(message)
 
 
@@ -378,7 +383,9 @@ class GpuSettings(_Model):
         profile = self.profile(name) if name is not None else None
         if profile is None:
             available = ", ".join(p.name for p in self.profiles)
-            raise ProfileRejected(f"unknown GPU profile {name!r}; available profiles: {available}")
+            raise ProfileRejected(
+                f"unknown GPU profile {name!r}; available profiles: {available}", ("profile",)
+            )
         return profile
 
     def capabilities(self) -> Capabilities:
