@@ -402,6 +402,13 @@ def test_expiry_is_written_in_utc() -> None:
         format_timestamp(datetime(2030, 1, 1))
 
 
+def test_lease_times_carry_the_six_fractional_digits_kubernetes_reads() -> None:
+    moment = datetime(2030, 1, 1, 2, 0, 5, 999, tzinfo=timezone(timedelta(hours=2)))
+    assert format_timestamp(moment, microseconds=True) == "2030-01-01T00:00:05.000999Z"
+    on_the_second = datetime(2030, 1, 1, tzinfo=UTC)
+    assert format_timestamp(on_the_second, microseconds=True) == "2030-01-01T00:00:00.000000Z"
+
+
 @pytest.mark.parametrize("gpu", [None, "nvidia-l4", "a100-1g-10gb"])
 def test_spec_round_trips_through_the_deployment(gpu: str | None) -> None:
     spec = box(gpu, repository="octo/repo")
