@@ -16,7 +16,7 @@ import shlex
 import shutil
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, NoReturn, TextIO
@@ -78,10 +78,8 @@ _CREATE_FLAGS: dict[str, str | None] = {
     "gpu": "--gpu",
     "gpu.profile": "--gpu-profile",
 }
+_EXTEND_FLAGS: dict[str, str | None] = {"hours": "--hours"}
 _FLAG_UNITS = {"--ttl": ("hour", "hours")}
-# The controller states rules of its settings as plain text that starts with the field,
-# e.g. "ttl_hours must be at most 168", rather than as a located field error.
-_LEADING_FIELD = re.compile(r"^(gpu\.profile|ttl_hours|repository|preset)\b\s*")
 _TRAILING_NUMBER = re.compile(r"\b(\d+)$")
 
 _NOT_CONFIGURED = {
@@ -582,19 +580,16 @@ def _finish_wait(box: Devbox, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def flag_message(error: ValidationError) -> str:
-    """A refused create in the words of the command line: ``--ttl must be at most 168
-    hours`` for the API's ``ttl_hours must be at most 168``."""
+def flag_message(error: ValidationError, flags: Mapping[str, str | None] = _CREATE_FLAGS) -> str:
+    """A refused request in the words of the command line: ``--ttl must be at most 168
+    hours`` for the API's ``ttl_hours``: ``must be at most 168``."""
     parts = []
     for item in error.errors:
         field = ".".join(str(part) for part in item.loc if part != "body")
         message = item.msg.removeprefix("Value error, ")
-        if not field and (leading := _LEADING_FIELD.match(message)):
-            field, message = leading.group(1), message[leading.end() :]
-            separator = " "
-        else:
-            separator = ": "
-        flag = _CREATE_FLAGS.get(field, field)
+        # A rule that says what the value must be reads on from the flag.
+        separator = " " if message.startswith("must ") else ": "
+        flag = flags.get(field, field)
         if flag in _FLAG_UNITS and (number := _TRAILING_NUMBER.search(message)):
             one, many = _FLAG_UNITS[flag]
             message += f" {one if number.group(1) == '1' else many}"
@@ -758,7 +753,7 @@ def _cmd_extend(args: argparse.Namespace) -> int:
         try:
             box = client.extend(args.name, args.hours)
         except ValidationError as error:
-            raise UsageError(_extend_message(error)) from None
+            raise UsageError(flag_message(error, _EXTEND_FLAGS)) from None
         except Conflict as error:
             # The box's deadline leaves less room than asked for: a refused --hours.
             if not error.detail.startswith("hours "):
@@ -766,14 +761,6 @@ def _cmd_extend(args: argparse.Namespace) -> int:
             raise UsageError(f"--{error.detail}") from None
     _print_box(box, args)
     return EXIT_OK
-
-
-def _extend_message(error: ValidationError) -> str:
-    """A refused extend in the words of the command line: ``--hours must be at most 12``."""
-    return "; ".join(
-        f"--hours {item.msg.removeprefix('hours ')}" if item.msg.startswith("hours ") else item.msg
-        for item in error.errors
-    )
 
 
 def _cmd_volumes(args: argparse.Namespace) -> int:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError as PydanticValidationError
 
-from devboxes_sdk.models import FieldError
+from devboxes_sdk.models import FieldError, field_errors
 
 if TYPE_CHECKING:
     from devboxes_sdk.client import Devbox
@@ -99,15 +99,7 @@ class ValidationError(ApiError):
     @classmethod
     def from_pydantic(cls, error: PydanticValidationError) -> ValidationError:
         """Turn a local pydantic failure into the shape the server uses for 422."""
-        errors = [
-            FieldError(
-                type=item["type"],
-                loc=["body", *item["loc"]],
-                msg=item["msg"],
-            )
-            for item in error.errors(include_url=False, include_context=False)
-        ]
-        return cls(errors, local=True)
+        return cls(field_errors(error.errors(), "body"), local=True)
 
 
 class Unavailable(ApiError):

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Iterable, Mapping
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
@@ -287,11 +288,30 @@ class WhoAmI(_Response):
 
 
 class FieldError(_Response):
-    """One entry of a 422 ``detail`` list."""
+    """One entry of a 422 ``detail`` list: which field broke which rule.
+
+    The shape of pydantic's validation errors, for the rules the controller checks
+    itself too (the longest TTL, the GPU profiles on offer), so that a client places
+    every refusal next to its field by ``loc`` alone.
+    """
 
     type: str = "value_error"
     loc: list[str | int] = Field(default_factory=list)
     msg: str
+
+
+def field_errors(errors: Iterable[Mapping[str, Any]], *prefix: str) -> list[FieldError]:
+    """Pydantic's errors as field errors; ``prefix`` places them, e.g. ``"body"`` when
+    the model validated was the request body. Pydantic's "Value error, " is dropped: the
+    message of a custom rule says what is wrong by itself."""
+    return [
+        FieldError(
+            type=str(error["type"]),
+            loc=[*prefix, *(part if isinstance(part, int) else str(part) for part in error["loc"])],
+            msg=str(error["msg"]).removeprefix("Value error, "),
+        )
+        for error in errors
+    ]
 
 
 class ErrorBody(_Response):

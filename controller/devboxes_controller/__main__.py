@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from .lease import DEFAULT_LEASE_SECONDS
-from .settings import ConfigError, load_check_target, load_settings
+from .loading import load_check_target, load_settings
+from .violations import ConfigError
 
 _STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message"}
 

@@ -22,6 +22,7 @@ from devboxes_sdk.models import Activity, ActivityReport
 from . import render
 from .kube import Obj
 from .settings import Settings
+from .timestamps import format_timestamp, parse_timestamp
 
 ANNOTATION_ACTIVITY = render.ANNOTATION_PREFIX + "activity"
 # Written when a box is stopped for idleness: the idle window in minutes.
@@ -61,10 +62,8 @@ class Record:
     def to_json(self) -> str:
         return render.canonical_json(
             {
-                "reportedAt": render.format_timestamp(self.reported_at),
-                "idleSince": (
-                    render.format_timestamp(self.idle_since) if self.idle_since else None
-                ),
+                "reportedAt": format_timestamp(self.reported_at),
+                "idleSince": (format_timestamp(self.idle_since) if self.idle_since else None),
             }
         )
 
@@ -78,8 +77,8 @@ def recorded(deployment: Obj) -> Record | None:
             return None
         idle = data.get("idleSince")
         return Record(
-            reported_at=render.parse_timestamp(str(data["reportedAt"])),
-            idle_since=render.parse_timestamp(str(idle)) if idle else None,
+            reported_at=parse_timestamp(str(data["reportedAt"])),
+            idle_since=parse_timestamp(str(idle)) if idle else None,
         )
     except (KeyError, ValueError):
         return None

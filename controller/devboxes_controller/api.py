@@ -30,7 +30,7 @@ from devboxes_sdk.models import (
 from . import doctor, volumes
 from .auth import require_operator
 from .bodies import Body, respond
-from .kube import Invalid
+from .kube import rule_broken
 from .lifecycle import Lifecycle
 from .settings import Settings
 from .store import BoxStore
@@ -72,7 +72,7 @@ def _name(name: str) -> str:
     try:
         return normalize_name(name)
     except ValueError as err:
-        raise Invalid(str(err)) from None
+        raise rule_broken(["path", "name"], str(err)) from None
 
 
 router = APIRouter(prefix="/api/v1", responses=ERRORS)

@@ -12,19 +12,17 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any
 
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from devboxes_sdk.models import Health
+from devboxes_sdk.models import Health, field_errors
 
 from .api import Operator, describe_settings, router
 from .auth import require_operator
@@ -32,7 +30,7 @@ from .bodies import body
 from .dashboard import mount_dashboard, set_session_cookie
 from .ingest import MAX_REPORT_BYTES, RateLimiter, is_activity_route
 from .ingest import router as ingest_router
-from .kube import ApiProblem
+from .kube import ApiProblem, Invalid
 from .lifecycle import Lifecycle
 from .metrics import METRICS
 from .readiness import Readiness
@@ -110,21 +108,7 @@ class RequestGuard:
 
 
 def _problem_response(err: ApiProblem) -> JSONResponse:
-    return JSONResponse({"detail": err.detail}, status_code=err.status, headers=err.headers)
-
-
-def _field_errors(err: RequestValidationError | ValidationError) -> list[dict[str, Any]]:
-    errors = []
-    for error in err.errors():
-        message = str(error.get("msg", "invalid value"))
-        errors.append(
-            {
-                "type": error.get("type", "value_error"),
-                "loc": [str(p) if not isinstance(p, int) else p for p in error["loc"]],
-                "msg": message.removeprefix("Value error, "),
-            }
-        )
-    return errors
+    return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
 
 
 HTTP_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
@@ -150,7 +134,7 @@ def _install_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, err: RequestValidationError) -> JSONResponse:
-        return JSONResponse({"detail": _field_errors(err)}, status_code=422)
+        return _problem_response(Invalid(field_errors(err.errors())))
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, err: HTTPException) -> JSONResponse:

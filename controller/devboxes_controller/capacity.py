@@ -13,13 +13,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
 
 from devboxes_sdk.models import GpuAvailability, ProfileAvailability
 
-from .settings import GpuProfileConfig, PresetSettings, Toleration, quantity_value
+from .formats import quantity_value
+from .kube import Obj
+from .settings import GpuProfileConfig, PresetSettings, Toleration
 
-Obj = dict[str, Any]
 Usage = dict[str, Decimal]
 
 TERMINATED_PHASES = frozenset({"Succeeded", "Failed"})

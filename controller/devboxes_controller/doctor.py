@@ -19,8 +19,9 @@ from kubernetes import client
 from devboxes_sdk.models import DoctorCheck, DoctorReport, DoctorVerdict
 
 from . import capacity, kube
+from .formats import quantity_value
 from .kube import ApiProblem, Obj
-from .settings import GpuProfileConfig, Settings, quantity_value
+from .settings import GpuProfileConfig, Settings
 
 DEFAULT_CLASS_ANNOTATIONS = (
     "storageclass.kubernetes.io/is-default-class",

@@ -14,7 +14,7 @@ import time
 from fastapi import APIRouter, Request, Response
 from pydantic import ValidationError
 
-from devboxes_sdk.models import ActivityReport, normalize_name
+from devboxes_sdk.models import ActivityReport, field_errors, normalize_name
 
 from . import activity
 from .auth import Unauthorized, bearer
@@ -86,10 +86,7 @@ async def report_activity(name: str, request: Request) -> Response:
     try:
         report = ActivityReport.model_validate_json(await request.body())
     except ValidationError as err:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in err.errors()
-        )
-        raise Invalid(f"invalid activity report: {problems}") from None
+        raise Invalid(field_errors(err.errors(), "body")) from None
     lifecycle: Lifecycle = request.app.state.lifecycle
     writes: WritePool = request.app.state.writes
     await writes.run(lifecycle.record_activity, box, report)

@@ -7,11 +7,13 @@ should answer and the apiserver's own message, so nothing surfaces as a bare 500
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import urllib3
 from kubernetes import client, config
+
+from devboxes_sdk.models import FieldError
 
 T = TypeVar("T")
 Obj = dict[str, Any]
@@ -32,6 +34,9 @@ class ApiProblem(Exception):
         self.detail = detail
         self.headers = headers or {}
 
+    def body(self) -> dict[str, Any]:
+        return {"detail": self.detail}
+
 
 class NotFound(ApiProblem):
     def __init__(self, detail: str) -> None:
@@ -45,8 +50,19 @@ class Conflict(ApiProblem):
 
 
 class Invalid(ApiProblem):
-    def __init__(self, detail: str) -> None:
-        super().__init__(422, detail)
+    """A request broke a rule: 422 whose detail lists the field errors."""
+
+    def __init__(self, errors: Sequence[FieldError]) -> None:
+        super().__init__(422, "; ".join(error.msg for error in errors))
+        self.errors = list(errors)
+
+    def body(self) -> dict[str, Any]:
+        return {"detail": [error.model_dump(mode="json") for error in self.errors]}
+
+
+def rule_broken(loc: Sequence[str | int], msg: str, kind: str = "value_error") -> Invalid:
+    """The 422 for one of the controller's own rules, located like pydantic's errors."""
+    return Invalid([FieldError(type=kind, loc=list(loc), msg=msg)])
 
 
 class Unavailable(ApiProblem):
@@ -89,7 +105,7 @@ def translate(err: Exception) -> ApiProblem:
         if err.status == 403:
             return ApiProblem(403, f"Kubernetes refused the request: {message}")
         if err.status in (400, 422):
-            return Invalid(f"Kubernetes rejected the object: {message}")
+            return ApiProblem(422, f"Kubernetes rejected the object: {message}")
         if err.status == 429 or (err.status or 0) >= 500:
             return Unavailable(f"Kubernetes API unavailable: {message}")
         return ApiProblem(502, f"Kubernetes API error {err.status}: {message}")

@@ -22,15 +22,12 @@ from kubernetes import client
 
 from . import kube
 from .kube import ApiProblem, Conflict, NotFound, Obj
+from .timestamps import format_timestamp
 
 log = logging.getLogger(__name__)
 
 LEASE_NAME = "devboxes-controller"
 DEFAULT_LEASE_SECONDS = 3
-
-
-def _micro(moment: datetime) -> str:
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class LeaderElector:
@@ -108,18 +105,18 @@ class LeaderElector:
 
     def _acquire_or_renew(self) -> None:
         attempt = self._clock()
-        now = datetime.now(UTC)
+        now = format_timestamp(datetime.now(UTC), microseconds=True)
         spec: Obj = {
             "holderIdentity": self.identity,
             "leaseDurationSeconds": self._duration,
-            "renewTime": _micro(now),
+            "renewTime": now,
         }
         try:
             lease = kube.call(self._leases.read_namespaced_lease, LEASE_NAME, self._namespace)
         except NotFound:
             body = {
                 "metadata": {"name": LEASE_NAME, "namespace": self._namespace},
-                "spec": {**spec, "acquireTime": _micro(now), "leaseTransitions": 0},
+                "spec": {**spec, "acquireTime": now, "leaseTransitions": 0},
             }
             try:
                 kube.call(self._leases.create_namespaced_lease, self._namespace, body)
@@ -137,7 +134,7 @@ class LeaderElector:
             duration = int(current.get("leaseDurationSeconds") or self._duration)
             if holder and attempt - self._observed_at < duration:
                 return
-            spec["acquireTime"] = _micro(now)
+            spec["acquireTime"] = now
             spec["leaseTransitions"] = int(current.get("leaseTransitions") or 0) + 1
         lease["spec"] = {**current, **spec}
         try:

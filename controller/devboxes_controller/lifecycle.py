@@ -19,10 +19,12 @@ from kubernetes import client
 from devboxes_sdk.models import ActivityReport, DeleteResult, Devbox, DevboxCreate
 
 from . import activity, kube, render, status, template
-from .kube import RETRY_AFTER_SECONDS, ApiProblem, Conflict, Invalid, NotFound, Obj
+from .formats import quantity_value
+from .kube import RETRY_AFTER_SECONDS, ApiProblem, Conflict, NotFound, Obj, rule_broken
 from .metrics import METRICS
-from .settings import ProfileRejected, Settings, SnapshotError, quantity_value
+from .settings import ProfileRejected, Settings, SnapshotError
 from .store import BoxStore
+from .timestamps import format_timestamp
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +49,7 @@ class Lifecycle:
     def record(self, deployment: Obj, reason: str, message: str) -> None:
         """A Kubernetes Event on the box's Deployment, sent off the request path."""
         metadata = deployment["metadata"]
-        now = self.clock().strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = format_timestamp(self.clock())
         body = {
             "metadata": {"generateName": f"{metadata['name']}.", "namespace": self.namespace},
             "involvedObject": {
@@ -78,11 +80,13 @@ class Lifecycle:
         """Every rule, before any write: TTL bound, preset and the GPU profile."""
         ttl = self.settings.ttl
         if request.ttl_hours > ttl.max_hours:
-            raise Invalid(f"ttl_hours must be at most {ttl.max_hours}")
+            raise rule_broken(
+                ["body", "ttl_hours"], f"must be at most {ttl.max_hours}", "less_than_equal"
+            )
         try:
             profile = self.settings.gpu.resolve(request.gpu)
         except ProfileRejected as err:
-            raise Invalid(err.message) from None
+            raise rule_broken(["body", "gpu", *err.field], err.message) from None
         return render.BoxSpec(
             name=request.name,
             preset=request.preset,
@@ -145,7 +149,7 @@ class Lifecycle:
                 service=objects.service,
                 pvc=objects.pvc,
             )
-        return status.derive(objects, self.settings)
+        return status.derive(objects, self.settings, self.clock())
 
     def ensure_storage(self, spec: render.BoxSpec) -> None:
         """Create the home claim, or reuse a retained one and grow it; never shrink it."""
@@ -280,7 +284,7 @@ class Lifecycle:
             {
                 "metadata": {
                     "annotations": {
-                        render.ANNOTATION_EXPIRES_AT: render.format_timestamp(expires),
+                        render.ANNOTATION_EXPIRES_AT: format_timestamp(expires),
                         render.ANNOTATION_EXPIRED_AT: None,
                         # A new pod: what the last one's agent said no longer holds.
                         activity.ANNOTATION_ACTIVITY: None,
@@ -296,7 +300,7 @@ class Lifecycle:
         self.record(
             updated,
             "Started",
-            f"Started; stops automatically at {render.format_timestamp(expires)}",
+            f"Started; stops automatically at {format_timestamp(expires)}",
         )
         return self._current(name, updated)
 
@@ -321,7 +325,7 @@ class Lifecycle:
         self._deployment(name)
         annotations: dict[str, Any] = {}
         if expired_at is not None:
-            annotations[render.ANNOTATION_EXPIRED_AT] = render.format_timestamp(expired_at)
+            annotations[render.ANNOTATION_EXPIRED_AT] = format_timestamp(expired_at)
         updated = self._patch(
             name, {"metadata": {"annotations": annotations}, "spec": {"replicas": 0}}
         )
@@ -382,7 +386,11 @@ class Lifecycle:
         now = self.clock()
         maximum = self.settings.ttl.max_hours
         if hours > maximum:
-            raise Invalid(f"hours must be at most {maximum}, the maximum time to live")
+            raise rule_broken(
+                ["body", "hours"],
+                f"must be at most {maximum}, the maximum time to live",
+                "less_than_equal",
+            )
         base = max(spec.expires_at, now)
         room = int((now + timedelta(hours=maximum) - base) / timedelta(hours=1))
         if hours > room:
@@ -391,10 +399,10 @@ class Lifecycle:
             raise Conflict(
                 f"hours must be at most {max(room, 0)}: a box stops at most {maximum} hours "
                 f"from now (the maximum time to live), and {name} already runs until "
-                f"{render.format_timestamp(base)}"
+                f"{format_timestamp(base)}"
             )
         expires = base + timedelta(hours=hours)
-        stamp = render.format_timestamp(expires)
+        stamp = format_timestamp(expires)
         annotations = {render.ANNOTATION_EXPIRES_AT: stamp}
         record = activity.recorded(deployment)
         if record is not None and record.idle_since is not None:

@@ -19,6 +19,7 @@ from .lifecycle import Lifecycle
 from .metrics import METRICS
 from .settings import SnapshotError
 from .store import BoxStore
+from .timestamps import parse_timestamp
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +108,7 @@ class Reconciler:
         if idle_stop is not None and limit is not None and idle_stop <= now:
             self._lifecycle.stop_idle(name, limit)
             return None
-        created = render.parse_timestamp(deployment["metadata"]["creationTimestamp"])
+        created = parse_timestamp(deployment["metadata"]["creationTimestamp"])
         if now - created >= REPAIR_GRACE:
             self._repair(name, spec, deployment)
         if not running:

@@ -11,12 +11,13 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from devboxes_sdk.models import PRESETS, Preset
 
 from .settings import ACTIVITY_SIDECAR, GpuProfileConfig, Settings, SnapshotError
+from .timestamps import format_timestamp, parse_timestamp
 
 LABEL_BOX = "devboxes.io/box"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -155,20 +156,6 @@ def box_name_of(obj: dict[str, Any]) -> str | None:
     metadata = obj.get("metadata") or {}
     name = (metadata.get("labels") or {}).get(LABEL_BOX)
     return name if isinstance(name, str) and name else None
-
-
-def format_timestamp(moment: datetime) -> str:
-    """RFC 3339 in UTC with a 'Z', to the second, as Kubernetes writes times."""
-    if moment.tzinfo is None:
-        raise ValueError("a timestamp needs a time zone")
-    return moment.astimezone(UTC).replace(microsecond=0, tzinfo=None).isoformat() + "Z"
-
-
-def parse_timestamp(text: str) -> datetime:
-    moment = datetime.fromisoformat(text)
-    if moment.tzinfo is None:
-        raise ValueError(f"{text!r} has no time zone")
-    return moment.astimezone(UTC)
 
 
 def _metadata(name: str, settings: Settings, box: str, component: str) -> dict[str, Any]:

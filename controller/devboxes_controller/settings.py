@@ -3,7 +3,8 @@
 Settings fail closed. Every GPU catalog rule (docs/controller.md, "GPU profiles") is
 checked at start-up and every violation is reported at once, as ``path: message`` with
 the key names an operator writes in the values file, so a bad rollout never becomes
-Ready.
+Ready. Value formats are in :mod:`.formats`, the wording of violations in
+:mod:`.violations` and reading files in :mod:`.loading`.
 
 Two kinds of rules exist. Per-field rules (formats, ranges, unknown keys) are pydantic
 validators, which already collect every failure. Rules that relate several values
@@ -15,16 +16,11 @@ so that they are reported even when an unrelated field of the same model is inva
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
-import types
 from collections.abc import Callable, Mapping
-from decimal import Decimal
-from pathlib import Path
-from typing import Annotated, Any, Literal, NoReturn, Self, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Self, get_args, get_origin
 
-import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -39,7 +35,6 @@ from pydantic import (
     model_validator,
 )
 from pydantic.alias_generators import to_camel
-from pydantic_core import PydanticCustomError
 
 from devboxes_sdk.models import (
     PRESETS,
@@ -51,8 +46,35 @@ from devboxes_sdk.models import (
     Preset,
 )
 
-Loc = tuple[str | int, ...]
-Violation = tuple[Loc, str]
+from .formats import (
+    DnsLabel,
+    DnsSubdomain,
+    EnvName,
+    Host,
+    HttpUrl,
+    Image,
+    LabelKey,
+    LabelValue,
+    Quantity,
+    ResourceName,
+    is_quantity,
+    quantity_value,
+)
+from .violations import (
+    RULE_ERROR,
+    Loc,
+    Violation,
+    config_error,
+    describe,
+    fail,
+    is_model,
+    join,
+    path,
+    repeats,
+    rules_failed,
+    show,
+    unwrap,
+)
 
 MAX_PROFILES = 32
 MAX_SUPPLEMENTAL_GROUPS = 8
@@ -62,11 +84,11 @@ MAX_SIDECARS = 8
 MAX_IDLE_MINUTES = 7 * 24 * 60
 # The sidecar that reports a box's activity; never a name in the settings' sidecars.
 ACTIVITY_SIDECAR = "activity"
-MAX_IMAGE_LENGTH = 512
 MAX_GPU_COUNT = 64
 MAX_GROUP_ID = 2**31 - 1
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
+
 
 # Upper bound, in bytes, of GpuProfileConfig.snapshot_json() for any profile that passes
 # validation. Every field of a profile is bounded, so the largest legal profile (every
@@ -75,65 +97,19 @@ INT64_MAX = 2**63 - 1
 # Kubernetes allows 256 KiB for all annotations of an object together.
 SNAPSHOT_MAX_BYTES = 32 * 1024
 
-ENV_NAMESPACE = "DEVBOXES_NAMESPACE"
-ENV_WORKSPACE_IMAGE = "DEVBOXES_WORKSPACE_IMAGE"
-ENV_SSH_HOST = "DEVBOXES_SSH_HOST"
-
-# The error type of a rule raised by a model validator. settings_from_mapping drops these
-# because it reports the same rules from the raw input, with precise paths.
-_RULE_ERROR = "devboxes_rule"
-# The error type of a per-field rule; its message is shown as is.
-_FIELD_ERROR = "devboxes_field"
-
-_DNS_LABEL = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
-_DNS_LABEL_RE = re.compile(rf"^{_DNS_LABEL}$")
-_DNS_SUBDOMAIN_RE = re.compile(rf"^{_DNS_LABEL}(\.{_DNS_LABEL})*$")
-_QUALIFIED_NAME_RE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _PROFILE_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$")
-_QUANTITY_RE = re.compile(r"^([0-9]+(\.[0-9]+)?|\.[0-9]+)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
-_ENV_NAME_RE = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
-_WHITESPACE_RE = re.compile(r"\s")
-# Keys shown after a dot in error paths; others (label keys, say) are shown quoted.
-_PLAIN_KEY_RE = re.compile(r"^[A-Za-z0-9_-]+$")
-
-_QUANTITY_FACTORS: dict[str, Decimal] = {
-    "": Decimal(1),
-    "m": Decimal("0.001"),
-    "k": Decimal(10) ** 3,
-    "M": Decimal(10) ** 6,
-    "G": Decimal(10) ** 9,
-    "T": Decimal(10) ** 12,
-    "P": Decimal(10) ** 15,
-    "E": Decimal(10) ** 18,
-    "Ki": Decimal(2) ** 10,
-    "Mi": Decimal(2) ** 20,
-    "Gi": Decimal(2) ** 30,
-    "Ti": Decimal(2) ** 40,
-    "Pi": Decimal(2) ** 50,
-    "Ei": Decimal(2) ** 60,
-}
-
-# Kubernetes reserves these domains for its own resource names and labels.
-_RESERVED_DOMAINS = ("kubernetes.io", "k8s.io")
-# Kubernetes checks extended resources again as "requests.<name>" for quotas, so the
-# prefix must leave room for those nine characters within a 253-character subdomain.
-_QUOTA_PREFIX = "requests."
-_MAX_RESOURCE_PREFIX = 253 - len(_QUOTA_PREFIX)
-
-
-class ConfigError(Exception):
-    """The settings break one or more rules; ``violations`` lists every one."""
-
-    def __init__(self, violations: list[str]) -> None:
-        self.violations = list(violations)
-        super().__init__("\n".join(self.violations))
 
 
 class ProfileRejected(Exception):
-    """A create asked for a GPU profile that cannot be used; the message suits a 422."""
+    """A create asked for a GPU profile that cannot be used; the message suits a 422.
 
-    def __init__(self, message: str) -> None:
+    ``field`` is the part of the GPU request refused: ``("profile",)`` for a profile
+    that is not on offer, ``()`` when no GPU can be had at all.
+    """
+
+    def __init__(self, message: str, field: tuple[str, ...] = ()) -> None:
         self.message = message
+        self.field = field
         super().__init__(message)
 
 
@@ -144,137 +120,14 @@ class SnapshotError(ValueError):
 # --- per-field checks --------------------------------------------------------------------
 
 
-def _fail(message: str) -> PydanticCustomError:
-    return PydanticCustomError(_FIELD_ERROR, "{message}", {"message": message})
-
-
-def _dns_label_problem(value: str) -> str | None:
-    if len(value) > 63 or not _DNS_LABEL_RE.match(value):
-        return (
-            f"{value!r} is not a valid DNS label: 1-63 lowercase letters, digits and '-', "
-            "starting and ending with a letter or digit"
-        )
-    return None
-
-
-def _dns_subdomain_problem(value: str) -> str | None:
-    if len(value) > 253 or not _DNS_SUBDOMAIN_RE.match(value):
-        return (
-            f"{value!r} is not a valid DNS subdomain: at most 253 characters of "
-            "dot-separated DNS labels (lowercase letters, digits and '-')"
-        )
-    return None
-
-
-def _qualified_name_problem(value: str, what: str) -> str | None:
-    prefix, slash, name = value.rpartition("/")
-    if slash and (not prefix or _dns_subdomain_problem(prefix)):
-        return f"{value!r} is not a valid {what}: the prefix before '/' must be a DNS subdomain"
-    if not _QUALIFIED_NAME_RE.match(name):
-        return (
-            f"{value!r} is not a valid {what}: the name must be 1-63 letters, digits, "
-            "'-', '_' or '.', starting and ending with a letter or digit"
-        )
-    return None
-
-
-def _check_dns_label(value: str) -> str:
-    problem = _dns_label_problem(value)
-    if problem:
-        raise _fail(problem)
-    return value
-
-
-def _check_dns_subdomain(value: str) -> str:
-    problem = _dns_subdomain_problem(value)
-    if problem:
-        raise _fail(problem)
-    return value
-
-
-def _check_label_key(value: str) -> str:
-    problem = _qualified_name_problem(value, "label key")
-    if problem:
-        raise _fail(problem)
-    return value
-
-
-def _check_label_value(value: str) -> str:
-    if value and not _QUALIFIED_NAME_RE.match(value):
-        raise _fail(
-            f"{value!r} is not a valid label value: at most 63 letters, digits, '-', '_' "
-            "or '.', starting and ending with a letter or digit"
-        )
-    return value
-
-
-def _check_image(value: str) -> str:
-    if not value:
-        raise _fail("an image reference must not be empty")
-    if len(value) > MAX_IMAGE_LENGTH:
-        raise _fail(f"an image reference is at most {MAX_IMAGE_LENGTH} characters")
-    if "://" in value:
-        raise _fail(f"{value!r} is not an image reference: drop the scheme (no '://')")
-    if _WHITESPACE_RE.search(value):
-        raise _fail(f"{value!r} is not an image reference: it contains whitespace")
-    return value
-
-
-def _check_resource_name(value: str) -> str:
-    prefix, slash, name = value.partition("/")
-    if not slash:
-        raise _fail(
-            f"{value!r} is not vendor-qualified: use '<domain>/<name>', e.g. nvidia.com/gpu"
-        )
-    domain_problem = _dns_subdomain_problem(prefix)
-    if domain_problem:
-        raise _fail(f"{value!r}: the domain before '/' is invalid: {domain_problem}")
-    for reserved in _RESERVED_DOMAINS:
-        if prefix == reserved or prefix.endswith("." + reserved):
-            raise _fail(
-                f"{value!r} is in the {reserved} domain, which Kubernetes reserves; "
-                "use the device plugin's vendor domain, e.g. nvidia.com/gpu"
-            )
-    if prefix.startswith(_QUOTA_PREFIX):
-        raise _fail(f"{value!r} must not start with {_QUOTA_PREFIX!r}")
-    if len(prefix) > _MAX_RESOURCE_PREFIX:
-        raise _fail(
-            f"the domain of {value!r} is longer than {_MAX_RESOURCE_PREFIX} characters, "
-            "which Kubernetes cannot use for an extended resource"
-        )
-    if not _QUALIFIED_NAME_RE.match(name):
-        raise _fail(
-            f"{value!r}: the name after '/' must be 1-63 letters, digits, '-', '_' or '.', "
-            "starting and ending with a letter or digit"
-        )
-    return value
-
-
-def _check_quantity(value: str) -> str:
-    if not _QUANTITY_RE.match(value):
-        raise _fail(f"{value!r} is not a Kubernetes quantity such as 250m, 2, 512Mi or 20Gi")
-    if quantity_value(value) <= 0:
-        raise _fail(f"{value!r} must be greater than zero")
-    return value
-
-
-def quantity_value(value: str) -> Decimal:
-    """The numeric value of a quantity that matches the quantity rule (``2Gi`` -> 2**31)."""
-    match = _QUANTITY_RE.match(value)
-    if not match:
-        raise ValueError(f"{value!r} is not a Kubernetes quantity")
-    suffix = match.group(3) or ""
-    return Decimal(value[: len(value) - len(suffix)]) * _QUANTITY_FACTORS[suffix]
-
-
 def _whole_number(value: object) -> object:
     """Integers, and numbers like 2.0 that JSON Schema and Helm treat as the integer 2."""
     shown = json.dumps(value) if isinstance(value, bool | int | float) else repr(value)
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise _fail(f"must be an integer, got {shown}")
+        raise fail(f"must be an integer, got {shown}")
     if isinstance(value, float):
         if not value.is_integer():
-            raise _fail(f"must be an integer, got {shown}")
+            raise fail(f"must be an integer, got {shown}")
         return int(value)
     return value
 
@@ -282,7 +135,7 @@ def _whole_number(value: object) -> object:
 def _int_range(low: int, high: int) -> Callable[[int], int]:
     def check(value: int) -> int:
         if not low <= value <= high:
-            raise _fail(f"must be between {low} and {high}, got {value}")
+            raise fail(f"must be between {low} and {high}, got {value}")
         return value
 
     return check
@@ -290,15 +143,15 @@ def _int_range(low: int, high: int) -> Callable[[int], int]:
 
 def _check_group(value: int) -> int:
     if value == 0:
-        raise _fail("group 0 (root) is never allowed as a supplemental group")
+        raise fail("group 0 (root) is never allowed as a supplemental group")
     if not 1 <= value <= MAX_GROUP_ID:
-        raise _fail(f"a group id must be between 1 and {MAX_GROUP_ID}, got {value}")
+        raise fail(f"a group id must be between 1 and {MAX_GROUP_ID}, got {value}")
     return value
 
 
 def _check_profile_name(value: str) -> str:
     if not _PROFILE_NAME_RE.match(value):
-        raise _fail(
+        raise fail(
             f"{value!r} is not a valid profile name: 1-40 lowercase letters, digits and "
             "'-', starting and ending with a letter or digit"
         )
@@ -307,35 +160,19 @@ def _check_profile_name(value: str) -> str:
 
 def _check_display_name(value: str) -> str:
     if not value.strip():
-        raise _fail("must not be empty or blank")
+        raise fail("must not be empty or blank")
     if len(value) > 80:
-        raise _fail(f"at most 80 characters are allowed, got {len(value)}")
+        raise fail(f"at most 80 characters are allowed, got {len(value)}")
     return value
 
 
 def _check_description(value: str) -> str:
     if len(value) > 160:
-        raise _fail(f"at most 160 characters are allowed, got {len(value)}")
+        raise fail(f"at most 160 characters are allowed, got {len(value)}")
     return value
 
 
-def _check_env_name(value: str) -> str:
-    if not _ENV_NAME_RE.match(value):
-        raise _fail(
-            f"{value!r} is not a valid environment variable name: letters, digits, '-', "
-            "'_' and '.', not starting with a digit"
-        )
-    return value
-
-
-DnsLabel = Annotated[StrictStr, AfterValidator(_check_dns_label)]
-DnsSubdomain = Annotated[StrictStr, AfterValidator(_check_dns_subdomain)]
-LabelKey = Annotated[StrictStr, AfterValidator(_check_label_key)]
-LabelValue = Annotated[StrictStr, AfterValidator(_check_label_value)]
-Image = Annotated[StrictStr, AfterValidator(_check_image)]
-Quantity = Annotated[StrictStr, AfterValidator(_check_quantity)]
 GroupId = Annotated[StrictInt, AfterValidator(_check_group)]
-EnvName = Annotated[StrictStr, AfterValidator(_check_env_name)]
 
 
 # --- models ------------------------------------------------------------------------------
@@ -345,6 +182,22 @@ def _lookup(raw: Mapping[str, Any], name: str) -> Any:
     """A field of raw input, by its camelCase key or its snake_case name."""
     alias = to_camel(name)
     return raw[alias] if alias in raw else raw.get(name)
+
+
+def _name(entry: object) -> str | None:
+    """The name of a list entry in raw input, when it has one."""
+    name = _lookup(entry, "name") if isinstance(entry, Mapping) else None
+    return name if isinstance(name, str) else None
+
+
+def _names(entries: object) -> list[str]:
+    """The distinct names of a raw list's entries, in order."""
+    found = (_name(entry) for entry in entries) if isinstance(entries, list) else ()
+    return list(dict.fromkeys(name for name in found if name is not None))
+
+
+def _group(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 class _Model(BaseModel):
@@ -365,8 +218,7 @@ class _Model(BaseModel):
     def _check_rules(self) -> Self:
         found = self._rules(self.model_dump(by_alias=True))
         if found:
-            text = "; ".join(_join(loc, message) for loc, message in found)
-            raise PydanticCustomError(_RULE_ERROR, "{text}", {"text": text})
+            raise rules_failed(found)
         return self
 
 
@@ -413,7 +265,7 @@ class GpuProfileConfig(_Model):
     name: Annotated[StrictStr, AfterValidator(_check_profile_name)]
     display_name: Annotated[StrictStr, AfterValidator(_check_display_name)]
     description: Annotated[StrictStr, AfterValidator(_check_description)] | None = None
-    resource_name: Annotated[StrictStr, AfterValidator(_check_resource_name)]
+    resource_name: ResourceName
     count: Annotated[
         int, BeforeValidator(_whole_number), AfterValidator(_int_range(1, MAX_GPU_COUNT))
     ]
@@ -429,25 +281,13 @@ class GpuProfileConfig(_Model):
 
     @classmethod
     def _rules(cls, raw: Mapping[str, Any]) -> list[Violation]:
-        groups = _lookup(raw, "supplemental_groups")
-        if not isinstance(groups, list):
-            return []
-        found: list[Violation] = []
-        first_index: dict[int, int] = {}
-        for index, group in enumerate(groups):
-            if not isinstance(group, int) or isinstance(group, bool):
-                continue
-            if group in first_index:
-                found.append(
-                    (
-                        ("supplementalGroups", index),
-                        f"group {group} is listed more than once "
-                        f"(also supplementalGroups[{first_index[group]}])",
-                    )
-                )
-            else:
-                first_index[group] = index
-        return found
+        return [
+            (
+                ("supplementalGroups", index),
+                f"group {group} is listed more than once (also supplementalGroups[{first}])",
+            )
+            for index, first, group in repeats(_lookup(raw, "supplemental_groups"), _group)
+        ]
 
     def snapshot_json(self) -> str:
         """The full resolved profile as canonical JSON: the pinned contract of a box.
@@ -473,7 +313,7 @@ class GpuProfileConfig(_Model):
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            problems = "; ".join(_pydantic_violations(exc, cls, keep_rules=True))
+            problems = "; ".join(join(tuple(e["loc"]), describe(e, cls)) for e in exc.errors())
             raise SnapshotError(f"the GPU profile snapshot is invalid: {problems}") from None
 
     def to_wire(self, default: bool) -> GpuProfile:
@@ -504,26 +344,16 @@ class GpuSettings(_Model):
 
     @classmethod
     def _rules(cls, raw: Mapping[str, Any]) -> list[Violation]:
-        found: list[Violation] = []
         profiles = _lookup(raw, "profiles")
-        names: list[str] = []
-        if isinstance(profiles, list):
-            first_index: dict[str, int] = {}
-            for index, profile in enumerate(profiles):
-                name = _lookup(profile, "name") if isinstance(profile, Mapping) else None
-                if not isinstance(name, str):
-                    continue
-                if name in first_index:
-                    found.append(
-                        (
-                            ("profiles", index, "name"),
-                            f"profile name {name!r} is used more than once (also "
-                            f"profiles[{first_index[name]}]); profile names must be unique",
-                        )
-                    )
-                else:
-                    first_index[name] = index
-                    names.append(name)
+        found: list[Violation] = [
+            (
+                ("profiles", index, "name"),
+                f"profile name {name!r} is used more than once (also profiles[{first}]); "
+                "profile names must be unique",
+            )
+            for index, first, name in repeats(profiles, _name)
+        ]
+        names = _names(profiles)
         default = _lookup(raw, "default_profile")
         if isinstance(default, str) and default not in names:
             configured = ", ".join(names) or "none"
@@ -553,7 +383,9 @@ class GpuSettings(_Model):
         profile = self.profile(name) if name is not None else None
         if profile is None:
             available = ", ".join(p.name for p in self.profiles)
-            raise ProfileRejected(f"unknown GPU profile {name!r}; available profiles: {available}")
+            raise ProfileRejected(
+                f"unknown GPU profile {name!r}; available profiles: {available}", ("profile",)
+            )
         return profile
 
     def capabilities(self) -> Capabilities:
@@ -581,9 +413,7 @@ class PresetSettings(_Model):
     def _rules(cls, raw: Mapping[str, Any]) -> list[Violation]:
         request = _lookup(raw, "memory_request")
         limit = _lookup(raw, "memory_limit")
-        if not (isinstance(request, str) and isinstance(limit, str)):
-            return []
-        if not (_QUANTITY_RE.match(request) and _QUANTITY_RE.match(limit)):
+        if not (is_quantity(request) and is_quantity(limit)):
             return []
         if quantity_value(request) > quantity_value(limit):
             return [(("memoryRequest",), f"{request} must not exceed memoryLimit ({limit})")]
@@ -603,19 +433,11 @@ def _empty_host(value: object) -> object:
     return None if value == "" else value
 
 
-def _check_host(value: str) -> str:
-    if len(value) > 253 or _WHITESPACE_RE.search(value):
-        raise _fail(f"{value!r} is not a host name or address")
-    return value
-
-
 class SshSettings(_Model):
     service_type: Literal["NodePort", "LoadBalancer"] = "NodePort"
     # The address shown in ssh commands for NodePort Services; None shows none. For
     # LoadBalancer Services the Service's ingress address is used instead.
-    host: Annotated[
-        Annotated[StrictStr, AfterValidator(_check_host)] | None, BeforeValidator(_empty_host)
-    ] = "127.0.0.1"
+    host: Annotated[Host | None, BeforeValidator(_empty_host)] = "127.0.0.1"
     # A Secret in the boxes' namespace whose key `authorized_keys` lists the public keys
     # allowed to log in as dev; mounted read-only into every box.
     authorized_keys_secret: DnsSubdomain | None = None
@@ -644,11 +466,11 @@ def _env_entries(value: object) -> object:
     env: dict[object, object] = {}
     for index, entry in enumerate(value):
         if not isinstance(entry, Mapping) or set(entry) != {"name", "value"}:
-            raise _fail(f"entry {index} must be a mapping with exactly the keys 'name' and 'value'")
+            raise fail(f"entry {index} must be a mapping with exactly the keys 'name' and 'value'")
         if not isinstance(entry["name"], str):
-            raise _fail(f"entry {index}: name must be a string, got {_show(entry['name'])}")
+            raise fail(f"entry {index}: name must be a string, got {show(entry['name'])}")
         if entry["name"] in env:
-            raise _fail(f"entry {index}: {entry['name']!r} is set more than once")
+            raise fail(f"entry {index}: {entry['name']!r} is set more than once")
         env[entry["name"]] = entry["value"]
     return env
 
@@ -667,9 +489,9 @@ class Sidecar(_Model):
     @classmethod
     def _not_main(cls, value: str) -> str:
         if value == "devbox":
-            raise _fail("'devbox' is the main container's name; pick another sidecar name")
+            raise fail("'devbox' is the main container's name; pick another sidecar name")
         if value == ACTIVITY_SIDECAR:
-            raise _fail(f"{ACTIVITY_SIDECAR!r} is the activity agent's name; pick another one")
+            raise fail(f"{ACTIVITY_SIDECAR!r} is the activity agent's name; pick another one")
         return value
 
 
@@ -677,12 +499,6 @@ class AvailabilitySettings(_Model):
     # Watch every node and every pod of the cluster to count free GPUs. Needs the chart's
     # read-only ClusterRole; off, availability reports "unknown" and nothing else changes.
     enabled: StrictBool = True
-
-
-def _check_url(value: str) -> str:
-    if not re.match(r"^https?://[^\s/?#]+(/[^\s?#]*)?$", value) or len(value) > 512:
-        raise _fail(f"{value!r} is not an http:// or https:// URL without query or fragment")
-    return value.rstrip("/")
 
 
 IdleMinutes = Annotated[float, Field(gt=0, le=MAX_IDLE_MINUTES)]
@@ -703,9 +519,7 @@ class IdleSettings(_Model):
     gpu_utilization_percent: Annotated[StrictInt, Field(ge=0, le=100)] = 5
     # Where agents reach the controller; the chart fills in its Service. Empty, as the
     # chart's default values have it, means unset, like an empty ssh.host.
-    controller_url: Annotated[
-        Annotated[StrictStr, AfterValidator(_check_url)] | None, BeforeValidator(_empty_host)
-    ] = None
+    controller_url: Annotated[HttpUrl | None, BeforeValidator(_empty_host)] = None
 
     @classmethod
     def _rules(cls, raw: Mapping[str, Any]) -> list[Violation]:
@@ -749,23 +563,13 @@ class Settings(_Model):
                         f"{', '.join(PRESETS)} are required",
                     )
                 )
-        sidecars = _lookup(raw, "sidecars")
-        if isinstance(sidecars, list):
-            first_index: dict[str, int] = {}
-            for index, sidecar in enumerate(sidecars):
-                name = _lookup(sidecar, "name") if isinstance(sidecar, Mapping) else None
-                if not isinstance(name, str):
-                    continue
-                if name in first_index:
-                    found.append(
-                        (
-                            ("sidecars", index, "name"),
-                            f"sidecar name {name!r} is used more than once "
-                            f"(also sidecars[{first_index[name]}])",
-                        )
-                    )
-                else:
-                    first_index[name] = index
+        found += [
+            (
+                ("sidecars", index, "name"),
+                f"sidecar name {name!r} is used more than once (also sidecars[{first}])",
+            )
+            for index, first, name in repeats(_lookup(raw, "sidecars"), _name)
+        ]
         return found
 
     def preset(self, name: Preset) -> PresetSettings:
@@ -778,10 +582,8 @@ def _idle_profile_rules(raw: Mapping[str, Any]) -> list[Violation]:
     profiles = _lookup(idle, "profiles") if isinstance(idle, Mapping) else None
     if not isinstance(profiles, Mapping):
         return []
-    listed = _lookup(gpu, "profiles") if isinstance(gpu, Mapping) else None
-    entries = listed if isinstance(listed, list) else []
-    names = {_lookup(p, "name") for p in entries if isinstance(p, Mapping)}
-    configured = ", ".join(sorted(str(n) for n in names if isinstance(n, str))) or "none"
+    names = _names(_lookup(gpu, "profiles") if isinstance(gpu, Mapping) else None)
+    configured = ", ".join(sorted(names)) or "none"
     return [
         (
             ("idle", "profiles", str(key)),
@@ -792,148 +594,18 @@ def _idle_profile_rules(raw: Mapping[str, Any]) -> list[Violation]:
     ]
 
 
-# --- error reporting ---------------------------------------------------------------------
-
-
-def _join(loc: Loc, message: str) -> str:
-    path = _path(loc)
-    return f"{path}: {message}" if path else message
-
-
-def _path(loc: Loc) -> str:
-    text = ""
-    for part in loc:
-        if isinstance(part, int):
-            text += f"[{part}]"
-        elif part == "[key]":
-            # pydantic marks a failing dict key; the message already says it is the key.
-            continue
-        elif _PLAIN_KEY_RE.match(part):
-            text += f".{part}" if text else part
-        else:
-            text += f"[{json.dumps(part)}]"
-    return text
-
-
-def _unwrap(annotation: Any) -> Any:
-    """The annotation without Annotated metadata and without ``| None``."""
-    while True:
-        origin = get_origin(annotation)
-        if origin is Annotated:
-            annotation = get_args(annotation)[0]
-        elif origin in (Union, types.UnionType):
-            members = [a for a in get_args(annotation) if a is not type(None)]
-            if len(members) != 1:
-                return annotation
-            annotation = members[0]
-        else:
-            return annotation
-
-
-def _is_model(annotation: Any) -> bool:
-    return isinstance(annotation, type) and issubclass(annotation, _Model)
-
-
-def _field_name(model: type[_Model], key: str | int) -> str | None:
-    for name, field in model.model_fields.items():
-        if key in (name, field.alias):
-            return name
-    return None
-
-
-def _model_at(root: type[_Model], loc: Loc) -> type[_Model] | None:
-    """The settings model that ``loc`` points into, for naming its allowed keys."""
-    annotation: Any = root
-    for part in loc:
-        annotation = _unwrap(annotation)
-        if _is_model(annotation):
-            name = _field_name(annotation, part)
-            if name is None:
-                return None
-            annotation = annotation.model_fields[name].annotation
-        elif get_origin(annotation) is list:
-            annotation = get_args(annotation)[0]
-        elif get_origin(annotation) is dict:
-            annotation = get_args(annotation)[1]
-        else:
-            return None
-    annotation = _unwrap(annotation)
-    return annotation if _is_model(annotation) else None
-
-
-def _show(value: object) -> str:
-    if isinstance(value, Mapping):
-        return "a mapping"
-    if isinstance(value, list | tuple):
-        return "a list"
-    try:
-        return json.dumps(value)
-    except (TypeError, ValueError):
-        return type(value).__name__
-
-
-def _describe(error: Mapping[str, Any], root: type[_Model]) -> str:
-    kind = error["type"]
-    loc: Loc = tuple(error["loc"])
-    ctx: Mapping[str, Any] = error.get("ctx") or {}
-    given = error.get("input")
-    if kind in (_FIELD_ERROR, _RULE_ERROR):
-        return str(error["msg"])
-    if kind == "extra_forbidden":
-        key = loc[-1] if loc else ""
-        model = _model_at(root, loc[:-1])
-        if model is None:
-            return f"unknown key {key!r}"
-        allowed = [field.alias or name for name, field in model.model_fields.items()]
-        hint = difflib.get_close_matches(str(key), allowed, n=1)
-        suggestion = f"; did you mean {hint[0]!r}?" if hint else ""
-        return f"unknown key {key!r} (allowed: {', '.join(allowed)}){suggestion}"
-    if kind == "missing":
-        return "is required"
-    if kind == "value_error":
-        return str(ctx.get("error", error["msg"]))
-    if kind == "int_type":
-        return f"must be an integer, got {_show(given)}"
-    if kind == "string_type":
-        quote = "; quote it in YAML" if isinstance(given, int | float) else ""
-        return f"must be a string, got {_show(given)}{quote}"
-    if kind == "bool_type":
-        return f"must be true or false, got {_show(given)}"
-    if kind == "list_type":
-        return f"must be a list, got {_show(given)}"
-    if kind in ("dict_type", "model_type", "model_attributes_type"):
-        return f"must be a mapping, got {_show(given)}"
-    if kind == "literal_error":
-        return f"must be {ctx.get('expected')}, got {_show(given)}"
-    if kind == "too_long":
-        return (
-            f"at most {ctx.get('max_length')} entries are allowed, got {ctx.get('actual_length')}"
-        )
-    if kind == "greater_than_equal":
-        return f"must be at least {ctx.get('ge')}, got {_show(given)}"
-    message = str(error["msg"])
-    return message[:1].lower() + message[1:]
-
-
-def _pydantic_violations(
-    exc: ValidationError, root: type[_Model], *, keep_rules: bool = False
-) -> list[str]:
-    return [
-        _join(tuple(error["loc"]), _describe(error, root))
-        for error in exc.errors()
-        if keep_rules or error["type"] != _RULE_ERROR
-    ]
+# --- validation --------------------------------------------------------------------------
 
 
 def _nested(annotation: Any) -> tuple[str, type[_Model]] | None:
     """How a field holds settings models: one, a list of them or a mapping to them."""
-    annotation = _unwrap(annotation)
-    if _is_model(annotation):
+    annotation = unwrap(annotation)
+    if is_model(annotation):
         return "one", annotation
     origin = get_origin(annotation)
     if origin in (list, dict):
-        item = _unwrap(get_args(annotation)[-1])
-        if _is_model(item):
+        item = unwrap(get_args(annotation)[-1])
+        if is_model(item):
             return ("list" if origin is list else "dict"), item
     return None
 
@@ -961,152 +633,28 @@ def _raw_rules(model: type[_Model], raw: object, loc: Loc) -> list[Violation]:
     return found
 
 
-def _validate(data: object) -> tuple[Settings | None, list[tuple[str, str]]]:
-    """Validate settings; every violation as (path, message)."""
+def validate(data: object) -> tuple[Settings | None, list[tuple[str, str]]]:
+    """Settings from raw input, or None and every violation as ``(path, message)``."""
     try:
         settings = Settings.model_validate(data)
     except ValidationError as exc:
         errors = exc.errors()
         violations = [
-            (_path(tuple(e["loc"])), _describe(e, Settings))
+            (path(tuple(e["loc"])), describe(e, Settings))
             for e in errors
-            if e["type"] != _RULE_ERROR
+            if e["type"] != RULE_ERROR
         ]
-        violations += [(_path(loc), message) for loc, message in _raw_rules(Settings, data, ())]
+        violations += [(path(loc), message) for loc, message in _raw_rules(Settings, data, ())]
         if not violations:
             # Only a model validator failed: report its own wording.
-            violations = [(_path(tuple(e["loc"])), _describe(e, Settings)) for e in errors]
+            violations = [(path(tuple(e["loc"])), describe(e, Settings)) for e in errors]
         return None, list(dict.fromkeys(violations))
     return settings, []
 
 
-def _raise(violations: list[tuple[str, str]]) -> NoReturn:
-    raise ConfigError([f"{path}: {message}" if path else message for path, message in violations])
-
-
 def settings_from_mapping(data: Mapping[str, object]) -> Settings:
     """Validate settings; ConfigError lists every violation, one ``path: message`` each."""
-    settings, violations = _validate(data)
+    settings, violations = validate(data)
     if settings is None:
-        _raise(violations)
-    return settings
-
-
-# --- files -------------------------------------------------------------------------------
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """A YAML loader that refuses a key written twice in one mapping."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[object] = set()
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue
-            key = self.construct_object(key_node, deep=True)
-            if isinstance(key, list | dict):
-                continue
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    "while reading a mapping",
-                    node.start_mark,
-                    f"the key {key!r} is written more than once",
-                    key_node.start_mark,
-                )
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
-def _read_mapping(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError([f"{path}: no such settings file"]) from None
-    except UnicodeDecodeError:
-        raise ConfigError([f"{path}: not UTF-8 text"]) from None
-    except OSError as exc:
-        raise ConfigError([f"{path}: cannot read the settings file: {exc.strerror}"]) from None
-    try:
-        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as exc:
-        raise ConfigError([f"{path}: not valid YAML or JSON: {_yaml_problem(exc)}"]) from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError([f"{path}: the top level must be a mapping, got {_show(data)}"])
-    return data
-
-
-def _yaml_problem(exc: yaml.YAMLError) -> str:
-    if isinstance(exc, yaml.MarkedYAMLError):
-        problem = exc.problem or exc.context or "syntax error"
-        mark = exc.problem_mark or exc.context_mark
-        if mark is not None:
-            return f"{problem} (line {mark.line + 1}, column {mark.column + 1})"
-        return problem
-    return str(exc)
-
-
-def load_settings(path: Path | None, environ: Mapping[str, str]) -> Settings:
-    """Settings from a YAML or JSON file (None: all defaults) plus environment overrides.
-
-    ``DEVBOXES_NAMESPACE``, ``DEVBOXES_WORKSPACE_IMAGE`` and ``DEVBOXES_SSH_HOST``, when
-    set and not empty, replace ``namespace``, ``workspaceImage`` and ``ssh.host``.
-    """
-    data: dict[str, Any] = {} if path is None else _read_mapping(path)
-    sources: dict[str, str] = {}
-    for variable, key in ((ENV_NAMESPACE, "namespace"), (ENV_WORKSPACE_IMAGE, "workspaceImage")):
-        if environ.get(variable):
-            data.pop("workspace_image" if key == "workspaceImage" else key, None)
-            data[key] = environ[variable]
-            sources[key] = variable
-    if environ.get(ENV_SSH_HOST):
-        ssh = data.get("ssh")
-        if ssh is None:
-            data["ssh"] = {"host": environ[ENV_SSH_HOST]}
-            sources["ssh.host"] = ENV_SSH_HOST
-        elif isinstance(ssh, Mapping):
-            data["ssh"] = {**ssh, "host": environ[ENV_SSH_HOST]}
-            sources["ssh.host"] = ENV_SSH_HOST
-    settings, violations = _validate(data)
-    if settings is None:
-        _raise([(f"{p} (from {sources[p]})" if p in sources else p, m) for p, m in violations])
-    return settings
-
-
-def load_check_target(path: Path) -> Settings:
-    """Validate a settings file or a Helm values file, for ``check-config``.
-
-    A Helm values file is recognised by its top-level ``controller:`` key; its
-    ``controller`` and ``gpu`` blocks are checked and the other chart keys are left to
-    the chart's JSON schema. Paths in errors then name the values keys.
-    """
-    data = _read_mapping(path)
-    if "controller" not in data:
-        settings, violations = _validate(data)
-        if settings is None:
-            _raise(violations)
-        return settings
-    controller = data["controller"]
-    if controller is None:
-        controller = {}
-    if not isinstance(controller, Mapping):
-        raise ConfigError([f"controller: must be a mapping, got {_show(controller)}"])
-    misplaced: list[tuple[str, str]] = []
-    if "gpu" in controller:
-        misplaced.append(
-            ("controller.gpu", "GPU profiles belong in the top-level gpu: block of the values")
-        )
-    merged = {k: v for k, v in controller.items() if k != "gpu"}
-    # The chart replaces an empty namespace with the release namespace.
-    if merged.get("namespace") == "":
-        del merged["namespace"]
-    merged["gpu"] = data.get("gpu", {})
-    settings, violations = _validate(merged)
-    named = [
-        (p if p == "gpu" or p.startswith(("gpu.", "gpu[")) else f"controller.{p}", m)
-        for p, m in violations
-    ]
-    if settings is None or misplaced:
-        _raise(misplaced + named)
+        raise config_error(violations)
     return settings

@@ -1,4 +1,5 @@
-"""Derive a box's wire status from its Kubernetes objects. Pure: plain dicts in, a model out.
+"""Derive a box's wire status from its Kubernetes objects. Pure: plain dicts and the time
+in, a model out.
 
 The rules, first match wins: replicas 0 is stopped; a Ready pod with an SSH address is
 ready; a failure that will not fix itself is degraded with its reason; a pod the
@@ -10,15 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from devboxes_sdk.models import Devbox, DevboxState, GpuAllocation
 
 from . import activity, render, template
+from .kube import Obj
 from .settings import GpuProfileConfig, Settings, SnapshotError
-
-Obj = dict[str, Any]
+from .timestamps import parse_timestamp
 
 STOPPED = "Stopped; storage is kept. Start it to continue."
 EXPIRED = "Stopped when its time to live ran out at {at}; storage is kept."
@@ -80,7 +81,7 @@ def _annotations(obj: Obj) -> dict[str, str]:
 
 
 def _parse_time(value: str | None) -> datetime | None:
-    return render.parse_timestamp(value) if value else None
+    return parse_timestamp(value) if value else None
 
 
 def current_pod(pods: Sequence[Obj]) -> Obj | None:
@@ -264,7 +265,7 @@ def _storage_size(pvc: Obj | None) -> str | None:
     return str(requested or capacity) if (requested or capacity) else None
 
 
-def derive(objects: BoxObjects, settings: Settings) -> Devbox:
+def derive(objects: BoxObjects, settings: Settings, now: datetime) -> Devbox:
     """The wire status of one box."""
     deployment = objects.deployment
     metadata = deployment["metadata"]
@@ -308,7 +309,7 @@ def derive(objects: BoxObjects, settings: Settings) -> Devbox:
         name=render.box_name_of(deployment) or metadata["name"],
         state=state,
         preset=annotations.get(render.ANNOTATION_PRESET, "small"),
-        created_at=_parse_time(metadata.get("creationTimestamp")) or datetime.now().astimezone(),
+        created_at=_parse_time(metadata.get("creationTimestamp")) or now,
         expires_at=_parse_time(annotations.get(render.ANNOTATION_EXPIRES_AT)),
         repository=annotations.get(render.ANNOTATION_REPOSITORY) or None,
         ssh_host=host if show_ssh else None,
@@ -323,7 +324,7 @@ def derive(objects: BoxObjects, settings: Settings) -> Devbox:
         summary=_summary(state, message, detail, gpu),
         scheduling_detail=detail,
         **_restart(deployment, settings, running=replicas != 0),
-        activity=activity.of(deployment, settings, datetime.now(UTC)) if replicas != 0 else None,
+        activity=activity.of(deployment, settings, now) if replicas != 0 else None,
     )
 
 

@@ -196,7 +196,7 @@ class BoxStore:
                 self._status_body.pop(name, None)
                 self._list_body = None
             else:
-                box = status.derive(objects, self.settings)
+                box = status.derive(objects, self.settings, self.clock())
                 since = status.waiting_since(objects)
                 if since is not None and box.gpu is not None:
                     self._queued[name] = Queued(box.gpu.profile, box.gpu.display_name, since)

@@ -15,6 +15,7 @@ from . import render
 from .kube import Conflict, NotFound, Obj
 from .lifecycle import Lifecycle
 from .store import BoxStore
+from .timestamps import parse_timestamp
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +29,7 @@ def _volume(claim: Obj, box: str) -> Volume:
         name=box,
         claim=metadata["name"],
         size=str(size) if size else None,
-        created_at=render.parse_timestamp(metadata["creationTimestamp"]),
+        created_at=parse_timestamp(metadata["creationTimestamp"]),
         last_profile=(metadata.get("labels") or {}).get(render.LABEL_GPU_PROFILE) or None,
     )
 

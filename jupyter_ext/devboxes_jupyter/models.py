@@ -62,24 +62,13 @@ def parse_watch(query: Mapping[str, Sequence[bytes]]) -> WatchQuery:
     try:
         return WatchQuery.model_validate(raw)
     except PydanticValidationError as error:
-        raise RequestRejected(422, _field_errors(error, "query")) from None
+        raise RequestRejected(422, models.field_errors(error.errors(), "query")) from None
 
 
 def _detail_json(detail: str | Sequence[models.FieldError]) -> str | list[dict[str, Any]]:
     if isinstance(detail, str):
         return detail
     return [error.model_dump(mode="json") for error in detail]
-
-
-def _field_errors(error: PydanticValidationError, prefix: str) -> list[models.FieldError]:
-    return [
-        models.FieldError(
-            type=item["type"],
-            loc=[prefix, *item["loc"]],
-            msg=item["msg"].removeprefix("Value error, "),
-        )
-        for item in error.errors(include_url=False, include_context=False)
-    ]
 
 
 def _single(query: Mapping[str, Sequence[bytes]], key: str) -> str:
@@ -103,7 +92,7 @@ def parse_wait(query: Mapping[str, Sequence[bytes]]) -> WaitQuery | None:
     try:
         return WaitQuery.model_validate(raw)
     except PydanticValidationError as error:
-        raise RequestRejected(422, _field_errors(error, "query")) from None
+        raise RequestRejected(422, models.field_errors(error.errors(), "query")) from None
 
 
 def parse_name(value: str) -> str:
@@ -149,7 +138,7 @@ def parse_create(body: bytes) -> models.DevboxCreate:
     try:
         return models.DevboxCreate.model_validate(data)
     except PydanticValidationError as error:
-        raise RequestRejected(422, _field_errors(error, "body")) from None
+        raise RequestRejected(422, models.field_errors(error.errors(), "body")) from None
 
 
 def gpu_choice(request: models.GpuRequest | None) -> bool | str | None:

@@ -343,25 +343,26 @@ def test_malformed_json_is_422(api: Api) -> None:
 
 
 def test_bad_name_in_path_is_422(api: Api) -> None:
-    body = parse(ErrorBody, api.get("Bad_Name"), 422)
-    assert isinstance(body.detail, str)
-    assert "invalid name" in body.detail
+    errors = field_errors(api.get("Bad_Name"))
+    assert [(e["type"], e["loc"]) for e in errors] == [("value_error", ["path", "name"])]
+    assert "invalid name" in errors[0]["msg"]
 
 
 def test_ttl_over_the_maximum_is_422(api: Api) -> None:
     name = unique("ttl")
-    body = parse(ErrorBody, api.create({"name": name, "ttl_hours": 169}), 422)
-    assert body.detail == "ttl_hours must be at most 168"
+    assert field_errors(api.create({"name": name, "ttl_hours": 169})) == [
+        {"type": "less_than_equal", "loc": ["body", "ttl_hours"], "msg": "must be at most 168"}
+    ]
     assert api.get(name).status_code == 404
 
 
 def test_unknown_profile_is_422_naming_the_available_ones(api: Api) -> None:
     name = unique("prof")
-    body = parse(ErrorBody, api.create({"name": name, "gpu": {"profile": "h100"}}), 422)
-    assert isinstance(body.detail, str)
-    assert "'h100'" in body.detail
+    errors = field_errors(api.create({"name": name, "gpu": {"profile": "h100"}}))
+    assert [(e["type"], e["loc"]) for e in errors] == [("value_error", ["body", "gpu", "profile"])]
+    assert "'h100'" in errors[0]["msg"]
     for profile in ("nvidia-l4", "nvidia-a100-mig-1g10gb", "amd-rocm", "nvidia-l4-shared"):
-        assert profile in body.detail
+        assert profile in errors[0]["msg"]
     assert api.get(name).status_code == 404
 
 
@@ -421,8 +422,13 @@ def test_cpu_box_when_gpu_is_disabled(
     assert (caps.gpu.enabled, caps.gpu.default_profile, caps.gpu.profiles) == (False, None, [])
     name = unique("nogpu")
     for gpu in ({}, {"profile": "nvidia-l4"}):
-        refused = parse(ErrorBody, api.create({"name": name, "gpu": gpu}), 422)
-        assert refused.detail == "GPU acceleration is disabled by the operator"
+        assert field_errors(api.create({"name": name, "gpu": gpu})) == [
+            {
+                "type": "value_error",
+                "loc": ["body", "gpu"],
+                "msg": "GPU acceleration is disabled by the operator",
+            }
+        ]
     assert api.get(name).status_code == 404
     box = parse(Devbox, api.create({"name": name}), 201)
     assert box.gpu is None

@@ -232,7 +232,7 @@ def test_a_claim_still_binding_is_not_a_blocked_schedule() -> None:
         "spec": {"replicas": 1},
     }
     objects = status.BoxObjects(deployment=deployment, pods=[pod])
-    box = status.derive(objects, Settings())
+    box = status.derive(objects, Settings(), datetime(2030, 1, 1, tzinfo=UTC))
     assert box.summary == status.SUMMARY_CLAIM_BINDING
     assert box.message is not None
     assert box.message.startswith("Scheduling blocked:")

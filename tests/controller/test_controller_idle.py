@@ -209,7 +209,7 @@ def test_only_the_boxs_own_credential_may_report(
     assert oversize.status_code == 413, oversize.text
     invalid = report(process, "mine", mine, {"ssh_sessions": -1, "busy_kernels": 0})
     assert invalid.status_code == 422, invalid.text
-    assert "ssh_sessions" in invalid.json()["detail"]
+    assert [e["loc"] for e in invalid.json()["detail"]] == [["body", "ssh_sessions"]]
     too_soon = report(process, "mine", mine)
     assert too_soon.status_code == 429, too_soon.text
     assert too_soon.headers["Retry-After"] == "5"

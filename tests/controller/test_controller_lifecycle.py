@@ -226,7 +226,9 @@ def test_pinned_contract_survives_profile_removal_and_gpu_disabled(
     cleanup[0] = (api, "pinned")
     refused = api.create("another", gpu={"profile": "nvidia-a100-mig-1g10gb"})
     assert refused.status_code == 422, refused.text
-    assert "nvidia-l4" in refused.json()["detail"]
+    [error] = refused.json()["detail"]
+    assert error["loc"] == ["body", "gpu", "profile"]
+    assert "nvidia-l4" in error["msg"]
     assert api.get("pinned")["gpu"] == pinned_gpu
     api.verb("pinned", "start")
     box = api.wait_ready("pinned")
@@ -243,7 +245,13 @@ def test_pinned_contract_survives_profile_removal_and_gpu_disabled(
     cleanup[0] = (api, "pinned")
     refused = api.create("another", gpu={})
     assert refused.status_code == 422, refused.text
-    assert refused.json()["detail"] == "GPU acceleration is disabled by the operator"
+    assert refused.json()["detail"] == [
+        {
+            "type": "value_error",
+            "loc": ["body", "gpu"],
+            "msg": "GPU acceleration is disabled by the operator",
+        }
+    ]
     api.verb("pinned", "start")
     box = api.wait_ready("pinned")
     assert box["state"] == "ready", box

@@ -11,6 +11,7 @@ import requests
 from controllers import ControllerProcess, example_settings
 from devboxes_controller import render
 from devboxes_controller.settings import settings_from_mapping
+from devboxes_controller.timestamps import format_timestamp
 from kubernetes import client
 from support import wait_for
 
@@ -32,7 +33,7 @@ def box(process: ControllerProcess, name: str) -> dict[str, Any]:
 
 def expire_now(kube: Any, namespace: str, name: str) -> None:
     """Move the stored deadline into the past, as if the TTL had run out."""
-    past = render.format_timestamp(datetime.now(UTC) - timedelta(minutes=1))
+    past = format_timestamp(datetime.now(UTC) - timedelta(minutes=1))
     client.AppsV1Api(kube).patch_namespaced_deployment(
         render.object_names(name).deployment,
         namespace,

@@ -23,7 +23,6 @@ from devboxes_controller.render import (
     MANAGED_SELECTOR,
     BoxSpec,
     box_name_of,
-    format_timestamp,
     object_names,
     render_deployment,
     render_pvc,
@@ -36,6 +35,7 @@ from devboxes_controller.settings import (
     SnapshotError,
     settings_from_mapping,
 )
+from devboxes_controller.timestamps import format_timestamp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -400,6 +400,13 @@ def test_expiry_is_written_in_utc() -> None:
     )
     with pytest.raises(ValueError, match="time zone"):
         format_timestamp(datetime(2030, 1, 1))
+
+
+def test_lease_times_carry_the_six_fractional_digits_kubernetes_reads() -> None:
+    moment = datetime(2030, 1, 1, 2, 0, 5, 999, tzinfo=timezone(timedelta(hours=2)))
+    assert format_timestamp(moment, microseconds=True) == "2030-01-01T00:00:05.000999Z"
+    on_the_second = datetime(2030, 1, 1, tzinfo=UTC)
+    assert format_timestamp(on_the_second, microseconds=True) == "2030-01-01T00:00:00.000000Z"
 
 
 @pytest.mark.parametrize("gpu", [None, "nvidia-l4", "a100-1g-10gb"])

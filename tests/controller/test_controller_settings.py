@@ -9,22 +9,21 @@ from typing import Any
 
 import pytest
 import yaml
+from devboxes_controller.loading import load_check_target, load_settings
 from devboxes_controller.settings import (
     INT64_MAX,
     INT64_MIN,
     MAX_GROUP_ID,
     SNAPSHOT_MAX_BYTES,
-    ConfigError,
     GpuProfileConfig,
     GpuSettings,
     ProfileRejected,
     Settings,
     SnapshotError,
     Toleration,
-    load_check_target,
-    load_settings,
     settings_from_mapping,
 )
+from devboxes_controller.violations import ConfigError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import copy
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from devboxes_controller import render
+from devboxes_controller.activity import ANNOTATION_ACTIVITY
 from devboxes_controller.settings import Settings, settings_from_mapping
 from devboxes_controller.status import BoxObjects, derive
 
@@ -42,6 +44,8 @@ def make_settings(**overrides: Any) -> Settings:
 
 
 SETTINGS = make_settings()
+# The time each derivation is judged at: an hour after the boxes below were created.
+NOW = datetime(2030, 1, 1, 9, tzinfo=UTC)
 
 
 def deployment(
@@ -174,7 +178,7 @@ def test_zero_replicas_is_stopped_whatever_the_pods_say() -> None:
         pods=[pod(ready=True), pod("devbox-atlas-6d8f9c7b5-x2", phase="Failed")],
         service=node_port_service(),
     )
-    box = derive(objects, SETTINGS)
+    box = derive(objects, SETTINGS, NOW)
     assert box.state is DevboxState.STOPPED
     assert box.message == "Stopped; storage is kept. Start it to continue."
     assert (box.pod_name, box.pod_ready, box.ssh_command, box.restarts) == (None, False, None, 0)
@@ -186,7 +190,7 @@ def test_a_box_stopped_by_its_ttl_says_when() -> None:
             replicas=0, annotations={render.ANNOTATION_EXPIRED_AT: "2030-01-01T12:00:00Z"}
         )
     )
-    box = derive(objects, SETTINGS)
+    box = derive(objects, SETTINGS, NOW)
     assert box.state is DevboxState.STOPPED
     assert box.message == (
         "Stopped when its time to live ran out at 2030-01-01T12:00:00Z; storage is kept."
@@ -198,7 +202,7 @@ def test_ready_pod_with_a_node_port_is_ready_with_an_ssh_command() -> None:
     objects = BoxObjects(
         deployment=deployment(), pods=[pod(ready=True)], service=node_port_service(30122)
     )
-    box = derive(objects, SETTINGS)
+    box = derive(objects, SETTINGS, NOW)
     assert box.state is DevboxState.READY
     assert (box.ssh_host, box.ssh_port) == ("box.example.org", 30122)
     assert box.ssh_command == "ssh -p 30122 dev@box.example.org"
@@ -212,13 +216,13 @@ def test_ready_wins_over_a_stale_failure_condition() -> None:
         pods=[pod(ready=True)],
         service=node_port_service(),
     )
-    assert derive(objects, SETTINGS).state is DevboxState.READY
+    assert derive(objects, SETTINGS, NOW).state is DevboxState.READY
 
 
 @pytest.mark.parametrize("service", [None, node_port_service(None)], ids=["none", "no-port"])
 def test_ready_pod_without_an_address_is_still_starting(service: Obj | None) -> None:
     box = derive(
-        BoxObjects(deployment=deployment(), pods=[pod(ready=True)], service=service), SETTINGS
+        BoxObjects(deployment=deployment(), pods=[pod(ready=True)], service=service), SETTINGS, NOW
     )
     assert box.state is DevboxState.STARTING
     assert box.message == "Waiting for the SSH service to get an address."
@@ -231,6 +235,7 @@ def test_node_port_without_a_configured_host_has_no_address() -> None:
     box = derive(
         BoxObjects(deployment=deployment(), pods=[pod(ready=True)], service=node_port_service()),
         settings,
+        NOW,
     )
     assert box.state is DevboxState.STARTING
     assert box.message == "Waiting for the SSH service to get an address."
@@ -245,6 +250,7 @@ def test_load_balancer_ingress_is_the_ssh_address(ingress: Obj, host: str) -> No
     box = derive(
         BoxObjects(deployment=deployment(), pods=[pod(ready=True)], service=load_balancer(ingress)),
         settings,
+        NOW,
     )
     assert box.state is DevboxState.READY
     assert box.ssh_command == f"ssh -p 22 dev@{host}"
@@ -255,6 +261,7 @@ def test_load_balancer_without_ingress_waits_for_an_address() -> None:
     box = derive(
         BoxObjects(deployment=deployment(), pods=[pod(ready=True)], service=load_balancer()),
         settings,
+        NOW,
     )
     assert box.state is DevboxState.STARTING
     assert box.message == "Waiting for the SSH service to get an address."
@@ -263,7 +270,7 @@ def test_load_balancer_without_ingress_waits_for_an_address() -> None:
 # -- degraded --------------------------------------------------------------------------------
 def test_failed_pod_is_degraded_with_its_message() -> None:
     failed = pod(phase="Failed", message="The node was low on resource: memory.", reason="Evicted")
-    box = derive(BoxObjects(deployment=deployment(), pods=[failed]), SETTINGS)
+    box = derive(BoxObjects(deployment=deployment(), pods=[failed]), SETTINGS, NOW)
     assert box.state is DevboxState.DEGRADED
     assert box.message == "The pod failed: The node was low on resource: memory."
 
@@ -276,6 +283,7 @@ def test_container_failures_are_degraded_with_reason_and_message(reason: str) ->
     box = derive(
         BoxObjects(deployment=deployment(), pods=[pod(containers=(waiting(reason, message),))]),
         SETTINGS,
+        NOW,
     )
     assert box.state is DevboxState.DEGRADED
     assert box.message == f"{reason}: {message}"
@@ -283,21 +291,21 @@ def test_container_failures_are_degraded_with_reason_and_message(reason: str) ->
 
 def test_init_container_failure_counts_and_the_container_name_stands_in_for_a_message() -> None:
     failing = pod(initContainerStatuses=[waiting("ErrImagePull", None, name="fetch-repo")])
-    box = derive(BoxObjects(deployment=deployment(), pods=[failing]), SETTINGS)
+    box = derive(BoxObjects(deployment=deployment(), pods=[failing]), SETTINGS, NOW)
     assert box.state is DevboxState.DEGRADED
     assert box.message == "ErrImagePull: fetch-repo"
 
 
 def test_ordinary_waiting_reasons_are_not_failures() -> None:
     creating = pod(phase="Pending", containers=(waiting("ContainerCreating"),))
-    box = derive(BoxObjects(deployment=deployment(), pods=[creating]), SETTINGS)
+    box = derive(BoxObjects(deployment=deployment(), pods=[creating]), SETTINGS, NOW)
     assert box.state is DevboxState.STARTING
     assert box.message == "Waiting for the container to start on l4-0."
 
 
 def test_deployment_replica_failure_is_degraded_with_the_admission_message() -> None:
     objects = BoxObjects(deployment=with_conditions(deployment(gpu=True), REPLICA_FAILURE))
-    box = derive(objects, SETTINGS)
+    box = derive(objects, SETTINGS, NOW)
     assert box.state is DevboxState.DEGRADED
     assert box.message == f"Kubernetes cannot create the pod: {RUNTIME_CLASS_REFUSAL}"
 
@@ -307,7 +315,7 @@ def test_replicaset_failure_condition_is_degraded() -> None:
         deployment=deployment(gpu=True),
         replicasets=[replicaset("devbox-atlas-6d8f9c7b5", REPLICA_FAILURE)],
     )
-    box = derive(objects, SETTINGS)
+    box = derive(objects, SETTINGS, NOW)
     assert box.state is DevboxState.DEGRADED
     assert box.message == f"Kubernetes cannot create the pod: {RUNTIME_CLASS_REFUSAL}"
 
@@ -324,7 +332,7 @@ def test_failed_create_events_of_the_box_replicaset_are_read_latest_first() -> N
             ),
         ],
     )
-    box = derive(objects, SETTINGS)
+    box = derive(objects, SETTINGS, NOW)
     assert box.state is DevboxState.DEGRADED
     assert box.message == f"Kubernetes cannot create the pod: {RUNTIME_CLASS_REFUSAL}"
 
@@ -335,7 +343,7 @@ def test_failed_create_events_of_unknown_replicasets_are_ignored() -> None:
         replicasets=[replicaset()],
         events=[failed_create("not ours", involved="devbox-other-1234")],
     )
-    box = derive(objects, SETTINGS)
+    box = derive(objects, SETTINGS, NOW)
     assert box.state is DevboxState.STARTING
     assert box.message == "Waiting for the pod to be created."
 
@@ -345,7 +353,7 @@ def test_progress_deadline_exceeded_is_degraded_before_scheduling_blocked() -> N
         deployment=with_conditions(deployment(gpu=True), DEADLINE),
         pods=[pod(node=None, phase="Pending", conditions=(UNSCHEDULABLE,))],
     )
-    box = derive(objects, SETTINGS)
+    box = derive(objects, SETTINGS, NOW)
     assert box.state is DevboxState.DEGRADED
     assert box.message == f"The box did not become ready in time: {DEADLINE['message']}"
 
@@ -355,7 +363,7 @@ def test_pod_failure_wins_over_a_progress_deadline() -> None:
         deployment=with_conditions(deployment(), DEADLINE),
         pods=[pod(containers=(waiting("CrashLoopBackOff", "back-off 5m"),))],
     )
-    assert derive(objects, SETTINGS).message == "CrashLoopBackOff: back-off 5m"
+    assert derive(objects, SETTINGS, NOW).message == "CrashLoopBackOff: back-off 5m"
 
 
 # -- starting --------------------------------------------------------------------------------
@@ -364,7 +372,7 @@ def test_unschedulable_pod_is_starting_with_the_scheduler_words_verbatim() -> No
         deployment=deployment(gpu=True),
         pods=[pod(node=None, phase="Pending", conditions=(UNSCHEDULABLE,))],
     )
-    box = derive(objects, SETTINGS)
+    box = derive(objects, SETTINGS, NOW)
     assert box.state is DevboxState.STARTING
     assert box.message == f"Scheduling blocked: {SCHEDULER_WORDS}"
 
@@ -381,7 +389,7 @@ def test_unschedulable_pod_is_starting_with_the_scheduler_words_verbatim() -> No
 )
 def test_starting_says_what_it_waits_for(pods: list[Obj], message: str) -> None:
     box = derive(
-        BoxObjects(deployment=deployment(), pods=pods, service=node_port_service()), SETTINGS
+        BoxObjects(deployment=deployment(), pods=pods, service=node_port_service()), SETTINGS, NOW
     )
     assert box.state is DevboxState.STARTING
     assert box.message == message
@@ -405,6 +413,7 @@ def test_the_newest_live_pod_speaks_for_the_box() -> None:
             deployment=deployment(), pods=[old_ready, older, newest], service=node_port_service()
         ),
         SETTINGS,
+        NOW,
     )
     assert box.state is DevboxState.STARTING
     assert box.pod_name == "devbox-atlas-new-c"
@@ -421,10 +430,10 @@ def test_gpu_comes_from_the_pinned_snapshot_not_the_live_catalog() -> None:
             "profiles": [{**L4, "displayName": "Renamed", "count": 2}],
         }
     )
-    box = derive(BoxObjects(deployment=pinned), disabled)
+    box = derive(BoxObjects(deployment=pinned), disabled, NOW)
     assert box.gpu is not None
     assert (box.gpu.profile, box.gpu.display_name, box.gpu.count) == ("nvidia-l4", "NVIDIA L4", 1)
-    assert derive(BoxObjects(deployment=deployment()), SETTINGS).gpu is None
+    assert derive(BoxObjects(deployment=deployment()), SETTINGS, NOW).gpu is None
 
 
 def test_metadata_fields_come_from_the_annotations_and_objects() -> None:
@@ -445,6 +454,7 @@ def test_metadata_fields_come_from_the_annotations_and_objects() -> None:
             deployment=deployment(), pods=[restarted], service=node_port_service(), pvc=claim
         ),
         SETTINGS,
+        NOW,
     )
     assert box.name == "atlas"
     assert box.preset == "medium"
@@ -453,7 +463,26 @@ def test_metadata_fields_come_from_the_annotations_and_objects() -> None:
     assert box.expires_at - box.created_at == timedelta(hours=4)
     assert box.restarts == 3
     assert box.storage_size == "30Gi"
-    assert derive(BoxObjects(deployment=deployment()), SETTINGS).storage_size is None
+    assert derive(BoxObjects(deployment=deployment()), SETTINGS, NOW).storage_size is None
+
+
+def test_activity_is_judged_at_the_time_it_is_derived_for() -> None:
+    settings = make_settings(idle={"cpuStopAfterMinutes": 60, "controllerUrl": "http://c"})
+    record = json.dumps({"reportedAt": "2030-01-01T08:58:00Z", "idleSince": "2030-01-01T08:30:00Z"})
+    objects = BoxObjects(deployment=deployment(annotations={ANNOTATION_ACTIVITY: record}))
+    idle = derive(objects, settings, NOW).activity
+    assert idle is not None
+    assert (idle.state, idle.stops_at) == ("idle", datetime(2030, 1, 1, 9, 30, tzinfo=UTC))
+    # Six minutes later without a report nobody knows what the box does.
+    later = derive(objects, settings, NOW + timedelta(minutes=4))
+    assert later.activity is not None
+    assert later.activity.state == "unknown"
+
+
+def test_a_box_kubernetes_has_not_dated_yet_is_created_now() -> None:
+    undated = deployment()
+    del undated["metadata"]["creationTimestamp"]
+    assert derive(BoxObjects(deployment=undated), SETTINGS, NOW).created_at == NOW
 
 
 def test_failed_create_events_from_before_the_latest_start_are_stale() -> None:
@@ -462,14 +491,14 @@ def test_failed_create_events_from_before_the_latest_start_are_stale() -> None:
         replicasets=[replicaset()],
         events=[failed_create(RUNTIME_CLASS_REFUSAL, at="2030-01-01T07:59:00Z")],
     )
-    box = derive(objects, SETTINGS)
+    box = derive(objects, SETTINGS, NOW)
     assert box.state is DevboxState.STARTING
     assert box.message == "Waiting for the pod to be created."
 
 
 def test_an_unreadable_snapshot_degrades_the_box_instead_of_hiding_it() -> None:
     broken = deployment(gpu=True, annotations={render.ANNOTATION_GPU_SNAPSHOT: "{not json"})
-    box = derive(BoxObjects(deployment=broken), SETTINGS)
+    box = derive(BoxObjects(deployment=broken), SETTINGS, NOW)
     assert box.state is DevboxState.DEGRADED
     assert box.message is not None
     assert box.message.startswith("The pinned GPU profile cannot be read")

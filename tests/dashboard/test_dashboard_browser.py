@@ -153,6 +153,16 @@ def test_dashboard_in_chromium(
         page.get_by_role("button", name="Create", exact=True).click()
         expect(page.locator("#box-name-error")).to_contain_text("invalid name")
         expect(page.get_by_label("Name", exact=True)).to_have_attribute("aria-invalid", "true")
+        # So does a rule the controller checks itself: the operator's longest TTL.
+        page.get_by_label("Name", exact=True).fill(f"ttl-{suffix}")
+        page.get_by_label("Auto-stop after (hours)").fill("1000")
+        page.get_by_role("button", name="Create", exact=True).click()
+        expect(page.locator("#box-ttl-error")).to_have_text("must be at most 168")
+        expect(page.locator("#box-name-error")).to_have_text("")
+        expect(page.get_by_label("Auto-stop after (hours)")).to_have_attribute(
+            "aria-invalid", "true"
+        )
+        page.get_by_label("Auto-stop after (hours)").fill("24")
 
         # Leave exactly one L4 free, so the second box of this test must wait for it.
         free = free_l4_gpus(kube)

@@ -136,5 +136,6 @@ async def test_unknown_profile_is_422_naming_the_available_ones(
         pytest.skip("the controller under test has GPU acceleration disabled")
     response = await _create(jp_fetch, cleanup, gpu={"profile": "no-such-gpu"})
     assert response.code == 422
-    text = json.dumps(_json(response)["detail"])
-    assert all(name in text for name in catalog.names)
+    [error] = _json(response)["detail"]
+    assert error["loc"] == ["body", "gpu", "profile"]
+    assert all(name in error["msg"] for name in catalog.names)

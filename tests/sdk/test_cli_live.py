@@ -60,7 +60,9 @@ def test_server_refusals_name_the_flags_and_exit_2(
     profile = devbox(controller_env, "create", "cli-gpu", "--gpu-profile", "h100", "--no-wait")
     assert profile.returncode == 2
     first, hint = profile.stderr.splitlines()
-    assert first.startswith("devbox create: error: unknown GPU profile 'h100'; available")
+    assert first.startswith(
+        "devbox create: error: --gpu-profile: unknown GPU profile 'h100'; available profiles: "
+    )
     assert "nvidia-l4" in first
     assert hint == "Run 'devbox create --help' for usage."
     assert [box.name for box in boxes.list() if box.name.startswith(PREFIX)] == []

@@ -348,9 +348,9 @@ def test_validation_error_keeps_field_errors() -> None:
 
 
 def test_plain_422_detail_is_a_validation_error() -> None:
-    error = error_from_body(422, {"detail": "GPU acceleration is disabled by the operator"})
+    error = error_from_body(422, {"detail": "Kubernetes rejected the object: too big"})
     assert isinstance(error, ValidationError)
-    assert error.detail == "GPU acceleration is disabled by the operator"
+    assert error.detail == "Kubernetes rejected the object: too big"
 
 
 def test_non_json_body_is_summarised() -> None:
@@ -685,8 +685,21 @@ def test_usage_errors_exit_2(
 @pytest.mark.parametrize(
     ("detail", "message"),
     [
-        ("ttl_hours must be at most 168", "--ttl must be at most 168 hours"),
-        ("ttl_hours must be at most 1", "--ttl must be at most 1 hour"),
+        (
+            [
+                {
+                    "type": "less_than_equal",
+                    "loc": ["body", "ttl_hours"],
+                    "msg": "must be at most 168",
+                }
+            ],
+            "--ttl must be at most 168 hours",
+        ),
+        (
+            [{"type": "less_than_equal", "loc": ["body", "ttl_hours"], "msg": "must be at most 1"}],
+            "--ttl must be at most 1 hour",
+        ),
+        # A refusal that names no field is shown as the controller words it.
         (
             "unknown GPU profile 'h100'; available profiles: nvidia-l4, amd-rocm",
             "unknown GPU profile 'h100'; available profiles: nvidia-l4, amd-rocm",
@@ -694,6 +707,10 @@ def test_usage_errors_exit_2(
         (
             [{"type": "value_error", "loc": ["body", "gpu", "profile"], "msg": "unknown"}],
             "--gpu-profile: unknown",
+        ),
+        (
+            [{"type": "value_error", "loc": ["body", "gpu"], "msg": "GPU is disabled"}],
+            "--gpu: GPU is disabled",
         ),
         (
             [

@@ -147,13 +147,6 @@
     for (const id of ["box-name", "box-preset", "box-ttl"]) $(id).removeAttribute("aria-invalid");
   }
 
-  function fieldOfMessage(message) {
-    if (/ttl_hours/.test(message)) return "ttl_hours";
-    if (/GPU|profile/.test(message)) return "gpu";
-    if (/already exists|invalid name/.test(message)) return "name";
-    return null;
-  }
-
   function showError(field, message) {
     const id = field ? fieldErrors[field] : "create-error";
     const target = $(id);
@@ -162,7 +155,7 @@
     if (input) $(input).setAttribute("aria-invalid", "true");
   }
 
-  function showServerErrors(data) {
+  function showServerErrors(status, data) {
     if (data && Array.isArray(data.detail)) {
       for (const error of data.detail) {
         const loc = (error.loc || []).filter((p) => p !== "body");
@@ -170,8 +163,8 @@
         showError(field, error.msg);
       }
     } else {
-      const message = detailText(data);
-      showError(fieldOfMessage(message), message);
+      // A create conflicts only over its name: a box of that name, or its purged volume.
+      showError(status === 409 ? "name" : null, detailText(data));
     }
     // Focus moves to the first field in error, whose description now carries the message.
     const invalid = document.querySelector('#create-form [aria-invalid="true"]');
@@ -193,7 +186,7 @@
     const button = $("create-button");
     button.disabled = true;
     try {
-      const { ok, data } = await api("POST", "/devboxes", body);
+      const { ok, status, data } = await api("POST", "/devboxes", body);
       if (ok) {
         upsert(data);
         announce(`Box ${data.name} created.`);
@@ -202,7 +195,7 @@
         const cpu = $("accelerator-cpu");
         if (cpu) cpu.checked = true;
       } else {
-        showServerErrors(data);
+        showServerErrors(status, data);
       }
     } finally {
       button.disabled = false;

@@ -1,0 +1,192 @@
+"""Kubernetes value formats the settings use: names, labels, quantities, images, resources.
+
+Each format is a pydantic type whose failure says what the value should look like, in
+the words of the Kubernetes documentation, so that a bad value is refused at start-up
+rather than by the apiserver on a user's create.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+from typing import Annotated
+
+from kubernetes.utils.quantity import parse_quantity
+from pydantic import AfterValidator, StrictStr
+
+from .violations import fail
+
+MAX_IMAGE_LENGTH = 512
+MAX_URL_LENGTH = 512
+
+_DNS_LABEL = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
+_DNS_LABEL_RE = re.compile(rf"^{_DNS_LABEL}$")
+_DNS_SUBDOMAIN_RE = re.compile(rf"^{_DNS_LABEL}(\.{_DNS_LABEL})*$")
+_QUALIFIED_NAME_RE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+# Narrower than the kubernetes client's parser, which also takes exponents and signs:
+# only the forms operators write in values files pass.
+_QUANTITY_RE = re.compile(r"^([0-9]+(\.[0-9]+)?|\.[0-9]+)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+_ENV_NAME_RE = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+_URL_RE = re.compile(r"^https?://[^\s/?#]+(/[^\s?#]*)?$")
+_WHITESPACE_RE = re.compile(r"\s")
+
+# Kubernetes reserves these domains for its own resource names and labels.
+_RESERVED_DOMAINS = ("kubernetes.io", "k8s.io")
+# Kubernetes checks extended resources again as "requests.<name>" for quotas, so the
+# prefix must leave room for those nine characters within a 253-character subdomain.
+_QUOTA_PREFIX = "requests."
+_MAX_RESOURCE_PREFIX = 253 - len(_QUOTA_PREFIX)
+
+
+def _dns_label_problem(value: str) -> str | None:
+    if len(value) > 63 or not _DNS_LABEL_RE.match(value):
+        return (
+            f"{value!r} is not a valid DNS label: 1-63 lowercase letters, digits and '-', "
+            "starting and ending with a letter or digit"
+        )
+    return None
+
+
+def _dns_subdomain_problem(value: str) -> str | None:
+    if len(value) > 253 or not _DNS_SUBDOMAIN_RE.match(value):
+        return (
+            f"{value!r} is not a valid DNS subdomain: at most 253 characters of "
+            "dot-separated DNS labels (lowercase letters, digits and '-')"
+        )
+    return None
+
+
+def _qualified_name_problem(value: str, what: str) -> str | None:
+    prefix, slash, name = value.rpartition("/")
+    if slash and (not prefix or _dns_subdomain_problem(prefix)):
+        return f"{value!r} is not a valid {what}: the prefix before '/' must be a DNS subdomain"
+    if not _QUALIFIED_NAME_RE.match(name):
+        return (
+            f"{value!r} is not a valid {what}: the name must be 1-63 letters, digits, "
+            "'-', '_' or '.', starting and ending with a letter or digit"
+        )
+    return None
+
+
+def _check_dns_label(value: str) -> str:
+    problem = _dns_label_problem(value)
+    if problem:
+        raise fail(problem)
+    return value
+
+
+def _check_dns_subdomain(value: str) -> str:
+    problem = _dns_subdomain_problem(value)
+    if problem:
+        raise fail(problem)
+    return value
+
+
+def _check_label_key(value: str) -> str:
+    problem = _qualified_name_problem(value, "label key")
+    if problem:
+        raise fail(problem)
+    return value
+
+
+def _check_label_value(value: str) -> str:
+    if value and not _QUALIFIED_NAME_RE.match(value):
+        raise fail(
+            f"{value!r} is not a valid label value: at most 63 letters, digits, '-', '_' "
+            "or '.', starting and ending with a letter or digit"
+        )
+    return value
+
+
+def _check_image(value: str) -> str:
+    if not value:
+        raise fail("an image reference must not be empty")
+    if len(value) > MAX_IMAGE_LENGTH:
+        raise fail(f"an image reference is at most {MAX_IMAGE_LENGTH} characters")
+    if "://" in value:
+        raise fail(f"{value!r} is not an image reference: drop the scheme (no '://')")
+    if _WHITESPACE_RE.search(value):
+        raise fail(f"{value!r} is not an image reference: it contains whitespace")
+    return value
+
+
+def _check_resource_name(value: str) -> str:
+    prefix, slash, name = value.partition("/")
+    if not slash:
+        raise fail(f"{value!r} is not vendor-qualified: use '<domain>/<name>', e.g. nvidia.com/gpu")
+    domain_problem = _dns_subdomain_problem(prefix)
+    if domain_problem:
+        raise fail(f"{value!r}: the domain before '/' is invalid: {domain_problem}")
+    for reserved in _RESERVED_DOMAINS:
+        if prefix == reserved or prefix.endswith("." + reserved):
+            raise fail(
+                f"{value!r} is in the {reserved} domain, which Kubernetes reserves; "
+                "use the device plugin's vendor domain, e.g. nvidia.com/gpu"
+            )
+    if prefix.startswith(_QUOTA_PREFIX):
+        raise fail(f"{value!r} must not start with {_QUOTA_PREFIX!r}")
+    if len(prefix) > _MAX_RESOURCE_PREFIX:
+        raise fail(
+            f"the domain of {value!r} is longer than {_MAX_RESOURCE_PREFIX} characters, "
+            "which Kubernetes cannot use for an extended resource"
+        )
+    if not _QUALIFIED_NAME_RE.match(name):
+        raise fail(
+            f"{value!r}: the name after '/' must be 1-63 letters, digits, '-', '_' or '.', "
+            "starting and ending with a letter or digit"
+        )
+    return value
+
+
+def is_quantity(value: object) -> bool:
+    """Whether ``value`` is a quantity as the settings accept it, e.g. 250m, 2 or 20Gi."""
+    return isinstance(value, str) and bool(_QUANTITY_RE.match(value))
+
+
+def quantity_value(value: str) -> Decimal:
+    """The numeric value of a quantity that passes :func:`is_quantity` (``2Gi`` -> 2**31)."""
+    if not is_quantity(value):
+        raise ValueError(f"{value!r} is not a Kubernetes quantity")
+    return Decimal(parse_quantity(value))
+
+
+def _check_quantity(value: str) -> str:
+    if not is_quantity(value):
+        raise fail(f"{value!r} is not a Kubernetes quantity such as 250m, 2, 512Mi or 20Gi")
+    if quantity_value(value) <= 0:
+        raise fail(f"{value!r} must be greater than zero")
+    return value
+
+
+def _check_env_name(value: str) -> str:
+    if not _ENV_NAME_RE.match(value):
+        raise fail(
+            f"{value!r} is not a valid environment variable name: letters, digits, '-', "
+            "'_' and '.', not starting with a digit"
+        )
+    return value
+
+
+def _check_host(value: str) -> str:
+    if len(value) > 253 or _WHITESPACE_RE.search(value):
+        raise fail(f"{value!r} is not a host name or address")
+    return value
+
+
+def _check_url(value: str) -> str:
+    if not _URL_RE.match(value) or len(value) > MAX_URL_LENGTH:
+        raise fail(f"{value!r} is not an http:// or https:// URL without query or fragment")
+    return value.rstrip("/")
+
+
+DnsLabel = Annotated[StrictStr, AfterValidator(_check_dns_label)]
+DnsSubdomain = Annotated[StrictStr, AfterValidator(_check_dns_subdomain)]
+LabelKey = Annotated[StrictStr, AfterValidator(_check_label_key)]
+LabelValue = Annotated[StrictStr, AfterValidator(_check_label_value)]
+Image = Annotated[StrictStr, AfterValidator(_check_image)]
+ResourceName = Annotated[StrictStr, AfterValidator(_check_resource_name)]
+Quantity = Annotated[StrictStr, AfterValidator(_check_quantity)]
+EnvName = Annotated[StrictStr, AfterValidator(_check_env_name)]
+Host = Annotated[StrictStr, AfterValidator(_check_host)]
+# Trailing slashes are dropped, so that paths can be appended.
+HttpUrl = Annotated[StrictStr, AfterValidator(_check_url)]
