@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 import requests
 from controllers import ControllerProcess, example_settings
-from devboxes_controller import render
+from devboxes_controller import activity, render
+from devboxes_controller.settings import settings_from_mapping
 from kubernetes import client
 from support import wait_for
 
@@ -170,6 +171,10 @@ def test_idle_boxes_stop_busy_and_silent_ones_keep_running(
     sidecar = next(c for c in template.spec.template.spec.containers if c.name == "activity")
     assert sidecar.image == "devboxes/workspace:0.1.0"
     assert not (sidecar.resources and (sidecar.resources.limits or sidecar.resources.requests))
+    # It reads the GPU samples that the main container, which has the GPU, writes.
+    main = next(c for c in template.spec.template.spec.containers if c.name == "devbox")
+    assert {m.name: m.read_only for m in main.volume_mounts}["gpu-samples"] is None
+    assert {m.name: m.read_only for m in sidecar.volume_mounts}["gpu-samples"] is True
     cpu = client.AppsV1Api(kube).read_namespaced_deployment("devbox-cpu", namespace)
     assert [c.name for c in cpu.spec.template.spec.containers] == ["devbox"], (
         "CPU boxes are never stopped for idleness by default, so they run no agent"
@@ -316,3 +321,27 @@ def test_a_rotated_key_reaches_running_boxes_without_a_restart(
     finally:
         agents.stop()
     call(second, "DELETE", "/devboxes/rotor", params={"purge": "true"})
+
+
+def test_which_boxes_need_their_credential_written() -> None:
+    settings = settings_from_mapping(
+        {"idle": {"cpuStopAfterMinutes": 30, "controllerUrl": "http://devboxes:8080"}}
+    )
+    spec = render.BoxSpec(
+        name="atlas",
+        preset="small",
+        ttl_hours=1,
+        repository=None,
+        expires_at=render.parse_timestamp("2030-01-01T00:00:00Z"),
+        gpu=None,
+    )
+    with_agent = render.render_deployment(spec, settings)
+    without_agent = render.render_deployment(spec, settings_from_mapping({}))
+    old, new = activity.activity_key("o" * 32), activity.activity_key("n" * 32)
+    assert activity.key_id(old) != activity.key_id(new)
+
+    assert activity.credential_outdated(with_agent, new), "never confirmed written"
+    with_agent["metadata"]["annotations"][activity.ANNOTATION_CREDENTIAL_KEY] = activity.key_id(old)
+    assert activity.credential_outdated(with_agent, new), "written with the rotated key"
+    assert not activity.credential_outdated(with_agent, old)
+    assert not activity.credential_outdated(without_agent, new), "no agent, nothing to write"

@@ -78,18 +78,19 @@ class Box:
         stub.chmod(0o755)
 
     @contextlib.contextmanager
-    def sampler(self, seconds: str = "1") -> Iterator[subprocess.Popen[str]]:
-        process = subprocess.Popen(
-            ["sh", str(SAMPLER), str(self.samples)],
-            env={"PATH": str(self.bin), "DEVBOX_GPU_SAMPLE_SECONDS": seconds},
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        try:
-            yield process
-        finally:
-            process.terminate()
-            process.wait(10)
+    def sampler(self) -> Iterator[None]:
+        """The sampler, one sample a second, while the block runs."""
+        with (self.samples.parent / "sampler.log").open("ab") as log:
+            process = subprocess.Popen(
+                ["sh", str(SAMPLER), str(self.samples)],
+                env={"PATH": str(self.bin), "DEVBOX_GPU_SAMPLE_SECONDS": "1"},
+                stderr=log,
+            )
+            try:
+                yield
+            finally:
+                process.terminate()
+                process.wait(10)
 
     def first_sample(self) -> str:
         """Runs the sampler until its first sample is written; that sample."""
@@ -115,18 +116,26 @@ def taken(sample: Path) -> int:
 def test_the_busiest_gpu_of_the_samples_within_the_report_window(gpu_box: Box) -> None:
     gpu_box.tool("nvidia-smi", "7\n63\n")
     before = int(time.time())
+
+    def quiet_sample() -> Path | None:
+        for sample in gpu_box.samples.glob("sample.*"):
+            if sample.read_text().partition("\n")[2] == "2\n1\n":
+                return sample
+        return None
+
     with gpu_box.sampler():
         wait_for((gpu_box.samples / "sample.0").exists, timeout=30)
         gpu_box.tool("nvidia-smi", "2\n1\n")
-        wait_for((gpu_box.samples / "sample.3").exists, timeout=30)
+        quiet = wait_for(quiet_sample, timeout=30)
     after = int(time.time())
     header, _, output = (gpu_box.samples / "sample.0").read_text().partition("\n")
     assert header.split()[1] == "nvidia-smi"
     assert before <= taken(gpu_box.samples / "sample.0") <= after
     assert output == "7\n63\n"
 
-    # Samples are a second apart: the last one alone is within half a second of itself.
-    last = taken(gpu_box.samples / "sample.3")
+    # The sampler sleeps a second between samples, so no other sample is within half a
+    # second of the quiet one.
+    last = taken(quiet)
     assert agent.gpu_utilization(gpu_box.samples, 0.5, last) == 2.0
     # A report covers its whole interval: a busy moment in it counts.
     assert agent.gpu_utilization(gpu_box.samples, 30, last) == 63.0
@@ -141,6 +150,7 @@ def test_the_busiest_gpu_of_the_samples_within_the_report_window(gpu_box: Box) -
         pytest.param({"nvidia-smi": ("[N/A]\n", 0)}, None, id="MIG instance without a reading"),
         pytest.param({"nvidia-smi": ("NVIDIA-SMI has failed\n", 9)}, None, id="failing tool"),
         pytest.param({"nvidia-smi": ("350\n", 0)}, 100.0, id="clamped"),
+        pytest.param({"nvidia-smi": ("nan\ninf\n4\n", 0)}, 4.0, id="no number is no reading"),
         pytest.param(
             {
                 "nvidia-smi": ("NVIDIA-SMI has failed\n", 9),
@@ -340,7 +350,7 @@ def auth(token: str) -> dict[str, str]:
 
 
 def test_busy_kernels_from_a_real_jupyter_server(tmp_path: Path) -> None:
-    from jupyter_client import BlockingKernelClient
+    from jupyter_client.blocking.client import BlockingKernelClient
 
     assert agent.busy_kernels(f"http://127.0.0.1:{free_port()}", None) == 0, "no Jupyter"
     with jupyter_server(tmp_path) as (url, token):
