@@ -348,6 +348,12 @@ def _activity_container(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
         ],
         "securityContext": _container_security(),
     }
+    # A Jupyter sidecar's token lets the agent ask that Jupyter which kernels are busy.
+    token = next(
+        (s.env["JUPYTER_TOKEN"] for s in settings.sidecars if "JUPYTER_TOKEN" in s.env), None
+    )
+    if token is not None:
+        container["env"].append(_env("JUPYTER_TOKEN", token))
     if _samples_gpu(spec, settings):
         container["env"].append(_env(GPU_SAMPLES_ENV, GPU_SAMPLES_PATH))
         container["volumeMounts"].append(

@@ -591,3 +591,16 @@ def test_a_box_rendered_from_its_snapshot_gains_the_samples_with_its_pinned_imag
     assert main_of(after)["image"] == main_of(before)["image"]
     assert main_of(after)["resources"] == main_of(before)["resources"]
     assert "gpu-samples" in mounts_of(main_of(after))
+
+
+def test_the_agent_asks_a_jupyter_sidecar_with_its_token() -> None:
+    lab = {"name": "lab", "command": ["jupyter-lab"], "env": {"JUPYTER_TOKEN": "lab-token"}}
+    with_lab = make_settings(idle=IDLE, sidecars=[lab])
+    assert (
+        env_of(container_of(render_deployment(box(), with_lab), "activity"))["JUPYTER_TOKEN"]
+        == "lab-token"
+    )
+    # The release's sidecars here set no token: the agent gets none.
+    assert "JUPYTER_TOKEN" not in env_of(
+        container_of(render_deployment(box(), make_settings(idle=IDLE)), "activity")
+    )
