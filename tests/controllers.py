@@ -94,7 +94,8 @@ class ControllerProcess:
             try:
                 if requests.get(f"{self.url}{until}", timeout=1).status_code == 200:
                     return self
-            except requests.ConnectionError:
+            # A starting process may accept the connection and answer late on a busy machine.
+            except (requests.ConnectionError, requests.Timeout):
                 pass
             time.sleep(0.2)
         self.stop()

@@ -560,7 +560,13 @@ def test_gpu_samples_reach_the_agent_without_the_gpu() -> None:
     assert agent["image"] == "registry.example.com/devboxes/workspace:1.4"
     assert "resources" not in agent
     assert "nvidia.com" not in json.dumps(agent)
-    assert mounts_of(agent)["activity-credential"]["readOnly"] is True
+    # The whole Secret as a directory, never a subPath: the kubelet then replaces the
+    # file in place when a rotated key rewrites the Secret.
+    assert mounts_of(agent)["activity-credential"] == {
+        "name": "activity-credential",
+        "mountPath": "/var/run/devbox-activity",
+        "readOnly": True,
+    }
     assert "activity-credential" not in mounts_of(main)
 
 
