@@ -36,6 +36,7 @@ class ControllerProcess:
         token: str | None = None,
         identity: str | None = None,
         lease_seconds: int = 3,
+        port: int | None = None,
     ) -> None:
         self.kubeconfig = kubeconfig
         self.settings = settings
@@ -43,6 +44,8 @@ class ControllerProcess:
         self.token = token or secrets.token_urlsafe(32)
         self.identity = identity or f"test-{secrets.token_hex(3)}"
         self.lease_seconds = lease_seconds
+        # A fixed port stands for the Service in front of the replicas: what boxes reach.
+        self.fixed_port = port
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
         self.log = workdir / f"controller-{self.identity}.log"
@@ -59,7 +62,7 @@ class ControllerProcess:
         self.workdir.mkdir(parents=True, exist_ok=True)
         settings_file = self.workdir / f"settings-{self.identity}.yaml"
         settings_file.write_text(yaml.safe_dump(self.settings))
-        self.port = free_port()
+        self.port = self.fixed_port or free_port()
         env = {**os.environ, "DEVBOXES_TOKEN": self.token}
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
@@ -91,7 +94,8 @@ class ControllerProcess:
             try:
                 if requests.get(f"{self.url}{until}", timeout=1).status_code == 200:
                     return self
-            except requests.ConnectionError:
+            # A starting process may accept the connection and answer late on a busy machine.
+            except (requests.ConnectionError, requests.Timeout):
                 pass
             time.sleep(0.2)
         self.stop()

@@ -21,10 +21,12 @@ from devboxes_sdk.models import Activity, ActivityReport
 
 from . import render
 from .kube import Obj
-from .settings import Settings
+from .settings import ACTIVITY_SIDECAR, Settings
 from .timestamps import format_timestamp, parse_timestamp
 
 ANNOTATION_ACTIVITY = render.ANNOTATION_PREFIX + "activity"
+# Which key made the credential last written to the box's Secret, as :func:`key_id`.
+ANNOTATION_CREDENTIAL_KEY = render.ANNOTATION_PREFIX + "activity-key"
 # Written when a box is stopped for idleness: the idle window in minutes.
 ANNOTATION_IDLE_STOPPED = render.ANNOTATION_PREFIX + "idle-stopped-after"
 # A box whose agent has not reported for this long counts as unknown, never as idle.
@@ -32,6 +34,7 @@ REPORT_STALE = timedelta(minutes=5)
 # An unchanged state is written back at most this often, to keep the record fresh.
 HEARTBEAT = timedelta(minutes=2)
 _KEY_CONTEXT = b"devboxes activity credentials v1"
+_KEY_ID_CONTEXT = b"devboxes activity key id v1"
 
 
 def activity_key(operator_token: str) -> bytes:
@@ -42,6 +45,21 @@ def activity_key(operator_token: str) -> bytes:
 def credential(key: bytes, box: str, uid: str) -> str:
     digest = hmac.new(key, f"{box}\n{uid}".encode(), hashlib.sha256).digest()
     return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+
+def key_id(key: bytes) -> str:
+    """Names a key without giving it away."""
+    return hmac.new(key, _KEY_ID_CONTEXT, hashlib.sha256).hexdigest()[:16]
+
+
+def credential_outdated(deployment: Obj, key: bytes) -> bool:
+    """Whether the box runs an agent whose credential was not written with ``key``: the
+    operator token was rotated since, or the credential was never confirmed written."""
+    template = ((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}
+    if not any(c.get("name") == ACTIVITY_SIDECAR for c in template.get("containers") or []):
+        return False
+    annotations = (deployment.get("metadata") or {}).get("annotations") or {}
+    return annotations.get(ANNOTATION_CREDENTIAL_KEY) != key_id(key)
 
 
 def credential_matches(key: bytes, deployment: Obj, presented: str) -> bool:

@@ -221,6 +221,15 @@ class Lifecycle:
             )
             METRICS.writes.labels("patch").inc()
 
+    def renew_activity_secret(self, name: str, deployment: Obj) -> None:
+        """Rewrite the box's credential with the current key, then note which key that
+        was. The kubelet updates the mounted Secret in place and the agent reads it before
+        every report, so a running box follows a rotated key without a restart."""
+        self.ensure_activity_secret(deployment)
+        key = activity.key_id(self.activity_key)
+        self._patch(name, {"metadata": {"annotations": {activity.ANNOTATION_CREDENTIAL_KEY: key}}})
+        log.info("box activity credential renewed", extra={"box": name})
+
     def record_activity(self, name: str, report: ActivityReport) -> None:
         """Write back what a box's agent reported, when it changes what is known."""
         deployment = self._deployment(name)

@@ -1,5 +1,6 @@
 """Level-triggered reconciliation, run only by the Lease holder: TTL and idle expiry,
-repair, and rebuilding stopped boxes for the release.
+repair, renewing activity credentials after a key rotation, and rebuilding stopped
+boxes for the release.
 
 Each pass reads the caches, stops boxes whose deadline has passed and recreates a
 missing claim or Service from the Deployment's pinned snapshot. Passes are idempotent;
@@ -111,6 +112,8 @@ class Reconciler:
         created = parse_timestamp(deployment["metadata"]["creationTimestamp"])
         if now - created >= REPAIR_GRACE:
             self._repair(name, spec, deployment)
+            if activity.credential_outdated(deployment, self._lifecycle.activity_key):
+                self._lifecycle.renew_activity_secret(name, deployment)
         if not running:
             # A stopped box has no pod to disturb: it follows the release at once.
             self._lifecycle.rebuild_if_changed(deployment)

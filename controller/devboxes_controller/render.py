@@ -65,6 +65,11 @@ ACTIVITY_VOLUME = "activity-credential"
 ACTIVITY_MOUNT_PATH = "/var/run/devbox-activity"
 ACTIVITY_CREDENTIAL_KEY = "credential"
 ACTIVITY_COMMAND = "devbox-activity-agent"
+# Where the main container's devbox-gpu-sampler writes GPU utilization for the agent,
+# which has no GPU of its own.
+GPU_SAMPLES_VOLUME = "gpu-samples"
+GPU_SAMPLES_PATH = "/run/devbox-gpu-samples"
+GPU_SAMPLES_ENV = "DEVBOX_GPU_SAMPLES"
 HOME_MOUNT_PATH = "/home/dev"
 
 # What the workspace entrypoint and sshd need, and nothing more. The entrypoint runs as
@@ -242,6 +247,8 @@ def _main_container(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
         if gpu.supplemental_groups:
             groups = ",".join(str(group) for group in gpu.supplemental_groups)
             env.append(_env("DEVBOX_GPU_SUPPLEMENTAL_GROUPS", groups))
+        if _samples_gpu(spec, settings):
+            env.append(_env(GPU_SAMPLES_ENV, GPU_SAMPLES_PATH))
         image = gpu.workspace_image or image
     if spec.pinned is not None:
         image = spec.pinned.image
@@ -256,6 +263,11 @@ def _main_container(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
             *(
                 [{"name": KEYS_VOLUME, "mountPath": KEYS_MOUNT_PATH, "readOnly": True}]
                 if settings.ssh.authorized_keys_secret
+                else []
+            ),
+            *(
+                [{"name": GPU_SAMPLES_VOLUME, "mountPath": GPU_SAMPLES_PATH}]
+                if _samples_gpu(spec, settings)
                 else []
             ),
         ],
@@ -295,10 +307,15 @@ def _reports_activity(spec: BoxSpec, settings: Settings) -> bool:
     return window is not None and settings.idle.controller_url is not None
 
 
+def _samples_gpu(spec: BoxSpec, settings: Settings) -> bool:
+    """A GPU box with an agent: its main container samples the GPU for the agent."""
+    return spec.gpu is not None and _reports_activity(spec, settings)
+
+
 def _activity_container(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
     # The release image, never the profile's, and never the accelerator: it only reads
-    # the pod's sockets and asks Jupyter and the vendor tools.
-    return {
+    # the pod's sockets, asks Jupyter and reads the GPU samples of the main container.
+    container: dict[str, Any] = {
         "name": ACTIVITY_SIDECAR,
         "image": settings.workspace_image,
         "command": [ACTIVITY_COMMAND],
@@ -318,6 +335,23 @@ def _activity_container(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
         ],
         "securityContext": _container_security(),
     }
+    # A Jupyter sidecar's token lets the agent ask that Jupyter which kernels are busy.
+    token = next(
+        (s.env["JUPYTER_TOKEN"] for s in settings.sidecars if "JUPYTER_TOKEN" in s.env), None
+    )
+    if token is not None:
+        container["env"].append(_env("JUPYTER_TOKEN", token))
+    if _samples_gpu(spec, settings):
+        container["env"].append(_env(GPU_SAMPLES_ENV, GPU_SAMPLES_PATH))
+        container["volumeMounts"].append(
+            {"name": GPU_SAMPLES_VOLUME, "mountPath": GPU_SAMPLES_PATH, "readOnly": True}
+        )
+    return container
+
+
+def _gpu_samples_volume() -> dict[str, Any]:
+    # A few small files in memory; they go with the pod.
+    return {"name": GPU_SAMPLES_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}
 
 
 def _activity_volume(spec: BoxSpec) -> dict[str, Any]:
@@ -378,6 +412,7 @@ def _pod_spec(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
                 else []
             ),
             *([_activity_volume(spec)] if _reports_activity(spec, settings) else []),
+            *([_gpu_samples_volume()] if _samples_gpu(spec, settings) else []),
         ],
     }
     gpu = spec.gpu

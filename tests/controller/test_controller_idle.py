@@ -1,5 +1,6 @@
-"""Idle boxes go back to the pool: the real activity agent, run on this machine with a stub
-nvidia-smi, reports to the controller on the testbed, which stops boxes nobody uses."""
+"""Idle boxes go back to the pool: the real GPU sampler, run on this machine with a stub
+nvidia-smi, writes samples that the real activity agent reads and reports to the
+controller on the testbed, which stops boxes nobody uses."""
 
 from __future__ import annotations
 
@@ -14,12 +15,15 @@ from typing import Any
 import pytest
 import requests
 from controllers import ControllerProcess, example_settings
-from devboxes_controller import render
+from devboxes_controller import activity, render
+from devboxes_controller.settings import settings_from_mapping
 from kubernetes import client
 from support import wait_for
 
 Start = Callable[..., ControllerProcess]
-AGENT = Path(__file__).resolve().parents[2] / "workspace" / "devbox-activity-agent"
+WORKSPACE = Path(__file__).resolve().parents[2] / "workspace"
+AGENT = WORKSPACE / "devbox-activity-agent"
+SAMPLER = WORKSPACE / "devbox-gpu-sampler"
 MIG = {"profile": "nvidia-a100-mig-1g10gb"}
 # Six seconds: short enough to watch, while the agent reports every few seconds.
 WINDOW_MINUTES = 0.1
@@ -66,7 +70,9 @@ def events(kube: Any, namespace: str, name: str, reason: str) -> list[str]:
 
 
 class Agents:
-    """Agent processes on this machine, each with its own stub nvidia-smi."""
+    """Per box, as in its pod: the sampler with a stub nvidia-smi on its PATH (the main
+    container, which has the GPU) and the agent reading the samples it writes (the
+    sidecar, which has none), both real processes on this machine."""
 
     def __init__(self, process: ControllerProcess, kube: Any, namespace: str, tmp: Path) -> None:
         self.process, self.kube, self.namespace, self.tmp = process, kube, namespace, tmp
@@ -75,6 +81,9 @@ class Agents:
     def utilization(self, name: str, percent: int) -> None:
         (self.tmp / f"{name}-gpu").write_text(f"{percent}\n")
 
+    def credential_file(self, name: str) -> Path:
+        return self.tmp / f"{name}-credential"
+
     def start(self, name: str, percent: int) -> None:
         self.utilization(name, percent)
         tools = self.tmp / f"{name}-bin"
@@ -82,9 +91,21 @@ class Agents:
         stub = tools / "nvidia-smi"
         stub.write_text(f'#!/bin/sh\ncat "{self.tmp / f"{name}-gpu"}"\n')
         stub.chmod(0o755)
-        secret = self.tmp / f"{name}-credential"
-        secret.write_text(credential(self.kube, self.namespace, name))
-        env = {**os.environ, "PATH": f"{tools}:{os.environ['PATH']}"}
+        samples = self.tmp / f"{name}-samples"
+        samples.mkdir()
+        self.running.append(
+            subprocess.Popen(
+                ["sh", str(SAMPLER), str(samples)],
+                env={
+                    **os.environ,
+                    "PATH": f"{tools}:{os.environ['PATH']}",
+                    "DEVBOX_GPU_SAMPLE_SECONDS": "1",
+                },
+                stderr=(self.tmp / f"{name}-sampler.log").open("wb"),
+            )
+        )
+        # What the kubelet projects from the box's Secret.
+        self.credential_file(name).write_text(credential(self.kube, self.namespace, name))
         self.running.append(
             subprocess.Popen(
                 [
@@ -93,34 +114,39 @@ class Agents:
                     "--url",
                     f"{self.process.url}/api/v1/devboxes/{name}/activity",
                     "--credential-file",
-                    str(secret),
+                    str(self.credential_file(name)),
                     "--interval",
                     "6",
+                    "--gpu-samples",
+                    str(samples),
                     # Nothing listens on the discard port: no Jupyter, no busy kernel.
                     "--jupyter-url",
                     "http://127.0.0.1:9",
                 ],
-                env=env,
                 stdout=subprocess.DEVNULL,
                 stderr=(self.tmp / f"{name}-agent.log").open("wb"),
             )
         )
 
     def stop(self) -> None:
-        for agent in self.running:
-            agent.terminate()
-            agent.wait(10)
+        for process in self.running:
+            process.terminate()
+            process.wait(10)
+
+
+def idle_settings(namespace: str, minutes: float) -> dict[str, Any]:
+    settings = example_settings(namespace)
+    settings["idle"] = {
+        "stopAfterMinutes": minutes,
+        "gpuUtilizationPercent": 10,
+        "controllerUrl": "http://devboxes.devboxes.svc:8080",
+    }
+    return settings
 
 
 @pytest.fixture
 def idle_controller(controllers: Start, namespace: str) -> ControllerProcess:
-    settings = example_settings(namespace)
-    settings["idle"] = {
-        "stopAfterMinutes": WINDOW_MINUTES,
-        "gpuUtilizationPercent": 10,
-        "controllerUrl": "http://devboxes.devboxes.svc:8080",
-    }
-    return controllers(settings)
+    return controllers(idle_settings(namespace, WINDOW_MINUTES))
 
 
 @pytest.fixture
@@ -145,6 +171,10 @@ def test_idle_boxes_stop_busy_and_silent_ones_keep_running(
     sidecar = next(c for c in template.spec.template.spec.containers if c.name == "activity")
     assert sidecar.image == "devboxes/workspace:0.1.0"
     assert not (sidecar.resources and (sidecar.resources.limits or sidecar.resources.requests))
+    # It reads the GPU samples that the main container, which has the GPU, writes.
+    main = next(c for c in template.spec.template.spec.containers if c.name == "devbox")
+    assert {m.name: m.read_only for m in main.volume_mounts}["gpu-samples"] is None
+    assert {m.name: m.read_only for m in sidecar.volume_mounts}["gpu-samples"] is True
     cpu = client.AppsV1Api(kube).read_namespaced_deployment("devbox-cpu", namespace)
     assert [c.name for c in cpu.spec.template.spec.containers] == ["devbox"], (
         "CPU boxes are never stopped for idleness by default, so they run no agent"
@@ -173,9 +203,10 @@ def test_idle_boxes_stop_busy_and_silent_ones_keep_running(
     assert silent["state"] != "stopped", silent
     assert silent["activity"] == {"state": "unknown", "idle_since": None, "stops_at": None}
 
-    # The busy box was only kept because it was busy: once its GPU idles, it stops too.
+    # The busy box was only kept because it was busy: once its GPU idles, and the busy
+    # samples have left the agent's window, it stops too.
     agents.utilization("busy", 3)
-    wait_for(stopped("busy"), timeout=120)
+    wait_for(stopped("busy"), timeout=180)
     assert box(process, "silent")["state"] != "stopped"
     assert not events(kube, namespace, "silent", "IdleStopped")
     for name in ("busy", "quiet", "silent", "cpu"):
@@ -227,3 +258,90 @@ def test_only_the_boxs_own_credential_may_report(
     assert theirs not in log
     for name in ("mine", "theirs"):
         call(process, "DELETE", f"/devboxes/{name}", params={"purge": "true"})
+
+
+def test_a_rotated_key_reaches_running_boxes_without_a_restart(
+    controllers: Start, kube: Any, namespace: str, tmp_path: Path
+) -> None:
+    settings = idle_settings(namespace, 60)
+    first = controllers(settings)
+    assert call(first, "POST", "/devboxes", json={"name": "rotor", "gpu": MIG}).ok
+    apps = client.AppsV1Api(kube)
+
+    def key_noted() -> str | None:
+        deployment = apps.read_namespaced_deployment("devbox-rotor", namespace)
+        return (deployment.metadata.annotations or {}).get("devboxes.io/activity-key")
+
+    first_key = wait_for(key_noted, timeout=60)
+    old = credential(kube, namespace, "rotor")
+    agents = Agents(first, kube, namespace, tmp_path)
+    try:
+        agents.start("rotor", 80)
+        wait_for(lambda: box(first, "rotor")["activity"]["state"] == "active", timeout=60)
+        before = apps.read_namespaced_deployment("devbox-rotor", namespace)
+
+        # A new operator token: the replicas restart with it, behind the same address.
+        first.stop()
+        second = controllers(settings, port=first.port)
+        assert second.token != first.token
+
+        def renewed() -> str | None:
+            current = credential(kube, namespace, "rotor")
+            return current if current != old else None
+
+        new = wait_for(renewed, timeout=60)
+        assert wait_for(lambda: key_noted() not in (None, first_key), timeout=30)
+        after = apps.read_namespaced_deployment("devbox-rotor", namespace)
+        assert after.metadata.uid == before.metadata.uid
+        # The same pod template, so the same ReplicaSet and pod: no restart. (The
+        # Deployment's generation counts annotation changes too, so it says nothing here.)
+        assert after.spec.template == before.spec.template
+        revision = "deployment.kubernetes.io/revision"
+        assert after.metadata.annotations[revision] == before.metadata.annotations[revision]
+        assert after.spec.replicas == 1
+        assert box(second, "rotor")["restart_required"] is False
+
+        assert report(second, "rotor", old).status_code == 401
+        # The running agent still holds the old credential: refused, so it cannot tell the
+        # controller that the GPU went quiet.
+        agents.utilization("rotor", 2)
+        log = tmp_path / "rotor-agent.log"
+        wait_for(lambda: "the controller answered 401" in log.read_text(), timeout=60)
+        accepted = report(second, "rotor", new, {"ssh_sessions": 1, "busy_kernels": 0})
+        assert accepted.status_code == 204, accepted.text
+        assert box(second, "rotor")["activity"]["state"] == "active"
+
+        # The kubelet updates the mounted Secret in place; the agent reads the file before
+        # each report, so its reports count again and the quiet GPU shows.
+        agents.credential_file("rotor").write_text(new)
+        wait_for(lambda: box(second, "rotor")["activity"]["state"] == "idle", timeout=120)
+        assert box(second, "rotor")["state"] != "stopped"
+        assert old not in log.read_text()
+        assert new not in log.read_text()
+    finally:
+        agents.stop()
+    call(second, "DELETE", "/devboxes/rotor", params={"purge": "true"})
+
+
+def test_which_boxes_need_their_credential_written() -> None:
+    settings = settings_from_mapping(
+        {"idle": {"cpuStopAfterMinutes": 30, "controllerUrl": "http://devboxes:8080"}}
+    )
+    spec = render.BoxSpec(
+        name="atlas",
+        preset="small",
+        ttl_hours=1,
+        repository=None,
+        expires_at=render.parse_timestamp("2030-01-01T00:00:00Z"),
+        gpu=None,
+    )
+    with_agent = render.render_deployment(spec, settings)
+    without_agent = render.render_deployment(spec, settings_from_mapping({}))
+    old, new = activity.activity_key("o" * 32), activity.activity_key("n" * 32)
+    assert activity.key_id(old) != activity.key_id(new)
+
+    assert activity.credential_outdated(with_agent, new), "never confirmed written"
+    with_agent["metadata"]["annotations"][activity.ANNOTATION_CREDENTIAL_KEY] = activity.key_id(old)
+    assert activity.credential_outdated(with_agent, new), "written with the rotated key"
+    assert not activity.credential_outdated(with_agent, old)
+    assert not activity.credential_outdated(without_agent, new), "no agent, nothing to write"

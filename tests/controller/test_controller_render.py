@@ -527,3 +527,93 @@ def test_authorized_keys_secret_is_mounted_read_only_into_the_main_container_onl
 def test_no_keys_secret_means_no_extra_volume() -> None:
     pod = pod_of(render_deployment(box(), make_settings()))
     assert [v["name"] for v in pod["volumes"]] == ["home"]
+
+
+# --- the activity agent and the GPU samples it reads -------------------------------------
+
+IDLE = {"stopAfterMinutes": 60, "controllerUrl": "http://devboxes.boxes.svc:8080"}
+
+
+def container_of(deployment: dict[str, Any], name: str) -> dict[str, Any]:
+    found: dict[str, Any] = next(c for c in pod_of(deployment)["containers"] if c["name"] == name)
+    return found
+
+
+def mounts_of(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {mount["name"]: mount for mount in container.get("volumeMounts", [])}
+
+
+def test_gpu_samples_reach_the_agent_without_the_gpu() -> None:
+    deployment = render_deployment(box("nvidia-l4"), make_settings(idle=IDLE))
+    main, agent = main_of(deployment), container_of(deployment, "activity")
+    volumes = {v["name"]: v for v in pod_of(deployment)["volumes"]}
+    assert volumes["gpu-samples"] == {
+        "name": "gpu-samples",
+        "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"},
+    }
+    # The profile's image, which holds the GPU, writes; the agent only reads.
+    assert mounts_of(main)["gpu-samples"] == {
+        "name": "gpu-samples",
+        "mountPath": "/run/devbox-gpu-samples",
+    }
+    assert mounts_of(agent)["gpu-samples"] == {
+        "name": "gpu-samples",
+        "mountPath": "/run/devbox-gpu-samples",
+        "readOnly": True,
+    }
+    assert env_of(main)["DEVBOX_GPU_SAMPLES"] == "/run/devbox-gpu-samples"
+    assert env_of(agent)["DEVBOX_GPU_SAMPLES"] == "/run/devbox-gpu-samples"
+    assert main["image"] == "ghcr.io/example/devboxes-workspace-cuda:12.8"
+    assert agent["image"] == "registry.example.com/devboxes/workspace:1.4"
+    assert "resources" not in agent
+    assert "nvidia.com" not in json.dumps(agent)
+    # The whole Secret as a directory, never a subPath: the kubelet then replaces the
+    # file in place when a rotated key rewrites the Secret.
+    assert mounts_of(agent)["activity-credential"] == {
+        "name": "activity-credential",
+        "mountPath": "/var/run/devbox-activity",
+        "readOnly": True,
+    }
+    assert "activity-credential" not in mounts_of(main)
+
+
+def test_boxes_without_a_gpu_or_without_an_agent_get_no_samples() -> None:
+    cpu_idle = make_settings(idle={**IDLE, "cpuStopAfterMinutes": 30})
+    cpu = render_deployment(box(None), cpu_idle)
+    assert [c["name"] for c in pod_of(cpu)["containers"]] == ["devbox", "lab", "logs", "activity"]
+    assert "gpu-samples" not in json.dumps(cpu)
+    assert "DEVBOX_GPU_SAMPLES" not in env_of(container_of(cpu, "activity"))
+
+    # A window for one profile only: the other profile's boxes are never stopped.
+    l4_only = make_settings(
+        idle={"profiles": {"nvidia-l4": 30}, "controllerUrl": IDLE["controllerUrl"]}
+    )
+    for deployment in (
+        render_deployment(box("nvidia-l4"), SETTINGS),
+        render_deployment(box("a100-1g-10gb"), l4_only),
+    ):
+        assert "activity" not in [c["name"] for c in pod_of(deployment)["containers"]]
+        assert "gpu-samples" not in json.dumps(deployment)
+    assert "gpu-samples" in json.dumps(render_deployment(box("nvidia-l4"), l4_only))
+
+
+def test_a_box_rendered_from_its_snapshot_gains_the_samples_with_its_pinned_image() -> None:
+    before = render_deployment(box("nvidia-l4"), SETTINGS)
+    spec = spec_from_deployment(before)
+    after = render_deployment(spec, make_settings(idle=IDLE))
+    assert main_of(after)["image"] == main_of(before)["image"]
+    assert main_of(after)["resources"] == main_of(before)["resources"]
+    assert "gpu-samples" in mounts_of(main_of(after))
+
+
+def test_the_agent_asks_a_jupyter_sidecar_with_its_token() -> None:
+    lab = {"name": "lab", "command": ["jupyter-lab"], "env": {"JUPYTER_TOKEN": "lab-token"}}
+    with_lab = make_settings(idle=IDLE, sidecars=[lab])
+    assert (
+        env_of(container_of(render_deployment(box(), with_lab), "activity"))["JUPYTER_TOKEN"]
+        == "lab-token"
+    )
+    # The release's sidecars here set no token: the agent gets none.
+    assert "JUPYTER_TOKEN" not in env_of(
+        container_of(render_deployment(box(), make_settings(idle=IDLE)), "activity")
+    )
