@@ -10,7 +10,7 @@ Usage::
 """
 
 from devboxes_sdk._version import __version__
-from devboxes_sdk.client import Capabilities, Client, Devbox, GpuCatalog, GpuNamespace
+from devboxes_sdk.client import Client, Devbox, GpuNamespace
 from devboxes_sdk.errors import (
     ApiError,
     AuthenticationError,
@@ -29,6 +29,7 @@ from devboxes_sdk.errors import (
 )
 from devboxes_sdk.models import (
     Activity,
+    Capabilities,
     DeleteResult,
     DevboxState,
     DoctorCheck,
@@ -36,6 +37,7 @@ from devboxes_sdk.models import (
     FieldError,
     GpuAllocation,
     GpuAvailability,
+    GpuCapabilities,
     GpuProfile,
     ProfileAvailability,
     Volume,
@@ -62,7 +64,7 @@ __all__ = [
     "FieldError",
     "GpuAllocation",
     "GpuAvailability",
-    "GpuCatalog",
+    "GpuCapabilities",
     "GpuNamespace",
     "GpuProfile",
     "NotConfigured",

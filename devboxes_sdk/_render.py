@@ -6,12 +6,13 @@ import re
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-from devboxes_sdk.client import Devbox, GpuCatalog
+from devboxes_sdk.client import Devbox
+from devboxes_sdk.labels import accelerator_label, auto_stop_label, status_line
 from devboxes_sdk.models import (
     DevboxState,
     DoctorReport,
-    GpuAllocation,
     GpuAvailability,
+    GpuCapabilities,
     Volume,
 )
 
@@ -81,28 +82,13 @@ def relative_time(moment: datetime, now: datetime) -> str:
     return f"{duration(-seconds)} ago"
 
 
-def accelerator(gpu: GpuAllocation | None) -> str:
-    if gpu is None:
-        return "cpu"
-    return f"{gpu.display_name} ({gpu.count}\N{MULTIPLICATION SIGN} {gpu.resource_name})"
-
-
-def auto_stop(box: Devbox, now: datetime) -> str:
-    """Time until the TTL stops the box; ``-`` when it is already stopped."""
-    if box.state is DevboxState.STOPPED or box.expires_at is None:
-        return EMPTY
-    if box.expires_at <= now:
-        return "due"
-    return relative_time(box.expires_at, now)
-
-
 def box_row(box: Devbox, now: datetime) -> tuple[str, ...]:
     return (
         box.name,
         box.state.value,
         box.preset,
-        auto_stop(box, now),
-        accelerator(box.gpu),
+        auto_stop_label(box.state, box.expires_at, now),
+        accelerator_label(box.gpu),
         box.ssh_command or EMPTY,
     )
 
@@ -128,15 +114,13 @@ def free_text(availability: GpuAvailability | None, name: str) -> tuple[str, str
     return f"{entry.available} of {entry.capacity}", str(entry.waiting)
 
 
-def profiles_table(catalog: GpuCatalog, availability: GpuAvailability | None) -> str:
-    default = catalog.default
+def profiles_table(catalog: GpuCapabilities, availability: GpuAvailability | None) -> str:
     rows = []
-    for profile in catalog:
-        is_default = default is not None and profile.name == default.name
+    for profile in catalog.profiles:
         free, waiting = free_text(availability, profile.name)
         rows.append(
             (
-                f"{profile.name} (default)" if is_default else profile.name,
+                f"{profile.name} (default)" if profile.default else profile.name,
                 profile.display_name,
                 str(profile.count),
                 profile.resource_name,
@@ -213,14 +197,18 @@ def box_details(box: Devbox, now: datetime) -> str:
     expires = EMPTY
     if box.expires_at is not None:
         stamp = box.expires_at.isoformat(timespec="seconds")
-        expires = stamp if box.state is DevboxState.STOPPED else f"{stamp} ({auto_stop(box, now)})"
+        expires = (
+            stamp
+            if box.state is DevboxState.STOPPED
+            else f"{stamp} ({auto_stop_label(box.state, box.expires_at, now)})"
+        )
     fields = [
         ("Name", box.name),
         ("State", box.state.value),
         ("Summary", box.summary or EMPTY),
         ("Message", box.message or EMPTY),
         ("Size", box.preset),
-        ("Accelerator", accelerator(box.gpu)),
+        ("Accelerator", accelerator_label(box.gpu)),
         ("GPU profile", box.gpu.profile if box.gpu else EMPTY),
         (
             "Created",
@@ -277,10 +265,7 @@ def progress_reason(box: Devbox) -> str | None:
 
 def progress_line(box: Devbox) -> str:
     """One line describing where a box is on its way to ready."""
-    reason = progress_reason(box)
-    if reason:
-        return clean(f"{box.name}: {box.state.value}: {reason}")
-    return clean(f"{box.name}: {box.state.value}")
+    return clean(f"{box.name}: {status_line(box.state, progress_reason(box))}")
 
 
 def fit(text: str, width: int, ellipsis: str = "…") -> str:

@@ -24,7 +24,7 @@ from typing import Any, NoReturn, TextIO
 from devboxes_sdk import _render
 from devboxes_sdk._completion import completion_script
 from devboxes_sdk._version import __version__
-from devboxes_sdk.client import API_PREFIX, Client, Devbox
+from devboxes_sdk.client import Client, Devbox
 from devboxes_sdk.config import (
     ENV_TOKEN,
     ENV_URL,
@@ -45,7 +45,9 @@ from devboxes_sdk.errors import (
     StartTimeout,
     ValidationError,
 )
+from devboxes_sdk.labels import status_line
 from devboxes_sdk.models import (
+    API_PREFIX,
     PRESETS,
     DevboxState,
     GpuAvailability,
@@ -482,11 +484,11 @@ def _exec_ssh(box: Devbox, extra: Sequence[str]) -> NoReturn:
 
 
 def _not_ready(box: Devbox) -> DevboxesError:
-    reason = f"state {box.state.value}" + (f": {box.message}" if box.message else "")
+    status = status_line(box.state, box.message)
     hint = f"start it with: devbox start {box.name}"
     if box.state is DevboxState.STARTING:
         hint = f"wait for it with: devbox start {box.name}"
-    return DevboxesError(f"{box.name} is not ready ({reason}); {hint}")
+    return DevboxesError(f"{box.name} is not ready ({status}); {hint}")
 
 
 # -- commands -----------------------------------------------------------------------
@@ -543,19 +545,19 @@ def _availability(client: Client) -> GpuAvailability | None:
 def _cmd_gpu_profiles(args: argparse.Namespace) -> int:
     _names_or_json(args)
     with _client(args) as client:
-        catalog = client.gpu.catalog()
+        catalog = client.capabilities().gpu
         availability = _availability(client) if catalog.enabled and not args.quiet else None
     if args.json:
-        data = catalog.raw
+        data = catalog.model_dump(mode="json")
         if availability is not None:
             data["availability"] = availability.model_dump(mode="json")
         _print_json(data)
     elif args.quiet:
-        for name in catalog.names:
-            print(_render.clean(name))
+        for profile in catalog.profiles:
+            print(_render.clean(profile.name))
     elif not catalog.enabled:
         print("GPU acceleration is disabled on this Devboxes server.")
-    elif len(catalog) == 0:
+    elif not catalog.profiles:
         print("No GPU profiles are configured.")
     else:
         print(_render.profiles_table(catalog, availability))
@@ -815,9 +817,8 @@ def _error(message: str) -> None:
 
 def _timed_out(error: StartTimeout) -> None:
     box = error.box
-    reason = _render.progress_reason(box)
-    state = f"state {box.state.value}" + (f": {reason}" if reason else "")
-    _error(f"{box.name} was not ready within {error.timeout:g}s ({state})")
+    status = status_line(box.state, _render.progress_reason(box))
+    _error(f"{box.name} was not ready within {error.timeout:g}s ({status})")
     # The box stays queued: without a cancel hint it would take a GPU hours later, unused.
     gpu = ", and takes a GPU as soon as one is free" if box.gpu else ""
     _error(f"It keeps starting on the server{gpu}; full reason: devbox status {box.name}")

@@ -12,12 +12,11 @@ import copy
 import math
 import re
 import time
-from collections.abc import Callable, Iterator, Mapping
-from datetime import datetime
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import requests
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, PrivateAttr
 from pydantic import ValidationError as PydanticValidationError
 
 from devboxes_sdk import models
@@ -32,14 +31,10 @@ from devboxes_sdk.errors import (
     ValidationError,
     error_from_body,
 )
-from devboxes_sdk.models import FieldError
+from devboxes_sdk.models import API_PREFIX, MAX_WAIT_SECONDS, WAIT_HEADER, FieldError
 
-__all__ = ["Capabilities", "Client", "Devbox", "GpuCatalog", "GpuNamespace", "UpdateCallback"]
+__all__ = ["Client", "Devbox", "GpuNamespace", "UpdateCallback"]
 
-API_PREFIX = "/api/v1"
-WAIT_HEADER = "X-Devboxes-Wait"
-# The server caps one server-side wait at this many seconds; longer waits loop.
-MAX_SERVER_WAIT = 300
 # With a progress callback, server-side waits are cut into rounds this long so that
 # messages that change while the box starts (e.g. the scheduler's reason) still arrive.
 PROGRESS_SERVER_WAIT = 10
@@ -97,14 +92,17 @@ def create_body(
     preset: str = "small",
     ttl_hours: int = 24,
     repository: str | None = None,
-    gpu: bool | str | models.GpuProfile | None = None,
+    gpu: bool | str | models.GpuProfile | models.GpuRequest | None = None,
 ) -> dict[str, Any]:
     """The JSON body of a create, checked against :class:`models.DevboxCreate`.
 
     ``gpu=True`` becomes ``"gpu": {}`` (the operator default), a name becomes
-    ``{"profile": name}``, and ``None``/``False`` leave the key out (a CPU box).
+    ``{"profile": name}``, and ``None``/``False`` leave the key out (a CPU box). A
+    :class:`models.GpuRequest` (the ``gpu`` of a create body) means what it says.
     """
     body: dict[str, Any] = {"name": name, "preset": preset, "ttl_hours": ttl_hours}
+    if isinstance(gpu, models.GpuRequest):
+        gpu = gpu.profile if gpu.profile is not None else True
     if repository is not None:
         body["repository"] = repository
     if gpu is True:
@@ -119,7 +117,7 @@ def create_body(
             )
         body["gpu"] = {"profile": gpu.strip()}
     elif gpu is not None and gpu is not False:
-        raise TypeError("gpu must be None, a bool, a profile name or a GpuProfile")
+        raise TypeError("gpu must be None, a bool, a profile name, a GpuProfile or a GpuRequest")
     try:
         checked = models.DevboxCreate.model_validate(body)
     except PydanticValidationError as error:
@@ -132,34 +130,28 @@ def create_body(
     return body
 
 
-class Devbox:
-    """One box, bound to the client that fetched it.
+class Devbox(models.Devbox):
+    """One box: the wire model :class:`devboxes_sdk.models.Devbox`, bound to the client
+    that fetched it.
 
-    Attributes mirror :class:`devboxes_sdk.models.Devbox`; :attr:`raw` is the JSON the
-    server sent, unknown fields included. ``refresh``, ``start``, ``stop`` and
-    ``wait_ready`` update this object in place and return it.
+    :attr:`raw` is the JSON the server sent, unknown fields included. ``refresh``,
+    ``start``, ``stop``, ``extend`` and ``wait_ready`` update this object in place and
+    return it.
     """
 
-    __slots__ = ("_client", "_model", "_raw")
+    _client: Client = PrivateAttr()
+    _raw: dict[str, Any] = PrivateAttr(default_factory=dict)
 
-    def __init__(self, client: Client, model: models.Devbox, raw: Mapping[str, Any]) -> None:
+    def _bind(self, client: Client, raw: Mapping[str, Any]) -> Devbox:
         self._client = client
-        self._model = model
-        self._raw: dict[str, Any] = dict(raw)
-
-    def _replace(self, other: Devbox) -> Devbox:
-        self._model = other._model
-        self._raw = other._raw
+        self._raw = dict(raw)
         return self
 
-    @property
-    def client(self) -> Client:
-        return self._client
-
-    @property
-    def model(self) -> models.Devbox:
-        """The parsed wire model."""
-        return self._model
+    def _replace(self, other: Devbox) -> Devbox:
+        for field in models.Devbox.model_fields:
+            setattr(self, field, getattr(other, field))
+        self._raw = other._raw
+        return self
 
     @property
     def raw(self) -> dict[str, Any]:
@@ -167,97 +159,8 @@ class Devbox:
         return copy.deepcopy(self._raw)
 
     @property
-    def name(self) -> str:
-        return self._model.name
-
-    @property
-    def state(self) -> models.DevboxState:
-        return self._model.state
-
-    @property
-    def preset(self) -> str:
-        return self._model.preset
-
-    @property
-    def created_at(self) -> datetime:
-        return self._model.created_at
-
-    @property
-    def expires_at(self) -> datetime | None:
-        """When the box stops on its own (its TTL), as an aware datetime."""
-        return self._model.expires_at
-
-    @property
-    def repository(self) -> str | None:
-        return self._model.repository
-
-    @property
-    def ssh_host(self) -> str | None:
-        return self._model.ssh_host
-
-    @property
-    def ssh_port(self) -> int:
-        return self._model.ssh_port
-
-    @property
-    def ssh_command(self) -> str | None:
-        return self._model.ssh_command
-
-    @property
-    def pod_name(self) -> str | None:
-        return self._model.pod_name
-
-    @property
-    def pod_ready(self) -> bool:
-        return self._model.pod_ready
-
-    @property
-    def restarts(self) -> int:
-        return self._model.restarts
-
-    @property
-    def storage_size(self) -> str | None:
-        return self._model.storage_size
-
-    @property
-    def message(self) -> str | None:
-        """What the box is waiting for or why it is degraded (scheduler words verbatim)."""
-        return self._model.message
-
-    @property
-    def gpu(self) -> models.GpuAllocation | None:
-        """The accelerator pinned at creation; ``None`` for a CPU box."""
-        return self._model.gpu
-
-    @property
-    def summary(self) -> str | None:
-        """One line on why the box is not ready yet, e.g. ``Waiting for a free NVIDIA L4:
-        0 of 2 free, 2nd in line``; ``None`` when ready or stopped (or on older servers)."""
-        return self._model.summary
-
-    @property
-    def scheduling_detail(self) -> str | None:
-        """The scheduler's own sentence while it cannot place the box, verbatim."""
-        return self._model.scheduling_detail
-
-    @property
-    def restart_required(self) -> bool:
-        """True when the release changed the box's pod; a stop and start applies it."""
-        return self._model.restart_required
-
-    @property
-    def restart_reason(self) -> str | None:
-        """What changed, when :attr:`restart_required` is true."""
-        return self._model.restart_reason
-
-    @property
-    def activity(self) -> models.Activity | None:
-        """What the box's activity agent reports while it runs; ``None`` when stopped."""
-        return self._model.activity
-
-    @property
     def ready(self) -> bool:
-        return self._model.state is models.DevboxState.READY
+        return self.state is models.DevboxState.READY
 
     def refresh(self) -> Devbox:
         return self._replace(self._client.get(self.name))
@@ -285,111 +188,30 @@ class Devbox:
         return self._replace(self._client.wait_ready(self.name, timeout, on_update=on_update))
 
     def __repr__(self) -> str:
-        gpu = self._model.gpu.profile if self._model.gpu else None
+        gpu = self.gpu.profile if self.gpu else None
         return (
             f"Devbox(name={self.name!r}, state={self.state.value!r}, "
             f"preset={self.preset!r}, gpu={gpu!r})"
         )
 
 
-class GpuCatalog:
-    """The operator's GPU profiles as discovery shows them."""
+class _Boxes(BaseModel):
+    """``GET /api/v1/devboxes`` parsed straight into bound boxes."""
 
-    __slots__ = ("_model", "_raw")
+    # Named after the wire model in the error a body that does not match it raises.
+    model_config = ConfigDict(extra="ignore", title=models.DevboxList.__name__)
 
-    def __init__(self, model: models.GpuCapabilities, raw: Mapping[str, Any]) -> None:
-        self._model = model
-        self._raw: dict[str, Any] = dict(raw)
-
-    @property
-    def enabled(self) -> bool:
-        return self._model.enabled
-
-    @property
-    def default_profile(self) -> str | None:
-        return self._model.default_profile
-
-    @property
-    def profiles(self) -> builtins.list[models.GpuProfile]:
-        return builtins.list(self._model.profiles)
-
-    @property
-    def names(self) -> builtins.list[str]:
-        return [profile.name for profile in self._model.profiles]
-
-    @property
-    def default(self) -> models.GpuProfile | None:
-        """The profile used when a box asks for a GPU without naming one."""
-        if self._model.default_profile is not None:
-            return self.get(self._model.default_profile)
-        return next((profile for profile in self._model.profiles if profile.default), None)
-
-    @property
-    def raw(self) -> dict[str, Any]:
-        """A copy of the server's JSON for the catalog."""
-        return copy.deepcopy(self._raw)
-
-    def get(self, name: str) -> models.GpuProfile | None:
-        return next((profile for profile in self._model.profiles if profile.name == name), None)
-
-    def __getitem__(self, name: str) -> models.GpuProfile:
-        profile = self.get(name)
-        if profile is None:
-            available = ", ".join(self.names) or "none"
-            raise KeyError(f"no GPU profile named {name!r} (available: {available})")
-        return profile
-
-    def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and self.get(name) is not None
-
-    def __iter__(self) -> Iterator[models.GpuProfile]:
-        return iter(self._model.profiles)
-
-    def __len__(self) -> int:
-        return len(self._model.profiles)
-
-    def __repr__(self) -> str:
-        return (
-            f"GpuCatalog(enabled={self.enabled!r}, default_profile={self.default_profile!r}, "
-            f"profiles={self.names!r})"
-        )
-
-
-class Capabilities:
-    """What the server offers (``GET /api/v1/capabilities``)."""
-
-    __slots__ = ("_raw", "gpu")
-
-    def __init__(self, model: models.Capabilities, raw: Mapping[str, Any]) -> None:
-        gpu_raw = raw.get("gpu")
-        self.gpu = GpuCatalog(model.gpu, gpu_raw if isinstance(gpu_raw, Mapping) else {})
-        self._raw: dict[str, Any] = dict(raw)
-
-    @property
-    def raw(self) -> dict[str, Any]:
-        return copy.deepcopy(self._raw)
-
-    def __repr__(self) -> str:
-        return f"Capabilities(gpu={self.gpu!r})"
+    items: list[Devbox]
 
 
 class GpuNamespace:
-    """``client.gpu``: the GPU catalog verbs."""
+    """``client.gpu``: the routes under ``/api/v1/gpu``. The catalog itself is
+    ``client.capabilities().gpu``."""
 
     __slots__ = ("_client",)
 
     def __init__(self, client: Client) -> None:
         self._client = client
-
-    def catalog(self) -> GpuCatalog:
-        return self._client.capabilities().gpu
-
-    def profiles(self) -> builtins.list[models.GpuProfile]:
-        """The profiles users may choose (empty when GPU acceleration is disabled)."""
-        return self.catalog().profiles
-
-    def default(self) -> models.GpuProfile | None:
-        return self.catalog().default
 
     def availability(self, preset: models.Preset | None = None) -> models.GpuAvailability:
         """Per profile: boxes that could start now (``available``), on an empty cluster
@@ -546,7 +368,8 @@ class Client:
             where = ".".join(str(part) for part in first["loc"]) or "body"
             raise ApiError(
                 status,
-                f"response does not match the Devboxes API ({model.__name__}.{where}: "
+                f"response does not match the Devboxes API "
+                f"({model.model_config.get('title') or model.__name__}.{where}: "
                 f"{first['msg']})",
             ) from None
 
@@ -576,23 +399,16 @@ class Client:
 
     def _box(self, response: requests.Response) -> Devbox:
         data = self._decode(response)
-        model = self._parse(models.Devbox, data, response.status_code)
-        return Devbox(self, model, data)
+        return self._parse(Devbox, data, response.status_code)._bind(self, data)
 
     # -- verbs --------------------------------------------------------------------
 
     def whoami(self) -> models.WhoAmI:
         return self._get_model(f"{API_PREFIX}/whoami", models.WhoAmI)
 
-    def capabilities(self) -> Capabilities:
-        response = self._request("GET", f"{API_PREFIX}/capabilities")
-        data = self._decode(response)
-        model = self._parse(models.Capabilities, data, response.status_code)
-        return Capabilities(model, data if isinstance(data, Mapping) else {})
-
-    def gpu_profiles(self) -> builtins.list[models.GpuProfile]:
-        """The GPU profiles users may choose (empty when GPU acceleration is disabled)."""
-        return self.gpu.profiles()
+    def capabilities(self) -> models.Capabilities:
+        """What the server offers; ``.gpu`` is the GPU catalog (no profiles when disabled)."""
+        return self._get_model(f"{API_PREFIX}/capabilities", models.Capabilities)
 
     def create(
         self,
@@ -600,12 +416,13 @@ class Client:
         preset: models.Preset = "small",
         ttl_hours: int = 24,
         repository: str | None = None,
-        gpu: bool | str | models.GpuProfile | None = None,
+        gpu: bool | str | models.GpuProfile | models.GpuRequest | None = None,
     ) -> Devbox:
         """Create a box and return it at once (usually ``starting``).
 
         ``gpu``: ``None``/``False`` for a CPU box, ``True`` for the operator's default
-        profile, or a profile name (or :class:`~devboxes_sdk.models.GpuProfile`).
+        profile, a profile name (or :class:`~devboxes_sdk.models.GpuProfile`), or the
+        ``gpu`` of a :class:`~devboxes_sdk.models.DevboxCreate`.
         The body is checked locally first; a broken rule raises
         :class:`~devboxes_sdk.errors.ValidationError` without a request.
         """
@@ -616,10 +433,8 @@ class Client:
         """Every box, newest first."""
         response = self._request("GET", f"{API_PREFIX}/devboxes")
         data = self._decode(response)
-        parsed = self._parse(models.DevboxList, data, response.status_code)
-        return [
-            Devbox(self, model, raw) for model, raw in zip(parsed.items, data["items"], strict=True)
-        ]
+        parsed = self._parse(_Boxes, data, response.status_code)
+        return [box._bind(self, raw) for box, raw in zip(parsed.items, data["items"], strict=True)]
 
     def get(self, name: str) -> Devbox:
         return self._box(self._request("GET", f"{API_PREFIX}/devboxes/{_name_or_error(name)}"))
@@ -691,7 +506,7 @@ class Client:
         server_wait = True
         delay = _POLL_FIRST_DELAY
         seen: tuple[models.DevboxState, str | None] | None = None
-        round_cap = MAX_SERVER_WAIT if on_update is None else PROGRESS_SERVER_WAIT
+        round_cap = MAX_WAIT_SECONDS if on_update is None else PROGRESS_SERVER_WAIT
         while True:
             remaining = deadline - time.monotonic()
             asked_server = server_wait and remaining >= 1

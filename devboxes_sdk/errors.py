@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError as PydanticValidationError
 
+from devboxes_sdk.labels import status_line
 from devboxes_sdk.models import FieldError, field_errors
 
 if TYPE_CHECKING:
@@ -124,10 +125,8 @@ class StartTimeout(BoxNotReady, TimeoutError):
 
     def __init__(self, box: Devbox, timeout: float) -> None:
         self.timeout = timeout
-        reason = f"state {box.state.value}"
-        if box.message:
-            reason += f": {box.message}"
-        super().__init__(box, f"{box.name} was not ready within {timeout:g}s ({reason})")
+        status = status_line(box.state, box.message)
+        super().__init__(box, f"{box.name} was not ready within {timeout:g}s ({status})")
 
 
 class BoxDegraded(BoxNotReady):

@@ -17,6 +17,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
+API_PREFIX = "/api/v1"
+# ``GET {API_PREFIX}/devboxes/{name}?wait=ready&timeout=S`` holds the request until the
+# box is settled; a server that does so says it with this header, valued ``ready``.
+WAIT_HEADER = "X-Devboxes-Wait"
+# The longest one held request may last; clients wanting longer ask again.
+MAX_WAIT_SECONDS = 300
+
 NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$"
 NAME_RE = re.compile(NAME_PATTERN)
 NAME_RULE = (

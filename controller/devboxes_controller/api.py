@@ -11,7 +11,10 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
 from devboxes_sdk.models import (
+    API_PREFIX,
+    MAX_WAIT_SECONDS,
     NAME_INPUT_PATTERN,
+    WAIT_HEADER,
     Capabilities,
     DeleteResult,
     Devbox,
@@ -36,8 +39,6 @@ from .settings import Settings
 from .store import BoxStore
 from .writes import WritePool
 
-MAX_WAIT_SECONDS = 300
-WAIT_HEADER = "X-Devboxes-Wait"
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorBody} for code in (400, 401, 403, 404, 409, 413, 422, 503)
 }
@@ -75,7 +76,7 @@ def _name(name: str) -> str:
         raise rule_broken(["path", "name"], str(err)) from None
 
 
-router = APIRouter(prefix="/api/v1", responses=ERRORS)
+router = APIRouter(prefix=API_PREFIX, responses=ERRORS)
 
 
 def describe_settings(document: dict[str, Any], settings: Settings) -> dict[str, Any]:

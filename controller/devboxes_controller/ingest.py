@@ -14,7 +14,7 @@ import time
 from fastapi import APIRouter, Request, Response
 from pydantic import ValidationError
 
-from devboxes_sdk.models import ActivityReport, field_errors, normalize_name
+from devboxes_sdk.models import API_PREFIX, ActivityReport, field_errors, normalize_name
 
 from . import activity
 from .auth import Unauthorized, bearer
@@ -23,7 +23,7 @@ from .lifecycle import Lifecycle
 from .store import BoxStore
 from .writes import WritePool
 
-ACTIVITY_ROUTE = re.compile(r"^/api/v1/devboxes/[^/]+/activity$")
+ACTIVITY_ROUTE = re.compile(f"^{re.escape(API_PREFIX)}/devboxes/[^/]+/activity$")
 MAX_REPORT_BYTES = 1024
 # Agents report every minute; faster than this is refused, per box and replica.
 MIN_REPORT_SECONDS = 5.0
@@ -73,7 +73,7 @@ def _authenticated_box(request: Request, name: str) -> str:
     return box
 
 
-@router.post("/api/v1/devboxes/{name}/activity", status_code=204)
+@router.post(f"{API_PREFIX}/devboxes/{{name}}/activity", status_code=204)
 async def report_activity(name: str, request: Request) -> Response:
     box = _authenticated_box(request, name)
     limiter: RateLimiter = request.app.state.activity_limiter

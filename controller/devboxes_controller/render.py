@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from devboxes_sdk.models import PRESETS, Preset
+from devboxes_sdk.models import API_PREFIX, PRESETS, Preset
 
 from .settings import ACTIVITY_SIDECAR, GpuProfileConfig, Settings, SnapshotError
 from .timestamps import format_timestamp, parse_timestamp
@@ -323,7 +323,7 @@ def _activity_container(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
             _env("DEVBOX_NAME", spec.name),
             _env(
                 "DEVBOX_ACTIVITY_URL",
-                f"{settings.idle.controller_url}/api/v1/devboxes/{spec.name}/activity",
+                f"{settings.idle.controller_url}{API_PREFIX}/devboxes/{spec.name}/activity",
             ),
             _env(
                 "DEVBOX_ACTIVITY_CREDENTIAL_FILE",

@@ -24,7 +24,6 @@ from devboxes_jupyter.models import (
     RequestRejected,
     devbox_json,
     error_body,
-    gpu_choice,
     parse_create,
     parse_name,
     parse_purge,
@@ -32,9 +31,9 @@ from devboxes_jupyter.models import (
     parse_watch,
 )
 from devboxes_jupyter.watcher import Watcher
-from devboxes_sdk import models
-from devboxes_sdk.client import API_PREFIX, Client, Devbox
+from devboxes_sdk.client import Client, Devbox
 from devboxes_sdk.errors import DevboxesError
+from devboxes_sdk.models import API_PREFIX
 
 API_ROOT = "/devboxes/api"
 FACTORY_SETTING = "devboxes_client_factory"
@@ -104,18 +103,14 @@ class DevboxesHandler(ExtensionHandlerMixin, APIHandler):
 
 
 def _box_json(box: Devbox) -> dict[str, Any]:
-    return box.model.model_dump(mode="json")
+    return box.model_dump(mode="json")
 
 
 class CapabilitiesHandler(DevboxesHandler):
     @web.authenticated
     @authorized
     async def get(self) -> None:
-        def action(client: Client) -> dict[str, Any]:
-            raw = client.capabilities().raw
-            return models.Capabilities.model_validate(raw).model_dump(mode="json")
-
-        await self._respond(action)
+        await self._respond(lambda client: client.capabilities().model_dump(mode="json"))
 
 
 class DevboxCollectionHandler(DevboxesHandler):
@@ -139,7 +134,7 @@ class DevboxCollectionHandler(DevboxesHandler):
                 preset=request.preset,
                 ttl_hours=request.ttl_hours,
                 repository=request.repository,
-                gpu=gpu_choice(request.gpu),
+                gpu=request.gpu,
             )
             return _box_json(box)
 

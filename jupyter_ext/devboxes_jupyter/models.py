@@ -141,13 +141,6 @@ def parse_create(body: bytes) -> models.DevboxCreate:
         raise RequestRejected(422, models.field_errors(error.errors(), "body")) from None
 
 
-def gpu_choice(request: models.GpuRequest | None) -> bool | str | None:
-    """The SDK's ``gpu`` argument for a create body's ``gpu`` field."""
-    if request is None:
-        return None
-    return request.profile if request.profile is not None else True
-
-
 def error_body(error: DevboxesError) -> tuple[int, dict[str, Any]]:
     """The status and ``{"detail": ...}`` body the browser gets for an SDK error.
 

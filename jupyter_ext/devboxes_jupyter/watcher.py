@@ -22,8 +22,9 @@ from typing import Any
 
 from devboxes_jupyter import progress
 from devboxes_jupyter.kernelspecs import write_kernelspecs
-from devboxes_sdk.client import API_PREFIX, Client
+from devboxes_sdk.client import Client
 from devboxes_sdk.errors import DevboxesError, NotFound
+from devboxes_sdk.models import API_PREFIX
 
 AVAILABILITY_PATH = f"{API_PREFIX}/gpu/availability"
 # A browser that has not asked for this long is gone; stop listing boxes for it.

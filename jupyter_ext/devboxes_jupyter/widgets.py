@@ -20,23 +20,14 @@ from devboxes_jupyter import labels
 from devboxes_sdk import models
 from devboxes_sdk.client import Client, Devbox
 from devboxes_sdk.errors import BoxNotReady, DevboxesError, StartTimeout
+from devboxes_sdk.labels import accelerator_label, auto_stop_label, status_line
 
-__all__ = ["AcceleratorPicker", "DevboxLauncher", "DevboxTable", "gpu_capabilities"]
+__all__ = ["AcceleratorPicker", "DevboxLauncher", "DevboxTable"]
 
 # ipywidgets ships no type information, so its classes are Any to mypy; strict settings
 # refuse subclassing Any, hence the ignores on the subclasses below.
 _ERROR_STYLE = "color: var(--jp-error-color1, #d32f2f)"
 _NOTE_STYLE = "color: var(--jp-ui-font-color2, #616161)"
-
-
-def gpu_capabilities(client: Client) -> models.GpuCapabilities:
-    """The operator's catalog as the wire model the widgets render."""
-    catalog = client.capabilities().gpu
-    return models.GpuCapabilities(
-        enabled=catalog.enabled,
-        default_profile=catalog.default_profile,
-        profiles=catalog.profiles,
-    )
 
 
 def _error_html(text: str) -> str:
@@ -73,7 +64,7 @@ class AcceleratorPicker(widgets.VBox):  # type: ignore[misc, unused-ignore]
 
     @classmethod
     def from_client(cls, client: Client, **kwargs: Any) -> AcceleratorPicker:
-        return cls(gpu_capabilities(client), **kwargs)
+        return cls(client.capabilities().gpu, **kwargs)
 
     @validate("value")
     def _check_value(self, proposal: dict[str, Any]) -> str | None:
@@ -122,7 +113,7 @@ class DevboxLauncher(widgets.VBox):  # type: ignore[misc, unused-ignore]
         self.error = widgets.HTML()
         self.error.add_class("devboxes-error")
         try:
-            self.picker = AcceleratorPicker(gpu_capabilities(client))
+            self.picker = AcceleratorPicker(client.capabilities().gpu)
         except DevboxesError as error:
             self.picker = AcceleratorPicker(
                 models.GpuCapabilities(enabled=False),
@@ -203,7 +194,7 @@ class DevboxLauncher(widgets.VBox):  # type: ignore[misc, unused-ignore]
         if not self._current(generation):
             return
         self.box = box
-        line = labels.status_line(box.state, box.message)
+        line = status_line(box.state, box.message)
         self.status.value = f"<b>{escape(box.name)}</b>: {escape(line)}" + (
             f" {_note_html(note)}" if note else ""
         )
@@ -242,11 +233,9 @@ class _Row:
 
     def __init__(self, table: DevboxTable, box: Devbox, now: datetime) -> None:
         self.name = box.name
-        self.state = widgets.HTML(escape(labels.status_line(box.state, box.message)))
-        self.accelerator = widgets.HTML(escape(labels.allocation_label(box.gpu)))
-        self.auto_stop = widgets.HTML(
-            escape(labels.auto_stop_label(box.state, box.expires_at, now))
-        )
+        self.state = widgets.HTML(escape(status_line(box.state, box.message)))
+        self.accelerator = widgets.HTML(escape(accelerator_label(box.gpu)))
+        self.auto_stop = widgets.HTML(escape(auto_stop_label(box.state, box.expires_at, now)))
         stopped = box.state is models.DevboxState.STOPPED
         self.start_button = _action_button("Start", "play", f"Start {box.name}", not stopped)
         self.stop_button = _action_button("Stop", "stop", f"Stop {box.name}", stopped)

@@ -10,7 +10,6 @@ from devboxes_jupyter.models import (
     RequestRejected,
     devbox_json,
     error_body,
-    gpu_choice,
     parse_create,
     parse_name,
     parse_purge,
@@ -120,12 +119,6 @@ def test_create_body_must_be_a_json_object(raw: bytes) -> None:
     with pytest.raises(RequestRejected) as caught:
         parse_create(raw)
     assert caught.value.body() == {"detail": "the request body must be a JSON object"}
-
-
-def test_gpu_choice_maps_the_body_to_the_sdk_argument() -> None:
-    assert gpu_choice(None) is None
-    assert gpu_choice(models.GpuRequest()) is True
-    assert gpu_choice(models.GpuRequest(profile="nvidia-l4")) == "nvidia-l4"
 
 
 def test_devbox_json_refuses_a_body_that_is_not_a_box() -> None:

@@ -129,16 +129,16 @@ def cleanup(controller_client: Client) -> Iterator[list[str]]:
             controller_client.delete(name, purge=True)
 
 
-def _default_profile(client: Client) -> models.GpuProfile:
+def _default_profile(client: Client) -> str:
     catalog = client.capabilities().gpu
-    if not catalog.enabled or catalog.default is None:
+    if not catalog.enabled or catalog.default_profile is None:
         pytest.skip("the controller under test has GPU acceleration disabled")
-    return catalog.default
+    return catalog.default_profile
 
 
 class TestWithController:
     def test_picker_shows_the_controllers_catalog(self, controller_client: Client) -> None:
-        profiles = controller_client.gpu_profiles()
+        profiles = controller_client.capabilities().gpu.profiles
         picker = AcceleratorPicker.from_client(controller_client)
         assert option_labels(picker)[0] == labels.CPU_ONLY
         assert picker.value is None
@@ -150,7 +150,7 @@ class TestWithController:
         profile = _default_profile(controller_client)
         launcher = DevboxLauncher(controller_client, wait_timeout=READY_TIMEOUT)
         launcher.name.value = _unique("wl")
-        launcher.picker.value = profile.name
+        launcher.picker.value = profile
         launcher.create_button.click()
         cleanup.append(launcher.name.value)
         assert launcher.error.value == ""
@@ -165,7 +165,7 @@ class TestWithController:
         assert final.state is models.DevboxState.READY, launcher.status.value
         assert "ready" in launcher.status.value
         assert final.gpu is not None
-        assert final.gpu.profile == profile.name
+        assert final.gpu.profile == profile
         assert final.ssh_command
         assert final.ssh_command in launcher.ssh.value
 

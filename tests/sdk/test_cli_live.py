@@ -147,7 +147,7 @@ def test_timeout_shows_the_short_reason_and_how_to_cancel(
     assert again.returncode == 3, again.stderr
     assert again.stderr.splitlines()[-3] == (
         "cli-l4-c was not ready within 1s "
-        "(state starting: Scheduling blocked: Insufficient nvidia.com/gpu)"
+        "(starting — Scheduling blocked: Insufficient nvidia.com/gpu)"
     )
     status = devbox(controller_env, "status", "cli-l4-c")
     assert "nodes are available: " in status.stdout

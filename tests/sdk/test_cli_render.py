@@ -21,7 +21,6 @@ from devboxes_sdk import (
     Conflict,
     Devbox,
     DevboxState,
-    GpuCatalog,
     NotFound,
     PermissionDenied,
     Unavailable,
@@ -69,10 +68,10 @@ def box_json(**fields: Any) -> dict[str, Any]:
 
 def make_box(client: Client, **fields: Any) -> Devbox:
     data = box_json(**fields)
-    return Devbox(client, models.Devbox.model_validate(data), data)
+    return Devbox.model_validate(data)._bind(client, data)
 
 
-def make_catalog(**fields: Any) -> GpuCatalog:
+def make_catalog(**fields: Any) -> models.GpuCapabilities:
     data: dict[str, Any] = {
         "enabled": True,
         "default_profile": "nvidia-l4",
@@ -94,7 +93,7 @@ def make_catalog(**fields: Any) -> GpuCatalog:
         ],
     }
     data.update(fields)
-    return GpuCatalog(models.GpuCapabilities.model_validate(data), data)
+    return models.GpuCapabilities.model_validate(data)
 
 
 # -- relative times and tables -------------------------------------------------------
@@ -150,20 +149,12 @@ def test_boxes_table(client: Client) -> None:
         ),
     ]
     assert render.boxes_table(boxes, NOW).splitlines() == [
-        "NAME     STATE     SIZE    AUTO-STOP  ACCELERATOR                    SSH",
-        "atlas    ready     medium  in 23h     NVIDIA L4 (1× nvidia.com/gpu)  "
+        "NAME     STATE     SIZE    AUTO-STOP       ACCELERATOR                     SSH",
+        "atlas    ready     medium  in 23 h 30 min  NVIDIA L4 · 1 × nvidia.com/gpu  "
         "ssh -p 22 dev@10.0.0.5",
-        "cpu-box  stopped   small   -          cpu                            -",
-        "late     starting  medium  due        cpu                            -",
+        "cpu-box  stopped   small   stopped         CPU only                        -",
+        "late     starting  medium  due now         CPU only                        -",
     ]
-
-
-def test_accelerator_shows_count_and_resource() -> None:
-    allocation = models.GpuAllocation(
-        profile="mig", display_name="A100 MIG", resource_name="nvidia.com/mig-1g.10gb", count=3
-    )
-    assert render.accelerator(allocation) == "A100 MIG (3× nvidia.com/mig-1g.10gb)"
-    assert render.accelerator(None) == "cpu"
 
 
 def test_boxes_table_gains_a_reason_column_when_a_box_waits(client: Client) -> None:
@@ -237,21 +228,15 @@ def test_doctor_text_puts_the_fix_on_the_finding_line() -> None:
     assert lines[-1] == "1 check(s) failed"
 
 
-def test_catalog_lookup_and_default() -> None:
+def test_catalog_marks_its_default_profile() -> None:
     catalog = make_catalog()
-    assert catalog.default is not None
-    assert catalog.default.name == "nvidia-l4"
-    assert catalog["mig-1g"].count == 2
-    assert "mig-1g" in catalog
-    assert catalog.names == ["nvidia-l4", "mig-1g"]
-    with pytest.raises(KeyError, match="available: nvidia-l4, mig-1g"):
-        catalog["h100"]
+    assert [p.name for p in catalog.profiles if p.default] == [catalog.default_profile]
+    assert [p.name for p in catalog.profiles] == ["nvidia-l4", "mig-1g"]
 
 
-def test_disabled_catalog_has_no_default() -> None:
-    catalog = make_catalog(enabled=False, default_profile=None, profiles=[])
-    assert catalog.default is None
-    assert len(catalog) == 0
+def test_capabilities_without_gpu_are_a_disabled_catalog() -> None:
+    catalog = models.Capabilities.model_validate({}).gpu
+    assert (catalog.enabled, catalog.default_profile, catalog.profiles) == (False, None, [])
 
 
 def test_box_details_lists_every_field(client: Client) -> None:
@@ -266,8 +251,8 @@ def test_box_details_lists_every_field(client: Client) -> None:
     lines = dict(line.split(":", 1) for line in render.box_details(box, NOW).splitlines())
     assert lines["State"].strip() == "starting"
     assert lines["Message"].strip().endswith("3 Insufficient nvidia.com/gpu.")
-    assert lines["Accelerator"].strip() == "NVIDIA L4 (1× nvidia.com/gpu)"
-    assert lines["Auto-stop"].strip() == "2026-12-03T08:30:00+00:00 (in 23h)"
+    assert lines["Accelerator"].strip() == "NVIDIA L4 · 1 × nvidia.com/gpu"
+    assert lines["Auto-stop"].strip() == "2026-12-03T08:30:00+00:00 (in 23 h 30 min)"
     assert lines["Created"].strip() == "2026-12-02T08:00:00+00:00 (1h ago)"
     assert lines["Repository"].strip() == "octo/repo"
     assert lines["Restarts"].strip() == "2"
@@ -385,6 +370,9 @@ def test_create_body_gpu_forms() -> None:
         name="mig-1g", display_name="MIG", resource_name="nvidia.com/mig-1g.10gb", count=1
     )
     assert create_body("atlas", gpu=profile)["gpu"] == {"profile": "mig-1g"}
+    assert create_body("atlas", gpu=models.GpuRequest())["gpu"] == {}
+    wanted = models.GpuRequest(profile="nvidia-l4")
+    assert create_body("atlas", gpu=wanted)["gpu"] == {"profile": "nvidia-l4"}
 
 
 def test_create_body_normalises_and_omits_empty_repository() -> None:
@@ -445,7 +433,7 @@ def test_start_timeout_carries_the_scheduler_reason(client: Client) -> None:
     error = StartTimeout(box, 30)
     assert (error.state, error.message, error.box) == (DevboxState.STARTING, reason, box)
     assert isinstance(error, TimeoutError)
-    assert str(error) == f"atlas was not ready within 30s (state starting: {reason})"
+    assert str(error) == f"atlas was not ready within 30s (starting — {reason})"
 
 
 def test_box_degraded_carries_the_reason(client: Client) -> None:
@@ -496,7 +484,7 @@ def test_unbound_claims_while_starting_is_shown_as_waiting_for_storage(client: C
         "PersistentVolumeClaims. not found"
     )
     starting = make_box(client, state="starting", message=message)
-    assert render.progress_line(starting) == "atlas: starting: Waiting for the home volume."
+    assert render.progress_line(starting) == "atlas: starting — Waiting for the home volume."
     degraded = make_box(client, state="degraded", message=message)
     assert "unbound immediate PersistentVolumeClaims" in render.progress_line(degraded)
     assert render.box_details(starting, NOW).count("unbound immediate") == 1
@@ -506,7 +494,7 @@ def test_status_keeps_the_whole_scheduler_sentence(client: Client) -> None:
     box = make_box(client, state="starting", message=SCHEDULER_SENTENCE)
     assert f"Message:     {SCHEDULER_SENTENCE}" in render.box_details(box, NOW).splitlines()
     assert render.progress_line(box) == (
-        "atlas: starting: Scheduling blocked: Insufficient nvidia.com/gpu"
+        "atlas: starting — Scheduling blocked: Insufficient nvidia.com/gpu"
     )
 
 
@@ -534,8 +522,8 @@ class _Terminal(io.StringIO):
 @pytest.mark.parametrize(
     ("columns", "shown"),
     [
-        (80, "trainer: starting: Scheduling blocked: Insufficient nvidia.com/gpu"),
-        (40, "trainer: starting: Scheduling blocke…"),
+        (80, "trainer: starting — Scheduling blocked: Insufficient nvidia.com/gpu"),
+        (40, "trainer: starting — Scheduling block…"),
     ],
 )
 def test_spinner_keeps_the_reason_within_the_terminal_width(
@@ -562,7 +550,7 @@ def test_progress_prints_each_change_once_without_a_tty(client: Client) -> None:
     progress.update(make_box(client, state="ready", message=None))
     progress.close()
     assert stream.getvalue().splitlines() == [
-        "atlas: starting: Scheduling blocked: x",
+        "atlas: starting — Scheduling blocked: x",
         "atlas: ready",
     ]
 

@@ -111,7 +111,7 @@ def test_every_verb(sdk: Client) -> None:
     catalog = sdk.capabilities().gpu
     assert catalog.enabled
     assert catalog.default_profile == "nvidia-l4"
-    assert [p.name for p in sdk.gpu_profiles()] == [p.name for p in sdk.gpu.profiles()]
+    assert [p.name for p in catalog.profiles if p.default] == ["nvidia-l4"]
     box = sdk.create("tape", preset="medium", ttl_hours=4, gpu="amd-rocm")
     assert box.gpu is not None
     assert box.gpu.resource_name == "amd.com/gpu"

@@ -53,7 +53,7 @@ def run_cli(process: ControllerProcess, *args: str) -> subprocess.CompletedProce
 
 
 def test_every_verb_and_error_class(sdk: Client) -> None:
-    profiles = sdk.gpu_profiles()
+    profiles = sdk.capabilities().gpu.profiles
     assert profiles[0].name == "nvidia-l4"
     assert sdk.whoami().user == "operator"
     box = sdk.create("sdk-mig", gpu="nvidia-a100-mig-1g10gb")

@@ -1,0 +1,53 @@
+"""How a box's accelerator, status and auto-stop time read, wherever Python shows them.
+
+The ``devbox`` CLI and the Jupyter widgets both use these, so a box reads the same in a
+terminal and in a notebook.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from devboxes_sdk.models import DevboxState, GpuAllocation, GpuProfile
+
+CPU_ONLY = "CPU only"
+# Spelled out so that no one "fixes" it into the letter x.
+TIMES = "\N{MULTIPLICATION SIGN}"
+DOT = "\N{MIDDLE DOT}"
+
+
+def accelerator_label(gpu: GpuAllocation | GpuProfile | None) -> str:
+    """``NVIDIA L4 · 1 \N{MULTIPLICATION SIGN} nvidia.com/gpu``: a profile and the allocation it
+    gives read alike; ``CPU only`` for none."""
+    if gpu is None:
+        return CPU_ONLY
+    return f"{gpu.display_name} {DOT} {gpu.count} {TIMES} {gpu.resource_name}"
+
+
+def status_line(state: DevboxState, reason: str | None) -> str:
+    """``starting — Scheduling blocked: ...``: the state, then why, if anything says so."""
+    text = (reason or "").strip()
+    return f"{state.value} — {text}" if text else state.value
+
+
+def _span(seconds: int) -> str:
+    minutes = max(seconds // 60, 1)
+    days, minutes = divmod(minutes, 24 * 60)
+    hours, minutes = divmod(minutes, 60)
+    if days:
+        return f"{days} d {hours} h" if hours else f"{days} d"
+    if hours:
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    return f"{minutes} min"
+
+
+def auto_stop_label(state: DevboxState, expires_at: datetime | None, now: datetime) -> str:
+    """When a running box stops on its own: ``in 3 h 20 min``, ``due now`` or ``never``."""
+    if state is DevboxState.STOPPED:
+        return "stopped"
+    if expires_at is None:
+        return "never"
+    remaining = int((expires_at - now).total_seconds())
+    if remaining <= 0:
+        return "due now"
+    return f"in {_span(remaining)}"
