@@ -21,11 +21,11 @@ testbed: $(STAMP)
 	$(TESTBED) build
 
 # Debian packages the tests use: Chromium for the browser tests (never a downloaded
-# browser build), shellcheck for the workspace scripts and OpenSSH's server, which
-# stands in for a box in the devbox kernel tests.
+# browser build), shellcheck for the workspace scripts, OpenSSH's server, which
+# stands in for a box in the devbox kernel tests, and zsh for the CLI's completion.
 system-packages:
-	@command -v chromium >/dev/null && command -v shellcheck >/dev/null && test -x /usr/sbin/sshd || { \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium shellcheck openssh-server >/dev/null; }
+	@command -v chromium >/dev/null && command -v shellcheck >/dev/null && test -x /usr/sbin/sshd && command -v zsh >/dev/null || { \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium shellcheck openssh-server zsh >/dev/null; }
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -1,4 +1,5 @@
-"""Shell completion scripts printed by ``devbox completion bash|zsh``.
+"""Shell completion scripts printed by ``devbox completion bash|zsh``, generated from the
+command line's own parser, so they always offer exactly its commands and options.
 
 Box names and GPU profile names are completed live through ``devbox list -q`` and
 ``devbox gpu profiles -q``, so completion always matches the server.
@@ -6,211 +7,52 @@ Box names and GPU profile names are completed live through ``devbox list -q`` an
 
 from __future__ import annotations
 
-_BASH = r"""# bash completion for devbox
-# Load it now:        source <(devbox completion bash)
-# Load it always:     devbox completion bash > ~/.local/share/bash-completion/completions/devbox
+import argparse
 
-_devbox_words() {
-    COMPREPLY=($(compgen -W "$1" -- "$2"))
-}
+import shtab
 
-_devbox() {
-    local cur prev command="" subcommand="" i word
-    cur="${COMP_WORDS[COMP_CWORD]}"
-    prev="${COMP_WORDS[COMP_CWORD-1]}"
+SHELLS = ("bash", "zsh")
 
-    for ((i = 1; i < COMP_CWORD; i++)); do
-        word="${COMP_WORDS[i]}"
-        case "$word" in
-            --url|--token|--preset|--ttl|--repo|--gpu-profile|--timeout|--hours) ((i++)) ;;
-            -*) ;;
-            *)
-                if [[ -z "$command" ]]; then
-                    command="$word"
-                elif [[ -z "$subcommand" ]]; then
-                    subcommand="$word"
-                fi
-                ;;
-        esac
-    done
-
-    case "$prev" in
-        --url|--token|--repo|--ttl|--timeout|--hours) return 0 ;;
-        --preset) _devbox_words "small medium large" "$cur"; return 0 ;;
-        --gpu-profile) _devbox_words "$(devbox gpu profiles -q 2>/dev/null)" "$cur"; return 0 ;;
-    esac
-
-    local global="--url --token --json --help"
-    local commands="login whoami gpu create list status start stop extend delete ssh volumes"
-    commands="$commands completion"
-    local create_options="--preset --ttl --repo --gpu --gpu-profile --no-wait --ssh --timeout"
-    if [[ -z "$command" ]]; then
-        if [[ "$cur" == -* ]]; then
-            _devbox_words "$global --version" "$cur"
-        else
-            _devbox_words "$commands" "$cur"
-        fi
-        return 0
-    fi
-
-    case "$command" in
-        gpu)
-            if [[ -z "$subcommand" ]]; then
-                _devbox_words "profiles" "$cur"
-            else
-                _devbox_words "$global --quiet" "$cur"
-            fi
-            ;;
-        create)
-            if [[ "$cur" == -* ]]; then
-                _devbox_words "$global $create_options" "$cur"
-            fi
-            ;;
-        list) _devbox_words "$global --quiet" "$cur" ;;
-        login|whoami) _devbox_words "$global" "$cur" ;;
-        volumes)
-            if [[ "$cur" == -* ]]; then
-                _devbox_words "$global --yes" "$cur"
-            elif [[ -z "$subcommand" ]]; then
-                _devbox_words "purge" "$cur"
-            fi
-            ;;
-        status|stop|start|extend|delete|ssh)
-            if [[ "$command" == ssh && -n "$subcommand" ]]; then
-                return 0
-            fi
-            if [[ "$cur" == -* ]]; then
-                case "$command" in
-                    start) _devbox_words "$global --no-wait --timeout" "$cur" ;;
-                    delete) _devbox_words "$global --purge --yes" "$cur" ;;
-                    extend) _devbox_words "$global --hours" "$cur" ;;
-                    *) _devbox_words "$global" "$cur" ;;
-                esac
-            elif [[ -z "$subcommand" ]]; then
-                _devbox_words "$(devbox list -q 2>/dev/null)" "$cur"
-            fi
-            ;;
-        completion)
-            [[ -z "$subcommand" ]] && _devbox_words "bash zsh" "$cur"
-            ;;
-    esac
-    return 0
-}
-
-complete -F _devbox devbox
-"""
-
-_ZSH = r"""#compdef devbox
-# zsh completion for devbox
-# Load it now:        source <(devbox completion zsh)
-# Load it always:     devbox completion zsh > "${fpath[1]}/_devbox"
-
+# shtab calls a bash helper with the word being completed and reads candidates from its
+# output; in zsh the helper is an _arguments action.
+_PREAMBLE = {
+    "bash": """
+_devbox_boxes() { compgen -W "$(devbox list -q 2>/dev/null)" -- "$1"; }
+_devbox_profiles() { compgen -W "$(devbox gpu profiles -q 2>/dev/null)" -- "$1"; }
+""",
+    "zsh": """
 _devbox_boxes() {
-    local -a boxes
-    boxes=(${(f)"$(devbox list -q 2>/dev/null)"})
-    _describe -t boxes 'box' boxes
+  local -a boxes
+  boxes=(${(f)"$(devbox list -q 2>/dev/null)"})
+  _describe -t boxes 'box' boxes
 }
-
 _devbox_profiles() {
-    local -a profiles
-    profiles=(${(f)"$(devbox gpu profiles -q 2>/dev/null)"})
-    _describe -t profiles 'GPU profile' profiles
+  local -a profiles
+  profiles=(${(f)"$(devbox gpu profiles -q 2>/dev/null)"})
+  _describe -t profiles 'GPU profile' profiles
 }
-
-_devbox() {
-    local curcontext="$curcontext" state line ret=1
-    typeset -A opt_args
-    local -a global
-    global=(
-        '--url[Devboxes API URL]:url:'
-        '--token[API token]:token:'
-        '--json[print the server JSON]'
-    )
-
-    _arguments -C $global \
-        '(- *)--version[show the version]' \
-        '1:command:->command' \
-        '*::argument:->argument' && ret=0
-
-    case $state in
-        command)
-            local -a commands
-            commands=(
-                'login:check a URL and token and save them'
-                'whoami:show who the token belongs to'
-                'gpu:GPU catalog'
-                'create:create a box and wait until it is ready'
-                'list:list your boxes'
-                'status:show every detail of one box'
-                'start:start a stopped box'
-                'stop:stop a box, keeping its home volume'
-                'extend:push a running box auto-stop time back'
-                'volumes:list or purge retained home volumes'
-                'delete:delete a box'
-                'ssh:open an SSH session to a ready box'
-                'completion:print a shell completion script'
-            )
-            _describe -t commands 'devbox command' commands && ret=0
-            ;;
-        argument)
-            case $line[1] in
-                login|whoami)
-                    _arguments $global && ret=0 ;;
-                gpu)
-                    _arguments $global '1:subcommand:(profiles)' \
-                        '(-q --quiet)'{-q,--quiet}'[print profile names only]' && ret=0 ;;
-                create)
-                    _arguments $global \
-                        '--preset[box size]:preset:(small medium large)' \
-                        '--ttl[auto-stop after HOURS]:hours:' \
-                        '--repo[owner/repo or GitHub URL]:repository:' \
-                        '(--gpu-profile)--gpu[attach the default GPU profile]' \
-                        '(--gpu)--gpu-profile[attach this GPU profile]:profile:_devbox_profiles' \
-                        '(--ssh)--no-wait[return at once]' \
-                        '(--no-wait)--ssh[open an SSH session once ready]' \
-                        '--timeout[seconds to wait]:seconds:' \
-                        '1:name:' && ret=0 ;;
-                list)
-                    _arguments $global \
-                        '(-q --quiet)'{-q,--quiet}'[print box names only]' && ret=0 ;;
-                status|stop)
-                    _arguments $global '1:box:_devbox_boxes' && ret=0 ;;
-                extend)
-                    _arguments $global '--hours[hours to add]:hours:' \
-                        '1:box:_devbox_boxes' && ret=0 ;;
-                volumes)
-                    _arguments $global '1:subcommand:(purge)' \
-                        '--yes[do not ask before purging]' '2:name:' && ret=0 ;;
-                start)
-                    _arguments $global '--no-wait[return at once]' \
-                        '--timeout[seconds to wait]:seconds:' '1:box:_devbox_boxes' && ret=0 ;;
-                delete)
-                    _arguments $global '--purge[also delete the home volume]' \
-                        '--yes[do not ask before purging]' '1:box:_devbox_boxes' && ret=0 ;;
-                ssh)
-                    _arguments $global '1:box:_devbox_boxes' '*::ssh argument:' && ret=0 ;;
-                completion)
-                    _arguments '1:shell:(bash zsh)' && ret=0 ;;
-            esac
-            ;;
-    esac
-    return ret
+""",
 }
-
-if [[ "${funcstack[1]}" == _devbox ]]; then
-    _devbox "$@"
-else
-    compdef _devbox devbox
-fi
-"""
-
-_SCRIPTS = {"bash": _BASH, "zsh": _ZSH}
-SHELLS = tuple(_SCRIPTS)
+# shtab's zsh script registers itself when eval'd and runs when autoloaded from $fpath;
+# ``source <(devbox completion zsh)`` is a file being read, which registers too.
+_ZSH_REGISTER = "if [[ $zsh_eval_context[-1] == eval ]]; then"
+_ZSH_REGISTER_ON_SOURCE = "if [[ $zsh_eval_context[-1] == (eval|file) ]]; then"
+BOXES = dict.fromkeys(SHELLS, "_devbox_boxes")
+PROFILES = dict.fromkeys(SHELLS, "_devbox_profiles")
 
 
-def completion_script(shell: str) -> str:
-    """The completion script for ``shell`` (``bash`` or ``zsh``)."""
-    try:
-        return _SCRIPTS[shell]
-    except KeyError:
-        raise ValueError(f"no completion for shell {shell!r}; choose one of {SHELLS}") from None
+def complete_with(action: argparse.Action, helper: dict[str, str]) -> None:
+    """Complete the values of ``action`` with ``helper`` (:data:`BOXES`, :data:`PROFILES`)."""
+    action.complete = helper  # type: ignore[attr-defined]
+
+
+def completion_script(parser: argparse.ArgumentParser, shell: str) -> str:
+    """The completion script of ``parser`` for ``shell`` (``bash`` or ``zsh``)."""
+    if shell not in SHELLS:
+        raise ValueError(f"no completion for shell {shell!r}; choose one of {SHELLS}")
+    script: str = shtab.complete(parser, shell, preamble=_PREAMBLE[shell])
+    if shell == "zsh":
+        if _ZSH_REGISTER not in script:
+            raise RuntimeError("shtab's zsh script no longer registers itself as expected")
+        script = script.replace(_ZSH_REGISTER, _ZSH_REGISTER_ON_SOURCE)
+    return script

@@ -22,7 +22,7 @@ from types import TracebackType
 from typing import Any, NoReturn, TextIO
 
 from devboxes_sdk import _render
-from devboxes_sdk._completion import completion_script
+from devboxes_sdk._completion import BOXES, PROFILES, SHELLS, complete_with, completion_script
 from devboxes_sdk._version import __version__
 from devboxes_sdk.client import Client, Devbox
 from devboxes_sdk.config import (
@@ -186,6 +186,11 @@ def _global_options(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
     )
 
 
+def _box_argument(parser: argparse.ArgumentParser) -> None:
+    """The NAME of an existing box, completed from the server's list."""
+    complete_with(parser.add_argument("name", type=_box_name, metavar="NAME"), BOXES)
+
+
 def _wait_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-wait", action="store_true", help="return at once instead of waiting until ready"
@@ -260,7 +265,12 @@ def build_parser() -> argparse.ArgumentParser:
     accelerator.add_argument(
         "--gpu", action="store_true", help="attach the operator's default GPU profile"
     )
-    accelerator.add_argument("--gpu-profile", metavar="PROFILE", help="attach this GPU profile")
+    complete_with(
+        accelerator.add_argument(
+            "--gpu-profile", metavar="PROFILE", help="attach this GPU profile"
+        ),
+        PROFILES,
+    )
     _wait_options(create)
     create.add_argument("--ssh", action="store_true", help="open an SSH session once ready")
 
@@ -268,17 +278,17 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("-q", "--quiet", action="store_true", help="print box names only")
 
     status = add("status", "show every detail of one box", _cmd_status)
-    status.add_argument("name", type=_box_name, metavar="NAME")
+    _box_argument(status)
 
     start = add("start", "start a stopped box (renews its auto-stop time)", _cmd_start)
-    start.add_argument("name", type=_box_name, metavar="NAME")
+    _box_argument(start)
     _wait_options(start)
 
     stop = add("stop", "stop a box; its home volume is kept", _cmd_stop)
-    stop.add_argument("name", type=_box_name, metavar="NAME")
+    _box_argument(stop)
 
     delete = add("delete", "delete a box (its home volume is kept unless --purge)", _cmd_delete)
-    delete.add_argument("name", type=_box_name, metavar="NAME")
+    _box_argument(delete)
     delete.add_argument(
         "--purge", action="store_true", help="also delete the home volume, permanently"
     )
@@ -289,7 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
     extend = add(
         "extend", "push a running box's auto-stop time back, without a restart", _cmd_extend
     )
-    extend.add_argument("name", type=_box_name, metavar="NAME")
+    _box_argument(extend)
     extend.add_argument(
         "--hours", type=_positive_int, required=True, metavar="N", help="hours to add"
     )
@@ -307,7 +317,7 @@ def build_parser() -> argparse.ArgumentParser:
     purge.set_defaults(handler=_cmd_volume_purge, prog=purge.prog)
 
     ssh = add("ssh", "open an SSH session to a ready box", _cmd_ssh)
-    ssh.add_argument("name", type=_box_name, metavar="NAME")
+    _box_argument(ssh)
     ssh.add_argument(
         "ssh_args", nargs=argparse.REMAINDER, metavar="-- ARGS", help="passed on to ssh"
     )
@@ -317,7 +327,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="print a shell completion script",
         description="print a shell completion script; e.g. source <(devbox completion bash)",
     )
-    completion.add_argument("shell", choices=("bash", "zsh"))
+    completion.add_argument("shell", choices=SHELLS)
     completion.set_defaults(handler=_cmd_completion, prog=completion.prog)
     return parser
 
@@ -804,7 +814,7 @@ def _cmd_ssh(args: argparse.Namespace) -> int:
 
 
 def _cmd_completion(args: argparse.Namespace) -> int:
-    sys.stdout.write(completion_script(args.shell))
+    sys.stdout.write(completion_script(build_parser(), args.shell))
     return EXIT_OK
 
 

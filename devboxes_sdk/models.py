@@ -135,9 +135,14 @@ class GpuProfile(_Response):
 
 
 class GpuCapabilities(_Response):
+    """The GPU catalog; a box asking for a GPU without naming one gets ``default_profile``."""
+
     enabled: bool
     default_profile: str | None = None
     profiles: list[GpuProfile] = Field(default_factory=list)
+
+    def profile(self, name: str) -> GpuProfile | None:
+        return next((p for p in self.profiles if p.name == name), None)
 
 
 class Capabilities(_Response):

@@ -93,10 +93,11 @@ def cleanup(controller_client: Client) -> Iterator[list[str]]:
 
 def _l4_profile(client: Client) -> models.GpuProfile:
     catalog = client.capabilities().gpu
-    for profile in catalog:
+    for profile in catalog.profiles:
         if "l4" in profile.name.lower() or "L4" in profile.display_name:
             return profile
-    pytest.skip(f"the controller offers no L4 profile (profiles: {catalog.names})")
+    names = [profile.name for profile in catalog.profiles]
+    pytest.skip(f"the controller offers no L4 profile (profiles: {names})")
 
 
 class _Blocked(Exception):

@@ -108,7 +108,7 @@ def test_kernel_runs_in_the_box_interrupts_restarts_and_shuts_down(
     setup: KernelLab, controller_client: Client, boxes: list[str]
 ) -> None:
     catalog = controller_client.capabilities().gpu
-    profile = catalog.get("nvidia-l4") or catalog.default
+    profile = catalog.profile("nvidia-l4") or catalog.profile(catalog.default_profile or "")
     if profile is None:
         pytest.skip("the controller under test offers no GPU profile")
     name = box_name(setup.owner, profile.name)
@@ -241,7 +241,7 @@ class _Blocked(Exception):
 def test_no_free_device_before_the_timeout_is_the_message(
     setup: KernelLab, controller_client: Client, boxes: list[str]
 ) -> None:
-    profile = controller_client.capabilities().gpu.get("amd-rocm")
+    profile = controller_client.capabilities().gpu.profile("amd-rocm")
     if profile is None:
         pytest.skip("the controller under test has no amd-rocm profile")
 

@@ -59,16 +59,16 @@ async def test_capabilities_match_the_controller(
     body = _json(response)
     expected = controller_client.capabilities().gpu
     assert body["gpu"]["enabled"] == expected.enabled
-    assert [p["name"] for p in body["gpu"]["profiles"]] == expected.names
+    assert [p["name"] for p in body["gpu"]["profiles"]] == [p.name for p in expected.profiles]
 
 
 async def test_gpu_box_lifecycle_through_the_extension(
     jp_fetch: Fetch, controller_client: Client, cleanup: list[str]
 ) -> None:
     catalog = controller_client.capabilities().gpu
-    if not catalog.enabled or catalog.default is None:
+    if not catalog.enabled or catalog.default_profile is None:
         pytest.skip("the controller under test has GPU acceleration disabled")
-    profile = catalog.default.name
+    profile = catalog.default_profile
 
     created = await _create(jp_fetch, cleanup, gpu={"profile": profile}, preset="medium")
     assert created.code == 201, created.body
@@ -138,4 +138,4 @@ async def test_unknown_profile_is_422_naming_the_available_ones(
     assert response.code == 422
     [error] = _json(response)["detail"]
     assert error["loc"] == ["body", "gpu", "profile"]
-    assert all(name in error["msg"] for name in catalog.names)
+    assert all(profile.name in error["msg"] for profile in catalog.profiles)

@@ -232,6 +232,10 @@ def test_catalog_marks_its_default_profile() -> None:
     catalog = make_catalog()
     assert [p.name for p in catalog.profiles if p.default] == [catalog.default_profile]
     assert [p.name for p in catalog.profiles] == ["nvidia-l4", "mig-1g"]
+    mig = catalog.profile("mig-1g")
+    assert mig is not None
+    assert mig.count == 2
+    assert catalog.profile("h100") is None
 
 
 def test_capabilities_without_gpu_are_a_disabled_catalog() -> None:
@@ -796,35 +800,67 @@ def test_login_without_url_is_a_usage_error(capsys: pytest.CaptureFixture[str]) 
 # -- completion ----------------------------------------------------------------------
 
 
-def test_bash_completion_is_valid_bash() -> None:
-    bash = shutil.which("bash")
-    if bash is None:
-        pytest.skip("bash is not installed")
-    script = completion_script("bash")
-    assert "complete -F _devbox devbox" in script
-    subprocess.run([bash, "-n"], input=script, text=True, check=True)
+def completion_in(tmp_path: Path, shell: str) -> tuple[str, Path]:
+    """The shell's executable and a file holding devbox's completion script for it."""
+    executable = shutil.which(shell)
+    if executable is None:
+        pytest.skip(f"{shell} is not installed")
+    script = tmp_path / f"_devbox.{shell}"
+    script.write_text(completion_script(build_parser(), shell))
+    return executable, script
 
 
-def test_bash_completion_completes_commands(tmp_path: Path) -> None:
-    bash = shutil.which("bash")
-    if bash is None:
-        pytest.skip("bash is not installed")
-    script = tmp_path / "devbox.bash"
-    script.write_text(completion_script("bash"))
-    probe = (
-        f"source {script}\n"
-        'COMP_WORDS=(devbox st); COMP_CWORD=1; _devbox; echo "${COMPREPLY[*]}"\n'
-        'COMP_WORDS=(devbox create x --preset ""); COMP_CWORD=4; _devbox; '
-        'echo "${COMPREPLY[*]}"\n'
+def test_bash_completion_is_valid_bash(tmp_path: Path) -> None:
+    bash, script = completion_in(tmp_path, "bash")
+    assert "complete -o bashdefault -F _shtab_devbox devbox" in script.read_text()
+    subprocess.run([bash, "-n", str(script)], check=True)
+
+
+def test_bash_completion_completes_commands_choices_boxes_and_profiles(tmp_path: Path) -> None:
+    bash, script = completion_in(tmp_path, "bash")
+    # A stand-in devbox on PATH answers the two listings the completion asks for.
+    fake = tmp_path / "bin" / "devbox"
+    fake.parent.mkdir()
+    fake.write_text(
+        '#!/bin/sh\ncase "$*" in\n'
+        '  "list -q") printf "atlas\\nbeta\\nalpha\\n" ;;\n'
+        '  "gpu profiles -q") printf "nvidia-l4\\namd-rocm\\n" ;;\n'
+        "esac\n"
+    )
+    fake.chmod(0o755)
+    lines = [
+        ("devbox st", 1),
+        ('devbox create x --preset ""', 4),
+        ("devbox stop a", 2),
+        ("devbox create x --gpu-profile n", 4),
+    ]
+    probe = f"PATH={fake.parent}:$PATH; source {script}\n" + "".join(
+        f'COMP_WORDS=({words}); COMP_CWORD={cword}; _shtab_devbox; echo "${{COMPREPLY[*]}}"\n'
+        for words, cword in lines
     )
     result = subprocess.run([bash, "-c", probe], text=True, capture_output=True, check=True)
-    assert result.stdout.splitlines() == ["status start stop", "small medium large"]
+    assert result.stdout.splitlines() == [
+        "status start stop",
+        "small medium large",
+        "atlas alpha",
+        "nvidia-l4",
+    ]
 
 
 def test_zsh_completion_is_valid_zsh(tmp_path: Path) -> None:
-    zsh = shutil.which("zsh")
-    if zsh is None:
-        pytest.skip("zsh is not installed")
-    script = tmp_path / "_devbox"
-    script.write_text(completion_script("zsh"))
+    zsh, script = completion_in(tmp_path, "zsh")
     subprocess.run([zsh, "-n", str(script)], check=True)
+
+
+@pytest.mark.parametrize(
+    "load", ['source "$script"', 'source <(cat "$script")', 'eval "$(cat "$script")"']
+)
+def test_zsh_completion_registers_when_sourced_or_evaluated(tmp_path: Path, load: str) -> None:
+    zsh, script = completion_in(tmp_path, "zsh")
+    probe = (
+        f"script={script}; autoload -Uz compinit && compinit -u -d {tmp_path}/zcompdump\n"
+        f"{load}\n"
+        'print -r -- "${_comps[devbox]}"\n'
+    )
+    result = subprocess.run([zsh, "-f", "-c", probe], text=True, capture_output=True, check=True)
+    assert result.stdout.strip() == "_shtab_devbox", result.stderr
