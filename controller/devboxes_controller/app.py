@@ -16,7 +16,6 @@ from typing import Any
 
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
-from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
@@ -26,7 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from devboxes_sdk.models import Health
 
-from .api import Operator, describe_settings, router
+from .api import TITLE, VERSION, Operator, contract, describe_settings, router
 from .auth import require_operator
 from .bodies import body
 from .boxes import Boxes
@@ -218,8 +217,8 @@ def create_app(
             writes.shutdown()
 
     app = FastAPI(
-        title="Devboxes API",
-        version="1",
+        title=TITLE,
+        version=VERSION,
         lifespan=lifespan,
         docs_url=None,
         redoc_url=None,
@@ -256,10 +255,7 @@ def create_app(
     @app.get("/openapi.json", include_in_schema=False)
     async def openapi(_: Operator) -> JSONResponse:
         if app.openapi_schema is None:
-            app.openapi_schema = describe_settings(
-                get_openapi(title=app.title, version=app.version, routes=app.routes),
-                boxes.settings,
-            )
+            app.openapi_schema = describe_settings(contract(), boxes.settings)
         return JSONResponse(app.openapi_schema)
 
     return app
