@@ -30,6 +30,11 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # Builds and installs download from the package index. Below pytest's 600 s limit, so that
 # a stuck step fails with its own output.
 TIMEOUT = 540
+# What jupyter-server asks the package for, with the server's log on stderr.
+EXTENSION_POINTS = (
+    "import logging, devboxes_jupyter; logging.basicConfig(level=logging.INFO);"
+    "print(devboxes_jupyter._jupyter_server_extension_points())"
+)
 
 
 def run(
@@ -160,11 +165,14 @@ def test_base_install_works_and_needs_no_jupyter(dist: Dist, venv: Venv) -> None
 def test_jupyter_server_of_other_origin_then_the_extras(dist: Dist, venv: Venv) -> None:
 
     # A Jupyter server that came from elsewhere, next to the base install: the shipped
-    # config enables the extension, and it loads without JupyterLab or ipywidgets.
+    # config names the extension, which stays off without the [jupyter] extra and says so.
     venv.install(str(dist.wheel), "jupyter-server")
     servers = venv.server_extensions()
     assert "devboxes_jupyter enabled" in servers, servers
     assert f"devboxes_jupyter {VERSION} OK" in servers, servers
+    off = venv.run("python", "-c", EXTENSION_POINTS)
+    assert off.stdout.strip() == "[]"
+    assert "devboxes_jupyter is off: the [jupyter] extra is not installed" in off.stderr
 
     venv.install(f"{dist.wheel}[controller,jupyter]")
     assert venv.stdout("devbox", "--version") == f"devbox {VERSION}"
@@ -182,6 +190,9 @@ def test_jupyter_server_of_other_origin_then_the_extras(dist: Dist, venv: Venv) 
     servers = venv.server_extensions()
     assert "devboxes_jupyter enabled" in servers, servers
     assert f"devboxes_jupyter {VERSION} OK" in servers, servers
+    on = venv.run("python", "-c", EXTENSION_POINTS)
+    assert "DevboxesJupyterApp" in on.stdout
+    assert "devboxes_jupyter is off" not in on.stderr
     labextensions = venv.labextensions()
     # The prebuilt labextension must carry the same version as the Python package.
     assert f"devboxes-jupyter v{VERSION} enabled OK (python, devboxes)" in labextensions, (
