@@ -25,6 +25,7 @@ from devboxes_jupyter.provisioner import box_name
 from labserver import KernelChannels, KernelLab, Lab, running_kernel_lab
 from sshd import loopback_sshd, need_sshd
 from support import wait_for
+from test_jupyter_logo import png_size
 
 from devboxes_sdk import models
 from devboxes_sdk.client import Client, Devbox
@@ -102,6 +103,16 @@ def test_kernelspecs_offer_cpu_and_every_profile(
     for name, display in expected.items():
         assert specs[name]["spec"]["display_name"] == display
         assert specs[name]["spec"]["interrupt_mode"] == "message"
+        # The Launcher shows the logos the Lab serves from the kernelspec's folder.
+        for size in (32, 64):
+            logo = requests.get(
+                f"{setup.lab.url}{specs[name]['resources'][f'logo-{size}x{size}']}",
+                headers={"Authorization": f"token {setup.lab.token}"},
+                timeout=10,
+            )
+            assert logo.status_code == 200
+            assert logo.headers["Content-Type"] == "image/png"
+            assert png_size(logo.content) == (size, size)
 
 
 def test_kernel_runs_in_the_box_interrupts_restarts_and_shuts_down(
