@@ -12,7 +12,7 @@ TESTBED := PYTHONPATH=testbed $(PY) -m devboxes_testbed
 $(STAMP): pyproject.toml jupyter_ext/package.json
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,controller,jupyter]'
+	SKIP_JUPYTER_BUILDER=1 $(PY) -m pip install --quiet -e '.[dev,controller,jupyter]'
 	@touch $@
 
 venv: $(STAMP)
@@ -62,7 +62,7 @@ openapi: $(STAMP) $(NODE_DEPS)
 
 # Rebuild the prebuilt JupyterLab extension shipped in the wheel (needs Node.js).
 labextension: $(STAMP) $(NODE_DEPS)
-	cd jupyter_ext && npx tsc && PATH=$(CURDIR)/$(VENV)/bin:$$PATH jupyter labextension build .
+	cd jupyter_ext && PATH=$(CURDIR)/$(VENV)/bin:$$PATH npm run build
 
 clean:
 	rm -rf $(VENV) .devboxes .mypy_cache .ruff_cache
