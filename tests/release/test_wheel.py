@@ -53,9 +53,18 @@ class Dist:
 
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory: pytest.TempPathFactory) -> Dist:
-    """`python -m build`: the sdist, then the wheel built from that sdist alone."""
+    """`python -m build`: the sdist, then the wheel built from that sdist alone.
+
+    Both take the committed labextension as it is: an npm that fails if called stands
+    first on PATH, as if the build machine had no Node.js.
+    """
     out = tmp_path_factory.mktemp("dist")
-    run([sys.executable, "-m", "build", "--outdir", str(out), str(REPO)], cwd=out)
+    no_node = tmp_path_factory.mktemp("no-node")
+    for tool in ("npm", "node", "jlpm"):
+        (no_node / tool).write_text(f"#!/bin/sh\necho '{tool} must not run' >&2\nexit 1\n")
+        (no_node / tool).chmod(0o755)
+    env = {**os.environ, "PATH": f"{no_node}{os.pathsep}{os.environ['PATH']}"}
+    run([sys.executable, "-m", "build", "--outdir", str(out), str(REPO)], cwd=out, env=env)
     (wheel,) = out.glob("*.whl")
     (sdist,) = out.glob("*.tar.gz")
     return Dist(wheel, sdist)
