@@ -10,6 +10,7 @@ export type Capabilities = Schemas['Capabilities'];
 export type GpuProfile = Schemas['GpuProfile'];
 export type GpuAllocation = Schemas['GpuAllocation'];
 export type GpuAvailability = Schemas['GpuAvailability'];
+export type ProfileAvailability = Schemas['ProfileAvailability'];
 export type Devbox = Schemas['Devbox'];
 export type DevboxCreate = Schemas['DevboxCreate'];
 export type DeleteResult = Schemas['DeleteResult'];

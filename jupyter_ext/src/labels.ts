@@ -2,7 +2,13 @@
  * How boxes, accelerators and kernels read in the sidebar: the same words as the
  * Python widgets (devboxes_jupyter/labels.py) and the kernelspecs.
  */
-import { Devbox, GpuAllocation, GpuAvailability, GpuProfile } from './api';
+import {
+  Devbox,
+  GpuAllocation,
+  GpuAvailability,
+  GpuProfile,
+  ProfileAvailability
+} from './api';
 
 export const CPU_ONLY = 'CPU only';
 export const GPU_DISABLED_NOTE =
@@ -27,7 +33,7 @@ export function profileLabel(profile: GpuProfile, availability?: GpuAvailability
 }
 
 /** " — 1 of 2 free, 1 waiting", or " — free count unknown" when the controller cannot count. */
-export function freeText(entry: NonNullable<GpuAvailability['profiles']>[number]): string {
+function freeText(entry: ProfileAvailability): string {
   if (typeof entry.available !== 'number' || typeof entry.capacity !== 'number') {
     return ' — free count unknown';
   }
@@ -46,7 +52,7 @@ export function reason(devbox: Devbox): string {
 }
 
 /** "starting — Scheduling blocked: ...": the state, then the controller's words if any. */
-export function statusLine(devbox: Devbox): string {
+function statusLine(devbox: Devbox): string {
   const message = (devbox.message ?? '').trim();
   return message ? `${devbox.state} — ${message}` : devbox.state;
 }
