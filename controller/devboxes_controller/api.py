@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from fastapi.openapi.utils import get_openapi
 
 from devboxes_sdk.models import (
     API_PREFIX,
@@ -77,6 +78,14 @@ def _name(name: str) -> str:
 
 
 router = APIRouter(prefix=API_PREFIX, responses=ERRORS)
+TITLE = "Devboxes API"
+VERSION = "1"
+
+
+def contract() -> dict[str, Any]:
+    """The OpenAPI document of ``/api/v1`` as the code defines it, before any operator's
+    limits are written in: the source of the extension's generated TypeScript types."""
+    return get_openapi(title=TITLE, version=VERSION, routes=router.routes)
 
 
 def describe_settings(document: dict[str, Any], settings: Settings) -> dict[str, Any]:

@@ -15,7 +15,6 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
-from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException
@@ -24,7 +23,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from devboxes_sdk.models import Health, field_errors
 
-from .api import Operator, describe_settings, router
+from .api import TITLE, VERSION, Operator, contract, describe_settings, router
 from .auth import require_operator
 from .bodies import body
 from .dashboard import mount_dashboard, set_session_cookie
@@ -204,8 +203,8 @@ def create_app(
             writes.shutdown()
 
     app = FastAPI(
-        title="Devboxes API",
-        version="1",
+        title=TITLE,
+        version=VERSION,
         lifespan=lifespan,
         docs_url=None,
         redoc_url=None,
@@ -243,10 +242,7 @@ def create_app(
     @app.get("/openapi.json", include_in_schema=False)
     async def openapi(_: Operator) -> JSONResponse:
         if app.openapi_schema is None:
-            app.openapi_schema = describe_settings(
-                get_openapi(title=app.title, version=app.version, routes=app.routes),
-                store.settings,
-            )
+            app.openapi_schema = describe_settings(contract(), store.settings)
         return JSONResponse(app.openapi_schema)
 
     return app

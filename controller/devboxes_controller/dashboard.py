@@ -26,7 +26,11 @@ from .sessions import COOKIE, SessionStore, csrf_matches
 from .store import BoxStore
 
 STATIC = Path(__file__).resolve().parent / "static"
-ASSETS = {"dashboard.js": "text/javascript", "dashboard.css": "text/css"}
+ASSETS = {
+    "labels.js": "text/javascript",
+    "dashboard.js": "text/javascript",
+    "dashboard.css": "text/css",
+}
 PAGE_CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; "
     "connect-src 'self'; form-action 'self'; base-uri 'none'; object-src 'none'; "

@@ -177,28 +177,21 @@ class DevboxHandler(DevboxesHandler):
         await self._respond(lambda client: client.delete(name, purge=purge).model_dump(mode="json"))
 
 
-class DevboxStartHandler(DevboxesHandler):
+# What POST .../start and .../stop do; the route takes exactly these words.
+ACTIONS: dict[str, Callable[[Client, str], Devbox]] = {"start": Client.start, "stop": Client.stop}
+
+
+class DevboxActionHandler(DevboxesHandler):
     @web.authenticated
     @authorized
-    async def post(self, name: str) -> None:
+    async def post(self, name: str, action: str) -> None:
         try:
             name = parse_name(name)
         except RequestRejected as error:
             self._reject(error)
             return
-        await self._respond(lambda client: _box_json(client.start(name)))
-
-
-class DevboxStopHandler(DevboxesHandler):
-    @web.authenticated
-    @authorized
-    async def post(self, name: str) -> None:
-        try:
-            name = parse_name(name)
-        except RequestRejected as error:
-            self._reject(error)
-            return
-        await self._respond(lambda client: _box_json(client.stop(name)))
+        call = ACTIONS[action]
+        await self._respond(lambda client: _box_json(call(client, name)))
 
 
 class WatchHandler(DevboxesHandler):
@@ -216,6 +209,9 @@ class WatchHandler(DevboxesHandler):
         self._reply(200, await watcher.wait(query.after, query.timeout))
 
 
+_ACTION = f"(?P<action>{'|'.join(ACTIONS)})"
+
+
 def routes() -> list[tuple[str, type[DevboxesHandler]]]:
     """Every route of the extension, relative to the server's base URL."""
     return [
@@ -223,6 +219,5 @@ def routes() -> list[tuple[str, type[DevboxesHandler]]]:
         (f"{API_ROOT}/watch", WatchHandler),
         (f"{API_ROOT}/devboxes", DevboxCollectionHandler),
         (f"{API_ROOT}/devboxes/{_NAME}", DevboxHandler),
-        (f"{API_ROOT}/devboxes/{_NAME}/start", DevboxStartHandler),
-        (f"{API_ROOT}/devboxes/{_NAME}/stop", DevboxStopHandler),
+        (f"{API_ROOT}/devboxes/{_NAME}/{_ACTION}", DevboxActionHandler),
     ]

@@ -6,6 +6,7 @@ because the catalog belongs to the controller and may change while Jupyter runs.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -14,11 +15,14 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from devboxes_jupyter.logo import chip_png
 from devboxes_jupyter.provisioner import PROVISIONER_NAME
 from devboxes_sdk import models
 
 PREFIX = "devbox-"
 CPU_KERNEL = f"{PREFIX}cpu"
+# The sizes the Launcher and the kernel picker look for, as logo-WxH.png.
+LOGO_SIZES = (32, 64)
 
 
 def kernel_name(profile: models.GpuProfile | None) -> str:
@@ -58,9 +62,20 @@ def write_kernelspecs(
     for name, spec in wanted.items():
         folder = directory / name
         folder.mkdir(exist_ok=True)
-        # Replaced atomically: the kernelspec listing may read it at any moment.
-        descriptor, temporary = tempfile.mkstemp(dir=folder, suffix=".tmp")
-        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-            json.dump(spec, handle, indent=1)
-        os.replace(temporary, folder / "kernel.json")
+        for size in LOGO_SIZES:
+            _replace(folder / f"logo-{size}x{size}.png", _logo(size))
+        _replace(folder / "kernel.json", json.dumps(spec, indent=1).encode())
     return sorted(wanted)
+
+
+@functools.cache
+def _logo(size: int) -> bytes:
+    return chip_png(size)
+
+
+def _replace(path: Path, data: bytes) -> None:
+    """Replaced atomically: the kernelspec listing may read the folder at any moment."""
+    descriptor, temporary = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    with os.fdopen(descriptor, "wb") as handle:
+        handle.write(data)
+    os.replace(temporary, path)

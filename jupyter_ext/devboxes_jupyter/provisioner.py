@@ -35,6 +35,7 @@ from tornado import web
 from traitlets import Enum, Float, Int, Unicode
 
 from devboxes_jupyter import progress
+from devboxes_jupyter.labels import CPU_ONLY
 from devboxes_sdk import models
 from devboxes_sdk.client import Client, Devbox
 from devboxes_sdk.errors import BoxNotReady, DevboxesError, NotFound
@@ -201,9 +202,15 @@ class DevboxKernelProvisioner(LocalProvisioner):
             created = True
         have = box.gpu.profile if box.gpu else None
         if have != wanted:
+            # In the profiles' display names, as the kernelspecs and the sidebar name them.
+            catalog = {
+                profile.name: profile.display_name for profile in client.capabilities().gpu.profiles
+            }
             raise self._fail(
-                f"box {name} exists with accelerator {have or 'CPU only'}, not "
-                f"{wanted or 'CPU only'}; delete it or set DevboxKernelProvisioner.owner"
+                f"box {name} exists with accelerator "
+                f"{box.gpu.display_name if box.gpu else CPU_ONLY}, not "
+                f"{catalog.get(wanted, wanted) if wanted else CPU_ONLY}; "
+                "delete it or set DevboxKernelProvisioner.owner"
             )
         if box.state is models.DevboxState.STOPPED:
             self._report("starting", f"starting stopped box {name}")

@@ -1,62 +1,23 @@
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
-/** A profile of the operator's GPU catalog, as discovery shows it. */
-export interface IGpuProfile {
-  name: string;
-  display_name: string;
-  description?: string | null;
-  resource_name: string;
-  count: number;
-  default: boolean;
-}
+import { components, devboxCreatePresetValues } from './openapi';
 
-export interface ICapabilities {
-  gpu: {
-    enabled: boolean;
-    default_profile: string | null;
-    profiles: IGpuProfile[];
-  };
-}
+type Schemas = components['schemas'];
 
-export interface IGpuAllocation {
-  profile: string;
-  display_name: string;
-  resource_name: string;
-  count: number;
-}
+// The controller's bodies, generated from its OpenAPI document (see openapi.ts).
+export type Capabilities = Schemas['Capabilities'];
+export type GpuProfile = Schemas['GpuProfile'];
+export type GpuAllocation = Schemas['GpuAllocation'];
+export type GpuAvailability = Schemas['GpuAvailability'];
+export type ProfileAvailability = Schemas['ProfileAvailability'];
+export type Devbox = Schemas['Devbox'];
+export type DevboxCreate = Schemas['DevboxCreate'];
+export type DeleteResult = Schemas['DeleteResult'];
+type FieldError = Schemas['FieldError'];
 
-export type DevboxState = 'starting' | 'ready' | 'stopped' | 'degraded';
-
-export interface IDevbox {
-  name: string;
-  state: DevboxState;
-  preset: string;
-  created_at: string;
-  expires_at: string | null;
-  ssh_command: string | null;
-  message: string | null;
-  gpu: IGpuAllocation | null;
-  pod_name?: string | null;
-  repository?: string | null;
-  /** One-line reason, when the controller offers it. */
-  summary?: string | null;
-  /** The scheduler's full account, when the controller offers it. */
-  scheduling_detail?: string | null;
-}
-
-/** One profile's devices, when the controller offers `GET /api/v1/gpu/availability`. */
-export interface IProfileAvailability {
-  name: string;
-  available: number;
-  capacity: number;
-  waiting: number;
-}
-
-export interface IAvailability {
-  observed_at?: string;
-  profiles: IProfileAvailability[];
-}
+/** The presets a create may name, in the order the API lists them. */
+export const PRESETS = devboxCreatePresetValues;
 
 /** What a devbox kernel start is doing (see devboxes_jupyter/progress.py). */
 export interface IKernelProgress {
@@ -71,19 +32,12 @@ export interface IKernelProgress {
 /** The server extension's view, answered by the watch route once it changes. */
 export interface IView {
   version: number;
-  items: IDevbox[] | null;
+  items: Devbox[] | null;
   observed_at: string | null;
   error: string | null;
-  availability: IAvailability | null;
+  availability: GpuAvailability | null;
   kernels: IKernelProgress[];
   poll_interval: number;
-}
-
-export interface ICreateRequest {
-  name: string;
-  preset: string;
-  ttl_hours: number;
-  gpu: { profile: string } | null;
 }
 
 /** An error answered by the server extension, with the controller's own words. */
@@ -96,11 +50,6 @@ export class DevboxesApiError extends Error {
   }
 }
 
-interface IFieldError {
-  loc?: (string | number)[];
-  msg: string;
-}
-
 /** Turns an error body's `detail` (a message or a list of field errors) into one sentence. */
 export function describeDetail(detail: unknown): string {
   if (typeof detail === 'string') {
@@ -108,7 +57,7 @@ export function describeDetail(detail: unknown): string {
   }
   if (Array.isArray(detail)) {
     return detail
-      .map((item: IFieldError) => {
+      .map((item: FieldError) => {
         const field = (item.loc ?? []).filter(part => part !== 'body').join('.');
         return field ? `${field}: ${item.msg}` : item.msg;
       })
@@ -153,12 +102,26 @@ async function request<T>(
   return body as T;
 }
 
-export function getCapabilities(): Promise<ICapabilities> {
-  return request<ICapabilities>('capabilities');
+export function getCapabilities(): Promise<Capabilities> {
+  return request<Capabilities>('capabilities');
 }
 
-export function createDevbox(body: ICreateRequest): Promise<IDevbox> {
-  return request<IDevbox>('devboxes', {
+/**
+ * Whether this Jupyter server runs the Devboxes server extension: JupyterLab loads the
+ * labextension from every install, but the server extension needs the [jupyter] extra.
+ */
+export async function serverExtensionLoaded(): Promise<boolean> {
+  try {
+    await watch(-1, 0);
+    return true;
+  } catch (error) {
+    // Any other failure is the sidebar's to show.
+    return !(error instanceof DevboxesApiError && error.status === 404);
+  }
+}
+
+export function createDevbox(body: DevboxCreate): Promise<Devbox> {
+  return request<Devbox>('devboxes', {
     method: 'POST',
     body: JSON.stringify(body)
   });
@@ -169,30 +132,15 @@ export function watch(after: number, timeoutSeconds: number): Promise<IView> {
   return request<IView>('watch', {}, { after: String(after), timeout: String(timeoutSeconds) });
 }
 
-export function startDevbox(name: string): Promise<IDevbox> {
-  return request<IDevbox>(`devboxes/${encodeURIComponent(name)}/start`, { method: 'POST' });
+/** `start` or `stop` a box; the answer is the box as the controller then reports it. */
+export function changeDevbox(name: string, action: 'start' | 'stop'): Promise<Devbox> {
+  return request<Devbox>(`devboxes/${encodeURIComponent(name)}/${action}`, { method: 'POST' });
 }
 
-export function stopDevbox(name: string): Promise<IDevbox> {
-  return request<IDevbox>(`devboxes/${encodeURIComponent(name)}/stop`, { method: 'POST' });
-}
-
-export function deleteDevbox(
-  name: string,
-  purge: boolean
-): Promise<{ name: string; purged: boolean; message: string }> {
-  return request(
+export function deleteDevbox(name: string, purge: boolean): Promise<DeleteResult> {
+  return request<DeleteResult>(
     `devboxes/${encodeURIComponent(name)}`,
     { method: 'DELETE' },
     { purge: purge ? 'true' : 'false' }
-  );
-}
-
-/** Asks the controller to hold the answer until the box is ready, degraded or `timeout` passes. */
-export function waitDevbox(name: string, timeoutSeconds: number): Promise<IDevbox> {
-  return request<IDevbox>(
-    `devboxes/${encodeURIComponent(name)}`,
-    {},
-    { wait: 'ready', timeout: String(timeoutSeconds) }
   );
 }

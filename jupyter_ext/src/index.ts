@@ -7,6 +7,7 @@ import { ICommandPalette } from '@jupyterlab/apputils';
 import { ILauncher } from '@jupyterlab/launcher';
 import { LabIcon } from '@jupyterlab/ui-components';
 
+import { serverExtensionLoaded } from './api';
 import { DevboxSidebar } from './sidebar';
 
 const COMMAND = 'devboxes:open-panel';
@@ -26,12 +27,18 @@ const plugin: JupyterFrontEndPlugin<void> = {
   description: 'Create GPU Devboxes from JupyterLab.',
   autoStart: true,
   optional: [ILauncher, ICommandPalette, ILayoutRestorer],
-  activate: (
+  activate: async (
     app: JupyterFrontEnd,
     launcher: ILauncher | null,
     palette: ICommandPalette | null,
     restorer: ILayoutRestorer | null
   ) => {
+    if (!(await serverExtensionLoaded())) {
+      console.info(
+        "Devboxes: this Jupyter server does not run the devboxes_jupyter extension (install 'devboxes[jupyter]'); the sidebar is left out."
+      );
+      return;
+    }
     const sidebar = new DevboxSidebar();
     sidebar.title.icon = gpuIcon;
     sidebar.title.caption = 'Devboxes';

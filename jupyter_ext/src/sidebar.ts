@@ -12,20 +12,28 @@ import {
 import { Widget } from '@lumino/widgets';
 
 import {
+  Capabilities,
+  changeDevbox,
   createDevbox,
   deleteDevbox,
+  Devbox,
   getCapabilities,
-  ICapabilities,
-  IDevbox,
   IKernelProgress,
   IView,
-  startDevbox,
-  stopDevbox,
+  PRESETS,
   watch
 } from './api';
-import { autoStop, CPU_ONLY, detail, normalizeName, profileLabel, reason } from './labels';
-
-const PRESETS = ['small', 'medium', 'large'];
+import {
+  allocationLabel,
+  autoStopLabel,
+  CPU_NOTE,
+  CPU_ONLY,
+  detail,
+  GPU_DISABLED_NOTE,
+  kernelTitle,
+  profileLabel,
+  reason
+} from './labels';
 /** Seconds the server may hold one watch; it answers sooner when anything changes. */
 const WATCH_SECONDS = 25;
 /** Pause before watching again after the server could not answer. */
@@ -109,7 +117,7 @@ export class DevboxSidebar extends Widget {
   private readonly statusLine: HTMLElement;
   private readonly kernelList: HTMLElement;
   private readonly boxList: HTMLElement;
-  private capabilities: ICapabilities | null = null;
+  private capabilities: Capabilities | null = null;
   private view: IView | null = null;
   private readonly expanded = new Set<string>();
   private readonly notices = new Map<string, string>();
@@ -230,7 +238,7 @@ export class DevboxSidebar extends Widget {
     }
     const chosen = this.acceleratorSelect.value;
     this.acceleratorSelect.replaceChildren(element('option', { value: '' }, CPU_ONLY));
-    for (const profile of gpu.profiles) {
+    for (const profile of gpu.profiles ?? []) {
       const option = element(
         'option',
         { value: profile.name },
@@ -249,25 +257,17 @@ export class DevboxSidebar extends Widget {
   private describeAccelerator(): void {
     const gpu = this.capabilities?.gpu;
     if (gpu && !gpu.enabled) {
-      this.acceleratorHelp.textContent =
-        'GPU acceleration is disabled by the operator: new boxes get CPU only.';
+      this.acceleratorHelp.textContent = GPU_DISABLED_NOTE;
       return;
     }
-    const chosen = gpu?.profiles.find(p => p.name === this.acceleratorSelect.value);
+    const chosen = gpu?.profiles?.find(p => p.name === this.acceleratorSelect.value);
     this.acceleratorHelp.textContent = chosen
-      ? (chosen.description ?? '')
-      : 'No accelerator: the box gets CPU and memory only.';
+      ? chosen.description || profileLabel(chosen)
+      : CPU_NOTE;
   }
 
   private async create(): Promise<void> {
     this.errorBox.textContent = '';
-    let name: string;
-    try {
-      name = normalizeName(this.nameInput.value);
-    } catch (error) {
-      this.errorBox.textContent = (error as Error).message;
-      return;
-    }
     const ttl = Number(this.ttlInput.value);
     if (!Number.isInteger(ttl) || ttl < 1) {
       this.errorBox.textContent = 'Auto-stop must be a whole number of hours, at least 1.';
@@ -276,9 +276,10 @@ export class DevboxSidebar extends Widget {
     const profile = this.acceleratorSelect.value;
     this.createButton.disabled = true;
     try {
+      // The server checks the name with the API's own rule and says what is wrong.
       await createDevbox({
-        name,
-        preset: this.presetSelect.value,
+        name: this.nameInput.value,
+        preset: this.presetSelect.value as (typeof PRESETS)[number],
         ttl_hours: ttl,
         gpu: profile ? { profile } : null
       });
@@ -337,10 +338,7 @@ export class DevboxSidebar extends Widget {
           'data-phase': k.phase,
           'data-testid': `devbox-kernel-${k.box}`
         });
-        item.append(
-          element('strong', {}, `Kernel on ${k.profile || 'CPU'}`),
-          element('span', {}, k.message)
-        );
+        item.append(element('strong', {}, this.kernelTitle(k)), element('span', {}, k.message));
         return item;
       })
     );
@@ -352,7 +350,7 @@ export class DevboxSidebar extends Widget {
     const seen = new Set<string>();
     for (const k of kernels) {
       seen.add(k.kernel_id);
-      const text = `Python 3 on ${k.profile || 'CPU'} (devbox): ${k.message}`;
+      const text = `${this.kernelTitle(k)}: ${k.message}`;
       const id = this.notices.get(k.kernel_id);
       const type = k.phase === 'failed' ? 'error' : k.phase === 'running' ? 'success' : 'in-progress';
       const autoClose = type === 'in-progress' ? false : 5000;
@@ -372,7 +370,11 @@ export class DevboxSidebar extends Widget {
     }
   }
 
-  private row(box: IDevbox): HTMLLIElement {
+  private kernelTitle(progress: IKernelProgress): string {
+    return kernelTitle(progress.profile, this.capabilities?.gpu?.profiles ?? []);
+  }
+
+  private row(box: Devbox): HTMLLIElement {
     const item = element('li', {
       class: 'jp-Devboxes-box',
       'data-state': box.state,
@@ -409,10 +411,10 @@ export class DevboxSidebar extends Widget {
       )
     );
     const facts = element('div', { class: 'jp-Devboxes-facts' });
-    facts.append(
-      element('span', {}, box.gpu ? box.gpu.display_name : CPU_ONLY),
-      element('span', {}, autoStop(box))
-    );
+    facts.append(element('span', {}, allocationLabel(box.gpu)));
+    if (box.state !== 'stopped') {
+      facts.append(element('span', {}, `auto-stop ${autoStopLabel(box)}`));
+    }
     const why = element(
       'div',
       { class: 'jp-Devboxes-reason', 'data-testid': `devbox-status-${box.name}` },
@@ -422,13 +424,13 @@ export class DevboxSidebar extends Widget {
     if (box.state === 'stopped') {
       actions.append(
         button(runIcon, 'Start', `devbox-start-${box.name}`, () =>
-          this.act(`start ${box.name}`, () => startDevbox(box.name))
+          this.act(`start ${box.name}`, () => changeDevbox(box.name, 'start'))
         )
       );
     } else {
       actions.append(
         button(stopIcon, 'Stop', `devbox-stop-${box.name}`, () =>
-          this.act(`stop ${box.name}`, () => stopDevbox(box.name))
+          this.act(`stop ${box.name}`, () => changeDevbox(box.name, 'stop'))
         )
       );
     }

@@ -18,6 +18,8 @@ import requests
 from controllers import ControllerProcess, example_settings
 from support import CHROMIUM, CHROMIUM_ARGS, wait_for
 
+from devboxes_sdk import models
+
 pytestmark = pytest.mark.browser
 
 REPO = Path(__file__).resolve().parents[2]
@@ -134,6 +136,12 @@ def test_dashboard_in_chromium(
         assert page.evaluate("localStorage.length + sessionStorage.length") == 0
         assert controller.token not in page.content()
 
+        # The presets are those the API describes, its default chosen.
+        presets = page.locator("#box-preset option")
+        expect(presets).to_have_text(list(models.PRESETS))
+        default_preset = models.DevboxCreate.model_fields["preset"].default
+        expect(page.locator("#box-preset")).to_have_value(default_preset)
+
         # The selector: CPU only first and chosen, then every profile with its description.
         radios = page.locator('input[name="accelerator"]')
         expect(radios).to_have_count(len(profiles) + 1)
@@ -181,7 +189,9 @@ def test_dashboard_in_chromium(
 
         create_l4(first)
         first_row = page.locator(f'tr[data-box="{first}"]')
-        expect(first_row.locator(".col-accelerator")).to_have_text("NVIDIA L4 (1 × nvidia.com/gpu)")
+        expect(first_row.locator(".col-accelerator")).to_have_text("NVIDIA L4 · 1 × nvidia.com/gpu")
+        # A day's auto-stop, counted down in the words of the Jupyter sidebar and widgets.
+        expect(first_row.locator(".col-autostop")).to_have_text(re.compile(r"^in 23 h \d+ min$"))
         expect(first_row.locator(".col-state")).to_have_text("ready", timeout=READY_MS)
         expect(first_row.locator(".col-ssh")).to_contain_text("ssh")
 

@@ -200,6 +200,9 @@ def test_assets_are_served_from_an_allowlist(controller: ControllerProcess) -> N
     assert script.status_code == 200
     assert script.headers["content-type"].startswith("text/javascript")
     assert "EventSource" in script.text
+    labels = requests.get(f"{controller.url}/dashboard/static/labels.js", timeout=10)
+    assert labels.headers["content-type"].startswith("text/javascript")
+    assert "autoStopLabel" in labels.text
     style = requests.get(f"{controller.url}/dashboard/static/dashboard.css", timeout=10)
     assert style.headers["content-type"].startswith("text/css")
     for name in ("dashboard.html", "login.html", "..%2Fauth.py"):

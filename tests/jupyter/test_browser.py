@@ -252,6 +252,10 @@ def test_launcher_tile_opens_the_sidebar_and_its_picker_creates_gpu_boxes(
 
     accelerator = page.get_by_test_id("devbox-accelerator")
     expect(accelerator).to_be_visible()
+    # The presets are those of the API's description of a create.
+    expect(page.get_by_test_id("devbox-preset").locator("option")).to_have_text(
+        list(models.PRESETS)
+    )
     expect(accelerator.locator("option").nth(1)).to_be_attached()
     expect(accelerator).to_have_value("")
     expect(accelerator.locator("option").first).to_have_text("CPU only")
@@ -315,6 +319,10 @@ def test_devbox_kernel_from_the_launcher_runs_a_cell(
     # sidebar shows what it is doing.
     progress = sidebar.get_by_test_id(f"devbox-kernel-{name}")
     expect(progress).to_contain_text("over SSH", timeout=READY_TIMEOUT_MS)
+    # The sidebar and the toast name the kernel by the profile's display name.
+    title = f"Python 3 on {profile.display_name} (devbox)"
+    expect(progress).to_contain_text(title)
+    expect(page.locator(".Toastify__toast", has_text=f"{title}:").first).to_be_visible()
     page.screenshot(path=str(IMAGES / "jupyter-kernel-progress.png"))
 
     port = controller_client.get(name).ssh_port

@@ -25,6 +25,7 @@ from devboxes_jupyter.provisioner import box_name
 from labserver import KernelChannels, KernelLab, Lab, running_kernel_lab
 from sshd import loopback_sshd, need_sshd
 from support import wait_for
+from test_jupyter_logo import png_size
 
 from devboxes_sdk import models
 from devboxes_sdk.client import Client, Devbox
@@ -102,6 +103,16 @@ def test_kernelspecs_offer_cpu_and_every_profile(
     for name, display in expected.items():
         assert specs[name]["spec"]["display_name"] == display
         assert specs[name]["spec"]["interrupt_mode"] == "message"
+        # The Launcher shows the logos the Lab serves from the kernelspec's folder.
+        for size in (32, 64):
+            logo = requests.get(
+                f"{setup.lab.url}{specs[name]['resources'][f'logo-{size}x{size}']}",
+                headers={"Authorization": f"token {setup.lab.token}"},
+                timeout=10,
+            )
+            assert logo.status_code == 200
+            assert logo.headers["Content-Type"] == "image/png"
+            assert png_size(logo.content) == (size, size)
 
 
 def test_kernel_runs_in_the_box_interrupts_restarts_and_shuts_down(
@@ -232,6 +243,23 @@ def test_failures_end_the_start_with_one_message(
         assert "/nonexistent/python3 is not installed there" in message
 
     assert list(setup.lab.api("GET", "api/kernels")) == []
+
+
+def test_a_box_with_another_accelerator_is_refused_in_display_names(
+    setup: KernelLab, controller_client: Client, boxes: list[str]
+) -> None:
+    profile = controller_client.capabilities().gpu.get("nvidia-l4")
+    if profile is None:
+        pytest.skip("the controller under test has no nvidia-l4 profile")
+    name = box_name(setup.owner, profile.name)
+    boxes.append(name)
+    # A CPU box under the name the L4 kernel would use: never silently reused.
+    controller_client.create(name, ttl_hours=1)
+    wait_for(lambda: f"devbox-{profile.name}" in _kernelspecs(setup.lab), timeout=60)
+    message = _refused(_start_kernel(setup.lab, f"devbox-{profile.name}"))
+    assert message.startswith(
+        f"box {name} exists with accelerator CPU only, not {profile.display_name}; "
+    )
 
 
 class _Blocked(Exception):

@@ -30,6 +30,11 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # Builds and installs download from the package index. Below pytest's 600 s limit, so that
 # a stuck step fails with its own output.
 TIMEOUT = 540
+# What jupyter-server asks the package for, with the server's log on stderr.
+EXTENSION_POINTS = (
+    "import logging, devboxes_jupyter; logging.basicConfig(level=logging.INFO);"
+    "print(devboxes_jupyter._jupyter_server_extension_points())"
+)
 
 
 def run(
@@ -48,9 +53,18 @@ class Dist:
 
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory: pytest.TempPathFactory) -> Dist:
-    """`python -m build`: the sdist, then the wheel built from that sdist alone."""
+    """`python -m build`: the sdist, then the wheel built from that sdist alone.
+
+    Both take the committed labextension as it is: an npm that fails if called stands
+    first on PATH, as if the build machine had no Node.js.
+    """
     out = tmp_path_factory.mktemp("dist")
-    run([sys.executable, "-m", "build", "--outdir", str(out), str(REPO)], cwd=out)
+    no_node = tmp_path_factory.mktemp("no-node")
+    for tool in ("npm", "node", "jlpm"):
+        (no_node / tool).write_text(f"#!/bin/sh\necho '{tool} must not run' >&2\nexit 1\n")
+        (no_node / tool).chmod(0o755)
+    env = {**os.environ, "PATH": f"{no_node}{os.pathsep}{os.environ['PATH']}"}
+    run([sys.executable, "-m", "build", "--outdir", str(out), str(REPO)], cwd=out, env=env)
     (wheel,) = out.glob("*.whl")
     (sdist,) = out.glob("*.tar.gz")
     return Dist(wheel, sdist)
@@ -160,11 +174,14 @@ def test_base_install_works_and_needs_no_jupyter(dist: Dist, venv: Venv) -> None
 def test_jupyter_server_of_other_origin_then_the_extras(dist: Dist, venv: Venv) -> None:
 
     # A Jupyter server that came from elsewhere, next to the base install: the shipped
-    # config enables the extension, and it loads without JupyterLab or ipywidgets.
+    # config names the extension, which stays off without the [jupyter] extra and says so.
     venv.install(str(dist.wheel), "jupyter-server")
     servers = venv.server_extensions()
     assert "devboxes_jupyter enabled" in servers, servers
     assert f"devboxes_jupyter {VERSION} OK" in servers, servers
+    off = venv.run("python", "-c", EXTENSION_POINTS)
+    assert off.stdout.strip() == "[]"
+    assert "devboxes_jupyter is off: the [jupyter] extra is not installed" in off.stderr
 
     venv.install(f"{dist.wheel}[controller,jupyter]")
     assert venv.stdout("devbox", "--version") == f"devbox {VERSION}"
@@ -182,6 +199,9 @@ def test_jupyter_server_of_other_origin_then_the_extras(dist: Dist, venv: Venv) 
     servers = venv.server_extensions()
     assert "devboxes_jupyter enabled" in servers, servers
     assert f"devboxes_jupyter {VERSION} OK" in servers, servers
+    on = venv.run("python", "-c", EXTENSION_POINTS)
+    assert "DevboxesJupyterApp" in on.stdout
+    assert "devboxes_jupyter is off" not in on.stderr
     labextensions = venv.labextensions()
     # The prebuilt labextension must carry the same version as the Python package.
     assert f"devboxes-jupyter v{VERSION} enabled OK (python, devboxes)" in labextensions, (

@@ -7,6 +7,7 @@
   const ttlMax = Number(document.querySelector('meta[name="devboxes-ttl-max"]').content);
   const rows = new Map();
   const $ = (id) => document.getElementById(id);
+  const labels = DevboxesLabels;
 
   function toLogin() {
     window.location.assign("/dashboard/login?next=/dashboard");
@@ -95,10 +96,9 @@
     }
     const options = $("accelerator-options");
     options.replaceChildren(
-      acceleratorOption("", "CPU only", "No accelerator", true, false),
+      acceleratorOption("", labels.CPU_ONLY, "No accelerator", true, false),
       ...gpu.profiles.map((p) =>
-        acceleratorOption(p.name, `${p.display_name} (${p.count} × ${p.resource_name})`,
-          p.description || "", false, p.default)),
+        acceleratorOption(p.name, labels.unitsLabel(p), p.description || "", false, p.default)),
     );
     $("accelerator").hidden = false;
     showAvailability(availability);
@@ -106,12 +106,6 @@
 
   // -- free devices per profile, pushed over the event stream --------------------------
   let availability = null;
-
-  function freeText(entry) {
-    if (entry.available === null || entry.capacity === null) return " — free count unknown";
-    const waiting = entry.waiting ? `, ${entry.waiting} waiting` : "";
-    return ` — ${entry.available} of ${entry.capacity} free${waiting}`;
-  }
 
   function showAvailability(data) {
     availability = data;
@@ -121,7 +115,7 @@
       if (!free) continue;
       // A full profile stays selectable: the new box waits in line for a device.
       const full = entry.available === 0;
-      free.textContent = freeText(entry) + (full ? " (full: a new box waits)" : "");
+      free.textContent = labels.freeText(entry) + (full ? " (full: a new box waits)" : "");
       free.closest(".option").classList.toggle("option-full", full);
       if (entry.reason) free.title = entry.reason;
       else free.removeAttribute("title");
@@ -129,6 +123,22 @@
   }
 
   // -- the create form -----------------------------------------------------------------
+  // The presets are those the API's own description of a create lists.
+  async function loadPresets() {
+    const response = await fetch("/openapi.json", {
+      headers: { Accept: "application/json" },
+      credentials: "same-origin",
+    });
+    if (!response.ok) {
+      $("box-preset-error").textContent = "Could not load the presets: the server's default applies.";
+      return;
+    }
+    const preset = (await response.json()).components.schemas.DevboxCreate.properties.preset;
+    $("box-preset").replaceChildren(
+      ...preset.enum.map((name) => new Option(name, name, name === preset.default, name === preset.default)),
+    );
+  }
+
   const fieldErrors = {
     name: "box-name-error",
     preset: "box-preset-error",
@@ -179,9 +189,9 @@
     const chosen = form.querySelector('input[name="accelerator"]:checked');
     const body = {
       name: $("box-name").value.trim(),
-      preset: form.preset.value,
       ttl_hours: Number.isInteger(ttl) ? ttl : form.ttl_hours.value,
     };
+    if (form.preset.value) body.preset = form.preset.value;
     if (chosen && chosen.value) body.gpu = { profile: chosen.value };
     const button = $("create-button");
     button.disabled = true;
@@ -203,14 +213,16 @@
   }
 
   // -- the box table -------------------------------------------------------------------
-  function accelerator(box) {
-    if (!box.gpu) return "CPU";
-    return `${box.gpu.display_name} (${box.gpu.count} × ${box.gpu.resource_name})`;
-  }
-
-  function autoStop(box) {
-    if (box.state === "stopped" || !box.expires_at) return "—";
-    return new Date(box.expires_at).toLocaleString();
+  // Relative, so it is written again every minute (below); the moment is its tooltip.
+  function fillAutoStop(row) {
+    const box = row.box;
+    const time = document.createElement("time");
+    if (box.expires_at && box.state !== "stopped") {
+      time.dateTime = box.expires_at;
+      time.title = new Date(box.expires_at).toLocaleString();
+    }
+    time.textContent = labels.autoStopLabel(box);
+    row.cells.autostop.replaceChildren(time);
   }
 
   // Longer messages (the scheduler's reasons run to several sentences) are collapsed to
@@ -297,12 +309,9 @@
     badge.className = "state state-" + box.state;
     badge.textContent = box.state;
     row.cells.state.replaceChildren(badge);
-    row.cells.accelerator.textContent = accelerator(box);
+    row.cells.accelerator.textContent = labels.allocationLabel(box.gpu);
     row.cells.preset.textContent = box.preset;
-    const time = document.createElement("time");
-    if (box.expires_at && box.state !== "stopped") time.dateTime = box.expires_at;
-    time.textContent = autoStop(box);
-    row.cells.autostop.replaceChildren(time);
+    fillAutoStop(row);
     if (box.ssh_command) {
       const code = document.createElement("code");
       code.textContent = box.ssh_command;
@@ -434,7 +443,8 @@
       if (ok) {
         extendDialog.close();
         upsert(data);
-        announce(`Box ${name} now stops at ${autoStop(data)}.`);
+        const at = new Date(data.expires_at).toLocaleString();
+        announce(`Box ${name} now stops at ${at} (${labels.autoStopLabel(data)}).`);
       } else {
         $("extend-error").textContent = detailText(data);
       }
@@ -549,7 +559,9 @@
     $("volume-form").addEventListener("submit", confirmPurgeVolume);
     $("volume-cancel").addEventListener("click", () => volumeDialog.close());
     $("volume-confirm").addEventListener("input", refreshPurgeVolume);
+    loadPresets().catch(() => undefined);
     loadCapabilities().catch(() => undefined);
     connect();
+    setInterval(() => rows.forEach(fillAutoStop), 60000);
   });
 })();
