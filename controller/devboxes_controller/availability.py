@@ -1,6 +1,8 @@
 """Live GPU availability: a watch on every node and every pod of the cluster.
 
 GPUs are also taken by pods that are not boxes, so the pods of all namespaces count.
+When a profile names a RuntimeClass, the RuntimeClasses are watched too: theirs are
+the nodeSelector and tolerations admission adds to the pods.
 Each object is stripped on ingest to the few fields :mod:`.capacity` reads. A burst of
 watch events is coalesced into one computation; listeners hear only real changes.
 
@@ -48,6 +50,7 @@ class _Observed:
     at: datetime
     nodes: list[Obj] = field(default_factory=list)
     usage: dict[str, dict[str, Decimal]] = field(default_factory=dict)
+    runtime_classes: dict[str, Obj] = field(default_factory=dict)
     reason: str | None = None
 
 
@@ -71,20 +74,30 @@ class Availability:
         )
         self._current = self._compute(self._observed)
         core = client.CoreV1Api(api)
+        self._nodes = Informer(
+            "nodes", core.list_node, None, strip=capacity.strip_node, on_update=self.kick
+        )
+        self._pods = Informer(
+            "pods (all namespaces)",
+            core.list_pod_for_all_namespaces,
+            None,
+            strip=capacity.strip_pod,
+            on_update=self.kick,
+        )
+        self._runtime_classes: Informer | None = None
+        if any(p.runtime_class_name for p in settings.gpu.profiles):
+            self._runtime_classes = Informer(
+                "runtimeclasses",
+                client.NodeV1Api(api).list_runtime_class,
+                None,
+                strip=capacity.strip_runtime_class,
+                on_update=self.kick,
+            )
         self.informers: tuple[Informer, ...] = ()
         if self.enabled:
-            self.informers = (
-                Informer(
-                    "nodes", core.list_node, None, strip=capacity.strip_node, on_update=self.kick
-                ),
-                Informer(
-                    "pods (all namespaces)",
-                    core.list_pod_for_all_namespaces,
-                    None,
-                    strip=capacity.strip_pod,
-                    on_update=self.kick,
-                ),
-            )
+            self.informers = (self._nodes, self._pods)
+            if self._runtime_classes is not None:
+                self.informers += (self._runtime_classes,)
         self._thread = threading.Thread(target=self._run, name="availability", daemon=True)
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -138,11 +151,12 @@ class Availability:
         reason = self._reason()
         if reason is not None:
             return _Observed(at=datetime.now(UTC), reason=reason)
-        nodes, pods = self.informers
+        runtime_classes = self._runtime_classes.all() if self._runtime_classes else []
         return _Observed(
             at=datetime.now(UTC),
-            nodes=nodes.all(),
-            usage=capacity.usage_by_node(pods.all()),
+            nodes=self._nodes.all(),
+            usage=capacity.usage_by_node(self._pods.all()),
+            runtime_classes={rc["metadata"]["name"]: rc for rc in runtime_classes},
         )
 
     def _compute(
@@ -159,6 +173,7 @@ class Availability:
             waiting,
             observed.at,
             preset,
+            observed.runtime_classes,
         )
 
     def refresh(self) -> bool:
