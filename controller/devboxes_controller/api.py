@@ -105,16 +105,17 @@ async def capabilities(request: Request, _: Operator) -> Response:
     return respond(request, answer)
 
 
-@router.get("/gpu/availability")
+@router.get("/gpu/availability", response_model=GpuAvailability)
 async def gpu_availability(
+    request: Request,
     _: Operator,
     boxes: BoxesDep,
     preset: Annotated[
         Preset | None,
         Query(description="Count only boxes whose preset's CPU and memory also fit"),
     ] = None,
-) -> GpuAvailability:
-    return boxes.availability.current(preset)
+) -> Response:
+    return respond(request, boxes.availability.body(preset))
 
 
 @router.get("/gpu/doctor")

@@ -24,6 +24,7 @@ from kubernetes import client
 from devboxes_sdk.models import GpuAvailability, Preset, ProfileAvailability
 
 from . import capacity
+from .bodies import Body, body
 from .cache import Informer
 from .kube import Obj
 from .settings import PresetSettings, Settings
@@ -73,6 +74,7 @@ class Availability:
             at=datetime.now(UTC), reason=LOADING if self.enabled else DISABLED
         )
         self._current = self._compute(self._observed)
+        self._body = body(self._current.model_dump_json().encode())
         core = client.CoreV1Api(api)
         self._nodes = Informer(
             "nodes", core.list_node, None, strip=capacity.strip_node, on_update=self.kick
@@ -128,6 +130,12 @@ class Availability:
             return self._current
         return self._compute(self._observed, self.settings.preset(preset))
 
+    def body(self, preset: Preset | None = None) -> Body:
+        """The counts as a response body; without a preset, made once per change."""
+        if preset is None:
+            return self._body
+        return body(self.current(preset).model_dump_json().encode())
+
     def profile(self, name: str) -> ProfileAvailability | None:
         return self._current.profile(name)
 
@@ -182,6 +190,7 @@ class Availability:
         computed = self._compute(observed)
         changed = computed.profiles != self._current.profiles
         self._observed, self._current = observed, computed
+        self._body = body(computed.model_dump_json().encode())
         return changed
 
     def _run(self) -> None:

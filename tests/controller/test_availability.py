@@ -135,6 +135,26 @@ def test_a_bad_preset_is_a_precise_422(api: Api) -> None:
     assert error["loc"] == ["query", "preset"]
 
 
+def test_availability_carries_a_tag_and_answers_304_while_unchanged(api: Api) -> None:
+    url = f"{api.base}/gpu/availability"
+    first = api.http.get(url, timeout=10)
+    tag = first.headers["ETag"]
+    again = api.http.get(url, headers={"If-None-Match": tag}, timeout=10)
+    # Any node or pod event in between makes a new reading (a new observed_at), so the
+    # answer is either "unchanged" or a new body under a new tag, never the old tag.
+    if again.status_code == 304:
+        assert again.content == b""
+    else:
+        assert again.status_code == 200
+        assert again.headers["ETag"] != tag
+        assert GpuAvailability.model_validate(again.json()).observed_at > (
+            GpuAvailability.model_validate(first.json()).observed_at
+        )
+    with_preset = api.http.get(url, params={"preset": "large"}, timeout=10)
+    assert with_preset.status_code == 200
+    assert GpuAvailability.model_validate(with_preset.json()).profile(L4) is not None
+
+
 def test_mig_and_shared_units_fall_and_rise_as_boxes_start_and_stop(api: Api) -> None:
     suffix = uuid.uuid4().hex[:6]
     mig, shared = "nvidia-a100-mig-1g10gb", "nvidia-l4-shared"
