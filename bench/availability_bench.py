@@ -182,6 +182,7 @@ def both_controllers(
         try:
             time.sleep(SETTLE_SECONDS)
             found.append(read_figures(controller, names, reads, on))
+            log(f"  availability {'on' if on else 'off'}: {found[-1]}")
         finally:
             controller.stop()
     return found[0], found[1]
