@@ -197,9 +197,14 @@ def create_boxes(controller: Controller, count: int, workers: int) -> list[str]:
         # retry can find the box there already.
         retried = False
         while True:
-            response = controller.http.post(
-                f"{controller.url}/api/v1/devboxes", json={"name": name}, timeout=60
-            )
+            try:
+                response = controller.http.post(
+                    f"{controller.url}/api/v1/devboxes", json={"name": name}, timeout=60
+                )
+            except requests.ConnectionError:
+                # The server closed a kept-alive connection as the request went out.
+                retried = True
+                continue
             if response.status_code == 201 or (retried and response.status_code == 409):
                 return
             retried = True
