@@ -103,9 +103,9 @@ class Controller:
             if self.process.poll() is not None:
                 raise SystemExit(f"the controller exited; see {self.log}")
             try:
-                if requests.get(f"{self.url}/ready", timeout=1).status_code == 200:
+                if requests.get(f"{self.url}/ready", timeout=5).status_code == 200:
                     break
-            except requests.ConnectionError:
+            except (requests.ConnectionError, requests.Timeout):
                 pass
             time.sleep(0.3)
         else:
