@@ -1,15 +1,21 @@
-"""Benchmark GPU availability: how soon a taken or freed GPU shows, and what the watches cost.
+"""Benchmark GPU availability at scale: its read latency, what it does to the box reads,
+what its watches cost, and how soon a taken or freed GPU shows.
 
-Starts a scale testbed (testbed/nodes-scale.yaml: 12 CPU nodes, 20 L4 nodes with 8 GPUs
-each) and two controllers on it, one with availability on and one with it off, then:
+Starts a scale testbed (``--pool-file``, by default testbed/nodes-scale-10k.yaml: 12 CPU
+nodes taking 1,000 pods each, 20 L4 nodes with 8 GPUs each), creates ``--boxes`` boxes,
+then, before and after filling the cluster with ``--foreign-pods`` pods that are not
+boxes (bare pods in a namespace of their own, placed by the scheduler):
 
-- fills the CPU nodes with ``--foreign-pods`` pods that are not boxes (one Deployment in
-  a namespace of its own) and reports both controllers' resident memory; the difference
-  is what the node and all-namespace pod watches add;
-- ``--samples`` times: creates a pod taking one L4 and later deletes it, and measures
-  from the moment this benchmark's own pod watch sees the pod bound (or gone) to the
-  moment the availability event with the new count arrives on the dashboard's event
-  stream. Both clocks are this process's monotonic clock.
+- starts a fresh controller with availability on, times ``--reads`` sequential
+  ``GET /api/v1/gpu/availability``, list and get requests, and reads its resident
+  memory; then the same with availability off. The difference in memory is what the
+  node and all-namespace pod watches add;
+- at the end, ``--samples`` times: creates a pod taking one L4 and later deletes it, and
+  measures from the moment this benchmark's own pod watch sees the pod bound (or gone)
+  to the moment the availability event with the new count arrives on the dashboard's
+  event stream. Both clocks are this process's monotonic clock.
+
+Filling stops after ``--fill-minutes``; the figures then say how many pods ran.
 
     PYTHONPATH=testbed:controller .venv/bin/python bench/availability_bench.py
 """
@@ -19,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import secrets
 import shutil
 import signal
@@ -28,42 +35,43 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import requests
 import yaml
+from api_bench import percentile, rss_mib
 
 REPO = Path(__file__).resolve().parent.parent
+BOXES = "bench-boxes"
 FOREIGN = "bench-foreign"
 PROFILE = "nvidia-l4"
+# Long enough for the availability thread, the garbage collector and the first bodies
+# made for reads to settle before memory is read.
+SETTLE_SECONDS = 10
 
 
 def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise SystemExit(f"no VmRSS for pid {pid}")
+    print(f"{time.strftime('%H:%M:%S')} {message}", file=sys.stderr, flush=True)
 
 
 class Controller:
-    def __init__(self, bed: Any, workdir: Path, namespace: str, availability: bool) -> None:
+    def __init__(self, bed: Any, workdir: Path, availability: bool) -> None:
         from devboxes_testbed.cluster import free_port
-        from kubernetes import client
 
-        client.CoreV1Api(bed.api_client()).create_namespace({"metadata": {"name": namespace}})
         settings = yaml.safe_load((REPO / "testbed" / "settings.yaml").read_text())
-        settings["namespace"] = namespace
+        settings["namespace"] = BOXES
         settings["availability"] = {"enabled": availability}
-        path = workdir / f"settings-{namespace}.yaml"
+        label = "on" if availability else "off"
+        path = workdir / f"settings-{label}.yaml"
         path.write_text(yaml.safe_dump(settings))
         self.token = secrets.token_urlsafe(32)
         self.url = f"http://127.0.0.1:{free_port()}"
-        self.log = workdir / f"controller-{namespace}.log"
+        self.http = requests.Session()
+        self.http.headers["Authorization"] = f"Bearer {self.token}"
+        self.log = workdir / f"controller-{label}.log"
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(
                 [
@@ -83,26 +91,48 @@ class Controller:
                 env={**os.environ, "DEVBOXES_TOKEN": self.token},
                 start_new_session=True,
             )
-        deadline = time.monotonic() + 120
+        try:
+            self._wait_ready(availability)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_ready(self, availability: bool) -> None:
+        deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise SystemExit(f"the controller exited; see {self.log}")
             try:
-                if requests.get(f"{self.url}/ready", timeout=1).status_code == 200:
-                    return
-            except requests.ConnectionError:
+                if requests.get(f"{self.url}/ready", timeout=5).status_code == 200:
+                    break
+            except (requests.ConnectionError, requests.Timeout):
                 pass
             time.sleep(0.3)
-        raise SystemExit(f"the controller never became ready; see {self.log}")
+        else:
+            raise SystemExit(f"the controller never became ready; see {self.log}")
+        if availability:
+            # Ready means the box caches are loaded; the counts need the node and pod
+            # watches loaded too.
+            while self.available() is None:
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"availability never became known; see {self.log}")
+                time.sleep(0.5)
 
-    def headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.token}"}
+    def get(self, path: str, **params: str) -> Any:
+        response = self.http.get(f"{self.url}/api/v1{path}", params=params, timeout=60)
+        if response.status_code != 200:
+            raise SystemExit(f"GET {path}: {response.status_code} {response.text}")
+        return response.json()
 
     def available(self) -> int | None:
-        body = requests.get(
-            f"{self.url}/api/v1/gpu/availability", headers=self.headers(), timeout=30
-        ).json()
-        return next(p["available"] for p in body["profiles"] if p["name"] == PROFILE)
+        body = self.get("/gpu/availability")
+        value: int | None = next(p["available"] for p in body["profiles"] if p["name"] == PROFILE)
+        return value
+
+    def timed(self, path: str) -> float:
+        started = time.perf_counter()
+        self.get(path)
+        return (time.perf_counter() - started) * 1000
 
     def stop(self) -> None:
         self.process.send_signal(signal.SIGTERM)
@@ -114,31 +144,178 @@ class Controller:
             self.process.wait()
 
 
+@dataclass
+class Reading:
+    """One fresh controller's figures: latencies in ms (p50, p99), memory in MiB."""
+
+    availability: tuple[float, float] | None
+    list: tuple[float, float]
+    get: tuple[float, float]
+    list_bytes: int
+    rss: float
+
+
+def read_figures(controller: Controller, names: list[str], reads: int, on: bool) -> Reading:
+    def p50_p99(samples: list[float]) -> tuple[float, float]:
+        return statistics.median(samples), percentile(samples, 99)
+
+    # One of each first, so no figure includes making a body for the first time.
+    controller.get("/devboxes")
+    availability = None
+    if on:
+        controller.get("/gpu/availability")
+        availability = p50_p99([controller.timed("/gpu/availability") for _ in range(reads)])
+    listed = p50_p99([controller.timed("/devboxes") for _ in range(reads)])
+    got = p50_p99([controller.timed(f"/devboxes/{random.choice(names)}") for _ in range(reads)])
+    size = len(controller.http.get(f"{controller.url}/api/v1/devboxes", timeout=60).content)
+    time.sleep(SETTLE_SECONDS)
+    return Reading(availability, listed, got, size, rss_mib(controller.process.pid))
+
+
+def both_controllers(
+    bed: Any, workdir: Path, names: list[str], reads: int
+) -> tuple[Reading, Reading]:
+    """A fresh controller with availability on, then one with it off, on the same boxes."""
+    found = []
+    for on in (True, False):
+        controller = Controller(bed, workdir, availability=on)
+        try:
+            time.sleep(SETTLE_SECONDS)
+            found.append(read_figures(controller, names, reads, on))
+            log(f"  availability {'on' if on else 'off'}: {found[-1]}")
+        finally:
+            controller.stop()
+    return found[0], found[1]
+
+
+def create_boxes(controller: Controller, count: int, workers: int) -> list[str]:
+    names = [f"bench-{i:04d}-{secrets.token_hex(2)}" for i in range(count)]
+
+    def create(name: str) -> None:
+        # A busy apiserver makes the controller answer 503 with Retry-After: wait, retry.
+        # A write that outlived the controller's deadline may still have landed, so a
+        # retry can find the box there already.
+        retried = False
+        while True:
+            try:
+                response = controller.http.post(
+                    f"{controller.url}/api/v1/devboxes", json={"name": name}, timeout=60
+                )
+            except requests.ConnectionError:
+                # The server closed a kept-alive connection as the request went out.
+                retried = True
+                continue
+            if response.status_code == 201 or (retried and response.status_code == 409):
+                return
+            retried = True
+            if response.status_code != 503:
+                raise SystemExit(f"create {name}: {response.status_code} {response.text}")
+            time.sleep(float(response.headers.get("Retry-After", "1")))
+
+    with ThreadPoolExecutor(workers) as pool:
+        list(pool.map(create, names))
+    return names
+
+
+def wait_boxes_ready(controller: Controller, names: list[str]) -> None:
+    wanted = set(names)
+    while True:
+        items = controller.get("/devboxes")["items"]
+        ready = sum(1 for box in items if box["name"] in wanted and box["state"] == "ready")
+        if ready == len(wanted):
+            return
+        log(f"  {ready}/{len(wanted)} boxes ready")
+        time.sleep(15)
+
+
+def foreign_pod(index: int) -> dict[str, Any]:
+    return {
+        "metadata": {"name": f"filler-{index:05d}", "labels": {"app": "filler"}},
+        "spec": {
+            "containers": [
+                {
+                    "name": "work",
+                    "image": "busybox",
+                    "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
+                }
+            ]
+        },
+    }
+
+
+def fill_with_foreign_pods(bed: Any, count: int, workers: int, minutes: float) -> int:
+    """Create ``count`` bare pods and wait until they run; the number running at the end."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(bed.api_client())
+    deadline = time.monotonic() + 60 * minutes
+    stop = threading.Event()
+
+    def create(index: int) -> None:
+        while not stop.is_set():
+            try:
+                core.create_namespaced_pod(FOREIGN, foreign_pod(index))
+                return
+            except client.ApiException as error:
+                if error.status == 409:
+                    return
+                if error.status not in (429, 500, 503, 504):
+                    raise
+                time.sleep(1)
+
+    def running() -> int:
+        pods = core.list_namespaced_pod(FOREIGN, label_selector="app=filler").items
+        return sum(1 for p in pods if p.status.phase == "Running")
+
+    with ThreadPoolExecutor(workers) as pool:
+        pending = [pool.submit(create, i) for i in range(count)]
+        while not all(f.done() for f in pending):
+            if time.monotonic() > deadline:
+                stop.set()
+                break
+            done = sum(1 for f in pending if f.done())
+            log(f"  {done}/{count} foreign pods created")
+            time.sleep(30)
+    for future in pending:
+        if future.done() and future.exception() is not None:
+            raise SystemExit(f"creating a foreign pod failed: {future.exception()}")
+    while True:
+        now = running()
+        created = len(core.list_namespaced_pod(FOREIGN, label_selector="app=filler").items)
+        if now >= created or time.monotonic() > deadline:
+            return now
+        log(f"  {now}/{created} foreign pods running")
+        time.sleep(20)
+
+
 class EventLog:
     """The availability events of the dashboard stream, as (arrival, available) pairs."""
 
     def __init__(self, controller: Controller) -> None:
         self.events: list[tuple[float, int | None]] = []
         self.condition = threading.Condition()
-        self._response = requests.get(
-            f"{controller.url}/dashboard/events",
-            headers=controller.headers(),
-            stream=True,
-            timeout=(5, None),
+        self.closed = False
+        self._response = controller.http.get(
+            f"{controller.url}/dashboard/events", stream=True, timeout=(5, None)
         )
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
         kind = None
-        for line in self._response.iter_lines(decode_unicode=True):
-            if line.startswith("event: "):
-                kind = line.removeprefix("event: ")
-            elif line.startswith("data: ") and kind == "availability":
-                body = json.loads(line.removeprefix("data: "))
-                value = next(p["available"] for p in body["profiles"] if p["name"] == PROFILE)
-                with self.condition:
-                    self.events.append((time.monotonic(), value))
-                    self.condition.notify_all()
+        try:
+            for line in self._response.iter_lines(decode_unicode=True):
+                if line.startswith("event: "):
+                    kind = line.removeprefix("event: ")
+                elif line.startswith("data: ") and kind == "availability":
+                    body = json.loads(line.removeprefix("data: "))
+                    value = next(p["available"] for p in body["profiles"] if p["name"] == PROFILE)
+                    with self.condition:
+                        self.events.append((time.monotonic(), value))
+                        self.condition.notify_all()
+        except (AttributeError, OSError, requests.RequestException):
+            # close() pulls the connection from under this reader; anything else is real.
+            if not self.closed:
+                raise
 
     def wait_for(self, value: int, after: int, timeout: float = 60) -> float:
         """Arrival time of the first event from index ``after`` on with this count."""
@@ -154,12 +331,13 @@ class EventLog:
                 self.condition.wait(remaining)
 
     def close(self) -> None:
+        self.closed = True
         self._response.close()
 
 
 def gpu_pod(name: str) -> dict[str, Any]:
     return {
-        "metadata": {"name": name},
+        "metadata": {"name": name, "labels": {"sample": "yes"}},
         "spec": {
             "containers": [
                 {
@@ -174,44 +352,6 @@ def gpu_pod(name: str) -> dict[str, Any]:
     }
 
 
-def fill_with_foreign_pods(bed: Any, count: int) -> None:
-    from kubernetes import client
-
-    api = bed.api_client()
-    client.AppsV1Api(api).create_namespaced_deployment(
-        FOREIGN,
-        {
-            "metadata": {"name": "filler"},
-            "spec": {
-                "replicas": count,
-                "selector": {"matchLabels": {"app": "filler"}},
-                "template": {
-                    "metadata": {"labels": {"app": "filler"}},
-                    "spec": {
-                        "containers": [
-                            {
-                                "name": "work",
-                                "image": "busybox",
-                                "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
-                            }
-                        ]
-                    },
-                },
-            },
-        },
-    )
-    core = client.CoreV1Api(api)
-    deadline = time.monotonic() + 1800
-    while time.monotonic() < deadline:
-        pods = core.list_namespaced_pod(FOREIGN, label_selector="app=filler").items
-        running = sum(1 for p in pods if p.status.phase == "Running")
-        if running >= count:
-            return
-        log(f"  {running}/{count} foreign pods running")
-        time.sleep(10)
-    raise SystemExit("the foreign pods never all ran")
-
-
 def time_changes(bed: Any, controller: Controller, samples: int) -> list[float]:
     """Seconds from a pod's binding (or deletion) seen by our watch to the event's arrival."""
     from kubernetes import client, watch
@@ -224,14 +364,19 @@ def time_changes(bed: Any, controller: Controller, samples: int) -> list[float]:
 
     def observe() -> None:
         watcher = watch.Watch()
-        for event in watcher.stream(core.list_namespaced_pod, FOREIGN, label_selector="sample"):
-            pod = event["object"]
-            if event["type"] == "DELETED":
-                gone.setdefault(pod.metadata.name, time.monotonic())
-            elif pod.spec.node_name:
-                bound.setdefault(pod.metadata.name, time.monotonic())
-            if stop.is_set():
-                return
+        try:
+            for event in watcher.stream(core.list_namespaced_pod, FOREIGN, label_selector="sample"):
+                pod = event["object"]
+                if event["type"] == "DELETED":
+                    gone.setdefault(pod.metadata.name, time.monotonic())
+                elif pod.spec.node_name:
+                    bound.setdefault(pod.metadata.name, time.monotonic())
+                if stop.is_set():
+                    return
+        except Exception:
+            # The testbed stopping ends the watch; before that, a failure is real.
+            if not stop.is_set():
+                raise
 
     threading.Thread(target=observe, daemon=True).start()
     time.sleep(1)
@@ -240,10 +385,8 @@ def time_changes(bed: Any, controller: Controller, samples: int) -> list[float]:
     assert base is not None
     for index in range(samples):
         name = f"sample-{index}"
-        body = gpu_pod(name)
-        body["metadata"]["labels"] = {"sample": "yes"}
         mark = len(stream.events)
-        core.create_namespaced_pod(FOREIGN, body)
+        core.create_namespaced_pod(FOREIGN, gpu_pod(name))
         arrived = stream.wait_for(base - 1, mark)
         while name not in bound:
             time.sleep(0.01)
@@ -259,51 +402,94 @@ def time_changes(bed: Any, controller: Controller, samples: int) -> list[float]:
     return latencies
 
 
+def print_report(
+    args: argparse.Namespace,
+    running: int,
+    before: tuple[Reading, Reading],
+    after: tuple[Reading, Reading],
+) -> None:
+    def ms(pair: tuple[float, float] | None) -> str:
+        assert pair is not None
+        return f"{pair[0]:.2f} / {pair[1]:.2f} ms"
+
+    print(f"\n{args.boxes} boxes; {running} of {args.foreign_pods} foreign pods running")
+    print(f"{'figure':<52} {'no foreign pods':>22} {'with foreign pods':>22}")
+    rows = [
+        ("GET /gpu/availability p50 / p99", ms(before[0].availability), ms(after[0].availability)),
+        ("GET /devboxes (list) p50 / p99, availability on", ms(before[0].list), ms(after[0].list)),
+        ("GET /devboxes/{name} p50 / p99, availability on", ms(before[0].get), ms(after[0].get)),
+        ("GET /devboxes (list) p50 / p99, availability off", ms(before[1].list), ms(after[1].list)),
+        ("GET /devboxes/{name} p50 / p99, availability off", ms(before[1].get), ms(after[1].get)),
+        (
+            "list body",
+            f"{before[0].list_bytes / 1024:.0f} KiB",
+            f"{after[0].list_bytes / 1024:.0f} KiB",
+        ),
+        ("controller RSS, availability on", f"{before[0].rss:.0f} MiB", f"{after[0].rss:.0f} MiB"),
+        ("controller RSS, availability off", f"{before[1].rss:.0f} MiB", f"{after[1].rss:.0f} MiB"),
+        (
+            "RSS added by the node and pod watches",
+            f"{before[0].rss - before[1].rss:.0f} MiB",
+            f"{after[0].rss - after[1].rss:.0f} MiB",
+        ),
+    ]
+    for name, first, second in rows:
+        print(f"{name:<52} {first:>22} {second:>22}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--foreign-pods", type=int, default=1000)
+    parser.add_argument("--boxes", type=int, default=1000)
+    parser.add_argument("--foreign-pods", type=int, default=10000)
+    parser.add_argument("--fill-minutes", type=float, default=30)
+    parser.add_argument("--reads", type=int, default=500)
     parser.add_argument("--samples", type=int, default=20)
+    parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument("--pool-file", type=Path, default=REPO / "testbed" / "nodes-scale-10k.yaml")
     args = parser.parse_args(argv)
     from devboxes_testbed.cluster import Testbed
     from kubernetes import client
 
     workdir = Path(tempfile.mkdtemp(prefix="devboxes-availability-bench-"))
-    log(f"starting a scale testbed in {workdir} ...")
-    bed = Testbed(state_dir=workdir / "testbed", pool_file=REPO / "testbed" / "nodes-scale.yaml")
+    log(f"starting a scale testbed ({args.pool_file.name}) in {workdir} ...")
+    bed = Testbed(state_dir=workdir / "testbed", pool_file=args.pool_file)
     bed.start()
-    controllers: list[Controller] = []
     succeeded = False
     try:
-        client.CoreV1Api(bed.api_client()).create_namespace({"metadata": {"name": FOREIGN}})
-        on = Controller(bed, workdir, "bench-on", availability=True)
-        off = Controller(bed, workdir, "bench-off", availability=False)
-        controllers += [on, off]
-        time.sleep(5)
-        idle = (rss_mib(on.process.pid), rss_mib(off.process.pid))
-        log(f"filling the CPU nodes with {args.foreign_pods} foreign pods ...")
-        fill_with_foreign_pods(bed, args.foreign_pods)
-        time.sleep(10)
-        full = (rss_mib(on.process.pid), rss_mib(off.process.pid))
-        log(f"timing {args.samples} takes and {args.samples} releases of an L4 ...")
-        latencies = sorted(time_changes(bed, on, args.samples))
-        ms = [1000 * s for s in latencies]
-        print("\nfigure                                      value")
-        print(f"controllers' RSS, no foreign pods, on/off   {idle[0]:.0f} / {idle[1]:.0f} MiB")
-        print(
-            f"controllers' RSS, {args.foreign_pods} foreign pods, on/off "
-            f"{full[0]:.0f} / {full[1]:.0f} MiB (added by the watches: {full[0] - full[1]:.0f} MiB)"
-        )
-        print(
-            f"availability latency p50 / p95 / max      {statistics.median(ms):.1f} / "
-            f"{ms[int(0.95 * (len(ms) - 1))]:.1f} / {ms[-1]:.1f} ms ({len(ms)} changes)"
-        )
+        core = client.CoreV1Api(bed.api_client())
+        for namespace in (BOXES, FOREIGN):
+            core.create_namespace({"metadata": {"name": namespace}})
+        creator = Controller(bed, workdir, availability=True)
+        try:
+            log(f"creating {args.boxes} boxes ...")
+            names = create_boxes(creator, args.boxes, args.workers)
+            wait_boxes_ready(creator, names)
+        finally:
+            creator.stop()
+        log("reading without foreign pods ...")
+        before = both_controllers(bed, workdir, names, args.reads)
+        log(f"creating {args.foreign_pods} foreign pods (at most {args.fill_minutes} min) ...")
+        started = time.monotonic()
+        running = fill_with_foreign_pods(bed, args.foreign_pods, args.workers, args.fill_minutes)
+        log(f"  {running} foreign pods running after {(time.monotonic() - started) / 60:.1f} min")
+        log("reading with foreign pods ...")
+        after = both_controllers(bed, workdir, names, args.reads)
+        print_report(args, running, before, after)
+        if args.samples:
+            log(f"timing {args.samples} takes and {args.samples} releases of an L4 ...")
+            controller = Controller(bed, workdir, availability=True)
+            try:
+                ms = sorted(1000 * s for s in time_changes(bed, controller, args.samples))
+            finally:
+                controller.stop()
+            print(
+                f"{'availability event after a change p50 / p95 / max':<52} "
+                f"{statistics.median(ms):.1f} / {percentile(ms, 95):.1f} / {ms[-1]:.1f} ms "
+                f"({len(ms)} changes)"
+            )
         succeeded = True
     finally:
-        try:
-            for controller in controllers:
-                controller.stop()
-        finally:
-            bed.stop()
+        bed.stop()
         if succeeded:
             shutil.rmtree(workdir, ignore_errors=True)
     return 0

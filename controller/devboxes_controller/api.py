@@ -122,16 +122,17 @@ async def capabilities(request: Request, _: Operator) -> Response:
     return respond(request, answer)
 
 
-@router.get("/gpu/availability")
+@router.get("/gpu/availability", response_model=GpuAvailability)
 async def gpu_availability(
+    request: Request,
     _: Operator,
     store: StoreDep,
     preset: Annotated[
         Preset | None,
         Query(description="Count only boxes whose preset's CPU and memory also fit"),
     ] = None,
-) -> GpuAvailability:
-    return store.availability.current(preset)
+) -> Response:
+    return respond(request, store.availability.body(preset))
 
 
 @router.get("/gpu/doctor")

@@ -1,6 +1,8 @@
 """Live GPU availability: a watch on every node and every pod of the cluster.
 
 GPUs are also taken by pods that are not boxes, so the pods of all namespaces count.
+When a profile names a RuntimeClass, the RuntimeClasses are watched too: theirs are
+the nodeSelector and tolerations admission adds to the pods.
 Each object is stripped on ingest to the few fields :mod:`.capacity` reads. A burst of
 watch events is coalesced into one computation; listeners hear only real changes.
 
@@ -22,6 +24,7 @@ from kubernetes import client
 from devboxes_sdk.models import GpuAvailability, Preset, ProfileAvailability
 
 from . import capacity
+from .bodies import Body, body
 from .cache import Informer
 from .kube import Obj
 from .settings import PresetSettings, Settings
@@ -48,6 +51,7 @@ class _Observed:
     at: datetime
     nodes: list[Obj] = field(default_factory=list)
     usage: dict[str, dict[str, Decimal]] = field(default_factory=dict)
+    runtime_classes: dict[str, Obj] = field(default_factory=dict)
     reason: str | None = None
 
 
@@ -70,21 +74,32 @@ class Availability:
             at=datetime.now(UTC), reason=LOADING if self.enabled else DISABLED
         )
         self._current = self._compute(self._observed)
+        self._body = body(self._current.model_dump_json().encode())
         core = client.CoreV1Api(api)
+        self._nodes = Informer(
+            "nodes", core.list_node, None, strip=capacity.strip_node, on_update=self.kick
+        )
+        self._pods = Informer(
+            "pods (all namespaces)",
+            core.list_pod_for_all_namespaces,
+            None,
+            strip=capacity.strip_pod,
+            on_update=self.kick,
+        )
+        self._runtime_classes: Informer | None = None
+        if any(p.runtime_class_name for p in settings.gpu.profiles):
+            self._runtime_classes = Informer(
+                "runtimeclasses",
+                client.NodeV1Api(api).list_runtime_class,
+                None,
+                strip=capacity.strip_runtime_class,
+                on_update=self.kick,
+            )
         self.informers: tuple[Informer, ...] = ()
         if self.enabled:
-            self.informers = (
-                Informer(
-                    "nodes", core.list_node, None, strip=capacity.strip_node, on_update=self.kick
-                ),
-                Informer(
-                    "pods (all namespaces)",
-                    core.list_pod_for_all_namespaces,
-                    None,
-                    strip=capacity.strip_pod,
-                    on_update=self.kick,
-                ),
-            )
+            self.informers = (self._nodes, self._pods)
+            if self._runtime_classes is not None:
+                self.informers += (self._runtime_classes,)
         self._thread = threading.Thread(target=self._run, name="availability", daemon=True)
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -115,6 +130,12 @@ class Availability:
             return self._current
         return self._compute(self._observed, self.settings.preset(preset))
 
+    def body(self, preset: Preset | None = None) -> Body:
+        """The counts as a response body; without a preset, made once per change."""
+        if preset is None:
+            return self._body
+        return body(self.current(preset).model_dump_json().encode())
+
     def profile(self, name: str) -> ProfileAvailability | None:
         return self._current.profile(name)
 
@@ -138,11 +159,12 @@ class Availability:
         reason = self._reason()
         if reason is not None:
             return _Observed(at=datetime.now(UTC), reason=reason)
-        nodes, pods = self.informers
+        runtime_classes = self._runtime_classes.all() if self._runtime_classes else []
         return _Observed(
             at=datetime.now(UTC),
-            nodes=nodes.all(),
-            usage=capacity.usage_by_node(pods.all()),
+            nodes=self._nodes.all(),
+            usage=capacity.usage_by_node(self._pods.all()),
+            runtime_classes={rc["metadata"]["name"]: rc for rc in runtime_classes},
         )
 
     def _compute(
@@ -159,6 +181,7 @@ class Availability:
             waiting,
             observed.at,
             preset,
+            observed.runtime_classes,
         )
 
     def refresh(self) -> bool:
@@ -167,6 +190,7 @@ class Availability:
         computed = self._compute(observed)
         changed = computed.profiles != self._current.profiles
         self._observed, self._current = observed, computed
+        self._body = body(computed.model_dump_json().encode())
         return changed
 
     def _run(self) -> None:

@@ -4,21 +4,25 @@ would. Pure: plain node and pod dicts in, wire models and sentences out.
 A node is eligible for a profile when it is Ready, schedulable (not cordoned), carries
 every label of the profile's nodeSelector, has no NoSchedule/NoExecute taint the
 profile does not tolerate, and advertises at least ``count`` units of the
-profile's resource. Units are whatever the device plugin advertises: whole boards,
+profile's resource. The profile's RuntimeClass counts too: admission adds its
+``scheduling`` nodeSelector and tolerations to every pod, and refuses every pod when
+it does not exist. Units are whatever the device plugin advertises: whole boards,
 MIG slices or time-slices all count the same way.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
+from typing import Any
 
 from devboxes_sdk.models import GpuAvailability, ProfileAvailability
 
 from .formats import quantity_value
 from .kube import Obj
-from .settings import GpuProfileConfig, PresetSettings, Toleration
+from .settings import GpuProfileConfig, PresetSettings
 
 Usage = dict[str, Decimal]
 
@@ -27,6 +31,7 @@ BLOCKING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 # The pod count a node accepts is a resource of its own in the scheduler's eyes.
 PODS = "pods"
 
+NO_RUNTIME = "The container runtime this profile needs is not installed on the cluster"
 NO_SELECTOR_MATCH = "No node matches this profile's selector"
 NONE_READY = "No node of this profile is Ready and schedulable"
 TAINTED = "Every node of this profile has a taint the profile does not tolerate"
@@ -127,6 +132,25 @@ def strip_node(node: Obj) -> Obj:
     }
 
 
+def strip_runtime_class(runtime_class: Obj) -> Obj:
+    """The name and the scheduling constraints admission adds to a RuntimeClass's pods."""
+    metadata = runtime_class.get("metadata") or {}
+    scheduling = runtime_class.get("scheduling") or {}
+    return {
+        "metadata": {
+            "name": metadata.get("name"),
+            "resourceVersion": metadata.get("resourceVersion"),
+        },
+        "scheduling": {
+            "nodeSelector": dict(scheduling.get("nodeSelector") or {}),
+            "tolerations": [
+                {k: t[k] for k in ("key", "operator", "value", "effect") if t.get(k) is not None}
+                for t in scheduling.get("tolerations") or []
+            ],
+        },
+    }
+
+
 def usage_by_node(pods: Iterable[Obj]) -> dict[str, Usage]:
     """Requests of every non-terminated pod bound to a node, summed per node (stripped pods)."""
     usage: dict[str, Usage] = {}
@@ -165,20 +189,22 @@ def selector_matches(node: Obj, selector: Mapping[str, str]) -> bool:
     return all(labels.get(key) == value for key, value in selector.items())
 
 
-def tolerates(toleration: Toleration, taint: Obj) -> bool:
+def tolerates(toleration: Mapping[str, Any], taint: Obj) -> bool:
     """The Kubernetes rule: effect (empty matches all), then key and value by operator."""
-    if toleration.effect is not None and toleration.effect != taint.get("effect"):
+    effect = toleration.get("effect")
+    if effect and effect != taint.get("effect"):
         return False
-    if toleration.key is None:
-        return toleration.operator == "Exists"
-    if toleration.key != taint.get("key"):
+    operator = toleration.get("operator") or "Equal"
+    if not toleration.get("key"):
+        return operator == "Exists"
+    if toleration["key"] != taint.get("key"):
         return False
-    if toleration.operator == "Exists":
+    if operator == "Exists":
         return True
-    return (toleration.value or "") == (taint.get("value") or "")
+    return (toleration.get("value") or "") == (taint.get("value") or "")
 
 
-def untolerated_taints(node: Obj, tolerations: Sequence[Toleration]) -> list[Obj]:
+def untolerated_taints(node: Obj, tolerations: Sequence[Mapping[str, Any]]) -> list[Obj]:
     """The taints that keep a pod with these tolerations off the node."""
     return [
         taint
@@ -193,16 +219,56 @@ def describe_taint(taint: Obj) -> str:
     return f"{taint.get('key')}{value}:{taint.get('effect')}"
 
 
-def eligible_nodes(profile: GpuProfileConfig, nodes: Sequence[Obj]) -> tuple[list[Obj], str | None]:
+@dataclass(frozen=True)
+class Placement:
+    """Where a profile's pods may run once admitted: the profile's nodeSelector and
+    tolerations plus its RuntimeClass's (``runtime_missing`` when the profile names a
+    RuntimeClass that does not exist, so that every pod is refused)."""
+
+    node_selector: Mapping[str, str]
+    runtime_selector: Mapping[str, str]
+    tolerations: tuple[Mapping[str, Any], ...]
+    runtime_missing: bool = False
+
+    def selects(self, node: Obj) -> bool:
+        # Both must hold: admission refuses a pod whose nodeSelector contradicts its
+        # RuntimeClass's, which no node can satisfy either.
+        return selector_matches(node, self.node_selector) and selector_matches(
+            node, self.runtime_selector
+        )
+
+
+def placement(profile: GpuProfileConfig, runtime_classes: Mapping[str, Obj]) -> Placement:
+    """The profile's placement, given the cluster's RuntimeClasses by name."""
+    own = tuple(t.to_kubernetes() for t in profile.tolerations)
+    wanted = profile.runtime_class_name
+    if wanted is None:
+        return Placement(profile.node_selector, {}, own)
+    runtime_class = runtime_classes.get(wanted)
+    if runtime_class is None:
+        return Placement(profile.node_selector, {}, own, runtime_missing=True)
+    scheduling = runtime_class.get("scheduling") or {}
+    return Placement(
+        profile.node_selector,
+        dict(scheduling.get("nodeSelector") or {}),
+        own + tuple(scheduling.get("tolerations") or ()),
+    )
+
+
+def eligible_nodes(
+    profile: GpuProfileConfig, where: Placement, nodes: Sequence[Obj]
+) -> tuple[list[Obj], str | None]:
     """The nodes the profile's pods could land on, or none and the first filter that
     removed them all, as a sentence without node names."""
-    matching = [n for n in nodes if selector_matches(n, profile.node_selector)]
+    if where.runtime_missing:
+        return [], NO_RUNTIME
+    matching = [n for n in nodes if where.selects(n)]
     if not matching:
         return [], NO_SELECTOR_MATCH
     usable = [n for n in matching if node_ready(n) and node_schedulable(n)]
     if not usable:
         return [], NONE_READY
-    admitted = [n for n in usable if not untolerated_taints(n, profile.tolerations)]
+    admitted = [n for n in usable if not untolerated_taints(n, where.tolerations)]
     if not admitted:
         return [], TAINTED
     resource = profile.resource_name
@@ -245,9 +311,11 @@ def profile_availability(
     usage: Mapping[str, Usage],
     waiting: int,
     preset: PresetSettings | None = None,
+    runtime_classes: Mapping[str, Obj] | None = None,
 ) -> ProfileAvailability:
-    """``available``: boxes that could start now; ``capacity``: the same on an empty cluster."""
-    eligible, reason = eligible_nodes(profile, nodes)
+    """``available``: boxes that could start now; ``capacity``: the same on an empty cluster.
+    ``runtime_classes``: the cluster's RuntimeClasses by name."""
+    eligible, reason = eligible_nodes(profile, placement(profile, runtime_classes or {}), nodes)
     available = sum(
         _boxes_on_node(n, usage.get(node_name(n), {}), profile, preset) for n in eligible
     )
@@ -268,11 +336,13 @@ def availability(
     waiting: Mapping[str, int],
     observed_at: datetime,
     preset: PresetSettings | None = None,
+    runtime_classes: Mapping[str, Obj] | None = None,
 ) -> GpuAvailability:
     return GpuAvailability(
         observed_at=observed_at,
         profiles=[
-            profile_availability(p, nodes, usage, waiting.get(p.name, 0), preset) for p in profiles
+            profile_availability(p, nodes, usage, waiting.get(p.name, 0), preset, runtime_classes)
+            for p in profiles
         ],
     )
 

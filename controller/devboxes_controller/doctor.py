@@ -12,14 +12,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client
 
-from devboxes_sdk.models import DoctorCheck, DoctorReport, DoctorVerdict
+from devboxes_sdk.models import PRESETS, DoctorCheck, DoctorReport, DoctorVerdict, Preset
 
-from . import capacity, kube
-from .formats import quantity_value
+from . import admission, capacity, kube, render
 from .kube import ApiProblem, Obj
 from .settings import GpuProfileConfig, Settings
 
@@ -66,7 +66,7 @@ PERMISSIONS: tuple[Permission, ...] = (
     *_grant("", "limitranges", "list", optional=True),
     *_grant("", "nodes", "list watch", namespaced=False, optional=True),
     *_grant("", "pods", "list watch", namespaced=False, optional=True),
-    *_grant("node.k8s.io", "runtimeclasses", "list", namespaced=False, optional=True),
+    *_grant("node.k8s.io", "runtimeclasses", "list watch", namespaced=False, optional=True),
     *_grant("storage.k8s.io", "storageclasses", "list", namespaced=False, optional=True),
 )
 
@@ -182,8 +182,11 @@ def _selector_text(profile: GpuProfileConfig) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(profile.node_selector.items()))
 
 
-def _profile_nodes(profile: GpuProfileConfig, nodes: list[Obj]) -> list[DoctorCheck]:
-    """Resource, selector, node health, taints and count: the scheduler's view."""
+def _profile_nodes(
+    profile: GpuProfileConfig, nodes: list[Obj], where: capacity.Placement
+) -> list[DoctorCheck]:
+    """Resource, selector, node health, taints and count: the scheduler's view, with what
+    the profile's RuntimeClass adds to its pods."""
     name, resource = profile.name, profile.resource_name
     advertising = [n for n in nodes if capacity.allocatable(n, resource) > 0]
     if not advertising:
@@ -235,8 +238,13 @@ def _profile_nodes(profile: GpuProfileConfig, nodes: list[Obj]) -> list[DoctorCh
             else f"no nodeSelector: {len(candidates)} node(s) with {resource} qualify",
         )
     )
+    # Narrowed to the RuntimeClass's nodes, unless that leaves none: the runtime-class
+    # check reports that, and the rest still says what is wrong with the profile's nodes.
+    candidates = [
+        n for n in candidates if capacity.selector_matches(n, where.runtime_selector)
+    ] or candidates
     found.append(_health(name, candidates))
-    found.append(_taints(profile, candidates))
+    found.append(_taints(profile, where, candidates))
     found.append(_count(profile, candidates))
     return found
 
@@ -264,10 +272,11 @@ def _health(name: str, candidates: list[Obj]) -> DoctorCheck:
     )
 
 
-def _taints(profile: GpuProfileConfig, candidates: list[Obj]) -> DoctorCheck:
+def _taints(
+    profile: GpuProfileConfig, where: capacity.Placement, candidates: list[Obj]
+) -> DoctorCheck:
     blocked = {
-        capacity.node_name(n): capacity.untolerated_taints(n, profile.tolerations)
-        for n in candidates
+        capacity.node_name(n): capacity.untolerated_taints(n, where.tolerations) for n in candidates
     }
     blocked = {node: taints for node, taints in blocked.items() if taints}
     if not blocked:
@@ -338,60 +347,80 @@ def _runtime_class(
     return _check(profile.name, "runtime-class", "pass", f"RuntimeClass {wanted} exists")
 
 
-def _hard(quota: Obj) -> dict[str, str]:
-    return dict(((quota.get("spec") or {}).get("hard")) or {})
+def box_pod(settings: Settings, profile: GpuProfileConfig, preset: Preset) -> Obj:
+    """The pod spec of a new box of this profile and preset, exactly as it would be created."""
+    spec = render.BoxSpec(
+        name="doctor",
+        preset=preset,
+        ttl_hours=1,
+        repository=None,
+        expires_at=datetime.now(UTC),
+        gpu=profile,
+    )
+    template: Obj = render.render_deployment(spec, settings)["spec"]["template"]
+    return dict(template["spec"])
 
 
-def _quota_for_profile(profile: GpuProfileConfig, facts: Facts) -> DoctorCheck:
-    if facts.quotas is None:
-        return _cannot_read(profile.name, "quota", "ResourceQuotas", facts)
-    key = f"requests.{profile.resource_name}"
-    for quota in facts.quotas:
-        hard = _hard(quota).get(key)
-        if hard is None:
-            continue
-        name = quota["metadata"]["name"]
-        allowed = quantity_value(hard)
-        if allowed < profile.count:
-            return _check(
-                profile.name,
-                "quota",
-                "fail",
-                f"ResourceQuota {name} allows {hard} {key}, less than the profile's count "
-                f"{profile.count}",
-                f"raise {key} in ResourceQuota {name} to at least {profile.count}",
-            )
-    return _check(profile.name, "quota", "pass", f"no ResourceQuota forbids {key}")
+def _judge(
+    profile: str, check: str, problems: dict[Preset, list[admission.Problem]], fine: str
+) -> DoctorCheck:
+    """One verdict over every preset: a failure when no preset gets through, a warning
+    when only some do or when only what others hold now is in the way."""
+    refused = {p: [x for x in found if not x.for_now] for p, found in problems.items()}
+    refused = {p: found for p, found in refused.items() if found}
+    if len(refused) == len(problems):
+        first = next(iter(refused.values()))[0]
+        return _check(profile, check, "fail", first.message, first.fix)
+    if refused:
+        first = next(iter(refused.values()))[0]
+        fitting = " or ".join(p for p in problems if p not in refused)
+        return _check(
+            profile,
+            check,
+            "warn",
+            first.message,
+            f"{first.fix}; until then, boxes of this profile need preset {fitting}",
+        )
+    waiting = [x for found in problems.values() for x in found]
+    if waiting:
+        return _check(profile, check, "warn", waiting[0].message, waiting[0].fix)
+    return _check(profile, check, "pass", fine)
 
 
-def _limit_for_profile(profile: GpuProfileConfig, facts: Facts) -> DoctorCheck:
-    if facts.limit_ranges is None:
-        return _cannot_read(profile.name, "limit-range", "LimitRanges", facts)
-    resource = profile.resource_name
-    for limit_range in facts.limit_ranges:
-        for item in (limit_range.get("spec") or {}).get("limits") or []:
-            most = (item.get("max") or {}).get(resource)
-            if most is not None and quantity_value(str(most)) < profile.count:
-                name = limit_range["metadata"]["name"]
-                return _check(
-                    profile.name,
-                    "limit-range",
-                    "fail",
-                    f"LimitRange {name} allows at most {most} {resource} per "
-                    f"{str(item.get('type', 'Container')).lower()}, less than the profile's "
-                    f"count {profile.count}",
-                    f"raise max {resource} in LimitRange {name} to at least {profile.count}",
-                )
-    return _check(profile.name, "limit-range", "pass", f"no LimitRange forbids {resource}")
+def _admission(profile: GpuProfileConfig, settings: Settings, facts: Facts) -> list[DoctorCheck]:
+    """The box namespace's LimitRanges and ResourceQuotas against a box of this profile
+    with each preset: its GPU, CPU and memory requests and limits."""
+    limit_ranges = facts.limit_ranges or []
+    by_limits: dict[Preset, list[admission.Problem]] = {}
+    by_quota: dict[Preset, list[admission.Problem]] = {}
+    for preset in PRESETS:
+        what = f"a box of this profile with preset {preset}"
+        containers = admission.admitted_containers(box_pod(settings, profile, preset), limit_ranges)
+        by_limits[preset] = admission.limit_range_problems(containers, limit_ranges, what)
+        by_quota[preset] = admission.quota_problems(
+            containers, facts.quotas or [], what, settings.namespace
+        )
+    return [
+        _cannot_read(profile.name, "limit-range", "LimitRanges", facts)
+        if facts.limit_ranges is None
+        else _judge(profile.name, "limit-range", by_limits, "no LimitRange forbids its boxes"),
+        _cannot_read(profile.name, "quota", "ResourceQuotas", facts)
+        if facts.quotas is None
+        else _judge(profile.name, "quota", by_quota, "every ResourceQuota has room for its boxes"),
+    ]
 
 
-def _profile_checks(profile: GpuProfileConfig, facts: Facts) -> list[DoctorCheck]:
+def _profile_checks(
+    profile: GpuProfileConfig, settings: Settings, facts: Facts
+) -> list[DoctorCheck]:
     found: list[DoctorCheck] = []
     candidates: list[Obj] | None = None
+    runtime_classes = {rc["metadata"]["name"]: rc for rc in facts.runtime_classes or []}
     if facts.nodes is None:
         found.append(_cannot_read(profile.name, "resource", "nodes", facts))
     else:
-        found.extend(_profile_nodes(profile, facts.nodes))
+        where = capacity.placement(profile, runtime_classes)
+        found.extend(_profile_nodes(profile, facts.nodes, where))
         candidates = [
             n
             for n in facts.nodes
@@ -401,8 +430,7 @@ def _profile_checks(profile: GpuProfileConfig, facts: Facts) -> list[DoctorCheck
     runtime = _runtime_class(profile, facts, candidates)
     if runtime is not None:
         found.append(runtime)
-    found.append(_quota_for_profile(profile, facts))
-    found.append(_limit_for_profile(profile, facts))
+    found.extend(_admission(profile, settings, facts))
     return found
 
 
@@ -495,5 +523,5 @@ def diagnose(settings: Settings, facts: Facts) -> DoctorReport:
         )
     else:
         for profile in settings.gpu.profiles:
-            checks.extend(_profile_checks(profile, facts))
+            checks.extend(_profile_checks(profile, settings, facts))
     return DoctorReport(ok=all(c.verdict != "fail" for c in checks), checks=checks)

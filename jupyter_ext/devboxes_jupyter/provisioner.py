@@ -35,10 +35,10 @@ from tornado import web
 from traitlets import Enum, Float, Int, Unicode
 
 from devboxes_jupyter import progress
-from devboxes_jupyter.labels import CPU_ONLY
 from devboxes_sdk import models
 from devboxes_sdk.client import Client, Devbox
 from devboxes_sdk.errors import BoxNotReady, DevboxesError, NotFound
+from devboxes_sdk.labels import CPU_ONLY
 
 PROVISIONER_NAME = "devboxes"
 CPU = "cpu"

@@ -21,11 +21,13 @@ import pytest
 import requests
 import yaml
 from controllers import ControllerProcess, example_settings
+from devboxes_controller import doctor
+from devboxes_controller.settings import Settings, settings_from_mapping
 from devboxes_testbed.cluster import Testbed
 from kubernetes import client
 from support import helm_run, service_account_kubeconfig, wait_for
 
-from devboxes_sdk.models import Devbox, DoctorReport, GpuAvailability
+from devboxes_sdk.models import PRESETS, Devbox, DoctorReport, GpuAvailability
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "devboxes"
 L4 = "nvidia-l4"
@@ -131,6 +133,26 @@ def test_a_bad_preset_is_a_precise_422(api: Api) -> None:
     assert response.status_code == 422
     (error,) = response.json()["detail"]
     assert error["loc"] == ["query", "preset"]
+
+
+def test_availability_carries_a_tag_and_answers_304_while_unchanged(api: Api) -> None:
+    url = f"{api.base}/gpu/availability"
+    first = api.http.get(url, timeout=10)
+    tag = first.headers["ETag"]
+    again = api.http.get(url, headers={"If-None-Match": tag}, timeout=10)
+    # Any node or pod event in between makes a new reading (a new observed_at), so the
+    # answer is either "unchanged" or a new body under a new tag, never the old tag.
+    if again.status_code == 304:
+        assert again.content == b""
+    else:
+        assert again.status_code == 200
+        assert again.headers["ETag"] != tag
+        assert GpuAvailability.model_validate(again.json()).observed_at > (
+            GpuAvailability.model_validate(first.json()).observed_at
+        )
+    with_preset = api.http.get(url, params={"preset": "large"}, timeout=10)
+    assert with_preset.status_code == 200
+    assert GpuAvailability.model_validate(with_preset.json()).profile(L4) is not None
 
 
 def test_mig_and_shared_units_fall_and_rise_as_boxes_start_and_stop(api: Api) -> None:
@@ -404,8 +426,8 @@ def assert_doctor_findings(report: DoctorReport) -> None:
         "NoSchedule} to the profile, or remove the taint",
         **{
             (profile, "quota"): "ResourceQuota no-gpus allows 0 requests.nvidia.com/gpu, less "
-            "than the profile's count "
-            f"{count}: raise requests.nvidia.com/gpu in ResourceQuota no-gpus to at least {count}"
+            f"than a box of this profile with preset small asks ({count}): raise "
+            f"requests.nvidia.com/gpu in ResourceQuota no-gpus to at least {count}"
             for profile, count in (
                 ("nvidia-l4", 1),
                 ("h100", 1),
@@ -489,3 +511,140 @@ def test_doctor_refuses_bad_settings_in_one_line(tmp_path: Path, testbed: Testbe
     assert result.returncode == 2
     assert "gpu.enabled" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def dry_run_refusal(core: client.CoreV1Api, namespace: str, pod: dict[str, Any]) -> str:
+    try:
+        core.create_namespaced_pod(namespace, pod, dry_run="All")
+    except client.ApiException as error:
+        if error.status not in (403, 422):
+            raise
+        return str(json.loads(error.body)["message"])
+    return ""
+
+
+def admitted_presets(kube: Any, namespace: str, settings: Settings) -> dict[str, str]:
+    """For each preset, the apiserver's answer to a dry-run create of a box pod of the L4
+    profile: "" when admitted, else the refusal."""
+    core = client.CoreV1Api(kube)
+    profile = settings.gpu.profile(L4)
+    assert profile is not None
+    answers = {}
+    for preset in PRESETS:
+        pod = {
+            "metadata": {"name": f"probe-{preset}"},
+            "spec": doctor.box_pod(settings, profile, preset),
+        }
+        answers[preset] = dry_run_refusal(core, namespace, pod)
+    return answers
+
+
+def wait_for_quota_status(kube: Any, namespace: str, name: str) -> None:
+    """Admission refuses every pod until the quota controller has filled in the status."""
+    core = client.CoreV1Api(kube)
+    wait_for(lambda: bool(core.read_namespaced_resource_quota(name, namespace).status.hard))
+
+
+@pytest.mark.parametrize(
+    ("kind", "body", "verdict", "refused", "refusal"),
+    [
+        (
+            "limit_range",
+            {"limits": [{"type": "Container", "max": {"memory": "8Gi"}}]},
+            "warn",
+            {"large"},
+            "maximum memory usage per Container is 8Gi",
+        ),
+        ("quota", {"hard": {"requests.cpu": "1"}}, "warn", {"large"}, "exceeded quota"),
+        (
+            "quota",
+            {"hard": {"limits.cpu": "64"}},
+            "fail",
+            set(PRESETS),
+            "must specify limits.cpu",
+        ),
+        (
+            "limit_range",
+            {"limits": [{"type": "Pod", "max": {"memory": "2Gi"}}]},
+            "fail",
+            set(PRESETS),
+            "maximum memory usage per Pod is 2Gi",
+        ),
+    ],
+)
+def test_doctor_judges_quotas_and_limit_ranges_as_admission_does(
+    kube: Any,
+    namespace: str,
+    kind: str,
+    body: dict[str, Any],
+    verdict: str,
+    refused: set[str],
+    refusal: str,
+) -> None:
+    core = client.CoreV1Api(kube)
+    if kind == "quota":
+        core.create_namespaced_resource_quota(
+            namespace, {"metadata": {"name": "compute"}, "spec": body}
+        )
+        wait_for_quota_status(kube, namespace, "compute")
+    else:
+        core.create_namespaced_limit_range(
+            namespace, {"metadata": {"name": "bounds"}, "spec": body}
+        )
+    settings = settings_from_mapping(example_settings(namespace))
+
+    answers = admitted_presets(kube, namespace, settings)
+    assert {p for p, answer in answers.items() if answer} == refused, answers
+    assert all(refusal in answers[p] for p in refused), answers
+
+    report = doctor.examine(settings, kube)
+    check = "quota" if kind == "quota" else "limit-range"
+    found = next(c for c in report.checks if c.profile == L4 and c.check == check)
+    assert found.verdict == verdict, found
+    first = next(p for p in PRESETS if p in refused)
+    assert f"with preset {first}" in found.message, found
+    other = "limit-range" if kind == "quota" else "quota"
+    assert next(c for c in report.checks if c.profile == L4 and c.check == other).verdict == "pass"
+
+
+def test_runtime_class_tolerations_and_node_selector_count_for_availability_and_doctor(
+    kube: Any, namespace: str, controllers: Callable[..., ControllerProcess]
+) -> None:
+    node_api = client.NodeV1Api(kube)
+    name = f"l4-{uuid.uuid4().hex[:6]}"
+    node_api.create_runtime_class(
+        {
+            "metadata": {"name": name},
+            "handler": "nvidia",
+            "scheduling": {"nodeSelector": {"accelerator": L4}, "tolerations": [GPU_TOLERATION]},
+        }
+    )
+    try:
+        settings = example_settings(namespace)
+        # No selector and no toleration of its own: both come from the RuntimeClass.
+        settings["gpu"]["profiles"].append(
+            {
+                "name": "l4-by-runtime",
+                "displayName": "L4 by its runtime",
+                "resourceName": "nvidia.com/gpu",
+                "count": 1,
+                "runtimeClassName": name,
+            }
+        )
+        api = Api(controllers(settings))
+        wait_for(lambda: api.free(L4)[1] is not None)
+        by_runtime = api.availability().profile("l4-by-runtime")
+        by_profile = api.availability().profile(L4)
+        assert by_runtime is not None
+        assert by_profile is not None
+        # The same nodes as the profile that names them itself: the L4s, not the
+        # time-sliced L4 or the A100 that also advertise GPU resources under other names.
+        assert (by_runtime.capacity, by_runtime.reason) == (by_profile.capacity, None)
+        assert by_runtime.capacity
+
+        report = doctor.examine(settings_from_mapping(settings), kube)
+        checks = {c.check: c for c in report.checks if c.profile == "l4-by-runtime"}
+        assert checks["taints"].verdict == "pass", checks["taints"]
+        assert checks["runtime-class"].verdict == "pass", checks["runtime-class"]
+    finally:
+        node_api.delete_runtime_class(name)

@@ -369,3 +369,211 @@ def test_permissions_match_the_charts_roles() -> None:
                         granted.add((group, resource, verb, not cluster))
     wanted = {(p.group, p.resource, p.verb, p.namespaced) for p in doctor.PERMISSIONS}
     assert wanted == granted
+
+
+# -- what a RuntimeClass adds at admission -----------------------------------------------------
+
+
+def runtime_class(name: str, **scheduling: Any) -> dict[str, Any]:
+    return capacity.strip_runtime_class({"metadata": {"name": name}, "scheduling": scheduling})
+
+
+def with_runtime(prof: GpuProfileConfig, classes: list[dict[str, Any]]) -> Any:
+    by_name = {c["metadata"]["name"]: c for c in classes}
+    return capacity.profile_availability(prof, l4_nodes(), {}, 0, runtime_classes=by_name)
+
+
+def test_a_runtime_class_adds_its_tolerations_and_narrows_to_its_nodes() -> None:
+    bare = profile(tolerations=[], runtimeClassName="nvidia")
+    assert with_runtime(bare, [runtime_class("nvidia")]).reason == capacity.TAINTED
+    tolerating = runtime_class("nvidia", tolerations=TOLERATE_GPU)
+    assert with_runtime(bare, [tolerating]).capacity == 2
+
+    narrowed = profile(nodeSelector={}, runtimeClassName="nvidia")
+    only_l4 = runtime_class("nvidia", nodeSelector=L4)
+    nodes = [*l4_nodes(), node("other", {"nvidia.com/gpu": "4"})]
+    result = capacity.profile_availability(
+        narrowed, nodes, {}, 0, runtime_classes={"nvidia": only_l4}
+    )
+    assert result.capacity == 2
+    elsewhere = runtime_class("nvidia", nodeSelector={"accelerator": "h100"})
+    assert with_runtime(profile(runtimeClassName="nvidia"), [elsewhere]).reason == (
+        capacity.NO_SELECTOR_MATCH
+    )
+
+
+def test_a_missing_runtime_class_leaves_no_room() -> None:
+    result = with_runtime(profile(runtimeClassName="amd"), [runtime_class("nvidia")])
+    assert (result.available, result.capacity, result.reason) == (0, 0, capacity.NO_RUNTIME)
+
+
+def test_stripped_runtime_class_keeps_its_scheduling_only() -> None:
+    raw = {
+        "metadata": {"name": "nvidia", "resourceVersion": "3", "labels": {"a": "b"}},
+        "handler": "nvidia",
+        "overhead": {"podFixed": {"cpu": "100m"}},
+        "scheduling": {
+            "nodeSelector": L4,
+            "tolerations": [{"key": "k", "operator": "Exists", "tolerationSeconds": 5}],
+        },
+    }
+    assert capacity.strip_runtime_class(raw) == {
+        "metadata": {"name": "nvidia", "resourceVersion": "3"},
+        "scheduling": {"nodeSelector": L4, "tolerations": [{"key": "k", "operator": "Exists"}]},
+    }
+
+
+def test_doctor_counts_runtime_class_tolerations_as_tolerated() -> None:
+    settings = settings_with({"nodeSelector": L4, "runtimeClassName": "nvidia"})
+    bare = doctor.diagnose(settings, facts(runtime_classes=[{"metadata": {"name": "nvidia"}}]))
+    assert [v for v, _, _ in verdicts(bare, "taints")] == ["fail"]
+    tolerating = {"metadata": {"name": "nvidia"}, "scheduling": {"tolerations": TOLERATE_GPU}}
+    report = doctor.diagnose(settings, facts(runtime_classes=[tolerating]))
+    assert verdicts(report, "taints") == [("pass", "every taint on its nodes is tolerated", None)]
+    assert report.ok
+
+
+# -- quotas and limit ranges against the presets -----------------------------------------------
+
+
+def limit_range(name: str, *items: dict[str, Any]) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "spec": {"limits": list(items)}}
+
+
+def quota(name: str, hard: dict[str, str], used: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "spec": {"hard": hard}, "status": {"used": used or {}}}
+
+
+def admission_verdicts(**found: Any) -> dict[str, tuple[str, str, str | None]]:
+    settings = settings_with({"nodeSelector": L4, "tolerations": TOLERATE_GPU})
+    report = doctor.diagnose(settings, facts(**found))
+    return {
+        c.check: (c.verdict, c.message, c.fix)
+        for c in report.checks
+        if c.check in ("quota", "limit-range")
+    }
+
+
+def test_quota_and_limit_range_pass_when_every_preset_fits() -> None:
+    roomy = quota("roomy", {"requests.cpu": "10", "limits.memory": "64Gi", "pods": "5"})
+    bounds = limit_range("bounds", {"type": "Container", "max": {"memory": "16Gi", "cpu": "4"}})
+    assert admission_verdicts(quotas=[roomy], limit_ranges=[bounds]) == {
+        "limit-range": ("pass", "no LimitRange forbids its boxes", None),
+        "quota": ("pass", "every ResourceQuota has room for its boxes", None),
+    }
+
+
+def test_a_cpu_quota_below_every_preset_fails_with_the_smallest_need() -> None:
+    found = admission_verdicts(quotas=[quota("compute", {"requests.cpu": "100m"})])
+    assert found["quota"] == (
+        "fail",
+        "ResourceQuota compute allows 100m requests.cpu, less than a box of this profile "
+        "with preset small asks (250m)",
+        "raise requests.cpu in ResourceQuota compute to at least 250m",
+    )
+
+
+def test_a_memory_quota_that_only_the_large_preset_exceeds_is_a_warning() -> None:
+    found = admission_verdicts(quotas=[quota("memory", {"limits.memory": "8Gi"})])
+    assert found["quota"] == (
+        "warn",
+        "ResourceQuota memory allows 8Gi limits.memory, less than a box of this profile with "
+        "preset large asks (16Gi)",
+        "raise limits.memory in ResourceQuota memory to at least 16Gi; until then, boxes of "
+        "this profile need preset small or medium",
+    )
+
+
+def test_a_full_quota_is_a_warning_for_now_and_a_zero_gpu_quota_fails() -> None:
+    full = quota("gpus", {"requests.nvidia.com/gpu": "2"}, {"requests.nvidia.com/gpu": "2"})
+    assert admission_verdicts(quotas=[full])["quota"] == (
+        "warn",
+        "ResourceQuota gpus has 0 of 2 requests.nvidia.com/gpu left, less than a box of this "
+        "profile with preset small asks (1)",
+        "raise requests.nvidia.com/gpu in ResourceQuota gpus, or free some: its pods in "
+        "namespace devboxes hold the rest",
+    )
+    zero = quota("gpus", {"requests.nvidia.com/gpu": "0"})
+    verdict, message, _ = admission_verdicts(quotas=[zero])["quota"]
+    assert (verdict, message) == (
+        "fail",
+        "ResourceQuota gpus allows 0 requests.nvidia.com/gpu, less than a box of this profile "
+        "with preset small asks (1)",
+    )
+
+
+def test_a_cpu_limit_quota_needs_a_default_cpu_limit() -> None:
+    tracked = quota("compute", {"limits.cpu": "100"})
+    verdict, message, fix = admission_verdicts(quotas=[tracked])["quota"]
+    assert (verdict, message, fix) == (
+        "fail",
+        "ResourceQuota compute tracks limits.cpu, so every container must declare a cpu "
+        "limit; a box of this profile with preset small has none on its devbox container",
+        "add a LimitRange with a default cpu limit to namespace devboxes, or remove limits.cpu "
+        "from ResourceQuota compute",
+    )
+    defaults = limit_range("defaults", {"type": "Container", "default": {"cpu": "4"}})
+    assert admission_verdicts(quotas=[tracked], limit_ranges=[defaults])["quota"][0] == "pass"
+
+
+def test_limit_range_bounds_per_container_and_per_pod() -> None:
+    container_max = limit_range(
+        "caps", {"type": "Container", "max": {"cpu": "1", "memory": "16Gi"}}
+    )
+    verdict, message, fix = admission_verdicts(limit_ranges=[container_max])["limit-range"]
+    assert (verdict, message) == (
+        "warn",
+        "LimitRange caps allows at most 1 cpu per container; a box of this profile with preset "
+        "large sets 2 on its devbox container",
+    )
+    assert fix is not None
+    assert fix.endswith("need preset small or medium")
+
+    pod_max = limit_range("pods", {"type": "Pod", "max": {"memory": "2Gi"}})
+    assert admission_verdicts(limit_ranges=[pod_max])["limit-range"] == (
+        "fail",
+        "LimitRange pods allows at most 2Gi memory per pod; a box of this profile with preset "
+        "small sets 4Gi on the pod",
+        "raise max memory in LimitRange pods to at least 4Gi",
+    )
+    pod_cpu = limit_range("pods", {"type": "Pod", "max": {"cpu": "8"}})
+    verdict, message, _ = admission_verdicts(limit_ranges=[pod_cpu])["limit-range"]
+    assert (verdict, message) == (
+        "fail",
+        "LimitRange pods caps cpu at 8 per pod, which needs a cpu limit on the pod, and a box "
+        "of this profile with preset small sets none",
+    )
+    gpus = limit_range("gpus", {"type": "Container", "max": {"nvidia.com/gpu": "0"}})
+    assert admission_verdicts(limit_ranges=[gpus])["limit-range"][0] == "fail"
+
+
+def test_limit_range_minimum_ratio_and_a_default_below_the_request() -> None:
+    least = limit_range("least", {"type": "Container", "min": {"cpu": "500m"}})
+    verdict, message, _ = admission_verdicts(limit_ranges=[least])["limit-range"]
+    assert (verdict, message) == (
+        "warn",
+        "LimitRange least requires at least 500m cpu per container; a box of this profile with "
+        "preset small sets 250m on its devbox container",
+    )
+    ratio = limit_range("ratio", {"type": "Container", "maxLimitRequestRatio": {"memory": "4"}})
+    verdict, message, _ = admission_verdicts(limit_ranges=[ratio])["limit-range"]
+    assert (verdict, message) == (
+        "warn",
+        "LimitRange ratio allows a memory limit at most 4 times the request per container; a "
+        "box of this profile with preset small has 8 on its devbox container",
+    )
+    low_default = limit_range("defaults", {"type": "Container", "default": {"cpu": "500m"}})
+    verdict, message, _ = admission_verdicts(limit_ranges=[low_default])["limit-range"]
+    assert (verdict, message) == (
+        "warn",
+        "a LimitRange's default cpu limit 500m is below the request 750m of a box of this "
+        "profile with preset medium on its devbox container",
+    )
+
+
+def test_quota_scopes_that_box_pods_are_not_in_are_ignored() -> None:
+    scoped = {
+        "metadata": {"name": "batch"},
+        "spec": {"hard": {"requests.cpu": "1m"}, "scopes": ["Terminating"]},
+    }
+    assert admission_verdicts(quotas=[scoped])["quota"][0] == "pass"

@@ -576,7 +576,7 @@ EXPECTED_RULES = {
 EXPECTED_CLUSTER_RULES = {
     ("", "nodes"): {"list", "watch"},
     ("", "pods"): {"list", "watch"},
-    ("node.k8s.io", "runtimeclasses"): {"list"},
+    ("node.k8s.io", "runtimeclasses"): {"list", "watch"},
     ("storage.k8s.io", "storageclasses"): {"list"},
 }
 

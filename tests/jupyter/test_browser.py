@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -25,7 +26,7 @@ from controllers import ControllerProcess
 from devboxes_jupyter.provisioner import box_name
 from labserver import LABEXTENSION, KernelLab, Lab, running_kernel_lab
 from sshd import loopback_sshd, need_sshd
-from support import CHROMIUM, CHROMIUM_ARGS
+from support import CHROMIUM, CHROMIUM_ARGS, wait_for
 
 from devboxes_sdk import models
 from devboxes_sdk.client import Client, Devbox
@@ -294,6 +295,55 @@ def test_launcher_tile_opens_the_sidebar_and_its_picker_creates_gpu_boxes(
     # The controller token stays on the server: not in the page, not in the server log.
     assert controller.token not in page.content()
     assert controller.token not in lab.log_text()
+
+
+def test_picker_shows_free_devices_and_follows_a_stop_without_reload(
+    page: Any, lab: Lab, controller_client: Client, cleanup: list[str]
+) -> None:
+    from playwright.sync_api import expect
+
+    profile = _l4_profile(controller_client)
+
+    def l4() -> models.ProfileAvailability:
+        entry = controller_client.gpu.availability().profile(profile.name)
+        assert entry is not None
+        return entry
+
+    def all_free() -> bool:
+        """earlier tests' boxes of the profile are gone (their pods may still be stopping)"""
+        entry = l4()
+        return entry.capacity is not None and entry.available == entry.capacity
+
+    # The count is compared exactly, so no other box may take or free one meanwhile.
+    wait_for(all_free, timeout=180)
+    total = l4().capacity
+    assert total
+    name = f"ui-f-{secrets.token_hex(3)}"
+    cleanup.append(name)
+    controller_client.create(name, gpu=profile.name, ttl_hours=1)
+    controller_client.wait_ready(name, 120)
+
+    def label(free: int) -> re.Pattern[str]:
+        # An en dash: "NVIDIA L4 — 1 of 2 free".
+        return re.compile(rf"^{re.escape(profile.display_name)} — {free} of {total} free")
+
+    _open_lab(page, lab)
+    sidebar = _open_sidebar(page)
+    sidebar.get_by_test_id("devbox-new").click()
+    accelerator = sidebar.get_by_test_id("devbox-accelerator")
+    option = accelerator.locator(f"option[value='{profile.name}']")
+    expect(option).to_have_text(label(total - 1), timeout=60_000)
+    accelerator.select_option(profile.name)
+    sidebar.screenshot(path=str(IMAGES / "jupyter-picker-free.png"))
+
+    # A mark only this page load carries: still there afterwards, so nothing reloaded.
+    page.evaluate("window.devboxesNoReload = true")
+    controller_client.stop(name)
+    expect(option).to_have_text(label(total), timeout=120_000)
+    assert page.evaluate("window.devboxesNoReload === true")
+    # The choice survives the picker's refresh.
+    expect(accelerator).to_have_value(profile.name)
+    sidebar.screenshot(path=str(IMAGES / "jupyter-picker-free-after-stop.png"))
 
 
 def test_devbox_kernel_from_the_launcher_runs_a_cell(
