@@ -20,7 +20,7 @@ from kubernetes import client
 
 from devboxes_sdk.models import ActivityReport, DeleteResult, Devbox, DevboxCreate, DevboxState
 
-from . import activity, capacity, kube, render, status, template
+from . import activity, capacity, kube, render, slim, status, template
 from .availability import Availability
 from .bodies import Body, body
 from .cache import Informer
@@ -99,6 +99,7 @@ class Boxes:
             box_of,
             self._changed_box,
             selector,
+            strip=slim.deployment,
         )
         self.replicasets = Informer(
             "replicasets",
@@ -107,12 +108,25 @@ class Boxes:
             box_of,
             self._changed_box,
             selector,
+            strip=slim.replicaset,
         )
         self.pods = Informer(
-            "pods", self._core.list_namespaced_pod, ns, box_of, self._changed_box, selector
+            "pods",
+            self._core.list_namespaced_pod,
+            ns,
+            box_of,
+            self._changed_box,
+            selector,
+            strip=slim.pod,
         )
         self.services = Informer(
-            "services", self._core.list_namespaced_service, ns, box_of, self._changed_box, selector
+            "services",
+            self._core.list_namespaced_service,
+            ns,
+            box_of,
+            self._changed_box,
+            selector,
+            strip=slim.service,
         )
         self.pvcs = Informer(
             "persistentvolumeclaims",
@@ -121,9 +135,15 @@ class Boxes:
             box_of,
             self._changed_box,
             selector,
+            strip=slim.persistent_volume_claim,
         )
         self.events = Informer(
-            "events", self._core.list_namespaced_event, ns, _box_from_event, self._changed_box
+            "events",
+            self._core.list_namespaced_event,
+            ns,
+            _box_from_event,
+            self._changed_box,
+            strip=slim.event,
         )
         self.informers = (
             self.deployments,

@@ -1,0 +1,136 @@
+"""What the caches keep of each kind: exactly the fields the controller reads, no more.
+
+A pod as the apiserver sends it is kilobytes of JSON (managedFields, the whole pod spec,
+every container status); parsed into Python it costs tens of kilobytes, and the caches
+hold six kinds for every box. Each function here takes one object as the apiserver sent
+it and returns a new, small object with the same shape, holding only what status
+derivation (``status``), rendering and repair (``render.spec_from_deployment``,
+``reconciler``), the lifecycle verbs (``boxes``) and the caches themselves read. Reading
+a field not kept here means adding it here first; ``tests/controller/test_controller_slim.py``
+checks that status derivation cannot tell a slim object from a full one.
+
+Building new dicts (rather than deleting keys) also means the keys are this module's
+string constants, shared by every cached object instead of one copy per object.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .kube import Obj
+from .render import ANNOTATION_PREFIX, LABEL_BOX
+
+
+def _pick(source: Any, keys: tuple[str, ...]) -> Obj:
+    if not isinstance(source, dict):
+        return {}
+    return {key: source[key] for key in keys if key in source}
+
+
+def _metadata(obj: Obj) -> Obj:
+    """Identity, version, deletion, ownership and the box label every cache indexes by."""
+    metadata = obj.get("metadata") or {}
+    slim = _pick(
+        metadata,
+        (
+            "name",
+            "uid",
+            "resourceVersion",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "ownerReferences",
+        ),
+    )
+    box = (metadata.get("labels") or {}).get(LABEL_BOX)
+    if box is not None:
+        slim["labels"] = {LABEL_BOX: box}
+    return slim
+
+
+def _conditions(obj: Obj, keys: tuple[str, ...]) -> list[Obj]:
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    return [_pick(condition, keys) for condition in conditions]
+
+
+def deployment(obj: Obj) -> Obj:
+    """The box's own annotations (its pinned contract), replicas and the failure conditions."""
+    metadata = _metadata(obj)
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    own = {k: v for k, v in annotations.items() if k.startswith(ANNOTATION_PREFIX)}
+    if own:
+        metadata["annotations"] = own
+    slim: Obj = {"metadata": metadata}
+    spec = obj.get("spec") or {}
+    if "replicas" in spec:
+        slim["spec"] = {"replicas": spec["replicas"]}
+    slim["status"] = {"conditions": _conditions(obj, ("type", "status", "reason", "message"))}
+    return slim
+
+
+def replicaset(obj: Obj) -> Obj:
+    """Its name (events refer to it) and whether it failed to create the pod."""
+    return {
+        "metadata": _metadata(obj),
+        "status": {"conditions": _conditions(obj, ("type", "status", "message"))},
+    }
+
+
+def _container_status(container: Obj) -> Obj:
+    slim = _pick(container, ("name", "restartCount"))
+    waiting = (container.get("state") or {}).get("waiting")
+    if waiting:
+        slim["state"] = {"waiting": _pick(waiting, ("reason", "message"))}
+    return slim
+
+
+def pod(obj: Obj) -> Obj:
+    """Node, phase, readiness, the scheduler's words and the containers' waiting reasons."""
+    slim: Obj = {"metadata": _metadata(obj)}
+    node = (obj.get("spec") or {}).get("nodeName")
+    if node:
+        slim["spec"] = {"nodeName": node}
+    status = obj.get("status") or {}
+    slim_status = _pick(status, ("phase", "reason", "message"))
+    slim_status["conditions"] = _conditions(obj, ("type", "status", "reason", "message"))
+    for key in ("initContainerStatuses", "containerStatuses"):
+        if status.get(key):
+            slim_status[key] = [_container_status(c) for c in status[key]]
+    slim["status"] = slim_status
+    return slim
+
+
+def service(obj: Obj) -> Obj:
+    """The SSH port and where it is reached: node port or load balancer address."""
+    spec = obj.get("spec") or {}
+    slim: Obj = {
+        "metadata": _metadata(obj),
+        "spec": {"ports": [_pick(p, ("port", "nodePort")) for p in spec.get("ports") or []]},
+    }
+    ingress = ((obj.get("status") or {}).get("loadBalancer") or {}).get("ingress")
+    if ingress:
+        slim["status"] = {
+            "loadBalancer": {"ingress": [_pick(i, ("ip", "hostname")) for i in ingress]}
+        }
+    return slim
+
+
+def persistent_volume_claim(obj: Obj) -> Obj:
+    """The requested and the provisioned size: storage is grown, never shrunk."""
+    requested = (((obj.get("spec") or {}).get("resources") or {}).get("requests") or {}).get(
+        "storage"
+    )
+    capacity = ((obj.get("status") or {}).get("capacity") or {}).get("storage")
+    slim: Obj = {"metadata": _metadata(obj)}
+    if requested is not None:
+        slim["spec"] = {"resources": {"requests": {"storage": requested}}}
+    if capacity is not None:
+        slim["status"] = {"capacity": {"storage": capacity}}
+    return slim
+
+
+def event(obj: Obj) -> Obj:
+    """What happened to which object, and when: failed pod creations are reported from it."""
+    slim = _pick(obj, ("reason", "message", "lastTimestamp", "eventTime"))
+    slim["metadata"] = _metadata(obj)
+    slim["involvedObject"] = _pick(obj.get("involvedObject"), ("kind", "name"))
+    return slim
