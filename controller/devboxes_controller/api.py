@@ -28,7 +28,7 @@ from devboxes_sdk.models import (
 )
 
 from . import doctor, volumes
-from .auth import require_operator
+from .auth import operator
 from .bodies import Body, respond
 from .boxes import Boxes
 from .kube import Invalid
@@ -41,18 +41,19 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorBody} for code in (400, 401, 403, 404, 409, 413, 422, 503)
 }
 
-Operator = Annotated[str, Depends(require_operator)]
+Operator = Annotated[str, Depends(operator)]
 # The pattern is documented, not enforced here: upper-case ASCII is folded by
 # normalize_name, which then enforces the rule with a message naming it.
 BoxName = Annotated[str, Path(json_schema_extra={"pattern": NAME_INPUT_PATTERN})]
 
 
-def _boxes(request: Request) -> Boxes:
+# Async, like every dependency here: FastAPI runs plain functions on a worker thread.
+async def _boxes(request: Request) -> Boxes:
     boxes: Boxes = request.app.state.boxes
     return boxes
 
 
-def _writes(request: Request) -> WritePool:
+async def _writes(request: Request) -> WritePool:
     writes: WritePool = request.app.state.writes
     return writes
 
