@@ -15,10 +15,12 @@ string constants, shared by every cached object instead of one copy per object.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from .kube import Obj
 from .render import ANNOTATION_PREFIX, LABEL_BOX
+from .status import FAILED_CREATE
 
 
 def _pick(source: Any, keys: tuple[str, ...]) -> Obj:
@@ -27,19 +29,21 @@ def _pick(source: Any, keys: tuple[str, ...]) -> Obj:
     return {key: source[key] for key in keys if key in source}
 
 
-def _metadata(obj: Obj) -> Obj:
-    """Identity, version, deletion, ownership and the box label every cache indexes by."""
+def _word(value: Any) -> Any:
+    """One shared copy of a short value that recurs in every object ("True", "Ready")."""
+    return sys.intern(value) if isinstance(value, str) else value
+
+
+def _words(source: Any, keys: tuple[str, ...]) -> Obj:
+    return {key: _word(value) for key, value in _pick(source, keys).items()}
+
+
+def _metadata(obj: Obj, *read: str) -> Obj:
+    """Name, version, deletion, ownership and the box label every cache indexes by, and
+    the fields in ``read`` that this kind's readers need besides."""
     metadata = obj.get("metadata") or {}
     slim = _pick(
-        metadata,
-        (
-            "name",
-            "uid",
-            "resourceVersion",
-            "creationTimestamp",
-            "deletionTimestamp",
-            "ownerReferences",
-        ),
+        metadata, ("name", "resourceVersion", "deletionTimestamp", "ownerReferences", *read)
     )
     box = (metadata.get("labels") or {}).get(LABEL_BOX)
     if box is not None:
@@ -48,13 +52,22 @@ def _metadata(obj: Obj) -> Obj:
 
 
 def _conditions(obj: Obj, keys: tuple[str, ...]) -> list[Obj]:
+    """Type, status and reason are words; a message, when kept, is free text."""
     conditions = (obj.get("status") or {}).get("conditions") or []
-    return [_pick(condition, keys) for condition in conditions]
+    words = tuple(key for key in keys if key != "message")
+    slim = []
+    for condition in conditions:
+        picked = _words(condition, words)
+        if "message" in keys and "message" in condition:
+            picked["message"] = condition["message"]
+        slim.append(picked)
+    return slim
 
 
 def deployment(obj: Obj) -> Obj:
-    """The box's own annotations (its pinned contract), replicas and the failure conditions."""
-    metadata = _metadata(obj)
+    """The box's own annotations (its pinned contract), replicas and the failure conditions;
+    its uid, which the Service's owner reference and the recorded Events name."""
+    metadata = _metadata(obj, "uid", "creationTimestamp")
     annotations = (obj.get("metadata") or {}).get("annotations") or {}
     own = {k: v for k, v in annotations.items() if k.startswith(ANNOTATION_PREFIX)}
     if own:
@@ -85,12 +98,14 @@ def _container_status(container: Obj) -> Obj:
 
 def pod(obj: Obj) -> Obj:
     """Node, phase, readiness, the scheduler's words and the containers' waiting reasons."""
-    slim: Obj = {"metadata": _metadata(obj)}
+    slim: Obj = {"metadata": _metadata(obj, "creationTimestamp")}
     node = (obj.get("spec") or {}).get("nodeName")
     if node:
         slim["spec"] = {"nodeName": node}
     status = obj.get("status") or {}
-    slim_status = _pick(status, ("phase", "reason", "message"))
+    slim_status = _words(status, ("phase", "reason"))
+    if "message" in status:
+        slim_status["message"] = status["message"]
     slim_status["conditions"] = _conditions(obj, ("type", "status", "reason", "message"))
     for key in ("initContainerStatuses", "containerStatuses"):
         if status.get(key):
@@ -129,8 +144,12 @@ def persistent_volume_claim(obj: Obj) -> Obj:
 
 
 def event(obj: Obj) -> Obj:
-    """What happened to which object, and when: failed pod creations are reported from it."""
-    slim = _pick(obj, ("reason", "message", "lastTimestamp", "eventTime"))
+    """Which object it is about and why; what was said and when only for a failed pod
+    creation, the one kind of Event status reports from (most Events are about progress)."""
+    slim = _words(obj, ("reason",))
+    if obj.get("reason") == FAILED_CREATE:
+        slim.update(_pick(obj, ("message", "lastTimestamp", "eventTime")))
     slim["metadata"] = _metadata(obj)
-    slim["involvedObject"] = _pick(obj.get("involvedObject"), ("kind", "name"))
+    involved = obj.get("involvedObject") or {}
+    slim["involvedObject"] = {"kind": _word(involved.get("kind")), "name": involved.get("name")}
     return slim

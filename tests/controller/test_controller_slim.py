@@ -215,8 +215,13 @@ def test_the_cache_indexes_slim_objects_as_it_did_full_ones(kind: str) -> None:
         assert small["metadata"]["name"] == full["metadata"]["name"]
         assert resource_version(small) == resource_version(full) > 0
         assert BOX_OF[kind](small) == BOX_OF[kind](full)
-        for key in ("uid", "deletionTimestamp", "ownerReferences", "creationTimestamp"):
+        for key in ("deletionTimestamp", "ownerReferences"):
             assert small["metadata"].get(key) == full["metadata"].get(key)
+
+
+def test_the_deployment_keeps_the_uid_its_service_and_events_name() -> None:
+    for full in RECORDED["deployments"]:
+        assert slim.deployment(full)["metadata"]["uid"] == full["metadata"]["uid"]
 
 
 def test_a_terminating_pod_keeps_its_deletion_mark() -> None:
