@@ -18,22 +18,23 @@ from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from devboxes_sdk.models import Health
+from devboxes_sdk.models import Health, normalize_name
 
 from .api import Operator, describe_settings, router
 from .auth import IDENTITY_STATE, require_operator
-from .bodies import body
+from .bodies import Body, body, respond
 from .boxes import Boxes
 from .dashboard import mount_dashboard, set_session_cookie
 from .ingest import MAX_REPORT_BYTES, RateLimiter, is_activity_route
 from .ingest import router as ingest_router
-from .kube import ApiProblem
+from .kube import ApiProblem, NotFound
 from .metrics import METRICS
 from .readiness import Readiness
 from .writes import WritePool
@@ -236,9 +237,62 @@ def _session_cookie_headers(scope: Scope, value: str) -> list[tuple[bytes, bytes
     return [h for h in carrier.raw_headers if h[0] == b"set-cookie"]
 
 
+CAPABILITIES_PATH = "/api/v1/capabilities"
+LIST_PATH = "/api/v1/devboxes"
+BOX_PATH = "/api/v1/devboxes/{name}"
+
+
+class ReadFastPath:
+    """The reads clients poll, answered before routing.
+
+    A GET of one box, of the list or of the capabilities, without a query string, is
+    answered here from the bodies kept current by the watches (see ``bodies``): FastAPI's
+    routing, dependency solving and response objects cost several times what the answer
+    itself does. Anything else, and every failure (a bad name, an unknown box), goes on to
+    the routes, which answer these paths the same way and document them.
+    """
+
+    def __init__(self, app: ASGIApp, api: FastAPI) -> None:
+        self.app = app
+        self._state = api.state
+        # The routes these paths belong to, so that metrics name them as the router would.
+        self._routes = {
+            route.path: route
+            for route in router.routes
+            if isinstance(route, APIRoute)
+            and "GET" in (route.methods or ())
+            and route.path in (CAPABILITIES_PATH, LIST_PATH, BOX_PATH)
+        }
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "GET" and not scope["query_string"]:
+            found = self._answer(scope["path"])
+            if found is not None:
+                route, answer = found
+                scope["route"] = self._routes[route]
+                await respond(Request(scope), answer)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+    def _answer(self, path: str) -> tuple[str, Body] | None:
+        if path == CAPABILITIES_PATH:
+            return CAPABILITIES_PATH, self._state.capabilities
+        boxes: Boxes = self._state.boxes
+        if path == LIST_PATH:
+            return LIST_PATH, boxes.list_body()
+        name = path.removeprefix(LIST_PATH + "/")
+        if name == path or "/" in name:
+            return None
+        try:
+            return BOX_PATH, boxes.get_body(normalize_name(name))
+        except (ValueError, NotFound):
+            return None
+
+
 def _install_middleware(app: FastAPI) -> None:
-    # Added first, so it runs inside the headers middleware below and its refusals are
-    # counted and carry the security headers too.
+    # Innermost first: the fast path runs after authentication, and the guard's refusals
+    # are counted and carry the security headers too.
+    app.add_middleware(ReadFastPath, api=app)
     app.add_middleware(RequestGuard)
     app.add_middleware(HeadersAndMetrics)
 
