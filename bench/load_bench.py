@@ -185,6 +185,17 @@ def start_controller(
     return Controller(label, process, f"http://127.0.0.1:{port}", token)
 
 
+def stop(process: subprocess.Popen[bytes], grace: float = 30) -> None:
+    """SIGTERM, then SIGKILL: with many boxes and open client connections a controller
+    (either release) can take longer than the grace period to shut down."""
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(grace)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 def wait_ready(controller: Controller, workdir: Path, timeout: float = 180) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -366,8 +377,7 @@ def run_testbed(args: argparse.Namespace, log: Any) -> None:
         succeeded = True
     finally:
         for controller in controllers:
-            controller.process.send_signal(signal.SIGTERM)
-            controller.process.wait(30)
+            stop(controller.process)
         if bed is not None:
             bed.stop()
         if baseline_tree.exists():
