@@ -6,7 +6,8 @@ again when the apiserver answers 410 Gone (as it does after a restart, when its 
 cache no longer reaches back to our version). The watch stream is read line by line
 here rather than through the client library's watch helper, so that every ERROR
 event, HTTP status and dropped connection reaches the recovery logic. Readers never
-touch the apiserver.
+touch the apiserver. Each object is kept as ``strip`` makes it (see ``slim``): only what
+the controller reads.
 """
 
 from __future__ import annotations
