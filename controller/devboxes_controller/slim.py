@@ -3,11 +3,13 @@
 A pod as the apiserver sends it is kilobytes of JSON (managedFields, the whole pod spec,
 every container status); parsed into Python it costs tens of kilobytes, and the caches
 hold six kinds for every box. Each function here takes one object as the apiserver sent
-it and returns a new, small object with the same shape, holding only what status
-derivation (``status``), rendering and repair (``render.spec_from_deployment``,
-``reconciler``), the lifecycle verbs (``boxes``) and the caches themselves read. Reading
-a field not kept here means adding it here first; ``tests/controller/test_controller_slim.py``
-checks that status derivation cannot tell a slim object from a full one.
+it and returns a new, small object with the same shape, holding only what its readers
+use: status derivation and the waiting line (``status``), the pinned spec and release
+drift (``render.spec_from_deployment``, ``template``), repair and expiry
+(``reconciler``), activity (``activity``, ``ingest``), retained volumes (``volumes``),
+the lifecycle verbs (``boxes``) and the caches themselves. Reading a field not kept here
+means adding it here first; ``tests/controller/test_controller_slim.py`` checks that
+none of those readers can tell a slim object from a full one.
 
 Building new dicts (rather than deleting keys) also means the keys are this module's
 string constants, shared by every cached object instead of one copy per object.
@@ -18,8 +20,9 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from . import template
 from .kube import Obj
-from .render import ANNOTATION_PREFIX, LABEL_BOX
+from .render import ANNOTATION_PREFIX, LABEL_BOX, LABEL_COMPONENT, LABEL_GPU_PROFILE
 from .status import FAILED_CREATE
 
 
@@ -38,16 +41,14 @@ def _words(source: Any, keys: tuple[str, ...]) -> Obj:
     return {key: _word(value) for key, value in _pick(source, keys).items()}
 
 
-def _metadata(obj: Obj, *read: str) -> Obj:
-    """Name, version, deletion, ownership and the box label every cache indexes by, and
-    the fields in ``read`` that this kind's readers need besides."""
+def _metadata(obj: Obj, *read: str, labels: tuple[str, ...] = ()) -> Obj:
+    """Name, version, deletion and the box label every cache indexes by, and the fields in
+    ``read`` and the ``labels`` that this kind's readers need besides."""
     metadata = obj.get("metadata") or {}
-    slim = _pick(
-        metadata, ("name", "resourceVersion", "deletionTimestamp", "ownerReferences", *read)
-    )
-    box = (metadata.get("labels") or {}).get(LABEL_BOX)
-    if box is not None:
-        slim["labels"] = {LABEL_BOX: box}
+    slim = _pick(metadata, ("name", "resourceVersion", "deletionTimestamp", *read))
+    kept = _words(metadata.get("labels"), (LABEL_BOX, *labels))
+    if kept:
+        slim["labels"] = kept
     return slim
 
 
@@ -65,8 +66,10 @@ def _conditions(obj: Obj, keys: tuple[str, ...]) -> list[Obj]:
 
 
 def deployment(obj: Obj) -> Obj:
-    """The box's own annotations (its pinned contract), replicas and the failure conditions;
-    its uid, which the Service's owner reference and the recorded Events name."""
+    """The box's own annotations (its pinned contract, template record and activity),
+    replicas and the failure conditions; its uid, which the Service's owner reference, the
+    recorded Events and the activity credential name. The pod template only for a box
+    written before the template was recorded in annotations."""
     metadata = _metadata(obj, "uid", "creationTimestamp")
     annotations = (obj.get("metadata") or {}).get("annotations") or {}
     own = {k: v for k, v in annotations.items() if k.startswith(ANNOTATION_PREFIX)}
@@ -74,8 +77,11 @@ def deployment(obj: Obj) -> Obj:
         metadata["annotations"] = own
     slim: Obj = {"metadata": metadata}
     spec = obj.get("spec") or {}
-    if "replicas" in spec:
-        slim["spec"] = {"replicas": spec["replicas"]}
+    slim_spec = _pick(spec, ("replicas",))
+    if "template" in spec and template.reads_deployed_template(obj):
+        slim_spec["template"] = spec["template"]
+    if slim_spec:
+        slim["spec"] = slim_spec
     slim["status"] = {"conditions": _conditions(obj, ("type", "status", "reason", "message"))}
     return slim
 
@@ -130,12 +136,15 @@ def service(obj: Obj) -> Obj:
 
 
 def persistent_volume_claim(obj: Obj) -> Obj:
-    """The requested and the provisioned size: storage is grown, never shrunk."""
+    """The requested and the provisioned size (storage is grown, never shrunk), and what a
+    retained volume is listed with: its creation, its component and the last GPU profile."""
     requested = (((obj.get("spec") or {}).get("resources") or {}).get("requests") or {}).get(
         "storage"
     )
     capacity = ((obj.get("status") or {}).get("capacity") or {}).get("storage")
-    slim: Obj = {"metadata": _metadata(obj)}
+    slim: Obj = {
+        "metadata": _metadata(obj, "creationTimestamp", labels=(LABEL_COMPONENT, LABEL_GPU_PROFILE))
+    }
     if requested is not None:
         slim["spec"] = {"resources": {"requests": {"storage": requested}}}
     if capacity is not None:

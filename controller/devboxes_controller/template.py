@@ -44,6 +44,14 @@ def _recorded_hashes(deployment: Obj) -> dict[str, str] | None:
     return data
 
 
+def reads_deployed_template(deployment: Obj) -> bool:
+    """Whether this box's pod template as deployed is read: to compare it, when the box has
+    no readable record of the template's parts, and for its main container, when the box
+    has no pinned record of it. Only boxes written before those records qualify."""
+    annotations = (deployment.get("metadata") or {}).get("annotations") or {}
+    return _recorded_hashes(deployment) is None or render.ANNOTATION_PINNED_MAIN not in annotations
+
+
 def _covers(wanted: Any, actual: Any) -> bool:
     """Whether ``actual`` holds everything of ``wanted``; the apiserver adds defaults."""
     if isinstance(wanted, dict):

@@ -209,9 +209,7 @@ def test_three_waiting_boxes_get_their_place_in_line(
     wait_for(lambda: api.free(L4)[0] == total, timeout=180)
     assert total is not None
     # Take every L4 with pods that are not boxes, so the boxes must queue.
-    holders = [
-        foreign(f"hold-{i}", "nvidia.com/gpu", {"accelerator": L4}) for i in range(total)
-    ]
+    holders = [foreign(f"hold-{i}", "nvidia.com/gpu", {"accelerator": L4}) for i in range(total)]
     wait_for(lambda: api.free(L4)[0] == 0)
     suffix = uuid.uuid4().hex[:6]
     names = [f"q{letter}-{suffix}" for letter in "abc"]

@@ -1,11 +1,12 @@
-"""The caches keep slim objects: status derivation, the pinned spec and the cache's own
-bookkeeping must not be able to tell a slim object from the one the apiserver sent.
+"""The caches keep slim objects: status derivation, the waiting line, the pinned spec,
+release drift, activity, retained volumes and the cache's own bookkeeping must not be
+able to tell a slim object from the one the apiserver sent.
 
 The objects are real: tests/data/box_objects.json holds what the testbed's apiserver sent
-for boxes that are ready (CPU and GPU), stopped, unplaceable and refused by admission
-(re-record with tests/data/record_box_objects.py). Each case derives the status of every
-box from the full objects and from the slim ones, also after edits that drive the other
-branches of status derivation.
+for boxes that are ready (CPU and GPU), stopped, unplaceable, refused by admission and
+deleted with their home volume kept (re-record with tests/data/record_box_objects.py).
+Each case derives the status of every box from the full objects and from the slim ones,
+also after edits that drive the other branches of status derivation.
 """
 
 from __future__ import annotations
@@ -13,16 +14,18 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import yaml
-from devboxes_controller import render, slim
-from devboxes_controller.boxes import _box_from_event
+from devboxes_controller import activity, render, slim, template, volumes
+from devboxes_controller.boxes import Boxes, _box_from_event
 from devboxes_controller.kube import resource_version
 from devboxes_controller.settings import Settings, settings_from_mapping
-from devboxes_controller.status import BoxObjects, derive
+from devboxes_controller.status import BoxObjects, derive, waiting_since
 
 from devboxes_sdk.models import DevboxState
 
@@ -45,14 +48,25 @@ BOX_OF: dict[str, Callable[[Obj], str | None]] = {
 }
 
 
-def settings(**ssh: Any) -> Settings:
+def settings(ssh: dict[str, Any] | None = None, **changes: Any) -> Settings:
     data = yaml.safe_load((REPO / "testbed" / "settings.yaml").read_text())
-    data["ssh"].update(ssh)
+    data["ssh"].update(ssh or {})
+    data.update(changes)
     return settings_from_mapping(data)
 
 
 NODE_PORT = settings()
-LOAD_BALANCER = settings(serviceType="LoadBalancer")
+LOAD_BALANCER = settings(ssh={"serviceType": "LoadBalancer"})
+# A later release: an extra sidecar and idle boxes stopped (which adds the activity agent),
+# so every recorded box's pod template differs from the release's.
+NEXT_RELEASE = settings(
+    sidecars=[{"name": "logs", "image": "registry.example.com/logs:1"}],
+    idle={
+        "stopAfterMinutes": 30,
+        "cpuStopAfterMinutes": 60,
+        "controllerUrl": "http://devboxes-controller.devboxes:8000",
+    },
+)
 
 
 def box_objects(objects: dict[str, list[Obj]], box: str) -> BoxObjects:
@@ -169,6 +183,37 @@ def unrelated_annotations(objects: dict[str, list[Obj]]) -> None:
         deployment["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied"] = "{}" * 500
 
 
+def before_the_template_record(objects: dict[str, list[Obj]]) -> None:
+    """Boxes written by a release that recorded neither the template nor the main container:
+    drift is found by comparing the pod template as deployed."""
+    for deployment in objects["deployments"]:
+        annotations = deployment["metadata"]["annotations"]
+        del annotations[render.ANNOTATION_TEMPLATE], annotations[render.ANNOTATION_PINNED_MAIN]
+
+
+def unreadable_template_record(objects: dict[str, list[Obj]]) -> None:
+    for deployment in objects["deployments"]:
+        deployment["metadata"]["annotations"][render.ANNOTATION_TEMPLATE] = "not json"
+
+
+def activity_reported(objects: dict[str, list[Obj]]) -> None:
+    """The running boxes' agents reported: one idle for ten minutes, the others active."""
+    now = datetime.now(UTC)
+    for deployment in objects["deployments"]:
+        idle = render.box_name_of(deployment) == "l4"
+        record = activity.Record(
+            reported_at=now - timedelta(seconds=30),
+            idle_since=now - timedelta(minutes=10) if idle else None,
+        )
+        deployment["metadata"]["annotations"][activity.ANNOTATION_ACTIVITY] = record.to_json()
+
+
+def stopped_for_idleness(objects: dict[str, list[Obj]]) -> None:
+    for deployment in objects["deployments"]:
+        deployment["spec"]["replicas"] = 0
+        deployment["metadata"]["annotations"][activity.ANNOTATION_IDLE_STOPPED] = "30"
+
+
 CASES: dict[str, tuple[Callable[[dict[str, list[Obj]]], None] | None, Settings]] = {
     "as recorded": (None, NODE_PORT),
     "crash loop": (crash_looping, NODE_PORT),
@@ -182,6 +227,15 @@ CASES: dict[str, tuple[Callable[[dict[str, list[Obj]]], None] | None, Settings]]
     "load balancer without address": (None, LOAD_BALANCER),
     "load balancer with address": (load_balanced, LOAD_BALANCER),
     "unrelated annotations": (unrelated_annotations, NODE_PORT),
+    "the release changed the pod template": (None, NEXT_RELEASE),
+    "boxes from before the template record": (before_the_template_record, NODE_PORT),
+    "boxes from before the template record, release changed": (
+        before_the_template_record,
+        NEXT_RELEASE,
+    ),
+    "unreadable template record": (unreadable_template_record, NEXT_RELEASE),
+    "activity reported": (activity_reported, NEXT_RELEASE),
+    "stopped for idleness": (stopped_for_idleness, NEXT_RELEASE),
 }
 
 
@@ -215,13 +269,126 @@ def test_the_cache_indexes_slim_objects_as_it_did_full_ones(kind: str) -> None:
         assert small["metadata"]["name"] == full["metadata"]["name"]
         assert resource_version(small) == resource_version(full) > 0
         assert BOX_OF[kind](small) == BOX_OF[kind](full)
-        for key in ("deletionTimestamp", "ownerReferences"):
-            assert small["metadata"].get(key) == full["metadata"].get(key)
+        assert small["metadata"].get("deletionTimestamp") == (
+            full["metadata"].get("deletionTimestamp")
+        )
 
 
 def test_the_deployment_keeps_the_uid_its_service_and_events_name() -> None:
     for full in RECORDED["deployments"]:
         assert slim.deployment(full)["metadata"]["uid"] == full["metadata"]["uid"]
+
+
+def test_the_release_changes_every_recorded_box() -> None:
+    """The drift cases below compare something: each box differs from the next release."""
+    for deployment in RECORDED["deployments"]:
+        assert template.changes(deployment, NODE_PORT) == []
+        assert template.changes(deployment, NEXT_RELEASE)
+
+
+DRIFT_CASES = {
+    "recorded": None,
+    "before the template record": before_the_template_record,
+    "unreadable template record": unreadable_template_record,
+}
+
+
+@pytest.mark.parametrize("case", DRIFT_CASES)
+@pytest.mark.parametrize("config", [NODE_PORT, NEXT_RELEASE], ids=["current", "next release"])
+def test_template_drift_and_rebuild_are_the_same_from_a_slim_deployment(
+    case: str, config: Settings
+) -> None:
+    full = copy.deepcopy(RECORDED)
+    edit = DRIFT_CASES[case]
+    if edit is not None:
+        edit(full)
+    for deployment in full["deployments"]:
+        small = slim.deployment(deployment)
+        assert template.changes(small, config) == template.changes(deployment, config)
+        assert template.restart_reason(small, config) == (
+            template.restart_reason(deployment, config)
+        )
+        assert template.rebuild_patch(small, config) == template.rebuild_patch(deployment, config)
+
+
+def test_only_a_box_from_before_the_template_record_keeps_its_pod_template() -> None:
+    old = copy.deepcopy(RECORDED)
+    before_the_template_record(old)
+    for current, legacy in zip(RECORDED["deployments"], old["deployments"], strict=True):
+        assert "template" not in slim.deployment(current)["spec"]
+        assert slim.deployment(legacy)["spec"]["template"] == legacy["spec"]["template"]
+
+
+@pytest.mark.parametrize("case", ["as recorded", "not ready yet", "stopped by its ttl"])
+def test_the_waiting_line_is_the_same_from_slim_objects(case: str) -> None:
+    edit, _ = CASES[case]
+    full = copy.deepcopy(RECORDED)
+    if edit is not None:
+        edit(full)
+    small = slimmed(full)
+    since = {box: waiting_since(box_objects(full, box)) for box in boxes()}
+    assert {box: waiting_since(box_objects(small, box)) for box in boxes()} == since
+    if case == "as recorded":
+        assert since["unplaceable"], "the box no node can take waits for a device"
+
+
+@pytest.mark.parametrize("case", ["as recorded", "activity reported"])
+def test_activity_and_idle_stops_are_the_same_from_a_slim_deployment(case: str) -> None:
+    edit, config = CASES[case]
+    full = copy.deepcopy(RECORDED)
+    if edit is not None:
+        edit(full)
+    now = datetime.now(UTC)
+    for deployment in full["deployments"]:
+        small = slim.deployment(deployment)
+        assert activity.recorded(small) == activity.recorded(deployment)
+        assert activity.of(small, config, now) == activity.of(deployment, config, now)
+        assert activity.idle_stop_at(small, config, now) == (
+            activity.idle_stop_at(deployment, config, now)
+        )
+        assert activity.credential(b"k", "box", small["metadata"]["uid"]) == (
+            activity.credential(b"k", "box", deployment["metadata"]["uid"])
+        )
+
+
+@dataclass
+class Cache:
+    """What :mod:`volumes` reads of an informer: objects by name, and all of them."""
+
+    objects: dict[str, Obj]
+
+    def get(self, name: str) -> Obj | None:
+        return self.objects.get(name)
+
+    def all(self) -> list[Obj]:
+        return list(self.objects.values())
+
+
+@dataclass
+class Caches:
+    deployments: Cache
+    pvcs: Cache
+
+
+def caches(objects: dict[str, list[Obj]]) -> Boxes:
+    def by_name(kind: str) -> Cache:
+        return Cache({o["metadata"]["name"]: o for o in objects[kind]})
+
+    return cast(Boxes, Caches(by_name("deployments"), by_name("persistentvolumeclaims")))
+
+
+def test_retained_volumes_are_listed_the_same_from_slim_claims() -> None:
+    listed = volumes.retained(caches(RECORDED))
+    assert [(v.name, v.last_profile) for v in listed.items] == [("retained", "nvidia-l4")]
+    assert volumes.retained(caches(slimmed(RECORDED))) == listed
+
+
+def test_a_claim_keeps_the_profile_label_a_restart_compares_against() -> None:
+    for claim in RECORDED["persistentvolumeclaims"]:
+        labels = slim.persistent_volume_claim(claim)["metadata"]["labels"]
+        assert labels.get(render.LABEL_GPU_PROFILE) == (
+            claim["metadata"]["labels"].get(render.LABEL_GPU_PROFILE)
+        )
 
 
 def test_a_terminating_pod_keeps_its_deletion_mark() -> None:

@@ -23,13 +23,15 @@ REPO = Path(__file__).resolve().parents[2]
 OUTPUT = Path(__file__).with_name("box_objects.json")
 NAMESPACE = "devboxes-record"
 # name -> create request: a ready CPU box, a ready GPU box, one that is stopped, one the
-# scheduler cannot place and one Kubernetes refuses to create (no "amd" RuntimeClass).
+# scheduler cannot place, one Kubernetes refuses to create (no "amd" RuntimeClass) and a
+# GPU box deleted without purge, whose home volume is retained.
 BOXES: dict[str, dict[str, Any]] = {
     "cpu": {"name": "cpu", "repository": "https://github.com/example/project.git"},
     "l4": {"name": "l4", "gpu": {"profile": "nvidia-l4"}},
     "stopped": {"name": "stopped"},
     "unplaceable": {"name": "unplaceable", "gpu": {"profile": "nvidia-h100"}},
     "refused": {"name": "refused", "gpu": {"profile": "amd-rocm"}},
+    "retained": {"name": "retained", "gpu": {"profile": "nvidia-l4"}},
 }
 KINDS = ("deployments", "replicasets", "pods", "services", "persistentvolumeclaims", "events")
 
@@ -73,6 +75,7 @@ def record(controller: ControllerProcess, core: Any, apps: Any) -> None:
             f"{url}/{name}", params={"wait": "ready", "timeout": 60}, headers=headers, timeout=90
         ).raise_for_status()
     requests.post(f"{url}/stopped/stop", headers=headers, timeout=30).raise_for_status()
+    requests.delete(f"{url}/retained", headers=headers, timeout=30).raise_for_status()
     time.sleep(5)  # the stopped pod's deletion and the refused box's events land
     lists = {
         "deployments": apps.list_namespaced_deployment,
