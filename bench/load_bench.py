@@ -97,6 +97,13 @@ async def _load(
     return Load(len(latencies) + failures, seconds, latencies, failures)
 
 
+def format_load(result: Load) -> str:
+    return (
+        f"{result.rate:.0f} req/s, p50 {result.quantile(50):.1f} ms, "
+        f"p99 {result.quantile(99):.1f} ms, {result.failures} not 200"
+    )
+
+
 def load(
     url: str, token: str, paths: list[str], clients: int, seconds: float, warmup: float = 2.0
 ) -> Load:
@@ -140,6 +147,7 @@ class Controller:
     process: subprocess.Popen[bytes]
     url: str
     token: str
+    log: Path
 
     @property
     def api(self) -> Api:
@@ -154,11 +162,13 @@ def start_controller(
 
     token = secrets.token_urlsafe(32)
     port = free_port()
-    log = (workdir / f"controller-{label}.log").open("ab")
+    log_path = workdir / f"controller-{label}.log"
+    log = log_path.open("ab")
     environment = {
         **os.environ,
         "DEVBOXES_TOKEN": token,
         "PYTHONPATH": f"{source / 'controller'}{os.pathsep}{source}",
+        "PYTHONFAULTHANDLER": "1",
     }
     process = subprocess.Popen(
         [
@@ -182,18 +192,28 @@ def start_controller(
         env=environment,
         start_new_session=True,
     )
-    return Controller(label, process, f"http://127.0.0.1:{port}", token)
+    return Controller(label, process, f"http://127.0.0.1:{port}", token, log_path)
 
 
-def stop(process: subprocess.Popen[bytes], grace: float = 30) -> None:
-    """SIGTERM, then SIGKILL: with many boxes and open client connections a controller
-    (either release) can take longer than the grace period to shut down."""
+def stop(controller: Controller, log: Any, grace: float = 30) -> None:
+    """SIGTERM, then, past the grace period, SIGABRT: the controllers run with the fault
+    handler on, so their log then shows what every thread was doing; the testbed is
+    stopped either way."""
+    process = controller.process
+    started = time.monotonic()
     process.send_signal(signal.SIGTERM)
     try:
         process.wait(grace)
+        log(f"{controller.label} exited {time.monotonic() - started:.1f} s after SIGTERM")
     except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+        log(f"{controller.label} still running {grace:.0f} s after SIGTERM; its threads:")
+        process.send_signal(signal.SIGABRT)
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log(controller.log.read_text(errors="replace")[-20000:])
 
 
 def wait_ready(controller: Controller, workdir: Path, timeout: float = 180) -> None:
@@ -322,6 +342,8 @@ def run_testbed(args: argparse.Namespace, log: Any) -> None:
         for controller in controllers:
             memory[0][controller.label] = settled_rss(controller.process.pid)
         names: list[str] = []
+        results: dict[str, dict[str, Load]] = {label: {} for label in labels}
+        load_at = args.load_at if args.load_at is not None else args.boxes[-1]
         for count in args.boxes:
             more = [f"load-{i:05d}-{uuid.uuid4().hex[:4]}" for i in range(len(names), count)]
             log(f"creating {len(more)} boxes ({count} in all) ...")
@@ -330,19 +352,21 @@ def run_testbed(args: argparse.Namespace, log: Any) -> None:
             settled = wait_boxes(controllers, set(names), args.settle_timeout)
             log(f"  all ready on every controller after {settled}s")
             memory[count] = {c.label: settled_rss(c.process.pid) for c in controllers}
-
-        results: dict[str, dict[str, Load]] = {label: {} for label in labels}
-        paths = route_paths(controllers[0].api)
-        for route in ROUTES:
-            for controller in controllers:
-                log(f"loading {route} on {controller.label} ...")
-                results[controller.label][route] = load(
-                    controller.url, controller.token, paths[route], args.clients, args.seconds
-                )
+            log(f"  RSS MiB: {', '.join(f'{k} {v:.0f}' for k, v in memory[count].items())}")
+            if count != load_at:
+                continue
+            paths = route_paths(controllers[0].api)
+            for route in ROUTES:
+                for controller in controllers:
+                    log(f"loading {route} on {controller.label} ...")
+                    results[controller.label][route] = load(
+                        controller.url, controller.token, paths[route], args.clients, args.seconds
+                    )
+                    log(f"  {format_load(results[controller.label][route])}")
 
         print(
             f"\n{args.clients} concurrent clients, {args.seconds:.0f} s per route and controller, "
-            f"{len(names)} boxes\n"
+            f"{load_at} boxes\n"
         )
         print_table(load_header(labels), load_rows(results, labels))
         memory_rows = []
@@ -377,7 +401,7 @@ def run_testbed(args: argparse.Namespace, log: Any) -> None:
         succeeded = True
     finally:
         for controller in controllers:
-            stop(controller.process)
+            stop(controller, log)
         if bed is not None:
             bed.stop()
         if baseline_tree.exists():
@@ -402,6 +426,11 @@ def main(argv: list[str] | None = None) -> int:
         default=[1000],
         help="box counts to measure memory at, comma-separated; the load runs at the last",
     )
+    parser.add_argument(
+        "--load-at",
+        type=int,
+        help="the box count (one of --boxes) to load the routes at; default the last",
+    )
     parser.add_argument("--workers", type=int, default=8, help="concurrent creating clients")
     parser.add_argument("--settle-timeout", type=float, default=900)
     parser.add_argument("--namespace", default="devboxes-load")
@@ -412,6 +441,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--start-testbed", action="store_true")
     args = parser.parse_args(argv)
+    if args.load_at is not None and args.load_at not in args.boxes:
+        parser.error(f"--load-at {args.load_at} is not one of --boxes")
 
     def log(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
