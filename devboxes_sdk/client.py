@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import builtins
 import copy
+import json
 import math
 import re
 import time
@@ -47,6 +48,9 @@ _POLL_MAX_DELAY = 5.0
 # like a poll, so a misbehaving server cannot turn the wait into a busy loop.
 _MIN_SERVER_WAIT_ROUND = 1.0
 _USER_AGENT = f"devboxes-sdk/{__version__}"
+# Read paths whose last answer is kept for revalidation: a box, the list, the catalog.
+# Bounded, so that a long-lived client that has read many boxes keeps only the latest.
+_REVALIDATED_PATHS = 32
 
 _ModelT = TypeVar("_ModelT", bound=BaseModel)
 UpdateCallback = Callable[["Devbox"], object]
@@ -256,6 +260,8 @@ class Client:
         self.timeout = float(timeout)
         self._owns_session = session is None
         self._session = session if session is not None else requests.Session()
+        # path -> (entity tag, body) of the last 200, sent back as If-None-Match.
+        self._last_read: dict[str, tuple[str, bytes]] = {}
         self.gpu = GpuNamespace(self)
 
     @property
@@ -285,6 +291,7 @@ class Client:
         params: Mapping[str, str | int] | None = None,
         body: Mapping[str, Any] | None = None,
         timeout: float | tuple[float, float] | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> requests.Response:
         """Send one request and return the successful response, or raise the mapped error.
 
@@ -304,7 +311,11 @@ class Client:
                     params=params,
                     json=body,
                     auth=self._auth,
-                    headers={"Accept": "application/json", "User-Agent": _USER_AGENT},
+                    headers={
+                        "Accept": "application/json",
+                        "User-Agent": _USER_AGENT,
+                        **(headers or {}),
+                    },
                     timeout=timeout if timeout is not None else self.timeout,
                     allow_redirects=False,
                 )
@@ -328,7 +339,9 @@ class Client:
                 response.close()
                 time.sleep(_RETRY_DELAYS[attempt])
                 continue
-            if response.status_code >= 300:
+            if response.status_code >= 300 and not (
+                response.status_code == 304 and headers and "If-None-Match" in headers
+            ):
                 raise self._error(response)
             return response
         raise AssertionError("unreachable: the last attempt returns or raises")
@@ -397,9 +410,29 @@ class Client:
         response = self._request("GET", path, params=params)
         return self._parse(model, self._decode(response), response.status_code)
 
-    def _box(self, response: requests.Response) -> Devbox:
+    def _read(self, path: str) -> tuple[Any, int]:
+        """GET ``path`` as JSON, revalidating the last answer: while nothing changed, the
+        server answers 304 without a body and the body kept from before stands in for it."""
+        last = self._last_read.get(path)
+        response = self._request(
+            "GET", path, headers={"If-None-Match": last[0]} if last is not None else None
+        )
+        if response.status_code == 304 and last is not None:
+            return json.loads(last[1]), 200
         data = self._decode(response)
-        return self._parse(Devbox, data, response.status_code)._bind(self, data)
+        self._last_read.pop(path, None)
+        etag = response.headers.get("ETag")
+        if etag:
+            while len(self._last_read) >= _REVALIDATED_PATHS:
+                del self._last_read[next(iter(self._last_read))]
+            self._last_read[path] = (etag, response.content)
+        return data, response.status_code
+
+    def _box(self, response: requests.Response) -> Devbox:
+        return self._box_from(self._decode(response), response.status_code)
+
+    def _box_from(self, data: Any, status: int) -> Devbox:
+        return self._parse(Devbox, data, status)._bind(self, data)
 
     # -- verbs --------------------------------------------------------------------
 
@@ -408,7 +441,8 @@ class Client:
 
     def capabilities(self) -> models.Capabilities:
         """What the server offers; ``.gpu`` is the GPU catalog (no profiles when disabled)."""
-        return self._get_model(f"{API_PREFIX}/capabilities", models.Capabilities)
+        data, status = self._read(f"{API_PREFIX}/capabilities")
+        return self._parse(models.Capabilities, data, status)
 
     def create(
         self,
@@ -431,13 +465,12 @@ class Client:
 
     def list(self) -> builtins.list[Devbox]:
         """Every box, newest first."""
-        response = self._request("GET", f"{API_PREFIX}/devboxes")
-        data = self._decode(response)
-        parsed = self._parse(_Boxes, data, response.status_code)
+        data, status = self._read(f"{API_PREFIX}/devboxes")
+        parsed = self._parse(_Boxes, data, status)
         return [box._bind(self, raw) for box, raw in zip(parsed.items, data["items"], strict=True)]
 
     def get(self, name: str) -> Devbox:
-        return self._box(self._request("GET", f"{API_PREFIX}/devboxes/{_name_or_error(name)}"))
+        return self._box_from(*self._read(f"{API_PREFIX}/devboxes/{_name_or_error(name)}"))
 
     def start(self, name: str) -> Devbox:
         """Start a stopped box (renews its TTL); returns without waiting."""
@@ -520,9 +553,9 @@ class Client:
                     timeout=(self.timeout, seconds + self.timeout),
                 )
                 server_wait = response.headers.get(WAIT_HEADER, "").strip().lower() == "ready"
+                box = self._box(response)
             else:
-                response = self._request("GET", path)
-            box = self._box(response)
+                box = self._box_from(*self._read(path))
             current = (box.state, box.message)
             changed = current != seen
             seen = current

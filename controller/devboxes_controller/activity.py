@@ -19,7 +19,7 @@ from typing import Any
 
 from devboxes_sdk.models import Activity, ActivityReport
 
-from . import render
+from . import render, template
 from .kube import Obj
 from .settings import ACTIVITY_SIDECAR, Settings
 from .timestamps import format_timestamp, parse_timestamp
@@ -55,8 +55,7 @@ def key_id(key: bytes) -> str:
 def credential_outdated(deployment: Obj, key: bytes) -> bool:
     """Whether the box runs an agent whose credential was not written with ``key``: the
     operator token was rotated since, or the credential was never confirmed written."""
-    template = ((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}
-    if not any(c.get("name") == ACTIVITY_SIDECAR for c in template.get("containers") or []):
+    if ACTIVITY_SIDECAR not in template.container_names(deployment):
         return False
     annotations = (deployment.get("metadata") or {}).get("annotations") or {}
     return annotations.get(ANNOTATION_CREDENTIAL_KEY) != key_id(key)

@@ -32,7 +32,7 @@ from devboxes_sdk.models import (
 )
 
 from . import doctor, volumes
-from .auth import require_operator
+from .auth import operator
 from .bodies import Body, respond
 from .kube import rule_broken
 from .lifecycle import Lifecycle
@@ -44,23 +44,24 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorBody} for code in (400, 401, 403, 404, 409, 413, 422, 503)
 }
 
-Operator = Annotated[str, Depends(require_operator)]
+Operator = Annotated[str, Depends(operator)]
 # The pattern is documented, not enforced here: upper-case ASCII is folded by
 # normalize_name, which then enforces the rule with a message naming it.
 BoxName = Annotated[str, Path(json_schema_extra={"pattern": NAME_INPUT_PATTERN})]
 
 
-def _store(request: Request) -> BoxStore:
+# Async, like every dependency here: FastAPI runs plain functions on a worker thread.
+async def _store(request: Request) -> BoxStore:
     store: BoxStore = request.app.state.store
     return store
 
 
-def _lifecycle(request: Request) -> Lifecycle:
+async def _lifecycle(request: Request) -> Lifecycle:
     lifecycle: Lifecycle = request.app.state.lifecycle
     return lifecycle
 
 
-def _writes(request: Request) -> WritePool:
+async def _writes(request: Request) -> WritePool:
     writes: WritePool = request.app.state.writes
     return writes
 

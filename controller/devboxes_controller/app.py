@@ -10,26 +10,28 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from devboxes_sdk.models import Health, field_errors
+from devboxes_sdk.models import API_PREFIX, Health, field_errors, normalize_name
 
 from .api import TITLE, VERSION, Operator, contract, describe_settings, router
-from .auth import require_operator
-from .bodies import body
+from .auth import IDENTITY_STATE, require_operator
+from .bodies import Body, body, respond
 from .dashboard import mount_dashboard, set_session_cookie
 from .ingest import MAX_REPORT_BYTES, RateLimiter, is_activity_route
 from .ingest import router as ingest_router
-from .kube import ApiProblem, Invalid
+from .kube import ApiProblem, Invalid, NotFound
 from .lifecycle import Lifecycle
 from .metrics import METRICS
 from .readiness import Readiness
@@ -38,7 +40,7 @@ from .writes import WritePool
 
 log = logging.getLogger(__name__)
 
-API_CSP = "default-src 'none'; frame-ancestors 'none'"
+API_CSP = b"default-src 'none'; frame-ancestors 'none'"
 # The largest request this API takes is a create of a few hundred bytes.
 MAX_BODY_BYTES = 8192
 
@@ -70,10 +72,11 @@ class RequestGuard:
         request = Request(scope)
         if _needs_operator(scope["path"]):
             try:
-                require_operator(request)
+                identity = require_operator(request)
             except ApiProblem as refused:
                 await _problem_response(refused)(scope, receive, send)
                 return
+            scope.setdefault("state", {})[IDENTITY_STATE] = identity
         limit = _body_limit(scope["path"], self.max_body)
         declared = request.headers.get("content-length", "0")
         if not declared.isdigit() or int(declared) > limit:
@@ -148,36 +151,135 @@ def _install_handlers(app: FastAPI) -> None:
         return JSONResponse({"detail": "internal error; see the controller log"}, status_code=500)
 
 
-def _route_template(request: Request) -> str:
-    route = request.scope.get("route")
-    return str(getattr(route, "path", "unmatched"))
+# Every response carries these; API responses are never cached by intermediaries.
+SECURITY_HEADERS = (
+    (b"x-content-type-options", b"nosniff"),
+    (b"x-frame-options", b"DENY"),
+    (b"referrer-policy", b"no-referrer"),
+)
+API_HEADERS = (*SECURITY_HEADERS, (b"cache-control", b"no-store"))
+CSP = b"content-security-policy"
+
+
+class HeadersAndMetrics:
+    """Security headers, a renewed session cookie and request metrics on every response.
+
+    A plain ASGI wrapper around ``send``: Starlette's ``BaseHTTPMiddleware`` runs each
+    request in a task group with memory streams, which cost more than the read routes.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        # The labelled children, found once: labels() locks and hashes on every call.
+        self._counters: dict[tuple[str, str, int], Any] = {}
+        self._latencies: dict[tuple[str, str], Any] = {}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        extra = API_HEADERS if scope["path"].startswith("/api/") else SECURITY_HEADERS
+        replaced = {name for name, _ in extra}
+        status = 500
+
+        async def send_with_headers(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                headers = [h for h in message.get("headers", ()) if h[0].lower() not in replaced]
+                if not any(name.lower() == CSP for name, _ in headers):
+                    headers.append((CSP, API_CSP))
+                headers.extend(extra)
+                renewed = scope.get("state", {}).get("session_cookie")
+                if renewed is not None:
+                    headers.extend(_session_cookie_headers(scope, renewed))
+                message["headers"] = headers
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_headers)
+        finally:
+            self._observe(scope, status, time.perf_counter() - started)
+
+    def _observe(self, scope: Scope, status: int, seconds: float) -> None:
+        method = scope["method"]
+        route = str(getattr(scope.get("route"), "path", "unmatched"))
+        key = (method, route, status)
+        counter = self._counters.get(key)
+        if counter is None:
+            counter = self._counters[key] = METRICS.requests.labels(method, route, str(status))
+        counter.inc()
+        latency = self._latencies.get(key[:2])
+        if latency is None:
+            latency = self._latencies[key[:2]] = METRICS.latency.labels(method, route)
+        latency.observe(seconds)
+
+
+def _session_cookie_headers(scope: Scope, value: str) -> list[tuple[bytes, bytes]]:
+    carrier = Response()
+    set_session_cookie(Request(scope), carrier, value)
+    return [h for h in carrier.raw_headers if h[0] == b"set-cookie"]
+
+
+CAPABILITIES_PATH = "/api/v1/capabilities"
+LIST_PATH = f"{API_PREFIX}/devboxes"
+BOX_PATH = f"{API_PREFIX}/devboxes/{{name}}"
+
+
+class ReadFastPath:
+    """The reads clients poll, answered before routing.
+
+    A GET of one box, of the list or of the capabilities, without a query string, is
+    answered here from the bodies kept current by the watches (see ``bodies``): FastAPI's
+    routing, dependency solving and response objects cost several times what the answer
+    itself does. Anything else, and every failure (a bad name, an unknown box), goes on to
+    the routes, which answer these paths the same way and document them.
+    """
+
+    def __init__(self, app: ASGIApp, api: FastAPI) -> None:
+        self.app = app
+        self._state = api.state
+        # The routes these paths belong to, so that metrics name them as the router would.
+        self._routes = {
+            route.path: route
+            for route in router.routes
+            if isinstance(route, APIRoute)
+            and "GET" in (route.methods or ())
+            and route.path in (CAPABILITIES_PATH, LIST_PATH, BOX_PATH)
+        }
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "GET" and not scope["query_string"]:
+            found = self._answer(scope["path"])
+            if found is not None:
+                route, answer = found
+                scope["route"] = self._routes[route]
+                await respond(Request(scope), answer)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+    def _answer(self, path: str) -> tuple[str, Body] | None:
+        if path == CAPABILITIES_PATH:
+            return CAPABILITIES_PATH, self._state.capabilities
+        store: BoxStore = self._state.store
+        if path == LIST_PATH:
+            return LIST_PATH, store.list_body()
+        name = path.removeprefix(LIST_PATH + "/")
+        if name == path or "/" in name:
+            return None
+        try:
+            return BOX_PATH, store.get_body(normalize_name(name))
+        except (ValueError, NotFound):
+            return None
 
 
 def _install_middleware(app: FastAPI) -> None:
-    # Added first, so it runs inside the headers middleware below and its refusals are
-    # counted and carry the security headers too.
+    # Innermost first: the fast path runs after authentication, and the guard's refusals
+    # are counted and carry the security headers too.
+    app.add_middleware(ReadFastPath, api=app)
     app.add_middleware(RequestGuard)
-
-    @app.middleware("http")
-    async def headers_and_metrics(
-        request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
-        started = time.perf_counter()
-        response = await call_next(request)
-        path = request.url.path
-        response.headers.setdefault("Content-Security-Policy", API_CSP)
-        response.headers["X-Content-Type-Options"] = "nosniff"
-        response.headers["X-Frame-Options"] = "DENY"
-        response.headers["Referrer-Policy"] = "no-referrer"
-        if path.startswith("/api/"):
-            response.headers["Cache-Control"] = "no-store"
-        renewed = getattr(request.state, "session_cookie", None)
-        if renewed is not None:
-            set_session_cookie(request, response, renewed)
-        route = _route_template(request)
-        METRICS.requests.labels(request.method, route, str(response.status_code)).inc()
-        METRICS.latency.labels(request.method, route).observe(time.perf_counter() - started)
-        return response
+    app.add_middleware(HeadersAndMetrics)
 
 
 def create_app(

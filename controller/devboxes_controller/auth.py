@@ -17,6 +17,9 @@ from .sessions import COOKIE, CSRF_HEADER, SAFE_METHODS, SessionStore, csrf_matc
 
 MIN_TOKEN_LENGTH = 32
 OPERATOR = "operator"
+# Where the request guard leaves the caller's identity in the request's state, so that
+# the routes' dependency does not authenticate the same request twice.
+IDENTITY_STATE = "devboxes_identity"
 
 
 class Unauthorized(ApiProblem):
@@ -84,3 +87,13 @@ def require_operator(request: Request) -> str:
             raise Forbidden(f"missing or wrong {CSRF_HEADER} header")
         return OPERATOR
     raise Unauthorized()
+
+
+async def operator(request: Request) -> str:
+    """FastAPI dependency: the identity the request guard established, else checked here.
+
+    Async on purpose: FastAPI runs a plain function dependency on a worker thread, a
+    thread handoff per request for what is a dictionary lookup.
+    """
+    identity = request.scope.get("state", {}).get(IDENTITY_STATE)
+    return str(identity) if identity is not None else require_operator(request)

@@ -6,7 +6,8 @@ again when the apiserver answers 410 Gone (as it does after a restart, when its 
 cache no longer reaches back to our version). The watch stream is read line by line
 here rather than through the client library's watch helper, so that every ERROR
 event, HTTP status and dropped connection reaches the recovery logic. Readers never
-touch the apiserver.
+touch the apiserver. Each object is kept as ``strip`` makes it (see ``slim``): only what
+the controller reads.
 """
 
 from __future__ import annotations
@@ -233,7 +234,9 @@ class Informer:
             **self._kwargs(),
         )
         body = json.loads(response.data)
+        version = str(body["metadata"]["resourceVersion"])
         items = {self._key(item): self._kept(item) for item in body.get("items") or []}
+        del body  # the full objects: a relist of every box's pods must not linger
         touched: set[str] = set()
         with self._condition:
             for name in set(self._objects) - set(items):
@@ -245,7 +248,7 @@ class Informer:
         self.synced.set()
         self._notify(touched)
         self._updated()
-        return str(body["metadata"]["resourceVersion"])
+        return version
 
     def _watch(self, version: str) -> str:
         response = self._list(
@@ -272,12 +275,11 @@ class Informer:
                 version = str(obj["metadata"]["resourceVersion"])
                 if kind == "BOOKMARK":
                     continue
+                # Stripped before the lock, so readers never wait on a copy.
+                name = self._key(obj)
+                kept = None if kind == "DELETED" else self._kept(obj)
                 with self._condition:
-                    name = self._key(obj)
-                    if kind == "DELETED":
-                        touched = self._remove(name)
-                    else:
-                        touched = self._put(self._kept(obj))
+                    touched = self._remove(name) if kept is None else self._put(kept)
                     self._condition.notify_all()
                 self._notify(touched)
                 self._updated()

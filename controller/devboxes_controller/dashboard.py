@@ -20,7 +20,7 @@ from urllib.parse import parse_qs, urlsplit
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse, StreamingResponse
 
-from .auth import require_operator, token_matches
+from .auth import operator, token_matches
 from .kube import ApiProblem
 from .sessions import COOKIE, SessionStore, csrf_matches
 from .store import BoxStore
@@ -299,7 +299,7 @@ async def _stream(
 
 
 @router.get("/dashboard/events")
-async def events(request: Request, _: Annotated[str, Depends(require_operator)]) -> Response:
+async def events(request: Request, _: Annotated[str, Depends(operator)]) -> Response:
     store: BoxStore = request.app.state.store
     broadcaster: Broadcaster = request.app.state.broadcaster
     # Subscribe before the snapshot is taken, so no change between the two is lost.

@@ -44,6 +44,8 @@ SUMMARY_NO_ROOM = "Waiting for a node with room for this box."
 # clears by itself within seconds and is no reason to queue for a device.
 UNBOUND_CLAIMS = "unbound immediate PersistentVolumeClaims"
 
+# The only Events status reads beyond their reason: pod creations Kubernetes refused.
+FAILED_CREATE = "FailedCreate"
 DEGRADED_WAITING_REASONS = frozenset(
     {
         "CrashLoopBackOff",
@@ -160,7 +162,7 @@ def _create_failure(objects: BoxObjects) -> str | None:
     failed = [
         e
         for e in objects.events
-        if e.get("reason") == "FailedCreate"
+        if e.get("reason") == FAILED_CREATE
         and (e.get("involvedObject") or {}).get("name") in rs_names
         # Events outlive a stop; one from before the latest start no longer explains anything.
         and (since is None or (_parse_time(_event_time(e)) or since) >= since)

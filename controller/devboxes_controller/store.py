@@ -17,7 +17,7 @@ from kubernetes import client
 
 from devboxes_sdk.models import Devbox, DevboxState
 
-from . import capacity, kube, render, status
+from . import capacity, kube, render, slim, status
 from .availability import Availability
 from .bodies import Body, body
 from .cache import Informer
@@ -83,6 +83,7 @@ class BoxStore:
             box_of,
             self._changed_box,
             selector,
+            strip=slim.deployment,
         )
         self._replicasets = Informer(
             "replicasets",
@@ -91,12 +92,25 @@ class BoxStore:
             box_of,
             self._changed_box,
             selector,
+            strip=slim.replicaset,
         )
         self._pods = Informer(
-            "pods", core.list_namespaced_pod, ns, box_of, self._changed_box, selector
+            "pods",
+            core.list_namespaced_pod,
+            ns,
+            box_of,
+            self._changed_box,
+            selector,
+            strip=slim.pod,
         )
         self._services = Informer(
-            "services", core.list_namespaced_service, ns, box_of, self._changed_box, selector
+            "services",
+            core.list_namespaced_service,
+            ns,
+            box_of,
+            self._changed_box,
+            selector,
+            strip=slim.service,
         )
         self._pvcs = Informer(
             "persistentvolumeclaims",
@@ -105,9 +119,15 @@ class BoxStore:
             box_of,
             self._changed_box,
             selector,
+            strip=slim.persistent_volume_claim,
         )
         self._events = Informer(
-            "events", core.list_namespaced_event, ns, _box_from_event, self._changed_box
+            "events",
+            core.list_namespaced_event,
+            ns,
+            _box_from_event,
+            self._changed_box,
+            strip=slim.event,
         )
         self._informers = (
             self._deployments,

@@ -44,6 +44,25 @@ def _recorded_hashes(deployment: Obj) -> dict[str, str] | None:
     return data
 
 
+def container_names(deployment: Obj) -> set[str]:
+    """The containers of the box's pod, from its template record or, for a box written
+    before the record, from the deployed template: the cache keeps only the one it needs."""
+    recorded = _recorded_hashes(deployment)
+    if recorded is not None:
+        prefix = "container:"
+        return {part.removeprefix(prefix) for part in recorded if part.startswith(prefix)}
+    pod = ((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}
+    return {str(c.get("name")) for c in pod.get("containers") or []}
+
+
+def reads_deployed_template(deployment: Obj) -> bool:
+    """Whether this box's pod template as deployed is read: to compare it, when the box has
+    no readable record of the template's parts, and for its main container, when the box
+    has no pinned record of it. Only boxes written before those records qualify."""
+    annotations = (deployment.get("metadata") or {}).get("annotations") or {}
+    return _recorded_hashes(deployment) is None or render.ANNOTATION_PINNED_MAIN not in annotations
+
+
 def _covers(wanted: Any, actual: Any) -> bool:
     """Whether ``actual`` holds everything of ``wanted``; the apiserver adds defaults."""
     if isinstance(wanted, dict):

@@ -88,3 +88,41 @@ def test_a_large_list_is_gzipped_for_clients_that_ask(controller: ControllerProc
     finally:
         for name in names:
             requests.delete(f"{api}/{name}", params={"purge": "true"}, headers=headers, timeout=30)
+
+
+def test_polled_reads_answer_like_the_routes(controller: ControllerProcess) -> None:
+    """The polled reads are answered before routing; names, errors and metrics are the
+    routes' own."""
+    api = f"{controller.url}/api/v1/devboxes"
+    headers = controller.headers()
+    name = f"fast-{uuid.uuid4().hex[:6]}"
+    assert requests.post(api, json={"name": name}, headers=headers, timeout=30).status_code == 201
+    try:
+        box = requests.get(f"{api}/{name}", headers=headers, timeout=30)
+        folded = requests.get(f"{api}/{name.upper()}", headers=headers, timeout=30)
+        assert folded.status_code == 200
+        assert folded.headers["ETag"] == box.headers["ETag"]
+        assert box.headers["Cache-Control"] == "no-store"
+        missing = requests.get(f"{api}/no-such-box", headers=headers, timeout=30)
+        assert missing.status_code == 404
+        assert missing.json() == {"detail": "devbox 'no-such-box' not found"}
+        invalid = requests.get(f"{api}/not_a_name", headers=headers, timeout=30)
+        assert invalid.status_code == 422
+        unauthenticated = requests.get(f"{api}/{name}", timeout=30)
+        assert unauthenticated.status_code == 401
+        metrics = requests.get(f"{controller.url}/metrics", headers=headers, timeout=30).text
+        for route in ("/api/v1/devboxes/{name}", "/api/v1/devboxes", "/api/v1/capabilities"):
+            requests.get(f"{controller.url}{route.format(name=name)}", headers=headers, timeout=30)
+        after = requests.get(f"{controller.url}/metrics", headers=headers, timeout=30).text
+        for route in ("/api/v1/devboxes/{name}", "/api/v1/devboxes", "/api/v1/capabilities"):
+            label = f'devboxes_http_requests_total{{method="GET",route="{route}",status="200"}}'
+            assert _sample(after, label) == _sample(metrics, label) + 1
+    finally:
+        requests.delete(f"{api}/{name}", params={"purge": "true"}, headers=headers, timeout=30)
+
+
+def _sample(metrics: str, label: str) -> float:
+    for line in metrics.splitlines():
+        if line.startswith(label):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import requests
 from controllers import ControllerProcess, example_settings
-from devboxes_controller import activity, render
+from devboxes_controller import activity, render, slim
 from devboxes_controller.settings import settings_from_mapping
 from kubernetes import client
 from support import wait_for
@@ -340,8 +340,11 @@ def test_which_boxes_need_their_credential_written() -> None:
     old, new = activity.activity_key("o" * 32), activity.activity_key("n" * 32)
     assert activity.key_id(old) != activity.key_id(new)
 
-    assert activity.credential_outdated(with_agent, new), "never confirmed written"
+    # The reconciler sees the watch cache's slim Deployments, which drop the pod template.
+    assert activity.credential_outdated(slim.deployment(with_agent), new), "never written"
     with_agent["metadata"]["annotations"][activity.ANNOTATION_CREDENTIAL_KEY] = activity.key_id(old)
-    assert activity.credential_outdated(with_agent, new), "written with the rotated key"
-    assert not activity.credential_outdated(with_agent, old)
-    assert not activity.credential_outdated(without_agent, new), "no agent, nothing to write"
+    for seen in (with_agent, slim.deployment(with_agent)):
+        assert activity.credential_outdated(seen, new), "written with the rotated key"
+        assert not activity.credential_outdated(seen, old)
+    for seen in (without_agent, slim.deployment(without_agent)):
+        assert not activity.credential_outdated(seen, new), "no agent, nothing to write"

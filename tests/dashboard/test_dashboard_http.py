@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -115,6 +116,26 @@ def test_wrong_token_is_refused_without_detail(controller: ControllerProcess) ->
     # A near miss, a short token and a random one get the very same answer.
     assert bodies[0] == bodies[1] == bodies[2]
     assert "not accepted" in bodies[0]
+
+
+def test_a_session_used_after_a_while_gets_its_cookie_renewed(
+    controller: ControllerProcess,
+) -> None:
+    # A session last used two minutes ago, signed as the controller signs them.
+    earlier = SessionStore(controller.token, clock=lambda: time.time() - 120).create()
+    response = requests.get(
+        f"{controller.url}/api/v1/devboxes", cookies={COOKIE: earlier.cookie}, timeout=10
+    )
+    assert response.status_code == 200
+    renewed = response.cookies.get(COOKIE)
+    assert renewed is not None
+    assert renewed != earlier.cookie
+    assert response.headers["x-content-type-options"] == "nosniff"
+    flags = {part.strip().lower() for part in response.headers["set-cookie"].split(";")[1:]}
+    assert {"httponly", "samesite=strict", "path=/"} <= flags
+    fresh = requests.get(f"{controller.url}/api/v1/devboxes", cookies={COOKIE: renewed}, timeout=10)
+    assert fresh.status_code == 200
+    assert "set-cookie" not in fresh.headers
 
 
 @pytest.mark.parametrize(

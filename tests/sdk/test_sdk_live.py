@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 from controllers import ControllerProcess
 
 from devboxes_sdk import Client
@@ -110,3 +111,51 @@ def test_cli_json_passes_server_fields_and_errors_exit_non_zero(
     assert missing.returncode != 0
     assert "Devboxes API returned 404" in missing.stderr
     assert "Traceback" not in missing.stderr
+
+
+def test_reads_revalidate_with_the_entity_tag_and_accept_gzip(process: ControllerProcess) -> None:
+    """Reading the same thing again costs a 304 and gives the same objects; the list, large
+    enough to be compressed, comes gzipped and decodes to the JSON sent uncompressed."""
+    session = requests.Session()
+    seen: list[tuple[str, int, str | None, str | None]] = []
+    session.hooks["response"].append(
+        lambda response, *args, **kwargs: seen.append(
+            (
+                response.request.path_url,
+                response.status_code,
+                response.request.headers.get("If-None-Match"),
+                response.headers.get("Content-Encoding"),
+            )
+        )
+    )
+    sdk = Client(process.url, process.token, session=session)
+    names = [f"etag-{i}" for i in range(4)]
+    try:
+        for name in names:
+            sdk.create(name)
+        for name in names:  # once ready, nothing about these boxes changes
+            sdk.wait_ready(name, timeout=60)
+        seen.clear()
+        box, box_again = sdk.get(names[0]), sdk.get(names[0])
+        listed, listed_again = sdk.list(), sdk.list()
+        catalog, catalog_again = sdk.capabilities(), sdk.capabilities()
+        assert box_again.raw == box.raw
+        assert [b.raw for b in listed_again] == [b.raw for b in listed]
+        assert catalog_again.raw == catalog.raw
+        paths = ["/api/v1/devboxes/etag-0", "/api/v1/devboxes", "/api/v1/capabilities"]
+        assert [(path, status) for path, status, _, _ in seen] == [
+            (path, status) for path in paths for status in (200, 304)
+        ]
+        assert all(tag is None for _, status, tag, _ in seen if status == 200)
+        assert all(tag for _, status, tag, _ in seen if status == 304)
+        assert seen[2][3] == "gzip"
+        plain = requests.get(
+            f"{process.url}/api/v1/devboxes",
+            headers={**process.headers(), "Accept-Encoding": "identity"},
+            timeout=30,
+        )
+        assert "Content-Encoding" not in plain.headers
+        assert plain.json()["items"] == [b.raw for b in listed]
+    finally:
+        for name in names:
+            sdk.delete(name, purge=True)

@@ -1,0 +1,467 @@
+"""Load the read routes with many concurrent clients, beside the previous release.
+
+With ``--start-testbed`` it starts a scale testbed (testbed/nodes-scale.yaml), this
+checkout's controller and the previous release's (checked out with ``git worktree`` into a
+temporary directory and run from its own sources) on the same namespace, measures both
+controllers' memory with 0 boxes and after each count of ``--boxes``, then loads get,
+list and capabilities on each in turn and reports the figures side by side, as ratios:
+absolute numbers on a shared machine drift between runs, ratios taken in one run hold.
+
+    PYTHONPATH=testbed .venv/bin/python bench/load_bench.py --start-testbed --boxes 1000
+
+With ``--url`` (and ``DEVBOX_TOKEN``) it only loads a running controller's read routes,
+using the boxes it already has.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import requests
+import yaml
+from api_bench import Api, percentile, rss_mib
+
+REPO = Path(__file__).resolve().parent.parent
+BASELINE = "943705e"
+ROUTES = ("get", "list", "capabilities")
+# Clients ask for gzip as requests, browsers and aiohttp do by default. The load client
+# reads every byte but does not decompress: inflating a 1,000-box list 50 times over
+# would measure this client's zlib, on the cores the controllers need.
+CLIENT_HEADERS = {"Accept-Encoding": "gzip"}
+
+
+@dataclass
+class Load:
+    requests: int
+    seconds: float
+    latencies_ms: list[float]
+    failures: int
+
+    @property
+    def rate(self) -> float:
+        return self.requests / self.seconds
+
+    def quantile(self, q: float) -> float:
+        return percentile(self.latencies_ms, q) if self.latencies_ms else float("nan")
+
+
+async def _load(
+    url: str, token: str, paths: list[str], clients: int, seconds: float, warmup: float
+) -> Load:
+    """``clients`` keep-alive connections, each sending its next request when the last one
+    has been read; requests that finish within ``warmup`` of the start are not counted."""
+    loop = asyncio.get_running_loop()
+    connector = aiohttp.TCPConnector(limit=clients)
+    headers = {**CLIENT_HEADERS, "Authorization": f"Bearer {token}"}
+    latencies: list[float] = []
+    failures = 0
+    measure_from = loop.time() + warmup
+    stop_at = measure_from + seconds
+
+    async def client(index: int, session: aiohttp.ClientSession) -> None:
+        nonlocal failures
+        n = index
+        while loop.time() < stop_at:
+            path = paths[n % len(paths)]
+            n += clients
+            started = loop.time()
+            async with session.get(url + path) as response:
+                await response.read()
+                ok = response.status == 200
+            finished = loop.time()
+            if finished >= measure_from and finished < stop_at:
+                if ok:
+                    latencies.append((finished - started) * 1000)
+                else:
+                    failures += 1
+
+    async with aiohttp.ClientSession(
+        headers=headers, connector=connector, auto_decompress=False
+    ) as session:
+        await asyncio.gather(*(client(i, session) for i in range(clients)))
+    return Load(len(latencies) + failures, seconds, latencies, failures)
+
+
+def format_load(result: Load) -> str:
+    return (
+        f"{result.rate:.0f} req/s, p50 {result.quantile(50):.1f} ms, "
+        f"p99 {result.quantile(99):.1f} ms, {result.failures} not 200"
+    )
+
+
+def load(
+    url: str, token: str, paths: list[str], clients: int, seconds: float, warmup: float = 2.0
+) -> Load:
+    return asyncio.run(_load(url.rstrip("/"), token, paths, clients, seconds, warmup))
+
+
+def create_boxes(api: Api, names: list[str], workers: int) -> None:
+    """Create the boxes, riding out the 503s of an apiserver slowed by the machine's load:
+    a create that timed out may still have been applied, so a 409 after it is success."""
+
+    def create(name: str) -> None:
+        for _ in range(20):
+            response = api.session.post(
+                f"{api.url}/api/v1/devboxes", json={"name": name}, timeout=60
+            )
+            if response.status_code in (201, 409):
+                return
+            if response.status_code != 503:
+                raise SystemExit(f"create {name}: {response.status_code} {response.text}")
+            time.sleep(float(response.headers.get("Retry-After", "5")))
+        raise SystemExit(f"create {name}: still 503 after 20 attempts")
+
+    with ThreadPoolExecutor(workers) as pool:
+        list(pool.map(create, names))
+
+
+def route_paths(api: Api) -> dict[str, list[str]]:
+    names = [box["name"] for box in api.request("GET", "/api/v1/devboxes").json()["items"]]
+    if not names:
+        raise SystemExit("the controller has no boxes to get; create some or use --boxes")
+    return {
+        "get": [f"/api/v1/devboxes/{name}" for name in names],
+        "list": ["/api/v1/devboxes"],
+        "capabilities": ["/api/v1/capabilities"],
+    }
+
+
+@dataclass
+class Controller:
+    label: str
+    process: subprocess.Popen[bytes]
+    url: str
+    token: str
+    log: Path
+
+    @property
+    def api(self) -> Api:
+        return Api(self.url, self.token)
+
+
+def start_controller(
+    label: str, source: Path, settings_file: Path, kubeconfig: Path, workdir: Path
+) -> Controller:
+    """The controller of the checkout at ``source``, imported from there and nowhere else."""
+    from devboxes_testbed.cluster import free_port
+
+    token = secrets.token_urlsafe(32)
+    port = free_port()
+    log_path = workdir / f"controller-{label}.log"
+    log = log_path.open("ab")
+    environment = {
+        **os.environ,
+        "DEVBOXES_TOKEN": token,
+        "PYTHONPATH": f"{source / 'controller'}{os.pathsep}{source}",
+        "PYTHONFAULTHANDLER": "1",
+    }
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "devboxes_controller",
+            "serve",
+            "--settings",
+            str(settings_file),
+            "--kubeconfig",
+            str(kubeconfig),
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--identity",
+            label,
+        ],
+        # `python -m` puts the working directory first on sys.path.
+        cwd=source,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=environment,
+        start_new_session=True,
+    )
+    return Controller(label, process, f"http://127.0.0.1:{port}", token, log_path)
+
+
+def stop(controller: Controller, log: Any, grace: float = 30) -> None:
+    """SIGTERM, then, past the grace period, SIGABRT: the controllers run with the fault
+    handler on, so their log then shows what every thread was doing; the testbed is
+    stopped either way."""
+    process = controller.process
+    started = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(grace)
+        log(f"{controller.label} exited {time.monotonic() - started:.1f} s after SIGTERM")
+    except subprocess.TimeoutExpired:
+        log(f"{controller.label} still running {grace:.0f} s after SIGTERM; its threads:")
+        process.send_signal(signal.SIGABRT)
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log(controller.log.read_text(errors="replace")[-20000:])
+
+
+def wait_ready(controller: Controller, workdir: Path, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if controller.process.poll() is not None:
+            raise SystemExit(f"{controller.label} exited; see {workdir}")
+        try:
+            if requests.get(f"{controller.url}/ready", timeout=1).status_code == 200:
+                return
+        except requests.ConnectionError:
+            pass
+        time.sleep(0.3)
+    raise SystemExit(f"{controller.label} never became ready; see {workdir}")
+
+
+def wait_boxes(controllers: list[Controller], names: set[str], timeout: float) -> float | None:
+    """Seconds until every controller lists every named box as ready, or None."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        done = True
+        for controller in controllers:
+            items = controller.api.request("GET", "/api/v1/devboxes").json()["items"]
+            ready = {box["name"] for box in items if box["state"] == "ready"}
+            done = done and names <= ready
+        if done:
+            return time.monotonic() - started
+        time.sleep(3)
+    return None
+
+
+def settled_rss(pid: int, seconds: float = 5.0) -> float:
+    """Resident memory once the process has been idle for a moment (MiB)."""
+    time.sleep(seconds)
+    return rss_mib(pid)
+
+
+def print_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        print(
+            "  ".join(
+                cell.ljust(w) if i == 0 else cell.rjust(w)
+                for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+            )
+        )
+    print()
+
+
+def load_rows(results: dict[str, dict[str, Load]], labels: list[str]) -> list[tuple[str, ...]]:
+    rows = []
+    for route in ROUTES:
+        row = [route]
+        for label in labels:
+            result = results[label][route]
+            row += [
+                f"{result.rate:.0f}",
+                f"{result.quantile(50):.1f}",
+                f"{result.quantile(99):.1f}",
+                str(result.failures),
+            ]
+        if len(labels) == 2:
+            new, old = (results[label][route] for label in labels)
+            row += [
+                f"{new.rate / old.rate:.2f}",
+                f"{old.quantile(50) / new.quantile(50):.2f}",
+                f"{old.quantile(99) / new.quantile(99):.2f}",
+            ]
+        rows.append(tuple(row))
+    return rows
+
+
+def load_header(labels: list[str]) -> tuple[str, ...]:
+    header = ["route"]
+    for label in labels:
+        header += [f"{label} req/s", "p50 ms", "p99 ms", "non-200"]
+    if len(labels) == 2:
+        header += ["req/s ×", "p50 ÷", "p99 ÷"]
+    return tuple(header)
+
+
+def run_testbed(args: argparse.Namespace, log: Any) -> None:
+    from devboxes_testbed.cluster import Testbed
+    from kubernetes import client
+
+    workdir = Path(tempfile.mkdtemp(prefix="devboxes-load-"))
+    bed = None
+    controllers: list[Controller] = []
+    baseline_tree = workdir / "baseline"
+    succeeded = False
+    try:
+        log(f"starting a scale testbed in {workdir} ...")
+        bed = Testbed(workdir / "testbed", REPO / "testbed" / "nodes-scale.yaml")
+        bed.start()
+        client.CoreV1Api(bed.api_client()).create_namespace({"metadata": {"name": args.namespace}})
+        settings = yaml.safe_load((REPO / "testbed" / "settings.yaml").read_text())
+        settings["namespace"] = args.namespace
+        settings_file = workdir / "settings.yaml"
+        settings_file.write_text(yaml.safe_dump(settings))
+        sources = {"this": REPO}
+        if args.baseline:
+            subprocess.run(
+                [
+                    "git",
+                    "-C",
+                    str(REPO),
+                    "worktree",
+                    "add",
+                    "--detach",
+                    str(baseline_tree),
+                    args.baseline,
+                ],
+                check=True,
+                capture_output=True,
+            )
+            sources[args.baseline] = baseline_tree
+        for label, source in sources.items():
+            controllers.append(
+                start_controller(label, source, settings_file, bed.kubeconfig, workdir)
+            )
+        for controller in controllers:
+            wait_ready(controller, workdir)
+        labels = [c.label for c in controllers]
+
+        memory: dict[int, dict[str, float]] = {0: {}}
+        for controller in controllers:
+            memory[0][controller.label] = settled_rss(controller.process.pid)
+        names: list[str] = []
+        results: dict[str, dict[str, Load]] = {label: {} for label in labels}
+        load_at = args.load_at if args.load_at is not None else args.boxes[-1]
+        for count in args.boxes:
+            more = [f"load-{i:05d}-{uuid.uuid4().hex[:4]}" for i in range(len(names), count)]
+            log(f"creating {len(more)} boxes ({count} in all) ...")
+            create_boxes(controllers[0].api, more, args.workers)
+            names += more
+            settled = wait_boxes(controllers, set(names), args.settle_timeout)
+            log(f"  all ready on every controller after {settled}s")
+            memory[count] = {c.label: settled_rss(c.process.pid) for c in controllers}
+            log(f"  RSS MiB: {', '.join(f'{k} {v:.0f}' for k, v in memory[count].items())}")
+            if count != load_at:
+                continue
+            paths = route_paths(controllers[0].api)
+            for route in ROUTES:
+                for controller in controllers:
+                    log(f"loading {route} on {controller.label} ...")
+                    results[controller.label][route] = load(
+                        controller.url, controller.token, paths[route], args.clients, args.seconds
+                    )
+                    log(f"  {format_load(results[controller.label][route])}")
+
+        print(
+            f"\n{args.clients} concurrent clients, {args.seconds:.0f} s per route and controller, "
+            f"{load_at} boxes\n"
+        )
+        print_table(load_header(labels), load_rows(results, labels))
+        memory_rows = []
+        for count, by_label in memory.items():
+            row = [str(count)]
+            for label in labels:
+                row.append(f"{by_label[label]:.0f}")
+                if count:
+                    per_box = (by_label[label] - memory[0][label]) * 1024 / count
+                    row.append(f"{per_box:.1f}")
+                else:
+                    row.append("")
+            memory_rows.append(tuple(row))
+        header = ["boxes"]
+        for label in labels:
+            header += [f"{label} RSS MiB", "KiB per box"]
+        print_table(tuple(header), memory_rows)
+        if len(labels) == 2 and len(memory) > 1:
+            last = max(memory)
+            new, old = (memory[last][label] for label in labels)
+            slopes = [(memory[last][label] - memory[0][label]) / last for label in labels]
+            print(
+                f"at {last} boxes: RSS {old / new:.2f}× smaller, "
+                f"memory per box {slopes[1] / slopes[0]:.2f}× smaller than {labels[1]}"
+            )
+        if len(memory) > 2:
+            counts = sorted(memory)
+            for label in labels:
+                first, last = counts[1], counts[-1]
+                slope = (memory[last][label] - memory[first][label]) * 1024 / (last - first)
+                print(f"{label}: {slope:.1f} KiB per box from {first} to {last} boxes")
+        succeeded = True
+    finally:
+        for controller in controllers:
+            stop(controller, log)
+        if bed is not None:
+            bed.stop()
+        if baseline_tree.exists():
+            subprocess.run(
+                ["git", "-C", str(REPO), "worktree", "remove", "--force", str(baseline_tree)],
+                check=False,
+            )
+        if succeeded:
+            # On failure the controllers' and the cluster's logs stay for a post-mortem.
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", default=os.environ.get("DEVBOX_URL"))
+    parser.add_argument("--token", default=os.environ.get("DEVBOX_TOKEN"))
+    parser.add_argument("--clients", type=int, default=50)
+    parser.add_argument("--seconds", type=float, default=30)
+    parser.add_argument(
+        "--boxes",
+        type=lambda text: sorted(int(n) for n in text.split(",")),
+        default=[1000],
+        help="box counts to measure memory at, comma-separated; the load runs at the last",
+    )
+    parser.add_argument(
+        "--load-at",
+        type=int,
+        help="the box count (one of --boxes) to load the routes at; default the last",
+    )
+    parser.add_argument("--workers", type=int, default=8, help="concurrent creating clients")
+    parser.add_argument("--settle-timeout", type=float, default=900)
+    parser.add_argument("--namespace", default="devboxes-load")
+    parser.add_argument(
+        "--baseline",
+        default=BASELINE,
+        help="the release to compare with (a git revision; '' for none)",
+    )
+    parser.add_argument("--start-testbed", action="store_true")
+    args = parser.parse_args(argv)
+    if args.load_at is not None and args.load_at not in args.boxes:
+        parser.error(f"--load-at {args.load_at} is not one of --boxes")
+
+    def log(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    if args.start_testbed:
+        run_testbed(args, log)
+        return 0
+    if not args.url or not args.token:
+        parser.error("give --url and DEVBOX_TOKEN, or --start-testbed")
+    paths = route_paths(Api(args.url, args.token))
+    results = {
+        "this": {
+            route: load(args.url, args.token, paths[route], args.clients, args.seconds)
+            for route in ROUTES
+        }
+    }
+    print_table(load_header(["this"]), load_rows(results, ["this"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
