@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import requests
 from controllers import ControllerProcess, example_settings
-from devboxes_controller import activity, render, slim
+from devboxes_controller import activity, render, slim, timestamps
 from devboxes_controller.settings import settings_from_mapping
 from kubernetes import client
 from support import wait_for
@@ -332,7 +332,7 @@ def test_which_boxes_need_their_credential_written() -> None:
         preset="small",
         ttl_hours=1,
         repository=None,
-        expires_at=render.parse_timestamp("2030-01-01T00:00:00Z"),
+        expires_at=timestamps.parse_timestamp("2030-01-01T00:00:00Z"),
         gpu=None,
     )
     with_agent = render.render_deployment(spec, settings)

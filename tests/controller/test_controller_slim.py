@@ -22,10 +22,10 @@ from typing import Any, cast
 import pytest
 import yaml
 from devboxes_controller import activity, render, slim, template, volumes
-from devboxes_controller.boxes import Boxes, _box_from_event
 from devboxes_controller.kube import resource_version
 from devboxes_controller.settings import Settings, settings_from_mapping
 from devboxes_controller.status import BoxObjects, derive, waiting_since
+from devboxes_controller.store import BoxStore, _box_from_event
 
 from devboxes_sdk.models import DevboxState
 
@@ -70,7 +70,7 @@ NEXT_RELEASE = settings(
 
 
 def box_objects(objects: dict[str, list[Obj]], box: str) -> BoxObjects:
-    """A box's objects as :meth:`Boxes.objects` gathers them from the caches."""
+    """A box's objects as :meth:`BoxStore.objects` gathers them from the caches."""
 
     def of(kind: str) -> list[Obj]:
         return [o for o in objects[kind] if BOX_OF[kind](o) == box]
@@ -240,7 +240,8 @@ CASES: dict[str, tuple[Callable[[dict[str, list[Obj]]], None] | None, Settings]]
 
 
 def test_the_recording_covers_every_state() -> None:
-    states = {derive(box_objects(RECORDED, box), NODE_PORT).state for box in boxes()}
+    now = datetime.now(UTC)
+    states = {derive(box_objects(RECORDED, box), NODE_PORT, now).state for box in boxes()}
     assert states == set(DevboxState)
 
 
@@ -251,8 +252,11 @@ def test_status_is_the_same_from_slim_objects(case: str) -> None:
     if edit is not None:
         edit(full)
     small = slimmed(full)
+    now = datetime.now(UTC)
     for box in boxes():
-        assert derive(box_objects(small, box), config) == derive(box_objects(full, box), config)
+        assert derive(box_objects(small, box), config, now) == (
+            derive(box_objects(full, box), config, now)
+        )
 
 
 def test_the_pinned_spec_is_the_same_from_a_slim_deployment() -> None:
@@ -352,35 +356,28 @@ def test_activity_and_idle_stops_are_the_same_from_a_slim_deployment(case: str) 
 
 
 @dataclass
-class Cache:
-    """What :mod:`volumes` reads of an informer: objects by name, and all of them."""
+class Store:
+    """What :mod:`volumes` reads of the store: a box's Deployment, and every claim."""
 
-    objects: dict[str, Obj]
+    by_name: dict[str, Obj]
+    every_claim: list[Obj]
 
-    def get(self, name: str) -> Obj | None:
-        return self.objects.get(name)
+    def deployment(self, box: str) -> Obj | None:
+        return self.by_name.get(render.object_names(box).deployment)
 
-    def all(self) -> list[Obj]:
-        return list(self.objects.values())
-
-
-@dataclass
-class Caches:
-    deployments: Cache
-    pvcs: Cache
+    def claims(self) -> list[Obj]:
+        return self.every_claim
 
 
-def caches(objects: dict[str, list[Obj]]) -> Boxes:
-    def by_name(kind: str) -> Cache:
-        return Cache({o["metadata"]["name"]: o for o in objects[kind]})
-
-    return cast(Boxes, Caches(by_name("deployments"), by_name("persistentvolumeclaims")))
+def store(objects: dict[str, list[Obj]]) -> BoxStore:
+    deployments = {o["metadata"]["name"]: o for o in objects["deployments"]}
+    return cast(BoxStore, Store(deployments, objects["persistentvolumeclaims"]))
 
 
 def test_retained_volumes_are_listed_the_same_from_slim_claims() -> None:
-    listed = volumes.retained(caches(RECORDED))
+    listed = volumes.retained(store(RECORDED))
     assert [(v.name, v.last_profile) for v in listed.items] == [("retained", "nvidia-l4")]
-    assert volumes.retained(caches(slimmed(RECORDED))) == listed
+    assert volumes.retained(store(slimmed(RECORDED))) == listed
 
 
 def test_a_claim_keeps_the_profile_label_a_restart_compares_against() -> None:
