@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 WATCH_SECONDS = 120
 READ_MARGIN_SECONDS = 30
 LIST_READ_SECONDS = 60
+# Objects per list request: the full objects of one page at most are held before they are
+# stripped, so a controller starting beside thousands of boxes stays small.
+LIST_PAGE = 500
 FIRST_BACKOFF = 0.25
 MAX_BACKOFF = 5.0
 
@@ -228,15 +231,27 @@ class Informer:
             )
 
     def _relist(self) -> str:
-        response = self._list(
-            _preload_content=False,
-            _request_timeout=(CONNECT_SECONDS, LIST_READ_SECONDS),
-            **self._kwargs(),
-        )
-        body = json.loads(response.data)
-        version = str(body["metadata"]["resourceVersion"])
-        items = {self._key(item): self._kept(item) for item in body.get("items") or []}
-        del body  # the full objects: a relist of every box's pods must not linger
+        items: dict[str, Obj] = {}
+        page: dict[str, Any] = {}
+        while True:
+            response = self._list(
+                limit=LIST_PAGE,
+                _preload_content=False,
+                _request_timeout=(CONNECT_SECONDS, LIST_READ_SECONDS),
+                **page,
+                **self._kwargs(),
+            )
+            body = json.loads(response.data)
+            for item in body.get("items") or []:
+                items[self._key(item)] = self._kept(item)
+            version = str(body["metadata"]["resourceVersion"])
+            token = body["metadata"].get("continue")
+            del body  # the full objects: a relist of every box's pods must not linger
+            if not token:
+                break
+            # Every page comes from the snapshot of the first; an expired token is a 410,
+            # which relists from the start.
+            page = {"_continue": token}
         touched: set[str] = set()
         with self._condition:
             for name in set(self._objects) - set(items):

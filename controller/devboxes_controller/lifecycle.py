@@ -22,7 +22,7 @@ from . import activity, kube, render, status, template
 from .formats import quantity_value
 from .kube import RETRY_AFTER_SECONDS, ApiProblem, Conflict, NotFound, Obj, rule_broken
 from .metrics import METRICS
-from .settings import ProfileRejected, Settings, SnapshotError
+from .settings import ACTIVITY_SIDECAR, ProfileRejected, Settings, SnapshotError
 from .store import BoxStore
 from .timestamps import format_timestamp
 
@@ -196,9 +196,10 @@ class Lifecycle:
             return
 
     def ensure_activity_secret(self, deployment: Obj) -> None:
-        """Write the box's agent credential, for its Deployment's uid and the current key."""
+        """Write the box's agent credential, for its Deployment's uid and the current key;
+        a box that runs no agent needs none."""
         name = render.box_name_of(deployment)
-        if name is None:
+        if name is None or ACTIVITY_SIDECAR not in template.container_names(deployment):
             return
         secret = render.render_activity_secret(
             name,
