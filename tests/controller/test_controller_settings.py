@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from devboxes_controller.formats import quantity_value
 from devboxes_controller.loading import load_check_target, load_settings
 from devboxes_controller.settings import (
     INT64_MAX,
@@ -228,6 +230,35 @@ def test_invalid_quantities(quantity: str) -> None:
     )
     assert len(found) == 3
     assert all(line.startswith("presets.") and ".cpu: " in line for line in found)
+
+
+@pytest.mark.parametrize(
+    ("quantity", "value"),
+    [
+        ("250m", Decimal("0.25")),
+        ("2", 2),
+        (".5", Decimal("0.5")),
+        ("1.5Gi", 3 * 2**29),
+        ("3k", 3000),
+    ],
+)
+def test_quantity_values(quantity: str, value: Decimal) -> None:
+    assert quantity_value(quantity) == value
+
+
+@pytest.mark.parametrize("quantity", ["1e3", "-1", "+2", "1GB"])
+def test_quantity_values_only_of_quantities_the_settings_accept(quantity: str) -> None:
+    with pytest.raises(ValueError, match="is not a Kubernetes quantity"):
+        quantity_value(quantity)
+
+
+def test_memory_request_may_not_exceed_the_limit() -> None:
+    preset = {"cpu": "1", "memoryRequest": "1025Mi", "memoryLimit": "1Gi", "storage": "1Gi"}
+    presets = dict.fromkeys(("small", "medium", "large"), preset)
+    assert violations(lambda: settings_from_mapping({"presets": presets})) == [
+        f"presets.{name}.memoryRequest: 1025Mi must not exceed memoryLimit (1Gi)"
+        for name in ("small", "medium", "large")
+    ]
 
 
 def test_unquoted_number_quantity_asks_for_quotes() -> None:
