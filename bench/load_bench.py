@@ -26,7 +26,6 @@ import sys
 import tempfile
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,7 @@ from typing import Any
 import aiohttp
 import requests
 import yaml
-from api_bench import Api, percentile, rss_mib
+from api_bench import Api, create_boxes, percentile, rss_mib
 
 REPO = Path(__file__).resolve().parent.parent
 BASELINE = "943705e"
@@ -108,26 +107,6 @@ def load(
     url: str, token: str, paths: list[str], clients: int, seconds: float, warmup: float = 2.0
 ) -> Load:
     return asyncio.run(_load(url.rstrip("/"), token, paths, clients, seconds, warmup))
-
-
-def create_boxes(api: Api, names: list[str], workers: int) -> None:
-    """Create the boxes, riding out the 503s of an apiserver slowed by the machine's load:
-    a create that timed out may still have been applied, so a 409 after it is success."""
-
-    def create(name: str) -> None:
-        for _ in range(20):
-            response = api.session.post(
-                f"{api.url}/api/v1/devboxes", json={"name": name}, timeout=60
-            )
-            if response.status_code in (201, 409):
-                return
-            if response.status_code != 503:
-                raise SystemExit(f"create {name}: {response.status_code} {response.text}")
-            time.sleep(float(response.headers.get("Retry-After", "5")))
-        raise SystemExit(f"create {name}: still 503 after 20 attempts")
-
-    with ThreadPoolExecutor(workers) as pool:
-        list(pool.map(create, names))
 
 
 def route_paths(api: Api) -> dict[str, list[str]]:
