@@ -33,10 +33,10 @@ from typing import Any
 
 import requests
 import yaml
+from devboxes_testbed import L4
 
 REPO = Path(__file__).resolve().parent.parent
 FOREIGN = "bench-foreign"
-PROFILE = "nvidia-l4"
 
 
 def log(message: str) -> None:
@@ -52,7 +52,7 @@ def rss_mib(pid: int) -> float:
 
 class Controller:
     def __init__(self, bed: Any, workdir: Path, namespace: str, availability: bool) -> None:
-        from devboxes_testbed.cluster import free_port
+        from devboxes_testbed.cluster import free_port, wait_healthy
         from kubernetes import client
 
         client.CoreV1Api(bed.api_client()).create_namespace({"metadata": {"name": namespace}})
@@ -83,17 +83,9 @@ class Controller:
                 env={**os.environ, "DEVBOXES_TOKEN": self.token},
                 start_new_session=True,
             )
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise SystemExit(f"the controller exited; see {self.log}")
-            try:
-                if requests.get(f"{self.url}/ready", timeout=1).status_code == 200:
-                    return
-            except requests.ConnectionError:
-                pass
-            time.sleep(0.3)
-        raise SystemExit(f"the controller never became ready; see {self.log}")
+        failure = wait_healthy(self.process, f"{self.url}/ready", 120)
+        if failure is not None:
+            raise SystemExit(f"the controller {failure}; see {self.log}")
 
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}"}
@@ -102,7 +94,7 @@ class Controller:
         body = requests.get(
             f"{self.url}/api/v1/gpu/availability", headers=self.headers(), timeout=30
         ).json()
-        return next(p["available"] for p in body["profiles"] if p["name"] == PROFILE)
+        return next(p["available"] for p in body["profiles"] if p["name"] == L4)
 
     def stop(self) -> None:
         self.process.send_signal(signal.SIGTERM)
@@ -135,7 +127,7 @@ class EventLog:
                 kind = line.removeprefix("event: ")
             elif line.startswith("data: ") and kind == "availability":
                 body = json.loads(line.removeprefix("data: "))
-                value = next(p["available"] for p in body["profiles"] if p["name"] == PROFILE)
+                value = next(p["available"] for p in body["profiles"] if p["name"] == L4)
                 with self.condition:
                     self.events.append((time.monotonic(), value))
                     self.condition.notify_all()
@@ -168,7 +160,7 @@ def gpu_pod(name: str) -> dict[str, Any]:
                     "resources": {"limits": {"nvidia.com/gpu": "1"}},
                 }
             ],
-            "nodeSelector": {"accelerator": PROFILE},
+            "nodeSelector": {"accelerator": L4},
             "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
         },
     }

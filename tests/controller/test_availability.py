@@ -20,50 +20,16 @@ from typing import Any
 import pytest
 import requests
 import yaml
-from controllers import ControllerProcess, example_settings
+from controller_process import ControllerProcess, StartController, example_settings
+from devboxes_testbed import L4
 from devboxes_testbed.cluster import Testbed
 from kubernetes import client
-from support import helm_run, service_account_kubeconfig, wait_for
+from support import Api, helm_run, service_account_kubeconfig, wait_for
 
-from devboxes_sdk.models import Devbox, DoctorReport, GpuAvailability
+from devboxes_sdk.models import Devbox, DoctorReport
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "devboxes"
-L4 = "nvidia-l4"
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-
-
-class Api:
-    def __init__(self, controller: ControllerProcess) -> None:
-        self.base = f"{controller.url}/api/v1"
-        self.http = requests.Session()
-        self.http.headers.update(controller.headers())
-
-    def call(self, method: str, path: str, timeout: float = 60, **kwargs: Any) -> Any:
-        response = self.http.request(method, f"{self.base}{path}", timeout=timeout, **kwargs)
-        assert response.status_code < 300, f"{method} {path}: {response.text}"
-        return response.json()
-
-    def wait_ready(self, path: str) -> Any:
-        """The box at ``path`` once ready (the server holds the request up to 120 s)."""
-        return self.call("GET", path, params={"wait": "ready", "timeout": "120"}, timeout=150)
-
-    def availability(self, preset: str | None = None) -> GpuAvailability:
-        params = {"preset": preset} if preset else None
-        return GpuAvailability.model_validate(self.call("GET", "/gpu/availability", params=params))
-
-    def free(self, profile: str) -> tuple[int | None, int | None, int]:
-        entry = self.availability().profile(profile)
-        assert entry is not None
-        return entry.available, entry.capacity, entry.waiting
-
-    def box(self, name: str) -> Devbox:
-        return Devbox.model_validate(self.call("GET", f"/devboxes/{name}"))
-
-    def create(self, name: str, profile: str) -> None:
-        self.call("POST", "/devboxes", json={"name": name, "gpu": {"profile": profile}})
-
-    def purge(self, name: str) -> None:
-        self.http.delete(f"{self.base}/devboxes/{name}", params={"purge": "true"}, timeout=60)
 
 
 @pytest.fixture
@@ -127,7 +93,7 @@ def test_new_routes_refuse_without_the_token(controller: ControllerProcess) -> N
 
 
 def test_a_bad_preset_is_a_precise_422(api: Api) -> None:
-    response = api.http.get(f"{api.base}/gpu/availability", params={"preset": "huge"}, timeout=10)
+    response = api.request("GET", "/gpu/availability", params={"preset": "huge"}, timeout=10)
     assert response.status_code == 422
     (error,) = response.json()["detail"]
     assert error["loc"] == ["query", "preset"]
@@ -144,9 +110,9 @@ def test_mig_and_shared_units_fall_and_rise_as_boxes_start_and_stop(api: Api) ->
     before = api.free(mig)[0]
     assert before is not None
     name = f"mig-{suffix}"
-    api.create(name, mig)
+    api.created(name, gpu={"profile": mig})
     try:
-        api.wait_ready(f"/devboxes/{name}")
+        api.wait_ready(name)
         wait_for(lambda: api.free(mig)[0] == before - 1)
         api.call("POST", f"/devboxes/{name}/stop")
         wait_for(lambda: api.free(mig)[0] == before)
@@ -209,31 +175,29 @@ def test_three_waiting_boxes_get_their_place_in_line(
     wait_for(lambda: api.free(L4)[0] == total, timeout=180)
     assert total is not None
     # Take every L4 with pods that are not boxes, so the boxes must queue.
-    holders = [
-        foreign(f"hold-{i}", "nvidia.com/gpu", {"accelerator": L4}) for i in range(total)
-    ]
+    holders = [foreign(f"hold-{i}", "nvidia.com/gpu", {"accelerator": L4}) for i in range(total)]
     wait_for(lambda: api.free(L4)[0] == 0)
     suffix = uuid.uuid4().hex[:6]
     names = [f"q{letter}-{suffix}" for letter in "abc"]
     try:
         for name in names:
-            api.create(name, L4)
+            api.created(name, gpu={"profile": L4})
             # One at a time, so that the pods' ages follow the names.
             wait_for(
                 lambda n=name: (
-                    api.box(n).summary not in (None, "Waiting for the pod to be created.")
+                    api.box(n)["summary"] not in (None, "Waiting for the pod to be created.")
                 )
             )
 
         def queued() -> list[str | None]:
-            return [api.box(name).summary for name in names]
+            return [api.box(name)["summary"] for name in names]
 
         expected = [
             f"Waiting for a free NVIDIA L4: 0 of {total} free, {place} in line"
             for place in ("1st", "2nd", "3rd")
         ]
         wait_for(lambda: queued() == expected)
-        box = api.box(names[0])
+        box = Devbox.model_validate(api.box(names[0]))
         assert box.scheduling_detail is not None
         assert "Insufficient nvidia.com/gpu" in box.scheduling_detail
         assert box.message == f"Scheduling blocked: {box.scheduling_detail}"
@@ -257,7 +221,7 @@ def test_three_waiting_boxes_get_their_place_in_line(
 
         # A freed GPU goes to the first in line; the others move up.
         delete_pod(kube, namespace, holders[0])
-        api.wait_ready(f"/devboxes/{names[0]}")
+        api.wait_ready(names[0])
         wait_for(
             lambda: (
                 queued()[1:]
@@ -267,12 +231,12 @@ def test_three_waiting_boxes_get_their_place_in_line(
                 ]
             )
         )
-        assert api.box(names[0]).summary is None
+        assert api.box(names[0])["summary"] is None
 
         code, out = run_cli(controller_env, "stop", names[0])
         assert code == 0, out
         assert "2 boxes are waiting for nvidia-l4; the first in line will take this GPU" in out
-        api.wait_ready(f"/devboxes/{names[1]}")
+        api.wait_ready(names[1])
         wait_for(lambda: api.free(L4)[2] == 1)
     finally:
         for name in names:
@@ -295,17 +259,17 @@ def assert_everything_else_works(controller: ControllerProcess, reason: str) -> 
     assert set(caps) == {"gpu"}
     assert set(caps["gpu"]) == {"enabled", "default_profile", "profiles"}
     api.call("POST", "/devboxes", json={"name": "cpu-box"})
-    box = Devbox.model_validate(api.wait_ready("/devboxes/cpu-box"))
+    box = Devbox.model_validate(api.wait_ready("cpu-box"))
     assert box.state.value == "ready"
     api.purge("cpu-box")
 
 
 def test_availability_switched_off_says_unknown_and_nothing_else_breaks(
-    controllers: Callable[..., ControllerProcess], namespace: str
+    start_controller: StartController, namespace: str
 ) -> None:
     settings = example_settings(namespace)
     settings["availability"] = {"enabled": False}
-    assert_everything_else_works(controllers(settings), "turned off by the operator")
+    assert_everything_else_works(start_controller(settings), "turned off by the operator")
 
 
 @pytest.fixture
@@ -427,7 +391,7 @@ def test_doctor_names_each_missing_prerequisite(
     kube: Any,
     namespace: str,
     tmp_path: Path,
-    controllers: Callable[..., ControllerProcess],
+    start_controller: StartController,
     chart_account: Callable[[bool], Path],
 ) -> None:
     client.CoreV1Api(kube).create_namespaced_resource_quota(
@@ -461,7 +425,7 @@ def test_doctor_names_each_missing_prerequisite(
     assert "check(s) failed" in text.stdout.splitlines()[-1]
 
     # The same report over the API and through the CLI.
-    controller = controllers(settings)
+    controller = start_controller(settings)
     over_api = DoctorReport.model_validate(Api(controller).call("GET", "/gpu/doctor"))
     assert_doctor_findings(over_api)
     env = {"DEVBOX_URL": controller.url, "DEVBOX_TOKEN": controller.token}

@@ -13,12 +13,11 @@ from typing import Any
 
 import pytest
 import requests
-from controllers import ControllerProcess, example_settings
+from controller_process import ControllerProcess, StartController, example_settings
 from devboxes_controller import render
 from kubernetes import client
 from support import wait_for
 
-Start = Callable[..., ControllerProcess]
 AGENT = Path(__file__).resolve().parents[2] / "workspace" / "devbox-activity-agent"
 MIG = {"profile": "nvidia-a100-mig-1g10gb"}
 # Six seconds: short enough to watch, while the agent reports every few seconds.
@@ -113,14 +112,14 @@ class Agents:
 
 
 @pytest.fixture
-def idle_controller(controllers: Start, namespace: str) -> ControllerProcess:
+def idle_controller(start_controller: StartController, namespace: str) -> ControllerProcess:
     settings = example_settings(namespace)
     settings["idle"] = {
         "stopAfterMinutes": WINDOW_MINUTES,
         "gpuUtilizationPercent": 10,
         "controllerUrl": "http://devboxes.devboxes.svc:8080",
     }
-    return controllers(settings)
+    return start_controller(settings)
 
 
 @pytest.fixture
