@@ -34,8 +34,8 @@ def wait_for(predicate: Any, timeout: float = 60, interval: float = 0.2) -> Any:
 class Api:
     """One controller's /api/v1 with its bearer token: how every test drives it over HTTP.
 
-    The plain calls return the response whatever its status, for tests about refusals;
-    the others fail the test on any error status.
+    ``request``, ``create``, ``get``, ``verb`` and ``delete`` return the response whatever
+    its status, for tests about refusals; the others fail the test unless it succeeded.
     """
 
     def __init__(self, controller: ControllerProcess) -> None:
@@ -62,14 +62,15 @@ class Api:
         return self.request("DELETE", f"/devboxes/{name}", params={"purge": str(purge).lower()})
 
     def call(self, method: str, path: str, timeout: float = 60, **kwargs: Any) -> Any:
-        """The JSON body of a successful answer."""
+        """The JSON body of a 200 answer; any other status fails the test."""
         response = self.request(method, path, timeout, **kwargs)
-        assert response.status_code < 300, (
+        assert response.status_code == 200, (
             f"{method} {path}: {response.status_code} {response.text}"
         )
         return response.json()
 
     def created(self, name: str, **body: Any) -> dict[str, Any]:
+        """The new box; any answer but 201 fails the test."""
         response = self.create({"name": name, **body})
         assert response.status_code == 201, response.text
         return dict(response.json())

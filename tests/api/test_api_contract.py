@@ -65,7 +65,7 @@ class CheckedApi(Api):
         assert response.status_code == 200, response.text
         self.openapi: dict[str, Any] = response.json()
         self.templates = {
-            template: re.compile(re.sub(r"\\\{\w+\\\}", "[^/]+", re.escape(template)))
+            template: re.compile(re.sub(r"\{\w+\}", "[^/]+", template))
             for template in self.openapi["paths"]
         }
 

@@ -258,7 +258,7 @@ def assert_everything_else_works(controller: ControllerProcess, reason: str) -> 
     caps = api.call("GET", "/capabilities")
     assert set(caps) == {"gpu"}
     assert set(caps["gpu"]) == {"enabled", "default_profile", "profiles"}
-    api.call("POST", "/devboxes", json={"name": "cpu-box"})
+    api.created("cpu-box")
     box = Devbox.model_validate(api.wait_ready("cpu-box"))
     assert box.state.value == "ready"
     api.purge("cpu-box")
