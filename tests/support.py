@@ -102,7 +102,8 @@ class Api:
     def purge(self, *names: str) -> None:
         """Delete boxes with their volumes, as cleanup: a box already gone is no failure."""
         for name in names:
-            self.delete(name, purge=True)
+            response = self.delete(name, purge=True)
+            assert response.status_code in (200, 404), f"purge {name}: {response.text}"
 
     def purge_all(self) -> None:
         self.purge(*(box["name"] for box in self.call("GET", "/devboxes")["items"]))
