@@ -259,7 +259,7 @@ def controller_writes(api: Api) -> float | None:
 def start_testbed_and_controller(
     workdir: Path, namespace: str
 ) -> tuple[Any, subprocess.Popen[bytes], str, str]:
-    from devboxes_testbed.cluster import Testbed, free_port
+    from devboxes_testbed.cluster import Testbed, free_port, wait_healthy
 
     bed = Testbed(state_dir=workdir / "testbed", pool_file=REPO / "testbed" / "nodes-scale.yaml")
     bed.start()
@@ -292,17 +292,10 @@ def start_testbed_and_controller(
         start_new_session=True,
     )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"the controller exited; see {workdir / 'controller.log'}")
-        try:
-            if requests.get(f"{url}/ready", timeout=1).status_code == 200:
-                return bed, process, url, token
-        except requests.ConnectionError:
-            pass
-        time.sleep(0.3)
-    raise SystemExit(f"the controller never became ready; see {workdir / 'controller.log'}")
+    failure = wait_healthy(process, f"{url}/ready", 120)
+    if failure is not None:
+        raise SystemExit(f"the controller {failure}; see {workdir / 'controller.log'}")
+    return bed, process, url, token
 
 
 def measure(

@@ -43,11 +43,11 @@ from typing import Any
 import requests
 import yaml
 from api_bench import percentile, rss_mib
+from devboxes_testbed import L4
 
 REPO = Path(__file__).resolve().parent.parent
 BOXES = "bench-boxes"
 FOREIGN = "bench-foreign"
-PROFILE = "nvidia-l4"
 # Long enough for the availability thread, the garbage collector and the first bodies
 # made for reads to settle before memory is read.
 SETTLE_SECONDS = 10
@@ -126,7 +126,7 @@ class Controller:
 
     def available(self) -> int | None:
         body = self.get("/gpu/availability")
-        value: int | None = next(p["available"] for p in body["profiles"] if p["name"] == PROFILE)
+        value: int | None = next(p["available"] for p in body["profiles"] if p["name"] == L4)
         return value
 
     def timed(self, path: str) -> float:
@@ -308,7 +308,7 @@ class EventLog:
                     kind = line.removeprefix("event: ")
                 elif line.startswith("data: ") and kind == "availability":
                     body = json.loads(line.removeprefix("data: "))
-                    value = next(p["available"] for p in body["profiles"] if p["name"] == PROFILE)
+                    value = next(p["available"] for p in body["profiles"] if p["name"] == L4)
                     with self.condition:
                         self.events.append((time.monotonic(), value))
                         self.condition.notify_all()
@@ -346,7 +346,7 @@ def gpu_pod(name: str) -> dict[str, Any]:
                     "resources": {"limits": {"nvidia.com/gpu": "1"}},
                 }
             ],
-            "nodeSelector": {"accelerator": PROFILE},
+            "nodeSelector": {"accelerator": L4},
             "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
         },
     }

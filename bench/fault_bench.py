@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import requests
-from controllers import ControllerProcess, example_settings
+from controller_process import ControllerProcess, example_settings
 from devboxes_testbed.cluster import Testbed
 from kubernetes import client
 

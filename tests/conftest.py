@@ -1,17 +1,22 @@
-"""Shared fixtures: one real testbed cluster per test session, a fresh namespace per test."""
+"""Shared fixtures: one real testbed cluster per test session, a fresh namespace per test.
+
+``controller`` is the session's controller process (on namespace ``devboxes-session``,
+with the example GPU profiles); ``start_controller`` starts more of them on the test's
+own namespace. The tests of the controller package itself live in ``tests/controller/``.
+"""
 
 from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from controllers import ControllerProcess, example_settings
+from controller_process import ControllerProcess, StartController, example_settings
 from devboxes_testbed.cluster import Testbed
-from support import running_testbed
+from support import Api, running_testbed
 
 
 @pytest.fixture(scope="session")
@@ -75,9 +80,16 @@ def controller_client(controller: ControllerProcess) -> Any:
 
 
 @pytest.fixture
-def controllers(
-    testbed: Testbed, namespace: str, tmp_path: Path
-) -> Iterator[Callable[..., ControllerProcess]]:
+def cleanup(controller: ControllerProcess) -> Iterator[list[str]]:
+    """Names of boxes on the session's controller, purged after the test (newest first)
+    so that their GPUs and volumes are free for the next one."""
+    names: list[str] = []
+    yield names
+    Api(controller).purge(*reversed(names))
+
+
+@pytest.fixture
+def start_controller(testbed: Testbed, namespace: str, tmp_path: Path) -> Iterator[StartController]:
     """Start controllers on this test's namespace; each is stopped after the test."""
     started: list[ControllerProcess] = []
 

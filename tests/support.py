@@ -1,4 +1,4 @@
-"""Helpers shared by tests that watch real cluster state change."""
+"""Helpers shared by the tests: polling, the controller's HTTP API, browsers, helm, kubeconfigs."""
 
 from __future__ import annotations
 
@@ -10,7 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 import yaml
+from controller_process import ControllerProcess
+
+from devboxes_sdk.models import GpuAvailability
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -25,6 +29,84 @@ def wait_for(predicate: Any, timeout: float = 60, interval: float = 0.2) -> Any:
         if time.monotonic() > deadline:
             pytest.fail(f"condition not met within {timeout}s: {predicate.__doc__ or predicate}")
         time.sleep(interval)
+
+
+class Api:
+    """One controller's /api/v1 with its bearer token: how every test drives it over HTTP.
+
+    ``request``, ``create``, ``get``, ``verb`` and ``delete`` return the response whatever
+    its status, for tests about refusals; the others fail the test unless it succeeded.
+    """
+
+    def __init__(self, controller: ControllerProcess) -> None:
+        self.controller = controller
+        self.base = f"{controller.url}/api/v1"
+        self.session = requests.Session()
+        self.session.headers.update(controller.headers())
+
+    def request(
+        self, method: str, path: str, timeout: float = 60, **kwargs: Any
+    ) -> requests.Response:
+        return self.session.request(method, f"{self.base}{path}", timeout=timeout, **kwargs)
+
+    def create(self, body: dict[str, Any]) -> requests.Response:
+        return self.request("POST", "/devboxes", json=body)
+
+    def get(self, name: str, **params: Any) -> requests.Response:
+        return self.request("GET", f"/devboxes/{name}", params=params)
+
+    def verb(self, name: str, verb: str) -> requests.Response:
+        return self.request("POST", f"/devboxes/{name}/{verb}")
+
+    def delete(self, name: str, purge: bool = False) -> requests.Response:
+        return self.request("DELETE", f"/devboxes/{name}", params={"purge": str(purge).lower()})
+
+    def call(self, method: str, path: str, timeout: float = 60, **kwargs: Any) -> Any:
+        """The JSON body of a 200 answer; any other status fails the test."""
+        response = self.request(method, path, timeout, **kwargs)
+        assert response.status_code == 200, (
+            f"{method} {path}: {response.status_code} {response.text}"
+        )
+        return response.json()
+
+    def created(self, name: str, **body: Any) -> dict[str, Any]:
+        """The new box; any answer but 201 fails the test."""
+        response = self.create({"name": name, **body})
+        assert response.status_code == 201, response.text
+        return dict(response.json())
+
+    def box(self, name: str) -> dict[str, Any]:
+        return dict(self.call("GET", f"/devboxes/{name}"))
+
+    def wait_ready(self, name: str, timeout: float = 120) -> dict[str, Any]:
+        """The box once it is ready, or as it is when the server stops holding the request."""
+        return dict(
+            self.call(
+                "GET",
+                f"/devboxes/{name}",
+                params={"wait": "ready", "timeout": str(timeout)},
+                timeout=timeout + 30,
+            )
+        )
+
+    def availability(self, preset: str | None = None) -> GpuAvailability:
+        params = {"preset": preset} if preset else None
+        return GpuAvailability.model_validate(self.call("GET", "/gpu/availability", params=params))
+
+    def free(self, profile: str) -> tuple[int | None, int | None, int]:
+        """The profile's available units, its capacity and how many boxes wait for it."""
+        entry = self.availability().profile(profile)
+        assert entry is not None, f"no availability entry for {profile}"
+        return entry.available, entry.capacity, entry.waiting
+
+    def purge(self, *names: str) -> None:
+        """Delete boxes with their volumes, as cleanup: a box already gone is no failure."""
+        for name in names:
+            response = self.delete(name, purge=True)
+            assert response.status_code in (200, 404), f"purge {name}: {response.text}"
+
+    def purge_all(self) -> None:
+        self.purge(*(box["name"] for box in self.call("GET", "/devboxes")["items"]))
 
 
 # Debian's Chromium, never a downloaded browser build; flags for a closed network.

@@ -14,7 +14,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,45 +91,54 @@ class Component:
         self.process = None
 
 
-def _healthy(url: str) -> bool:
+def _healthy(url: str, headers: Mapping[str, str]) -> bool:
     context = ssl.create_default_context()
     # Loopback health endpoints of components with self-signed serving certificates.
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
+    request = urllib.request.Request(url, headers=dict(headers))  # noqa: S310
     try:
-        with urllib.request.urlopen(url, timeout=2, context=context) as response:  # noqa: S310
+        with urllib.request.urlopen(request, timeout=2, context=context) as response:  # noqa: S310
             return bool(response.status == 200)
     except (urllib.error.URLError, OSError):
         return False
+
+
+def wait_healthy(
+    process: subprocess.Popen[bytes],
+    url: str,
+    timeout: float,
+    headers: Mapping[str, str] | None = None,
+) -> str | None:
+    """Poll ``url`` until it answers 200: None then, or why not if ``process`` exits or
+    ``timeout`` seconds pass first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        code = process.poll()
+        if code is not None:
+            return f"exited with code {code}"
+        if _healthy(url, headers or {}):
+            return None
+        time.sleep(0.2)
+    return f"was not healthy within {timeout:.0f}s"
 
 
 def start_component(component: Component, log: Callable[[str], None]) -> None:
     """Start one process and wait until it is healthy; a taken port is re-picked."""
     for _attempt in range(3):
         component.start()
-        deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
-            assert component.process is not None
-            if component.process.poll() is not None:
-                break
-            if _healthy(component.health_url()):
-                log(f"  {component.name} ready on {component.health_url()}")
-                return
-            time.sleep(0.2)
         assert component.process is not None
-        code = component.process.poll()
+        failure = wait_healthy(component.process, component.health_url(), START_TIMEOUT)
+        if failure is None:
+            log(f"  {component.name} ready on {component.health_url()}")
+            return
         tail = component.log_tail()
         component.stop()
         if any(marker in tail for marker in _PORT_TAKEN):
             log(f"  {component.name}: port taken, picking another")
             component.reassign_ports()
             continue
-        why = (
-            f"exited with code {code}"
-            if code is not None
-            else (f"was not healthy within {START_TIMEOUT:.0f}s")
-        )
-        raise TestbedError(f"{component.name} {why}; last lines of its log:\n{tail}")
+        raise TestbedError(f"{component.name} {failure}; last lines of its log:\n{tail}")
     raise TestbedError(f"{component.name} could not find a free port after 3 attempts")
 
 

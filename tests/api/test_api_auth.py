@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import requests
-from controllers import ControllerProcess
+from controller_process import ControllerProcess
 
 from devboxes_sdk.models import ErrorBody
 

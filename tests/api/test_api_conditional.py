@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 import requests
-from controllers import ControllerProcess
+from controller_process import ControllerProcess
 
 
 @pytest.mark.parametrize("path", ["/api/v1/devboxes", "/api/v1/capabilities"])

@@ -8,6 +8,7 @@ drift apart unnoticed.
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -16,9 +17,10 @@ from typing import Any, TypeVar
 import jsonschema
 import pytest
 import requests
-from controllers import ControllerProcess, example_settings
+from controller_process import ControllerProcess, StartController, example_settings
+from devboxes_testbed import L4
 from pydantic import BaseModel
-from support import wait_for
+from support import Api, wait_for
 
 from devboxes_sdk.models import (
     Capabilities,
@@ -54,46 +56,34 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-class Api:
-    """Authenticated calls to one controller, each checked against its OpenAPI document."""
+class CheckedApi(Api):
+    """The shared client, each answer also checked against the controller's OpenAPI document."""
 
     def __init__(self, controller: ControllerProcess) -> None:
-        self.base = controller.url
-        self.session = requests.Session()
-        self.session.headers.update(controller.headers())
-        response = self.session.get(f"{self.base}/openapi.json", timeout=10)
+        super().__init__(controller)
+        response = self.session.get(f"{controller.url}/openapi.json", timeout=10)
         assert response.status_code == 200, response.text
         self.openapi: dict[str, Any] = response.json()
+        self.templates = {
+            template: re.compile(re.sub(r"\{\w+\}", "[^/]+", template))
+            for template in self.openapi["paths"]
+        }
 
-    def call(
-        self, method: str, path: str, template: str | None = None, **kwargs: Any
+    def request(
+        self, method: str, path: str, timeout: float = 90, **kwargs: Any
     ) -> requests.Response:
-        response = self.session.request(method, f"{self.base}{path}", timeout=90, **kwargs)
-        if path.startswith("/api/"):
-            self.check_schema(method, template or path, response)
+        response = super().request(method, path, timeout, **kwargs)
+        self.check_schema(method, f"/api/v1{path}", response)
         return response
 
-    def check_schema(self, method: str, template: str, response: requests.Response) -> None:
+    def check_schema(self, method: str, path: str, response: requests.Response) -> None:
+        (template,) = [t for t, pattern in self.templates.items() if pattern.fullmatch(path)]
         operation = self.openapi["paths"][template][method.lower()]
         documented = operation["responses"]
         code = str(response.status_code)
         assert code in documented, f"{method} {template} answered undocumented {code}"
         schema = documented[code]["content"]["application/json"]["schema"]
         jsonschema.validate(response.json(), {**schema, "components": self.openapi["components"]})
-
-    def create(self, body: dict[str, Any]) -> requests.Response:
-        return self.call("POST", BOXES, json=body)
-
-    def get(self, name: str, **params: Any) -> requests.Response:
-        return self.call("GET", f"{BOXES}/{name}", f"{BOXES}/{{name}}", params=params)
-
-    def delete(self, name: str, purge: bool = True) -> requests.Response:
-        return self.call(
-            "DELETE", f"{BOXES}/{name}", f"{BOXES}/{{name}}", params={"purge": str(purge).lower()}
-        )
-
-    def verb(self, name: str, verb: str) -> requests.Response:
-        return self.call("POST", f"{BOXES}/{name}/{verb}", f"{BOXES}/{{name}}/{verb}")
 
 
 def parse(model: type[M], response: requests.Response, status: int) -> M:
@@ -112,12 +102,12 @@ def field_errors(response: requests.Response) -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def api(controller: ControllerProcess) -> Api:
-    return Api(controller)
+def api(controller: ControllerProcess) -> CheckedApi:
+    return CheckedApi(controller)
 
 
 @pytest.fixture
-def boxes(api: Api) -> Iterator[Callable[[dict[str, Any]], Devbox]]:
+def boxes(api: CheckedApi) -> Iterator[Callable[[dict[str, Any]], Devbox]]:
     """Create boxes through the API; every box created here is purged afterwards."""
     made: list[str] = []
 
@@ -127,8 +117,7 @@ def boxes(api: Api) -> Iterator[Callable[[dict[str, Any]], Devbox]]:
         return box
 
     yield create
-    for name in made:
-        assert api.delete(name).status_code in (200, 404)
+    api.purge(*made)
 
 
 def test_health_and_ready_answer_without_a_token(controller: ControllerProcess) -> None:
@@ -139,7 +128,7 @@ def test_health_and_ready_answer_without_a_token(controller: ControllerProcess) 
     assert ready.json()["status"] == "ready"
 
 
-def test_openapi_documents_every_route(api: Api) -> None:
+def test_openapi_documents_every_route(api: CheckedApi) -> None:
     operations = {
         (method.upper(), path) for path, item in api.openapi["paths"].items() for method in item
     }
@@ -160,29 +149,29 @@ def test_openapi_documents_every_route(api: Api) -> None:
     }
 
 
-def test_whoami(api: Api) -> None:
-    who = parse(WhoAmI, api.call("GET", "/api/v1/whoami"), 200)
+def test_whoami(api: CheckedApi) -> None:
+    who = parse(WhoAmI, api.request("GET", "/whoami"), 200)
     assert (who.user, who.mode) == ("operator", "token")
 
 
-def test_capabilities_list_the_example_profiles(api: Api) -> None:
-    response = api.call("GET", "/api/v1/capabilities")
+def test_capabilities_list_the_example_profiles(api: CheckedApi) -> None:
+    response = api.request("GET", "/capabilities")
     caps = parse(Capabilities, response, 200)
     assert caps.gpu.enabled
-    assert caps.gpu.default_profile == "nvidia-l4"
+    assert caps.gpu.default_profile == L4
     assert [p.name for p in caps.gpu.profiles] == [
-        "nvidia-l4",
+        L4,
         "nvidia-a100-mig-1g10gb",
         "amd-rocm",
         "nvidia-l4-shared",
     ]
-    assert [p.name for p in caps.gpu.profiles if p.default] == ["nvidia-l4"]
+    assert [p.name for p in caps.gpu.profiles if p.default] == [L4]
     l4 = caps.gpu.profiles[0]
     assert (l4.display_name, l4.resource_name, l4.count) == ("NVIDIA L4", "nvidia.com/gpu", 1)
 
 
-def test_capabilities_hide_images_runtime_groups_and_scheduling(api: Api) -> None:
-    text = api.call("GET", "/api/v1/capabilities").text
+def test_capabilities_hide_images_runtime_groups_and_scheduling(api: CheckedApi) -> None:
+    text = api.request("GET", "/capabilities").text
     for value in HIDDEN_VALUES:
         assert value.lower() not in text.lower(), f"capabilities reveal {value!r}: {text}"
     assert '"nvidia"' not in text, "the RuntimeClass name leaks"
@@ -197,13 +186,12 @@ def test_capabilities_hide_images_runtime_groups_and_scheduling(api: Api) -> Non
         }
 
 
-def test_availability_lists_every_profile_without_nodes_or_scheduling(api: Api) -> None:
-    path = "/api/v1/gpu/availability"
+def test_availability_lists_every_profile_without_nodes_or_scheduling(api: CheckedApi) -> None:
     for params in ({}, {"preset": "medium"}):
-        response = api.call("GET", path, params=params)
+        response = api.request("GET", "/gpu/availability", params=params)
         body = parse(GpuAvailability, response, 200)
         assert [p.name for p in body.profiles] == [
-            "nvidia-l4",
+            L4,
             "nvidia-a100-mig-1g10gb",
             "amd-rocm",
             "nvidia-l4-shared",
@@ -214,7 +202,7 @@ def test_availability_lists_every_profile_without_nodes_or_scheduling(api: Api) 
 
 
 def test_create_get_list_stop_start_delete(
-    api: Api, boxes: Callable[[dict[str, Any]], Devbox]
+    api: CheckedApi, boxes: Callable[[dict[str, Any]], Devbox]
 ) -> None:
     name = unique("life")
     created = boxes({"name": f"  {name.upper()} ", "preset": "small", "ttl_hours": 2})
@@ -244,20 +232,20 @@ def test_create_get_list_stop_start_delete(
     assert api.get(name).status_code == 404
 
 
-def test_list_is_newest_first(api: Api, boxes: Callable[[dict[str, Any]], Devbox]) -> None:
+def test_list_is_newest_first(api: CheckedApi, boxes: Callable[[dict[str, Any]], Devbox]) -> None:
     older = boxes({"name": unique("older")})
     time.sleep(1.1)  # creation timestamps have one-second resolution
     newer = boxes({"name": unique("newer")})
-    listing = parse(DevboxList, api.call("GET", BOXES), 200)
+    listing = parse(DevboxList, api.request("GET", "/devboxes"), 200)
     names = [box.name for box in listing.items]
     assert names.index(newer.name) < names.index(older.name)
     stamps = [box.created_at for box in listing.items]
     assert stamps == sorted(stamps, reverse=True)
-    assert set(api.call("GET", BOXES).json()) == {"items"}
+    assert set(api.request("GET", "/devboxes").json()) == {"items"}
 
 
 def test_gpu_box_reports_its_allocation(
-    api: Api, boxes: Callable[[dict[str, Any]], Devbox]
+    api: CheckedApi, boxes: Callable[[dict[str, Any]], Devbox]
 ) -> None:
     box = boxes({"name": unique("mig"), "gpu": {"profile": "nvidia-a100-mig-1g10gb"}})
     assert box.gpu is not None
@@ -268,23 +256,23 @@ def test_gpu_box_reports_its_allocation(
     )
     default = boxes({"name": unique("dflt"), "gpu": {}})
     assert default.gpu is not None
-    assert default.gpu.profile == "nvidia-l4"
+    assert default.gpu.profile == L4
 
 
-def test_unknown_box_is_404(api: Api) -> None:
+def test_unknown_box_is_404(api: CheckedApi) -> None:
     name = unique("ghost")
     for response in (
         api.get(name),
         api.verb(name, "start"),
         api.verb(name, "stop"),
-        api.delete(name),
+        api.delete(name, purge=True),
         api.get(name, wait="ready", timeout=1),
     ):
         body = parse(ErrorBody, response, 404)
         assert body.detail == f"devbox '{name}' not found"
 
 
-def test_existing_name_is_409(api: Api, boxes: Callable[[dict[str, Any]], Devbox]) -> None:
+def test_existing_name_is_409(api: CheckedApi, boxes: Callable[[dict[str, Any]], Devbox]) -> None:
     box = boxes({"name": unique("twice")})
     again = api.create({"name": box.name.upper()})
     assert parse(ErrorBody, again, 409).detail == f"devbox '{box.name}' already exists"
@@ -296,13 +284,13 @@ def test_existing_name_is_409(api: Api, boxes: Callable[[dict[str, Any]], Devbox
         ({"name": "x", "foo": 1}, ["body", "foo"]),
         ({"name": "x", "gpu": {"count": 2}}, ["body", "gpu", "count"]),
         (
-            {"name": "x", "gpu": {"profile": "nvidia-l4", "resource_name": "amd.com/gpu"}},
+            {"name": "x", "gpu": {"profile": L4, "resource_name": "amd.com/gpu"}},
             ["body", "gpu", "resource_name"],
         ),
     ],
 )
 def test_unknown_fields_are_422_at_every_level(
-    api: Api, body: dict[str, Any], loc: list[str]
+    api: CheckedApi, body: dict[str, Any], loc: list[str]
 ) -> None:
     errors = field_errors(api.create(body))
     assert [e["loc"] for e in errors] == [loc]
@@ -313,7 +301,7 @@ def test_unknown_fields_are_422_at_every_level(
 @pytest.mark.parametrize(
     "name", ["", "-lead", "trail-", "under_score", "dot.ted", "a" * 41, "spa ce", "ünï"]
 )
-def test_bad_names_are_422(api: Api, name: str) -> None:
+def test_bad_names_are_422(api: CheckedApi, name: str) -> None:
     errors = field_errors(api.create({"name": name}))
     assert [e["loc"] for e in errors] == [["body", "name"]]
     assert "lowercase letters, digits and '-'" in errors[0]["msg"]
@@ -326,29 +314,29 @@ def test_bad_names_are_422(api: Api, name: str) -> None:
         ({"name": "ok", "preset": "huge"}, ["body", "preset"]),
         ({"name": "ok", "ttl_hours": 0}, ["body", "ttl_hours"]),
         ({"name": "ok", "repository": "not a repo"}, ["body", "repository"]),
-        ({"name": "ok", "gpu": "nvidia-l4"}, ["body", "gpu"]),
+        ({"name": "ok", "gpu": L4}, ["body", "gpu"]),
     ],
 )
 def test_invalid_bodies_are_422_with_the_field(
-    api: Api, body: dict[str, Any], loc: list[str]
+    api: CheckedApi, body: dict[str, Any], loc: list[str]
 ) -> None:
     assert [e["loc"] for e in field_errors(api.create(body))] == [loc]
 
 
-def test_malformed_json_is_422(api: Api) -> None:
-    response = api.call(
-        "POST", BOXES, data=b"{not json", headers={"Content-Type": "application/json"}
+def test_malformed_json_is_422(api: CheckedApi) -> None:
+    response = api.request(
+        "POST", "/devboxes", data=b"{not json", headers={"Content-Type": "application/json"}
     )
     assert field_errors(response)
 
 
-def test_bad_name_in_path_is_422(api: Api) -> None:
+def test_bad_name_in_path_is_422(api: CheckedApi) -> None:
     errors = field_errors(api.get("Bad_Name"))
     assert [(e["type"], e["loc"]) for e in errors] == [("value_error", ["path", "name"])]
     assert "invalid name" in errors[0]["msg"]
 
 
-def test_ttl_over_the_maximum_is_422(api: Api) -> None:
+def test_ttl_over_the_maximum_is_422(api: CheckedApi) -> None:
     name = unique("ttl")
     assert field_errors(api.create({"name": name, "ttl_hours": 169})) == [
         {"type": "less_than_equal", "loc": ["body", "ttl_hours"], "msg": "must be at most 168"}
@@ -356,18 +344,18 @@ def test_ttl_over_the_maximum_is_422(api: Api) -> None:
     assert api.get(name).status_code == 404
 
 
-def test_unknown_profile_is_422_naming_the_available_ones(api: Api) -> None:
+def test_unknown_profile_is_422_naming_the_available_ones(api: CheckedApi) -> None:
     name = unique("prof")
     errors = field_errors(api.create({"name": name, "gpu": {"profile": "h100"}}))
     assert [(e["type"], e["loc"]) for e in errors] == [("value_error", ["body", "gpu", "profile"])]
     assert "'h100'" in errors[0]["msg"]
-    for profile in ("nvidia-l4", "nvidia-a100-mig-1g10gb", "amd-rocm", "nvidia-l4-shared"):
+    for profile in (L4, "nvidia-a100-mig-1g10gb", "amd-rocm", "nvidia-l4-shared"):
         assert profile in errors[0]["msg"]
     assert api.get(name).status_code == 404
 
 
 def test_wait_returns_once_ready_with_the_header(
-    api: Api, boxes: Callable[[dict[str, Any]], Devbox]
+    api: CheckedApi, boxes: Callable[[dict[str, Any]], Devbox]
 ) -> None:
     box = boxes({"name": unique("wait")})
     response = api.get(box.name, wait="ready", timeout=120)
@@ -379,16 +367,16 @@ def test_wait_returns_once_ready_with_the_header(
 
 
 def test_wait_returns_the_current_state_at_the_timeout(
-    api: Api, boxes: Callable[[dict[str, Any]], Devbox]
+    api: CheckedApi, boxes: Callable[[dict[str, Any]], Devbox]
 ) -> None:
     # testbed/nodes.yaml has two L4 nodes with one GPU each: two boxes fill them.
     for _ in range(2):
-        box = boxes({"name": unique("l4"), "gpu": {"profile": "nvidia-l4"}})
+        box = boxes({"name": unique("l4"), "gpu": {"profile": L4}})
         assert (
             parse(Devbox, api.get(box.name, wait="ready", timeout=120), 200).state
             == DevboxState.READY
         )
-    blocked = boxes({"name": unique("l4"), "gpu": {"profile": "nvidia-l4"}})
+    blocked = boxes({"name": unique("l4"), "gpu": {"profile": L4}})
 
     def scheduler_has_spoken() -> bool:
         """the third L4 box is reported as blocked by the scheduler"""
@@ -407,21 +395,19 @@ def test_wait_returns_the_current_state_at_the_timeout(
     "params",
     [{"wait": "ready", "timeout": 301}, {"wait": "ready", "timeout": -1}, {"wait": "forever"}],
 )
-def test_wait_arguments_out_of_range_are_422(api: Api, params: dict[str, Any]) -> None:
+def test_wait_arguments_out_of_range_are_422(api: CheckedApi, params: dict[str, Any]) -> None:
     errors = field_errors(api.get("anything", **params))
     assert errors[0]["loc"][0] == "query"
 
 
-def test_cpu_box_when_gpu_is_disabled(
-    controllers: Callable[..., ControllerProcess], namespace: str
-) -> None:
+def test_cpu_box_when_gpu_is_disabled(start_controller: StartController, namespace: str) -> None:
     settings = example_settings(namespace)
     settings["gpu"]["enabled"] = False
-    api = Api(controllers(settings))
-    caps = parse(Capabilities, api.call("GET", "/api/v1/capabilities"), 200)
+    api = CheckedApi(start_controller(settings))
+    caps = parse(Capabilities, api.request("GET", "/capabilities"), 200)
     assert (caps.gpu.enabled, caps.gpu.default_profile, caps.gpu.profiles) == (False, None, [])
     name = unique("nogpu")
-    for gpu in ({}, {"profile": "nvidia-l4"}):
+    for gpu in ({}, {"profile": L4}):
         assert field_errors(api.create({"name": name, "gpu": gpu})) == [
             {
                 "type": "value_error",
@@ -435,7 +421,7 @@ def test_cpu_box_when_gpu_is_disabled(
 
 
 def test_quota_refusal_is_403_with_the_apiservers_reason(
-    controllers: Callable[..., ControllerProcess], namespace: str, kube: Any
+    start_controller: StartController, namespace: str, kube: Any
 ) -> None:
     from kubernetes import client
 
@@ -454,7 +440,7 @@ def test_quota_refusal_is_403_with_the_apiservers_reason(
         return bool(quota.status and quota.status.hard)
 
     wait_for(quota_counted, timeout=60)
-    api = Api(controllers())
+    api = CheckedApi(start_controller())
     name = unique("quota")
     response = api.create({"name": name})
     body = parse(ErrorBody, response, 403)

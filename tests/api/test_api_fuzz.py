@@ -9,15 +9,12 @@ create do not disturb other tests; the namespace goes with everything in it.
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import requests
 import schemathesis
-from controllers import ControllerProcess, example_settings
-from devboxes_testbed.cluster import Testbed
+from controller_process import ControllerProcess, StartController
 from hypothesis import HealthCheck, given, settings
 from schemathesis.generation import GenerationMode
 
@@ -26,26 +23,12 @@ NEGATIVE_EXAMPLES = 60
 MIN_CASES = 1000
 
 
-@pytest.fixture(scope="module")
-def fuzz_controller(
-    testbed: Testbed, kube: Any, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ControllerProcess]:
-    from kubernetes import client
-
-    core = client.CoreV1Api(kube)
-    namespace = f"fuzz-{uuid.uuid4().hex[:8]}"
-    core.create_namespace({"metadata": {"name": namespace}})
-    process = ControllerProcess(
-        testbed.kubeconfig, example_settings(namespace), tmp_path_factory.mktemp("fuzz")
-    ).start()
-    try:
-        yield process
-    finally:
-        process.stop()
-        core.delete_namespace(namespace)
+@pytest.fixture
+def fuzz_controller(start_controller: StartController) -> ControllerProcess:
+    return start_controller()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def api_schema(fuzz_controller: ControllerProcess) -> Any:
     response = requests.get(
         f"{fuzz_controller.url}/openapi.json", headers=fuzz_controller.headers(), timeout=10

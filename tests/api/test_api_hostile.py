@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 import requests
-from controllers import ControllerProcess
+from controller_process import ControllerProcess
 
 HUNDRED_MB = 100 * 1024 * 1024
 CHUNK = b"{" * (1024 * 1024)

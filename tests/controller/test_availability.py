@@ -20,52 +20,18 @@ from typing import Any
 import pytest
 import requests
 import yaml
-from controllers import ControllerProcess, example_settings
+from controller_process import ControllerProcess, StartController, example_settings
 from devboxes_controller import doctor
 from devboxes_controller.settings import Settings, settings_from_mapping
+from devboxes_testbed import L4
 from devboxes_testbed.cluster import Testbed
 from kubernetes import client
-from support import helm_run, service_account_kubeconfig, wait_for
+from support import Api, helm_run, service_account_kubeconfig, wait_for
 
 from devboxes_sdk.models import PRESETS, Devbox, DoctorReport, GpuAvailability
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "devboxes"
-L4 = "nvidia-l4"
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-
-
-class Api:
-    def __init__(self, controller: ControllerProcess) -> None:
-        self.base = f"{controller.url}/api/v1"
-        self.http = requests.Session()
-        self.http.headers.update(controller.headers())
-
-    def call(self, method: str, path: str, timeout: float = 60, **kwargs: Any) -> Any:
-        response = self.http.request(method, f"{self.base}{path}", timeout=timeout, **kwargs)
-        assert response.status_code < 300, f"{method} {path}: {response.text}"
-        return response.json()
-
-    def wait_ready(self, path: str) -> Any:
-        """The box at ``path`` once ready (the server holds the request up to 120 s)."""
-        return self.call("GET", path, params={"wait": "ready", "timeout": "120"}, timeout=150)
-
-    def availability(self, preset: str | None = None) -> GpuAvailability:
-        params = {"preset": preset} if preset else None
-        return GpuAvailability.model_validate(self.call("GET", "/gpu/availability", params=params))
-
-    def free(self, profile: str) -> tuple[int | None, int | None, int]:
-        entry = self.availability().profile(profile)
-        assert entry is not None
-        return entry.available, entry.capacity, entry.waiting
-
-    def box(self, name: str) -> Devbox:
-        return Devbox.model_validate(self.call("GET", f"/devboxes/{name}"))
-
-    def create(self, name: str, profile: str) -> None:
-        self.call("POST", "/devboxes", json={"name": name, "gpu": {"profile": profile}})
-
-    def purge(self, name: str) -> None:
-        self.http.delete(f"{self.base}/devboxes/{name}", params={"purge": "true"}, timeout=60)
 
 
 @pytest.fixture
@@ -129,7 +95,7 @@ def test_new_routes_refuse_without_the_token(controller: ControllerProcess) -> N
 
 
 def test_a_bad_preset_is_a_precise_422(api: Api) -> None:
-    response = api.http.get(f"{api.base}/gpu/availability", params={"preset": "huge"}, timeout=10)
+    response = api.request("GET", "/gpu/availability", params={"preset": "huge"}, timeout=10)
     assert response.status_code == 422
     (error,) = response.json()["detail"]
     assert error["loc"] == ["query", "preset"]
@@ -137,9 +103,9 @@ def test_a_bad_preset_is_a_precise_422(api: Api) -> None:
 
 def test_availability_carries_a_tag_and_answers_304_while_unchanged(api: Api) -> None:
     url = f"{api.base}/gpu/availability"
-    first = api.http.get(url, timeout=10)
+    first = api.session.get(url, timeout=10)
     tag = first.headers["ETag"]
-    again = api.http.get(url, headers={"If-None-Match": tag}, timeout=10)
+    again = api.session.get(url, headers={"If-None-Match": tag}, timeout=10)
     # Any node or pod event in between makes a new reading (a new observed_at), so the
     # answer is either "unchanged" or a new body under a new tag, never the old tag.
     if again.status_code == 304:
@@ -150,7 +116,7 @@ def test_availability_carries_a_tag_and_answers_304_while_unchanged(api: Api) ->
         assert GpuAvailability.model_validate(again.json()).observed_at > (
             GpuAvailability.model_validate(first.json()).observed_at
         )
-    with_preset = api.http.get(url, params={"preset": "large"}, timeout=10)
+    with_preset = api.session.get(url, params={"preset": "large"}, timeout=10)
     assert with_preset.status_code == 200
     assert GpuAvailability.model_validate(with_preset.json()).profile(L4) is not None
 
@@ -166,9 +132,9 @@ def test_mig_and_shared_units_fall_and_rise_as_boxes_start_and_stop(api: Api) ->
     before = api.free(mig)[0]
     assert before is not None
     name = f"mig-{suffix}"
-    api.create(name, mig)
+    api.created(name, gpu={"profile": mig})
     try:
-        api.wait_ready(f"/devboxes/{name}")
+        api.wait_ready(name)
         wait_for(lambda: api.free(mig)[0] == before - 1)
         api.call("POST", f"/devboxes/{name}/stop")
         wait_for(lambda: api.free(mig)[0] == before)
@@ -237,23 +203,23 @@ def test_three_waiting_boxes_get_their_place_in_line(
     names = [f"q{letter}-{suffix}" for letter in "abc"]
     try:
         for name in names:
-            api.create(name, L4)
+            api.created(name, gpu={"profile": L4})
             # One at a time, so that the pods' ages follow the names.
             wait_for(
                 lambda n=name: (
-                    api.box(n).summary not in (None, "Waiting for the pod to be created.")
+                    api.box(n)["summary"] not in (None, "Waiting for the pod to be created.")
                 )
             )
 
         def queued() -> list[str | None]:
-            return [api.box(name).summary for name in names]
+            return [api.box(name)["summary"] for name in names]
 
         expected = [
             f"Waiting for a free NVIDIA L4: 0 of {total} free, {place} in line"
             for place in ("1st", "2nd", "3rd")
         ]
         wait_for(lambda: queued() == expected)
-        box = api.box(names[0])
+        box = Devbox.model_validate(api.box(names[0]))
         assert box.scheduling_detail is not None
         assert "Insufficient nvidia.com/gpu" in box.scheduling_detail
         assert box.message == f"Scheduling blocked: {box.scheduling_detail}"
@@ -277,7 +243,7 @@ def test_three_waiting_boxes_get_their_place_in_line(
 
         # A freed GPU goes to the first in line; the others move up.
         delete_pod(kube, namespace, holders[0])
-        api.wait_ready(f"/devboxes/{names[0]}")
+        api.wait_ready(names[0])
         wait_for(
             lambda: (
                 queued()[1:]
@@ -287,12 +253,12 @@ def test_three_waiting_boxes_get_their_place_in_line(
                 ]
             )
         )
-        assert api.box(names[0]).summary is None
+        assert api.box(names[0])["summary"] is None
 
         code, out = run_cli(controller_env, "stop", names[0])
         assert code == 0, out
         assert "2 boxes are waiting for nvidia-l4; the first in line will take this GPU" in out
-        api.wait_ready(f"/devboxes/{names[1]}")
+        api.wait_ready(names[1])
         wait_for(lambda: api.free(L4)[2] == 1)
     finally:
         for name in names:
@@ -314,18 +280,18 @@ def assert_everything_else_works(controller: ControllerProcess, reason: str) -> 
     caps = api.call("GET", "/capabilities")
     assert set(caps) == {"gpu"}
     assert set(caps["gpu"]) == {"enabled", "default_profile", "profiles"}
-    api.call("POST", "/devboxes", json={"name": "cpu-box"})
-    box = Devbox.model_validate(api.wait_ready("/devboxes/cpu-box"))
+    api.created("cpu-box")
+    box = Devbox.model_validate(api.wait_ready("cpu-box"))
     assert box.state.value == "ready"
     api.purge("cpu-box")
 
 
 def test_availability_switched_off_says_unknown_and_nothing_else_breaks(
-    controllers: Callable[..., ControllerProcess], namespace: str
+    start_controller: StartController, namespace: str
 ) -> None:
     settings = example_settings(namespace)
     settings["availability"] = {"enabled": False}
-    assert_everything_else_works(controllers(settings), "turned off by the operator")
+    assert_everything_else_works(start_controller(settings), "turned off by the operator")
 
 
 @pytest.fixture
@@ -429,7 +395,7 @@ def assert_doctor_findings(report: DoctorReport) -> None:
             f"than a box of this profile with preset small asks ({count}): raise "
             f"requests.nvidia.com/gpu in ResourceQuota no-gpus to at least {count}"
             for profile, count in (
-                ("nvidia-l4", 1),
+                (L4, 1),
                 ("h100", 1),
                 ("l4-pair", 2),
                 ("l4-untolerated", 1),
@@ -438,7 +404,7 @@ def assert_doctor_findings(report: DoctorReport) -> None:
     }
     passed = {(c.profile, c.check) for c in report.checks if c.verdict == "pass"}
     assert ("nvidia-a100-mig-1g10gb", "count") in passed
-    assert ("nvidia-l4", "runtime-class") in passed
+    assert (L4, "runtime-class") in passed
     assert (None, "storage-class") in passed
 
 
@@ -447,7 +413,7 @@ def test_doctor_names_each_missing_prerequisite(
     kube: Any,
     namespace: str,
     tmp_path: Path,
-    controllers: Callable[..., ControllerProcess],
+    start_controller: StartController,
     chart_account: Callable[[bool], Path],
 ) -> None:
     client.CoreV1Api(kube).create_namespaced_resource_quota(
@@ -481,7 +447,7 @@ def test_doctor_names_each_missing_prerequisite(
     assert "check(s) failed" in text.stdout.splitlines()[-1]
 
     # The same report over the API and through the CLI.
-    controller = controllers(settings)
+    controller = start_controller(settings)
     over_api = DoctorReport.model_validate(Api(controller).call("GET", "/gpu/doctor"))
     assert_doctor_findings(over_api)
     env = {"DEVBOX_URL": controller.url, "DEVBOX_TOKEN": controller.token}
@@ -608,7 +574,7 @@ def test_doctor_judges_quotas_and_limit_ranges_as_admission_does(
 
 
 def test_runtime_class_tolerations_and_node_selector_count_for_availability_and_doctor(
-    kube: Any, namespace: str, controllers: Callable[..., ControllerProcess]
+    kube: Any, namespace: str, start_controller: StartController
 ) -> None:
     node_api = client.NodeV1Api(kube)
     name = f"l4-{uuid.uuid4().hex[:6]}"
@@ -631,7 +597,7 @@ def test_runtime_class_tolerations_and_node_selector_count_for_availability_and_
                 "runtimeClassName": name,
             }
         )
-        api = Api(controllers(settings))
+        api = Api(start_controller(settings))
         wait_for(lambda: api.free(L4)[1] is not None)
         by_runtime = api.availability().profile("l4-by-runtime")
         by_profile = api.availability().profile(L4)

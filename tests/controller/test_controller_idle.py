@@ -14,13 +14,12 @@ from typing import Any
 
 import pytest
 import requests
-from controllers import ControllerProcess, example_settings
+from controller_process import ControllerProcess, StartController, example_settings
 from devboxes_controller import activity, render, slim, timestamps
 from devboxes_controller.settings import settings_from_mapping
 from kubernetes import client
 from support import wait_for
 
-Start = Callable[..., ControllerProcess]
 WORKSPACE = Path(__file__).resolve().parents[2] / "workspace"
 AGENT = WORKSPACE / "devbox-activity-agent"
 SAMPLER = WORKSPACE / "devbox-gpu-sampler"
@@ -145,8 +144,8 @@ def idle_settings(namespace: str, minutes: float) -> dict[str, Any]:
 
 
 @pytest.fixture
-def idle_controller(controllers: Start, namespace: str) -> ControllerProcess:
-    return controllers(idle_settings(namespace, WINDOW_MINUTES))
+def idle_controller(start_controller: StartController, namespace: str) -> ControllerProcess:
+    return start_controller(idle_settings(namespace, WINDOW_MINUTES))
 
 
 @pytest.fixture
@@ -261,10 +260,10 @@ def test_only_the_boxs_own_credential_may_report(
 
 
 def test_a_rotated_key_reaches_running_boxes_without_a_restart(
-    controllers: Start, kube: Any, namespace: str, tmp_path: Path
+    start_controller: StartController, kube: Any, namespace: str, tmp_path: Path
 ) -> None:
     settings = idle_settings(namespace, 60)
-    first = controllers(settings)
+    first = start_controller(settings)
     assert call(first, "POST", "/devboxes", json={"name": "rotor", "gpu": MIG}).ok
     apps = client.AppsV1Api(kube)
 
@@ -282,7 +281,7 @@ def test_a_rotated_key_reaches_running_boxes_without_a_restart(
 
         # A new operator token: the replicas restart with it, behind the same address.
         first.stop()
-        second = controllers(settings, port=first.port)
+        second = start_controller(settings, port=first.port)
         assert second.token != first.token
 
         def renewed() -> str | None:

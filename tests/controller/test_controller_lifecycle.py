@@ -5,63 +5,16 @@ from __future__ import annotations
 import copy
 import json
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-import requests
-from controllers import ControllerProcess, example_settings
+from controller_process import StartController, example_settings
 from devboxes_controller import render
+from devboxes_testbed import L4
 from kubernetes import client
-from support import wait_for
-
-Start = Callable[..., ControllerProcess]
-
-
-class Api:
-    """The controller's HTTP API as a test drives it."""
-
-    def __init__(self, process: ControllerProcess) -> None:
-        self.process = process
-        self.session = requests.Session()
-        self.session.headers.update(process.headers())
-
-    def url(self, path: str) -> str:
-        return f"{self.process.url}/api/v1{path}"
-
-    def create(self, name: str, **body: Any) -> requests.Response:
-        return self.session.post(self.url("/devboxes"), json={"name": name, **body}, timeout=30)
-
-    def get(self, name: str) -> dict[str, Any]:
-        response = self.session.get(self.url(f"/devboxes/{name}"), timeout=30)
-        assert response.status_code == 200, response.text
-        return dict(response.json())
-
-    def wait_ready(self, name: str, timeout: float = 60) -> dict[str, Any]:
-        response = self.session.get(
-            self.url(f"/devboxes/{name}"),
-            params={"wait": "ready", "timeout": str(timeout)},
-            timeout=timeout + 10,
-        )
-        assert response.status_code == 200, response.text
-        return dict(response.json())
-
-    def verb(self, name: str, verb: str) -> dict[str, Any]:
-        response = self.session.post(self.url(f"/devboxes/{name}/{verb}"), timeout=30)
-        assert response.status_code == 200, response.text
-        return dict(response.json())
-
-    def delete(self, name: str, purge: bool = False) -> requests.Response:
-        return self.session.delete(
-            self.url(f"/devboxes/{name}"), params={"purge": str(purge).lower()}, timeout=30
-        )
-
-
-def created(api: Api, name: str, **body: Any) -> dict[str, Any]:
-    response = api.create(name, **body)
-    assert response.status_code == 201, response.text
-    return dict(response.json())
+from support import Api, wait_for
 
 
 def box_pod(kube: Any, namespace: str, name: str) -> dict[str, Any]:
@@ -97,24 +50,25 @@ def claim_size(kube: Any, namespace: str, name: str) -> str | None:
 
 
 @pytest.fixture
-def cleanup() -> Iterator[list[tuple[Api, str]]]:
-    """Boxes to purge after the test, so GPU capacity is free for the next one."""
+def purge_after() -> Iterator[list[tuple[Api, str]]]:
+    """Boxes to purge after the test, so GPU capacity is free for the next one; each
+    through the controller that serves its namespace by then."""
     boxes: list[tuple[Api, str]] = []
     yield boxes
     for api, name in boxes:
-        api.delete(name, purge=True)
+        api.purge(name)
 
 
 def test_l4_boxes_fill_the_nodes_then_wait_for_a_free_gpu(
-    controllers: Start, kube: Any, namespace: str, cleanup: list[tuple[Api, str]]
+    start_controller: StartController, kube: Any, namespace: str, purge_after: list[tuple[Api, str]]
 ) -> None:
-    api = Api(controllers())
+    api = Api(start_controller())
     for name in ("l4-first", "l4-second", "l4-third"):
-        cleanup.append((api, name))
+        purge_after.append((api, name))
 
-    first = created(api, "l4-first", gpu={})
+    first = api.created("l4-first", gpu={})
     assert first["gpu"] == {
-        "profile": "nvidia-l4",
+        "profile": L4,
         "display_name": "NVIDIA L4",
         "resource_name": "nvidia.com/gpu",
         "count": 1,
@@ -125,20 +79,20 @@ def test_l4_boxes_fill_the_nodes_then_wait_for_a_free_gpu(
     assert first["pod_ready"] is True
 
     pod = box_pod(kube, namespace, "l4-first")
-    assert node_labels(kube, pod["spec"]["nodeName"])["accelerator"] == "nvidia-l4"
+    assert node_labels(kube, pod["spec"]["nodeName"])["accelerator"] == L4
     resources = main_container(pod)["resources"]
     assert resources["requests"]["nvidia.com/gpu"] == "1"
     assert resources["limits"]["nvidia.com/gpu"] == "1"
     assert pod["spec"]["runtimeClassName"] == "nvidia"
 
-    created(api, "l4-second", gpu={"profile": "nvidia-l4"})
+    api.created("l4-second", gpu={"profile": L4})
     assert api.wait_ready("l4-second")["state"] == "ready"
     # Both L4 nodes now hold one box each: the third cannot be placed anywhere.
-    created(api, "l4-third", gpu={"profile": "nvidia-l4"})
+    api.created("l4-third", gpu={"profile": L4})
 
     def blocked() -> dict[str, Any] | None:
         """the third L4 box reports the scheduler's refusal for want of a GPU"""
-        box = api.get("l4-third")
+        box = api.box("l4-third")
         return box if "Insufficient nvidia.com/gpu" in box["message"] else None
 
     third = wait_for(blocked, timeout=60)
@@ -151,7 +105,7 @@ def test_l4_boxes_fill_the_nodes_then_wait_for_a_free_gpu(
     )
     assert third["message"] == f"Scheduling blocked: {scheduled['message']}"
 
-    stopped = api.verb("l4-first", "stop")
+    stopped = api.call("POST", "/devboxes/l4-first/stop")
     assert stopped["state"] == "stopped"
     third = api.wait_ready("l4-third", timeout=90)
     assert third["state"] == "ready", third
@@ -159,12 +113,12 @@ def test_l4_boxes_fill_the_nodes_then_wait_for_a_free_gpu(
 
 
 def test_mig_and_amd_profiles_render_and_schedule(
-    controllers: Start, kube: Any, namespace: str, cleanup: list[tuple[Api, str]]
+    start_controller: StartController, kube: Any, namespace: str, purge_after: list[tuple[Api, str]]
 ) -> None:
-    api = Api(controllers())
-    cleanup.extend([(api, "mig"), (api, "rocm")])
-    created(api, "mig", gpu={"profile": "nvidia-a100-mig-1g10gb"})
-    created(api, "rocm", gpu={"profile": "amd-rocm"}, preset="medium")
+    api = Api(start_controller())
+    purge_after.extend([(api, "mig"), (api, "rocm")])
+    api.created("mig", gpu={"profile": "nvidia-a100-mig-1g10gb"})
+    api.created("rocm", gpu={"profile": "amd-rocm"}, preset="medium")
     assert api.wait_ready("mig")["state"] == "ready"
     rocm = api.wait_ready("rocm")
     assert rocm["state"] == "ready", rocm
@@ -192,14 +146,14 @@ def test_mig_and_amd_profiles_render_and_schedule(
 
 
 def test_missing_runtime_class_is_degraded_with_the_admission_message(
-    controllers: Start, namespace: str, cleanup: list[tuple[Api, str]]
+    start_controller: StartController, namespace: str, purge_after: list[tuple[Api, str]]
 ) -> None:
     settings = example_settings(namespace)
     rocm = next(p for p in settings["gpu"]["profiles"] if p["name"] == "amd-rocm")
     rocm["runtimeClassName"] = "amd"
-    api = Api(controllers(settings))
-    cleanup.append((api, "no-runtime"))
-    created(api, "no-runtime", gpu={"profile": "amd-rocm"})
+    api = Api(start_controller(settings))
+    purge_after.append((api, "no-runtime"))
+    api.created("no-runtime", gpu={"profile": "amd-rocm"})
     box = api.wait_ready("no-runtime")
     assert box["state"] == "degraded", box
     assert 'RuntimeClass "amd" not found' in box["message"]
@@ -207,43 +161,43 @@ def test_missing_runtime_class_is_degraded_with_the_admission_message(
 
 
 def test_pinned_contract_survives_profile_removal_and_gpu_disabled(
-    controllers: Start, kube: Any, namespace: str, cleanup: list[tuple[Api, str]]
+    start_controller: StartController, kube: Any, namespace: str, purge_after: list[tuple[Api, str]]
 ) -> None:
     settings = example_settings(namespace)
-    first = controllers(settings)
+    first = start_controller(settings)
     api = Api(first)
-    cleanup.append((api, "pinned"))
-    created(api, "pinned", gpu={"profile": "nvidia-a100-mig-1g10gb"}, ttl_hours=3)
+    purge_after.append((api, "pinned"))
+    api.created("pinned", gpu={"profile": "nvidia-a100-mig-1g10gb"}, ttl_hours=3)
     assert api.wait_ready("pinned")["state"] == "ready"
-    pinned_gpu = api.verb("pinned", "stop")["gpu"]
+    pinned_gpu = api.call("POST", "/devboxes/pinned/stop")["gpu"]
     first.stop()
 
     removed = copy.deepcopy(settings)
     removed["gpu"]["profiles"] = [
         p for p in removed["gpu"]["profiles"] if p["name"] != "nvidia-a100-mig-1g10gb"
     ]
-    api = Api(controllers(removed))
-    cleanup[0] = (api, "pinned")
-    refused = api.create("another", gpu={"profile": "nvidia-a100-mig-1g10gb"})
+    api = Api(start_controller(removed))
+    purge_after[0] = (api, "pinned")
+    refused = api.create({"name": "another", "gpu": {"profile": "nvidia-a100-mig-1g10gb"}})
     assert refused.status_code == 422, refused.text
     [error] = refused.json()["detail"]
     assert error["loc"] == ["body", "gpu", "profile"]
-    assert "nvidia-l4" in error["msg"]
-    assert api.get("pinned")["gpu"] == pinned_gpu
-    api.verb("pinned", "start")
+    assert L4 in error["msg"]
+    assert api.box("pinned")["gpu"] == pinned_gpu
+    api.call("POST", "/devboxes/pinned/start")
     box = api.wait_ready("pinned")
     assert box["state"] == "ready", box
     assert box["gpu"] == pinned_gpu
     limits = main_container(box_pod(kube, namespace, "pinned"))["resources"]["limits"]
     assert limits["nvidia.com/mig-1g.10gb"] == "1"
-    api.verb("pinned", "stop")
-    api.process.stop()
+    api.call("POST", "/devboxes/pinned/stop")
+    api.controller.stop()
 
     disabled = copy.deepcopy(settings)
     disabled["gpu"]["enabled"] = False
-    api = Api(controllers(disabled))
-    cleanup[0] = (api, "pinned")
-    refused = api.create("another", gpu={})
+    api = Api(start_controller(disabled))
+    purge_after[0] = (api, "pinned")
+    refused = api.create({"name": "another", "gpu": {}})
     assert refused.status_code == 422, refused.text
     assert refused.json()["detail"] == [
         {
@@ -252,7 +206,7 @@ def test_pinned_contract_survives_profile_removal_and_gpu_disabled(
             "msg": "GPU acceleration is disabled by the operator",
         }
     ]
-    api.verb("pinned", "start")
+    api.call("POST", "/devboxes/pinned/start")
     box = api.wait_ready("pinned")
     assert box["state"] == "ready", box
     assert box["gpu"] == pinned_gpu
@@ -263,12 +217,12 @@ def test_pinned_contract_survives_profile_removal_and_gpu_disabled(
 
 
 def test_start_renews_the_ttl_from_the_stored_hours(
-    controllers: Start, kube: Any, namespace: str, cleanup: list[tuple[Api, str]]
+    start_controller: StartController, kube: Any, namespace: str, purge_after: list[tuple[Api, str]]
 ) -> None:
-    api = Api(controllers())
-    cleanup.append((api, "renewed"))
-    created(api, "renewed", ttl_hours=2)
-    assert api.verb("renewed", "stop")["state"] == "stopped"
+    api = Api(start_controller())
+    purge_after.append((api, "renewed"))
+    api.created("renewed", ttl_hours=2)
+    assert api.call("POST", "/devboxes/renewed/stop")["state"] == "stopped"
     # An old deadline, as if the box had been stopped long ago.
     client.AppsV1Api(kube).patch_namespaced_deployment(
         "devbox-renewed",
@@ -276,26 +230,26 @@ def test_start_renews_the_ttl_from_the_stored_hours(
         {"metadata": {"annotations": {render.ANNOTATION_EXPIRES_AT: "2020-01-01T00:00:00Z"}}},
     )
     before = datetime.now(UTC).replace(microsecond=0)
-    restarted = api.verb("renewed", "start")
+    restarted = api.call("POST", "/devboxes/renewed/start")
     after = datetime.now(UTC)
     assert restarted["state"] == "starting"
     expires = datetime.fromisoformat(restarted["expires_at"])
     assert before + timedelta(hours=2) <= expires <= after + timedelta(hours=2)
-    assert api.get("renewed")["expires_at"] == restarted["expires_at"]
+    assert api.box("renewed")["expires_at"] == restarted["expires_at"]
 
 
 def test_concurrent_creates_of_one_name_have_exactly_one_winner(
-    controllers: Start, kube: Any, namespace: str, cleanup: list[tuple[Api, str]]
+    start_controller: StartController, kube: Any, namespace: str, purge_after: list[tuple[Api, str]]
 ) -> None:
-    api = Api(controllers())
-    cleanup.append((api, "race"))
+    api = Api(start_controller())
+    purge_after.append((api, "race"))
     barrier = threading.Barrier(6)
     codes: list[int] = []
 
     def create() -> None:
-        racer = Api(api.process)
+        racer = Api(api.controller)
         barrier.wait()
-        codes.append(racer.create("race").status_code)
+        codes.append(racer.create({"name": "race"}).status_code)
 
     threads = [threading.Thread(target=create) for _ in range(6)]
     for thread in threads:
@@ -312,26 +266,26 @@ def test_concurrent_creates_of_one_name_have_exactly_one_winner(
 
 
 def test_retained_claim_is_reused_and_grown_never_shrunk(
-    controllers: Start, kube: Any, namespace: str
+    start_controller: StartController, kube: Any, namespace: str
 ) -> None:
-    api = Api(controllers())
-    created(api, "keep", preset="small")
+    api = Api(start_controller())
+    api.created("keep", preset="small")
     wait_for(lambda: claim_size(kube, namespace, "keep") == "20Gi", timeout=30)
 
     kept = api.delete("keep")
     assert kept.status_code == 200, kept.text
     assert kept.json()["purged"] is False
     assert claim_size(kube, namespace, "keep") == "20Gi"
-    assert api.session.get(api.url("/devboxes/keep"), timeout=10).status_code == 404
+    assert api.get("keep").status_code == 404
 
-    created(api, "keep", preset="medium")
+    api.created("keep", preset="medium")
     assert claim_size(kube, namespace, "keep") == "30Gi"
-    assert wait_for(lambda: api.get("keep")["storage_size"] == "30Gi", timeout=30)
+    assert wait_for(lambda: api.box("keep")["storage_size"] == "30Gi", timeout=30)
     api.delete("keep")
 
-    created(api, "keep", preset="small")
+    api.created("keep", preset="small")
     assert claim_size(kube, namespace, "keep") == "30Gi"
-    assert api.get("keep")["storage_size"] == "30Gi"
+    assert api.box("keep")["storage_size"] == "30Gi"
 
     purged = api.delete("keep", purge=True)
     assert purged.status_code == 200, purged.text
@@ -341,10 +295,10 @@ def test_retained_claim_is_reused_and_grown_never_shrunk(
 
 
 def test_create_right_after_a_purge_says_the_old_volume_is_still_going(
-    controllers: Start, kube: Any, namespace: str
+    start_controller: StartController, kube: Any, namespace: str
 ) -> None:
-    api = Api(controllers())
-    created(api, "again")
+    api = Api(start_controller())
+    api.created("again")
     claim = render.object_names("again").pvc
     core = client.CoreV1Api(kube)
     # A finalizer of the test's own holds the old claim in deletion, as a slow storage
@@ -361,7 +315,7 @@ def test_create_right_after_a_purge_says_the_old_volume_is_still_going(
         )
     )
 
-    refused = api.create("again")
+    refused = api.create({"name": "again"})
     assert refused.status_code == 409, refused.text
     assert "still being deleted" in refused.json()["detail"]
     assert refused.headers["Retry-After"]
@@ -373,7 +327,7 @@ def test_create_right_after_a_purge_says_the_old_volume_is_still_going(
 
     def recreated() -> bool:
         """the create goes through once the old claim is gone"""
-        return api.create("again").status_code == 201
+        return api.create({"name": "again"}).status_code == 201
 
     wait_for(recreated, timeout=30)
     assert api.delete("again", purge=True).status_code == 200

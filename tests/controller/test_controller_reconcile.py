@@ -8,14 +8,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import requests
-from controllers import ControllerProcess, example_settings
+from controller_process import ControllerProcess, StartController, example_settings
 from devboxes_controller import render
 from devboxes_controller.settings import settings_from_mapping
 from devboxes_controller.timestamps import format_timestamp
 from kubernetes import client
 from support import wait_for
 
-Start = Callable[..., ControllerProcess]
 LEASE = "devboxes-controller"
 
 
@@ -93,9 +92,9 @@ def expired_in_log(process: ControllerProcess, name: str) -> bool:
 
 
 def test_ttl_expiry_stops_the_box_and_records_an_event(
-    controllers: Start, kube: Any, namespace: str
+    start_controller: StartController, kube: Any, namespace: str
 ) -> None:
-    process = controllers()
+    process = start_controller()
     api_call(process, "POST", "/devboxes", json={"name": "brief", "ttl_hours": 1})
     ready = api_call(process, "GET", "/devboxes/brief", params={"wait": "ready", "timeout": 60})
     assert ready["state"] == "ready", ready
@@ -153,8 +152,10 @@ def test_ttl_expiry_stops_the_box_and_records_an_event(
     assert replicas(kube, namespace, "brief") == 1
 
 
-def test_deleted_service_is_recreated(controllers: Start, kube: Any, namespace: str) -> None:
-    process = controllers()
+def test_deleted_service_is_recreated(
+    start_controller: StartController, kube: Any, namespace: str
+) -> None:
+    process = start_controller()
     api_call(process, "POST", "/devboxes", json={"name": "lost-service"})
     core = client.CoreV1Api(kube)
     wait_for(lambda: exists(core.read_namespaced_service, "devbox-lost-service-ssh", namespace))
@@ -172,10 +173,10 @@ def test_deleted_service_is_recreated(controllers: Start, kube: Any, namespace: 
 
 
 def test_create_interrupted_after_the_deployment_is_completed(
-    controllers: Start, kube: Any, namespace: str
+    start_controller: StartController, kube: Any, namespace: str
 ) -> None:
     """Only the Deployment was written, as if the controller died right after it."""
-    process = controllers()
+    process = start_controller()
     settings = settings_from_mapping(example_settings(namespace))
     spec = render.BoxSpec(
         name="half",
@@ -219,10 +220,10 @@ def test_create_interrupted_after_the_deployment_is_completed(
 
 
 def test_create_interrupted_after_the_claim_is_finished_by_the_next_create(
-    controllers: Start, kube: Any, namespace: str
+    start_controller: StartController, kube: Any, namespace: str
 ) -> None:
     """Only the claim was written: no box exists, and creating it again reuses the claim."""
-    process = controllers()
+    process = start_controller()
     settings = settings_from_mapping(example_settings(namespace))
     spec = render.BoxSpec(
         name="claimed",
@@ -249,10 +250,10 @@ def test_create_interrupted_after_the_claim_is_finished_by_the_next_create(
 
 
 def test_only_the_leader_expires_boxes_and_a_survivor_takes_over(
-    controllers: Start, kube: Any, namespace: str
+    start_controller: StartController, kube: Any, namespace: str
 ) -> None:
-    first = controllers(lease_seconds=3)
-    second = controllers(lease_seconds=3)
+    first = start_controller(lease_seconds=3)
+    second = start_controller(lease_seconds=3)
     by_identity = {first.identity: first, second.identity: second}
     holder = wait_for(
         lambda: lease_holder(kube, namespace) in by_identity and lease_holder(kube, namespace),

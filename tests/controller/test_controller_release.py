@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable
 from typing import Any
 
 import requests
-from controllers import ControllerProcess, example_settings
+from controller_process import ControllerProcess, StartController, example_settings
 from devboxes_controller import render
 from kubernetes import client
 from support import wait_for
 
-Start = Callable[..., ControllerProcess]
 MIG = "nvidia-a100-mig-1g10gb"
 
 
@@ -62,10 +60,10 @@ def rebuilt_events(kube: Any, namespace: str, name: str) -> list[str]:
 
 
 def test_a_new_sidecar_reaches_stopped_boxes_at_once_and_running_ones_on_restart(
-    controllers: Start, kube: Any, namespace: str
+    start_controller: StartController, kube: Any, namespace: str
 ) -> None:
     settings = example_settings(namespace)
-    first = controllers(settings)
+    first = start_controller(settings)
     call(first, "POST", "/devboxes", json={"name": "parked", "gpu": {"profile": MIG}})
     call(first, "POST", "/devboxes", json={"name": "busy", "gpu": {"profile": "amd-rocm"}})
     ready(first, "parked")
@@ -78,7 +76,7 @@ def test_a_new_sidecar_reaches_stopped_boxes_at_once_and_running_ones_on_restart
     release = copy.deepcopy(settings)
     release["sidecars"] = [{"name": "agent", "command": ["sleep", "infinity"]}]
     release["gpu"]["profiles"] = [p for p in release["gpu"]["profiles"] if p["name"] != MIG]
-    second = controllers(release)
+    second = start_controller(release)
 
     def parked_rebuilt() -> dict[str, Any] | None:
         """the reconciler adds the sidecar to the stopped box's pod template"""

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
-from controllers import ControllerProcess, example_settings
+from controller_process import ControllerProcess, StartController, example_settings
 from devboxes_controller import render
 from devboxes_controller.settings import settings_from_mapping
 from kubernetes import client
@@ -20,7 +19,6 @@ from support import wait_for
 from devboxes_sdk import Client, Conflict, NotFound
 from devboxes_sdk.models import Devbox, VolumeList
 
-Start = Callable[..., ControllerProcess]
 DEVBOX = str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "devbox")
 
 
@@ -71,9 +69,9 @@ def event_messages(kube: Any, namespace: str, name: str, reason: str) -> list[st
 
 
 def test_retained_volumes_are_listed_purged_by_name_and_reused(
-    controllers: Start, kube: Any, namespace: str
+    start_controller: StartController, kube: Any, namespace: str
 ) -> None:
-    process = controllers()
+    process = start_controller()
     sdk = Client(process.url, process.token)
     # A claim left alone by a crash before the Deployment was written.
     settings = settings_from_mapping(example_settings(namespace))
@@ -149,11 +147,11 @@ def test_retained_volumes_are_listed_purged_by_name_and_reused(
 
 
 def test_extend_moves_the_deadline_within_the_maximum_ttl(
-    controllers: Start, kube: Any, namespace: str
+    start_controller: StartController, kube: Any, namespace: str
 ) -> None:
     settings = example_settings(namespace)
     settings["ttl"] = {"defaultHours": 2, "maxHours": 4}
-    process = controllers(settings)
+    process = start_controller(settings)
     sdk = Client(process.url, process.token)
     box = sdk.create("longer", ttl_hours=2)
     assert box.expires_at is not None

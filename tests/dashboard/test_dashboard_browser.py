@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import requests
-from controllers import ControllerProcess, example_settings
-from support import CHROMIUM, CHROMIUM_ARGS, wait_for
+from controller_process import ControllerProcess, StartController, example_settings
+from devboxes_testbed import L4
+from support import CHROMIUM, CHROMIUM_ARGS, Api, wait_for
 
 from devboxes_sdk import models
 
@@ -25,45 +25,8 @@ pytestmark = pytest.mark.browser
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts" / "dashboard"
 READY_MS = 180_000
-L4_SELECTOR = "accelerator=nvidia-l4"
+L4_SELECTOR = f"accelerator={L4}"
 L4_RESOURCE = "nvidia.com/gpu"
-
-
-class Api:
-    """The operator's bearer-token client, for setup and cleanup around the browser."""
-
-    def __init__(self, controller: ControllerProcess) -> None:
-        self.base = f"{controller.url}/api/v1"
-        self.http = requests.Session()
-        self.http.headers.update(controller.headers())
-
-    def get(self, path: str) -> Any:
-        response = self.http.get(f"{self.base}{path}", timeout=30)
-        assert response.status_code == 200, response.text
-        return response.json()
-
-    def create(self, name: str, profile: str | None = None) -> None:
-        body: dict[str, Any] = {"name": name}
-        if profile is not None:
-            body["gpu"] = {"profile": profile}
-        response = self.http.post(f"{self.base}/devboxes", json=body, timeout=30)
-        assert response.status_code == 201, response.text
-
-    def stop(self, name: str) -> None:
-        response = self.http.post(f"{self.base}/devboxes/{name}/stop", timeout=30)
-        assert response.status_code == 200, response.text
-
-    def wait_ready(self, name: str) -> None:
-        response = self.http.get(
-            f"{self.base}/devboxes/{name}", params={"wait": "ready", "timeout": "180"}, timeout=200
-        )
-        assert response.json()["state"] == "ready", response.text
-
-    def delete_all(self) -> None:
-        for box in self.get("/devboxes")["items"]:
-            self.http.delete(
-                f"{self.base}/devboxes/{box['name']}", params={"purge": "true"}, timeout=60
-            )
 
 
 def free_l4_gpus(kube: Any) -> int:
@@ -103,14 +66,12 @@ def shot(page: Any, name: str) -> None:
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
 
 
-def test_dashboard_in_chromium(
-    controllers: Callable[..., ControllerProcess], kube: Any, chromium: Any
-) -> None:
+def test_dashboard_in_chromium(start_controller: StartController, kube: Any, chromium: Any) -> None:
     from playwright.sync_api import expect
 
-    controller = controllers()
+    controller = start_controller()
     api = Api(controller)
-    profiles = api.get("/capabilities")["gpu"]["profiles"]
+    profiles = api.call("GET", "/capabilities")["gpu"]["profiles"]
     suffix = uuid.uuid4().hex[:6]
     occupier, first, second = f"hold-{suffix}", f"l4-first-{suffix}", f"l4-second-{suffix}"
 
@@ -178,12 +139,12 @@ def test_dashboard_in_chromium(
             pytest.skip("every NVIDIA L4 GPU of the testbed is held by another test")
         holders = [f"{occupier}-{i}" for i in range(free - 1)]
         for holder in holders:
-            api.create(holder, "nvidia-l4")
-            api.wait_ready(holder)
+            api.created(holder, gpu={"profile": L4})
+            assert api.wait_ready(holder, timeout=180)["state"] == "ready"
 
         def create_l4(name: str) -> None:
             page.get_by_label("Name", exact=True).fill(name)
-            page.locator('input[name="accelerator"][value="nvidia-l4"]').check()
+            page.locator(f'input[name="accelerator"][value="{L4}"]').check()
             page.get_by_role("button", name="Create", exact=True).click()
             expect(page.locator("#action-status")).to_have_text(f"Box {name} created.")
 
@@ -238,24 +199,24 @@ def test_dashboard_in_chromium(
         expect(second_row).to_have_count(0)
         expect(page.locator("#action-status")).to_contain_text("deleted with its home volume")
         shot(page, "06-after-purge")
-        names = {box["name"] for box in api.get("/devboxes")["items"]}
+        names = {box["name"] for box in api.call("GET", "/devboxes")["items"]}
         assert second not in names
         assert first in names
 
         assert not [p for p in problems if "Content Security Policy" in p], problems
     finally:
         context.close()
-        api.delete_all()
+        api.purge_all()
 
 
 def test_selector_is_replaced_by_a_notice_when_gpu_is_disabled(
-    controllers: Callable[..., ControllerProcess], namespace: str, chromium: Any
+    start_controller: StartController, namespace: str, chromium: Any
 ) -> None:
     from playwright.sync_api import expect
 
     settings = example_settings(namespace)
     settings["gpu"] = {"enabled": False}
-    controller = controllers(settings)
+    controller = start_controller(settings)
     page = chromium.new_page()
     try:
         page.goto(f"{controller.url}/dashboard/login")
@@ -318,21 +279,21 @@ H100 = {
 
 
 def test_dashboard_fits_an_800px_window(
-    controllers: Callable[..., ControllerProcess], namespace: str, chromium: Any
+    start_controller: StartController, namespace: str, chromium: Any
 ) -> None:
     from playwright.sync_api import expect
 
     settings = example_settings(namespace)
     settings["gpu"]["profiles"].append(H100)
-    controller = controllers(settings)
+    controller = start_controller(settings)
     api = Api(controller)
-    default = api.get("/capabilities")["gpu"]["default_profile"]
+    default = api.call("GET", "/capabilities")["gpu"]["default_profile"]
     suffix = uuid.uuid4().hex[:6]
     ready, idle, waiting = f"cpu-{suffix}", f"idle-{suffix}", f"h100-{suffix}"
-    api.create(ready)
-    api.create(idle)
-    api.stop(idle)
-    api.wait_ready(ready)
+    api.created(ready)
+    api.created(idle)
+    api.call("POST", f"/devboxes/{idle}/stop")
+    assert api.wait_ready(ready, timeout=180)["state"] == "ready"
 
     context = chromium.new_context(viewport=NARROW)
     page = context.new_page()
@@ -375,7 +336,7 @@ def test_dashboard_fits_an_800px_window(
         row = page.locator(f'tr[data-box="{waiting}"]')
         summary = row.locator(".col-message details summary")
         expect(summary).to_contain_text("Scheduling blocked:", timeout=READY_MS)
-        message = api.get(f"/devboxes/{waiting}")["message"]
+        message = api.call("GET", f"/devboxes/{waiting}")["message"]
         assert "didn't match Pod's node affinity/selector" in message
         summary_selector = f'tr[data-box="{waiting}"] .col-message summary'
         assert line_count(page, summary_selector) == 1
@@ -404,20 +365,20 @@ def test_dashboard_fits_an_800px_window(
         page.locator("#boxes").screenshot(path=str(ARTIFACTS / "10-800px-message-expanded.png"))
     finally:
         context.close()
-        api.delete_all()
+        api.purge_all()
 
 
 def test_selector_shows_free_devices_and_updates_live_when_a_box_stops(
-    controllers: Callable[..., ControllerProcess], chromium: Any
+    start_controller: StartController, chromium: Any
 ) -> None:
     from playwright.sync_api import expect
 
-    controller = controllers()
+    controller = start_controller()
     api = Api(controller)
 
     def l4() -> dict[str, Any]:
-        body = api.get("/gpu/availability")
-        entry: dict[str, Any] = next(p for p in body["profiles"] if p["name"] == "nvidia-l4")
+        body = api.call("GET", "/gpu/availability")
+        entry: dict[str, Any] = next(p for p in body["profiles"] if p["name"] == L4)
         return entry
 
     def all_free() -> bool:
@@ -432,10 +393,10 @@ def test_selector_shows_free_devices_and_updates_live_when_a_box_stops(
     page = chromium.new_page()
     page.set_default_timeout(30_000)
     try:
-        api.create(name, "nvidia-l4")
-        api.wait_ready(name)
+        api.created(name, gpu={"profile": L4})
+        assert api.wait_ready(name, timeout=180)["state"] == "ready"
         sign_in(page, controller)
-        option = page.locator("#accelerator-nvidia-l4-free")
+        option = page.locator(f"#accelerator-{L4}-free")
         # An en dash in the page: "NVIDIA L4 — 1 of 2 free".
         expect(option).to_have_text(re.compile(rf"^ \u2014 {free - 1} of {total} free"))
         full = page.locator(".option-full")
@@ -446,26 +407,26 @@ def test_selector_shows_free_devices_and_updates_live_when_a_box_stops(
         expect(option).to_have_text(
             re.compile(rf"^ \u2014 {free} of {total} free"), timeout=READY_MS
         )
-        expect(page.locator('.option-full input[value="nvidia-l4"]')).to_have_count(0)
+        expect(page.locator(f'.option-full input[value="{L4}"]')).to_have_count(0)
         shot(page, "09-free-count-after-stop")
     finally:
         page.close()
-        api.delete_all()
+        api.purge_all()
 
 
 def test_extend_and_purge_a_retained_volume_in_chromium(
-    controllers: Callable[..., ControllerProcess], chromium: Any
+    start_controller: StartController, chromium: Any
 ) -> None:
     from playwright.sync_api import expect
 
-    controller = controllers()
+    controller = start_controller()
     api = Api(controller)
     suffix = uuid.uuid4().hex[:6]
     running, kept = f"run-{suffix}", f"kept-{suffix}"
-    api.create(running)
-    api.create(kept)
-    api.http.delete(f"{api.base}/devboxes/{kept}", timeout=30).raise_for_status()
-    before = api.get(f"/devboxes/{running}")["expires_at"]
+    api.created(running)
+    api.created(kept)
+    api.delete(kept).raise_for_status()
+    before = api.call("GET", f"/devboxes/{running}")["expires_at"]
 
     context = chromium.new_context(viewport={"width": 1400, "height": 900})
     page = context.new_page()
@@ -483,7 +444,7 @@ def test_extend_and_purge_a_retained_volume_in_chromium(
         dialog.get_by_role("button", name="Extend").click()
         expect(dialog).to_be_hidden()
         expect(page.locator("#action-status")).to_contain_text(f"Box {running} now stops at")
-        assert api.get(f"/devboxes/{running}")["expires_at"] > before
+        assert api.call("GET", f"/devboxes/{running}")["expires_at"] > before
 
         volume = page.locator(f'tr[data-volume="{kept}"]')
         expect(volume).to_contain_text("20Gi")
@@ -495,7 +456,7 @@ def test_extend_and_purge_a_retained_volume_in_chromium(
         confirm.click()
         expect(volume).to_have_count(0)
         expect(page.locator("#action-status")).to_contain_text(f"devbox-{kept}-home")
-        assert kept not in {v["name"] for v in api.get("/volumes")["items"]}
+        assert kept not in {v["name"] for v in api.call("GET", "/volumes")["items"]}
     finally:
         context.close()
-        api.delete_all()
+        api.purge_all()

@@ -11,12 +11,12 @@ import re
 import secrets
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import requests
-from controllers import ControllerProcess
+from controller_process import ControllerProcess, StartController
 from devboxes_controller.dashboard import safe_next
 from devboxes_controller.sessions import COOKIE, SessionStore, csrf_matches
 
@@ -353,11 +353,11 @@ def test_events_push_box_changes(
 
 
 def test_a_session_works_on_every_replica_and_survives_a_restart(
-    controllers: Callable[..., ControllerProcess],
+    start_controller: StartController,
 ) -> None:
     """Two replicas behind one Service share only the operator token, not memory."""
-    first = controllers()
-    second = controllers(token=first.token)
+    first = start_controller()
+    second = start_controller(token=first.token)
     browser, csrf = login(first)
     cookie = browser.cookies.get(COOKIE)
     on_second = requests.Session()
@@ -372,7 +372,7 @@ def test_a_session_works_on_every_replica_and_survives_a_restart(
     )
     assert created.status_code == 201, created.text
     first.stop()
-    restarted = controllers(token=first.token)
+    restarted = start_controller(token=first.token)
     on_restarted = requests.Session()
     on_restarted.cookies.set(COOKIE, cookie)
     deleted = on_restarted.delete(
@@ -383,7 +383,7 @@ def test_a_session_works_on_every_replica_and_survives_a_restart(
     )
     assert deleted.status_code == 200, deleted.text
     # Another token (a rotation) ends the session everywhere.
-    rotated = controllers()
+    rotated = start_controller()
     assert on_restarted.get(f"{rotated.url}/api/v1/devboxes", timeout=10).status_code == 401
 
 

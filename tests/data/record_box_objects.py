@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import requests
-from controllers import ControllerProcess, example_settings
+from controller_process import ControllerProcess, example_settings
 from devboxes_testbed.cluster import Testbed
 
 REPO = Path(__file__).resolve().parents[2]

@@ -4,12 +4,12 @@ which would disturb every other test sharing the session's testbed."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from controllers import ControllerProcess, example_settings
+from controller_process import ControllerProcess, StartController, example_settings
 from devboxes_testbed.cluster import Testbed
 from kubernetes import client
 from support import running_testbed
@@ -35,9 +35,9 @@ def fault_namespace(fault_kube: Any) -> str:
 
 
 @pytest.fixture
-def fault_controllers(
+def start_fault_controller(
     fault_testbed: Testbed, fault_namespace: str, tmp_path: Path
-) -> Iterator[Callable[..., ControllerProcess]]:
+) -> Iterator[StartController]:
     started: list[ControllerProcess] = []
 
     def start(

@@ -6,16 +6,14 @@ from __future__ import annotations
 
 import concurrent.futures
 import time
-from collections.abc import Callable
 from typing import Any
 
 import requests
-from controllers import ControllerProcess
+from controller_process import ControllerProcess, StartController
 from devboxes_testbed.cluster import Testbed
 from kubernetes import client
 from support import service_account_kubeconfig, wait_for
 
-Start = Callable[..., ControllerProcess]
 MANAGED = "app.kubernetes.io/managed-by=devboxes-controller"
 
 
@@ -81,9 +79,12 @@ def assert_caches_equal_the_cluster(controller: ControllerProcess, kube: Any, ns
 
 
 def test_caches_recover_after_an_apiserver_restart(
-    fault_testbed: Testbed, fault_kube: Any, fault_namespace: str, fault_controllers: Start
+    fault_testbed: Testbed,
+    fault_kube: Any,
+    fault_namespace: str,
+    start_fault_controller: StartController,
 ) -> None:
-    controller = fault_controllers()
+    controller = start_fault_controller()
     for name in ("alpha", "bravo", "charlie"):
         create(controller, name)
 
@@ -119,9 +120,12 @@ def test_caches_recover_after_an_apiserver_restart(
 
 
 def test_caches_recover_after_an_etcd_restart(
-    fault_testbed: Testbed, fault_kube: Any, fault_namespace: str, fault_controllers: Start
+    fault_testbed: Testbed,
+    fault_kube: Any,
+    fault_namespace: str,
+    start_fault_controller: StartController,
 ) -> None:
-    controller = fault_controllers()
+    controller = start_fault_controller()
     create(controller, "echo")
     create(controller, "foxtrot")
 
@@ -144,9 +148,12 @@ def test_caches_recover_after_an_etcd_restart(
 
 
 def test_a_frozen_apiserver_delays_only_writes_and_leaves_nothing_half_made(
-    fault_testbed: Testbed, fault_kube: Any, fault_namespace: str, fault_controllers: Start
+    fault_testbed: Testbed,
+    fault_kube: Any,
+    fault_namespace: str,
+    start_fault_controller: StartController,
 ) -> None:
-    controller = fault_controllers()
+    controller = start_fault_controller()
     create(controller, "hotel")
     fault_testbed.freeze("kube-apiserver")
     try:
@@ -193,7 +200,7 @@ def test_a_replica_whose_caches_cannot_sync_never_leads(
     fault_testbed: Testbed,
     fault_kube: Any,
     fault_namespace: str,
-    fault_controllers: Start,
+    start_fault_controller: StartController,
     tmp_path: Any,
 ) -> None:
     """A replica allowed everything but watching pods: it must not take the Lease."""
@@ -222,7 +229,7 @@ def test_a_replica_whose_caches_cannot_sync_never_leads(
     kubeconfig = service_account_kubeconfig(
         fault_testbed, fault_kube, fault_namespace, "blind", tmp_path / "blind-kubeconfig"
     )
-    blind = fault_controllers(kubeconfig, until="/health")
+    blind = start_fault_controller(kubeconfig, until="/health")
     # Its pods watch is refused, so it never becomes ready...
     wait_for(lambda: "pods" in requests.get(f"{blind.url}/ready", timeout=10).text, timeout=30)
     coordination = client.CoordinationV1Api(fault_kube)
@@ -240,6 +247,6 @@ def test_a_replica_whose_caches_cannot_sync_never_leads(
         assert not_ready(blind)
         time.sleep(0.25)
     # A healthy replica beside it takes the Lease at once.
-    healthy = fault_controllers()
+    healthy = start_fault_controller()
     wait_for(lambda: holder() == healthy.identity, timeout=30)
     assert holder() != blind.identity

@@ -16,7 +16,7 @@ from typing import Any
 
 import requests
 import yaml
-from controllers import ControllerProcess, example_settings
+from controller_process import ControllerProcess, example_settings
 from devboxes_testbed.cluster import Testbed
 from kubernetes import client
 from support import helm_binary, helm_run, service_account_kubeconfig, wait_for

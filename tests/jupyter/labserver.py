@@ -13,7 +13,6 @@ import getpass
 import json
 import os
 import secrets
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from typing import Any
 
 import pytest
 import requests
+from devboxes_testbed.cluster import free_port, wait_healthy
 
 REPO = Path(__file__).resolve().parents[2]
 LABEXTENSION = REPO / "jupyter_ext" / "devboxes_jupyter" / "labextension"
@@ -54,13 +54,6 @@ class Lab:
         return self.log.read_text(errors="replace")
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 @contextlib.contextmanager
 def running_lab(
     base: Path,
@@ -85,7 +78,7 @@ def running_lab(
     token_file.write_text(controller_token)
     token_file.chmod(0o600)
     token = secrets.token_hex(24)
-    port = _free_port()
+    port = free_port()
     env = {key: value for key, value in os.environ.items() if not key.startswith("DEVBOX_")}
     env.update(
         {
@@ -128,17 +121,11 @@ def running_lab(
     )
     lab = Lab(url=f"http://127.0.0.1:{port}", token=token, log=log_path, root=root, data=data)
     try:
-        deadline = time.monotonic() + LAB_START_TIMEOUT
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"JupyterLab exited with {process.returncode}; see {log_path}")
-            try:
-                lab.api("GET", "api/status")
-                break
-            except requests.RequestException:
-                if time.monotonic() > deadline:
-                    pytest.fail(f"JupyterLab did not answer on {lab.url}; see {log_path}")
-                time.sleep(0.5)
+        failure = wait_healthy(
+            process, f"{lab.url}/api/status", LAB_START_TIMEOUT, {"Authorization": f"token {token}"}
+        )
+        if failure is not None:
+            pytest.fail(f"JupyterLab {failure}; see {log_path}")
         yield lab
     finally:
         process.terminate()

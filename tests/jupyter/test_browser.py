@@ -11,7 +11,6 @@ sshd on loopback at the box's reported SSH address stands in for it (see sshd.py
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import secrets
@@ -22,15 +21,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from controllers import ControllerProcess
+from controller_process import ControllerProcess
 from devboxes_jupyter.provisioner import box_name
+from devboxes_testbed import L4
 from labserver import LABEXTENSION, KernelLab, Lab, running_kernel_lab
 from sshd import loopback_sshd, need_sshd
 from support import CHROMIUM, CHROMIUM_ARGS, wait_for
 
 from devboxes_sdk import models
 from devboxes_sdk.client import Client, Devbox
-from devboxes_sdk.errors import BoxNotReady, NotFound
+from devboxes_sdk.errors import BoxNotReady
 
 pytestmark = pytest.mark.browser
 
@@ -83,22 +83,10 @@ def page(lab: Lab) -> Iterator[Any]:
             browser.close()
 
 
-@pytest.fixture
-def cleanup(controller_client: Client) -> Iterator[list[str]]:
-    names: list[str] = []
-    yield names
-    for name in reversed(names):
-        with contextlib.suppress(NotFound):
-            controller_client.delete(name, purge=True)
-
-
 def _l4_profile(client: Client) -> models.GpuProfile:
-    catalog = client.capabilities().gpu
-    for profile in catalog.profiles:
-        if "l4" in profile.name.lower() or "L4" in profile.display_name:
-            return profile
-    names = [profile.name for profile in catalog.profiles]
-    pytest.skip(f"the controller offers no L4 profile (profiles: {names})")
+    profile = client.capabilities().gpu.profile(L4)
+    assert profile is not None, "the session's controller serves the example GPU profiles"
+    return profile
 
 
 class _Blocked(Exception):

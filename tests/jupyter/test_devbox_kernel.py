@@ -20,8 +20,9 @@ from typing import Any
 
 import pytest
 import requests
-from controllers import ControllerProcess
+from controller_process import ControllerProcess
 from devboxes_jupyter.provisioner import box_name
+from devboxes_testbed import L4
 from labserver import KernelChannels, KernelLab, Lab, running_kernel_lab
 from sshd import loopback_sshd, need_sshd
 from support import wait_for
@@ -47,15 +48,6 @@ def setup(
         connect_timeout=20,
     ) as kernel_lab:
         yield kernel_lab
-
-
-@pytest.fixture
-def boxes(controller_client: Client) -> Iterator[list[str]]:
-    names: list[str] = []
-    yield names
-    for name in names:
-        with contextlib.suppress(NotFound):
-            controller_client.delete(name, purge=True)
 
 
 def _kernelspecs(lab: Lab) -> dict[str, Any]:
@@ -116,14 +108,12 @@ def test_kernelspecs_offer_cpu_and_every_profile(
 
 
 def test_kernel_runs_in_the_box_interrupts_restarts_and_shuts_down(
-    setup: KernelLab, controller_client: Client, boxes: list[str]
+    setup: KernelLab, controller_client: Client, cleanup: list[str]
 ) -> None:
-    catalog = controller_client.capabilities().gpu
-    profile = catalog.profile("nvidia-l4") or catalog.profile(catalog.default_profile or "")
-    if profile is None:
-        pytest.skip("the controller under test offers no GPU profile")
+    profile = controller_client.capabilities().gpu.profile(L4)
+    assert profile is not None, "the session's controller serves the example GPU profiles"
     name = box_name(setup.owner, profile.name)
-    boxes.append(name)
+    cleanup.append(name)
     wait_for(lambda: f"devbox-{profile.name}" in _kernelspecs(setup.lab), timeout=60)
 
     started: list[requests.Response] = []
@@ -215,10 +205,10 @@ def _refused(response: requests.Response) -> str:
 
 
 def test_failures_end_the_start_with_one_message(
-    setup: KernelLab, controller_client: Client, boxes: list[str], tmp_path: Path
+    setup: KernelLab, controller_client: Client, cleanup: list[str], tmp_path: Path
 ) -> None:
     name = box_name(setup.owner, None)
-    boxes.append(name)
+    cleanup.append(name)
 
     # No sshd at the box's address: the refusal, once the connect grace is over.
     message = _refused(_start_kernel(setup.lab, "devbox-cpu"))
@@ -267,11 +257,10 @@ class _Blocked(Exception):
 
 
 def test_no_free_device_before_the_timeout_is_the_message(
-    setup: KernelLab, controller_client: Client, boxes: list[str]
+    setup: KernelLab, controller_client: Client, cleanup: list[str]
 ) -> None:
     profile = controller_client.capabilities().gpu.profile("amd-rocm")
-    if profile is None:
-        pytest.skip("the controller under test has no amd-rocm profile")
+    assert profile is not None, "the session's controller serves the example GPU profiles"
 
     def stop_when_blocked(box: Devbox) -> None:
         if (box.message or "").startswith("Scheduling blocked"):
@@ -281,7 +270,7 @@ def test_no_free_device_before_the_timeout_is_the_message(
     for _ in range(16):
         filler = f"fill-{secrets.token_hex(3)}"
         controller_client.create(filler, gpu=profile.name, ttl_hours=1)
-        boxes.append(filler)
+        cleanup.append(filler)
         try:
             controller_client.wait_ready(filler, 120, on_update=stop_when_blocked)
         except _Blocked:
@@ -291,7 +280,7 @@ def test_no_free_device_before_the_timeout_is_the_message(
     else:
         pytest.fail(f"16 boxes of {profile.name} were all placed; cannot exhaust it")
 
-    boxes.append(box_name(setup.owner, profile.name))
+    cleanup.append(box_name(setup.owner, profile.name))
     _write_kernelspec(
         setup.lab,
         "devbox-amd-short",

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 from tornado.httpclient import HTTPResponse
 
 from devboxes_sdk.client import Client
-from devboxes_sdk.errors import NotFound
 
 pytest_plugins = ["pytest_jupyter.jupyter_server"]
 
@@ -29,15 +27,6 @@ def jp_server_config(controller_env: dict[str, str]) -> dict[str, Any]:
             "token": controller_env["DEVBOX_TOKEN"],
         },
     }
-
-
-@pytest.fixture
-def cleanup(controller_client: Client) -> Iterator[list[str]]:
-    names: list[str] = []
-    yield names
-    for name in names:
-        with contextlib.suppress(NotFound):
-            controller_client.delete(name, purge=True)
 
 
 def _json(response: HTTPResponse) -> Any:
@@ -66,8 +55,8 @@ async def test_gpu_box_lifecycle_through_the_extension(
     jp_fetch: Fetch, controller_client: Client, cleanup: list[str]
 ) -> None:
     catalog = controller_client.capabilities().gpu
-    if not catalog.enabled or catalog.default_profile is None:
-        pytest.skip("the controller under test has GPU acceleration disabled")
+    assert catalog.enabled, "the session's controller always has GPU acceleration on"
+    assert catalog.default_profile is not None
     profile = catalog.default_profile
 
     created = await _create(jp_fetch, cleanup, gpu={"profile": profile}, preset="medium")
@@ -132,8 +121,7 @@ async def test_unknown_profile_is_422_naming_the_available_ones(
     jp_fetch: Fetch, controller_client: Client, cleanup: list[str]
 ) -> None:
     catalog = controller_client.capabilities().gpu
-    if not catalog.enabled:
-        pytest.skip("the controller under test has GPU acceleration disabled")
+    assert catalog.enabled, "the session's controller always has GPU acceleration on"
     response = await _create(jp_fetch, cleanup, gpu={"profile": "no-such-gpu"})
     assert response.code == 422
     [error] = _json(response)["detail"]

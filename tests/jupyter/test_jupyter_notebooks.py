@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from controllers import ControllerProcess
+from controller_process import ControllerProcess
 from labserver import KernelChannels, Lab, running_lab
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"

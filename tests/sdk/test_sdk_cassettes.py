@@ -14,7 +14,7 @@ from urllib.parse import urlparse
 import pytest
 import requests
 import yaml
-from controllers import ControllerProcess, example_settings
+from controller_process import ControllerProcess, example_settings
 from pydantic import BaseModel
 
 from devboxes_sdk import Client, models

@@ -7,11 +7,10 @@ import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import requests
-from controllers import ControllerProcess
+from controller_process import ControllerProcess, StartController
 
 from devboxes_sdk import Client
 from devboxes_sdk.errors import (
@@ -28,8 +27,8 @@ DEVBOX_SCRIPT = str(DEVBOX / "bin" / "devbox")
 
 
 @pytest.fixture
-def process(controllers: Any) -> ControllerProcess:
-    started: ControllerProcess = controllers()
+def process(start_controller: StartController) -> ControllerProcess:
+    started: ControllerProcess = start_controller()
     return started
 
 

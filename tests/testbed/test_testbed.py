@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from devboxes_testbed import nodes
+from devboxes_testbed import L4, nodes
 from devboxes_testbed.cluster import Testbed
 from devboxes_testbed.errors import TestbedError
 from kubernetes import client
@@ -58,8 +58,8 @@ def test_nodes_advertise_gpu_pools(kube: Any) -> None:
     allocatable = {
         n.metadata.name: n.status.allocatable for n in client.CoreV1Api(kube).list_node().items
     }
-    assert allocatable["nvidia-l4-0"]["nvidia.com/gpu"] == "1"
-    assert allocatable["nvidia-l4-1"]["nvidia.com/gpu"] == "1"
+    assert allocatable[f"{L4}-0"]["nvidia.com/gpu"] == "1"
+    assert allocatable[f"{L4}-1"]["nvidia.com/gpu"] == "1"
     assert allocatable["nvidia-a100-mig-0"]["nvidia.com/mig-1g.10gb"] == "7"
     assert allocatable["amd-rocm-0"]["amd.com/gpu"] == "2"
     assert "nvidia.com/gpu" not in allocatable["cpu-0"]
@@ -69,7 +69,7 @@ def test_gpu_pods_fill_capacity_and_the_scheduler_explains(kube: Any, namespace:
     core = client.CoreV1Api(kube)
     core.create_namespaced_pod(namespace, gpu_pod("first"))
     wait_for(lambda: pod_ready(core, namespace, "first"))
-    assert core.read_namespaced_pod("first", namespace).spec.node_name.startswith("nvidia-l4-")
+    assert core.read_namespaced_pod("first", namespace).spec.node_name.startswith(f"{L4}-")
 
     core.create_namespaced_pod(namespace, gpu_pod("second"))
     core.create_namespaced_pod(namespace, gpu_pod("third"))

@@ -7,13 +7,12 @@ import secrets
 import signal
 import subprocess
 import sys
-import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import requests
 import yaml
-from devboxes_testbed.cluster import free_port
+from devboxes_testbed.cluster import free_port, wait_healthy
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE_SETTINGS = REPO / "testbed" / "settings.yaml"
@@ -87,19 +86,11 @@ class ControllerProcess:
                 env=env,
                 start_new_session=True,
             )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"controller exited: {self.log.read_text()[-2000:]}")
-            try:
-                if requests.get(f"{self.url}{until}", timeout=1).status_code == 200:
-                    return self
-            # A starting process may accept the connection and answer late on a busy machine.
-            except (requests.ConnectionError, requests.Timeout):
-                pass
-            time.sleep(0.2)
+        failure = wait_healthy(self.process, f"{self.url}{until}", timeout)
+        if failure is None:
+            return self
         self.stop()
-        raise RuntimeError(f"controller not ready: {self.log.read_text()[-2000:]}")
+        raise RuntimeError(f"controller {failure}: {self.log.read_text()[-2000:]}")
 
     def rss_kib(self) -> int:
         """The process's resident memory now, from /proc."""
@@ -120,3 +111,8 @@ class ControllerProcess:
                 self.process.kill()
                 self.process.wait()
         self.process = None
+
+
+# The ``start_controller`` fixture: settings (the example ones by default) and
+# ControllerProcess keyword arguments in, a started controller out.
+StartController = Callable[..., ControllerProcess]
