@@ -259,7 +259,7 @@ def controller_writes(api: Api) -> float | None:
 def start_testbed_and_controller(
     workdir: Path, namespace: str
 ) -> tuple[Any, subprocess.Popen[bytes], str, str]:
-    from devboxes_testbed.cluster import Testbed, free_port, wait_healthy
+    from devboxes_testbed.cluster import Testbed, controller_command, free_port, wait_healthy
 
     bed = Testbed(state_dir=workdir / "testbed", pool_file=REPO / "testbed" / "nodes-scale.yaml")
     bed.start()
@@ -274,18 +274,7 @@ def start_testbed_and_controller(
     port = free_port()
     log = (workdir / "controller.log").open("ab")
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "devboxes_controller",
-            "serve",
-            "--settings",
-            str(settings_file),
-            "--kubeconfig",
-            str(bed.kubeconfig),
-            "--listen",
-            f"127.0.0.1:{port}",
-        ],
+        controller_command(settings_file, bed.kubeconfig, port),
         stdout=log,
         stderr=subprocess.STDOUT,
         env={**os.environ, "DEVBOXES_TOKEN": token},

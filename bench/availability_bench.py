@@ -59,7 +59,7 @@ def log(message: str) -> None:
 
 class Controller:
     def __init__(self, bed: Any, workdir: Path, availability: bool) -> None:
-        from devboxes_testbed.cluster import free_port
+        from devboxes_testbed.cluster import controller_command, free_port
 
         settings = yaml.safe_load((REPO / "testbed" / "settings.yaml").read_text())
         settings["namespace"] = BOXES
@@ -68,24 +68,14 @@ class Controller:
         path = workdir / f"settings-{label}.yaml"
         path.write_text(yaml.safe_dump(settings))
         self.token = secrets.token_urlsafe(32)
-        self.url = f"http://127.0.0.1:{free_port()}"
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
         self.http = requests.Session()
         self.http.headers["Authorization"] = f"Bearer {self.token}"
         self.log = workdir / f"controller-{label}.log"
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "devboxes_controller",
-                    "serve",
-                    "--settings",
-                    str(path),
-                    "--kubeconfig",
-                    str(bed.kubeconfig),
-                    "--listen",
-                    self.url.removeprefix("http://"),
-                ],
+                controller_command(path, bed.kubeconfig, port),
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env={**os.environ, "DEVBOXES_TOKEN": self.token},

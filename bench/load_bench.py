@@ -137,7 +137,7 @@ def start_controller(
     label: str, source: Path, settings_file: Path, kubeconfig: Path, workdir: Path
 ) -> Controller:
     """The controller of the checkout at ``source``, imported from there and nowhere else."""
-    from devboxes_testbed.cluster import free_port
+    from devboxes_testbed.cluster import controller_command, free_port
 
     token = secrets.token_urlsafe(32)
     port = free_port()
@@ -151,16 +151,7 @@ def start_controller(
     }
     process = subprocess.Popen(
         [
-            sys.executable,
-            "-m",
-            "devboxes_controller",
-            "serve",
-            "--settings",
-            str(settings_file),
-            "--kubeconfig",
-            str(kubeconfig),
-            "--listen",
-            f"127.0.0.1:{port}",
+            *controller_command(settings_file, kubeconfig, port),
             "--identity",
             label,
         ],

@@ -6,13 +6,12 @@ import os
 import secrets
 import signal
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
-from devboxes_testbed.cluster import free_port, wait_healthy
+from devboxes_testbed.cluster import controller_command, free_port, wait_healthy
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE_SETTINGS = REPO / "testbed" / "settings.yaml"
@@ -66,16 +65,7 @@ class ControllerProcess:
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
                 [
-                    sys.executable,
-                    "-m",
-                    "devboxes_controller",
-                    "serve",
-                    "--settings",
-                    str(settings_file),
-                    "--kubeconfig",
-                    str(self.kubeconfig),
-                    "--listen",
-                    f"127.0.0.1:{self.port}",
+                    *controller_command(settings_file, self.kubeconfig, self.port),
                     "--identity",
                     self.identity,
                     "--lease-seconds",
