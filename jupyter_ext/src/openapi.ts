@@ -375,7 +375,11 @@ export interface components {
         };
         /**
          * FieldError
-         * @description One entry of a 422 ``detail`` list.
+         * @description One entry of a 422 ``detail`` list: which field broke which rule.
+         *
+         *     The shape of pydantic's validation errors, for the rules the controller checks
+         *     itself too (the longest TTL, the GPU profiles on offer), so that a client places
+         *     every refusal next to its field by ``loc`` alone.
          */
         FieldError: {
             /**
@@ -415,7 +419,10 @@ export interface components {
             /** Profiles */
             profiles?: components["schemas"]["ProfileAvailability"][];
         };
-        /** GpuCapabilities */
+        /**
+         * GpuCapabilities
+         * @description The GPU catalog; a box asking for a GPU without naming one gets ``default_profile``.
+         */
         GpuCapabilities: {
             /** Enabled */
             enabled: boolean;

@@ -31,6 +31,7 @@ from support import CHROMIUM, CHROMIUM_ARGS, wait_for
 from devboxes_sdk import models
 from devboxes_sdk.client import Client, Devbox
 from devboxes_sdk.errors import BoxNotReady
+from devboxes_sdk.labels import accelerator_label
 
 pytestmark = pytest.mark.browser
 
@@ -312,8 +313,8 @@ def test_picker_shows_free_devices_and_follows_a_stop_without_reload(
     controller_client.wait_ready(name, 120)
 
     def label(free: int) -> re.Pattern[str]:
-        # An en dash: "NVIDIA L4 — 1 of 2 free".
-        return re.compile(rf"^{re.escape(profile.display_name)} — {free} of {total} free")
+        # The picker's option: the accelerator label, an en dash, the free count.
+        return re.compile(rf"^{re.escape(accelerator_label(profile))} — {free} of {total} free")
 
     _open_lab(page, lab)
     sidebar = _open_sidebar(page)

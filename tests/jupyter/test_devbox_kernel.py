@@ -236,13 +236,12 @@ def test_failures_end_the_start_with_one_message(
 
 
 def test_a_box_with_another_accelerator_is_refused_in_display_names(
-    setup: KernelLab, controller_client: Client, boxes: list[str]
+    setup: KernelLab, controller_client: Client, cleanup: list[str]
 ) -> None:
-    profile = controller_client.capabilities().gpu.get("nvidia-l4")
-    if profile is None:
-        pytest.skip("the controller under test has no nvidia-l4 profile")
+    profile = controller_client.capabilities().gpu.profile(L4)
+    assert profile is not None, "the session's controller serves the example GPU profiles"
     name = box_name(setup.owner, profile.name)
-    boxes.append(name)
+    cleanup.append(name)
     # A CPU box under the name the L4 kernel would use: never silently reused.
     controller_client.create(name, ttl_hours=1)
     wait_for(lambda: f"devbox-{profile.name}" in _kernelspecs(setup.lab), timeout=60)
