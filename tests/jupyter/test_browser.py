@@ -94,6 +94,16 @@ class _Blocked(Exception):
     pass
 
 
+def _wait_until_all_free(client: Client, profile: str) -> None:
+    def all_free() -> bool:
+        """earlier tests' boxes of the profile are gone (their pods may still be stopping)"""
+        entry = client.gpu.availability().profile(profile)
+        assert entry is not None
+        return entry.capacity is not None and entry.available == entry.capacity
+
+    wait_for(all_free, timeout=180)
+
+
 def _leave_one_device(client: Client, profile: str, cleanup: list[str]) -> None:
     """Fill the profile's devices with boxes until one cannot be placed, then free one.
 
@@ -107,6 +117,9 @@ def _leave_one_device(client: Client, profile: str, cleanup: list[str]) -> None:
         ):
             raise _Blocked
 
+    # Earlier tests' boxes of the profile may still be giving their devices back: one
+    # freed after the filling would let the test's second box start.
+    _wait_until_all_free(client, profile)
     fillers: list[str] = []
     for _ in range(32):
         name = f"fill-{secrets.token_hex(3)}"
@@ -298,13 +311,8 @@ def test_picker_shows_free_devices_and_follows_a_stop_without_reload(
         assert entry is not None
         return entry
 
-    def all_free() -> bool:
-        """earlier tests' boxes of the profile are gone (their pods may still be stopping)"""
-        entry = l4()
-        return entry.capacity is not None and entry.available == entry.capacity
-
     # The count is compared exactly, so no other box may take or free one meanwhile.
-    wait_for(all_free, timeout=180)
+    _wait_until_all_free(controller_client, profile.name)
     total = l4().capacity
     assert total
     name = f"ui-f-{secrets.token_hex(3)}"
