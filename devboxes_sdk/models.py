@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 API_PREFIX = "/api/v1"
 # ``GET {API_PREFIX}/devboxes/{name}?wait=ready&timeout=S`` holds the request until the
@@ -87,6 +87,17 @@ def normalize_repository(value: str) -> str | None:
     return repository
 
 
+def _json_number(value: object) -> object:
+    """Refuse what JSON Schema does not call a number (`true`, "24"); 148.0 is still 148."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError("must be a number")
+    return value
+
+
+# A number in a request body is one as JSON Schema defines it; pydantic alone takes true or "24".
+JSON_NUMBER = BeforeValidator(_json_number)
+
+
 class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -106,7 +117,7 @@ class DevboxCreate(_Request):
 
     name: Annotated[str, Field(json_schema_extra={"pattern": NAME_INPUT_PATTERN})]
     preset: Preset = "small"
-    ttl_hours: Annotated[int, Field(ge=1)] = 24
+    ttl_hours: Annotated[int, Field(ge=1), JSON_NUMBER] = 24
     repository: Annotated[
         str | None, Field(json_schema_extra={"pattern": REPOSITORY_INPUT_PATTERN})
     ] = None
@@ -250,16 +261,16 @@ class DoctorReport(_Response):
 class DevboxExtend(_Request):
     """Body of ``POST /api/v1/devboxes/{name}/extend``: push the auto-stop time back."""
 
-    hours: Annotated[int, Field(ge=1)]
+    hours: Annotated[int, Field(ge=1), JSON_NUMBER]
 
 
 class ActivityReport(_Request):
     """What a box's activity agent sends each minute; small and bounded."""
 
-    ssh_sessions: Annotated[int, Field(ge=0, le=10_000)]
-    busy_kernels: Annotated[int, Field(ge=0, le=10_000)]
+    ssh_sessions: Annotated[int, Field(ge=0, le=10_000), JSON_NUMBER]
+    busy_kernels: Annotated[int, Field(ge=0, le=10_000), JSON_NUMBER]
     # Highest utilization of the box's GPUs in percent; None when no vendor tool answers.
-    gpu_utilization: Annotated[float, Field(ge=0, le=100)] | None = None
+    gpu_utilization: Annotated[float, Field(ge=0, le=100), JSON_NUMBER] | None = None
 
 
 class DevboxList(_Response):

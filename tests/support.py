@@ -31,6 +31,40 @@ def wait_for(predicate: Any, timeout: float = 60, interval: float = 0.2) -> Any:
         time.sleep(interval)
 
 
+def wait_for_value(read: Any, expected: Any, timeout: float = 60, interval: float = 0.2) -> None:
+    """Poll ``read()`` until it equals ``expected``; on timeout fail with the last value read."""
+    deadline = time.monotonic() + timeout
+    while (value := read()) != expected:
+        if time.monotonic() > deadline:
+            pytest.fail(f"still {value!r} after {timeout}s, expected {expected!r}")
+        time.sleep(interval)
+
+
+def wait_until_no_pod_requests(kube: Any, resource: str, timeout: float = 300) -> None:
+    """Wait until no pod of the cluster, pending ones included, asks for ``resource``.
+
+    Pods outlive the test that made them while its namespace is being deleted, and a
+    pending one takes the next device freed: a test that counts devices starts after them.
+    """
+    from kubernetes import client
+
+    core = client.CoreV1Api(kube)
+
+    def asks(pod: Any) -> bool:
+        for container in pod.spec.containers:
+            wants = {**(container.resources.limits or {}), **(container.resources.requests or {})}
+            if resource in wants:
+                return True
+        return False
+
+    def none_asks() -> bool:
+        """no pod of the cluster asks for the resource"""
+        pods = core.list_pod_for_all_namespaces().items
+        return not any(asks(p) for p in pods if p.status.phase not in ("Succeeded", "Failed"))
+
+    wait_for(none_asks, timeout=timeout)
+
+
 class Api:
     """One controller's /api/v1 with its bearer token: how every test drives it over HTTP.
 

@@ -98,6 +98,9 @@ def test_polled_reads_answer_like_the_routes(controller: ControllerProcess) -> N
     name = f"fast-{uuid.uuid4().hex[:6]}"
     assert requests.post(api, json={"name": name}, headers=headers, timeout=30).status_code == 201
     try:
+        # Once ready the box's status holds still, so both reads see the same version.
+        ready = {"wait": "ready", "timeout": 120}
+        requests.get(f"{api}/{name}", params=ready, headers=headers, timeout=150)
         box = requests.get(f"{api}/{name}", headers=headers, timeout=30)
         folded = requests.get(f"{api}/{name.upper()}", headers=headers, timeout=30)
         assert folded.status_code == 200

@@ -26,7 +26,14 @@ from devboxes_controller.settings import Settings, settings_from_mapping
 from devboxes_testbed import L4
 from devboxes_testbed.cluster import Testbed
 from kubernetes import client
-from support import Api, helm_run, service_account_kubeconfig, wait_for
+from support import (
+    Api,
+    helm_run,
+    service_account_kubeconfig,
+    wait_for,
+    wait_for_value,
+    wait_until_no_pod_requests,
+)
 
 from devboxes_sdk.models import PRESETS, Devbox, DoctorReport, GpuAvailability
 
@@ -191,10 +198,11 @@ def test_three_waiting_boxes_get_their_place_in_line(
     foreign: Callable[..., str],
     controller_env: dict[str, str],
 ) -> None:
-    # Boxes of earlier tests give their L4s back as their namespaces go; wait for that so
-    # that no device is freed behind this test's back while it counts places in line.
+    # Pods of earlier tests give their L4s back, or take one, as their namespaces go; wait
+    # for them so that no device changes hands behind this test's back while it counts.
+    wait_until_no_pod_requests(kube, "nvidia.com/gpu")
     _, total, _ = api.free(L4)
-    wait_for(lambda: api.free(L4)[0] == total, timeout=180)
+    wait_for(lambda: api.free(L4)[0] == total)
     assert total is not None
     # Take every L4 with pods that are not boxes, so the boxes must queue.
     holders = [foreign(f"hold-{i}", "nvidia.com/gpu", {"accelerator": L4}) for i in range(total)]
@@ -218,7 +226,7 @@ def test_three_waiting_boxes_get_their_place_in_line(
             f"Waiting for a free NVIDIA L4: 0 of {total} free, {place} in line"
             for place in ("1st", "2nd", "3rd")
         ]
-        wait_for(lambda: queued() == expected)
+        wait_for_value(queued, expected)
         box = Devbox.model_validate(api.box(names[0]))
         assert box.scheduling_detail is not None
         assert "Insufficient nvidia.com/gpu" in box.scheduling_detail
@@ -244,15 +252,10 @@ def test_three_waiting_boxes_get_their_place_in_line(
         # A freed GPU goes to the first in line; the others move up.
         delete_pod(kube, namespace, holders[0])
         api.wait_ready(names[0])
-        wait_for(
-            lambda: (
-                queued()[1:]
-                == [
-                    f"Waiting for a free NVIDIA L4: 0 of {total} free, {p} in line"
-                    for p in ("1st", "2nd")
-                ]
-            )
-        )
+        moved_up = [
+            f"Waiting for a free NVIDIA L4: 0 of {total} free, {p} in line" for p in ("1st", "2nd")
+        ]
+        wait_for_value(lambda: queued()[1:], moved_up)
         assert api.box(names[0])["summary"] is None
 
         code, out = run_cli(controller_env, "stop", names[0])

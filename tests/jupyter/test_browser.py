@@ -26,7 +26,7 @@ from devboxes_jupyter.provisioner import box_name
 from devboxes_testbed import L4
 from labserver import LABEXTENSION, KernelLab, Lab, running_kernel_lab
 from sshd import loopback_sshd, need_sshd
-from support import CHROMIUM, CHROMIUM_ARGS, wait_for
+from support import CHROMIUM, CHROMIUM_ARGS, wait_for, wait_until_no_pod_requests
 
 from devboxes_sdk import models
 from devboxes_sdk.client import Client, Devbox
@@ -94,17 +94,21 @@ class _Blocked(Exception):
     pass
 
 
-def _wait_until_all_free(client: Client, profile: str) -> None:
+def _wait_until_all_free(client: Client, kube: Any, profile: models.GpuProfile) -> None:
+    wait_until_no_pod_requests(kube, profile.resource_name)
+
     def all_free() -> bool:
-        """earlier tests' boxes of the profile are gone (their pods may still be stopping)"""
-        entry = client.gpu.availability().profile(profile)
+        """the controller sees every device of the profile free"""
+        entry = client.gpu.availability().profile(profile.name)
         assert entry is not None
         return entry.capacity is not None and entry.available == entry.capacity
 
     wait_for(all_free, timeout=180)
 
 
-def _leave_one_device(client: Client, profile: str, cleanup: list[str]) -> None:
+def _leave_one_device(
+    client: Client, kube: Any, profile: models.GpuProfile, cleanup: list[str]
+) -> None:
     """Fill the profile's devices with boxes until one cannot be placed, then free one.
 
     The test then owns the cluster's last free device of this profile, however many
@@ -119,11 +123,11 @@ def _leave_one_device(client: Client, profile: str, cleanup: list[str]) -> None:
 
     # Earlier tests' boxes of the profile may still be giving their devices back: one
     # freed after the filling would let the test's second box start.
-    _wait_until_all_free(client, profile)
+    _wait_until_all_free(client, kube, profile)
     fillers: list[str] = []
     for _ in range(32):
         name = f"fill-{secrets.token_hex(3)}"
-        client.create(name, gpu=profile, ttl_hours=1)
+        client.create(name, gpu=profile.name, ttl_hours=1)
         cleanup.append(name)
         try:
             client.wait_ready(name, 120, on_update=stop_when_blocked)
@@ -134,7 +138,7 @@ def _leave_one_device(client: Client, profile: str, cleanup: list[str]) -> None:
             pytest.fail(f"filler box {name} did not become ready: {error}")
         fillers.append(name)
     else:
-        pytest.fail(f"32 boxes of profile {profile} were all placed; cannot exhaust it")
+        pytest.fail(f"32 boxes of profile {profile.name} were all placed; cannot exhaust it")
     if fillers:
         client.delete(fillers[-1], purge=True)
 
@@ -234,12 +238,13 @@ def test_launcher_tile_opens_the_sidebar_and_its_picker_creates_gpu_boxes(
     lab: Lab,
     controller_client: Client,
     controller: ControllerProcess,
+    kube: Any,
     cleanup: list[str],
 ) -> None:
     from playwright.sync_api import expect
 
     profile = _l4_profile(controller_client)
-    _leave_one_device(controller_client, profile.name, cleanup)
+    _leave_one_device(controller_client, kube, profile, cleanup)
 
     _open_lab(page, lab)
     tile = page.locator(".jp-LauncherCard", has_text="GPU Devbox")
@@ -300,7 +305,7 @@ def test_launcher_tile_opens_the_sidebar_and_its_picker_creates_gpu_boxes(
 
 
 def test_picker_shows_free_devices_and_follows_a_stop_without_reload(
-    page: Any, lab: Lab, controller_client: Client, cleanup: list[str]
+    page: Any, lab: Lab, controller_client: Client, kube: Any, cleanup: list[str]
 ) -> None:
     from playwright.sync_api import expect
 
@@ -312,7 +317,7 @@ def test_picker_shows_free_devices_and_follows_a_stop_without_reload(
         return entry
 
     # The count is compared exactly, so no other box may take or free one meanwhile.
-    _wait_until_all_free(controller_client, profile.name)
+    _wait_until_all_free(controller_client, kube, profile)
     total = l4().capacity
     assert total
     name = f"ui-f-{secrets.token_hex(3)}"
