@@ -196,9 +196,12 @@ def test_availability_lists_every_profile_without_nodes_or_scheduling(api: Check
             "amd-rocm",
             "nvidia-l4-shared",
         ]
-        assert set(response.json()) == {"observed_at", "profiles"}
+        data = response.json()
+        assert set(data) == {"observed_at", "profiles"}
+        # The time's digits may spell a hidden number by chance; only the profiles count.
+        profiles = json.dumps(data["profiles"]).lower()
         for value in (*HIDDEN_VALUES, "nvidia-l4-0", "amd-rocm-0"):
-            assert value.lower() not in response.text.lower(), (params, value)
+            assert value.lower() not in profiles, (params, value)
 
 
 def test_create_get_list_stop_start_delete(

@@ -154,15 +154,13 @@ def test_mig_and_shared_units_fall_and_rise_as_boxes_start_and_stop(api: Api) ->
 def test_a_pod_in_another_namespace_and_a_cordon_lower_the_counts(
     api: Api, kube: Any, namespace: str, foreign: Callable[..., str]
 ) -> None:
-    available, total, _ = api.free(L4)
-    assert total == 2
-    assert available is not None
-    if available < 1:
-        pytest.skip("every L4 of the testbed is held by another test")
+    wait_until_no_pod_requests(kube, "nvidia.com/gpu")
+    # testbed/nodes.yaml has two L4 nodes with one GPU each.
+    wait_for(lambda: api.free(L4)[:2] == (2, 2))
     pod = foreign("l4-user", "nvidia.com/gpu", {"accelerator": L4})
-    wait_for(lambda: api.free(L4)[0] == available - 1)
+    wait_for(lambda: api.free(L4)[0] == 1)
     delete_pod(kube, namespace, pod)
-    wait_for(lambda: api.free(L4)[0] == available)
+    wait_for(lambda: api.free(L4)[0] == 2)
 
     core = client.CoreV1Api(kube)
     core.patch_node("nvidia-l4-1", {"spec": {"unschedulable": True}})

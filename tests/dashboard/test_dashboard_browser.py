@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from controller_process import ControllerProcess, StartController, example_settings
 from devboxes_testbed import L4
-from support import CHROMIUM, CHROMIUM_ARGS, Api, wait_for
+from support import CHROMIUM, CHROMIUM_ARGS, Api, wait_for, wait_until_no_pod_requests
 
 from devboxes_sdk import models
 
@@ -134,9 +134,8 @@ def test_dashboard_in_chromium(start_controller: StartController, kube: Any, chr
         page.get_by_label("Auto-stop after (hours)").fill("24")
 
         # Leave exactly one L4 free, so the second box of this test must wait for it.
+        wait_until_no_pod_requests(kube, L4_RESOURCE)
         free = free_l4_gpus(kube)
-        if free < 1:
-            pytest.skip("every NVIDIA L4 GPU of the testbed is held by another test")
         holders = [f"{occupier}-{i}" for i in range(free - 1)]
         for holder in holders:
             api.created(holder, gpu={"profile": L4})
