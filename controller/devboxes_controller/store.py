@@ -208,8 +208,11 @@ class BoxStore:
         )
 
     def _changed_box(self, name: str) -> None:
-        objects = self.objects(name)
         with self._status_lock:
+            # Read under the lock: watch threads of two kinds may announce the same box at
+            # once, and the one that stores last must also have read last, or its older
+            # view (a Deployment without its new pod) would stand until the next event.
+            objects = self.objects(name)
             was = self._queued.pop(name, None)
             if objects is None:
                 self._status.pop(name, None)
