@@ -380,9 +380,13 @@ class Lifecycle:
 
     def purge_claim(self, name: str) -> bool:
         """Delete a box's home claim: the only code path that deletes one."""
-        return self._delete(
+        deleted = self._delete(
             self._core.delete_namespaced_persistent_volume_claim, render.object_names(name).pvc
         )
+        if deleted:
+            # So that the volume list read right after the purge no longer shows it.
+            self.store.has_forgotten_claim(name)
+        return deleted
 
     def extend_box(self, name: str, hours: int) -> Devbox:
         """Push a running box's deadline back, never beyond ``ttl.maxHours`` from now."""

@@ -178,6 +178,10 @@ class BoxStore:
         """Wait briefly until the cache no longer holds the box's Deployment."""
         return self._deployments.wait_for_absence(render.object_names(name).deployment)
 
+    def has_forgotten_claim(self, name: str) -> bool:
+        """Wait briefly until the cache no longer holds the box's home claim, or sees it go."""
+        return self._pvcs.wait_for_absence(render.object_names(name).pvc)
+
     def synced(self) -> bool:
         return all(i.synced.is_set() for i in self._informers)
 

@@ -120,8 +120,8 @@ def test_retained_volumes_are_listed_purged_by_name_and_reused(
     purged = devbox(process, "volumes", "purge", "LEFTOVER", "--yes")
     assert purged.returncode == 0, purged.stderr
     assert "devbox-leftover-home" in purged.stdout
+    assert "leftover" not in volumes(process), "the list read right after a purge shows it"
     wait_for(lambda: claim_uid(kube, namespace, "leftover") is None)
-    wait_for(lambda: "leftover" not in volumes(process))
     with pytest.raises(NotFound, match="no retained home volume for 'leftover'"):
         sdk.purge_volume("leftover")
 

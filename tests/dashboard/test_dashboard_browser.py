@@ -323,18 +323,37 @@ def test_dashboard_fits_an_800px_window(
         assert not scrolls_sideways(page)
         shot(page, "08-800px-name-error")
 
-        # A GPU create succeeds, and the selector returns to CPU only for the next box.
+        # The create's answer is held back until the stream has shown the box waiting for
+        # the scheduler: an answer older than what the stream showed must not undo it.
+        held: list[tuple[Any, Any]] = []
+
+        def hold_the_create(route: Any) -> None:
+            if route.request.method == "POST":
+                held.append((route, route.fetch()))
+            else:
+                route.continue_()
+
+        page.route("**/api/v1/devboxes", hold_the_create)
         page.get_by_label("Name", exact=True).fill(waiting)
         page.locator('input[name="accelerator"][value="nvidia-h100"]').check()
         page.get_by_role("button", name="Create", exact=True).click()
+        row = page.locator(f'tr[data-box="{waiting}"]')
+        summary = row.locator(".col-message details summary")
+        expect(summary).to_contain_text("Scheduling blocked:", timeout=READY_MS)
+        ((route, answer),) = held
+        route.fulfill(response=answer)
+        page.unroute("**/api/v1/devboxes")
+
+        # A GPU create succeeds, and the selector returns to CPU only for the next box.
         expect(page.locator("#action-status")).to_have_text(f"Box {waiting} created.")
+        # Read once, now that the page has taken the answer: a later stream event must not
+        # be what puts the scheduler's words back.
+        assert "Scheduling blocked:" in (row.locator(".col-message").text_content() or "")
         expect(page.get_by_role("radio", name="CPU only")).to_be_checked()
         expect(page.locator('input[name="accelerator"][value="nvidia-h100"]')).not_to_be_checked()
 
         # The scheduler's long explanation is one line until it is expanded.
-        row = page.locator(f'tr[data-box="{waiting}"]')
-        summary = row.locator(".col-message details summary")
-        expect(summary).to_contain_text("Scheduling blocked:", timeout=READY_MS)
+        expect(summary).to_contain_text("Scheduling blocked:")
         message = api.call("GET", f"/devboxes/{waiting}")["message"]
         assert "didn't match Pod's node affinity/selector" in message
         summary_selector = f'tr[data-box="{waiting}"] .col-message summary'

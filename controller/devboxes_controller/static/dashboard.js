@@ -198,7 +198,7 @@
     try {
       const { ok, status, data } = await api("POST", "/devboxes", body);
       if (ok) {
-        upsert(data);
+        showAnswer(data);
         announce(`Box ${data.name} created.`);
         $("box-name").value = "";
         // Back to CPU only, so the next box gets a GPU only if one is chosen again.
@@ -346,6 +346,13 @@
     $("no-boxes").hidden = rows.size > 0;
   }
 
+  // A write's answer may reach the page after the stream has shown a newer state of the
+  // box (the pod the scheduler could not place, say). While the stream is live it alone
+  // updates the rows it shows; the answer only adds a box the page has not shown yet.
+  function showAnswer(box) {
+    if (!rows.has(box.name) || $("connection").dataset.live !== "true") upsert(box);
+  }
+
   function remove(name) {
     const row = rows.get(name);
     if (row) {
@@ -367,7 +374,7 @@
     announce(`${verb === "start" ? "Starting" : "Stopping"} ${name}…`);
     const { ok, data } = await api("POST", `/devboxes/${encodeURIComponent(name)}/${verb}`);
     if (ok) {
-      upsert(data);
+      showAnswer(data);
       announce(`Box ${name} ${verb === "start" ? "started" : "stopped"}.`);
     } else {
       announce(`Could not ${verb} ${name}: ${detailText(data)}`);
@@ -442,7 +449,7 @@
         "POST", `/devboxes/${encodeURIComponent(name)}/extend`, { hours });
       if (ok) {
         extendDialog.close();
-        upsert(data);
+        showAnswer(data);
         const at = new Date(data.expires_at).toLocaleString();
         announce(`Box ${name} now stops at ${at} (${labels.autoStopLabel(data)}).`);
       } else {
@@ -477,9 +484,12 @@
     return tr;
   }
 
+  let volumesAsked = 0;
   async function loadVolumes() {
+    const asked = ++volumesAsked;
     const { ok, data } = await api("GET", "/volumes");
-    if (!ok) return;
+    // An older answer that arrives after a newer one would bring a purged volume back.
+    if (!ok || asked !== volumesAsked) return;
     $("volume-rows").replaceChildren(...data.items.map(volumeRow));
     $("no-volumes").hidden = data.items.length > 0;
   }
