@@ -340,6 +340,11 @@ def test_dashboard_fits_an_800px_window(
         row = page.locator(f'tr[data-box="{waiting}"]')
         summary = row.locator(".col-message details summary")
         expect(summary).to_contain_text("Scheduling blocked:", timeout=READY_MS)
+        # The stream may show the box before the held answer has been read in full.
+        for _ in range(300):
+            if held:
+                break
+            page.wait_for_timeout(100)
         ((route, answer),) = held
         route.fulfill(response=answer)
         page.unroute("**/api/v1/devboxes")
