@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TESTBED := PYTHONPATH=testbed $(PY) -m devboxes_testbed
 
-.PHONY: up down test lint testbed venv system-packages node-deps cassettes openapi labextension clean
+.PHONY: up down test test-unit test-slow check-clean screenshots lint testbed venv system-packages node-deps cassettes openapi labextension clean
 
 # package.json holds the version that the installed metadata reports.
 $(STAMP): pyproject.toml jupyter_ext/package.json
@@ -40,8 +40,29 @@ $(NODE_DEPS): jupyter_ext/package.json jupyter_ext/package-lock.json
 
 node-deps: $(NODE_DEPS)
 
+# Skip reasons and the 30 slowest tests are printed on every run.
+PYTEST := $(VENV)/bin/pytest -q -p no:cacheprovider -rs --durations=30
+# Tests that need neither a testbed nor a browser nor the package index.
+UNIT := not testbed and not browser and not release
+
+# Two workers: most of these tests wait on sockets and subprocesses, not on the CPU.
+test-unit: $(STAMP) system-packages node-deps
+	$(PYTEST) -n 2 -m '$(UNIT)'
+
+test-slow: $(STAMP) testbed system-packages node-deps
+	$(PYTEST) -m 'not ($(UNIT))'
+
+# The unit tests first, for fast feedback; then everything else; then a check that the
+# suite left the checkout as it found it.
 test: $(STAMP) testbed system-packages node-deps lint
-	$(VENV)/bin/pytest -q -p no:cacheprovider
+	@git status --porcelain > $(VENV)/.status-before
+	$(MAKE) --no-print-directory test-unit
+	$(MAKE) --no-print-directory test-slow
+	@$(MAKE) --no-print-directory check-clean
+
+check-clean:
+	@git status --porcelain | diff -u $(VENV)/.status-before - >/dev/null || { \
+	  echo "make test changed the checkout:"; git status --porcelain | diff $(VENV)/.status-before - | grep '^[<>]'; exit 1; }
 
 up: $(STAMP) testbed
 	$(TESTBED) up
@@ -59,6 +80,11 @@ cassettes: $(STAMP) testbed
 openapi: $(STAMP) $(NODE_DEPS)
 	$(PY) -c 'import json, sys; from devboxes_controller.api import contract; json.dump(contract(), sys.stdout, indent=1); print()' > jupyter_ext/openapi.json
 	cd jupyter_ext && npm run --silent openapi
+
+# The pictures in docs/images, taken afresh by the browser tests.
+screenshots: $(STAMP) testbed system-packages node-deps
+	$(PYTEST) -m browser tests/jupyter/test_browser.py tests/dashboard/test_dashboard_browser.py
+	cp test-artifacts/jupyter/jupyter-*.png test-artifacts/dashboard/dashboard-*.png docs/images/
 
 # Rebuild the prebuilt JupyterLab extension shipped in the wheel (needs Node.js).
 labextension: $(STAMP) $(NODE_DEPS)

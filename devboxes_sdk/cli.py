@@ -694,7 +694,8 @@ def _holds_device(box: Devbox) -> bool:
 
 
 def _queue_note(client: Client, profile: str) -> str | None:
-    """Who takes the device a stop frees: the first box waiting for the same profile."""
+    """Who may take the device a stop frees: a box waiting for the same profile, or any
+    other pod that asks for the device (Kubernetes picks, not the place in line)."""
     try:
         entry = client.gpu.availability().profile(profile)
     except DevboxesError:
@@ -702,8 +703,8 @@ def _queue_note(client: Client, profile: str) -> str | None:
     if entry is None or entry.waiting == 0:
         return None
     if entry.waiting == 1:
-        return f"1 box is waiting for {profile}; it will take this GPU"
-    return f"{entry.waiting} boxes are waiting for {profile}; the first in line will take this GPU"
+        return f"1 box is waiting for {profile}; it may take this GPU"
+    return f"{entry.waiting} boxes are waiting for {profile}; one of them may take this GPU"
 
 
 def _cmd_stop(args: argparse.Namespace) -> int:

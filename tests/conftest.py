@@ -18,6 +18,16 @@ from controller_process import ControllerProcess, StartController, example_setti
 from devboxes_testbed.cluster import Testbed
 from support import Api, running_testbed
 
+# Fixtures that start a testbed: a test that uses one, directly or through another
+# fixture, is marked ``testbed`` so that ``make test-unit`` leaves it out.
+TESTBED_FIXTURES = {"testbed", "fault_testbed"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if TESTBED_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.testbed)
+
 
 @pytest.fixture(scope="session")
 def testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:

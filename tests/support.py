@@ -112,8 +112,9 @@ class Api:
     def box(self, name: str) -> dict[str, Any]:
         return dict(self.call("GET", f"/devboxes/{name}"))
 
-    def wait_ready(self, name: str, timeout: float = 120) -> dict[str, Any]:
-        """The box once it is ready, or as it is when the server stops holding the request."""
+    def wait_settled(self, name: str, timeout: float = 120) -> dict[str, Any]:
+        """The box once it is ready or degraded, or as it is when the server stops holding
+        the request."""
         return dict(
             self.call(
                 "GET",
@@ -122,6 +123,12 @@ class Api:
                 timeout=timeout + 30,
             )
         )
+
+    def wait_ready(self, name: str, timeout: float = 120) -> dict[str, Any]:
+        """The box once it is ready; fails with what it is instead."""
+        box = self.wait_settled(name, timeout)
+        assert box["state"] == "ready", f"{name} is not ready after {timeout} s: {box}"
+        return box
 
     def availability(self, preset: str | None = None) -> GpuAvailability:
         params = {"preset": preset} if preset else None

@@ -375,9 +375,34 @@ def ordinal(number: int) -> str:
     return f"{number}{suffix}"
 
 
+@dataclass(frozen=True)
+class Queued:
+    """A GPU box whose pod the scheduler cannot place yet."""
+
+    profile: str
+    display_name: str
+    since: str
+
+
+def places_in_line(queued: Mapping[str, Queued], profile: str) -> list[str]:
+    """The boxes waiting for ``profile``, oldest pod first (then by name).
+
+    This is an estimate of who gets the next device: kube-scheduler retries pending pods
+    by priority and then by a queue time it resets after every failed attempt, so a freed
+    device may go to any of them.
+    """
+    return [
+        name
+        for _, name in sorted(
+            (entry.since, name) for name, entry in queued.items() if entry.profile == profile
+        )
+    ]
+
+
 def waiting_summary(display_name: str, entry: ProfileAvailability | None, position: int) -> str:
-    """Why a GPU box waits, in one line: its profile's free count and its place in line."""
-    line = f"{ordinal(position)} in line"
+    """Why a GPU box waits, in one line: its profile's free count and its estimated place
+    in line."""
+    line = f"{ordinal(position)} in line (estimate)"
     if entry is None or entry.capacity is None:
         return f"Waiting for a free {display_name}, {line}"
     if entry.capacity == 0 and entry.reason:

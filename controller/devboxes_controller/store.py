@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from kubernetes import client
@@ -48,15 +47,6 @@ def _box_from_event(event: Obj) -> str | None:
     return "-".join(parts[: len(parts) - trim]) if len(parts) > trim else None
 
 
-@dataclass(frozen=True)
-class Queued:
-    """A GPU box whose pod the scheduler cannot place yet."""
-
-    profile: str
-    display_name: str
-    since: str
-
-
 class BoxStore:
     """Cached objects and derived status of every box in one namespace."""
 
@@ -71,7 +61,7 @@ class BoxStore:
         self._status_lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._changed: dict[str, asyncio.Event] = {}
-        self._queued: dict[str, Queued] = {}
+        self._queued: dict[str, capacity.Queued] = {}
         self._listeners: list[Callable[[str], None]] = []
         selector = render.MANAGED_SELECTOR
         ns = settings.namespace
@@ -226,7 +216,8 @@ class BoxStore:
                 box = status.derive(objects, self.settings, self.clock())
                 since = status.waiting_since(objects)
                 if since is not None and box.gpu is not None:
-                    self._queued[name] = Queued(box.gpu.profile, box.gpu.display_name, since)
+                    gpu = box.gpu
+                    self._queued[name] = capacity.Queued(gpu.profile, gpu.display_name, since)
                 self._store(box)
             now = self._queued.get(name)
             profiles = {q.profile for q in (was, now) if q is not None}
@@ -261,11 +252,9 @@ class BoxStore:
         returns the boxes whose summary changed. Called with the status lock held."""
         touched: set[str] = set()
         for profile in profiles:
-            line = sorted(
-                (q.since, name) for name, q in self._queued.items() if q.profile == profile
-            )
             entry = self.availability.profile(profile)
-            for position, (_, name) in enumerate(line, start=1):
+            line = capacity.places_in_line(self._queued, profile)
+            for position, name in enumerate(line, start=1):
                 queued = self._queued[name]
                 summary = capacity.waiting_summary(queued.display_name, entry, position)
                 box = self._status.get(name)

@@ -154,7 +154,7 @@ def test_missing_runtime_class_is_degraded_with_the_admission_message(
     api = Api(start_controller(settings))
     purge_after.append((api, "no-runtime"))
     api.created("no-runtime", gpu={"profile": "amd-rocm"})
-    box = api.wait_ready("no-runtime")
+    box = api.wait_settled("no-runtime")
     assert box["state"] == "degraded", box
     assert 'RuntimeClass "amd" not found' in box["message"]
     assert box["pod_name"] is None

@@ -115,7 +115,7 @@ def test_dashboard_in_chromium(start_controller: StartController, kube: Any, chr
             label = page.locator(f'label[for="{radio.get_attribute("id")}"]')
             expect(label).to_contain_text(profile["display_name"])
             expect(label).to_contain_text(profile["description"])
-        shot(page, "02-create-form")
+        shot(page, "dashboard-create-form")
 
         # A server-side validation error lands next to its field.
         page.get_by_label("Name", exact=True).fill("Not a valid name!")
@@ -163,7 +163,7 @@ def test_dashboard_in_chromium(start_controller: StartController, kube: Any, chr
         )
         expect(second_row.locator(".col-message")).to_contain_text("Insufficient nvidia.com/gpu")
         expect(second_row.locator(".col-state")).to_have_text("starting")
-        shot(page, "03-scheduling-blocked")
+        shot(page, "dashboard-scheduling-blocked")
 
         first_row.get_by_role("button", name=f"Stop {first}").click()
         expect(first_row.locator(".col-state")).to_have_text("stopped")
@@ -191,7 +191,7 @@ def test_dashboard_in_chromium(start_controller: StartController, kube: Any, chr
         dialog.get_by_label("Type the box name to confirm the purge").fill(second[:-1])
         expect(confirm).to_be_disabled()
         dialog.get_by_label("Type the box name to confirm the purge").fill(second)
-        shot(page, "05-purge-confirm")
+        shot(page, "dashboard-purge")
         expect(confirm).to_be_enabled()
         confirm.click()
         expect(dialog).to_be_hidden()
@@ -225,7 +225,7 @@ def test_selector_is_replaced_by_a_notice_when_gpu_is_disabled(
         expect(page.get_by_text("GPU acceleration is disabled by the operator")).to_be_visible()
         expect(page.get_by_role("group", name="Accelerator")).to_be_hidden()
         expect(page.locator('input[name="accelerator"]')).to_have_count(0)
-        shot(page, "07-gpu-disabled")
+        shot(page, "dashboard-gpu-disabled")
     finally:
         page.close()
 
@@ -378,14 +378,14 @@ def test_dashboard_fits_an_800px_window(
                 assert box is not None
                 assert box["x"] >= 0, box
                 assert box["x"] + box["width"] <= NARROW["width"], box
-        shot(page, "09-800px")
+        shot(page, "dashboard-800px")
 
         summary.click()
         expect(row.locator(".col-message details")).to_have_attribute("open", "")
         assert line_count(page, summary_selector) > 1
         expect(row.locator(".col-message")).to_have_text(message)
         assert not scrolls_sideways(page)
-        page.locator("#boxes").screenshot(path=str(ARTIFACTS / "10-800px-message-expanded.png"))
+        page.locator("#boxes").screenshot(path=str(ARTIFACTS / "dashboard-800px-message.png"))
     finally:
         context.close()
         api.purge_all()

@@ -3,7 +3,8 @@
 JupyterLab is started as ``make up`` starts it (controller URL and token file on its
 command line, no ``DEVBOX_*`` variables) with this checkout's prebuilt labextension,
 against the real controller. Screenshots, in the light and the dark theme, land in
-``docs/images`` (docs/jupyter.md shows them).
+``test-artifacts/jupyter``; ``make screenshots`` copies them to ``docs/images``, which
+docs/jupyter.md shows.
 
 The devbox kernel test needs a box that runs an sshd; kwok pods run nothing, so a Debian
 sshd on loopback at the box's reported SSH address stands in for it (see sshd.py).
@@ -36,7 +37,7 @@ from devboxes_sdk.labels import accelerator_label
 pytestmark = pytest.mark.browser
 
 REPO = Path(__file__).resolve().parents[2]
-IMAGES = REPO / "docs" / "images"
+IMAGES = REPO / "test-artifacts" / "jupyter"
 READY_TIMEOUT_MS = 180_000
 
 
@@ -72,7 +73,7 @@ def lab(setup: KernelLab) -> Lab:
 def page(lab: Lab) -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
-    IMAGES.mkdir(exist_ok=True)
+    IMAGES.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         context = browser.new_context(viewport={"width": 1360, "height": 860})

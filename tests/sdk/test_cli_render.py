@@ -158,7 +158,7 @@ def test_boxes_table(client: Client) -> None:
 
 
 def test_boxes_table_gains_a_reason_column_when_a_box_waits(client: Client) -> None:
-    waiting = "Waiting for a free NVIDIA L4: 0 of 2 free, 2nd in line"
+    waiting = "Waiting for a free NVIDIA L4: 0 of 2 free, 2nd in line (estimate)"
     boxes = [
         make_box(client),
         make_box(client, name="queued", state="starting", ssh_command=None, summary=waiting),

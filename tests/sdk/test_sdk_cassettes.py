@@ -55,7 +55,8 @@ def vcr_config() -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def recording(request: pytest.FixtureRequest) -> bool:
-    return str(request.config.getoption("--record-mode")) != "none"
+    # pytest-recording leaves the option None unless it is given on the command line.
+    return (request.config.getoption("--record-mode") or "none") != "none"
 
 
 @pytest.fixture(scope="module")

@@ -168,6 +168,7 @@ def test_bad_pool_file_gives_one_clear_line(tmp_path: Path) -> None:
     assert "\n" not in message
 
 
+@pytest.mark.testbed
 def test_testbed_stops_with_no_process_left(tmp_path: Path) -> None:
     bed = Testbed(
         tmp_path,
