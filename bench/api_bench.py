@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import record
 import requests
 import yaml
 
@@ -405,6 +406,43 @@ def measure(
     return report
 
 
+def run(args: argparse.Namespace) -> None:
+    def log(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    bed = process = None
+    workdir: Path | None = None
+    succeeded = False
+    try:
+        if args.start_testbed:
+            workdir = Path(tempfile.mkdtemp(prefix="devboxes-bench-"))
+            log(f"starting a scale testbed in {workdir} ...")
+            bed, process, args.url, args.token = start_testbed_and_controller(
+                workdir, args.namespace
+            )
+            args.kubeconfig = str(bed.kubeconfig)
+            args.controller_pid = process.pid
+        apiserver = Apiserver(args.kubeconfig) if args.kubeconfig else None
+        report = measure(args, Api(args.url, args.token), apiserver, args.controller_pid, log)
+        report.print()
+        succeeded = True
+    finally:
+        try:
+            if process is not None:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    process.wait(30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+        finally:
+            if bed is not None:
+                bed.stop()
+        if workdir is not None and succeeded:
+            # On failure the controller's and the cluster's logs stay for a post-mortem.
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", default=os.environ.get("DEVBOX_URL"))
@@ -436,38 +474,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="start a scale testbed and a controller in a temporary directory",
     )
+    record.add_arguments(parser)
     args = parser.parse_args(argv)
-
-    def log(message: str) -> None:
-        print(message, file=sys.stderr, flush=True)
-
-    bed = process = None
-    workdir: Path | None = None
-    succeeded = False
-    try:
-        if args.start_testbed:
-            workdir = Path(tempfile.mkdtemp(prefix="devboxes-bench-"))
-            log(f"starting a scale testbed in {workdir} ...")
-            bed, process, args.url, args.token = start_testbed_and_controller(
-                workdir, args.namespace
-            )
-            args.kubeconfig = str(bed.kubeconfig)
-            args.controller_pid = process.pid
-        if not args.url or not args.token:
-            parser.error("give --url and --token (or DEVBOX_URL/DEVBOX_TOKEN), or --start-testbed")
-        apiserver = Apiserver(args.kubeconfig) if args.kubeconfig else None
-        report = measure(args, Api(args.url, args.token), apiserver, args.controller_pid, log)
-        report.print()
-        succeeded = True
-    finally:
-        if process is not None:
-            process.send_signal(signal.SIGTERM)
-            process.wait(30)
-        if bed is not None:
-            bed.stop()
-        if workdir is not None and succeeded:
-            # On failure the controller's and the cluster's logs stay for a post-mortem.
-            shutil.rmtree(workdir, ignore_errors=True)
+    if not args.start_testbed and (not args.url or not args.token):
+        parser.error("give --url and --token (or DEVBOX_URL/DEVBOX_TOKEN), or --start-testbed")
+    with record.recording("api_bench", args):
+        run(args)
     return 0
 
 

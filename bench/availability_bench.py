@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import record
 import requests
 import yaml
 from api_bench import percentile, rss_mib
@@ -427,16 +428,7 @@ def print_report(
         print(f"{name:<52} {first:>22} {second:>22}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--boxes", type=int, default=1000)
-    parser.add_argument("--foreign-pods", type=int, default=10000)
-    parser.add_argument("--fill-minutes", type=float, default=30)
-    parser.add_argument("--reads", type=int, default=500)
-    parser.add_argument("--samples", type=int, default=20)
-    parser.add_argument("--workers", type=int, default=8)
-    parser.add_argument("--pool-file", type=Path, default=REPO / "testbed" / "nodes-scale-10k.yaml")
-    args = parser.parse_args(argv)
+def run(args: argparse.Namespace) -> None:
     from devboxes_testbed.cluster import Testbed
     from kubernetes import client
 
@@ -482,6 +474,21 @@ def main(argv: list[str] | None = None) -> int:
         bed.stop()
         if succeeded:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--boxes", type=int, default=1000)
+    parser.add_argument("--foreign-pods", type=int, default=10000)
+    parser.add_argument("--fill-minutes", type=float, default=30)
+    parser.add_argument("--reads", type=int, default=500)
+    parser.add_argument("--samples", type=int, default=20)
+    parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument("--pool-file", type=Path, default=REPO / "testbed" / "nodes-scale-10k.yaml")
+    record.add_arguments(parser)
+    args = parser.parse_args(argv)
+    with record.recording("availability_bench", args):
+        run(args)
     return 0
 
 

@@ -21,11 +21,13 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import record
 import requests
 from controller_process import ControllerProcess, example_settings
 from devboxes_testbed.cluster import Testbed
@@ -43,10 +45,10 @@ def percentiles(samples: list[float]) -> str:
     return f"p50 {at(0.5) * 1000:.0f} / p95 {at(0.95) * 1000:.0f} / max {ordered[-1] * 1000:.0f} ms"
 
 
-def timed(call: Callable[[], requests.Response]) -> tuple[int, float]:
+def timed(call: Callable[[], requests.Response]) -> tuple[requests.Response, float]:
     started = time.monotonic()
-    status = call().status_code
-    return status, time.monotonic() - started
+    response = call()
+    return response, time.monotonic() - started
 
 
 def frozen_apiserver(bed: Testbed, controller: ControllerProcess, creates: int) -> list[str]:
@@ -54,6 +56,7 @@ def frozen_apiserver(bed: Testbed, controller: ControllerProcess, creates: int) 
     base = f"{controller.url}/api/v1"
     requests.post(f"{base}/devboxes", json={"name": "reader"}, headers=headers, timeout=30)
     reads: dict[str, list[float]] = {"/health": [], "list": [], "get": []}
+    failed: Counter[str] = Counter()
     stop = threading.Event()
 
     def read_loop() -> None:
@@ -64,9 +67,11 @@ def frozen_apiserver(bed: Testbed, controller: ControllerProcess, creates: int) 
         }
         while not stop.is_set():
             for name, call in calls.items():
-                status, seconds = timed(call)
-                if status == 200:
+                response, seconds = timed(call)
+                if response.status_code == 200:
                     reads[name].append(seconds)
+                else:
+                    failed[name] += 1
 
     bed.freeze("kube-apiserver")
     try:
@@ -90,13 +95,17 @@ def frozen_apiserver(bed: Testbed, controller: ControllerProcess, creates: int) 
         reader.join()
     finally:
         bed.thaw("kube-apiserver")
-    statuses = sorted({status for status, _ in answers})
+    statuses = Counter(response.status_code for response, _ in answers)
+    retry_after = sum(1 for response, _ in answers if "Retry-After" in response.headers)
     rows = [
-        f"frozen apiserver, {creates} concurrent creates: statuses {statuses}, "
-        f"answered in {percentiles([s for _, s in answers])}"
+        f"frozen apiserver, {creates} concurrent creates: statuses {dict(sorted(statuses.items()))}"
+        f", {retry_after} with Retry-After, answered in {percentiles([s for _, s in answers])}"
     ]
     for name, samples in reads.items():
-        rows.append(f"  {name} during the freeze: {len(samples)} answered, {percentiles(samples)}")
+        rows.append(
+            f"  {name} during the freeze: {len(samples)} answered 200, {failed[name]} not, "
+            f"{percentiles(samples)}"
+        )
     return rows
 
 
@@ -164,11 +173,7 @@ def restarts(bed: Testbed, controller: ControllerProcess, component: str, rounds
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--creates", type=int, default=60)
-    parser.add_argument("--rounds", type=int, default=5)
-    args = parser.parse_args(argv)
+def run(args: argparse.Namespace) -> None:
     workdir = Path(tempfile.mkdtemp(prefix="devboxes-faults-"))
     bed = Testbed(workdir / "testbed", REPO / "testbed" / "nodes.yaml", log=lambda _: None)
     bed.start()
@@ -191,6 +196,16 @@ def main(argv: list[str] | None = None) -> int:
         bed.stop()
     print("\n".join(rows))
     shutil.rmtree(workdir, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--creates", type=int, default=60)
+    parser.add_argument("--rounds", type=int, default=5)
+    record.add_arguments(parser)
+    args = parser.parse_args(argv)
+    with record.recording("fault_bench", args):
+        run(args)
     return 0
 
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import record
 import requests
 import yaml
 from api_bench import Api, create_boxes, percentile, rss_mib
@@ -410,26 +411,28 @@ def main(argv: list[str] | None = None) -> int:
         help="the release to compare with (a git revision; '' for none)",
     )
     parser.add_argument("--start-testbed", action="store_true")
+    record.add_arguments(parser)
     args = parser.parse_args(argv)
     if args.load_at is not None and args.load_at not in args.boxes:
         parser.error(f"--load-at {args.load_at} is not one of --boxes")
+    if not args.start_testbed and (not args.url or not args.token):
+        parser.error("give --url and DEVBOX_TOKEN, or --start-testbed")
 
     def log(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
-    if args.start_testbed:
-        run_testbed(args, log)
-        return 0
-    if not args.url or not args.token:
-        parser.error("give --url and DEVBOX_TOKEN, or --start-testbed")
-    paths = route_paths(Api(args.url, args.token))
-    results = {
-        "this": {
-            route: load(args.url, args.token, paths[route], args.clients, args.seconds)
-            for route in ROUTES
-        }
-    }
-    print_table(load_header(["this"]), load_rows(results, ["this"]))
+    with record.recording("load_bench", args):
+        if args.start_testbed:
+            run_testbed(args, log)
+        else:
+            paths = route_paths(Api(args.url, args.token))
+            results = {
+                "this": {
+                    route: load(args.url, args.token, paths[route], args.clients, args.seconds)
+                    for route in ROUTES
+                }
+            }
+            print_table(load_header(["this"]), load_rows(results, ["this"]))
     return 0
 
 

@@ -1,0 +1,166 @@
+"""Keep a bench run's raw output under bench/results/.
+
+Every bench takes ``--results`` (and ``--label``): everything it prints, to stdout and
+stderr, is then also written to ``bench/results/YYYY-MM-DD-<commit>-<bench>[-<label>].txt``.
+The file opens with the command line, the commit, the date and the machine, and ends with
+the run's wall time and the load average seen during it (sampled every
+``LOAD_INTERVAL`` seconds), so a figure quoted from it can be traced to the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TextIO
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "bench" / "results"
+LOAD_INTERVAL = 15.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--results",
+        action="store_true",
+        help="also write the output to bench/results/DATE-COMMIT-BENCH[-LABEL].txt",
+    )
+    parser.add_argument("--label", default="", help="suffix of the --results file name")
+
+
+def commit() -> str:
+    """The short commit, with ``+dirty`` when tracked files differ from it."""
+    head = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    changed = subprocess.run(
+        ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    return f"{head}+dirty" if changed else head
+
+
+def machine() -> str:
+    model = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor() or "unknown CPU",
+    )
+    memory_kib = next(
+        int(line.split()[1])
+        for line in Path("/proc/meminfo").read_text().splitlines()
+        if line.startswith("MemTotal:")
+    )
+    return (
+        f"{os.cpu_count()} CPUs ({model}), {memory_kib / 1024**2:.1f} GiB RAM, "
+        f"Linux {platform.release()}, Python {platform.python_version()}"
+    )
+
+
+def command() -> str:
+    """This process's command line, with PYTHONPATH and without a --token's value."""
+    words = list(sys.orig_argv)
+    for index, word in enumerate(words):
+        if word == "--token" and index + 1 < len(words):
+            words[index + 1] = "..."
+        elif word.startswith("--token="):
+            words[index] = "--token=..."
+    python_path = os.environ.get("PYTHONPATH")
+    prefix = f"PYTHONPATH={shlex.quote(python_path)} " if python_path else ""
+    return prefix + shlex.join(words)
+
+
+class _Tee:
+    """A text stream writing to the original stream and the results file."""
+
+    def __init__(self, stream: TextIO, file: TextIO, lock: threading.Lock) -> None:
+        self._stream = stream
+        self._file = file
+        self._lock = lock
+
+    def write(self, text: str) -> int:
+        with self._lock:
+            self._stream.write(text)
+            self._file.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        with self._lock:
+            self._stream.flush()
+            self._file.flush()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._stream, name)
+
+
+@contextmanager
+def recording(bench: str, args: argparse.Namespace) -> Iterator[Path | None]:
+    """Tee stdout and stderr into a results file when ``args.results`` is set."""
+    if not args.results:
+        yield None
+        return
+    started = datetime.now(UTC)
+    label = f"-{args.label}" if args.label else ""
+    revision = commit()
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"{started:%Y-%m-%d}-{revision}-{bench}{label}.txt"
+    loads: list[float] = []
+    stop = threading.Event()
+
+    def sample_load() -> None:
+        while True:
+            loads.append(os.getloadavg()[0])
+            if stop.wait(LOAD_INTERVAL):
+                return
+
+    lock = threading.Lock()
+    with path.open("x", encoding="utf-8", buffering=1) as file:
+        file.write(
+            f"command: {command()}\n"
+            f"niceness: {os.getpriority(os.PRIO_PROCESS, 0)}\n"
+            f"commit: {revision}\n"
+            f"date: {started:%Y-%m-%d %H:%M:%S} UTC\n"
+            f"machine: {machine()}\n\n"
+        )
+        sampler = threading.Thread(target=sample_load, daemon=True)
+        sampler.start()
+        stdout, stderr = sys.stdout, sys.stderr
+        sys.stdout = _Tee(stdout, file, lock)
+        sys.stderr = _Tee(stderr, file, lock)
+        outcome = "failed"
+        began = time.monotonic()
+        try:
+            yield path
+            outcome = "completed"
+        except BaseException:
+            file.write(traceback.format_exc())
+            raise
+        finally:
+            stop.set()
+            sampler.join()
+            sys.stdout, sys.stderr = stdout, stderr
+            file.write(
+                f"\n{outcome} {datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC, "
+                f"{time.monotonic() - began:.0f} s wall time; 1-minute load average during "
+                f"the run (every {LOAD_INTERVAL:.0f} s): min {min(loads):.1f}, "
+                f"median {sorted(loads)[len(loads) // 2]:.1f}, max {max(loads):.1f}\n"
+            )
+        print(f"results written to {path.relative_to(REPO)}", file=sys.stderr)
