@@ -49,8 +49,10 @@ UNIT := not testbed and not browser and not release
 test-unit: $(STAMP) system-packages node-deps
 	$(PYTEST) -n 2 -m '$(UNIT)'
 
+# Two workers, each with its own testbed; a file's tests stay on one worker, so a file's
+# shared controller starts once.
 test-slow: $(STAMP) testbed system-packages node-deps
-	$(PYTEST) -m 'not ($(UNIT))'
+	$(PYTEST) -n 2 --dist loadfile -m 'not ($(UNIT))'
 
 # The unit tests first, for fast feedback; then everything else; then a check that the
 # suite left the checkout as it found it.
