@@ -23,14 +23,24 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from devboxes_sdk.models import API_PREFIX, Health, field_errors, normalize_name
+from devboxes_sdk.models import Health, field_errors, normalize_name
 
 from ..control.lifecycle import Lifecycle
 from ..k8s.kube import ApiProblem, Invalid, NotFound
 from ..state.bodies import Body, body, respond
 from ..state.metrics import METRICS
 from ..state.store import BoxStore
-from .api import TITLE, VERSION, Operator, contract, describe_settings, router
+from .api import (
+    TITLE,
+    VERSION,
+    Operator,
+    capabilities,
+    contract,
+    describe_settings,
+    get_devbox,
+    list_devboxes,
+    router,
+)
 from .auth import IDENTITY_STATE, require_operator
 from .dashboard import mount_dashboard, set_session_cookie
 from .ingest import MAX_REPORT_BYTES, RateLimiter, is_activity_route
@@ -222,9 +232,21 @@ def _session_cookie_headers(scope: Scope, value: str) -> list[tuple[bytes, bytes
     return [h for h in carrier.raw_headers if h[0] == b"set-cookie"]
 
 
-CAPABILITIES_PATH = "/api/v1/capabilities"
-LIST_PATH = f"{API_PREFIX}/devboxes"
-BOX_PATH = f"{API_PREFIX}/devboxes/{{name}}"
+def _get_path(endpoint: Callable[..., Any]) -> str:
+    """The path of the router's GET route that ``endpoint`` serves."""
+    return next(
+        route.path
+        for route in router.routes
+        if isinstance(route, APIRoute)
+        and route.endpoint is endpoint
+        and "GET" in (route.methods or ())
+    )
+
+
+# The reads answered before routing, at the paths the router gives them.
+CAPABILITIES_PATH = _get_path(capabilities)
+LIST_PATH = _get_path(list_devboxes)
+BOX_PATH = _get_path(get_devbox)
 
 
 class ReadFastPath:
