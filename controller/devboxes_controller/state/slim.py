@@ -7,7 +7,7 @@ it and returns a new, small object with the same shape, holding only what its re
 use: status derivation and the waiting line (``status``), the pinned spec and release
 drift (``render.spec_from_deployment``, ``template``), repair and expiry
 (``reconciler``), activity (``activity``, ``ingest``), retained volumes (``volumes``),
-the lifecycle verbs (``boxes``) and the caches themselves. Reading a field not kept here
+the lifecycle verbs (``lifecycle``) and the caches themselves. Reading a field not kept here
 means adding it here first; ``tests/controller/state/test_controller_slim.py`` checks that
 none of those readers can tell a slim object from a full one.
 
