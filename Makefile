@@ -80,7 +80,7 @@ cassettes: $(STAMP) testbed
 # The API's OpenAPI document as the code defines it, and the TypeScript types generated
 # from it; tests/jupyter/test_openapi_types.py fails until both follow a contract change.
 openapi: $(STAMP) $(NODE_DEPS)
-	$(PY) -c 'import json, sys; from devboxes_controller.api import contract; json.dump(contract(), sys.stdout, indent=1); print()' > jupyter_ext/openapi.json
+	$(PY) -c 'import json, sys; from devboxes_controller.web.api import contract; json.dump(contract(), sys.stdout, indent=1); print()' > jupyter_ext/openapi.json
 	cd jupyter_ext && npm run --silent openapi
 
 # The pictures in docs/images, taken afresh by the browser tests.

@@ -598,7 +598,7 @@ def flag_message(error: ValidationError, flags: Mapping[str, str | None] = _CREA
     parts = []
     for item in error.errors:
         field = ".".join(str(part) for part in item.loc if part != "body")
-        message = item.msg.removeprefix("Value error, ")
+        message = item.msg
         # A rule that says what the value must be reads on from the flag.
         separator = " " if message.startswith("must ") else ": "
         flag = flags.get(field, field)

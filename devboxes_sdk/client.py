@@ -1,36 +1,29 @@
-"""The typed client of the Devboxes API (``/api/v1``).
-
-Every HTTP exchange goes through :meth:`Client._request` on one ``requests.Session``,
-so connections are reused and retries, authentication and error mapping live in one
-place.
+"""The typed client of the Devboxes API (``/api/v1``): its verbs, and boxes that carry
+them. The HTTP underneath (retries, the token, error mapping) is
+:mod:`devboxes_sdk._transport`.
 """
 
 from __future__ import annotations
 
 import builtins
 import copy
-import json
 import math
-import re
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any
 
 import requests
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 from pydantic import ValidationError as PydanticValidationError
 
 from devboxes_sdk import models
-from devboxes_sdk._version import __version__
+from devboxes_sdk._transport import Transport, decode, parse
 from devboxes_sdk.config import resolve
 from devboxes_sdk.errors import (
-    ApiError,
     BoxDegraded,
     BoxStopped,
     StartTimeout,
-    Unavailable,
     ValidationError,
-    error_from_body,
 )
 from devboxes_sdk.models import API_PREFIX, MAX_WAIT_SECONDS, WAIT_HEADER, FieldError
 
@@ -39,49 +32,12 @@ __all__ = ["Client", "Devbox", "GpuNamespace", "UpdateCallback"]
 # With a progress callback, server-side waits are cut into rounds this long so that
 # messages that change while the box starts (e.g. the scheduler's reason) still arrive.
 PROGRESS_SERVER_WAIT = 10
-# Only requests that can be repeated without a second effect are retried.
-_IDEMPOTENT_METHODS = frozenset({"GET", "DELETE"})
-_RETRY_DELAYS = (0.5, 1.0, 2.0)
 _POLL_FIRST_DELAY = 0.5
 _POLL_MAX_DELAY = 5.0
 # A server-side wait that comes back sooner than this without any change is treated
 # like a poll, so a misbehaving server cannot turn the wait into a busy loop.
 _MIN_SERVER_WAIT_ROUND = 1.0
-_USER_AGENT = f"devboxes-sdk/{__version__}"
-# Read paths whose last answer is kept for revalidation: a box, the list, the catalog.
-# Bounded, so that a long-lived client that has read many boxes keeps only the latest.
-_REVALIDATED_PATHS = 32
-
-_ModelT = TypeVar("_ModelT", bound=BaseModel)
 UpdateCallback = Callable[["Devbox"], object]
-
-
-class _BearerAuth(requests.auth.AuthBase):
-    """Sets the bearer header; as an ``auth`` object it also wins over ``~/.netrc``."""
-
-    def __init__(self, token: str) -> None:
-        self._token = token
-
-    def __call__(self, request: requests.PreparedRequest) -> requests.PreparedRequest:
-        request.headers["Authorization"] = f"Bearer {self._token}"
-        return request
-
-    def __repr__(self) -> str:
-        return "_BearerAuth(token=<hidden>)"
-
-
-def _describe_connection_error(error: requests.RequestException) -> str:
-    """The useful part of urllib3's long exception text (never includes headers)."""
-    text = str(error)
-    if isinstance(error, requests.exceptions.SSLError):
-        match = re.search(r"(certificate verify failed[^'\")]*)", text)
-        return f"TLS error: {match.group(1).strip()}" if match else "TLS handshake failed"
-    match = re.search(r"\[Errno -?\d+\] ([^'\")]+)", text)
-    if match:
-        return match.group(1).strip()
-    if "RemoteDisconnected" in text or "Connection aborted" in text:
-        return "the server closed the connection"
-    return "connection failed"
 
 
 def _name_or_error(name: str) -> str:
@@ -226,13 +182,13 @@ class GpuNamespace:
         cannot see the cluster's nodes and pods.
         """
         params = {"preset": preset} if preset is not None else None
-        return self._client._get_model(
+        return self._client._http.get_model(
             f"{API_PREFIX}/gpu/availability", models.GpuAvailability, params
         )
 
     def doctor(self) -> models.DoctorReport:
         """The operator's preflight: every prerequisite of every profile, checked live."""
-        return self._client._get_model(f"{API_PREFIX}/gpu/doctor", models.DoctorReport)
+        return self._client._http.get_model(f"{API_PREFIX}/gpu/doctor", models.DoctorReport)
 
 
 class Client:
@@ -255,136 +211,33 @@ class Client:
         if not timeout > 0:
             raise ValueError("timeout must be a positive number of seconds")
         settings = resolve(url, token)
-        self._url = settings.url
-        self._auth = _BearerAuth(settings.token)
-        self.timeout = float(timeout)
-        self._owns_session = session is None
-        self._session = session if session is not None else requests.Session()
-        # path -> (entity tag, body) of the last 200, sent back as If-None-Match.
-        self._last_read: dict[str, tuple[str, bytes]] = {}
+        self._http = Transport(settings.url, settings.token, float(timeout), session)
         self.gpu = GpuNamespace(self)
 
     @property
     def url(self) -> str:
-        return self._url
+        return self._http.url
+
+    @property
+    def timeout(self) -> float:
+        """Bounds every request, in seconds."""
+        return self._http.timeout
+
+    @timeout.setter
+    def timeout(self, seconds: float) -> None:
+        self._http.timeout = seconds
 
     def __repr__(self) -> str:
-        return f"Client(url={self._url!r})"
+        return f"Client(url={self.url!r})"
 
     def close(self) -> None:
-        if self._owns_session:
-            self._session.close()
+        self._http.close()
 
     def __enter__(self) -> Client:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-    # -- transport ----------------------------------------------------------------
-
-    def _request(
-        self,
-        method: str,
-        path: str,
-        *,
-        params: Mapping[str, str | int] | None = None,
-        body: Mapping[str, Any] | None = None,
-        timeout: float | tuple[float, float] | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> requests.Response:
-        """Send one request and return the successful response, or raise the mapped error.
-
-        GET and DELETE are retried on connection errors and 503, with a short bounded
-        backoff; everything else is sent exactly once.
-        """
-        if not path.startswith("/") or path.startswith("//"):
-            raise ValueError(f"API path must start with a single '/': {path!r}")
-        method = method.upper()
-        attempts = len(_RETRY_DELAYS) + 1 if method in _IDEMPOTENT_METHODS else 1
-        for attempt in range(attempts):
-            last = attempt + 1 == attempts
-            try:
-                response = self._session.request(
-                    method,
-                    self._url + path,
-                    params=params,
-                    json=body,
-                    auth=self._auth,
-                    headers={
-                        "Accept": "application/json",
-                        "User-Agent": _USER_AGENT,
-                        **(headers or {}),
-                    },
-                    timeout=timeout if timeout is not None else self.timeout,
-                    allow_redirects=False,
-                )
-            except requests.ConnectionError as error:
-                if not last:
-                    time.sleep(_RETRY_DELAYS[attempt])
-                    continue
-                reason = _describe_connection_error(error)
-                raise Unavailable(
-                    None, f"cannot reach the Devboxes API at {self._url}: {reason}"
-                ) from None
-            except requests.Timeout:
-                raise Unavailable(
-                    None, f"the Devboxes API at {self._url} did not answer in time"
-                ) from None
-            except requests.RequestException as error:
-                raise ApiError(
-                    None, f"request to the Devboxes API failed: {type(error).__name__}"
-                ) from None
-            if response.status_code == 503 and not last:
-                response.close()
-                time.sleep(_RETRY_DELAYS[attempt])
-                continue
-            if response.status_code >= 300 and not (
-                response.status_code == 304 and headers and "If-None-Match" in headers
-            ):
-                raise self._error(response)
-            return response
-        raise AssertionError("unreachable: the last attempt returns or raises")
-
-    @staticmethod
-    def _error(response: requests.Response) -> ApiError:
-        if 300 <= response.status_code < 400:
-            return ApiError(
-                response.status_code,
-                "unexpected redirect; check the Devboxes URL (the SDK never follows "
-                "redirects with your token)",
-            )
-        try:
-            body: object = response.json()
-        except ValueError:
-            body = None
-        return error_from_body(
-            response.status_code, body, text=response.text, reason=response.reason or ""
-        )
-
-    @staticmethod
-    def _decode(response: requests.Response) -> Any:
-        try:
-            return response.json()
-        except ValueError:
-            content_type = response.headers.get("Content-Type", "no content type")
-            raise ApiError(
-                response.status_code, f"expected a JSON body, got {content_type}"
-            ) from None
-
-    @staticmethod
-    def _parse(model: type[_ModelT], data: Any, status: int) -> _ModelT:
-        try:
-            return model.model_validate(data)
-        except PydanticValidationError as error:
-            first = error.errors(include_url=False)[0]
-            where = ".".join(str(part) for part in first["loc"]) or "body"
-            raise ApiError(
-                status,
-                f"response does not match the Devboxes API "
-                f"({model.model_config.get('title') or model.__name__}.{where}: "
-                f"{first['msg']})",
-            ) from None
 
     def request_json(
         self,
@@ -399,50 +252,21 @@ class Client:
         The escape hatch for fields or endpoints the typed verbs do not cover; errors
         are mapped exactly as for the typed verbs.
         """
-        return self._decode(self._request(method, path, params=params, body=body))
-
-    def _get_model(
-        self,
-        path: str,
-        model: type[_ModelT],
-        params: Mapping[str, str | int] | None = None,
-    ) -> _ModelT:
-        response = self._request("GET", path, params=params)
-        return self._parse(model, self._decode(response), response.status_code)
-
-    def _read(self, path: str) -> tuple[Any, int]:
-        """GET ``path`` as JSON, revalidating the last answer: while nothing changed, the
-        server answers 304 without a body and the body kept from before stands in for it."""
-        last = self._last_read.get(path)
-        response = self._request(
-            "GET", path, headers={"If-None-Match": last[0]} if last is not None else None
-        )
-        if response.status_code == 304 and last is not None:
-            return json.loads(last[1]), 200
-        data = self._decode(response)
-        self._last_read.pop(path, None)
-        etag = response.headers.get("ETag")
-        if etag:
-            while len(self._last_read) >= _REVALIDATED_PATHS:
-                del self._last_read[next(iter(self._last_read))]
-            self._last_read[path] = (etag, response.content)
-        return data, response.status_code
+        return decode(self._http.request(method, path, params=params, body=body))
 
     def _box(self, response: requests.Response) -> Devbox:
-        return self._box_from(self._decode(response), response.status_code)
+        return self._box_from(decode(response), response.status_code)
 
     def _box_from(self, data: Any, status: int) -> Devbox:
-        return self._parse(Devbox, data, status)._bind(self, data)
-
-    # -- verbs --------------------------------------------------------------------
+        return parse(Devbox, data, status)._bind(self, data)
 
     def whoami(self) -> models.WhoAmI:
-        return self._get_model(f"{API_PREFIX}/whoami", models.WhoAmI)
+        return self._http.get_model(f"{API_PREFIX}/whoami", models.WhoAmI)
 
     def capabilities(self) -> models.Capabilities:
         """What the server offers; ``.gpu`` is the GPU catalog (no profiles when disabled)."""
-        data, status = self._read(f"{API_PREFIX}/capabilities")
-        return self._parse(models.Capabilities, data, status)
+        data, status = self._http.read(f"{API_PREFIX}/capabilities")
+        return parse(models.Capabilities, data, status)
 
     def create(
         self,
@@ -461,35 +285,35 @@ class Client:
         :class:`~devboxes_sdk.errors.ValidationError` without a request.
         """
         body = create_body(name, preset, ttl_hours, repository, gpu)
-        return self._box(self._request("POST", f"{API_PREFIX}/devboxes", body=body))
+        return self._box(self._http.request("POST", f"{API_PREFIX}/devboxes", body=body))
 
     def list(self) -> builtins.list[Devbox]:
         """Every box, newest first."""
-        data, status = self._read(f"{API_PREFIX}/devboxes")
-        parsed = self._parse(_Boxes, data, status)
+        data, status = self._http.read(f"{API_PREFIX}/devboxes")
+        parsed = parse(_Boxes, data, status)
         return [box._bind(self, raw) for box, raw in zip(parsed.items, data["items"], strict=True)]
 
     def get(self, name: str) -> Devbox:
-        return self._box_from(*self._read(f"{API_PREFIX}/devboxes/{_name_or_error(name)}"))
+        return self._box_from(*self._http.read(f"{API_PREFIX}/devboxes/{_name_or_error(name)}"))
 
     def start(self, name: str) -> Devbox:
         """Start a stopped box (renews its TTL); returns without waiting."""
         path = f"{API_PREFIX}/devboxes/{_name_or_error(name)}/start"
-        return self._box(self._request("POST", path))
+        return self._box(self._http.request("POST", path))
 
     def stop(self, name: str) -> Devbox:
         """Stop a box; its home volume is kept."""
         path = f"{API_PREFIX}/devboxes/{_name_or_error(name)}/stop"
-        return self._box(self._request("POST", path))
+        return self._box(self._http.request("POST", path))
 
     def delete(self, name: str, purge: bool = False) -> models.DeleteResult:
         """Delete a box. The home volume is kept unless ``purge`` is true."""
-        response = self._request(
+        response = self._http.request(
             "DELETE",
             f"{API_PREFIX}/devboxes/{_name_or_error(name)}",
             params={"purge": "true" if purge else "false"},
         )
-        return self._parse(models.DeleteResult, self._decode(response), response.status_code)
+        return parse(models.DeleteResult, decode(response), response.status_code)
 
     def extend(self, name: str, hours: int) -> Devbox:
         """Push a running box's auto-stop time back by ``hours`` (at most the server's
@@ -499,18 +323,18 @@ class Client:
         except PydanticValidationError as error:
             raise ValidationError.from_pydantic(error) from None
         path = f"{API_PREFIX}/devboxes/{_name_or_error(name)}/extend"
-        return self._box(self._request("POST", path, body=body.model_dump()))
+        return self._box(self._http.request("POST", path, body=body.model_dump()))
 
     def volumes(self) -> builtins.list[models.Volume]:
         """Home volumes kept after their box was deleted, oldest first."""
-        response = self._request("GET", f"{API_PREFIX}/volumes")
-        data = self._decode(response)
-        return self._parse(models.VolumeList, data, response.status_code).items
+        response = self._http.request("GET", f"{API_PREFIX}/volumes")
+        data = decode(response)
+        return parse(models.VolumeList, data, response.status_code).items
 
     def purge_volume(self, name: str) -> models.DeleteResult:
         """Delete the retained home volume of the box ``name``, permanently."""
-        response = self._request("DELETE", f"{API_PREFIX}/volumes/{_name_or_error(name)}")
-        return self._parse(models.DeleteResult, self._decode(response), response.status_code)
+        response = self._http.request("DELETE", f"{API_PREFIX}/volumes/{_name_or_error(name)}")
+        return parse(models.DeleteResult, decode(response), response.status_code)
 
     def wait_ready(
         self,
@@ -546,7 +370,7 @@ class Client:
             round_started = time.monotonic()
             if asked_server:
                 seconds = min(round_cap, math.floor(remaining))
-                response = self._request(
+                response = self._http.request(
                     "GET",
                     path,
                     params={"wait": "ready", "timeout": seconds},
@@ -555,7 +379,7 @@ class Client:
                 server_wait = response.headers.get(WAIT_HEADER, "").strip().lower() == "ready"
                 box = self._box(response)
             else:
-                box = self._box_from(*self._read(path))
+                box = self._box_from(*self._http.read(path))
             current = (box.state, box.message)
             changed = current != seen
             seen = current

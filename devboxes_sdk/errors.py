@@ -17,10 +17,9 @@ if TYPE_CHECKING:
 # so that an error message stays one readable line.
 _MAX_TEXT_DETAIL = 200
 
-# FastAPI prefixes the location of every body field with "body" and pydantic prefixes
-# messages of custom validators with "Value error, "; neither helps a reader.
+# FastAPI prefixes the location of every body field with "body", which does not help a
+# reader.
 _LOC_PREFIXES = frozenset({"body"})
-_MSG_PREFIX = "Value error, "
 
 
 class DevboxesError(Exception):
@@ -151,9 +150,8 @@ def format_field_errors(errors: Sequence[FieldError]) -> str:
         loc = list(error.loc)
         if loc and loc[0] in _LOC_PREFIXES:
             loc = loc[1:]
-        msg = error.msg.removeprefix(_MSG_PREFIX)
         where = ".".join(str(part) for part in loc)
-        parts.append(f"{where}: {msg}" if where else msg)
+        parts.append(f"{where}: {error.msg}" if where else error.msg)
     return "; ".join(parts) if parts else "the request was rejected"
 
 

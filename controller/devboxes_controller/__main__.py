@@ -16,9 +16,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from .lease import DEFAULT_LEASE_SECONDS
-from .loading import load_check_target, load_settings
-from .violations import ConfigError
+from .config.loading import load_check_target, load_settings
+from .config.violations import ConfigError
+from .k8s.lease import DEFAULT_LEASE_SECONDS
 
 _STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message"}
 
@@ -83,8 +83,8 @@ def doctor(args: argparse.Namespace) -> int:
     settings or credentials are unusable or the apiserver cannot be asked."""
     from devboxes_sdk._render import doctor_text
 
-    from . import kube
-    from .doctor import examine
+    from .k8s import kube
+    from .placement.doctor import examine
 
     try:
         settings = load_settings(args.settings, os.environ)
@@ -113,16 +113,16 @@ def doctor(args: argparse.Namespace) -> int:
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from . import kube
-    from .activity import activity_key
-    from .app import create_app
-    from .auth import TokenError, load_token
-    from .lease import LeaderElector
-    from .lifecycle import Lifecycle
-    from .probe import ApiserverProbe
-    from .readiness import Readiness
-    from .reconciler import Reconciler
-    from .store import BoxStore
+    from .box.activity import activity_key
+    from .control.lifecycle import Lifecycle
+    from .control.reconciler import Reconciler
+    from .k8s import kube
+    from .k8s.lease import LeaderElector
+    from .k8s.probe import ApiserverProbe
+    from .state.store import BoxStore
+    from .web.app import create_app
+    from .web.auth import TokenError, load_token
+    from .web.readiness import Readiness
 
     try:
         settings = load_settings(args.settings, os.environ)

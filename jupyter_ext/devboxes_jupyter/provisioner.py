@@ -25,6 +25,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from importlib.resources import files
 from pathlib import Path
 from typing import IO, Any
 
@@ -48,40 +49,8 @@ _ERROR = "DEVBOXES-ERROR"
 _CHANNELS = {"shell_port": 1, "iopub_port": 2, "stdin_port": 3, "control_port": 4, "hb_port": 5}
 _NAME_LIMIT = 40
 _SSH_BANNER_SECONDS = 60
-# Runs on the box with the kernelspec's interpreter. It reads the kernel's connection
-# details from stdin (never the command line, which other users of the box can see),
-# starts the kernel in its own process group and ends it when stdin closes, i.e. when
-# the Jupyter side goes away, so a lost connection never leaves a kernel behind.
-_BOOTSTRAP = r"""
-import json, os, shutil, signal, subprocess, sys, tempfile, threading
-try:
-    import ipykernel
-except ImportError:
-    print("DEVBOXES-ERROR " + sys.executable + " on the box cannot import ipykernel", flush=True)
-    sys.exit(3)
-spec = json.loads(sys.stdin.readline())
-home = tempfile.mkdtemp(prefix="devbox-kernel-")
-connection = dict(spec["connection"], transport="ipc", ip=os.path.join(home, "k"))
-path = os.path.join(home, "connection.json")
-with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
-    json.dump(connection, f)
-argv = [part.replace("{connection_file}", path) for part in spec["argv"]]
-kernel = subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True)
-print("DEVBOXES-READY " + home, flush=True)
-def end():
-    sys.stdin.buffer.read()
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(kernel.pid, sig)
-            kernel.wait(5)
-            return
-        except (OSError, subprocess.TimeoutExpired):
-            pass
-threading.Thread(target=end, daemon=True).start()
-code = kernel.wait()
-shutil.rmtree(home, ignore_errors=True)
-sys.exit(code)
-"""
+# The program that starts the kernel on the box (see kernel_bootstrap.py), sent as text.
+_BOOTSTRAP = (files("devboxes_jupyter") / "kernel_bootstrap.py").read_text()
 
 
 class DevboxKernelError(web.HTTPError):

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import requests
 from controller_process import ControllerProcess, StartController
-from devboxes_controller.dashboard import safe_next
-from devboxes_controller.sessions import COOKIE, SessionStore, csrf_matches
+from devboxes_controller.web.dashboard import safe_next
+from devboxes_controller.web.sessions import COOKIE, SessionStore, csrf_matches
 
 CSRF_META = re.compile(r'<meta name="devboxes-csrf" content="([^"]+)">')
 

@@ -1,6 +1,6 @@
 """Record the Kubernetes objects of boxes in several states, as the apiserver sends them.
 
-The cache-slimming tests (tests/controller/test_controller_slim.py) run on these real
+The cache-slimming tests (tests/controller/state/test_controller_slim.py) run on these real
 shapes. Re-record after a Kubernetes upgrade or a change to what a box is made of:
 
     PYTHONPATH=testbed:tests .venv/bin/python tests/data/record_box_objects.py

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 import yaml
-from devboxes_controller.loading import load_check_target
-from devboxes_controller.settings import settings_from_mapping
-from devboxes_controller.violations import ConfigError
+from devboxes_controller.config.loading import load_check_target
+from devboxes_controller.config.settings import settings_from_mapping
+from devboxes_controller.config.violations import ConfigError
 from devboxes_testbed import build
 
 REPO = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from devboxes_controller.api import contract
+from devboxes_controller.web.api import contract
 
 EXTENSION = Path(__file__).resolve().parents[2] / "jupyter_ext"
 SNAPSHOT = EXTENSION / "openapi.json"

@@ -145,7 +145,7 @@ def test_sdist_and_wheel_carry_the_one_version_and_pass_twine(dist: Dist) -> Non
     assert f"{data}/{SERVER_CONFIG}" in names
     assert f"{data}/share/jupyter/labextensions/devboxes-jupyter/package.json" in names
     assert f"{data}/share/jupyter/labextensions/devboxes-jupyter/install.json" in names
-    assert "devboxes_controller/static/dashboard.html" in names
+    assert "devboxes_controller/web/static/dashboard.html" in names
     with tarfile.open(dist.sdist) as sdist:
         # Without it the wheel built from the sdist would have no version.
         assert f"devboxes-{VERSION}/jupyter_ext/package.json" in sdist.getnames()
@@ -191,7 +191,7 @@ def test_jupyter_server_of_other_origin_then_the_extras(dist: Dist, venv: Venv) 
     assert (
         venv.python(
             "from importlib.resources import files;"
-            "print((files('devboxes_controller') / 'static' / 'dashboard.html').is_file())"
+            "print((files('devboxes_controller.web') / 'static' / 'dashboard.html').is_file())"
         )
         == "True"
     )

@@ -707,7 +707,7 @@ def test_usage_errors_exit_2(
         (
             [
                 {"type": "less_than_equal", "loc": ["body", "ttl_hours"], "msg": "too long"},
-                {"type": "value_error", "loc": ["body", "repository"], "msg": "Value error, bad"},
+                {"type": "value_error", "loc": ["body", "repository"], "msg": "bad"},
                 {"type": "value_error", "loc": ["body", "name"], "msg": "invalid name 'X'"},
                 {"type": "missing", "loc": ["body", "future"], "msg": "Field required"},
             ],

@@ -1,0 +1,341 @@
+"""Derive a box's wire status from its Kubernetes objects. Pure: plain dicts and the time
+in, a model out.
+
+The rules, first match wins: replicas 0 is stopped; a Ready pod with an SSH address is
+ready; a failure that will not fix itself is degraded with its reason; a pod the
+scheduler cannot place is starting with the scheduler's own words; anything else is
+starting with what the box is waiting for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from devboxes_sdk.models import Devbox, DevboxState, GpuAllocation
+
+from ..config.settings import GpuProfileConfig, Settings, SnapshotError
+from ..k8s.kube import Obj
+from ..k8s.timestamps import parse_timestamp
+from . import activity, render, template
+
+STOPPED = "Stopped; storage is kept. Start it to continue."
+EXPIRED = "Stopped when its time to live ran out at {at}; storage is kept."
+READY = "Ready for SSH."
+SCHEDULING_BLOCKED = "Scheduling blocked: {reason}"
+WAITING_FOR_POD = "Waiting for the pod to be created."
+WAITING_FOR_CONTAINER = "Waiting for the container to start on {node}."
+WAITING_FOR_SSH = "Waiting for the SSH server to become ready."
+WAITING_FOR_ADDRESS = "Waiting for the SSH service to get an address."
+WAITING_FOR_SCHEDULER = "Waiting for the scheduler."
+POD_FAILED = "The pod failed: {reason}"
+CONTAINER_FAILED = "{reason}: {message}"
+CREATE_FAILED = "Kubernetes cannot create the pod: {message}"
+SNAPSHOT_UNREADABLE = "The pinned GPU profile cannot be read ({error}); recreate the box."
+DEADLINE_EXCEEDED = "The box did not become ready in time: {message}"
+
+# Summaries: one human line before the details of ``message``.
+SUMMARY_GPU_WAIT = "Waiting for a free {display_name}"
+SUMMARY_CLAIM_BINDING = "Waiting for the home volume to be bound."
+SUMMARY_NO_ROOM = "Waiting for a node with room for this box."
+# Right after a create the scheduler may see the pod before its home claim is bound. That
+# clears by itself within seconds and is no reason to queue for a device.
+UNBOUND_CLAIMS = "unbound immediate PersistentVolumeClaims"
+
+# The only Events status reads beyond their reason: pod creations Kubernetes refused.
+FAILED_CREATE = "FailedCreate"
+DEGRADED_WAITING_REASONS = frozenset(
+    {
+        "CrashLoopBackOff",
+        "ImagePullBackOff",
+        "ErrImagePull",
+        "InvalidImageName",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "RunContainerError",
+    }
+)
+
+
+@dataclass(frozen=True)
+class BoxObjects:
+    """Everything the cache knows about one box."""
+
+    deployment: Obj
+    pods: Sequence[Obj] = ()
+    replicasets: Sequence[Obj] = ()
+    events: Sequence[Obj] = ()
+    service: Obj | None = None
+    pvc: Obj | None = None
+
+
+def _condition(obj: Obj | None, kind: str) -> Obj | None:
+    for condition in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if condition.get("type") == kind:
+            return dict(condition)
+    return None
+
+
+def _annotations(obj: Obj) -> dict[str, str]:
+    return dict(obj.get("metadata", {}).get("annotations") or {})
+
+
+def _parse_time(value: str | None) -> datetime | None:
+    return parse_timestamp(value) if value else None
+
+
+def current_pod(pods: Sequence[Obj]) -> Obj | None:
+    """The newest pod that is not being deleted."""
+    live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+    if not live:
+        return None
+    return max(
+        live, key=lambda p: (p["metadata"].get("creationTimestamp") or "", p["metadata"]["name"])
+    )
+
+
+def ssh_address(service: Obj | None, settings: Settings) -> tuple[str | None, int]:
+    """Where SSH reaches the box, or (None, 22) while the Service has no address."""
+    if not service:
+        return None, 22
+    spec = service.get("spec") or {}
+    ports = spec.get("ports") or []
+    if settings.ssh.service_type == "LoadBalancer":
+        for ingress in ((service.get("status") or {}).get("loadBalancer") or {}).get(
+            "ingress"
+        ) or []:
+            host = ingress.get("ip") or ingress.get("hostname")
+            if host:
+                return str(host), int(ports[0]["port"]) if ports else 22
+        return None, 22
+    node_port = ports[0].get("nodePort") if ports else None
+    if node_port and settings.ssh.host:
+        return settings.ssh.host, int(node_port)
+    return None, 22
+
+
+def _pod_ready(pod: Obj | None) -> bool:
+    ready = _condition(pod, "Ready")
+    return bool(pod and ready and ready.get("status") == "True")
+
+
+def _container_failure(pod: Obj) -> str | None:
+    status = pod.get("status") or {}
+    for container in (status.get("initContainerStatuses") or []) + (
+        status.get("containerStatuses") or []
+    ):
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in DEGRADED_WAITING_REASONS:
+            return CONTAINER_FAILED.format(
+                reason=waiting["reason"], message=waiting.get("message") or container["name"]
+            )
+    return None
+
+
+def _event_time(event: Obj) -> str | None:
+    return event.get("lastTimestamp") or event.get("eventTime")
+
+
+def _started_at(deployment: Obj) -> datetime | None:
+    """When the box was last created or started: its deadline minus its time to live."""
+    annotations = _annotations(deployment)
+    expires = _parse_time(annotations.get(render.ANNOTATION_EXPIRES_AT))
+    try:
+        hours = int(annotations.get(render.ANNOTATION_TTL_HOURS, ""))
+    except ValueError:
+        return None
+    return expires - timedelta(hours=hours) if expires else None
+
+
+def _create_failure(objects: BoxObjects) -> str | None:
+    failure = _condition(objects.deployment, "ReplicaFailure")
+    if failure and failure.get("status") == "True" and failure.get("message"):
+        return CREATE_FAILED.format(message=failure["message"])
+    for replicaset in objects.replicasets:
+        failure = _condition(replicaset, "ReplicaFailure")
+        if failure and failure.get("status") == "True" and failure.get("message"):
+            return CREATE_FAILED.format(message=failure["message"])
+    rs_names = {rs["metadata"]["name"] for rs in objects.replicasets}
+    since = _started_at(objects.deployment)
+    failed = [
+        e
+        for e in objects.events
+        if e.get("reason") == FAILED_CREATE
+        and (e.get("involvedObject") or {}).get("name") in rs_names
+        # Events outlive a stop; one from before the latest start no longer explains anything.
+        and (since is None or (_parse_time(_event_time(e)) or since) >= since)
+    ]
+    if failed:
+        latest = max(failed, key=lambda e: _event_time(e) or "")
+        return CREATE_FAILED.format(message=latest.get("message", ""))
+    return None
+
+
+def degraded_reason(objects: BoxObjects, pod: Obj | None) -> str | None:
+    if pod is not None:
+        status = pod.get("status") or {}
+        if status.get("phase") == "Failed":
+            return POD_FAILED.format(
+                reason=status.get("message") or status.get("reason") or "it exited"
+            )
+        failure = _container_failure(pod)
+        if failure:
+            return failure
+    else:
+        failure = _create_failure(objects)
+        if failure:
+            return failure
+    progressing = _condition(objects.deployment, "Progressing")
+    if progressing and progressing.get("reason") == "ProgressDeadlineExceeded":
+        return DEADLINE_EXCEEDED.format(message=progressing.get("message", ""))
+    return None
+
+
+def scheduling_detail(pod: Obj | None) -> str | None:
+    """The scheduler's sentence while it cannot place the pod, verbatim."""
+    scheduled = _condition(pod, "PodScheduled")
+    if not scheduled or scheduled.get("status") != "False":
+        return None
+    return str(scheduled.get("message") or scheduled.get("reason") or "no reason given")
+
+
+def _claim_binding(detail: str | None) -> bool:
+    return detail is not None and UNBOUND_CLAIMS in detail
+
+
+def waiting_since(objects: BoxObjects) -> str | None:
+    """When a running GPU box's pod started waiting for a device (its creation time), or
+    None when it does not wait for one. Orders the queue of a profile, oldest first."""
+    if (objects.deployment.get("spec") or {}).get("replicas", 1) == 0:
+        return None
+    if not _annotations(objects.deployment).get(render.ANNOTATION_GPU_SNAPSHOT):
+        return None
+    pod = current_pod(objects.pods)
+    detail = scheduling_detail(pod)
+    if pod is None or detail is None or _claim_binding(detail):
+        return None
+    return str(pod["metadata"].get("creationTimestamp") or "")
+
+
+def _summary(
+    state: DevboxState, message: str, detail: str | None, gpu: GpuAllocation | None
+) -> str | None:
+    """One human line for a box that is not ready; the queue refines a GPU wait."""
+    if state in (DevboxState.READY, DevboxState.STOPPED):
+        return None
+    if state is DevboxState.DEGRADED:
+        return message.split(": ", 1)[0]
+    if detail is None:
+        return message
+    if _claim_binding(detail):
+        return SUMMARY_CLAIM_BINDING
+    if gpu is not None:
+        return SUMMARY_GPU_WAIT.format(display_name=gpu.display_name)
+    return SUMMARY_NO_ROOM
+
+
+def _starting_message(pod: Obj | None) -> str:
+    if pod is None:
+        return WAITING_FOR_POD
+    detail = scheduling_detail(pod)
+    if detail is not None:
+        return SCHEDULING_BLOCKED.format(reason=detail)
+    node = (pod.get("spec") or {}).get("nodeName")
+    if not node:
+        return WAITING_FOR_SCHEDULER
+    if (pod.get("status") or {}).get("phase") != "Running":
+        return WAITING_FOR_CONTAINER.format(node=node)
+    return WAITING_FOR_SSH
+
+
+def gpu_allocation(deployment: Obj) -> GpuAllocation | None:
+    snapshot = _annotations(deployment).get(render.ANNOTATION_GPU_SNAPSHOT)
+    if not snapshot:
+        return None
+    return GpuProfileConfig.from_snapshot(snapshot).allocation()
+
+
+def _storage_size(pvc: Obj | None) -> str | None:
+    if not pvc:
+        return None
+    capacity = ((pvc.get("status") or {}).get("capacity") or {}).get("storage")
+    requested = (((pvc.get("spec") or {}).get("resources") or {}).get("requests") or {}).get(
+        "storage"
+    )
+    return str(requested or capacity) if (requested or capacity) else None
+
+
+def derive(objects: BoxObjects, settings: Settings, now: datetime) -> Devbox:
+    """The wire status of one box."""
+    deployment = objects.deployment
+    metadata = deployment["metadata"]
+    annotations = _annotations(deployment)
+    replicas = (deployment.get("spec") or {}).get("replicas", 1)
+    pod = current_pod(objects.pods)
+    host, port = ssh_address(objects.service, settings)
+    ready = _pod_ready(pod)
+    try:
+        gpu = gpu_allocation(deployment)
+        broken_snapshot = None
+    except SnapshotError as err:
+        gpu, broken_snapshot = None, SNAPSHOT_UNREADABLE.format(error=err)
+
+    if replicas == 0:
+        expired_at = annotations.get(render.ANNOTATION_EXPIRED_AT)
+        state, message = (
+            DevboxState.STOPPED,
+            activity.stopped_message(deployment)
+            or (EXPIRED.format(at=expired_at) if expired_at else STOPPED),
+        )
+    elif broken_snapshot is not None:
+        state, message = DevboxState.DEGRADED, broken_snapshot
+    elif ready and host:
+        state, message = DevboxState.READY, READY
+    elif (reason := degraded_reason(objects, pod)) is not None:
+        state, message = DevboxState.DEGRADED, reason
+    elif ready:
+        state, message = DevboxState.STARTING, WAITING_FOR_ADDRESS
+    else:
+        state, message = DevboxState.STARTING, _starting_message(pod)
+
+    running = replicas != 0 and pod is not None
+    restarts = sum(
+        int(c.get("restartCount", 0))
+        for c in ((pod or {}).get("status") or {}).get("containerStatuses") or []
+    )
+    show_ssh = state is DevboxState.READY
+    detail = scheduling_detail(pod) if state is DevboxState.STARTING else None
+    return Devbox(
+        name=render.box_name_of(deployment) or metadata["name"],
+        state=state,
+        preset=annotations.get(render.ANNOTATION_PRESET, "small"),
+        created_at=_parse_time(metadata.get("creationTimestamp")) or now,
+        expires_at=_parse_time(annotations.get(render.ANNOTATION_EXPIRES_AT)),
+        repository=annotations.get(render.ANNOTATION_REPOSITORY) or None,
+        ssh_host=host if show_ssh else None,
+        ssh_port=port,
+        ssh_command=f"ssh -p {port} dev@{host}" if show_ssh else None,
+        pod_name=pod["metadata"]["name"] if running and pod else None,
+        pod_ready=ready if running else False,
+        restarts=restarts if running else 0,
+        storage_size=_storage_size(objects.pvc),
+        message=message,
+        gpu=gpu,
+        summary=_summary(state, message, detail, gpu),
+        scheduling_detail=detail,
+        **_restart(deployment, settings, running=replicas != 0),
+        activity=activity.of(deployment, settings, now) if replicas != 0 else None,
+    )
+
+
+def _restart(deployment: Obj, settings: Settings, running: bool) -> dict[str, Any]:
+    """A running box whose pod the release would change; stopped ones are rebuilt at once."""
+    if not running:
+        return {}
+    try:
+        reason = template.restart_reason(deployment, settings)
+    except SnapshotError:
+        return {}
+    return {"restart_required": reason is not None, "restart_reason": reason}

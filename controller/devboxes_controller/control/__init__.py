@@ -1,0 +1,2 @@
+"""What changes boxes: the lifecycle verbs, reconciliation by the Lease holder, and
+retained volumes."""

@@ -1,0 +1,456 @@
+"""The box lifecycle: create, start, stop, delete, extend, and the writes reconciliation
+and the activity agent's reports need.
+
+Every rule is checked and every object rendered before the first write. Writes are
+idempotent, so a create interrupted between steps is finished by reconciliation, and the
+response to a write waits (briefly) until the store has seen it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta
+from typing import Any
+
+from kubernetes import client
+
+from devboxes_sdk.models import ActivityReport, DeleteResult, Devbox, DevboxCreate
+
+from ..box import activity, render, status, template
+from ..config.formats import quantity_value
+from ..config.settings import ACTIVITY_SIDECAR, ProfileRejected, Settings, SnapshotError
+from ..k8s import kube
+from ..k8s.kube import RETRY_AFTER_SECONDS, ApiProblem, Conflict, NotFound, Obj, rule_broken
+from ..k8s.timestamps import format_timestamp
+from ..state.metrics import METRICS
+from ..state.store import BoxStore
+
+log = logging.getLogger(__name__)
+
+
+class Lifecycle:
+    """The verbs that change boxes; reads go to the store."""
+
+    def __init__(self, store: BoxStore, api: client.ApiClient, *, activity_key: bytes) -> None:
+        self.store = store
+        self.settings: Settings = store.settings
+        self.namespace = store.settings.namespace
+        self.activity_key = activity_key
+        self.clock = store.clock
+        self.api = api
+        self._core = client.CoreV1Api(api)
+        self._apps = client.AppsV1Api(api)
+        self._events = ThreadPoolExecutor(max_workers=1, thread_name_prefix="k8s-events")
+
+    def stop(self) -> None:
+        self._events.shutdown(wait=False)
+
+    def record(self, deployment: Obj, reason: str, message: str) -> None:
+        """A Kubernetes Event on the box's Deployment, sent off the request path."""
+        metadata = deployment["metadata"]
+        now = format_timestamp(self.clock())
+        body = {
+            "metadata": {"generateName": f"{metadata['name']}.", "namespace": self.namespace},
+            "involvedObject": {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "name": metadata["name"],
+                "namespace": self.namespace,
+                "uid": metadata.get("uid"),
+            },
+            "reason": reason,
+            "message": message,
+            "type": "Normal",
+            "source": {"component": render.MANAGER},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+
+        def send() -> None:
+            try:
+                kube.call(self._core.create_namespaced_event, self.namespace, body)
+            except ApiProblem as err:
+                log.warning("event not recorded", extra={"reason": reason, "error": err.detail})
+
+        self._events.submit(send)
+
+    def validate(self, request: DevboxCreate) -> render.BoxSpec:
+        """Every rule, before any write: TTL bound, preset and the GPU profile."""
+        ttl = self.settings.ttl
+        if request.ttl_hours > ttl.max_hours:
+            raise rule_broken(
+                ["body", "ttl_hours"], f"must be at most {ttl.max_hours}", "less_than_equal"
+            )
+        try:
+            profile = self.settings.gpu.resolve(request.gpu)
+        except ProfileRejected as err:
+            raise rule_broken(["body", "gpu", *err.field], err.message) from None
+        return render.BoxSpec(
+            name=request.name,
+            preset=request.preset,
+            ttl_hours=request.ttl_hours,
+            repository=request.repository,
+            expires_at=self.clock() + timedelta(hours=request.ttl_hours),
+            gpu=profile,
+        )
+
+    def create(self, request: DevboxCreate) -> Devbox:
+        spec = self.validate(request)
+        names = render.object_names(spec.name)
+        if self.store.deployment(spec.name) is not None:
+            raise Conflict(f"devbox '{spec.name}' already exists")
+        claim = self.store.claim(spec.name)
+        if claim is not None and claim["metadata"].get("deletionTimestamp"):
+            raise Conflict(
+                f"the home volume {names.pvc} of a purged devbox '{spec.name}' is still being "
+                "deleted; create the box again once it is gone",
+                retry_after=RETRY_AFTER_SECONDS,
+            )
+        # Everything is rendered before the first write; only the agent's credential waits
+        # for the Deployment, whose uid it is bound to.
+        wanted_claim = render.render_pvc(spec, self.settings)
+        wanted_deployment = render.render_deployment(spec, self.settings)
+        wanted_service = render.render_service(spec, self.settings)
+        # The claim first: until it exists the scheduler refuses the pod with a confusing
+        # "unbound immediate PersistentVolumeClaims" message instead of the real reason.
+        self._apply_claim(wanted_claim, claim)
+        try:
+            deployment = kube.call(
+                self._apps.create_namespaced_deployment, self.namespace, wanted_deployment
+            )
+        except Conflict:
+            raise Conflict(f"devbox '{spec.name}' already exists") from None
+        METRICS.writes.labels("create").inc()
+        self._apply_service(wanted_service, deployment)
+        self.ensure_activity_secret(deployment)
+        self.store.has_seen(deployment)
+        self.record(deployment, "Created", _created_message(spec, reused=claim is not None))
+        log.info(
+            "box created",
+            extra={
+                "box": spec.name,
+                "preset": spec.preset,
+                "gpu_profile": spec.gpu.name if spec.gpu else None,
+            },
+        )
+        return self._current(spec.name, deployment)
+
+    def _current(self, name: str, deployment: Obj) -> Devbox:
+        """The box's status, derived at once so the response reflects the write just made."""
+        objects = self.store.objects(name) or status.BoxObjects(deployment=deployment)
+        if kube.resource_version(objects.deployment) < kube.resource_version(deployment):
+            objects = status.BoxObjects(
+                deployment=deployment,
+                pods=objects.pods,
+                replicasets=objects.replicasets,
+                events=objects.events,
+                service=objects.service,
+                pvc=objects.pvc,
+            )
+        return status.derive(objects, self.settings, self.clock())
+
+    def ensure_storage(self, spec: render.BoxSpec) -> None:
+        """Create the home claim, or reuse a retained one and grow it; never shrink it."""
+        self._apply_claim(render.render_pvc(spec, self.settings), self.store.claim(spec.name))
+
+    def _apply_claim(self, wanted: Obj, existing: Obj | None) -> None:
+        name = wanted["metadata"]["name"]
+        if existing is None:
+            try:
+                kube.call(
+                    self._core.create_namespaced_persistent_volume_claim, self.namespace, wanted
+                )
+                METRICS.writes.labels("create").inc()
+                return
+            except Conflict:
+                existing = kube.call(
+                    self._core.read_namespaced_persistent_volume_claim, name, self.namespace
+                )
+        patch: Obj = {}
+        size = wanted["spec"]["resources"]["requests"]["storage"]
+        current = existing["spec"]["resources"]["requests"]["storage"]
+        if quantity_value(size) > quantity_value(current):
+            patch["spec"] = {"resources": {"requests": {"storage": size}}}
+        profile = wanted["metadata"]["labels"].get(render.LABEL_GPU_PROFILE)
+        if (existing["metadata"].get("labels") or {}).get(render.LABEL_GPU_PROFILE) != profile:
+            # None removes the label: a CPU box now owns a volume a GPU box used before.
+            patch["metadata"] = {"labels": {render.LABEL_GPU_PROFILE: profile}}
+        if patch:
+            kube.call(
+                self._core.patch_namespaced_persistent_volume_claim, name, self.namespace, patch
+            )
+            METRICS.writes.labels("patch").inc()
+
+    def ensure_service(self, spec: render.BoxSpec, deployment: Obj) -> None:
+        if self.store.service(spec.name) is None:
+            self._apply_service(render.render_service(spec, self.settings), deployment)
+
+    def _apply_service(self, service: Obj, deployment: Obj) -> None:
+        service["metadata"]["ownerReferences"] = _owned_by(deployment)
+        try:
+            kube.call(self._core.create_namespaced_service, self.namespace, service)
+            METRICS.writes.labels("create").inc()
+        except Conflict:
+            return
+
+    def ensure_activity_secret(self, deployment: Obj) -> None:
+        """Write the box's agent credential, for its Deployment's uid and the current key;
+        a box that runs no agent needs none."""
+        name = render.box_name_of(deployment)
+        if name is None or ACTIVITY_SIDECAR not in template.container_names(deployment):
+            return
+        secret = render.render_activity_secret(
+            name,
+            self.settings,
+            activity.credential(self.activity_key, name, deployment["metadata"]["uid"]),
+        )
+        secret["metadata"]["ownerReferences"] = _owned_by(deployment)
+        try:
+            kube.call(self._core.create_namespaced_secret, self.namespace, secret)
+            METRICS.writes.labels("create").inc()
+        except Conflict:
+            kube.call(
+                self._core.patch_namespaced_secret,
+                secret["metadata"]["name"],
+                self.namespace,
+                {
+                    "metadata": {"ownerReferences": secret["metadata"]["ownerReferences"]},
+                    "stringData": secret["stringData"],
+                },
+            )
+            METRICS.writes.labels("patch").inc()
+
+    def renew_activity_secret(self, name: str, deployment: Obj) -> None:
+        """Rewrite the box's credential with the current key, then note which key that
+        was. The kubelet updates the mounted Secret in place and the agent reads it before
+        every report, so a running box follows a rotated key without a restart."""
+        self.ensure_activity_secret(deployment)
+        key = activity.key_id(self.activity_key)
+        self._patch(name, {"metadata": {"annotations": {activity.ANNOTATION_CREDENTIAL_KEY: key}}})
+        log.info("box activity credential renewed", extra={"box": name})
+
+    def record_activity(self, name: str, report: ActivityReport) -> None:
+        """Write back what a box's agent reported, when it changes what is known."""
+        deployment = self._deployment(name)
+        if (deployment.get("spec") or {}).get("replicas", 1) == 0:
+            return
+        now = self.clock()
+        previous = activity.recorded(deployment)
+        gpu_box = activity.gpu_profile(deployment) is not None
+        idle = activity.is_idle(report, gpu_box, self.settings.idle.gpu_utilization_percent)
+        record = activity.next_record(previous, idle, now)
+        if activity.needs_write(previous, record, now):
+            self._patch(
+                name,
+                {"metadata": {"annotations": {activity.ANNOTATION_ACTIVITY: record.to_json()}}},
+            )
+
+    def stop_idle(self, name: str, limit: timedelta) -> Devbox:
+        """Stop a box nobody used for ``limit``, like a TTL expiry."""
+        minutes = activity.minutes_text(limit)
+        updated = self._patch(
+            name,
+            {
+                "metadata": {"annotations": {activity.ANNOTATION_IDLE_STOPPED: minutes}},
+                "spec": {"replicas": 0},
+            },
+        )
+        self.record(updated, "IdleStopped", f"Stopped after {minutes} min idle; storage kept")
+        log.info("box stopped for idleness", extra={"box": name, "minutes": minutes})
+        return self._current(name, updated)
+
+    def _deployment(self, name: str) -> Obj:
+        deployment = self.store.deployment(name)
+        if deployment is None:
+            raise NotFound(f"devbox '{name}' not found")
+        return deployment
+
+    def _patch(self, name: str, patch: Obj | list[Obj]) -> Obj:
+        updated = kube.call(
+            self._apps.patch_namespaced_deployment,
+            render.object_names(name).deployment,
+            self.namespace,
+            patch,
+        )
+        METRICS.writes.labels("patch").inc()
+        self.store.has_seen(updated)
+        return updated
+
+    def start_box(self, name: str) -> Devbox:
+        """Replicas 1 and a renewed TTL, from the pinned snapshot; storage and Service repaired."""
+        deployment = self._deployment(name)
+        try:
+            spec = render.spec_from_deployment(deployment)
+        except SnapshotError as err:
+            raise Conflict(f"devbox '{name}' cannot be started: {err}") from None
+        if (deployment.get("spec") or {}).get("replicas", 1) == 0:
+            # The release's changes go in before the pod exists, so it starts with them.
+            self.rebuild_if_changed(deployment)
+        expires = self.clock() + timedelta(hours=spec.ttl_hours)
+        updated = self._patch(
+            name,
+            {
+                "metadata": {
+                    "annotations": {
+                        render.ANNOTATION_EXPIRES_AT: format_timestamp(expires),
+                        render.ANNOTATION_EXPIRED_AT: None,
+                        # A new pod: what the last one's agent said no longer holds.
+                        activity.ANNOTATION_ACTIVITY: None,
+                        activity.ANNOTATION_IDLE_STOPPED: None,
+                    }
+                },
+                "spec": {"replicas": 1},
+            },
+        )
+        self.ensure_storage(spec)
+        self.ensure_service(spec, updated)
+        self.ensure_activity_secret(updated)
+        self.record(
+            updated,
+            "Started",
+            f"Started; stops automatically at {format_timestamp(expires)}",
+        )
+        return self._current(name, updated)
+
+    def rebuild_if_changed(self, deployment: Obj) -> Obj | None:
+        """Replace the pod template with the release's, rendered from the box's pinned
+        record, when the release changed it; the updated Deployment, or None."""
+        name = render.box_name_of(deployment)
+        try:
+            changed = template.changes(deployment, self.settings)
+            patch = template.rebuild_patch(deployment, self.settings) if changed else None
+        except SnapshotError as err:
+            raise Conflict(f"devbox '{name}' cannot be rebuilt: {err}") from None
+        if name is None or patch is None:
+            return None
+        updated = self._patch(name, patch)
+        self.record(updated, "Rebuilt", f"Pod template rebuilt: {'; '.join(changed)}")
+        log.info("box rebuilt", extra={"box": name, "changes": changed})
+        return updated
+
+    def stop_box(self, name: str, expired_at: datetime | None = None) -> Devbox:
+        """Replicas 0; the claim, the snapshot and the TTL annotation stay."""
+        self._deployment(name)
+        annotations: dict[str, Any] = {}
+        if expired_at is not None:
+            annotations[render.ANNOTATION_EXPIRED_AT] = format_timestamp(expired_at)
+        updated = self._patch(
+            name, {"metadata": {"annotations": annotations}, "spec": {"replicas": 0}}
+        )
+        if expired_at is not None:
+            self.record(updated, "Expired", "Stopped: its time to live ran out; storage kept")
+        else:
+            self.record(updated, "Stopped", "Stopped on request; storage kept")
+        return self._current(name, updated)
+
+    def delete(self, name: str, purge: bool) -> DeleteResult:
+        """Compute and Service go; the home claim stays unless ``purge``."""
+        names = render.object_names(name)
+        deployment = self.store.deployment(name)
+        claim = self.store.claim(name)
+        if deployment is None and not (purge and claim is not None):
+            raise NotFound(f"devbox '{name}' not found")
+        for function, object_name in (
+            (self._apps.delete_namespaced_deployment, names.deployment),
+            (self._core.delete_namespaced_service, names.service),
+        ):
+            self._delete(function, object_name)
+        if purge:
+            self.purge_claim(name)
+        self.store.has_forgotten(name)
+        message = (
+            f"devbox '{name}' deleted with its home volume"
+            if purge
+            else f"devbox '{name}' deleted; home volume {names.pvc} kept"
+        )
+        log.info("box deleted", extra={"box": name, "purged": purge})
+        return DeleteResult(name=name, purged=purge, message=message)
+
+    def _delete(self, function: Callable[..., Any], object_name: str) -> bool:
+        """Delete one object in the background; False when it was already gone."""
+        background = client.V1DeleteOptions(propagation_policy="Background")
+        try:
+            kube.call(function, object_name, self.namespace, body=background)
+        except NotFound:
+            return False
+        METRICS.writes.labels("delete").inc()
+        return True
+
+    def purge_claim(self, name: str) -> bool:
+        """Delete a box's home claim: the only code path that deletes one."""
+        deleted = self._delete(
+            self._core.delete_namespaced_persistent_volume_claim, render.object_names(name).pvc
+        )
+        if deleted:
+            # So that the volume list read right after the purge no longer shows it.
+            self.store.has_forgotten_claim(name)
+        return deleted
+
+    def extend_box(self, name: str, hours: int) -> Devbox:
+        """Push a running box's deadline back, never beyond ``ttl.maxHours`` from now."""
+        deployment = self._deployment(name)
+        if (deployment.get("spec") or {}).get("replicas", 1) == 0:
+            raise Conflict(f"devbox '{name}' is stopped; start it, which renews its time to live")
+        try:
+            spec = render.spec_from_deployment(deployment)
+        except SnapshotError as err:
+            raise Conflict(f"devbox '{name}' cannot be extended: {err}") from None
+        now = self.clock()
+        maximum = self.settings.ttl.max_hours
+        if hours > maximum:
+            raise rule_broken(
+                ["body", "hours"],
+                f"must be at most {maximum}, the maximum time to live",
+                "less_than_equal",
+            )
+        base = max(spec.expires_at, now)
+        room = int((now + timedelta(hours=maximum) - base) / timedelta(hours=1))
+        if hours > room:
+            # A conflict with the box's current deadline, not a malformed request: the same
+            # hours are accepted for a box with more room.
+            raise Conflict(
+                f"hours must be at most {max(room, 0)}: a box stops at most {maximum} hours "
+                f"from now (the maximum time to live), and {name} already runs until "
+                f"{format_timestamp(base)}"
+            )
+        expires = base + timedelta(hours=hours)
+        stamp = format_timestamp(expires)
+        annotations = {render.ANNOTATION_EXPIRES_AT: stamp}
+        record = activity.recorded(deployment)
+        if record is not None and record.idle_since is not None:
+            # Asking for more time is a sign of life: the idle window starts again.
+            annotations[activity.ANNOTATION_ACTIVITY] = activity.Record(
+                reported_at=record.reported_at, idle_since=now
+            ).to_json()
+        updated = self._patch(name, {"metadata": {"annotations": annotations}})
+        self.record(
+            updated,
+            "Extended",
+            f"Extended by {hours} h; stops automatically at {stamp}",
+        )
+        return self._current(name, updated)
+
+
+def _owned_by(deployment: Obj) -> list[Obj]:
+    """Owner references that let the garbage collector remove an object with its box."""
+    return [
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "name": deployment["metadata"]["name"],
+            "uid": deployment["metadata"]["uid"],
+        }
+    ]
+
+
+def _created_message(spec: render.BoxSpec, reused: bool) -> str:
+    accelerator = (
+        f"GPU profile {spec.gpu.name} ({spec.gpu.count}x {spec.gpu.resource_name})"
+        if spec.gpu
+        else "no GPU"
+    )
+    home = "; reusing its retained home volume" if reused else ""
+    return f"Created with preset {spec.preset}, {accelerator}{home}"

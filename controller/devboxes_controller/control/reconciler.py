@@ -1,0 +1,137 @@
+"""Level-triggered reconciliation, run only by the Lease holder: TTL and idle expiry,
+repair, renewing activity credentials after a key rotation, and rebuilding stopped
+boxes for the release.
+
+Each pass reads the caches, stops boxes whose deadline has passed and recreates a
+missing claim or Service from the Deployment's pinned snapshot. Passes are idempotent;
+they run when a box changes, when the next deadline arrives, and on a short resync.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import datetime, timedelta
+
+from ..box import activity, render
+from ..config.settings import SnapshotError
+from ..k8s.kube import ApiProblem, Obj
+from ..k8s.lease import LeaderElector
+from ..k8s.timestamps import parse_timestamp
+from ..state.metrics import METRICS
+from ..state.store import BoxStore
+from .lifecycle import Lifecycle
+
+log = logging.getLogger(__name__)
+
+RESYNC_SECONDS = 5.0
+# A create in flight on another replica has a Deployment but not yet its claim or Service.
+REPAIR_GRACE = timedelta(seconds=5)
+
+
+class Reconciler:
+    def __init__(self, store: BoxStore, lifecycle: Lifecycle, elector: LeaderElector) -> None:
+        self._store = store
+        self._lifecycle = lifecycle
+        self._elector = elector
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="reconciler", daemon=True)
+        store.add_listener(lambda _name: self._wake.set())
+        elector.add_listener(self.leadership_changed)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout=5)
+
+    def leadership_changed(self, leading: bool) -> None:
+        METRICS.leader.set(1 if leading else 0)
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.clear()
+            timeout = RESYNC_SECONDS
+            if self._elector.is_leading():
+                next_deadline = self.reconcile_once()
+                if next_deadline is not None:
+                    seconds = (next_deadline - self._lifecycle.clock()).total_seconds()
+                    timeout = max(0.05, min(timeout, seconds))
+            self._wake.wait(timeout)
+
+    def reconcile_once(self) -> datetime | None:
+        """One pass over every box; returns the earliest deadline still ahead."""
+        now = self._lifecycle.clock()
+        upcoming: list[datetime] = []
+        for deployment in self._store.deployments():
+            # Leadership can lapse during a pass (a renewal missed its deadline): from
+            # then on another replica may act, so this one must not.
+            if not self._elector.is_leading():
+                return None
+            try:
+                deadline = self._reconcile_box(deployment, now)
+            except ApiProblem as err:
+                log.warning(
+                    "reconcile failed",
+                    extra={"box": render.box_name_of(deployment), "error": err.detail},
+                )
+                continue
+            except SnapshotError as err:
+                # One hand-edited Deployment must not stop expiry and repair of every other box.
+                log.warning(
+                    "box annotations unreadable",
+                    extra={"box": render.box_name_of(deployment), "error": str(err)},
+                )
+                continue
+            if deadline is not None:
+                upcoming.append(deadline)
+        return min(upcoming, default=None)
+
+    def _reconcile_box(self, deployment: Obj, now: datetime) -> datetime | None:
+        name = render.box_name_of(deployment)
+        if name is None or deployment["metadata"].get("deletionTimestamp"):
+            return None
+        spec = render.spec_from_deployment(deployment)
+        running = (deployment.get("spec") or {}).get("replicas", 1) != 0
+        if running and spec.expires_at <= now:
+            self._lifecycle.stop_box(name, expired_at=spec.expires_at)
+            METRICS.expired.inc()
+            log.info("box expired", extra={"box": name})
+            return None
+        idle_stop = (
+            activity.idle_stop_at(deployment, self._lifecycle.settings, now) if running else None
+        )
+        limit = activity.window(deployment, self._lifecycle.settings)
+        if idle_stop is not None and limit is not None and idle_stop <= now:
+            self._lifecycle.stop_idle(name, limit)
+            return None
+        created = parse_timestamp(deployment["metadata"]["creationTimestamp"])
+        if now - created >= REPAIR_GRACE:
+            self._repair(name, spec, deployment)
+            if activity.credential_outdated(deployment, self._lifecycle.activity_key):
+                self._lifecycle.renew_activity_secret(name, deployment)
+        if not running:
+            # A stopped box has no pod to disturb: it follows the release at once.
+            self._lifecycle.rebuild_if_changed(deployment)
+            return None
+        return min(spec.expires_at, idle_stop) if idle_stop is not None else spec.expires_at
+
+    def _repair(self, name: str, spec: render.BoxSpec, deployment: Obj) -> None:
+        repaired = []
+        if self._store.claim(name) is None:
+            self._lifecycle.ensure_storage(spec)
+            repaired.append("PersistentVolumeClaim")
+        if self._store.service(name) is None:
+            self._lifecycle.ensure_service(spec, deployment)
+            repaired.append("Service")
+        for kind in repaired:
+            METRICS.repairs.labels(kind).inc()
+        if repaired:
+            self._lifecycle.record(
+                deployment, "Repaired", f"Recreated missing {', '.join(repaired)}"
+            )
+            log.info("box repaired", extra={"box": name, "objects": repaired})

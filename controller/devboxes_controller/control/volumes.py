@@ -1,0 +1,75 @@
+"""Retained home volumes: claims that outlived their box, listed and purged on request.
+
+A claim is retained when no Deployment of its box exists: the box was deleted without
+``purge``, or a create died after writing the claim. Purging is always explicit; nothing
+else deletes a claim.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from devboxes_sdk.models import DeleteResult, Volume, VolumeList
+
+from ..box import render
+from ..k8s.kube import Conflict, NotFound, Obj
+from ..k8s.timestamps import parse_timestamp
+from ..state.store import BoxStore
+from .lifecycle import Lifecycle
+
+log = logging.getLogger(__name__)
+
+
+def _volume(claim: Obj, box: str) -> Volume:
+    metadata = claim["metadata"]
+    requests = ((claim.get("spec") or {}).get("resources") or {}).get("requests") or {}
+    capacity = ((claim.get("status") or {}).get("capacity") or {}).get("storage")
+    size = requests.get("storage") or capacity
+    return Volume(
+        name=box,
+        claim=metadata["name"],
+        size=str(size) if size else None,
+        created_at=parse_timestamp(metadata["creationTimestamp"]),
+        last_profile=(metadata.get("labels") or {}).get(render.LABEL_GPU_PROFILE) or None,
+    )
+
+
+def _retained_claim(store: BoxStore, claim: Obj) -> str | None:
+    """The box name of a claim that no box uses, or None."""
+    metadata = claim["metadata"]
+    box = render.box_name_of(claim)
+    if box is None or metadata.get("deletionTimestamp"):
+        return None
+    if (metadata.get("labels") or {}).get(render.LABEL_COMPONENT) != render.COMPONENT_HOME:
+        return None
+    if metadata["name"] != render.object_names(box).pvc:
+        return None
+    if store.deployment(box) is not None:
+        return None
+    return box
+
+
+def retained(store: BoxStore) -> VolumeList:
+    """Every home claim without a box, oldest first."""
+    found = []
+    for claim in store.claims():
+        box = _retained_claim(store, claim)
+        if box is not None:
+            found.append(_volume(claim, box))
+    found.sort(key=lambda v: (v.created_at, v.name))
+    return VolumeList(items=found)
+
+
+def purge(lifecycle: Lifecycle, name: str) -> DeleteResult:
+    """Delete the retained home volume of ``name``; a box that still exists keeps its own."""
+    pvc = render.object_names(name).pvc
+    store = lifecycle.store
+    if store.deployment(name) is not None:
+        raise Conflict(
+            f"devbox '{name}' still exists and uses {pvc}; delete the box with purge instead"
+        )
+    claim = store.claim(name)
+    if claim is None or _retained_claim(store, claim) is None or not lifecycle.purge_claim(name):
+        raise NotFound(f"no retained home volume for '{name}'")
+    log.info("volume purged", extra={"box": name})
+    return DeleteResult(name=name, purged=True, message=f"home volume {pvc} of '{name}' deleted")

@@ -1,0 +1,214 @@
+"""Live GPU availability: a watch on every node and every pod of the cluster.
+
+GPUs are also taken by pods that are not boxes, so the pods of all namespaces count.
+When a profile names a RuntimeClass, the RuntimeClasses are watched too: theirs are
+the nodeSelector and tolerations admission adds to the pods.
+Each object is stripped on ingest to the few fields :mod:`..placement.capacity` reads. A burst of
+watch events is coalesced into one computation; listeners hear only real changes.
+
+None of this affects readiness: a controller that may not read nodes or pods reports
+availability as unknown, with the reason, and serves everything else as before.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal
+
+from kubernetes import client
+
+from devboxes_sdk.models import GpuAvailability, Preset, ProfileAvailability
+
+from ..config.settings import PresetSettings, Settings
+from ..k8s.kube import Obj
+from ..placement import capacity
+from .bodies import Body, body
+from .cache import Informer
+
+log = logging.getLogger(__name__)
+
+# Long enough to fold a burst of pod events (a rollout, a node going away) into one
+# computation, short enough that a freed GPU shows at once to a person watching.
+COALESCE_SECONDS = 0.05
+
+DISABLED = "availability is turned off by the operator (controller.availability.enabled: false)"
+FORBIDDEN = (
+    "the controller may not list {kind} cluster-wide; grant it the chart's read-only "
+    "ClusterRole (controller.availability.enabled: true)"
+)
+LOADING = "the controller is still loading the cluster's nodes and pods"
+UNREACHABLE = "the controller cannot read the cluster's {kind} ({error})"
+
+
+@dataclass(frozen=True)
+class _Observed:
+    """One consistent reading of the cluster: nodes, what pods use on each, when."""
+
+    at: datetime
+    nodes: list[Obj] = field(default_factory=list)
+    usage: dict[str, dict[str, Decimal]] = field(default_factory=dict)
+    runtime_classes: dict[str, Obj] = field(default_factory=dict)
+    reason: str | None = None
+
+
+class Availability:
+    """Per-profile counts of boxes that could start now, kept current by two watches."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        api: client.ApiClient,
+        waiting: Callable[[], Mapping[str, int]],
+    ) -> None:
+        self.settings = settings
+        self._waiting = waiting
+        self._listeners: list[Callable[[], None]] = []
+        self._dirty = threading.Event()
+        self._stop = threading.Event()
+        self.enabled = settings.availability.enabled and settings.gpu.enabled
+        self._observed = _Observed(
+            at=datetime.now(UTC), reason=LOADING if self.enabled else DISABLED
+        )
+        self._current = self._compute(self._observed)
+        self._body = body(self._current.model_dump_json().encode())
+        core = client.CoreV1Api(api)
+        self._nodes = Informer(
+            "nodes", core.list_node, None, strip=capacity.strip_node, on_update=self.kick
+        )
+        self._pods = Informer(
+            "pods (all namespaces)",
+            core.list_pod_for_all_namespaces,
+            None,
+            strip=capacity.strip_pod,
+            on_update=self.kick,
+        )
+        self._runtime_classes: Informer | None = None
+        if any(p.runtime_class_name for p in settings.gpu.profiles):
+            self._runtime_classes = Informer(
+                "runtimeclasses",
+                client.NodeV1Api(api).list_runtime_class,
+                None,
+                strip=capacity.strip_runtime_class,
+                on_update=self.kick,
+            )
+        self.informers: tuple[Informer, ...] = ()
+        if self.enabled:
+            self.informers = (self._nodes, self._pods)
+            if self._runtime_classes is not None:
+                self.informers += (self._runtime_classes,)
+        self._thread = threading.Thread(target=self._run, name="availability", daemon=True)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> None:
+        for informer in self.informers:
+            informer.start()
+        self._thread.start()
+        self.kick()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._dirty.set()
+        for informer in self.informers:
+            informer.stop()
+
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        """Called from the availability thread whenever a profile's counts change."""
+        self._listeners.append(listener)
+
+    def kick(self) -> None:
+        """Something the counts depend on changed: recompute soon (coalesced)."""
+        self._dirty.set()
+
+    # -- reading -----------------------------------------------------------------------------
+    def current(self, preset: Preset | None = None) -> GpuAvailability:
+        """The counts; with a preset, only boxes whose CPU and memory also fit count."""
+        if preset is None:
+            return self._current
+        return self._compute(self._observed, self.settings.preset(preset))
+
+    def body(self, preset: Preset | None = None) -> Body:
+        """The counts as a response body; without a preset, made once per change."""
+        if preset is None:
+            return self._body
+        return body(self.current(preset).model_dump_json().encode())
+
+    def profile(self, name: str) -> ProfileAvailability | None:
+        return self._current.profile(name)
+
+    # -- computing ---------------------------------------------------------------------------
+    def _reason(self) -> str | None:
+        """Why the counts cannot be known now, or None."""
+        for informer in self.informers:
+            if informer.synced.is_set():
+                continue
+            failure = informer.failure
+            if isinstance(failure, client.ApiException) and failure.status in (401, 403):
+                return FORBIDDEN.format(kind=informer.kind)
+            if failure is not None:
+                return UNREACHABLE.format(kind=informer.kind, error=type(failure).__name__)
+            return LOADING
+        return None
+
+    def _observe(self) -> _Observed:
+        if not self.enabled:
+            return _Observed(at=datetime.now(UTC), reason=DISABLED)
+        reason = self._reason()
+        if reason is not None:
+            return _Observed(at=datetime.now(UTC), reason=reason)
+        runtime_classes = self._runtime_classes.all() if self._runtime_classes else []
+        return _Observed(
+            at=datetime.now(UTC),
+            nodes=self._nodes.all(),
+            usage=capacity.usage_by_node(self._pods.all()),
+            runtime_classes={rc["metadata"]["name"]: rc for rc in runtime_classes},
+        )
+
+    def _compute(
+        self, observed: _Observed, preset: PresetSettings | None = None
+    ) -> GpuAvailability:
+        profiles = self.settings.gpu.profiles if self.settings.gpu.enabled else []
+        waiting = self._waiting()
+        if observed.reason is not None:
+            return capacity.unknown(profiles, observed.reason, waiting, observed.at)
+        return capacity.availability(
+            profiles,
+            observed.nodes,
+            observed.usage,
+            waiting,
+            observed.at,
+            preset,
+            observed.runtime_classes,
+        )
+
+    def refresh(self) -> bool:
+        """Recompute now; True when any profile's counts changed."""
+        observed = self._observe()
+        computed = self._compute(observed)
+        changed = computed.profiles != self._current.profiles
+        self._observed, self._current = observed, computed
+        self._body = body(computed.model_dump_json().encode())
+        return changed
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._dirty.wait()
+            # Wait a moment so that the rest of a burst lands in the same computation.
+            if self._stop.wait(COALESCE_SECONDS):
+                return
+            self._dirty.clear()
+            try:
+                changed = self.refresh()
+            except Exception:
+                log.exception("availability computation failed")
+                continue
+            if not changed:
+                continue
+            for listener in self._listeners:
+                try:
+                    listener()
+                except Exception:
+                    log.exception("availability listener failed")

@@ -1,0 +1,164 @@
+"""What the caches keep of each kind: exactly the fields the controller reads, no more.
+
+A pod as the apiserver sends it is kilobytes of JSON (managedFields, the whole pod spec,
+every container status); parsed into Python it costs tens of kilobytes, and the caches
+hold six kinds for every box. Each function here takes one object as the apiserver sent
+it and returns a new, small object with the same shape, holding only what its readers
+use: status derivation and the waiting line (``status``), the pinned spec and release
+drift (``render.spec_from_deployment``, ``template``), repair and expiry
+(``reconciler``), activity (``activity``, ``ingest``), retained volumes (``volumes``),
+the lifecycle verbs (``lifecycle``) and the caches themselves. Reading a field not kept here
+means adding it here first; ``tests/controller/state/test_controller_slim.py`` checks that
+none of those readers can tell a slim object from a full one.
+
+Building new dicts (rather than deleting keys) also means the keys are this module's
+string constants, shared by every cached object instead of one copy per object.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from ..box import template
+from ..box.render import ANNOTATION_PREFIX, LABEL_BOX, LABEL_COMPONENT, LABEL_GPU_PROFILE
+from ..box.status import FAILED_CREATE
+from ..k8s.kube import Obj
+
+
+def _pick(source: Any, keys: tuple[str, ...]) -> Obj:
+    if not isinstance(source, dict):
+        return {}
+    return {key: source[key] for key in keys if key in source}
+
+
+def _word(value: Any) -> Any:
+    """One shared copy of a short value that recurs in every object ("True", "Ready")."""
+    return sys.intern(value) if isinstance(value, str) else value
+
+
+def _words(source: Any, keys: tuple[str, ...]) -> Obj:
+    return {key: _word(value) for key, value in _pick(source, keys).items()}
+
+
+def _metadata(obj: Obj, *read: str, labels: tuple[str, ...] = ()) -> Obj:
+    """Name, version, deletion and the box label every cache indexes by, and the fields in
+    ``read`` and the ``labels`` that this kind's readers need besides."""
+    metadata = obj.get("metadata") or {}
+    slim = _pick(metadata, ("name", "resourceVersion", "deletionTimestamp", *read))
+    kept = _words(metadata.get("labels"), (LABEL_BOX, *labels))
+    if kept:
+        slim["labels"] = kept
+    return slim
+
+
+def _conditions(obj: Obj, keys: tuple[str, ...]) -> list[Obj]:
+    """Type, status and reason are words; a message, when kept, is free text."""
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    words = tuple(key for key in keys if key != "message")
+    slim = []
+    for condition in conditions:
+        picked = _words(condition, words)
+        if "message" in keys and "message" in condition:
+            picked["message"] = condition["message"]
+        slim.append(picked)
+    return slim
+
+
+def deployment(obj: Obj) -> Obj:
+    """The box's own annotations (its pinned contract, template record and activity),
+    replicas and the failure conditions; its uid, which the Service's owner reference, the
+    recorded Events and the activity credential name. The pod template only for a box
+    written before the template was recorded in annotations."""
+    metadata = _metadata(obj, "uid", "creationTimestamp")
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    own = {k: v for k, v in annotations.items() if k.startswith(ANNOTATION_PREFIX)}
+    if own:
+        metadata["annotations"] = own
+    slim: Obj = {"metadata": metadata}
+    spec = obj.get("spec") or {}
+    slim_spec = _pick(spec, ("replicas",))
+    if "template" in spec and template.reads_deployed_template(obj):
+        slim_spec["template"] = spec["template"]
+    if slim_spec:
+        slim["spec"] = slim_spec
+    slim["status"] = {"conditions": _conditions(obj, ("type", "status", "reason", "message"))}
+    return slim
+
+
+def replicaset(obj: Obj) -> Obj:
+    """Its name (events refer to it) and whether it failed to create the pod."""
+    return {
+        "metadata": _metadata(obj),
+        "status": {"conditions": _conditions(obj, ("type", "status", "message"))},
+    }
+
+
+def _container_status(container: Obj) -> Obj:
+    slim = _pick(container, ("name", "restartCount"))
+    waiting = (container.get("state") or {}).get("waiting")
+    if waiting:
+        slim["state"] = {"waiting": _pick(waiting, ("reason", "message"))}
+    return slim
+
+
+def pod(obj: Obj) -> Obj:
+    """Node, phase, readiness, the scheduler's words and the containers' waiting reasons."""
+    slim: Obj = {"metadata": _metadata(obj, "creationTimestamp")}
+    node = (obj.get("spec") or {}).get("nodeName")
+    if node:
+        slim["spec"] = {"nodeName": node}
+    status = obj.get("status") or {}
+    slim_status = _words(status, ("phase", "reason"))
+    if "message" in status:
+        slim_status["message"] = status["message"]
+    slim_status["conditions"] = _conditions(obj, ("type", "status", "reason", "message"))
+    for key in ("initContainerStatuses", "containerStatuses"):
+        if status.get(key):
+            slim_status[key] = [_container_status(c) for c in status[key]]
+    slim["status"] = slim_status
+    return slim
+
+
+def service(obj: Obj) -> Obj:
+    """The SSH port and where it is reached: node port or load balancer address."""
+    spec = obj.get("spec") or {}
+    slim: Obj = {
+        "metadata": _metadata(obj),
+        "spec": {"ports": [_pick(p, ("port", "nodePort")) for p in spec.get("ports") or []]},
+    }
+    ingress = ((obj.get("status") or {}).get("loadBalancer") or {}).get("ingress")
+    if ingress:
+        slim["status"] = {
+            "loadBalancer": {"ingress": [_pick(i, ("ip", "hostname")) for i in ingress]}
+        }
+    return slim
+
+
+def persistent_volume_claim(obj: Obj) -> Obj:
+    """The requested and the provisioned size (storage is grown, never shrunk), and what a
+    retained volume is listed with: its creation, its component and the last GPU profile."""
+    requested = (((obj.get("spec") or {}).get("resources") or {}).get("requests") or {}).get(
+        "storage"
+    )
+    capacity = ((obj.get("status") or {}).get("capacity") or {}).get("storage")
+    slim: Obj = {
+        "metadata": _metadata(obj, "creationTimestamp", labels=(LABEL_COMPONENT, LABEL_GPU_PROFILE))
+    }
+    if requested is not None:
+        slim["spec"] = {"resources": {"requests": {"storage": requested}}}
+    if capacity is not None:
+        slim["status"] = {"capacity": {"storage": capacity}}
+    return slim
+
+
+def event(obj: Obj) -> Obj:
+    """Which object it is about and why; what was said and when only for a failed pod
+    creation, the one kind of Event status reports from (most Events are about progress)."""
+    slim = _words(obj, ("reason",))
+    if obj.get("reason") == FAILED_CREATE:
+        slim.update(_pick(obj, ("message", "lastTimestamp", "eventTime")))
+    slim["metadata"] = _metadata(obj)
+    involved = obj.get("involvedObject") or {}
+    slim["involvedObject"] = {"kind": _word(involved.get("kind")), "name": involved.get("name")}
+    return slim

@@ -1,0 +1,322 @@
+"""The watch-backed store of one namespace's boxes: cached objects, derived status,
+each box's place in line for a device, the kept response bodies, and waiters.
+
+Every read of the API is answered from here, from memory. Watch threads feed it; a box's
+status is derived again whenever one of its objects changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from kubernetes import client
+
+from devboxes_sdk.models import Devbox, DevboxState
+
+from ..box import render, status
+from ..config.settings import Settings
+from ..k8s import kube
+from ..k8s.kube import NotFound, Obj
+from ..placement import capacity
+from . import slim
+from .availability import Availability
+from .bodies import Body, body
+from .cache import Informer
+from .metrics import METRICS
+
+Clock = Callable[[], datetime]
+SETTLED = frozenset({DevboxState.READY, DevboxState.DEGRADED})
+DEPLOYMENT_PREFIX = "devbox-"
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def _box_from_event(event: Obj) -> str | None:
+    """Events carry no labels: map the involved object's name back to its box."""
+    involved = event.get("involvedObject") or {}
+    name = str(involved.get("name") or "")
+    if involved.get("kind") not in ("ReplicaSet", "Pod", "Deployment"):
+        return None
+    if not name.startswith(DEPLOYMENT_PREFIX):
+        return None
+    parts = name[len(DEPLOYMENT_PREFIX) :].split("-")
+    # Deployment devbox-NAME, ReplicaSet devbox-NAME-HASH, Pod devbox-NAME-HASH-SUFFIX
+    trim = {"Deployment": 0, "ReplicaSet": 1, "Pod": 2}[str(involved["kind"])]
+    return "-".join(parts[: len(parts) - trim]) if len(parts) > trim else None
+
+
+class BoxStore:
+    """Cached objects and derived status of every box in one namespace."""
+
+    def __init__(self, settings: Settings, api: client.ApiClient, clock: Clock = utcnow) -> None:
+        self.settings = settings
+        self.clock = clock
+        core = client.CoreV1Api(api)
+        apps = client.AppsV1Api(api)
+        self._status: dict[str, Devbox] = {}
+        self._status_body: dict[str, Body] = {}
+        self._list_body: Body | None = None
+        self._status_lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._changed: dict[str, asyncio.Event] = {}
+        self._queued: dict[str, capacity.Queued] = {}
+        self._listeners: list[Callable[[str], None]] = []
+        selector = render.MANAGED_SELECTOR
+        ns = settings.namespace
+        box_of = render.box_name_of
+        self._deployments = Informer(
+            "deployments",
+            apps.list_namespaced_deployment,
+            ns,
+            box_of,
+            self._changed_box,
+            selector,
+            strip=slim.deployment,
+        )
+        self._replicasets = Informer(
+            "replicasets",
+            apps.list_namespaced_replica_set,
+            ns,
+            box_of,
+            self._changed_box,
+            selector,
+            strip=slim.replicaset,
+        )
+        self._pods = Informer(
+            "pods",
+            core.list_namespaced_pod,
+            ns,
+            box_of,
+            self._changed_box,
+            selector,
+            strip=slim.pod,
+        )
+        self._services = Informer(
+            "services",
+            core.list_namespaced_service,
+            ns,
+            box_of,
+            self._changed_box,
+            selector,
+            strip=slim.service,
+        )
+        self._pvcs = Informer(
+            "persistentvolumeclaims",
+            core.list_namespaced_persistent_volume_claim,
+            ns,
+            box_of,
+            self._changed_box,
+            selector,
+            strip=slim.persistent_volume_claim,
+        )
+        self._events = Informer(
+            "events",
+            core.list_namespaced_event,
+            ns,
+            _box_from_event,
+            self._changed_box,
+            strip=slim.event,
+        )
+        self._informers = (
+            self._deployments,
+            self._replicasets,
+            self._pods,
+            self._services,
+            self._pvcs,
+            self._events,
+        )
+        # Not among ``informers``: readiness never depends on the cluster-wide watches.
+        self.availability = Availability(settings, api, self.waiting_counts)
+        self.availability.add_listener(self._availability_changed)
+
+    def start(self) -> None:
+        for informer in self._informers:
+            informer.start()
+        self.availability.start()
+
+    def stop(self) -> None:
+        for informer in self._informers:
+            informer.stop()
+        self.availability.stop()
+
+    def deployment(self, name: str) -> Obj | None:
+        return self._deployments.get(render.object_names(name).deployment)
+
+    def deployments(self) -> list[Obj]:
+        return self._deployments.all()
+
+    def claim(self, name: str) -> Obj | None:
+        """The box's home claim, which may outlive the box."""
+        return self._pvcs.get(render.object_names(name).pvc)
+
+    def claims(self) -> list[Obj]:
+        return self._pvcs.all()
+
+    def service(self, name: str) -> Obj | None:
+        return self._services.get(render.object_names(name).service)
+
+    def has_seen(self, deployment: Obj) -> bool:
+        """Wait briefly until the cache holds this version of a written Deployment, so the
+        response to a write and the next read agree."""
+        return self._deployments.wait_for_version(
+            deployment["metadata"]["name"], kube.resource_version(deployment)
+        )
+
+    def has_forgotten(self, name: str) -> bool:
+        """Wait briefly until the cache no longer holds the box's Deployment."""
+        return self._deployments.wait_for_absence(render.object_names(name).deployment)
+
+    def has_forgotten_claim(self, name: str) -> bool:
+        """Wait briefly until the cache no longer holds the box's home claim, or sees it go."""
+        return self._pvcs.wait_for_absence(render.object_names(name).pvc)
+
+    def synced(self) -> bool:
+        return all(i.synced.is_set() for i in self._informers)
+
+    def stale_kinds(self) -> list[str]:
+        """Kinds whose watch is not established right now."""
+        return [i.kind for i in self._informers if not i.healthy.is_set()]
+
+    def bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Waiters live on this loop; watch threads wake them through it."""
+        self._loop = loop
+
+    def add_listener(self, listener: Callable[[str], None]) -> None:
+        """Called from watch threads with the box name whenever a box's status is recomputed."""
+        self._listeners.append(listener)
+
+    def objects(self, name: str) -> status.BoxObjects | None:
+        names = render.object_names(name)
+        deployment = self._deployments.get(names.deployment)
+        if deployment is None:
+            return None
+        return status.BoxObjects(
+            deployment=deployment,
+            pods=self._pods.for_box(name),
+            replicasets=self._replicasets.for_box(name),
+            events=self._events.for_box(name),
+            service=self._services.get(names.service),
+            pvc=self._pvcs.get(names.pvc),
+        )
+
+    def _changed_box(self, name: str) -> None:
+        with self._status_lock:
+            # Read under the lock: watch threads of two kinds may announce the same box at
+            # once, and the one that stores last must also have read last, or its older
+            # view (a Deployment without its new pod) would stand until the next event.
+            objects = self.objects(name)
+            was = self._queued.pop(name, None)
+            if objects is None:
+                self._status.pop(name, None)
+                self._status_body.pop(name, None)
+                self._list_body = None
+            else:
+                box = status.derive(objects, self.settings, self.clock())
+                since = status.waiting_since(objects)
+                if since is not None and box.gpu is not None:
+                    gpu = box.gpu
+                    self._queued[name] = capacity.Queued(gpu.profile, gpu.display_name, since)
+                self._store(box)
+            now = self._queued.get(name)
+            profiles = {q.profile for q in (was, now) if q is not None}
+            touched = {name} | self._summarize(profiles)
+        if was != now:
+            self.availability.kick()
+        METRICS.boxes_changed()
+        self._announce(touched)
+
+    def _store(self, box: Devbox) -> None:
+        """Called with the status lock held."""
+        self._status[box.name] = box
+        self._status_body[box.name] = body(box.model_dump_json().encode())
+        self._list_body = None
+
+    def _announce(self, names: set[str]) -> None:
+        for name in sorted(names):
+            for listener in self._listeners:
+                listener(name)
+            if self._loop is not None:
+                self._loop.call_soon_threadsafe(self._wake, name)
+
+    def waiting_counts(self) -> dict[str, int]:
+        """Boxes waiting for a device, by profile."""
+        counts: dict[str, int] = {}
+        for queued in list(self._queued.values()):
+            counts[queued.profile] = counts.get(queued.profile, 0) + 1
+        return counts
+
+    def _summarize(self, profiles: set[str]) -> set[str]:
+        """Give each waiting box of these profiles its place in line and the free count;
+        returns the boxes whose summary changed. Called with the status lock held."""
+        touched: set[str] = set()
+        for profile in profiles:
+            entry = self.availability.profile(profile)
+            line = capacity.places_in_line(self._queued, profile)
+            for position, name in enumerate(line, start=1):
+                queued = self._queued[name]
+                summary = capacity.waiting_summary(queued.display_name, entry, position)
+                box = self._status.get(name)
+                if box is not None and box.summary != summary:
+                    self._store(box.model_copy(update={"summary": summary}))
+                    touched.add(name)
+        return touched
+
+    def _availability_changed(self) -> None:
+        with self._status_lock:
+            touched = self._summarize({q.profile for q in self._queued.values()})
+        self._announce(touched)
+
+    def _wake(self, name: str) -> None:
+        event = self._changed.pop(name, None)
+        if event is not None:
+            event.set()
+
+    def get(self, name: str) -> Devbox:
+        box = self._status.get(name)
+        if box is None:
+            raise NotFound(f"devbox '{name}' not found")
+        return box
+
+    def get_body(self, name: str) -> Body:
+        """The get response body, kept current by the watches."""
+        answer = self._status_body.get(name)
+        if answer is None:
+            raise NotFound(f"devbox '{name}' not found")
+        return answer
+
+    def list_body(self) -> Body:
+        """The list response body, assembled from the per-box bodies once per change."""
+        with self._status_lock:
+            if self._list_body is None:
+                order = sorted(
+                    self._status.values(), key=lambda b: (b.created_at, b.name), reverse=True
+                )
+                parts = [self._status_body[b.name].data for b in order]
+                self._list_body = body(b'{"items":[' + b",".join(parts) + b"]}", compress=True)
+            return self._list_body
+
+    def counts(self) -> dict[str, int]:
+        totals = {state.value: 0 for state in DevboxState}
+        for box in list(self._status.values()):
+            totals[box.state.value] += 1
+        return totals
+
+    async def wait_settled(self, name: str, timeout: float) -> Devbox:
+        """Until the box is ready or degraded, or the timeout passes; no polling, no thread."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            box = self.get(name)
+            remaining = deadline - loop.time()
+            if box.state in SETTLED or remaining <= 0:
+                return box
+            event = self._changed.setdefault(name, asyncio.Event())
+            try:
+                await asyncio.wait_for(event.wait(), remaining)
+            except TimeoutError:
+                return self.get(name)

@@ -1,0 +1,321 @@
+"""The web dashboard: login, the page and its assets, and a live stream of box updates.
+
+The page talks to ``/api/v1`` like any other client, authenticated by the session cookie
+and the session's CSRF value. Box updates are pushed from the watch cache over
+Server-Sent Events: the stream sends every box once, then each box again whenever the
+watches recompute its status; likewise the GPU availability (event ``availability``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import json
+import re
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Annotated
+from urllib.parse import parse_qs, urlsplit
+
+from fastapi import APIRouter, Depends, FastAPI, Request, Response
+from fastapi.responses import HTMLResponse, RedirectResponse, StreamingResponse
+
+from ..k8s.kube import ApiProblem
+from ..state.store import BoxStore
+from .auth import operator, token_matches
+from .sessions import COOKIE, SessionStore, csrf_matches
+
+STATIC = Path(__file__).resolve().parent / "static"
+ASSETS = {
+    "labels.js": "text/javascript",
+    "dashboard.js": "text/javascript",
+    "dashboard.css": "text/css",
+}
+PAGE_CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; form-action 'self'; base-uri 'none'; object-src 'none'; "
+    "frame-ancestors 'none'"
+)
+HOME = "/dashboard"
+LOGIN = "/dashboard/login"
+MAX_FORM_BYTES = 4096
+KEEPALIVE_SECONDS = 20.0
+SAFE_NEXT = re.compile(r"/dashboard(/[A-Za-z0-9_~-][A-Za-z0-9._~-]*)*/?")
+LOGIN_REFUSED = "That token was not accepted."
+
+
+class Subscriber:
+    """One open event stream: names of boxes changed since it last sent, and whether the
+    availability changed, coalesced."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.pending: set[str] = set()
+        self.availability = False
+        self.changed = asyncio.Event()
+
+    def notify(self, name: str) -> None:
+        self.pending.add(name)
+        self.changed.set()
+
+    def notify_availability(self) -> None:
+        self.availability = True
+        self.changed.set()
+
+    def take(self) -> tuple[list[str], bool]:
+        names = sorted(self.pending)
+        availability = self.availability
+        self.pending.clear()
+        self.availability = False
+        self.changed.clear()
+        return names, availability
+
+
+class Broadcaster:
+    """Fans box changes out from the watch threads to every open stream's event loop."""
+
+    def __init__(self) -> None:
+        self._subscribers: set[Subscriber] = set()
+
+    def subscribe(self) -> Subscriber:
+        subscriber = Subscriber(asyncio.get_running_loop())
+        self._subscribers.add(subscriber)
+        return subscriber
+
+    def unsubscribe(self, subscriber: Subscriber) -> None:
+        self._subscribers.discard(subscriber)
+
+    def changed(self, name: str) -> None:
+        """Called from watch threads."""
+        for subscriber in list(self._subscribers):
+            self._call(subscriber, subscriber.notify, name)
+
+    def availability_changed(self) -> None:
+        """Called from the availability thread."""
+        for subscriber in list(self._subscribers):
+            self._call(subscriber, subscriber.notify_availability)
+
+    def _call(self, subscriber: Subscriber, function: Callable[..., None], *args: str) -> None:
+        try:
+            subscriber.loop.call_soon_threadsafe(function, *args)
+        except RuntimeError:
+            # The loop is closed: the server is shutting down and the stream is gone.
+            self._subscribers.discard(subscriber)
+
+
+def _template(name: str, values: dict[str, str]) -> str:
+    text = (STATIC / name).read_text()
+    for key, value in values.items():
+        text = text.replace("{{" + key + "}}", html.escape(value, quote=True))
+    return text
+
+
+def _page(body: str, status: int = 200) -> HTMLResponse:
+    return HTMLResponse(
+        body,
+        status_code=status,
+        headers={"Content-Security-Policy": PAGE_CSP, "Cache-Control": "no-store"},
+    )
+
+
+def safe_next(target: str | None) -> str:
+    """Where to go after login: a dashboard path, never another site or another app."""
+    if target and SAFE_NEXT.fullmatch(target) and not target.startswith(LOGIN):
+        return target
+    return HOME
+
+
+def _sessions(request: Request) -> SessionStore:
+    sessions: SessionStore = request.app.state.sessions
+    return sessions
+
+
+def _same_origin(request: Request) -> bool:
+    """Refuse form posts that another site makes the browser send.
+
+    Browsers label every request with ``Sec-Fetch-Site``; with the no-referrer policy
+    their ``Origin`` on a form post is "null", so it is only the fallback for older ones.
+    """
+    site = request.headers.get("sec-fetch-site")
+    if site is not None:
+        return site in ("same-origin", "none")
+    origin = request.headers.get("origin")
+    if origin is None:
+        return True
+    parts = urlsplit(origin)
+    return parts.scheme == request.url.scheme and parts.netloc == request.url.netloc
+
+
+async def _form(request: Request) -> dict[str, str]:
+    body = await request.body()
+    if len(body) > MAX_FORM_BYTES:
+        return {}
+    try:
+        fields = parse_qs(body.decode(), keep_blank_values=True, max_num_fields=10)
+    except (UnicodeDecodeError, ValueError):
+        return {}
+    return {key: values[0] for key, values in fields.items()}
+
+
+def _login_page(target: str, error: str = "", status: int = 200) -> HTMLResponse:
+    return _page(_template("login.html", {"next": target, "error": error}), status)
+
+
+router = APIRouter(include_in_schema=False)
+
+
+def set_session_cookie(request: Request, response: Response, value: str) -> None:
+    response.set_cookie(
+        COOKIE,
+        value,
+        path="/",
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+
+
+@router.get("/")
+def root() -> Response:
+    # Someone who opens the bare controller address wants the page, not a JSON 404.
+    return RedirectResponse(HOME, status_code=303)
+
+
+@router.get("/dashboard")
+def dashboard(request: Request) -> Response:
+    session = _sessions(request).lookup(request.cookies.get(COOKIE))
+    if session is None:
+        return RedirectResponse(f"{LOGIN}?next={HOME}", status_code=303)
+    store: BoxStore = request.app.state.store
+    page = _page(
+        _template(
+            "dashboard.html",
+            {
+                "csrf": session.csrf,
+                "ttl_max": str(store.settings.ttl.max_hours),
+            },
+        )
+    )
+    if session.reissued:
+        set_session_cookie(request, page, session.cookie)
+    return page
+
+
+@router.get("/dashboard/login")
+def login_form(request: Request, next: str | None = None) -> Response:
+    target = safe_next(next)
+    if _sessions(request).lookup(request.cookies.get(COOKIE), touch=False) is not None:
+        return RedirectResponse(target, status_code=303)
+    return _login_page(target)
+
+
+@router.post("/dashboard/login")
+async def login(request: Request) -> Response:
+    form = await _form(request)
+    target = safe_next(form.get("next"))
+    if not _same_origin(request):
+        return _login_page(target, "This form must be sent from the dashboard itself.", 403)
+    token = form.get("token", "").strip()
+    if not token or not token_matches(token, request.app.state.token):
+        return _login_page(target, LOGIN_REFUSED, 401)
+    response = RedirectResponse(target, status_code=303)
+    set_session_cookie(request, response, _sessions(request).create().cookie)
+    return response
+
+
+@router.post("/dashboard/logout")
+async def logout(request: Request) -> Response:
+    sessions = _sessions(request)
+    cookie = request.cookies.get(COOKIE)
+    session = sessions.lookup(cookie, touch=False)
+    form = await _form(request)
+    if session is not None:
+        if not _same_origin(request) or not csrf_matches(session, form.get("csrf")):
+            raise ApiProblem(403, "missing or wrong CSRF value")
+        sessions.end(cookie)
+    response = RedirectResponse(LOGIN, status_code=303)
+    response.delete_cookie(
+        COOKIE, path="/", httponly=True, samesite="strict", secure=request.url.scheme == "https"
+    )
+    return response
+
+
+@router.get("/dashboard/static/{name}")
+def asset(name: str) -> Response:
+    media_type = ASSETS.get(name)
+    if media_type is None:
+        raise ApiProblem(404, f"no asset named {name!r}")
+    return Response(
+        (STATIC / name).read_bytes(),
+        media_type=f"{media_type}; charset=utf-8",
+        headers={"Cache-Control": "no-cache"},
+    )
+
+
+def _event(kind: str, data: str) -> bytes:
+    return f"event: {kind}\ndata: {data}\n\n".encode()
+
+
+async def _stream(
+    request: Request, store: BoxStore, broadcaster: Broadcaster, subscriber: Subscriber
+) -> AsyncIterator[bytes]:
+    sessions = _sessions(request)
+    cookie = request.cookies.get(COOKIE)
+    try:
+        snapshot = store.list_body().data.decode()
+        # Only boxes this stream has shown are reported as removed: the watches may see a
+        # new box's other objects before its Deployment.
+        shown = {box["name"] for box in json.loads(snapshot)["items"]}
+        yield b"retry: 3000\n\n"
+        yield _event("snapshot", snapshot)
+        yield _event("availability", store.availability.current().model_dump_json())
+        while True:
+            try:
+                await asyncio.wait_for(subscriber.changed.wait(), KEEPALIVE_SECONDS)
+                quiet = False
+            except TimeoutError:
+                quiet = True
+            if cookie is not None and sessions.lookup(cookie, touch=False) is None:
+                yield _event("expired", "{}")
+                return
+            if quiet:
+                yield b": keepalive\n\n"
+                continue
+            names, availability = subscriber.take()
+            if availability:
+                yield _event("availability", store.availability.current().model_dump_json())
+            for name in names:
+                try:
+                    box = store.get(name)
+                except ApiProblem:
+                    if name in shown:
+                        shown.discard(name)
+                        yield _event("removed", json.dumps({"name": name}))
+                    continue
+                shown.add(name)
+                yield _event("box", box.model_dump_json())
+    finally:
+        broadcaster.unsubscribe(subscriber)
+
+
+@router.get("/dashboard/events")
+async def events(request: Request, _: Annotated[str, Depends(operator)]) -> Response:
+    store: BoxStore = request.app.state.store
+    broadcaster: Broadcaster = request.app.state.broadcaster
+    # Subscribe before the snapshot is taken, so no change between the two is lost.
+    subscriber = broadcaster.subscribe()
+    return StreamingResponse(
+        _stream(request, store, broadcaster, subscriber),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )
+
+
+def mount_dashboard(app: FastAPI, store: BoxStore) -> None:
+    """Sessions, the push of box changes, and the dashboard routes."""
+    app.state.sessions = SessionStore(app.state.token)
+    broadcaster = Broadcaster()
+    app.state.broadcaster = broadcaster
+    store.add_listener(broadcaster.changed)
+    store.availability.add_listener(broadcaster.availability_changed)
+    app.include_router(router)

@@ -1,0 +1,505 @@
+"""Status derivation (docs/controller.md, "States") from plain objects, first match wins."""
+
+from __future__ import annotations
+
+import copy
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from devboxes_controller.box import render
+from devboxes_controller.box.activity import ANNOTATION_ACTIVITY
+from devboxes_controller.box.status import BoxObjects, derive
+from devboxes_controller.config.settings import Settings, settings_from_mapping
+
+from devboxes_sdk.models import DevboxState
+
+Obj = dict[str, Any]
+
+SCHEDULER_WORDS = (
+    "0/7 nodes are available: 2 Insufficient nvidia.com/gpu, 5 node(s) didn't match "
+    "Pod's node affinity/selector. preemption: 0/7 nodes are available: 2 No preemption "
+    "victims found for incoming pod, 5 Preemption is not helpful for scheduling."
+)
+RUNTIME_CLASS_REFUSAL = (
+    'pods "devbox-atlas-6d8f9c7b5-" is forbidden: pod rejected: RuntimeClass "amd" not found'
+)
+L4 = {
+    "name": "nvidia-l4",
+    "displayName": "NVIDIA L4",
+    "resourceName": "nvidia.com/gpu",
+    "count": 1,
+    "runtimeClassName": "nvidia",
+}
+
+
+def make_settings(**overrides: Any) -> Settings:
+    data: Obj = {
+        "ssh": {"serviceType": "NodePort", "host": "box.example.org"},
+        "gpu": {"enabled": True, "defaultProfile": "nvidia-l4", "profiles": [L4]},
+    }
+    data.update(overrides)
+    return settings_from_mapping(data)
+
+
+SETTINGS = make_settings()
+# The time each derivation is judged at: an hour after the boxes below were created.
+NOW = datetime(2030, 1, 1, 9, tzinfo=UTC)
+
+
+def deployment(
+    replicas: int = 1, gpu: bool = False, annotations: dict[str, str] | None = None
+) -> Obj:
+    spec = render.BoxSpec(
+        name="atlas",
+        preset="medium",
+        ttl_hours=4,
+        repository=None,
+        expires_at=datetime(2030, 1, 1, 12, tzinfo=UTC),
+        gpu=SETTINGS.gpu.profile("nvidia-l4") if gpu else None,
+    )
+    obj = render.render_deployment(spec, SETTINGS, replicas=replicas)
+    obj["metadata"].update(
+        creationTimestamp="2030-01-01T08:00:00Z", uid="d-1", resourceVersion="10"
+    )
+    obj["metadata"]["annotations"].update(annotations or {})
+    obj["status"] = {}
+    return obj
+
+
+def with_conditions(obj: Obj, *conditions: Obj) -> Obj:
+    obj = copy.deepcopy(obj)
+    obj.setdefault("status", {})["conditions"] = list(conditions)
+    return obj
+
+
+def pod(
+    name: str = "devbox-atlas-6d8f9c7b5-x1",
+    *,
+    node: str | None = "l4-0",
+    phase: str = "Running",
+    ready: bool = False,
+    created: str = "2030-01-01T08:00:01Z",
+    conditions: tuple[Obj, ...] = (),
+    containers: tuple[Obj, ...] = (),
+    **status: Any,
+) -> Obj:
+    spec: Obj = {"containers": [{"name": "devbox", "image": "w"}]}
+    if node:
+        spec["nodeName"] = node
+    base = [{"type": "Ready", "status": "True" if ready else "False"}]
+    return {
+        "metadata": {
+            "name": name,
+            "creationTimestamp": created,
+            "labels": render.labels("atlas", render.COMPONENT_WORKSPACE),
+        },
+        "spec": spec,
+        "status": {
+            "phase": phase,
+            "conditions": base + list(conditions),
+            "containerStatuses": list(containers),
+            **status,
+        },
+    }
+
+
+def node_port_service(node_port: int | None = 30122) -> Obj:
+    port: Obj = {"name": "ssh", "port": 22, "targetPort": 2222}
+    if node_port:
+        port["nodePort"] = node_port
+    return {
+        "metadata": {"name": "devbox-atlas-ssh"},
+        "spec": {"type": "NodePort", "ports": [port]},
+        "status": {},
+    }
+
+
+def load_balancer(*ingress: Obj) -> Obj:
+    return {
+        "metadata": {"name": "devbox-atlas-ssh"},
+        "spec": {"type": "LoadBalancer", "ports": [{"name": "ssh", "port": 22}]},
+        "status": {"loadBalancer": {"ingress": list(ingress)}},
+    }
+
+
+def replicaset(name: str = "devbox-atlas-6d8f9c7b5", *conditions: Obj) -> Obj:
+    return {
+        "metadata": {"name": name, "labels": render.labels("atlas", "workspace")},
+        "status": {"conditions": list(conditions)},
+    }
+
+
+def failed_create(
+    message: str, involved: str = "devbox-atlas-6d8f9c7b5", at: str = "2030-01-01T08:00:05Z"
+) -> Obj:
+    return {
+        "metadata": {"name": f"{involved}.{at}"},
+        "reason": "FailedCreate",
+        "type": "Warning",
+        "message": message,
+        "lastTimestamp": at,
+        "involvedObject": {"kind": "ReplicaSet", "name": involved},
+    }
+
+
+def waiting(reason: str, message: str | None = None, name: str = "devbox") -> Obj:
+    state: Obj = {"reason": reason}
+    if message is not None:
+        state["message"] = message
+    return {"name": name, "restartCount": 0, "state": {"waiting": state}}
+
+
+UNSCHEDULABLE = {
+    "type": "PodScheduled",
+    "status": "False",
+    "reason": "Unschedulable",
+    "message": SCHEDULER_WORDS,
+}
+DEADLINE = {
+    "type": "Progressing",
+    "status": "False",
+    "reason": "ProgressDeadlineExceeded",
+    "message": 'ReplicaSet "devbox-atlas-6d8f9c7b5" has timed out progressing.',
+}
+REPLICA_FAILURE = {
+    "type": "ReplicaFailure",
+    "status": "True",
+    "reason": "FailedCreate",
+    "message": RUNTIME_CLASS_REFUSAL,
+}
+
+
+# -- stopped ---------------------------------------------------------------------------------
+def test_zero_replicas_is_stopped_whatever_the_pods_say() -> None:
+    objects = BoxObjects(
+        deployment=with_conditions(deployment(replicas=0), DEADLINE),
+        pods=[pod(ready=True), pod("devbox-atlas-6d8f9c7b5-x2", phase="Failed")],
+        service=node_port_service(),
+    )
+    box = derive(objects, SETTINGS, NOW)
+    assert box.state is DevboxState.STOPPED
+    assert box.message == "Stopped; storage is kept. Start it to continue."
+    assert (box.pod_name, box.pod_ready, box.ssh_command, box.restarts) == (None, False, None, 0)
+
+
+def test_a_box_stopped_by_its_ttl_says_when() -> None:
+    objects = BoxObjects(
+        deployment=deployment(
+            replicas=0, annotations={render.ANNOTATION_EXPIRED_AT: "2030-01-01T12:00:00Z"}
+        )
+    )
+    box = derive(objects, SETTINGS, NOW)
+    assert box.state is DevboxState.STOPPED
+    assert box.message == (
+        "Stopped when its time to live ran out at 2030-01-01T12:00:00Z; storage is kept."
+    )
+
+
+# -- ready -----------------------------------------------------------------------------------
+def test_ready_pod_with_a_node_port_is_ready_with_an_ssh_command() -> None:
+    objects = BoxObjects(
+        deployment=deployment(), pods=[pod(ready=True)], service=node_port_service(30122)
+    )
+    box = derive(objects, SETTINGS, NOW)
+    assert box.state is DevboxState.READY
+    assert (box.ssh_host, box.ssh_port) == ("box.example.org", 30122)
+    assert box.ssh_command == "ssh -p 30122 dev@box.example.org"
+    assert box.pod_name == "devbox-atlas-6d8f9c7b5-x1"
+    assert box.pod_ready is True
+
+
+def test_ready_wins_over_a_stale_failure_condition() -> None:
+    objects = BoxObjects(
+        deployment=with_conditions(deployment(), DEADLINE, REPLICA_FAILURE),
+        pods=[pod(ready=True)],
+        service=node_port_service(),
+    )
+    assert derive(objects, SETTINGS, NOW).state is DevboxState.READY
+
+
+@pytest.mark.parametrize("service", [None, node_port_service(None)], ids=["none", "no-port"])
+def test_ready_pod_without_an_address_is_still_starting(service: Obj | None) -> None:
+    box = derive(
+        BoxObjects(deployment=deployment(), pods=[pod(ready=True)], service=service), SETTINGS, NOW
+    )
+    assert box.state is DevboxState.STARTING
+    assert box.message == "Waiting for the SSH service to get an address."
+    assert box.ssh_command is None
+    assert box.ssh_host is None
+
+
+def test_node_port_without_a_configured_host_has_no_address() -> None:
+    settings = make_settings(ssh={"serviceType": "NodePort", "host": None})
+    box = derive(
+        BoxObjects(deployment=deployment(), pods=[pod(ready=True)], service=node_port_service()),
+        settings,
+        NOW,
+    )
+    assert box.state is DevboxState.STARTING
+    assert box.message == "Waiting for the SSH service to get an address."
+
+
+@pytest.mark.parametrize(
+    ("ingress", "host"),
+    [({"ip": "203.0.113.7"}, "203.0.113.7"), ({"hostname": "lb.example.org"}, "lb.example.org")],
+)
+def test_load_balancer_ingress_is_the_ssh_address(ingress: Obj, host: str) -> None:
+    settings = make_settings(ssh={"serviceType": "LoadBalancer"})
+    box = derive(
+        BoxObjects(deployment=deployment(), pods=[pod(ready=True)], service=load_balancer(ingress)),
+        settings,
+        NOW,
+    )
+    assert box.state is DevboxState.READY
+    assert box.ssh_command == f"ssh -p 22 dev@{host}"
+
+
+def test_load_balancer_without_ingress_waits_for_an_address() -> None:
+    settings = make_settings(ssh={"serviceType": "LoadBalancer"})
+    box = derive(
+        BoxObjects(deployment=deployment(), pods=[pod(ready=True)], service=load_balancer()),
+        settings,
+        NOW,
+    )
+    assert box.state is DevboxState.STARTING
+    assert box.message == "Waiting for the SSH service to get an address."
+
+
+# -- degraded --------------------------------------------------------------------------------
+def test_failed_pod_is_degraded_with_its_message() -> None:
+    failed = pod(phase="Failed", message="The node was low on resource: memory.", reason="Evicted")
+    box = derive(BoxObjects(deployment=deployment(), pods=[failed]), SETTINGS, NOW)
+    assert box.state is DevboxState.DEGRADED
+    assert box.message == "The pod failed: The node was low on resource: memory."
+
+
+@pytest.mark.parametrize(
+    "reason", ["CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError"]
+)
+def test_container_failures_are_degraded_with_reason_and_message(reason: str) -> None:
+    message = f"back-off pulling or running: {reason.lower()} detail"
+    box = derive(
+        BoxObjects(deployment=deployment(), pods=[pod(containers=(waiting(reason, message),))]),
+        SETTINGS,
+        NOW,
+    )
+    assert box.state is DevboxState.DEGRADED
+    assert box.message == f"{reason}: {message}"
+
+
+def test_init_container_failure_counts_and_the_container_name_stands_in_for_a_message() -> None:
+    failing = pod(initContainerStatuses=[waiting("ErrImagePull", None, name="fetch-repo")])
+    box = derive(BoxObjects(deployment=deployment(), pods=[failing]), SETTINGS, NOW)
+    assert box.state is DevboxState.DEGRADED
+    assert box.message == "ErrImagePull: fetch-repo"
+
+
+def test_ordinary_waiting_reasons_are_not_failures() -> None:
+    creating = pod(phase="Pending", containers=(waiting("ContainerCreating"),))
+    box = derive(BoxObjects(deployment=deployment(), pods=[creating]), SETTINGS, NOW)
+    assert box.state is DevboxState.STARTING
+    assert box.message == "Waiting for the container to start on l4-0."
+
+
+def test_deployment_replica_failure_is_degraded_with_the_admission_message() -> None:
+    objects = BoxObjects(deployment=with_conditions(deployment(gpu=True), REPLICA_FAILURE))
+    box = derive(objects, SETTINGS, NOW)
+    assert box.state is DevboxState.DEGRADED
+    assert box.message == f"Kubernetes cannot create the pod: {RUNTIME_CLASS_REFUSAL}"
+
+
+def test_replicaset_failure_condition_is_degraded() -> None:
+    objects = BoxObjects(
+        deployment=deployment(gpu=True),
+        replicasets=[replicaset("devbox-atlas-6d8f9c7b5", REPLICA_FAILURE)],
+    )
+    box = derive(objects, SETTINGS, NOW)
+    assert box.state is DevboxState.DEGRADED
+    assert box.message == f"Kubernetes cannot create the pod: {RUNTIME_CLASS_REFUSAL}"
+
+
+def test_failed_create_events_of_the_box_replicaset_are_read_latest_first() -> None:
+    objects = BoxObjects(
+        deployment=deployment(gpu=True),
+        replicasets=[replicaset()],
+        events=[
+            failed_create("an older refusal", at="2030-01-01T08:00:01Z"),
+            failed_create(RUNTIME_CLASS_REFUSAL, at="2030-01-01T08:00:09Z"),
+            failed_create(
+                "quota exceeded elsewhere", involved="devbox-other-1234", at="2030-01-01T09:00:00Z"
+            ),
+        ],
+    )
+    box = derive(objects, SETTINGS, NOW)
+    assert box.state is DevboxState.DEGRADED
+    assert box.message == f"Kubernetes cannot create the pod: {RUNTIME_CLASS_REFUSAL}"
+
+
+def test_failed_create_events_of_unknown_replicasets_are_ignored() -> None:
+    objects = BoxObjects(
+        deployment=deployment(),
+        replicasets=[replicaset()],
+        events=[failed_create("not ours", involved="devbox-other-1234")],
+    )
+    box = derive(objects, SETTINGS, NOW)
+    assert box.state is DevboxState.STARTING
+    assert box.message == "Waiting for the pod to be created."
+
+
+def test_progress_deadline_exceeded_is_degraded_before_scheduling_blocked() -> None:
+    objects = BoxObjects(
+        deployment=with_conditions(deployment(gpu=True), DEADLINE),
+        pods=[pod(node=None, phase="Pending", conditions=(UNSCHEDULABLE,))],
+    )
+    box = derive(objects, SETTINGS, NOW)
+    assert box.state is DevboxState.DEGRADED
+    assert box.message == f"The box did not become ready in time: {DEADLINE['message']}"
+
+
+def test_pod_failure_wins_over_a_progress_deadline() -> None:
+    objects = BoxObjects(
+        deployment=with_conditions(deployment(), DEADLINE),
+        pods=[pod(containers=(waiting("CrashLoopBackOff", "back-off 5m"),))],
+    )
+    assert derive(objects, SETTINGS, NOW).message == "CrashLoopBackOff: back-off 5m"
+
+
+# -- starting --------------------------------------------------------------------------------
+def test_unschedulable_pod_is_starting_with_the_scheduler_words_verbatim() -> None:
+    objects = BoxObjects(
+        deployment=deployment(gpu=True),
+        pods=[pod(node=None, phase="Pending", conditions=(UNSCHEDULABLE,))],
+    )
+    box = derive(objects, SETTINGS, NOW)
+    assert box.state is DevboxState.STARTING
+    assert box.message == f"Scheduling blocked: {SCHEDULER_WORDS}"
+
+
+@pytest.mark.parametrize(
+    ("pods", "message"),
+    [
+        ([], "Waiting for the pod to be created."),
+        ([pod(node=None, phase="Pending")], "Waiting for the scheduler."),
+        ([pod(node="cpu-1", phase="Pending")], "Waiting for the container to start on cpu-1."),
+        ([pod(node="cpu-1", phase="Running")], "Waiting for the SSH server to become ready."),
+    ],
+    ids=["no-pod", "unscheduled", "pending", "running"],
+)
+def test_starting_says_what_it_waits_for(pods: list[Obj], message: str) -> None:
+    box = derive(
+        BoxObjects(deployment=deployment(), pods=pods, service=node_port_service()), SETTINGS, NOW
+    )
+    assert box.state is DevboxState.STARTING
+    assert box.message == message
+
+
+def test_the_newest_live_pod_speaks_for_the_box() -> None:
+    old_ready = pod("devbox-atlas-old-a", ready=True, created="2030-01-01T08:00:01Z")
+    old_ready["metadata"]["deletionTimestamp"] = "2030-01-01T08:05:00Z"
+    older = pod(
+        "devbox-atlas-old-b", phase="Failed", created="2030-01-01T07:00:00Z", message="evicted"
+    )
+    newest = pod(
+        "devbox-atlas-new-c",
+        node=None,
+        phase="Pending",
+        created="2030-01-01T08:06:00Z",
+        conditions=(UNSCHEDULABLE,),
+    )
+    box = derive(
+        BoxObjects(
+            deployment=deployment(), pods=[old_ready, older, newest], service=node_port_service()
+        ),
+        SETTINGS,
+        NOW,
+    )
+    assert box.state is DevboxState.STARTING
+    assert box.pod_name == "devbox-atlas-new-c"
+    assert box.message == f"Scheduling blocked: {SCHEDULER_WORDS}"
+
+
+# -- the rest of the wire object ---------------------------------------------------------------
+def test_gpu_comes_from_the_pinned_snapshot_not_the_live_catalog() -> None:
+    pinned = deployment(gpu=True, replicas=0)
+    disabled = make_settings(
+        gpu={
+            "enabled": False,
+            "defaultProfile": "nvidia-l4",
+            "profiles": [{**L4, "displayName": "Renamed", "count": 2}],
+        }
+    )
+    box = derive(BoxObjects(deployment=pinned), disabled, NOW)
+    assert box.gpu is not None
+    assert (box.gpu.profile, box.gpu.display_name, box.gpu.count) == ("nvidia-l4", "NVIDIA L4", 1)
+    assert derive(BoxObjects(deployment=deployment()), SETTINGS, NOW).gpu is None
+
+
+def test_metadata_fields_come_from_the_annotations_and_objects() -> None:
+    restarted = pod(
+        ready=True,
+        containers=(
+            {"name": "devbox", "restartCount": 2, "state": {"running": {}}},
+            {"name": "sidecar", "restartCount": 1, "state": {"running": {}}},
+        ),
+    )
+    claim = {
+        "metadata": {"name": "devbox-atlas-home"},
+        "spec": {"resources": {"requests": {"storage": "30Gi"}}},
+        "status": {"capacity": {"storage": "20Gi"}},
+    }
+    box = derive(
+        BoxObjects(
+            deployment=deployment(), pods=[restarted], service=node_port_service(), pvc=claim
+        ),
+        SETTINGS,
+        NOW,
+    )
+    assert box.name == "atlas"
+    assert box.preset == "medium"
+    assert box.created_at == datetime(2030, 1, 1, 8, tzinfo=UTC)
+    assert box.expires_at == datetime(2030, 1, 1, 12, tzinfo=UTC)
+    assert box.expires_at - box.created_at == timedelta(hours=4)
+    assert box.restarts == 3
+    assert box.storage_size == "30Gi"
+    assert derive(BoxObjects(deployment=deployment()), SETTINGS, NOW).storage_size is None
+
+
+def test_activity_is_judged_at_the_time_it_is_derived_for() -> None:
+    settings = make_settings(idle={"cpuStopAfterMinutes": 60, "controllerUrl": "http://c"})
+    record = json.dumps({"reportedAt": "2030-01-01T08:58:00Z", "idleSince": "2030-01-01T08:30:00Z"})
+    objects = BoxObjects(deployment=deployment(annotations={ANNOTATION_ACTIVITY: record}))
+    idle = derive(objects, settings, NOW).activity
+    assert idle is not None
+    assert (idle.state, idle.stops_at) == ("idle", datetime(2030, 1, 1, 9, 30, tzinfo=UTC))
+    # Six minutes later without a report nobody knows what the box does.
+    later = derive(objects, settings, NOW + timedelta(minutes=4))
+    assert later.activity is not None
+    assert later.activity.state == "unknown"
+
+
+def test_a_box_kubernetes_has_not_dated_yet_is_created_now() -> None:
+    undated = deployment()
+    del undated["metadata"]["creationTimestamp"]
+    assert derive(BoxObjects(deployment=undated), SETTINGS, NOW).created_at == NOW
+
+
+def test_failed_create_events_from_before_the_latest_start_are_stale() -> None:
+    objects = BoxObjects(
+        deployment=deployment(gpu=True),  # started 08:00: deadline 12:00 minus 4 h
+        replicasets=[replicaset()],
+        events=[failed_create(RUNTIME_CLASS_REFUSAL, at="2030-01-01T07:59:00Z")],
+    )
+    box = derive(objects, SETTINGS, NOW)
+    assert box.state is DevboxState.STARTING
+    assert box.message == "Waiting for the pod to be created."
+
+
+def test_an_unreadable_snapshot_degrades_the_box_instead_of_hiding_it() -> None:
+    broken = deployment(gpu=True, annotations={render.ANNOTATION_GPU_SNAPSHOT: "{not json"})
+    box = derive(BoxObjects(deployment=broken), SETTINGS, NOW)
+    assert box.state is DevboxState.DEGRADED
+    assert box.message is not None
+    assert box.message.startswith("The pinned GPU profile cannot be read")
+    assert box.gpu is None

@@ -1,0 +1,282 @@
+"""Reconciliation on the real testbed: TTL expiry, repair of partial creates, leader election."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import requests
+from controller_process import ControllerProcess, StartController, example_settings
+from devboxes_controller.box import render
+from devboxes_controller.config.settings import settings_from_mapping
+from devboxes_controller.k8s.timestamps import format_timestamp
+from kubernetes import client
+from support import wait_for
+
+LEASE = "devboxes-controller"
+
+
+def api_call(process: ControllerProcess, method: str, path: str, **kwargs: Any) -> Any:
+    response = requests.request(
+        method, f"{process.url}/api/v1{path}", headers=process.headers(), timeout=60, **kwargs
+    )
+    assert response.ok, response.text
+    return response.json()
+
+
+def box(process: ControllerProcess, name: str) -> dict[str, Any]:
+    return dict(api_call(process, "GET", f"/devboxes/{name}"))
+
+
+def expire_now(kube: Any, namespace: str, name: str) -> None:
+    """Move the stored deadline into the past, as if the TTL had run out."""
+    past = format_timestamp(datetime.now(UTC) - timedelta(minutes=1))
+    client.AppsV1Api(kube).patch_namespaced_deployment(
+        render.object_names(name).deployment,
+        namespace,
+        {"metadata": {"annotations": {render.ANNOTATION_EXPIRES_AT: past}}},
+    )
+
+
+def events(kube: Any, namespace: str, name: str, reason: str) -> list[Any]:
+    found = client.CoreV1Api(kube).list_namespaced_event(namespace).items
+    deployment = render.object_names(name).deployment
+    return [
+        e
+        for e in found
+        if e.reason == reason
+        and e.involved_object.name == deployment
+        and e.involved_object.kind == "Deployment"
+    ]
+
+
+def replicas(kube: Any, namespace: str, name: str) -> int:
+    deployment = client.AppsV1Api(kube).read_namespaced_deployment(
+        render.object_names(name).deployment, namespace
+    )
+    return int(deployment.spec.replicas)
+
+
+def exists(read: Callable[..., Any], name: str, namespace: str) -> bool:
+    try:
+        obj = read(name, namespace)
+    except client.ApiException as err:
+        if err.status == 404:
+            return False
+        raise
+    return obj.metadata.deletion_timestamp is None
+
+
+def lease_holder(kube: Any, namespace: str) -> str | None:
+    try:
+        lease = client.CoordinationV1Api(kube).read_namespaced_lease(LEASE, namespace)
+    except client.ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+    holder = lease.spec.holder_identity
+    return str(holder) if holder else None
+
+
+def expired_in_log(process: ControllerProcess, name: str) -> bool:
+    for line in process.log.read_text().splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if entry.get("message") == "box expired" and entry.get("box") == name:
+            return True
+    return False
+
+
+def test_ttl_expiry_stops_the_box_and_records_an_event(
+    start_controller: StartController, kube: Any, namespace: str
+) -> None:
+    process = start_controller()
+    api_call(process, "POST", "/devboxes", json={"name": "brief", "ttl_hours": 1})
+    ready = api_call(process, "GET", "/devboxes/brief", params={"wait": "ready", "timeout": 60})
+    assert ready["state"] == "ready", ready
+
+    # A Deployment whose record was edited by hand must not stall the other boxes.
+    broken = render.render_deployment(
+        render.BoxSpec(
+            name="broken",
+            preset="small",
+            ttl_hours=1,
+            repository=None,
+            expires_at=datetime.now(UTC),
+            gpu=None,
+        ),
+        settings_from_mapping(example_settings(namespace)),
+        replicas=0,
+    )
+    del broken["metadata"]["annotations"][render.ANNOTATION_TTL_HOURS]
+    client.AppsV1Api(kube).create_namespaced_deployment(namespace, broken)
+    expire_now(kube, namespace, "brief")
+
+    def stopped() -> dict[str, Any] | None:
+        """the reconciler stops the box once its deadline has passed"""
+        current = box(process, "brief")
+        return current if current["state"] == "stopped" else None
+
+    stopped_box = wait_for(stopped, timeout=30)
+    assert "time to live" in stopped_box["message"]
+    assert replicas(kube, namespace, "brief") == 0
+    annotations = (
+        client.AppsV1Api(kube)
+        .read_namespaced_deployment("devbox-brief", namespace)
+        .metadata.annotations
+    )
+    assert render.ANNOTATION_EXPIRED_AT in annotations
+    assert render.ANNOTATION_EXPIRES_AT in annotations
+    assert exists(
+        client.CoreV1Api(kube).read_namespaced_persistent_volume_claim,
+        "devbox-brief-home",
+        namespace,
+    )
+
+    expired = wait_for(lambda: events(kube, namespace, "brief", "Expired"), timeout=15)
+    assert expired[0].source.component == render.MANAGER
+
+    # Starting again renews the deadline; the reconciler leaves the box running.
+    restarted = api_call(process, "POST", "/devboxes/brief/start")
+    assert restarted["expires_at"] > ready["expires_at"]
+    assert (
+        api_call(process, "GET", "/devboxes/brief", params={"wait": "ready", "timeout": 60})[
+            "state"
+        ]
+        == "ready"
+    )
+    assert replicas(kube, namespace, "brief") == 1
+
+
+def test_deleted_service_is_recreated(
+    start_controller: StartController, kube: Any, namespace: str
+) -> None:
+    process = start_controller()
+    api_call(process, "POST", "/devboxes", json={"name": "lost-service"})
+    core = client.CoreV1Api(kube)
+    wait_for(lambda: exists(core.read_namespaced_service, "devbox-lost-service-ssh", namespace))
+    core.delete_namespaced_service("devbox-lost-service-ssh", namespace)
+
+    wait_for(
+        lambda: exists(core.read_namespaced_service, "devbox-lost-service-ssh", namespace),
+        timeout=20,
+    )
+    assert wait_for(lambda: events(kube, namespace, "lost-service", "Repaired"), timeout=15)
+    ready = api_call(
+        process, "GET", "/devboxes/lost-service", params={"wait": "ready", "timeout": 60}
+    )
+    assert ready["state"] == "ready", ready
+
+
+def test_create_interrupted_after_the_deployment_is_completed(
+    start_controller: StartController, kube: Any, namespace: str
+) -> None:
+    """Only the Deployment was written, as if the controller died right after it."""
+    process = start_controller()
+    settings = settings_from_mapping(example_settings(namespace))
+    spec = render.BoxSpec(
+        name="half",
+        preset="small",
+        ttl_hours=2,
+        repository=None,
+        expires_at=datetime.now(UTC) + timedelta(hours=2),
+        gpu=settings.gpu.profile("nvidia-a100-mig-1g10gb"),
+    )
+    client.AppsV1Api(kube).create_namespaced_deployment(
+        namespace, render.render_deployment(spec, settings)
+    )
+    core = client.CoreV1Api(kube)
+
+    def completed() -> bool:
+        """the reconciler writes the missing claim and Service"""
+        return exists(
+            core.read_namespaced_persistent_volume_claim, "devbox-half-home", namespace
+        ) and exists(core.read_namespaced_service, "devbox-half-ssh", namespace)
+
+    wait_for(completed, timeout=20)
+    ready = api_call(process, "GET", "/devboxes/half", params={"wait": "ready", "timeout": 60})
+    assert ready["state"] == "ready", ready
+    assert ready["gpu"]["profile"] == "nvidia-a100-mig-1g10gb"
+
+    # One pass usually repairs both; under load a failed write leaves one for the next pass.
+    def repaired() -> str:
+        """Repaired events name both recreated objects"""
+        messages = " ".join(e.message for e in events(kube, namespace, "half", "Repaired"))
+        return messages if "PersistentVolumeClaim" in messages and "Service" in messages else ""
+
+    wait_for(repaired, timeout=15)
+    # The repair never duplicates: one claim, one Service, one Deployment.
+    selector = f"{render.LABEL_BOX}=half"
+    assert (
+        len(core.list_namespaced_persistent_volume_claim(namespace, label_selector=selector).items)
+        == 1
+    )
+    assert len(core.list_namespaced_service(namespace, label_selector=selector).items) == 1
+    api_call(process, "DELETE", "/devboxes/half", params={"purge": "true"})
+
+
+def test_create_interrupted_after_the_claim_is_finished_by_the_next_create(
+    start_controller: StartController, kube: Any, namespace: str
+) -> None:
+    """Only the claim was written: no box exists, and creating it again reuses the claim."""
+    process = start_controller()
+    settings = settings_from_mapping(example_settings(namespace))
+    spec = render.BoxSpec(
+        name="claimed",
+        preset="small",
+        ttl_hours=2,
+        repository=None,
+        expires_at=datetime.now(UTC) + timedelta(hours=2),
+        gpu=None,
+    )
+    core = client.CoreV1Api(kube)
+    claim = core.create_namespaced_persistent_volume_claim(
+        namespace, render.render_pvc(spec, settings)
+    )
+    response = requests.get(
+        f"{process.url}/api/v1/devboxes/claimed", headers=process.headers(), timeout=10
+    )
+    assert response.status_code == 404
+
+    api_call(process, "POST", "/devboxes", json={"name": "claimed"})
+    ready = api_call(process, "GET", "/devboxes/claimed", params={"wait": "ready", "timeout": 60})
+    assert ready["state"] == "ready", ready
+    reused = core.read_namespaced_persistent_volume_claim("devbox-claimed-home", namespace)
+    assert reused.metadata.uid == claim.metadata.uid
+
+
+def test_only_the_leader_expires_boxes_and_a_survivor_takes_over(
+    start_controller: StartController, kube: Any, namespace: str
+) -> None:
+    first = start_controller(lease_seconds=3)
+    second = start_controller(lease_seconds=3)
+    by_identity = {first.identity: first, second.identity: second}
+    holder = wait_for(
+        lambda: lease_holder(kube, namespace) in by_identity and lease_holder(kube, namespace),
+        timeout=20,
+    )
+    leader = by_identity[holder]
+    follower = second if leader is first else first
+
+    # Every replica serves lifecycle calls; only the leader reconciles.
+    api_call(follower, "POST", "/devboxes", json={"name": "first-expiry"})
+    wait_for(lambda: box(leader, "first-expiry")["state"] == "ready", timeout=60)
+    expire_now(kube, namespace, "first-expiry")
+    wait_for(lambda: box(follower, "first-expiry")["state"] == "stopped", timeout=30)
+    assert wait_for(lambda: expired_in_log(leader, "first-expiry"), timeout=10)
+    assert not expired_in_log(follower, "first-expiry")
+    assert len(wait_for(lambda: events(kube, namespace, "first-expiry", "Expired"))) == 1
+
+    # The leader dies without handing the Lease back; the survivor takes it when it lapses.
+    leader.stop(kill=True)
+    wait_for(lambda: lease_holder(kube, namespace) == follower.identity, timeout=30)
+    api_call(follower, "POST", "/devboxes", json={"name": "second-expiry"})
+    wait_for(lambda: box(follower, "second-expiry")["state"] == "ready", timeout=60)
+    expire_now(kube, namespace, "second-expiry")
+    wait_for(lambda: box(follower, "second-expiry")["state"] == "stopped", timeout=30)
+    assert wait_for(lambda: expired_in_log(follower, "second-expiry"), timeout=10)
+    assert wait_for(lambda: events(kube, namespace, "second-expiry", "Expired"))

@@ -1,0 +1,632 @@
+"""GPU availability, the waiting boxes' summaries and the GPU doctor against the testbed.
+
+The session testbed (testbed/nodes.yaml) has 2 dedicated L4 nodes (1 GPU each, tainted),
+one time-sliced L4 advertising 4 units, one A100 with 7 MIG slices and one AMD node
+with 2 GPUs and no "amd" RuntimeClass. Other tests share the L4s, so counts are read
+relative to what this test finds, and everything it takes is given back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+import yaml
+from controller_process import ControllerProcess, StartController, example_settings
+from devboxes_controller.config.settings import Settings, settings_from_mapping
+from devboxes_controller.placement import doctor
+from devboxes_testbed import L4
+from devboxes_testbed.cluster import Testbed
+from kubernetes import client
+from support import (
+    Api,
+    helm_run,
+    service_account_kubeconfig,
+    wait_for,
+    wait_for_value,
+    wait_until_no_pod_requests,
+)
+
+from devboxes_sdk.models import PRESETS, Devbox, DoctorReport, GpuAvailability
+
+CHART = Path(__file__).resolve().parents[3] / "charts" / "devboxes"
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+@pytest.fixture
+def api(controller: ControllerProcess) -> Api:
+    return Api(controller)
+
+
+def gpu_pod(name: str, resource: str, selector: dict[str, str] | None = None) -> dict[str, Any]:
+    """A pod that is not a box and takes one unit of ``resource``."""
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "containers": [
+                {
+                    "name": "work",
+                    "image": "busybox",
+                    "resources": {"requests": {resource: "1"}, "limits": {resource: "1"}},
+                }
+            ],
+            "nodeSelector": selector or {},
+            "tolerations": [GPU_TOLERATION],
+        },
+    }
+
+
+@pytest.fixture
+def foreign(
+    kube: Any, namespace: str
+) -> Iterator[Callable[[str, str, dict[str, str] | None], str]]:
+    """Create GPU pods in a namespace of their own; all are deleted after the test."""
+    core = client.CoreV1Api(kube)
+    created: list[str] = []
+
+    def make(name: str, resource: str, selector: dict[str, str] | None = None) -> str:
+        core.create_namespaced_pod(namespace, gpu_pod(name, resource, selector))
+        created.append(name)
+        return name
+
+    yield make
+    for name in created:
+        try:
+            core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+        except client.ApiException:
+            continue
+
+
+def delete_pod(kube: Any, namespace: str, name: str) -> None:
+    client.CoreV1Api(kube).delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+
+
+def test_new_routes_refuse_without_the_token(controller: ControllerProcess) -> None:
+    for path in (
+        "/api/v1/gpu/availability",
+        "/api/v1/gpu/availability?preset=small",
+        "/api/v1/gpu/doctor",
+    ):
+        for headers in ({}, {"Authorization": "Bearer " + "x" * 40}):
+            response = requests.get(f"{controller.url}{path}", headers=headers, timeout=10)
+            assert response.status_code == 401, (path, response.text)
+            assert response.json()["detail"] in ("authentication required", "invalid token")
+
+
+def test_a_bad_preset_is_a_precise_422(api: Api) -> None:
+    response = api.request("GET", "/gpu/availability", params={"preset": "huge"}, timeout=10)
+    assert response.status_code == 422
+    (error,) = response.json()["detail"]
+    assert error["loc"] == ["query", "preset"]
+
+
+def test_availability_carries_a_tag_and_answers_304_while_unchanged(api: Api) -> None:
+    url = f"{api.base}/gpu/availability"
+    first = api.session.get(url, timeout=10)
+    tag = first.headers["ETag"]
+    again = api.session.get(url, headers={"If-None-Match": tag}, timeout=10)
+    # Any node or pod event in between makes a new reading (a new observed_at), so the
+    # answer is either "unchanged" or a new body under a new tag, never the old tag.
+    if again.status_code == 304:
+        assert again.content == b""
+    else:
+        assert again.status_code == 200
+        assert again.headers["ETag"] != tag
+        assert GpuAvailability.model_validate(again.json()).observed_at > (
+            GpuAvailability.model_validate(first.json()).observed_at
+        )
+    with_preset = api.session.get(url, params={"preset": "large"}, timeout=10)
+    assert with_preset.status_code == 200
+    assert GpuAvailability.model_validate(with_preset.json()).profile(L4) is not None
+
+
+def test_mig_and_shared_units_fall_and_rise_as_boxes_start_and_stop(api: Api) -> None:
+    suffix = uuid.uuid4().hex[:6]
+    mig, shared = "nvidia-a100-mig-1g10gb", "nvidia-l4-shared"
+    assert api.free(mig)[1] == 7
+    assert api.free(shared)[1] == 4
+    body = api.availability().model_dump(mode="json")
+    assert set(body) == {"observed_at", "profiles"}
+    assert "nvidia-l4-0" not in json.dumps(body), "availability names a node"
+    before = api.free(mig)[0]
+    assert before is not None
+    name = f"mig-{suffix}"
+    api.created(name, gpu={"profile": mig})
+    try:
+        api.wait_ready(name)
+        wait_for(lambda: api.free(mig)[0] == before - 1)
+        api.call("POST", f"/devboxes/{name}/stop")
+        wait_for(lambda: api.free(mig)[0] == before)
+        # Units of the shared L4 are free once other tests' boxes on it are gone.
+        wait_for(lambda: api.free(shared)[0] == api.free(shared)[1], timeout=120)
+    finally:
+        api.purge(name)
+
+
+def test_a_pod_in_another_namespace_and_a_cordon_lower_the_counts(
+    api: Api, kube: Any, namespace: str, foreign: Callable[..., str]
+) -> None:
+    wait_until_no_pod_requests(kube, "nvidia.com/gpu")
+    # testbed/nodes.yaml has two L4 nodes with one GPU each.
+    wait_for(lambda: api.free(L4)[:2] == (2, 2))
+    pod = foreign("l4-user", "nvidia.com/gpu", {"accelerator": L4})
+    wait_for(lambda: api.free(L4)[0] == 1)
+    delete_pod(kube, namespace, pod)
+    wait_for(lambda: api.free(L4)[0] == 2)
+
+    core = client.CoreV1Api(kube)
+    core.patch_node("nvidia-l4-1", {"spec": {"unschedulable": True}})
+    try:
+        wait_for(lambda: api.free(L4)[1] == 1)
+    finally:
+        core.patch_node("nvidia-l4-1", {"spec": {"unschedulable": False}})
+    wait_for(lambda: api.free(L4)[1] == 2)
+
+
+def test_a_preset_that_does_not_fit_counts_nothing(api: Api) -> None:
+    # The MIG node has 32 CPUs: 16 large boxes (2 CPUs each) fit, but only 7 slices.
+    entry = api.availability("large").profile("nvidia-a100-mig-1g10gb")
+    assert entry is not None
+    assert entry.capacity == 7
+
+
+def run_cli(env: dict[str, str], *args: str) -> tuple[int, str]:
+    result = subprocess.run(
+        [sys.executable, "-m", "devboxes_sdk.cli", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=120,
+    )
+    return result.returncode, result.stdout + result.stderr
+
+
+def test_three_waiting_boxes_get_their_place_in_line(
+    api: Api,
+    kube: Any,
+    namespace: str,
+    foreign: Callable[..., str],
+    controller_env: dict[str, str],
+) -> None:
+    # Pods of earlier tests give their L4s back, or take one, as their namespaces go; wait
+    # for them so that no device changes hands behind this test's back while it counts.
+    wait_until_no_pod_requests(kube, "nvidia.com/gpu")
+    _, total, _ = api.free(L4)
+    wait_for(lambda: api.free(L4)[0] == total)
+    assert total is not None
+    # Take every L4 with pods that are not boxes, so the boxes must queue.
+    holders = [foreign(f"hold-{i}", "nvidia.com/gpu", {"accelerator": L4}) for i in range(total)]
+    wait_for(lambda: api.free(L4)[0] == 0)
+    suffix = uuid.uuid4().hex[:6]
+    names = [f"q{letter}-{suffix}" for letter in "abc"]
+
+    def summaries(boxes: list[str]) -> list[str | None]:
+        return [api.box(name)["summary"] for name in boxes]
+
+    def in_line(places: tuple[str, ...]) -> list[str | None]:
+        return [
+            f"Waiting for a free NVIDIA L4: 0 of {total} free, {place} in line (estimate)"
+            for place in places
+        ]
+
+    def one_more_ready(waiting: list[str]) -> tuple[str, list[str]]:
+        """Kubernetes gives a freed device to whichever waiting pod it retries first, not
+        necessarily the oldest: wait until exactly one of ``waiting`` is ready."""
+
+        def ready() -> list[str] | None:
+            states = {name: api.box(name)["state"] for name in waiting}
+            done = [name for name, state in states.items() if state == "ready"]
+            assert len(done) <= 1, f"one device was freed and {done} all got one"
+            return done or None
+
+        taken = wait_for(ready, timeout=120)[0]
+        return taken, [name for name in waiting if name != taken]
+
+    try:
+        for name in names:
+            api.created(name, gpu={"profile": L4})
+            # One at a time, so that the pods' ages follow the names.
+            wait_for(
+                lambda n=name: (
+                    api.box(n)["summary"] not in (None, "Waiting for the pod to be created.")
+                )
+            )
+        wait_for_value(lambda: summaries(names), in_line(("1st", "2nd", "3rd")))
+        box = Devbox.model_validate(api.box(names[0]))
+        assert box.scheduling_detail is not None
+        assert "Insufficient nvidia.com/gpu" in box.scheduling_detail
+        assert box.message == f"Scheduling blocked: {box.scheduling_detail}"
+        # The availability is recomputed shortly after the queue changes, not with it.
+        wait_for_value(lambda: api.free(L4), (0, total, 3))
+
+        code, out = run_cli(controller_env, "list")
+        assert code == 0, out
+        assert "REASON" in out
+        assert f"0 of {total} free, 2nd in line (estimate)" in out
+        code, out = run_cli(controller_env, "gpu", "profiles")
+        assert code == 0, out
+        assert "FREE" in out
+        assert "WAITING" in out
+        line = next(li for li in out.splitlines() if li.startswith(f"{L4} "))
+        assert f"0 of {total}" in line
+        assert " 3 " in line
+        code, out = run_cli(controller_env, "gpu", "profiles", "--json")
+        data = json.loads(out)
+        l4 = next(p for p in data["availability"]["profiles"] if p["name"] == L4)
+        assert (l4["available"], l4["waiting"]) == (0, 3)
+
+        # A freed device goes to one of the waiting boxes; the others close up, in order.
+        delete_pod(kube, namespace, holders[0])
+        first, waiting = one_more_ready(names)
+        wait_for_value(lambda: summaries(waiting), in_line(("1st", "2nd")))
+        assert api.box(first)["summary"] is None
+        wait_for_value(lambda: api.free(L4)[2], 2)
+
+        code, out = run_cli(controller_env, "stop", first)
+        assert code == 0, out
+        assert f"2 boxes are waiting for {L4}; one of them may take this GPU" in out
+        _, waiting = one_more_ready(waiting)
+        wait_for_value(lambda: summaries(waiting), in_line(("1st",)))
+        wait_for_value(lambda: api.free(L4)[2], 1)
+    finally:
+        for name in names:
+            api.purge(name)
+
+
+# -- availability switched off or forbidden ------------------------------------------------------
+
+
+def assert_everything_else_works(controller: ControllerProcess, reason: str) -> None:
+    api = Api(controller)
+    assert requests.get(f"{controller.url}/ready", timeout=10).status_code == 200
+    body = api.availability()
+    assert body.profiles
+    for entry in body.profiles:
+        assert (entry.available, entry.capacity) == (None, None)
+        assert entry.reason is not None
+        assert reason in entry.reason
+    caps = api.call("GET", "/capabilities")
+    assert set(caps) == {"gpu"}
+    assert set(caps["gpu"]) == {"enabled", "default_profile", "profiles"}
+    api.created("cpu-box")
+    box = Devbox.model_validate(api.wait_ready("cpu-box"))
+    assert box.state.value == "ready"
+    api.purge("cpu-box")
+
+
+def test_availability_switched_off_says_unknown_and_nothing_else_breaks(
+    start_controller: StartController, namespace: str
+) -> None:
+    settings = example_settings(namespace)
+    settings["availability"] = {"enabled": False}
+    assert_everything_else_works(start_controller(settings), "turned off by the operator")
+
+
+@pytest.fixture
+def chart_account(
+    testbed: Testbed, kube: Any, namespace: str, tmp_path: Path
+) -> Iterator[Callable[[bool], Path]]:
+    """Install the chart into the test namespace and return a kubeconfig of its account."""
+    installed: list[str] = []
+
+    def install(availability: bool) -> Path:
+        values = tmp_path / "values.yaml"
+        values.write_text(
+            yaml.safe_dump(
+                {
+                    "controller": {"availability": {"enabled": availability}},
+                    "gpu": example_settings(namespace)["gpu"],
+                }
+            )
+        )
+        helm_run(
+            testbed,
+            "install",
+            "devboxes",
+            str(CHART),
+            "-n",
+            namespace,
+            "-f",
+            str(values),
+            "--wait=false",
+        )
+        installed.append("devboxes")
+        return service_account_kubeconfig(testbed, kube, namespace, "devboxes", tmp_path / "sa")
+
+    yield install
+    for release in installed:
+        # The ClusterRole and its binding outlive the namespace unless uninstalled.
+        helm_run(testbed, "uninstall", release, "-n", namespace)
+
+
+def test_without_the_cluster_role_availability_is_unknown_and_the_rest_works(
+    testbed: Testbed, namespace: str, chart_account: Callable[[bool], Path], tmp_path: Path
+) -> None:
+    kubeconfig = chart_account(False)
+    controller = ControllerProcess(kubeconfig, example_settings(namespace), tmp_path).start()
+    try:
+        assert_everything_else_works(controller, "may not list")
+    finally:
+        controller.stop()
+
+
+# -- the doctor -----------------------------------------------------------------------------------
+
+
+def doctor_settings(namespace: str) -> dict[str, Any]:
+    settings = example_settings(namespace)
+    base = {"resourceName": "nvidia.com/gpu", "count": 1, "tolerations": [GPU_TOLERATION]}
+    settings["gpu"]["profiles"] += [
+        {**base, "name": "h100", "displayName": "H100", "nodeSelector": {"accelerator": "h100"}},
+        {
+            **base,
+            "name": "l4-pair",
+            "displayName": "2x L4",
+            "count": 2,
+            "nodeSelector": {"accelerator": L4},
+        },
+        {
+            "name": "l4-untolerated",
+            "displayName": "L4 without toleration",
+            "resourceName": "nvidia.com/gpu",
+            "count": 1,
+            "nodeSelector": {"accelerator": L4},
+        },
+    ]
+    amd = next(p for p in settings["gpu"]["profiles"] if p["name"] == "amd-rocm")
+    amd["runtimeClassName"] = "amd"
+    return settings
+
+
+def failures(report: DoctorReport) -> dict[tuple[str | None, str], str]:
+    return {
+        (c.profile, c.check): f"{c.message}: {c.fix}" for c in report.checks if c.verdict == "fail"
+    }
+
+
+def assert_doctor_findings(report: DoctorReport) -> None:
+    assert not report.ok
+    found = failures(report)
+    assert found == {
+        ("h100", "selector"): "no node matches the nodeSelector accelerator=h100: label the GPU "
+        "nodes accelerator=h100 or correct the profile's nodeSelector",
+        ("l4-pair", "count"): "count 2 does not fit: the most nvidia.com/gpu on one node is 1: "
+        "lower the profile's count to 1 or add nodes with 2 nvidia.com/gpu",
+        ("amd-rocm", "runtime-class"): "RuntimeClass amd does not exist: every pod of this "
+        "profile is refused: create the RuntimeClass amd for the GPU nodes' container runtime, "
+        "or remove runtimeClassName from the profile",
+        ("l4-untolerated", "taints"): "the profile does not tolerate nvidia.com/gpu:NoSchedule "
+        "on 2 of 2 node(s): add a toleration {key: nvidia.com/gpu, operator: Exists, effect: "
+        "NoSchedule} to the profile, or remove the taint",
+        **{
+            (profile, "quota"): "ResourceQuota no-gpus allows 0 requests.nvidia.com/gpu, less "
+            f"than a box of this profile with preset small asks ({count}): raise "
+            f"requests.nvidia.com/gpu in ResourceQuota no-gpus to at least {count}"
+            for profile, count in (
+                (L4, 1),
+                ("h100", 1),
+                ("l4-pair", 2),
+                ("l4-untolerated", 1),
+            )
+        },
+    }
+    passed = {(c.profile, c.check) for c in report.checks if c.verdict == "pass"}
+    assert ("nvidia-a100-mig-1g10gb", "count") in passed
+    assert (L4, "runtime-class") in passed
+    assert (None, "storage-class") in passed
+
+
+def test_doctor_names_each_missing_prerequisite(
+    testbed: Testbed,
+    kube: Any,
+    namespace: str,
+    tmp_path: Path,
+    start_controller: StartController,
+    chart_account: Callable[[bool], Path],
+) -> None:
+    client.CoreV1Api(kube).create_namespaced_resource_quota(
+        namespace,
+        {"metadata": {"name": "no-gpus"}, "spec": {"hard": {"requests.nvidia.com/gpu": "0"}}},
+    )
+    settings = doctor_settings(namespace)
+    path = tmp_path / "doctor-settings.yaml"
+    path.write_text(yaml.safe_dump(settings))
+
+    # With the chart's own account, as `helm test` runs it: every permission is granted.
+    kubeconfig = chart_account(True)
+    command = [sys.executable, "-m", "devboxes_controller", "doctor", "--settings", str(path)]
+    result = subprocess.run(
+        [*command, "--kubeconfig", str(kubeconfig), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1, result.stderr
+    report = DoctorReport.model_validate_json(result.stdout)
+    assert_doctor_findings(report)
+    assert [c.verdict for c in report.checks if c.check == "permissions"] == ["pass"]
+
+    text = subprocess.run(
+        [*command, "--kubeconfig", str(kubeconfig)], capture_output=True, text=True, timeout=120
+    )
+    assert text.returncode == 1
+    assert "FAIL" in text.stdout
+    assert "h100" in text.stdout
+    assert "check(s) failed" in text.stdout.splitlines()[-1]
+
+    # The same report over the API and through the CLI.
+    controller = start_controller(settings)
+    over_api = DoctorReport.model_validate(Api(controller).call("GET", "/gpu/doctor"))
+    assert_doctor_findings(over_api)
+    env = {"DEVBOX_URL": controller.url, "DEVBOX_TOKEN": controller.token}
+    code, out = run_cli(env, "gpu", "doctor", "--json")
+    assert code == 1
+    assert_doctor_findings(DoctorReport.model_validate_json(out))
+
+
+def test_doctor_refuses_bad_settings_in_one_line(tmp_path: Path, testbed: Testbed) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("gpu: {enabled: maybe}\n")
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "devboxes_controller",
+            "doctor",
+            "--settings",
+            str(path),
+            "--kubeconfig",
+            str(testbed.kubeconfig),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "gpu.enabled" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def dry_run_refusal(core: client.CoreV1Api, namespace: str, pod: dict[str, Any]) -> str:
+    try:
+        core.create_namespaced_pod(namespace, pod, dry_run="All")
+    except client.ApiException as error:
+        if error.status not in (403, 422):
+            raise
+        return str(json.loads(error.body)["message"])
+    return ""
+
+
+def admitted_presets(kube: Any, namespace: str, settings: Settings) -> dict[str, str]:
+    """For each preset, the apiserver's answer to a dry-run create of a box pod of the L4
+    profile: "" when admitted, else the refusal."""
+    core = client.CoreV1Api(kube)
+    profile = settings.gpu.profile(L4)
+    assert profile is not None
+    answers = {}
+    for preset in PRESETS:
+        pod = {
+            "metadata": {"name": f"probe-{preset}"},
+            "spec": doctor.box_pod(settings, profile, preset),
+        }
+        answers[preset] = dry_run_refusal(core, namespace, pod)
+    return answers
+
+
+def wait_for_quota_status(kube: Any, namespace: str, name: str) -> None:
+    """Admission refuses every pod until the quota controller has filled in the status."""
+    core = client.CoreV1Api(kube)
+    wait_for(lambda: bool(core.read_namespaced_resource_quota(name, namespace).status.hard))
+
+
+@pytest.mark.parametrize(
+    ("kind", "body", "verdict", "refused", "refusal"),
+    [
+        (
+            "limit_range",
+            {"limits": [{"type": "Container", "max": {"memory": "8Gi"}}]},
+            "warn",
+            {"large"},
+            "maximum memory usage per Container is 8Gi",
+        ),
+        ("quota", {"hard": {"requests.cpu": "1"}}, "warn", {"large"}, "exceeded quota"),
+        (
+            "quota",
+            {"hard": {"limits.cpu": "64"}},
+            "fail",
+            set(PRESETS),
+            "must specify limits.cpu",
+        ),
+        (
+            "limit_range",
+            {"limits": [{"type": "Pod", "max": {"memory": "2Gi"}}]},
+            "fail",
+            set(PRESETS),
+            "maximum memory usage per Pod is 2Gi",
+        ),
+    ],
+)
+def test_doctor_judges_quotas_and_limit_ranges_as_admission_does(
+    kube: Any,
+    namespace: str,
+    kind: str,
+    body: dict[str, Any],
+    verdict: str,
+    refused: set[str],
+    refusal: str,
+) -> None:
+    core = client.CoreV1Api(kube)
+    if kind == "quota":
+        core.create_namespaced_resource_quota(
+            namespace, {"metadata": {"name": "compute"}, "spec": body}
+        )
+        wait_for_quota_status(kube, namespace, "compute")
+    else:
+        core.create_namespaced_limit_range(
+            namespace, {"metadata": {"name": "bounds"}, "spec": body}
+        )
+    settings = settings_from_mapping(example_settings(namespace))
+
+    answers = admitted_presets(kube, namespace, settings)
+    assert {p for p, answer in answers.items() if answer} == refused, answers
+    assert all(refusal in answers[p] for p in refused), answers
+
+    report = doctor.examine(settings, kube)
+    check = "quota" if kind == "quota" else "limit-range"
+    found = next(c for c in report.checks if c.profile == L4 and c.check == check)
+    assert found.verdict == verdict, found
+    first = next(p for p in PRESETS if p in refused)
+    assert f"with preset {first}" in found.message, found
+    other = "limit-range" if kind == "quota" else "quota"
+    assert next(c for c in report.checks if c.profile == L4 and c.check == other).verdict == "pass"
+
+
+def test_runtime_class_tolerations_and_node_selector_count_for_availability_and_doctor(
+    kube: Any, namespace: str, start_controller: StartController
+) -> None:
+    node_api = client.NodeV1Api(kube)
+    name = f"l4-{uuid.uuid4().hex[:6]}"
+    node_api.create_runtime_class(
+        {
+            "metadata": {"name": name},
+            "handler": "nvidia",
+            "scheduling": {"nodeSelector": {"accelerator": L4}, "tolerations": [GPU_TOLERATION]},
+        }
+    )
+    try:
+        settings = example_settings(namespace)
+        # No selector and no toleration of its own: both come from the RuntimeClass.
+        settings["gpu"]["profiles"].append(
+            {
+                "name": "l4-by-runtime",
+                "displayName": "L4 by its runtime",
+                "resourceName": "nvidia.com/gpu",
+                "count": 1,
+                "runtimeClassName": name,
+            }
+        )
+        api = Api(start_controller(settings))
+        wait_for(lambda: api.free(L4)[1] is not None)
+        by_runtime = api.availability().profile("l4-by-runtime")
+        by_profile = api.availability().profile(L4)
+        assert by_runtime is not None
+        assert by_profile is not None
+        # The same nodes as the profile that names them itself: the L4s, not the
+        # time-sliced L4 or the A100 that also advertise GPU resources under other names.
+        assert (by_runtime.capacity, by_runtime.reason) == (by_profile.capacity, None)
+        assert by_runtime.capacity
+
+        report = doctor.examine(settings_from_mapping(settings), kube)
+        checks = {c.check: c for c in report.checks if c.profile == "l4-by-runtime"}
+        assert checks["taints"].verdict == "pass", checks["taints"]
+        assert checks["runtime-class"].verdict == "pass", checks["runtime-class"]
+    finally:
+        node_api.delete_runtime_class(name)

@@ -1,0 +1,42 @@
+"""The watch cache against the testbed's apiserver."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from devboxes_controller.state import cache
+from kubernetes import client
+
+
+def test_the_first_list_is_read_page_by_page(
+    kube: Any, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    core = client.CoreV1Api(kube)
+    names = [f"item-{i}" for i in range(5)]
+    for name in names:
+        core.create_namespaced_config_map(namespace, {"metadata": {"name": name}})
+    monkeypatch.setattr(cache, "LIST_PAGE", 2)
+    tokens: list[str | None] = []
+
+    def list_config_maps(*args: Any, **kwargs: Any) -> Any:
+        if not kwargs.get("watch"):
+            tokens.append(kwargs.get("_continue"))
+        return core.list_namespaced_config_map(*args, **kwargs)
+
+    informer = cache.Informer(
+        "configmaps", list_config_maps, namespace, lambda _obj: None, lambda _box: None
+    )
+    informer.start()
+    try:
+        assert informer.synced.wait(30)
+        assert set(names) <= informer.names()
+        # Five objects and the namespace's own CA bundle, two a page.
+        assert len(tokens) >= 3
+        assert tokens[0] is None
+        assert all(tokens[1:])
+        # The watch resumes from the list's version: a later object arrives.
+        core.create_namespaced_config_map(namespace, {"metadata": {"name": "late"}})
+        assert informer.wait_for(lambda: "late" in informer.names(), 30)
+    finally:
+        informer.stop()

@@ -1,0 +1,83 @@
+"""The store's derived status when watch threads of several kinds announce one box at once.
+
+Each kind has its own watch thread, and a new pod, its ReplicaSet's and Deployment's
+status updates and the scheduler's Event all arrive within milliseconds. Whichever thread
+stores a box's status last must have read the caches last; otherwise an older view stands
+until the next event, which for a pod the scheduler cannot place may never come.
+
+The objects are the testbed's own (tests/data/box_objects.json); the store is never
+started, so the caches hold exactly what the test puts in them.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from devboxes_controller.box import render
+from devboxes_controller.box.status import SCHEDULING_BLOCKED, WAITING_FOR_POD, BoxObjects
+from devboxes_controller.config.settings import settings_from_mapping
+from devboxes_controller.state import slim
+from devboxes_controller.state.store import BoxStore
+from kubernetes import client
+
+REPO = Path(__file__).resolve().parents[3]
+RECORDED: dict[str, list[dict[str, Any]]] = json.loads(
+    (REPO / "tests" / "data" / "box_objects.json").read_text()
+)
+BOX = "unplaceable"
+
+
+def _of_box(kind: str) -> list[dict[str, Any]]:
+    return [o for o in RECORDED[kind] if render.box_name_of(o) == BOX]
+
+
+def test_a_status_read_before_a_new_pod_never_overwrites_one_read_after_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    settings = settings_from_mapping(
+        yaml.safe_load((REPO / "testbed" / "settings.yaml").read_text())
+    )
+    store = BoxStore(settings, client.ApiClient())
+    (deployment,) = _of_box("deployments")
+    (pod,) = _of_box("pods")
+    store._deployments._put(slim.deployment(deployment))
+    for replicaset in _of_box("replicasets"):
+        store._replicasets._put(slim.replicaset(replicaset))
+
+    # The Deployment's thread reads the caches before the pod lands, then is held back.
+    read = store.objects
+    first_read_done, go_on = threading.Event(), threading.Event()
+    reads = 0
+
+    def slow_first_read(name: str) -> BoxObjects | None:
+        nonlocal reads
+        objects = read(name)
+        reads += 1
+        if reads == 1:
+            first_read_done.set()
+            go_on.wait(10)
+        return objects
+
+    monkeypatch.setattr(store, "objects", slow_first_read)
+    deployment_thread = threading.Thread(target=store._changed_box, args=(BOX,))
+    deployment_thread.start()
+    assert first_read_done.wait(10)
+
+    # Meanwhile the pod arrives and the pod's thread announces the box.
+    store._pods._put(slim.pod(pod))
+    pod_thread = threading.Thread(target=store._changed_box, args=(BOX,))
+    pod_thread.start()
+    pod_thread.join(0.5)
+    go_on.set()
+    deployment_thread.join(10)
+    pod_thread.join(10)
+
+    box = store.get(BOX)
+    assert box.message != WAITING_FOR_POD
+    assert box.pod_name == pod["metadata"]["name"]
+    assert (box.message or "").startswith(SCHEDULING_BLOCKED.split("{", 1)[0])
