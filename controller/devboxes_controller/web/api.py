@@ -41,8 +41,24 @@ from ..state.store import BoxStore
 from .auth import operator
 from .writes import WritePool
 
-ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorBody} for code in (400, 401, 403, 404, 409, 413, 422, 503)
+Responses = dict[int | str, dict[str, Any]]
+
+
+def _errors(*codes: int) -> Responses:
+    return {code: {"model": ErrorBody} for code in codes}
+
+
+# Every route: the token (401) and the body limit (413), both checked before routing.
+GUARDED = _errors(401, 413)
+# A route with a name in its path: a bad name (422), no such box (404).
+NAMED = _errors(404, 422)
+# A route with a JSON body: undecodable bytes (400), a broken rule (422).
+WITH_BODY = _errors(400, 422)
+# A route that writes to Kubernetes: every outcome of ``kube.translate``.
+WRITES = _errors(403, 404, 409, 422, 502, 503)
+# A read answered by ``bodies.respond``.
+CONDITIONAL: Responses = {
+    304: {"description": "Not Modified: the client's If-None-Match names this version"}
 }
 
 Operator = Annotated[str, Depends(operator)]
@@ -79,7 +95,7 @@ def _name(name: str) -> str:
         raise rule_broken(["path", "name"], str(err)) from None
 
 
-router = APIRouter(prefix=API_PREFIX, responses=ERRORS)
+router = APIRouter(prefix=API_PREFIX, responses=GUARDED)
 TITLE = "Devboxes API"
 VERSION = "1"
 
@@ -118,13 +134,17 @@ async def whoami(user: Operator) -> WhoAmI:
     return WhoAmI(user=user, mode="token")
 
 
-@router.get("/capabilities", response_model=Capabilities)
+@router.get("/capabilities", response_model=Capabilities, responses=CONDITIONAL)
 async def capabilities(request: Request, _: Operator) -> Response:
     answer: Body = request.app.state.capabilities
     return respond(request, answer)
 
 
-@router.get("/gpu/availability", response_model=GpuAvailability)
+@router.get(
+    "/gpu/availability",
+    response_model=GpuAvailability,
+    responses={**CONDITIONAL, **_errors(422)},
+)
 async def gpu_availability(
     request: Request,
     _: Operator,
@@ -137,25 +157,25 @@ async def gpu_availability(
     return respond(request, store.availability.body(preset))
 
 
-@router.get("/gpu/doctor")
+@router.get("/gpu/doctor", responses=_errors(503))
 async def gpu_doctor(_: Operator, lifecycle: LifecycleDep, writes: WritesDep) -> DoctorReport:
     # The checks read the apiserver, so they run off the event loop like a write does.
     return await writes.run(doctor.examine, lifecycle.settings, lifecycle.api)
 
 
-@router.get("/devboxes", response_model=DevboxList)
+@router.get("/devboxes", response_model=DevboxList, responses=CONDITIONAL)
 async def list_devboxes(request: Request, _: Operator, store: StoreDep) -> Response:
     return respond(request, store.list_body())
 
 
-@router.post("/devboxes", status_code=201)
+@router.post("/devboxes", status_code=201, responses={**WITH_BODY, **WRITES})
 async def create_devbox(
     body: DevboxCreate, _: Operator, lifecycle: LifecycleDep, writes: WritesDep
 ) -> Devbox:
     return await writes.run(lifecycle.create, body)
 
 
-@router.get("/devboxes/{name}", response_model=Devbox)
+@router.get("/devboxes/{name}", response_model=Devbox, responses={**CONDITIONAL, **NAMED})
 async def get_devbox(
     request: Request,
     name: BoxName,
@@ -178,28 +198,28 @@ async def get_devbox(
     )
 
 
-@router.post("/devboxes/{name}/start")
+@router.post("/devboxes/{name}/start", responses={**NAMED, **WRITES})
 async def start_devbox(
     name: BoxName, _: Operator, lifecycle: LifecycleDep, writes: WritesDep
 ) -> Devbox:
     return await writes.run(lifecycle.start_box, _name(name))
 
 
-@router.post("/devboxes/{name}/stop")
+@router.post("/devboxes/{name}/stop", responses={**NAMED, **WRITES})
 async def stop_devbox(
     name: BoxName, _: Operator, lifecycle: LifecycleDep, writes: WritesDep
 ) -> Devbox:
     return await writes.run(lifecycle.stop_box, _name(name))
 
 
-@router.delete("/devboxes/{name}")
+@router.delete("/devboxes/{name}", responses={**NAMED, **WRITES})
 async def delete_devbox(
     name: BoxName, _: Operator, lifecycle: LifecycleDep, writes: WritesDep, purge: bool = False
 ) -> DeleteResult:
     return await writes.run(lifecycle.delete, _name(name), purge)
 
 
-@router.post("/devboxes/{name}/extend")
+@router.post("/devboxes/{name}/extend", responses={**NAMED, **WITH_BODY, **WRITES})
 async def extend_devbox(
     name: BoxName, body: DevboxExtend, _: Operator, lifecycle: LifecycleDep, writes: WritesDep
 ) -> Devbox:
@@ -211,7 +231,7 @@ async def list_volumes(_: Operator, store: StoreDep) -> VolumeList:
     return volumes.retained(store)
 
 
-@router.delete("/volumes/{name}")
+@router.delete("/volumes/{name}", responses={**NAMED, **WRITES})
 async def purge_volume(
     name: BoxName, _: Operator, lifecycle: LifecycleDep, writes: WritesDep
 ) -> DeleteResult:
