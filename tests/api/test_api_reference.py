@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from devboxes_controller.api import contract
+from devboxes_controller.web.api import contract
 
 REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 ROW = re.compile(r"^\| (GET|POST|DELETE|PUT|PATCH) \| `([^`?]+)[^|]*\| (.*) \| (.*) \|$")
