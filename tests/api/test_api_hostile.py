@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 import threading
 import uuid
@@ -9,6 +10,7 @@ import uuid
 import pytest
 import requests
 from controller_process import ControllerProcess
+from support import wait_for
 
 HUNDRED_MB = 100 * 1024 * 1024
 CHUNK = b"{" * (1024 * 1024)
@@ -129,3 +131,26 @@ def test_a_wrong_method_lists_every_method_the_path_takes(controller: Controller
     )
     assert one.status_code == 405
     assert set(one.headers["Allow"].split(", ")) >= {"GET", "DELETE"}
+
+
+def _metric(controller: ControllerProcess, pattern: str) -> float:
+    text = requests.get(f"{controller.url}/metrics", headers=controller.headers(), timeout=10).text
+    return sum(float(found) for found in re.findall(pattern + r" ([0-9.e+]+)", text))
+
+
+def test_a_client_that_hangs_up_mid_body_is_a_disconnect_not_a_server_error(
+    controller: ControllerProcess,
+) -> None:
+    disconnects = r'devboxes_http_disconnects_total\{method="POST",route="unmatched"\}'
+    server_errors = r'devboxes_http_requests_total\{[^}]*status="5\d\d"\}'
+    before = _metric(controller, disconnects), _metric(controller, server_errors)
+    token = controller.headers()["Authorization"]
+    for _ in range(3):
+        with socket.create_connection(("127.0.0.1", controller.port), timeout=30) as sock:
+            sock.sendall(
+                f"POST /api/v1/devboxes HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: {token}\r\n"
+                "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+                '{"name": '.encode()
+            )
+    assert wait_for(lambda: _metric(controller, disconnects) >= before[0] + 3, timeout=10)
+    assert _metric(controller, server_errors) == before[1]

@@ -152,11 +152,14 @@ class Lifecycle:
             )
         return status.derive(objects, self.settings, self.clock())
 
-    def ensure_storage(self, spec: render.BoxSpec) -> None:
-        """Create the home claim, or reuse a retained one and grow it; never shrink it."""
-        self._apply_claim(render.render_pvc(spec, self.settings), self.store.claim(spec.name))
+    def ensure_storage(self, spec: render.BoxSpec) -> bool:
+        """Create the home claim, or reuse a retained one and grow it; never shrink it.
+        True when this call created the claim."""
+        return self._apply_claim(
+            render.render_pvc(spec, self.settings), self.store.claim(spec.name)
+        )
 
-    def _apply_claim(self, wanted: Obj, existing: Obj | None) -> None:
+    def _apply_claim(self, wanted: Obj, existing: Obj | None) -> bool:
         name = wanted["metadata"]["name"]
         if existing is None:
             try:
@@ -164,7 +167,7 @@ class Lifecycle:
                     self._core.create_namespaced_persistent_volume_claim, self.namespace, wanted
                 )
                 METRICS.writes.labels("create").inc()
-                return
+                return True
             except Conflict:
                 existing = kube.call(
                     self._core.read_namespaced_persistent_volume_claim, name, self.namespace
@@ -183,18 +186,22 @@ class Lifecycle:
                 self._core.patch_namespaced_persistent_volume_claim, name, self.namespace, patch
             )
             METRICS.writes.labels("patch").inc()
+        return False
 
-    def ensure_service(self, spec: render.BoxSpec, deployment: Obj) -> None:
-        if self.store.service(spec.name) is None:
-            self._apply_service(render.render_service(spec, self.settings), deployment)
+    def ensure_service(self, spec: render.BoxSpec, deployment: Obj) -> bool:
+        """True when this call created the Service."""
+        if self.store.service(spec.name) is not None:
+            return False
+        return self._apply_service(render.render_service(spec, self.settings), deployment)
 
-    def _apply_service(self, service: Obj, deployment: Obj) -> None:
+    def _apply_service(self, service: Obj, deployment: Obj) -> bool:
         service["metadata"]["ownerReferences"] = _owned_by(deployment)
         try:
             kube.call(self._core.create_namespaced_service, self.namespace, service)
-            METRICS.writes.labels("create").inc()
         except Conflict:
-            return
+            return False
+        METRICS.writes.labels("create").inc()
+        return True
 
     def ensure_activity_secret(self, deployment: Obj) -> None:
         """Write the box's agent credential, for its Deployment's uid and the current key;

@@ -121,12 +121,12 @@ class Reconciler:
         return min(spec.expires_at, idle_stop) if idle_stop is not None else spec.expires_at
 
     def _repair(self, name: str, spec: render.BoxSpec, deployment: Obj) -> None:
+        # Only what this pass created counts: until the watch delivers an object written
+        # by the pass before, the cache still misses it, and recreating it finds it there.
         repaired = []
-        if self._store.claim(name) is None:
-            self._lifecycle.ensure_storage(spec)
+        if self._store.claim(name) is None and self._lifecycle.ensure_storage(spec):
             repaired.append("PersistentVolumeClaim")
-        if self._store.service(name) is None:
-            self._lifecycle.ensure_service(spec, deployment)
+        if self._lifecycle.ensure_service(spec, deployment):
             repaired.append("Service")
         for kind in repaired:
             METRICS.repairs.labels(kind).inc()

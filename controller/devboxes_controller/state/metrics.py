@@ -14,6 +14,12 @@ class Metrics:
             ["method", "route", "status"],
             registry=self.registry,
         )
+        self.disconnects = Counter(
+            "devboxes_http_disconnects_total",
+            "Requests whose client went away before the answer began",
+            ["method", "route"],
+            registry=self.registry,
+        )
         self.latency = Histogram(
             "devboxes_http_request_seconds",
             "API request latency",

@@ -191,7 +191,7 @@ class HeadersAndMetrics:
         started = time.perf_counter()
         extra = API_HEADERS if scope["path"].startswith("/api/") else SECURITY_HEADERS
         replaced = {name for name, _ in extra}
-        status = 500
+        status: int | None = None
 
         async def send_with_headers(message: Message) -> None:
             nonlocal status
@@ -209,12 +209,19 @@ class HeadersAndMetrics:
 
         try:
             await self.app(scope, receive, send_with_headers)
+        except BaseException:
+            status = status or 500
+            raise
         finally:
-            self._observe(scope, status, time.perf_counter() - started)
+            if status is None:
+                # Only a client that left mid-request gets no answer: not a server error.
+                METRICS.disconnects.labels(scope["method"], _route(scope)).inc()
+            else:
+                self._observe(scope, status, time.perf_counter() - started)
 
     def _observe(self, scope: Scope, status: int, seconds: float) -> None:
         method = scope["method"]
-        route = str(getattr(scope.get("route"), "path", "unmatched"))
+        route = _route(scope)
         key = (method, route, status)
         counter = self._counters.get(key)
         if counter is None:
@@ -224,6 +231,10 @@ class HeadersAndMetrics:
         if latency is None:
             latency = self._latencies[key[:2]] = METRICS.latency.labels(method, route)
         latency.observe(seconds)
+
+
+def _route(scope: Scope) -> str:
+    return str(getattr(scope.get("route"), "path", "unmatched"))
 
 
 def _session_cookie_headers(scope: Scope, value: str) -> list[tuple[bytes, bytes]]:
