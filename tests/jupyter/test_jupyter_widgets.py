@@ -7,14 +7,13 @@ controller on the testbed through the ``controller_client`` fixture.
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
 import pytest
 from devboxes_jupyter import labels
 from devboxes_jupyter.widgets import AcceleratorPicker, DevboxLauncher, DevboxTable
 from traitlets import TraitError
 
-from devboxes_sdk import models
+from devboxes_sdk import _transport, models
 from devboxes_sdk.client import Client
 from devboxes_sdk.errors import NotFound
 
@@ -85,11 +84,21 @@ class TestAcceleratorPicker:
             picker.value = "nvidia-l4"
 
 
+def offline() -> Client:
+    # Port 9 on loopback: nothing listens, so every call fails fast with Unavailable.
+    return Client("http://127.0.0.1:9", "offline-token-0123456789abcdef0123", timeout=2)
+
+
+@pytest.fixture
+def no_retry_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every retry is still made, without waiting between them."""
+    monkeypatch.setattr(_transport, "_RETRY_DELAYS", (0.0,) * len(_transport._RETRY_DELAYS))
+
+
 class TestLauncherWithoutController:
     @pytest.fixture
-    def offline_client(self) -> Client:
-        # Port 9 on loopback: nothing listens, so every call fails fast with Unavailable.
-        return Client("http://127.0.0.1:9", "offline-token-0123456789abcdef0123", timeout=2)
+    def offline_client(self, no_retry_wait: None) -> Client:
+        return offline()
 
     def test_bad_name_is_shown_inline(self, offline_client: Client) -> None:
         launcher = DevboxLauncher(offline_client)
@@ -213,8 +222,8 @@ class TestWithController:
         assert name not in table.rows
 
 
+@pytest.mark.usefixtures("no_retry_wait")
 def test_table_reports_an_unreachable_controller() -> None:
-    client: Any = Client("http://127.0.0.1:9", "offline-token-0123456789abcdef0123", timeout=2)
-    table = DevboxTable(client)
+    table = DevboxTable(offline())
     assert "cannot reach the Devboxes API" in table.error.value
     assert table.rows == {}
