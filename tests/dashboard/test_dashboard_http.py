@@ -53,6 +53,18 @@ def box_name() -> str:
     return f"dash-{uuid.uuid4().hex[:8]}"
 
 
+def create_as_page(
+    browser: requests.Session, controller: ControllerProcess, csrf: str, name: str
+) -> requests.Response:
+    """A create sent as the dashboard page sends it: the session cookie and its CSRF value."""
+    return browser.post(
+        f"{controller.url}/api/v1/devboxes",
+        json={"name": name},
+        headers={"X-Devboxes-CSRF": csrf},
+        timeout=30,
+    )
+
+
 @pytest.fixture
 def signed_in(controller: ControllerProcess) -> Iterator[tuple[requests.Session, str]]:
     browser, csrf = login(controller)
@@ -374,12 +386,7 @@ def test_a_session_works_on_every_replica_and_survives_a_restart(
     on_second.cookies.set(COOKIE, cookie)
     assert on_second.get(f"{second.url}/api/v1/devboxes", timeout=10).status_code == 200
     name = box_name()
-    created = on_second.post(
-        f"{second.url}/api/v1/devboxes",
-        json={"name": name},
-        headers={"X-Devboxes-CSRF": csrf},
-        timeout=30,
-    )
+    created = create_as_page(on_second, second, csrf, name)
     assert created.status_code == 201, created.text
     first.stop()
     restarted = start_controller(token=first.token)
@@ -426,13 +433,7 @@ def test_logout_on_one_replica_ends_the_session_on_every_replica_and_after_a_res
 
     assert replayed.get(f"{first.url}/api/v1/whoami", timeout=10).status_code == 401
     wait_for(refused_on_second, timeout=10, interval=0.05)
-    name = box_name()
-    created = replayed.post(
-        f"{second.url}/api/v1/devboxes",
-        json={"name": name},
-        headers={"X-Devboxes-CSRF": csrf},
-        timeout=30,
-    )
+    created = create_as_page(replayed, second, csrf, box_name())
     assert created.status_code == 401, created.text
     assert client.AppsV1Api(kube).list_namespaced_deployment(namespace).items == []
 

@@ -24,11 +24,15 @@ class Clock:
         return self.now
 
 
-def test_an_ended_session_is_refused_here_at_once_and_elsewhere_once_written() -> None:
+def two_replicas() -> tuple[MemoryRecord, EndedSessions, EndedSessions]:
+    """One record, and two replicas that share it and a clock."""
     record = MemoryRecord()
     clock = Clock()
-    here = EndedSessions(record, clock)
-    elsewhere = EndedSessions(record, clock)
+    return record, EndedSessions(record, clock), EndedSessions(record, clock)
+
+
+def test_an_ended_session_is_refused_here_at_once_and_elsewhere_once_written() -> None:
+    record, here, elsewhere = two_replicas()
     here.end(SESSION, until=5000)
     assert here.is_ended(SESSION)
     assert not elsewhere.is_ended(SESSION)
@@ -38,7 +42,7 @@ def test_an_ended_session_is_refused_here_at_once_and_elsewhere_once_written() -
     assert elsewhere.is_ended(SESSION)
     assert not elsewhere.is_ended(OTHER)
     # A replica started after the logout reads the same record.
-    assert EndedSessions(record, clock).is_ended(SESSION)
+    assert EndedSessions(record, Clock()).is_ended(SESSION)
 
 
 def test_the_record_holds_a_digest_and_the_sessions_end_never_the_id() -> None:
@@ -103,10 +107,7 @@ def test_a_queued_entry_that_expires_before_it_is_written_is_dropped() -> None:
 
 
 def test_a_deleted_record_reopens_sessions_except_where_they_ended() -> None:
-    record = MemoryRecord()
-    clock = Clock()
-    here = EndedSessions(record, clock)
-    elsewhere = EndedSessions(record, clock)
+    record, here, elsewhere = two_replicas()
     here.end(SESSION, until=5000)
     here.flush()
     record.entries.clear()
