@@ -2,8 +2,8 @@
 
 The browser holds only a session cookie (HttpOnly): an id, its creation and last-use
 times, and an HMAC over them with a key derived from the operator token. Any replica
-holding the same token verifies it without shared state, so sessions survive a request
-landing on another replica or a controller restart. The operator token itself never
+holding the same token verifies it without asking any other, so sessions survive a
+request landing on another replica or a controller restart. The operator token itself never
 leaves the login request. Each session's CSRF value is an HMAC of its id, sent back by
 the page as a header on every mutation.
 
