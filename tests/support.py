@@ -13,6 +13,8 @@ import pytest
 import requests
 import yaml
 from controller_process import ControllerProcess
+from devboxes_controller.k8s.kube import Unavailable
+from devboxes_controller.state.ended_sessions import Patch
 
 from devboxes_sdk.models import GpuAvailability
 
@@ -215,3 +217,33 @@ def running_testbed(state_dir: Path) -> Iterator[Any]:
         yield bed
     finally:
         bed.stop()
+
+
+class MemoryRecord:
+    """The shared record of ended sessions as a plain dict, for tests without a cluster.
+
+    Writes apply merge-patch semantics, as the apiserver does; with ``down`` set they fail
+    as when the apiserver is unreachable.
+    """
+
+    def __init__(self, loaded: bool = True) -> None:
+        self.entries: dict[str, str] = {}
+        self.loaded = loaded
+        self.down = False
+        self.patches: list[Patch] = []
+
+    def synced(self) -> bool:
+        return self.loaded
+
+    def data(self) -> dict[str, str]:
+        return self.entries
+
+    def write(self, patch: Patch) -> None:
+        if self.down:
+            raise Unavailable("Kubernetes API unreachable")
+        self.patches.append(patch)
+        for key, until in patch.items():
+            if until is None:
+                self.entries.pop(key, None)
+            else:
+                self.entries[key] = until

@@ -119,6 +119,7 @@ def serve(args: argparse.Namespace) -> int:
     from .k8s import kube
     from .k8s.lease import LeaderElector
     from .k8s.probe import ApiserverProbe
+    from .state.ended_sessions import SharedEndedSessions
     from .state.store import BoxStore
     from .web.app import create_app
     from .web.auth import TokenError, load_token
@@ -144,7 +145,8 @@ def serve(args: argparse.Namespace) -> int:
     store = BoxStore(settings, api)
     lifecycle = Lifecycle(store, api, activity_key=activity_key(token))
     probe = ApiserverProbe(api)
-    readiness = Readiness(probe, store)
+    ended = SharedEndedSessions(settings.namespace, api)
+    readiness = Readiness(probe, store, ended)
     identity = args.identity or f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
     elector = LeaderElector(
         api,
@@ -158,6 +160,7 @@ def serve(args: argparse.Namespace) -> int:
     async def background() -> AsyncIterator[None]:
         probe.start()
         store.start()
+        ended.start()
         elector.start()
         reconciler.start()
         try:
@@ -167,11 +170,12 @@ def serve(args: argparse.Namespace) -> int:
             stopper = threading.Thread(target=elector.stop)
             stopper.start()
             stopper.join(timeout=6)
+            ended.stop()
             store.stop()
             lifecycle.stop()
             probe.stop()
 
-    app = create_app(store, lifecycle, token, readiness, background)
+    app = create_app(store, lifecycle, token, readiness, ended, background)
     host, port = args.listen
     logging.getLogger(__name__).info(
         "starting",

@@ -17,8 +17,16 @@ from typing import Any
 import pytest
 import requests
 from controller_process import ControllerProcess, StartController
+from devboxes_controller.state.ended_sessions import CONFIGMAP, EndedSessions, digest
 from devboxes_controller.web.dashboard import safe_next
-from devboxes_controller.web.sessions import COOKIE, SessionStore, csrf_matches
+from devboxes_controller.web.sessions import (
+    COOKIE,
+    SessionsLoading,
+    SessionStore,
+    csrf_matches,
+)
+from kubernetes import client
+from support import MemoryRecord, wait_for
 
 CSRF_META = re.compile(r'<meta name="devboxes-csrf" content="([^"]+)">')
 
@@ -43,6 +51,18 @@ def login(controller: ControllerProcess, **headers: str) -> tuple[requests.Sessi
 
 def box_name() -> str:
     return f"dash-{uuid.uuid4().hex[:8]}"
+
+
+def create_as_page(
+    browser: requests.Session, controller: ControllerProcess, csrf: str, name: str
+) -> requests.Response:
+    """A create sent as the dashboard page sends it: the session cookie and its CSRF value."""
+    return browser.post(
+        f"{controller.url}/api/v1/devboxes",
+        json={"name": name},
+        headers={"X-Devboxes-CSRF": csrf},
+        timeout=30,
+    )
 
 
 @pytest.fixture
@@ -122,7 +142,9 @@ def test_a_session_used_after_a_while_gets_its_cookie_renewed(
     controller: ControllerProcess,
 ) -> None:
     # A session last used two minutes ago, signed as the controller signs them.
-    earlier = SessionStore(controller.token, clock=lambda: time.time() - 120).create()
+    earlier = SessionStore(
+        controller.token, EndedSessions(MemoryRecord()), clock=lambda: time.time() - 120
+    ).create()
     response = requests.get(
         f"{controller.url}/api/v1/devboxes", cookies={COOKIE: earlier.cookie}, timeout=10
     )
@@ -364,12 +386,7 @@ def test_a_session_works_on_every_replica_and_survives_a_restart(
     on_second.cookies.set(COOKIE, cookie)
     assert on_second.get(f"{second.url}/api/v1/devboxes", timeout=10).status_code == 200
     name = box_name()
-    created = on_second.post(
-        f"{second.url}/api/v1/devboxes",
-        json={"name": name},
-        headers={"X-Devboxes-CSRF": csrf},
-        timeout=30,
-    )
+    created = create_as_page(on_second, second, csrf, name)
     assert created.status_code == 201, created.text
     first.stop()
     restarted = start_controller(token=first.token)
@@ -387,6 +404,48 @@ def test_a_session_works_on_every_replica_and_survives_a_restart(
     assert on_restarted.get(f"{rotated.url}/api/v1/devboxes", timeout=10).status_code == 401
 
 
+def test_logout_on_one_replica_ends_the_session_on_every_replica_and_after_a_restart(
+    start_controller: StartController, kube: Any, namespace: str
+) -> None:
+    first = start_controller()
+    second = start_controller(token=first.token)
+    browser, csrf = login(first)
+    cookie = browser.cookies.get(COOKIE)
+    assert cookie is not None
+    replayed = requests.Session()
+    replayed.cookies.set(COOKIE, cookie)
+    assert replayed.get(f"{second.url}/api/v1/whoami", timeout=10).status_code == 200
+
+    logout = browser.post(
+        f"{first.url}/dashboard/logout", data={"csrf": csrf}, allow_redirects=False, timeout=10
+    )
+    assert logout.status_code == 303
+    # Answered once the cluster holds the record: a digest of the id, never the id.
+    session_id = cookie.split(".")[1]
+    record = client.CoreV1Api(kube).read_namespaced_config_map(CONFIGMAP, namespace).data
+    assert list(record) == [digest(session_id)]
+    assert session_id not in json.dumps(record)
+
+    def refused_on_second() -> bool:
+        """the other replica refuses the ended session"""
+        response = replayed.get(f"{second.url}/api/v1/whoami", timeout=10)
+        return response.status_code == 401
+
+    assert replayed.get(f"{first.url}/api/v1/whoami", timeout=10).status_code == 401
+    wait_for(refused_on_second, timeout=10, interval=0.05)
+    created = create_as_page(replayed, second, csrf, box_name())
+    assert created.status_code == 401, created.text
+    assert client.AppsV1Api(kube).list_namespaced_deployment(namespace).items == []
+
+    second.stop()
+    second.start()
+    assert replayed.get(f"{second.url}/api/v1/whoami", timeout=10).status_code == 401
+    assert (
+        replayed.get(f"{second.url}/dashboard", allow_redirects=False, timeout=10).status_code
+        == 303
+    )
+
+
 class Clock:
     def __init__(self) -> None:
         self.now = 1000.0
@@ -398,9 +457,13 @@ class Clock:
 SECRET = "s" * 40
 
 
+def ended(record: MemoryRecord | None = None) -> EndedSessions:
+    return EndedSessions(record or MemoryRecord())
+
+
 def test_sessions_expire_when_idle() -> None:
     clock = Clock()
-    store = SessionStore(SECRET, clock=clock, idle_seconds=300, absolute_seconds=3600)
+    store = SessionStore(SECRET, ended(), clock=clock, idle_seconds=300, absolute_seconds=3600)
     first = store.create().cookie
     clock.now += 299
     session = store.lookup(first)  # and that use restarts the idle period
@@ -416,7 +479,7 @@ def test_sessions_expire_when_idle() -> None:
 
 def test_sessions_expire_after_their_lifetime_even_when_used() -> None:
     clock = Clock()
-    store = SessionStore(SECRET, clock=clock, idle_seconds=300, absolute_seconds=600)
+    store = SessionStore(SECRET, ended(), clock=clock, idle_seconds=300, absolute_seconds=600)
     cookie = store.create().cookie
     for _ in range(2):
         clock.now += 250
@@ -429,9 +492,9 @@ def test_sessions_expire_after_their_lifetime_even_when_used() -> None:
 
 def test_every_replica_with_the_token_accepts_a_session_and_nothing_else_does() -> None:
     clock = Clock()
-    store = SessionStore(SECRET, clock=clock)
+    store = SessionStore(SECRET, ended(), clock=clock)
     session = store.create()
-    other_replica = SessionStore(SECRET, clock=clock)
+    other_replica = SessionStore(SECRET, ended(), clock=clock)
     seen = other_replica.lookup(session.cookie)
     assert seen is not None
     assert seen.csrf == session.csrf
@@ -439,7 +502,7 @@ def test_every_replica_with_the_token_accepts_a_session_and_nothing_else_does() 
     assert not csrf_matches(seen, None)
     assert not csrf_matches(seen, session.csrf[:-1])
     # Rotating the operator token ends every session.
-    assert SessionStore("t" * 40, clock=clock).lookup(session.cookie) is None
+    assert SessionStore("t" * 40, ended(), clock=clock).lookup(session.cookie) is None
     payload, _, mac = session.cookie.rpartition(".")
     version, session_id, created, _seen = payload.split(".")
     forged = f"{version}.{session_id}.{created}.{int(clock.now) + 10**6}.{mac}"
@@ -451,8 +514,28 @@ def test_every_replica_with_the_token_accepts_a_session_and_nothing_else_does() 
     assert len({store.create().id for _ in range(20)}) == 20
 
 
-def test_logout_ends_the_session() -> None:
-    store = SessionStore(SECRET)
+def test_logout_ends_the_session_here_at_once_and_on_every_replica_once_recorded() -> None:
+    record = MemoryRecord()
+    store = SessionStore(SECRET, ended(record))
+    other_replica = SessionStore(SECRET, ended(record))
     session = store.create()
-    store.end(session.cookie)
+    store.end(session)
     assert store.lookup(session.cookie) is None
+    assert other_replica.lookup(session.cookie) is not None
+    store.ended.flush()
+    assert other_replica.lookup(session.cookie) is None
+    assert SessionStore(SECRET, ended(record)).lookup(session.cookie) is None
+    # Kept until the session's absolute end, when its cookie is refused anyway.
+    assert list(record.entries.values()) == [str(session.created + store.absolute_seconds)]
+
+
+def test_no_session_is_accepted_before_the_ended_ones_are_loaded() -> None:
+    record = MemoryRecord(loaded=False)
+    store = SessionStore(SECRET, ended(record))
+    session = store.create()
+    with pytest.raises(SessionsLoading) as refused:
+        store.lookup(session.cookie)
+    assert refused.value.status == 503
+    assert store.lookup(None) is None
+    record.loaded = True
+    assert store.lookup(session.cookie) is not None

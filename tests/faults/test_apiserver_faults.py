@@ -211,7 +211,7 @@ def test_a_replica_whose_caches_cannot_sync_never_leads(
         {"apiGroups": ["apps"], "resources": ["deployments", "replicasets"], "verbs": ["*"]},
         {
             "apiGroups": [""],
-            "resources": ["services", "persistentvolumeclaims", "events"],
+            "resources": ["services", "persistentvolumeclaims", "events", "configmaps"],
             "verbs": ["*"],
         },
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},

@@ -63,6 +63,7 @@ PERMISSIONS: tuple[Permission, ...] = (
     *_grant("", "persistentvolumeclaims", "get list watch create patch delete"),
     *_grant("", "events", "list watch create"),
     *_grant("", "secrets", "create patch"),
+    *_grant("", "configmaps", "list watch create patch"),
     *_grant("coordination.k8s.io", "leases", "get create update"),
     *_grant("", "resourcequotas", "list", optional=True),
     *_grant("", "limitranges", "list", optional=True),

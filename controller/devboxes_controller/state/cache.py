@@ -80,7 +80,8 @@ class Informer:
     then holds the error that broke it.
 
     With ``namespace`` None the informer covers the whole cluster and keys objects by
-    ``namespace/name``. ``strip`` keeps only what readers need of each object (it must
+    ``namespace/name``. ``field_selector`` narrows the kind to, say, one object by name.
+    ``strip`` keeps only what readers need of each object (it must
     keep ``metadata.name``, ``namespace`` and ``resourceVersion``), so a cache of every pod
     of a cluster stays small. ``on_update`` is called after every applied change and
     every failure.
@@ -96,6 +97,7 @@ class Informer:
         label_selector: str | None = None,
         strip: Strip | None = None,
         on_update: Callable[[], None] | None = None,
+        field_selector: str | None = None,
     ) -> None:
         self.kind = kind
         self._list = list_function
@@ -103,6 +105,7 @@ class Informer:
         self._box_of = box_of
         self._on_change = on_change
         self._selector = label_selector
+        self._fields = field_selector
         self._strip = strip
         self._on_update = on_update
         self.failure: Exception | None = None
@@ -176,6 +179,8 @@ class Informer:
             kwargs["namespace"] = self._namespace
         if self._selector:
             kwargs["label_selector"] = self._selector
+        if self._fields:
+            kwargs["field_selector"] = self._fields
         return kwargs
 
     def _run(self) -> None:

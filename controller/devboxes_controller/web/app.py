@@ -28,6 +28,7 @@ from devboxes_sdk.models import Health, field_errors, normalize_name
 from ..control.lifecycle import Lifecycle
 from ..k8s.kube import ApiProblem, Invalid, NotFound
 from ..state.bodies import Body, body, respond
+from ..state.ended_sessions import SharedEndedSessions
 from ..state.metrics import METRICS
 from ..state.store import BoxStore
 from .api import (
@@ -320,6 +321,7 @@ def create_app(
     lifecycle: Lifecycle,
     token: str,
     readiness: Readiness,
+    ended: SharedEndedSessions,
     background: Callable[[], AsyncIterator[None]] | None = None,
 ) -> FastAPI:
     """The ASGI app. ``background`` starts and stops the watches and the reconciler."""
@@ -353,7 +355,7 @@ def create_app(
     app.include_router(router)
     app.include_router(ingest_router)
     app.state.activity_limiter = RateLimiter()
-    mount_dashboard(app, store)
+    mount_dashboard(app, store, ended)
     _install_handlers(app)
     _install_middleware(app)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import html
 import json
+import logging
 import re
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -21,9 +22,13 @@ from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse, StreamingResponse
 
 from ..k8s.kube import ApiProblem
+from ..state.ended_sessions import SharedEndedSessions
 from ..state.store import BoxStore
 from .auth import operator, token_matches
-from .sessions import COOKIE, SessionStore, csrf_matches
+from .sessions import COOKIE, SessionsLoading, SessionStore, csrf_matches
+from .writes import WritePool
+
+log = logging.getLogger(__name__)
 
 STATIC = Path(__file__).resolve().parent / "static"
 ASSETS = {
@@ -42,6 +47,10 @@ MAX_FORM_BYTES = 4096
 KEEPALIVE_SECONDS = 20.0
 SAFE_NEXT = re.compile(r"/dashboard(/[A-Za-z0-9_~-][A-Za-z0-9._~-]*)*/?")
 LOGIN_REFUSED = "That token was not accepted."
+SIGNED_OUT_HERE_ONLY = (
+    "Signed out of this replica. The Kubernetes API did not take the record for the other "
+    "replicas, which may accept this session until it does; the controller keeps trying."
+)
 
 
 class Subscriber:
@@ -204,7 +213,11 @@ def dashboard(request: Request) -> Response:
 @router.get("/dashboard/login")
 def login_form(request: Request, next: str | None = None) -> Response:
     target = safe_next(next)
-    if _sessions(request).lookup(request.cookies.get(COOKIE), touch=False) is not None:
+    try:
+        signed_in = _sessions(request).lookup(request.cookies.get(COOKIE), touch=False)
+    except SessionsLoading:
+        signed_in = None
+    if signed_in is not None:
         return RedirectResponse(target, status_code=303)
     return _login_page(target)
 
@@ -229,11 +242,24 @@ async def logout(request: Request) -> Response:
     cookie = request.cookies.get(COOKIE)
     session = sessions.lookup(cookie, touch=False)
     form = await _form(request)
+    response: Response = RedirectResponse(LOGIN, status_code=303)
     if session is not None:
         if not _same_origin(request) or not csrf_matches(session, form.get("csrf")):
             raise ApiProblem(403, "missing or wrong CSRF value")
-        sessions.end(cookie)
-    response = RedirectResponse(LOGIN, status_code=303)
+        sessions.end(session)
+        ended: SharedEndedSessions = request.app.state.ended
+        writes: WritePool = request.app.state.writes
+        try:
+            # Answered once the apiserver has taken the record, so every replica refuses
+            # the session when the browser is told it is signed out.
+            await writes.run(ended.flush)
+        except ApiProblem as err:
+            ended.retry_soon()
+            log.warning(
+                "session ended on this replica only until the Kubernetes API takes the record",
+                extra={"error": err.detail},
+            )
+            response = _login_page(HOME, SIGNED_OUT_HERE_ONLY, 503)
     response.delete_cookie(
         COOKIE, path="/", httponly=True, samesite="strict", secure=request.url.scheme == "https"
     )
@@ -311,9 +337,10 @@ async def events(request: Request, _: Annotated[str, Depends(operator)]) -> Resp
     )
 
 
-def mount_dashboard(app: FastAPI, store: BoxStore) -> None:
+def mount_dashboard(app: FastAPI, store: BoxStore, ended: SharedEndedSessions) -> None:
     """Sessions, the push of box changes, and the dashboard routes."""
-    app.state.sessions = SessionStore(app.state.token)
+    app.state.ended = ended
+    app.state.sessions = SessionStore(app.state.token, ended)
     broadcaster = Broadcaster()
     app.state.broadcaster = broadcaster
     store.add_listener(broadcaster.changed)

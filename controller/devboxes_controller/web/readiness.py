@@ -2,7 +2,8 @@
 
 - serve reads: always (from memory, possibly stale, which ``/ready`` then says);
 - accept writes: while the apiserver answers and the caches have loaded once;
-- report ready and lead: while the apiserver answers and every watch is established.
+- report ready and lead: while the apiserver answers and every watch is established,
+  the ended dashboard sessions' included.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..k8s.probe import ApiserverProbe
+from ..state.ended_sessions import SharedEndedSessions
 from ..state.store import BoxStore
 
 
@@ -17,6 +19,7 @@ from ..state.store import BoxStore
 class Readiness:
     probe: ApiserverProbe
     store: BoxStore
+    ended: SharedEndedSessions
 
     def write_problem(self) -> str | None:
         if not self.store.synced():
@@ -26,7 +29,9 @@ class Readiness:
     def problem(self) -> str | None:
         """Why this replica is not ready, or None."""
         stale = self.store.stale_kinds()
-        if not self.store.synced():
+        if not self.ended.informer.healthy.is_set():
+            stale.append(self.ended.informer.kind)
+        if not (self.store.synced() and self.ended.synced()):
             return "waiting for the Kubernetes caches to sync"
         problem = self.probe.problem()
         if problem is not None:

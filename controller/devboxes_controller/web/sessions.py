@@ -2,14 +2,15 @@
 
 The browser holds only a session cookie (HttpOnly): an id, its creation and last-use
 times, and an HMAC over them with a key derived from the operator token. Any replica
-holding the same token verifies it without shared state, so sessions survive a request
-landing on another replica or a controller restart. The operator token itself never
+holding the same token verifies it without asking any other, so sessions survive a
+request landing on another replica or a controller restart. The operator token itself never
 leaves the login request. Each session's CSRF value is an HMAC of its id, sent back by
 the page as a header on every mutation.
 
 Sessions end after an idle period (the last-use time slides as the cookie is re-issued
-on use), after an absolute lifetime, at logout (the id is refused from then on), and
-for all sessions at once when the operator token is rotated.
+on use), after an absolute lifetime, at logout, and for all sessions at once when the
+operator token is rotated. Logout is recorded for every replica (``state.ended_sessions``);
+until a replica has loaded that record it accepts no session at all.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ import base64
 import hashlib
 import hmac
 import secrets
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from ..k8s.kube import Unavailable
+from ..state.ended_sessions import EndedSessions
 
 COOKIE = "devboxes_session"
 CSRF_HEADER = "X-Devboxes-CSRF"
@@ -45,6 +48,13 @@ class Session:
     reissued: bool = False
 
 
+class SessionsLoading(Unavailable):
+    """Until the ended sessions are loaded, no cookie can be told live."""
+
+    def __init__(self) -> None:
+        super().__init__("the controller is still loading its caches")
+
+
 def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
@@ -55,6 +65,7 @@ class SessionStore:
     def __init__(
         self,
         secret: str,
+        ended: EndedSessions,
         clock: Clock = time.time,
         idle_seconds: float = IDLE_SECONDS,
         absolute_seconds: float = ABSOLUTE_SECONDS,
@@ -63,9 +74,7 @@ class SessionStore:
         self._clock = clock
         self.idle_seconds = idle_seconds
         self.absolute_seconds = absolute_seconds
-        # Ended sessions, until their lifetime would have ended anyway.
-        self._ended: dict[str, float] = {}
-        self._lock = threading.Lock()
+        self.ended = ended
 
     def _mac(self, text: str) -> str:
         return _b64(hmac.new(self._key, text.encode(), hashlib.sha256).digest())
@@ -86,9 +95,13 @@ class SessionStore:
         return self._issue(secrets.token_urlsafe(32), now, now, reissued=True)
 
     def lookup(self, cookie: str | None, touch: bool = True) -> Session | None:
-        """The live session of this cookie, or None; ``touch`` restarts its idle period."""
+        """The live session of this cookie, or None; ``touch`` restarts its idle period.
+
+        Raises :class:`SessionsLoading` while the ended sessions are not yet loaded."""
         if not cookie:
             return None
+        if not self.ended.synced():
+            raise SessionsLoading()
         payload, _, mac = cookie.rpartition(".")
         parts = payload.split(".")
         if len(parts) != 4 or parts[0] != _VERSION:
@@ -102,21 +115,16 @@ class SessionStore:
         now = self._clock()
         if now - last_seen > self.idle_seconds or now - created > self.absolute_seconds:
             return None
-        with self._lock:
-            if session_id in self._ended:
-                return None
+        if self.ended.is_ended(session_id):
+            return None
         if touch and now - last_seen >= REISSUE_SECONDS:
             return self._issue(session_id, created, int(now), reissued=True)
         return self._issue(session_id, created, last_seen, reissued=False)
 
-    def end(self, cookie: str | None) -> None:
-        session = self.lookup(cookie, touch=False)
-        if session is None:
-            return
-        now = self._clock()
-        with self._lock:
-            self._ended = {k: v for k, v in self._ended.items() if v > now}
-            self._ended[session.id] = session.created + self.absolute_seconds
+    def end(self, session: Session) -> None:
+        """Refuse the session on this replica at once; recording it for the others is
+        ``ended.flush``'s job."""
+        self.ended.end(session.id, session.created + int(self.absolute_seconds))
 
 
 def csrf_matches(session: Session, presented: str | None) -> bool:
