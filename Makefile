@@ -77,11 +77,13 @@ down: $(STAMP)
 cassettes: $(STAMP) testbed
 	$(VENV)/bin/pytest -q -p no:cacheprovider tests/sdk -m cassette --record-mode=rewrite
 
-# The API's OpenAPI document as the code defines it, and the TypeScript types generated
-# from it; tests/jupyter/test_openapi_types.py fails until both follow a contract change.
+# The API's OpenAPI document as the code defines it, and the server extension's own for
+# its watch route, with the TypeScript types generated from each;
+# tests/jupyter/test_openapi_types.py fails until all four follow a contract change.
 openapi: $(STAMP) $(NODE_DEPS)
 	$(PY) -c 'import json, sys; from devboxes_controller.web.api import contract; json.dump(contract(), sys.stdout, indent=1); print()' > jupyter_ext/openapi.json
-	cd jupyter_ext && npm run --silent openapi
+	$(PY) -c 'import json, sys; from devboxes_jupyter.models import watch_contract; json.dump(watch_contract(), sys.stdout, indent=1); print()' > jupyter_ext/watch-openapi.json
+	cd jupyter_ext && npm run --silent openapi && npm run --silent openapi:watch
 
 # The pictures in docs/images, taken afresh by the browser tests.
 screenshots: $(STAMP) testbed system-packages node-deps
