@@ -12,7 +12,6 @@ import io
 import json
 import os
 import re
-import shlex
 import shutil
 import sys
 import threading
