@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TESTBED := PYTHONPATH=testbed $(PY) -m devboxes_testbed
 
-.PHONY: up down test test-unit test-slow check-clean screenshots lint testbed venv system-packages node-deps cassettes openapi labextension clean
+.PHONY: up down test test-unit test-slow check-clean screenshots lint testbed venv system-packages node-deps cassettes openapi labels labextension clean
 
 # package.json holds the version that the installed metadata reports.
 $(STAMP): pyproject.toml jupyter_ext/package.json
@@ -84,6 +84,11 @@ openapi: $(STAMP) $(NODE_DEPS)
 	$(PY) -c 'import json, sys; from devboxes_controller.web.api import contract; json.dump(contract(), sys.stdout, indent=1); print()' > jupyter_ext/openapi.json
 	$(PY) -c 'import json, sys; from devboxes_jupyter.models import watch_contract; json.dump(watch_contract(), sys.stdout, indent=1); print()' > jupyter_ext/watch-openapi.json
 	cd jupyter_ext && npm run --silent openapi && npm run --silent openapi:watch
+
+# The dashboard's display words, generated from the Lab's (jupyter_ext/src/words.ts);
+# tests/jupyter/test_display_words.py fails until the committed file follows.
+labels: $(NODE_DEPS)
+	cd jupyter_ext && npm run --silent labels
 
 # The pictures in docs/images, taken afresh by the browser tests.
 screenshots: $(STAMP) testbed system-packages node-deps
