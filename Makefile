@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TESTBED := PYTHONPATH=testbed $(PY) -m devboxes_testbed
 
-.PHONY: up down test test-unit test-slow check-clean screenshots lint testbed venv system-packages node-deps cassettes openapi labextension clean
+.PHONY: up down test test-unit test-slow check-clean screenshots lint testbed venv system-packages node-deps cassettes openapi labels labextension clean
 
 # package.json holds the version that the installed metadata reports.
 $(STAMP): pyproject.toml jupyter_ext/package.json
@@ -77,11 +77,18 @@ down: $(STAMP)
 cassettes: $(STAMP) testbed
 	$(VENV)/bin/pytest -q -p no:cacheprovider tests/sdk -m cassette --record-mode=rewrite
 
-# The API's OpenAPI document as the code defines it, and the TypeScript types generated
-# from it; tests/jupyter/test_openapi_types.py fails until both follow a contract change.
+# The API's OpenAPI document as the code defines it, and the server extension's own for
+# its watch route, with the TypeScript types generated from each;
+# tests/jupyter/test_openapi_types.py fails until all four follow a contract change.
 openapi: $(STAMP) $(NODE_DEPS)
 	$(PY) -c 'import json, sys; from devboxes_controller.web.api import contract; json.dump(contract(), sys.stdout, indent=1); print()' > jupyter_ext/openapi.json
-	cd jupyter_ext && npm run --silent openapi
+	$(PY) -c 'import json, sys; from devboxes_jupyter.models import watch_contract; json.dump(watch_contract(), sys.stdout, indent=1); print()' > jupyter_ext/watch-openapi.json
+	cd jupyter_ext && npm run --silent openapi && npm run --silent openapi:watch
+
+# The dashboard's display words, generated from the Lab's (jupyter_ext/src/words.ts);
+# tests/jupyter/test_display_words.py fails until the committed file follows.
+labels: $(NODE_DEPS)
+	cd jupyter_ext && npm run --silent labels
 
 # The pictures in docs/images, taken afresh by the browser tests.
 screenshots: $(STAMP) testbed system-packages node-deps

@@ -12,7 +12,6 @@ import io
 import json
 import os
 import re
-import shlex
 import shutil
 import sys
 import threading
@@ -64,10 +63,11 @@ EXIT_INTERRUPTED = 130
 
 DEFAULT_WAIT_TIMEOUT = 600.0
 
-# Only these ssh_command parts are used; anything else the server sends is ignored so
-# that a server can never make the local ssh run a command (e.g. ProxyCommand).
-_SSH_DESTINATION_RE = re.compile(r"^(?:[A-Za-z0-9._][A-Za-z0-9._-]{0,63}@)?[A-Za-z0-9.:\[\]_-]+$")
-_SSH_OPTIONS_WITH_VALUE = frozenset("BbcDEeFIiJLlmOoPpQRSWw")
+# The server's host and user become one argument of the local ssh; neither may start
+# with "-" or hold anything but name characters, so that a server can never slip in an
+# option (e.g. ProxyCommand).
+_SSH_HOST_RE = re.compile(r"^[A-Za-z0-9.:\[\]_][A-Za-z0-9.:\[\]_-]*$")
+_SSH_USER_RE = re.compile(r"^[A-Za-z0-9._][A-Za-z0-9._-]{0,63}$")
 
 # The API's names for the fields of a create, and the flags that set them, so that a
 # refused request is explained in the words the user typed. None: the message already
@@ -441,43 +441,18 @@ def _wait(box: Devbox, timeout: float) -> Devbox:
 
 
 def ssh_argv(box: Devbox, extra: Sequence[str]) -> list[str]:
-    """The ``ssh`` command line for a box, from its ssh_command (or ssh_host/ssh_port).
-
-    Only the destination, ``-p`` and ``-l`` are taken from the server's ssh_command.
-    """
+    """The ``ssh`` command line for a box, from its ssh_host, ssh_port and ssh_user."""
     destination = box.ssh_host
-    port = box.ssh_port
-    user: str | None = None
-    if box.ssh_command:
-        try:
-            words = shlex.split(box.ssh_command)
-        except ValueError:
-            words = []
-        if words and os.path.basename(words[0]) == "ssh":
-            index = 1
-            while index < len(words):
-                word = words[index]
-                if word.startswith("-") and len(word) >= 2 and word[1] in _SSH_OPTIONS_WITH_VALUE:
-                    value = word[2:]
-                    if not value and index + 1 < len(words):
-                        index += 1
-                        value = words[index]
-                    if word[1] == "p" and value.isdigit():
-                        port = int(value)
-                    elif word[1] == "l":
-                        user = value
-                elif not word.startswith("-"):
-                    destination = word
-                    break
-                index += 1
-    if not destination or destination.startswith("-") or not _SSH_DESTINATION_RE.match(destination):
+    if not destination or not _SSH_HOST_RE.match(destination):
         raise DevboxesError(f"{box.name} has no usable SSH address yet")
-    if user is not None and "@" not in destination and re.fullmatch(r"[A-Za-z0-9._-]+", user):
-        destination = f"{user}@{destination}"
+    if box.ssh_user is not None:
+        if not _SSH_USER_RE.match(box.ssh_user):
+            raise DevboxesError(f"{box.name} names an unusable SSH user: {box.ssh_user!r}")
+        destination = f"{box.ssh_user}@{destination}"
     extra_args = list(extra)
     if extra_args and extra_args[0] == "--":
         extra_args = extra_args[1:]
-    return ["ssh", "-p", str(port), destination, *extra_args]
+    return ["ssh", "-p", str(box.ssh_port), destination, *extra_args]
 
 
 def _exec_ssh(box: Devbox, extra: Sequence[str]) -> NoReturn:

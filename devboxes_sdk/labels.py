@@ -1,14 +1,17 @@
 """How a box's accelerator, status and auto-stop time read, wherever Python shows them.
 
-The ``devbox`` CLI and the Jupyter widgets both use these, so a box reads the same in a
-terminal and in a notebook.
+The ``devbox`` CLI, the Jupyter widgets and the controller's Kubernetes Events all use
+these, so a box reads the same in a terminal, a notebook and ``kubectl describe``. The
+Lab's sidebar and the dashboard say the same words in TypeScript
+(``jupyter_ext/src/words.ts``); ``tests/jupyter/test_display_words.py`` compares them.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Protocol
 
-from devboxes_sdk.models import DevboxState, GpuAllocation, GpuProfile
+from devboxes_sdk.models import DevboxState
 
 CPU_ONLY = "CPU only"
 # Spelled out so that no one "fixes" it into the letter x.
@@ -16,7 +19,20 @@ TIMES = "\N{MULTIPLICATION SIGN}"
 DOT = "\N{MIDDLE DOT}"
 
 
-def accelerator_label(gpu: GpuAllocation | GpuProfile | None) -> str:
+class Accelerator(Protocol):
+    """A profile, the allocation it gives, or the controller's own profile settings."""
+
+    @property
+    def display_name(self) -> str: ...
+
+    @property
+    def count(self) -> int: ...
+
+    @property
+    def resource_name(self) -> str: ...
+
+
+def accelerator_label(gpu: Accelerator | None) -> str:
     """``NVIDIA L4 · 1 \N{MULTIPLICATION SIGN} nvidia.com/gpu``: a profile and the allocation it
     gives read alike; ``CPU only`` for none."""
     if gpu is None:

@@ -196,6 +196,9 @@ class Devbox(_Response):
     repository: str | None = None
     ssh_host: str | None = None
     ssh_port: int = 22
+    # The login user, set with ssh_host once the box is ready; ssh_command says the same
+    # for people, these three fields say it for programs.
+    ssh_user: str | None = None
     ssh_command: str | None = None
     pod_name: str | None = None
     pod_ready: bool = False

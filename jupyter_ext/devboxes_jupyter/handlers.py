@@ -206,7 +206,8 @@ class WatchHandler(DevboxesHandler):
             self._reject(error)
             return
         watcher: Watcher = self.settings[WATCHER_SETTING]
-        self._reply(200, await watcher.wait(query.after, query.timeout))
+        view = await watcher.wait(query.after, query.timeout)
+        self._reply(200, view.model_dump(mode="json"))
 
 
 _ACTION = f"(?P<action>{'|'.join(ACTIONS)})"

@@ -1,8 +1,10 @@
 """What the server extension accepts from the browser and what it answers.
 
 Bodies are the wire models of :mod:`devboxes_sdk.models`; this module only adds the
-query parameters of the extension's own routes and the mapping of SDK errors to the
-``{"detail": ...}`` error body the API uses everywhere.
+query parameters of the extension's own routes, the view the watch route answers (whose
+OpenAPI document, :func:`watch_contract`, the sidebar's TypeScript types are generated
+from) and the mapping of SDK errors to the ``{"detail": ...}`` error body the API uses
+everywhere.
 """
 
 from __future__ import annotations
@@ -11,8 +13,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 from pydantic import ValidationError as PydanticValidationError
+from pydantic.json_schema import models_json_schema
 
 from devboxes_sdk import models
 from devboxes_sdk.errors import ApiError, ConfigurationError, DevboxesError, ValidationError
@@ -54,6 +57,73 @@ class WatchQuery(BaseModel):
 
     after: Annotated[int, Field(ge=-1)] = -1
     timeout: Annotated[int, Field(ge=0, le=MAX_WATCH_SECONDS)] = 25
+
+
+class KernelProgress(BaseModel):
+    """What one devbox kernel start is doing (see :mod:`devboxes_jupyter.progress`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kernel_id: str
+    box: str
+    profile: str
+    phase: str
+    message: str
+    # Seconds since the epoch.
+    updated: float
+
+
+class WatchView(BaseModel):
+    """The answer of the watch route: the boxes, availability and kernel starts as the
+    server extension last saw them, numbered by ``version``."""
+
+    version: int
+    # None until the first listing; the last good listing stays while ``error`` is set.
+    items: list[models.Devbox] | None
+    observed_at: AwareDatetime | None
+    error: str | None
+    # None when the controller does not count free devices.
+    availability: models.GpuAvailability | None
+    kernels: list[KernelProgress]
+    poll_interval: float
+
+
+WATCH_PATH = "/devboxes/api/watch"
+
+
+def watch_contract() -> dict[str, Any]:
+    """The OpenAPI document of the watch route, the source of the sidebar's generated
+    ``watch-openapi.ts`` (``make openapi`` writes both)."""
+    _, schemas = models_json_schema(
+        [(WatchView, "serialization")], ref_template="#/components/schemas/{model}"
+    )
+    query = WatchQuery.model_json_schema()["properties"]
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "Devboxes Jupyter server extension", "version": "1"},
+        "paths": {
+            WATCH_PATH: {
+                "get": {
+                    "summary": "The view once it is newer than `after`, or after `timeout` s",
+                    "parameters": [
+                        {"name": name, "in": "query", "required": False, "schema": schema}
+                        for name, schema in query.items()
+                    ],
+                    "responses": {
+                        "200": {
+                            "description": "The view",
+                            "content": {
+                                "application/json": {
+                                    "schema": {"$ref": "#/components/schemas/WatchView"}
+                                }
+                            },
+                        }
+                    },
+                }
+            }
+        },
+        "components": {"schemas": schemas["$defs"]},
+    }
 
 
 def parse_watch(query: Mapping[str, Sequence[bytes]]) -> WatchQuery:

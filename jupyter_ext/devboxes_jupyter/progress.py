@@ -9,18 +9,8 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
-from typing import Any
 
-
-@dataclass(frozen=True)
-class KernelProgress:
-    kernel_id: str
-    box: str
-    profile: str
-    phase: str
-    message: str
-    updated: float
+from devboxes_jupyter.models import KernelProgress
 
 
 class ProgressRegistry:
@@ -35,7 +25,12 @@ class ProgressRegistry:
     def update(self, kernel_id: str, box: str, profile: str, phase: str, message: str) -> None:
         with self._lock:
             self._items[kernel_id] = KernelProgress(
-                kernel_id, box, profile, phase, message, time.time()
+                kernel_id=kernel_id,
+                box=box,
+                profile=profile,
+                phase=phase,
+                message=message,
+                updated=time.time(),
             )
         self._notify()
 
@@ -49,9 +44,9 @@ class ProgressRegistry:
         for listener in list(self.listeners):
             listener()
 
-    def snapshot(self) -> list[dict[str, Any]]:
+    def snapshot(self) -> list[KernelProgress]:
         with self._lock:
-            return [asdict(item) for item in self._items.values()]
+            return list(self._items.values())
 
 
 REGISTRY = ProgressRegistry()

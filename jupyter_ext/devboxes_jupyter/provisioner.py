@@ -102,7 +102,10 @@ class DevboxKernelProvisioner(LocalProvisioner):
         "boxes are created with). Required.",
     ).tag(config=True)
 
-    ssh_user = Unicode("dev", help="User to log in to boxes as.").tag(config=True)
+    ssh_user = Unicode(
+        "",
+        help="User to log in to boxes as. Empty: the user the controller names for the box.",
+    ).tag(config=True)
 
     known_hosts_file = Unicode(
         "",
@@ -202,6 +205,16 @@ class DevboxKernelProvisioner(LocalProvisioner):
             return Path(self.known_hosts_file).expanduser()
         return Path(jupyter_data_dir()) / "devboxes" / "known_hosts"
 
+    def _login(self) -> str:
+        assert self._box is not None
+        user = self.ssh_user or self._box.ssh_user
+        if not user:
+            raise self._fail(
+                f"the controller names no SSH user for box {self._box.name}: "
+                "set DevboxKernelProvisioner.ssh_user"
+            )
+        return user
+
     def _ssh(self, *extra: str, command: str | None = None) -> list[str]:
         assert self._box is not None
         assert self._control_dir is not None
@@ -232,7 +245,7 @@ class DevboxKernelProvisioner(LocalProvisioner):
             "-o",
             "LogLevel=ERROR",
             *extra,
-            f"{self.ssh_user}@{self._box.ssh_host}",
+            f"{self._login()}@{self._box.ssh_host}",
             *([] if command is None else [command]),
         ]
 
@@ -267,7 +280,7 @@ class DevboxKernelProvisioner(LocalProvisioner):
             )
         self._control_dir = Path(tempfile.mkdtemp(prefix="devbox-ssh-"))
         errors = self._control_dir / "master.err"
-        where = f"{self.ssh_user}@{self._box.ssh_host}:{self._box.ssh_port}"
+        where = f"{self._login()}@{self._box.ssh_host}:{self._box.ssh_port}"
         self._report("connecting", f"connecting to box {self._box.name} over SSH ({where})")
         deadline = time.monotonic() + self.ssh_connect_timeout
         while True:

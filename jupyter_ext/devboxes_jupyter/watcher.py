@@ -16,20 +16,31 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from devboxes_jupyter import progress
 from devboxes_jupyter.kernelspecs import write_kernelspecs
+from devboxes_jupyter.models import WatchView
+from devboxes_sdk import models
 from devboxes_sdk.client import Client
 from devboxes_sdk.errors import DevboxesError, NotFound
-from devboxes_sdk.models import API_PREFIX
 
-AVAILABILITY_PATH = f"{API_PREFIX}/gpu/availability"
 # A browser that has not asked for this long is gone; stop listing boxes for it.
 WATCHER_IDLE_SECONDS = 60.0
 CATALOG_REFRESH_SECONDS = 300.0
+
+
+@dataclass(frozen=True)
+class _Listing:
+    """The controller's part of the view; a failed listing keeps the last good one."""
+
+    items: list[models.Devbox] | None = None
+    observed_at: datetime | None = None
+    error: str | None = None
+    availability: models.GpuAvailability | None = None
 
 
 class Watcher:
@@ -53,12 +64,7 @@ class Watcher:
         self._next_catalog = 0.0
         self._availability_missing = False
         self._version = 0
-        self._state: dict[str, Any] = {
-            "items": None,
-            "observed_at": None,
-            "error": None,
-            "availability": None,
-        }
+        self._listing = _Listing()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._changed: asyncio.Event | None = None
         self._thread = threading.Thread(target=self._run, name="devboxes-watcher", daemon=True)
@@ -98,31 +104,27 @@ class Watcher:
             self._log.warning("devboxes: cannot refresh the GPU catalog: %s", error)
 
     def _refresh_boxes(self) -> None:
-        update: dict[str, Any]
         try:
             client = self._client()
-            items = [box.raw for box in client.list()]
-            update = {
-                "items": items,
-                "observed_at": datetime.now(UTC).isoformat(),
-                "error": None,
-                "availability": self._availability(client),
-            }
+            listing = _Listing(
+                items=list(client.list()),
+                observed_at=datetime.now(UTC),
+                availability=self._availability(client),
+            )
         except DevboxesError as error:
-            update = {"error": str(error)}
+            listing = replace(self._listing, error=str(error))
         with self._lock:
-            changed = any(self._state.get(key) != value for key, value in update.items())
-            if changed:
-                self._state.update(update)
+            changed = listing != self._listing
+            self._listing = listing
         if changed:
             self._bump()
 
-    def _availability(self, client: Client) -> Any:
+    def _availability(self, client: Client) -> models.GpuAvailability | None:
         """``GET /api/v1/gpu/availability`` if this controller has it, else None."""
         if self._availability_missing:
             return None
         try:
-            return client.request_json("GET", AVAILABILITY_PATH)
+            return client.gpu.availability()
         except NotFound:
             self._availability_missing = True
             return None
@@ -137,25 +139,31 @@ class Watcher:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(changed.set)
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> WatchView:
         with self._lock:
-            state = dict(self._state, version=self._version)
-        state["kernels"] = progress.REGISTRY.snapshot()
-        state["poll_interval"] = self.poll_interval
-        return state
+            listing, version = self._listing, self._version
+        return WatchView(
+            version=version,
+            items=listing.items,
+            observed_at=listing.observed_at,
+            error=listing.error,
+            availability=listing.availability,
+            kernels=progress.REGISTRY.snapshot(),
+            poll_interval=self.poll_interval,
+        )
 
     def refresh_now(self) -> None:
         """After the browser changed a box: list again without waiting for the interval."""
         self._wake.set()
 
-    async def wait(self, after: int, timeout: float) -> dict[str, Any]:
+    async def wait(self, after: int, timeout: float) -> WatchView:
         """The view once its version passes ``after``, or as it is after ``timeout``."""
         if self._changed is None:
             self._loop = asyncio.get_running_loop()
             self._changed = asyncio.Event()
         first = self._last_watch == 0.0
         self._last_watch = time.monotonic()
-        if first or self._state["items"] is None:
+        if first or self._listing.items is None:
             self._wake.set()
         deadline = time.monotonic() + timeout
         while True:

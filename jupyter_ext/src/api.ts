@@ -2,8 +2,10 @@ import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
 import { components, devboxCreatePresetValues } from './openapi';
+import { components as watchComponents } from './watch-openapi';
 
 type Schemas = components['schemas'];
+type WatchSchemas = watchComponents['schemas'];
 
 // The controller's bodies, generated from its OpenAPI document (see openapi.ts).
 export type Capabilities = Schemas['Capabilities'];
@@ -19,26 +21,13 @@ type FieldError = Schemas['FieldError'];
 /** The presets a create may name, in the order the API lists them. */
 export const PRESETS = devboxCreatePresetValues;
 
-/** What a devbox kernel start is doing (see devboxes_jupyter/progress.py). */
-export interface IKernelProgress {
-  kernel_id: string;
-  box: string;
-  profile: string;
-  phase: string;
-  message: string;
-  updated: number;
-}
-
-/** The server extension's view, answered by the watch route once it changes. */
-export interface IView {
-  version: number;
-  items: Devbox[] | null;
-  observed_at: string | null;
-  error: string | null;
-  availability: GpuAvailability | null;
-  kernels: IKernelProgress[];
-  poll_interval: number;
-}
+/**
+ * The server extension's view, answered by the watch route once it changes, and what a
+ * devbox kernel start is doing; generated from its own OpenAPI document (see
+ * watch-openapi.ts and devboxes_jupyter/models.py).
+ */
+export type IView = WatchSchemas['WatchView'];
+export type IKernelProgress = WatchSchemas['KernelProgress'];
 
 /** An error answered by the server extension, with the controller's own words. */
 export class DevboxesApiError extends Error {

@@ -260,6 +260,8 @@ export interface components {
              * @default 22
              */
             ssh_port: number;
+            /** Ssh User */
+            ssh_user?: string | null;
             /** Ssh Command */
             ssh_command?: string | null;
             /** Pod Name */

@@ -19,7 +19,10 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from devboxes_jupyter.handlers import API_ROOT
+from devboxes_jupyter.models import WatchView
 from tornado.httpclient import HTTPResponse
+
+from devboxes_sdk.models import Devbox
 
 pytest_plugins = ["pytest_jupyter.jupyter_server"]
 
@@ -187,6 +190,19 @@ async def test_each_route_answers_with_its_controller_call(
         assert answered == CAPABILITIES
     else:
         assert (answered["items"][0] if "items" in body else answered)["name"] == "atlas"
+
+
+async def test_the_watch_view_is_the_view_model_with_wire_model_boxes(
+    jp_fetch: Fetch, controller: RecordingController
+) -> None:
+    # A field this extension does not know is dropped, as on every other route.
+    controller.answers[("GET", "/api/v1/devboxes")] = (200, {"items": [dict(BOX, newer=1)]})
+    response = await jp_fetch("devboxes", "api", "watch", params={"after": "0", "timeout": "10"})
+    view = WatchView.model_validate(_json(response))
+    assert view.error is None
+    assert view.availability is None
+    assert view.items == [Devbox.model_validate(BOX)]
+    assert "newer" not in _json(response)["items"][0]
 
 
 @pytest.mark.parametrize(

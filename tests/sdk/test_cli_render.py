@@ -59,6 +59,7 @@ def box_json(**fields: Any) -> dict[str, Any]:
         "expires_at": "2026-12-03T08:30:00Z",
         "ssh_host": "10.0.0.5",
         "ssh_port": 22,
+        "ssh_user": "dev",
         "ssh_command": "ssh -p 22 dev@10.0.0.5",
         "gpu": L4,
     }
@@ -562,8 +563,14 @@ def test_progress_prints_each_change_once_without_a_tty(client: Client) -> None:
 # -- ssh -----------------------------------------------------------------------------
 
 
-def test_ssh_argv_uses_ssh_command_destination_and_port(client: Client) -> None:
-    box = make_box(client, ssh_command="ssh -p 2222 dev@box.example.com", ssh_port=22)
+def test_ssh_argv_uses_the_fields_not_the_ssh_command(client: Client) -> None:
+    box = make_box(
+        client,
+        ssh_host="box.example.com",
+        ssh_port=2222,
+        ssh_user="dev",
+        ssh_command="ssh -o ProxyCommand=evil -p 9 someone@elsewhere",
+    )
     assert ssh_argv(box, ["--", "-L", "8888:localhost:8888"]) == [
         "ssh",
         "-p",
@@ -574,18 +581,16 @@ def test_ssh_argv_uses_ssh_command_destination_and_port(client: Client) -> None:
     ]
 
 
-def test_ssh_argv_ignores_dangerous_server_options(client: Client) -> None:
-    box = make_box(
-        client,
-        ssh_command="ssh -o ProxyCommand=evil -l dev -p2200 10.0.0.9",
-        ssh_host="10.0.0.9",
-    )
-    assert ssh_argv(box, []) == ["ssh", "-p", "2200", "dev@10.0.0.9"]
-
-
-def test_ssh_argv_falls_back_to_host_and_port(client: Client) -> None:
-    box = make_box(client, ssh_command=None, ssh_host="10.1.2.3", ssh_port=30022)
+def test_ssh_argv_without_a_user_leaves_it_to_ssh(client: Client) -> None:
+    # A controller older than the ssh_user field names no user.
+    box = make_box(client, ssh_user=None, ssh_host="10.1.2.3", ssh_port=30022)
     assert ssh_argv(box, []) == ["ssh", "-p", "30022", "10.1.2.3"]
+
+
+def test_ssh_argv_refuses_option_like_user(client: Client) -> None:
+    box = make_box(client, ssh_user="-oProxyCommand=evil")
+    with pytest.raises(Exception, match="unusable SSH user"):
+        ssh_argv(box, [])
 
 
 def test_ssh_argv_refuses_option_like_host(client: Client) -> None:

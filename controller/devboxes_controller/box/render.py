@@ -70,7 +70,9 @@ ACTIVITY_COMMAND = "devbox-activity-agent"
 GPU_SAMPLES_VOLUME = "gpu-samples"
 GPU_SAMPLES_PATH = "/run/devbox-gpu-samples"
 GPU_SAMPLES_ENV = "DEVBOX_GPU_SAMPLES"
-HOME_MOUNT_PATH = "/home/dev"
+# The workspace image's one login user (workspace/Dockerfile); its home is the box's volume.
+BOX_USER = "dev"
+HOME_MOUNT_PATH = f"/home/{BOX_USER}"
 
 # What the workspace entrypoint and sshd need, and nothing more. The entrypoint runs as
 # root: it creates the user and the groups of DEVBOX_GPU_SUPPLEMENTAL_GROUPS, writes

@@ -16,6 +16,7 @@ from typing import Any
 
 from kubernetes import client
 
+from devboxes_sdk.labels import accelerator_label
 from devboxes_sdk.models import ActivityReport, DeleteResult, Devbox, DevboxCreate
 
 from ..box import activity, render, status, template
@@ -454,10 +455,11 @@ def _owned_by(deployment: Obj) -> list[Obj]:
 
 
 def _created_message(spec: render.BoxSpec, reused: bool) -> str:
+    # The accelerator in the words every client shows it in.
     accelerator = (
-        f"GPU profile {spec.gpu.name} ({spec.gpu.count}x {spec.gpu.resource_name})"
+        f"GPU profile {spec.gpu.name} ({accelerator_label(spec.gpu)})"
         if spec.gpu
-        else "no GPU"
+        else accelerator_label(None)
     )
     home = "; reusing its retained home volume" if reused else ""
     return f"Created with preset {spec.preset}, {accelerator}{home}"

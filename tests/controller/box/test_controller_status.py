@@ -181,7 +181,13 @@ def test_zero_replicas_is_stopped_whatever_the_pods_say() -> None:
     box = derive(objects, SETTINGS, NOW)
     assert box.state is DevboxState.STOPPED
     assert box.message == "Stopped; storage is kept. Start it to continue."
-    assert (box.pod_name, box.pod_ready, box.ssh_command, box.restarts) == (None, False, None, 0)
+    assert (box.pod_name, box.pod_ready, box.ssh_user, box.ssh_command, box.restarts) == (
+        None,
+        False,
+        None,
+        None,
+        0,
+    )
 
 
 def test_a_box_stopped_by_its_ttl_says_when() -> None:
@@ -204,7 +210,7 @@ def test_ready_pod_with_a_node_port_is_ready_with_an_ssh_command() -> None:
     )
     box = derive(objects, SETTINGS, NOW)
     assert box.state is DevboxState.READY
-    assert (box.ssh_host, box.ssh_port) == ("box.example.org", 30122)
+    assert (box.ssh_host, box.ssh_port, box.ssh_user) == ("box.example.org", 30122, "dev")
     assert box.ssh_command == "ssh -p 30122 dev@box.example.org"
     assert box.pod_name == "devbox-atlas-6d8f9c7b5-x1"
     assert box.pod_ready is True

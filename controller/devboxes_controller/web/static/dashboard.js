@@ -1,13 +1,13 @@
-"use strict";
-
 // The dashboard calls /api/v1 with the session cookie; every mutation carries the
 // session's CSRF value, which the server renders into a meta tag of this page.
+// An ES module: the display words come from labels.js, generated from the Lab's words.ts.
+import * as labels from "./labels.js";
+
 (function () {
   const csrf = document.querySelector('meta[name="devboxes-csrf"]').content;
   const ttlMax = Number(document.querySelector('meta[name="devboxes-ttl-max"]').content);
   const rows = new Map();
   const $ = (id) => document.getElementById(id);
-  const labels = DevboxesLabels;
 
   function toLogin() {
     window.location.assign("/dashboard/login?next=/dashboard");

@@ -1,46 +1,43 @@
-"use strict";
-
-// How boxes and accelerators read on the dashboard: the same words as the Jupyter
-// sidebar and widgets. Loaded before dashboard.js, which uses these functions.
-const DevboxesLabels = (function () {
-  const CPU_ONLY = "CPU only";
-
-  function unitsLabel(accelerator) {
+// Generated from jupyter_ext/src/words.ts by `make labels`: edit that file, not this one.
+export const CPU_ONLY = 'CPU only';
+/** "NVIDIA L4 · 1 × nvidia.com/gpu": a profile and the allocation it gives read alike. */
+export function unitsLabel(accelerator) {
     return `${accelerator.display_name} · ${accelerator.count} × ${accelerator.resource_name}`;
-  }
-
-  // " — 1 of 2 free, 1 waiting", or " — free count unknown" when the controller cannot count.
-  function freeText(entry) {
-    if (typeof entry.available !== "number" || typeof entry.capacity !== "number") {
-      return " — free count unknown";
+}
+/** " — 1 of 2 free, 1 waiting", or " — free count unknown" when the controller cannot count. */
+export function freeText(entry) {
+    if (typeof entry.available !== 'number' || typeof entry.capacity !== 'number') {
+        return ' — free count unknown';
     }
-    const waiting = entry.waiting > 0 ? `, ${entry.waiting} waiting` : "";
+    const waiting = entry.waiting > 0 ? `, ${entry.waiting} waiting` : '';
     return ` — ${entry.available} of ${entry.capacity} free${waiting}`;
-  }
-
-  // The accelerator pinned to a box, in the same words as its profile's label.
-  function allocationLabel(gpu) {
+}
+/** The accelerator pinned to a box, in the same words as its profile's label. */
+export function allocationLabel(gpu) {
     return gpu ? unitsLabel(gpu) : CPU_ONLY;
-  }
-
-  function span(seconds) {
+}
+function span(seconds) {
     let minutes = Math.max(Math.floor(seconds / 60), 1);
     const days = Math.floor(minutes / (24 * 60));
     minutes -= days * 24 * 60;
     const hours = Math.floor(minutes / 60);
     minutes -= hours * 60;
-    if (days) return hours ? `${days} d ${hours} h` : `${days} d`;
-    if (hours) return minutes ? `${hours} h ${minutes} min` : `${hours} h`;
+    if (days) {
+        return hours ? `${days} d ${hours} h` : `${days} d`;
+    }
+    if (hours) {
+        return minutes ? `${hours} h ${minutes} min` : `${hours} h`;
+    }
     return `${minutes} min`;
-  }
-
-  // When a running box stops on its own: "in 3 h 20 min", "due now" or "never".
-  function autoStopLabel(box, now) {
-    if (box.state === "stopped") return "stopped";
-    if (!box.expires_at) return "never";
-    const remaining = Math.floor((Date.parse(box.expires_at) - (now ?? Date.now())) / 1000);
-    return remaining <= 0 ? "due now" : `in ${span(remaining)}`;
-  }
-
-  return { CPU_ONLY, unitsLabel, freeText, allocationLabel, autoStopLabel };
-})();
+}
+/** When a running box stops on its own: "in 3 h 20 min", "due now" or "never". */
+export function autoStopLabel(devbox, now = Date.now()) {
+    if (devbox.state === 'stopped') {
+        return 'stopped';
+    }
+    if (!devbox.expires_at) {
+        return 'never';
+    }
+    const remaining = Math.floor((Date.parse(devbox.expires_at) - now) / 1000);
+    return remaining <= 0 ? 'due now' : `in ${span(remaining)}`;
+}

@@ -1,0 +1,64 @@
+/**
+ * The display words the Lab's sidebar and the controller's dashboard share: how an
+ * accelerator, its free count and a box's auto-stop time read. This file is their one
+ * source: the dashboard's static/labels.js is generated from it (`make labels`), and
+ * the Python words (devboxes_sdk/labels.py) are checked against both by
+ * tests/jupyter/test_display_words.py. Pure functions over the API's plain data, so
+ * that the generated JavaScript needs nothing else.
+ */
+import type { components } from './openapi';
+
+type Schemas = components['schemas'];
+
+export const CPU_ONLY = 'CPU only';
+
+/** "NVIDIA L4 · 1 × nvidia.com/gpu": a profile and the allocation it gives read alike. */
+export function unitsLabel(
+  accelerator: Schemas['GpuProfile'] | Schemas['GpuAllocation']
+): string {
+  return `${accelerator.display_name} · ${accelerator.count} × ${accelerator.resource_name}`;
+}
+
+/** " — 1 of 2 free, 1 waiting", or " — free count unknown" when the controller cannot count. */
+export function freeText(entry: Schemas['ProfileAvailability']): string {
+  if (typeof entry.available !== 'number' || typeof entry.capacity !== 'number') {
+    return ' — free count unknown';
+  }
+  const waiting = entry.waiting > 0 ? `, ${entry.waiting} waiting` : '';
+  return ` — ${entry.available} of ${entry.capacity} free${waiting}`;
+}
+
+/** The accelerator pinned to a box, in the same words as its profile's label. */
+export function allocationLabel(gpu: Schemas['GpuAllocation'] | null | undefined): string {
+  return gpu ? unitsLabel(gpu) : CPU_ONLY;
+}
+
+function span(seconds: number): string {
+  let minutes = Math.max(Math.floor(seconds / 60), 1);
+  const days = Math.floor(minutes / (24 * 60));
+  minutes -= days * 24 * 60;
+  const hours = Math.floor(minutes / 60);
+  minutes -= hours * 60;
+  if (days) {
+    return hours ? `${days} d ${hours} h` : `${days} d`;
+  }
+  if (hours) {
+    return minutes ? `${hours} h ${minutes} min` : `${hours} h`;
+  }
+  return `${minutes} min`;
+}
+
+/** When a running box stops on its own: "in 3 h 20 min", "due now" or "never". */
+export function autoStopLabel(
+  devbox: Pick<Schemas['Devbox'], 'state' | 'expires_at'>,
+  now: number = Date.now()
+): string {
+  if (devbox.state === 'stopped') {
+    return 'stopped';
+  }
+  if (!devbox.expires_at) {
+    return 'never';
+  }
+  const remaining = Math.floor((Date.parse(devbox.expires_at) - now) / 1000);
+  return remaining <= 0 ? 'due now' : `in ${span(remaining)}`;
+}

@@ -1,0 +1,231 @@
+"""A box reads the same in Python, in the Lab's sidebar and on the dashboard.
+
+The TypeScript words have one source, ``jupyter_ext/src/words.ts``: the Lab imports it
+and the dashboard's ``static/labels.js`` is generated from it (``make labels``). Here the
+same plain boxes, profiles and free counts go through the Python functions, the Lab's
+TypeScript (transpiled by the repository's own compiler) and the dashboard's file (both
+run by node), and every string must agree. The controller's Kubernetes Event names the
+accelerator in the Python words.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from devboxes_controller.box.render import BoxSpec
+from devboxes_controller.config.settings import GpuProfileConfig
+from devboxes_controller.control.lifecycle import _created_message
+from devboxes_jupyter import labels as jupyter_labels
+
+from devboxes_sdk import labels, models
+
+ROOT = Path(__file__).resolve().parents[2]
+EXTENSION = ROOT / "jupyter_ext"
+DASHBOARD_LABELS = ROOT / "controller" / "devboxes_controller" / "web" / "static" / "labels.js"
+TYPESCRIPT = EXTENSION / "node_modules" / "typescript"
+
+needs_node = pytest.mark.skipif(
+    shutil.which("node") is None or not TYPESCRIPT.exists(),
+    reason="node and the npm packages are needed: `make node-deps` installs them",
+)
+
+NOW = datetime(2026, 12, 2, 8, 0, tzinfo=UTC)
+L4 = {"profile": "nvidia-l4", "display_name": "NVIDIA L4", "resource_name": "nvidia.com/gpu"}
+MIG = {
+    "profile": "a100-mig",
+    "display_name": "A100 MIG 1g.10gb",
+    "resource_name": "nvidia.com/mig-1g.10gb",
+}
+# (state, expires_at, gpu): every branch of the auto-stop and accelerator words.
+BOXES: list[tuple[str, str | None, dict[str, Any] | None]] = [
+    ("ready", "2026-12-02T11:20:00Z", dict(L4, count=1)),
+    ("ready", "2026-12-02T08:00:30Z", None),
+    ("starting", "2026-12-02T09:00:00Z", dict(MIG, count=2)),
+    ("ready", "2026-12-04T10:00:00Z", None),
+    ("ready", "2026-12-05T08:00:00Z", None),
+    ("ready", "2026-12-02T08:45:00Z", None),
+    ("ready", "2026-12-02T07:00:00Z", None),
+    ("ready", None, None),
+    ("stopped", "2026-12-02T09:00:00Z", None),
+]
+PROFILES = [
+    {"name": "nvidia-l4", "display_name": "NVIDIA L4", "description": None,
+     "resource_name": "nvidia.com/gpu", "count": 1, "default": True},
+    {"name": "a100-mig", "display_name": "A100 MIG 1g.10gb", "description": "A slice",
+     "resource_name": "nvidia.com/mig-1g.10gb", "count": 2, "default": False},
+]  # fmt: skip
+FREE = [
+    {"name": "nvidia-l4", "available": 1, "capacity": 2, "waiting": 0},
+    {"name": "nvidia-l4", "available": 0, "capacity": 2, "waiting": 3},
+    {"name": "a100-mig", "available": None, "capacity": None, "waiting": 0, "reason": "x"},
+]
+
+# Renders the cases through the Lab's labels.ts and words.ts (transpiled to CommonJS,
+# where extensionless imports resolve as the Lab's bundler resolves them) and through the
+# dashboard's ES module.
+HARNESS = r"""
+const fs = require('fs');
+const path = require('path');
+const input = JSON.parse(fs.readFileSync(0, 'utf8'));
+const ts = require(input.typescript);
+for (const name of ['words', 'labels']) {
+  const source = fs.readFileSync(path.join(input.src, `${name}.ts`), 'utf8');
+  const options = { module: ts.ModuleKind.CommonJS, target: ts.ScriptTarget.ES2019 };
+  const { outputText } = ts.transpileModule(source, { compilerOptions: options });
+  fs.writeFileSync(path.join(input.out, `${name}.js`), outputText);
+}
+const words = require(path.join(input.out, 'words.js'));
+const lab = require(path.join(input.out, 'labels.js'));
+const now = Date.parse(input.now);
+function render(w) {
+  return {
+    cpu_only: w.CPU_ONLY,
+    allocations: input.boxes.map(box => w.allocationLabel(box.gpu)),
+    auto_stop: input.boxes.map(box => w.autoStopLabel(box, now)),
+    units: input.profiles.map(profile => w.unitsLabel(profile)),
+    free: input.free.map(entry => w.freeText(entry)),
+  };
+}
+const dashboardSource = fs.readFileSync(input.dashboard, 'utf8');
+import('data:text/javascript,' + encodeURIComponent(dashboardSource)).then(dashboard => {
+  console.log(JSON.stringify({
+    lab: {
+      ...render({ ...words, ...lab }),
+      profiles: input.profiles.map(profile => lab.profileLabel(profile, null)),
+      notes: [lab.GPU_DISABLED_NOTE, lab.CPU_NOTE],
+    },
+    dashboard: render(dashboard),
+  }));
+});
+"""
+
+
+def _boxes() -> list[dict[str, Any]]:
+    return [
+        {
+            "name": f"box-{index}",
+            "state": state,
+            "preset": "small",
+            "created_at": "2026-12-01T08:00:00Z",
+            "expires_at": expires_at,
+            "gpu": gpu,
+        }
+        for index, (state, expires_at, gpu) in enumerate(BOXES)
+    ]
+
+
+def _python() -> dict[str, Any]:
+    boxes = [models.Devbox.model_validate(box) for box in _boxes()]
+    profiles = [models.GpuProfile.model_validate(profile) for profile in PROFILES]
+    return {
+        "cpu_only": labels.CPU_ONLY,
+        "allocations": [labels.accelerator_label(box.gpu) for box in boxes],
+        "auto_stop": [labels.auto_stop_label(box.state, box.expires_at, NOW) for box in boxes],
+        "units": [labels.accelerator_label(profile) for profile in profiles],
+        "profiles": [jupyter_labels.profile_label(profile) for profile in profiles],
+        "notes": [jupyter_labels.GPU_DISABLED_NOTE, jupyter_labels.CPU_NOTE],
+    }
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    out = tmp_path_factory.mktemp("lab-words")
+    # No "type": "module" above the transpiled files, whatever the temp dir's parents say.
+    (out / "package.json").write_text('{"type": "commonjs"}\n')
+    request = {
+        "typescript": str(TYPESCRIPT),
+        "src": str(EXTENSION / "src"),
+        "out": str(out),
+        "dashboard": str(DASHBOARD_LABELS),
+        "now": NOW.isoformat(),
+        "boxes": _boxes(),
+        "profiles": PROFILES,
+        "free": FREE,
+    }
+    result = subprocess.run(
+        ["node", "-e", HARNESS],
+        input=json.dumps(request),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    answer: dict[str, Any] = json.loads(result.stdout)
+    return answer
+
+
+@needs_node
+def test_the_dashboard_labels_are_generated_from_the_lab_words() -> None:
+    result = subprocess.run(
+        ["npm", "run", "--silent", "labels", "--", "--check"],
+        cwd=EXTENSION,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
+
+
+@needs_node
+@pytest.mark.parametrize("key", ["cpu_only", "allocations", "auto_stop", "units"])
+def test_python_the_lab_and_the_dashboard_say_the_same(rendered: dict[str, Any], key: str) -> None:
+    python = _python()[key]
+    assert rendered["lab"][key] == python
+    assert rendered["dashboard"][key] == python
+
+
+@needs_node
+def test_the_lab_and_the_dashboard_count_free_devices_alike(rendered: dict[str, Any]) -> None:
+    assert (
+        rendered["lab"]["free"]
+        == rendered["dashboard"]["free"]
+        == [
+            " \N{EM DASH} 1 of 2 free",
+            " \N{EM DASH} 0 of 2 free, 3 waiting",
+            " \N{EM DASH} free count unknown",
+        ]
+    )
+
+
+@needs_node
+@pytest.mark.parametrize("key", ["profiles", "notes"])
+def test_the_lab_and_the_python_widgets_say_the_same(rendered: dict[str, Any], key: str) -> None:
+    assert rendered["lab"][key] == _python()[key]
+
+
+def test_the_auto_stop_words_cover_every_branch() -> None:
+    assert _python()["auto_stop"] == [
+        "in 3 h 20 min",
+        "in 1 min",
+        "in 1 h",
+        "in 2 d 2 h",
+        "in 3 d",
+        "in 45 min",
+        "due now",
+        "never",
+        "stopped",
+    ]
+
+
+@pytest.mark.parametrize("gpu", [None, "nvidia-l4"])
+def test_the_created_event_names_the_accelerator_in_the_same_words(gpu: str | None) -> None:
+    profile = GpuProfileConfig.model_validate(
+        {"name": "nvidia-l4", "displayName": "NVIDIA L4", "resourceName": "nvidia.com/gpu",
+         "count": 1}
+    )  # fmt: skip
+    spec = BoxSpec(
+        name="atlas",
+        preset="small",
+        ttl_hours=1,
+        repository=None,
+        expires_at=NOW,
+        gpu=profile if gpu else None,
+    )
+    words = labels.accelerator_label(profile.to_wire(False)) if gpu else labels.CPU_ONLY
+    assert words in _created_message(spec, reused=False)
