@@ -39,8 +39,7 @@ from devboxes_controller.web.readiness import Readiness
 from kubernetes import client
 from test_cli_live import devbox
 
-from devboxes_sdk import Client
-from devboxes_sdk.errors import ConfigurationError, NotADevboxesServer, NotFound, Unavailable
+from devboxes_sdk import Client, ConfigurationError, NotADevboxesServer, NotFound, Unavailable
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "edge-test-token-" + "y" * 32
