@@ -23,10 +23,6 @@ import certifi
 import pytest
 import uvicorn
 import yaml
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from devboxes_controller.box import render
 from devboxes_controller.config.settings import settings_from_mapping
 from devboxes_controller.control.lifecycle import Lifecycle
@@ -36,7 +32,9 @@ from devboxes_controller.state import slim
 from devboxes_controller.state.store import BoxStore
 from devboxes_controller.web.app import create_app
 from devboxes_controller.web.readiness import Readiness
+from devboxes_testbed import pki
 from kubernetes import client
+from support import wait_for
 from test_cli_live import devbox
 
 from devboxes_sdk import Client, ConfigurationError, NotADevboxesServer, NotFound, Unavailable
@@ -46,7 +44,6 @@ TOKEN = "edge-test-token-" + "y" * 32
 NOW = datetime(2030, 5, 17, 6, 0, tzinfo=UTC)
 BOX = "unplaceable"
 MAX_HOURS = 168
-PAGE = b"<!DOCTYPE html><html><head><title>Home</title></head><body>Not here</body></html>"
 
 
 def assert_clean(result: Any, *lines: str) -> None:
@@ -64,18 +61,14 @@ class _PageServer(http.server.ThreadingHTTPServer):
 
 
 class _PageHandler(http.server.BaseHTTPRequestHandler):
-    """Answers every request with an HTML page and 404, as a Jupyter server answers
-    /api/v1/... ; remembers whether a token was sent."""
+    """Answers every request with http.server's HTML error page and 404, as a Jupyter
+    server answers /api/v1/... ; remembers whether a token was sent."""
 
     server: _PageServer
 
     def _answer(self) -> None:
         self.server.saw_token |= TOKEN in self.headers.get("Authorization", "")
-        self.send_response(404)
-        self.send_header("Content-Type", "text/html")
-        self.send_header("Content-Length", str(len(PAGE)))
-        self.end_headers()
-        self.wfile.write(PAGE)
+        self.send_error(404)
 
     do_GET = do_POST = do_DELETE = _answer
 
@@ -84,8 +77,10 @@ class _PageHandler(http.server.BaseHTTPRequestHandler):
 
 
 @contextmanager
-def page_server(tls: ssl.SSLContext | None = None) -> Iterator[_PageServer]:
-    server = _PageServer(("127.0.0.1", 0), _PageHandler)
+def page_server(
+    tls: ssl.SSLContext | None = None, host: str = "127.0.0.1"
+) -> Iterator[_PageServer]:
+    server = _PageServer((host, 0), _PageHandler)
     if tls is not None:
         server.socket = tls.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -140,11 +135,7 @@ def controller_url() -> Iterator[Callable[[datetime], str]]:
         thread = threading.Thread(target=server.run, daemon=True)
         thread.start()
         servers.append((server, thread))
-        for _ in range(200):
-            if server.started:
-                break
-            threading.Event().wait(0.05)
-        assert server.started
+        wait_for(lambda: server.started, timeout=20, interval=0.05)
         port = server.servers[0].sockets[0].getsockname()[1]
         return f"http://127.0.0.1:{port}"
 
@@ -154,41 +145,18 @@ def controller_url() -> Iterator[Callable[[datetime], str]]:
         thread.join(10)
 
 
-def make_certificate(directory: Path, name: str) -> Path:
-    """A self-signed certificate (its own CA) for ``name`` only, beside its key."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    issued = datetime.now(UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(issued - timedelta(hours=1))
-        .not_valid_after(issued + timedelta(hours=1))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_file = directory / f"{name}.pem"
-    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    cert_file.with_suffix(".key").write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_file
+@pytest.fixture
+def certificates(tmp_path: Path) -> pki.Pki:
+    """A CA and a serving certificate it signed for localhost and 127.0.0.1."""
+    return pki.create(tmp_path)
 
 
 @contextmanager
-def tls_page_server(cert_file: Path) -> Iterator[int]:
-    """The page server behind TLS with ``cert_file``; yields its port."""
+def tls_page_server(certificates: pki.Pki, host: str = "127.0.0.1") -> Iterator[int]:
+    """The page server behind TLS with the serving certificate; yields its port."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(cert_file, cert_file.with_suffix(".key"))
-    with page_server(context) as server:
+    context.load_cert_chain(certificates.serving_cert, certificates.serving_key)
+    with page_server(context, host) as server:
         yield server.server_address[1]
 
 
@@ -259,42 +227,36 @@ def test_a_web_page_is_not_dumped_but_named_as_another_server() -> None:
 # -- TLS ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("issued_for", "host"), [("devboxes.test", "localhost"), ("localhost", "127.0.0.1")]
-)
-def test_a_certificate_for_another_name_names_the_host(
-    tmp_path: Path, issued_for: str, host: str
-) -> None:
-    cert_file = make_certificate(tmp_path, issued_for)
-    with tls_page_server(cert_file) as port:
-        url = f"https://{host}:{port}"
-        result = devbox(env(url, REQUESTS_CA_BUNDLE=str(cert_file)), "list")
+def test_a_certificate_for_another_name_names_the_host(certificates: pki.Pki) -> None:
+    # 127.0.0.2 is loopback too, but not a name the certificate was issued for.
+    with tls_page_server(certificates, "127.0.0.2") as port:
+        url = f"https://127.0.0.2:{port}"
+        result = devbox(env(url, REQUESTS_CA_BUNDLE=str(certificates.ca_cert)), "list")
     assert_clean(
         result,
-        f"cannot reach the Devboxes API at {url}: its TLS certificate is not valid for {host} "
-        "(hostname mismatch); use the host name the certificate was issued for",
+        f"cannot reach the Devboxes API at {url}: its TLS certificate is not valid for "
+        "127.0.0.2 (hostname mismatch); use the host name the certificate was issued for",
     )
 
 
-def test_a_certificate_from_an_unknown_ca_says_how_to_trust_it(tmp_path: Path) -> None:
-    with tls_page_server(make_certificate(tmp_path, "localhost")) as port:
+def test_a_certificate_from_an_unknown_ca_says_how_to_trust_it(certificates: pki.Pki) -> None:
+    with tls_page_server(certificates) as port:
         url = f"https://localhost:{port}"
         result = devbox(env(url, REQUESTS_CA_BUNDLE=certifi.where()), "list")
-        with Client(url, TOKEN) as sdk, pytest.raises(Unavailable, match="self-signed"):
+        with Client(url, TOKEN) as sdk, pytest.raises(Unavailable, match="local issuer"):
             sdk.list()
     assert_clean(
         result,
         f"cannot reach the Devboxes API at {url}: its TLS certificate is not signed by a CA "
-        "this machine trusts (self-signed certificate); if it is your organisation's own CA, "
-        "set REQUESTS_CA_BUNDLE to a PEM file that holds it",
+        "this machine trusts (unable to get local issuer certificate); if it is your "
+        "organisation's own CA, set REQUESTS_CA_BUNDLE to a PEM file that holds it",
     )
 
 
-def test_the_ca_bundle_setting_is_the_fix_it_names(tmp_path: Path) -> None:
-    cert_file = make_certificate(tmp_path, "localhost")
-    with tls_page_server(cert_file) as port:
+def test_the_ca_bundle_setting_is_the_fix_it_names(certificates: pki.Pki) -> None:
+    with tls_page_server(certificates) as port:
         url = f"https://localhost:{port}"
-        trusted = devbox(env(url, REQUESTS_CA_BUNDLE=str(cert_file)), "list")
+        trusted = devbox(env(url, REQUESTS_CA_BUNDLE=str(certificates.ca_cert)), "list")
         missing = devbox(env(url, REQUESTS_CA_BUNDLE="/nonexistent/ca.pem"), "list")
     # The handshake succeeds; what answers is the page server, and that is said.
     assert trusted.returncode == 1
