@@ -10,21 +10,36 @@ from __future__ import annotations
 
 import json
 import re
+import ssl
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import requests
 from pydantic import BaseModel
 from pydantic import ValidationError as PydanticValidationError
 
 from devboxes_sdk._version import __version__
-from devboxes_sdk.errors import ApiError, Unavailable, error_from_body
+from devboxes_sdk.errors import (
+    ApiError,
+    ConfigurationError,
+    NotADevboxesServer,
+    NotFound,
+    Unavailable,
+    error_from_body,
+)
 
 # Only requests that can be repeated without a second effect are retried.
 _IDEMPOTENT_METHODS = frozenset({"GET", "DELETE"})
 _RETRY_DELAYS = (0.5, 1.0, 2.0)
 _USER_AGENT = f"devboxes-sdk/{__version__}"
+# OpenSSL's verify results that mean "no CA this machine trusts signed it".
+_UNTRUSTED_ISSUER_CODES = frozenset({18, 19, 20, 21})
+# The certificate names another host: a host name (62) or an IP address (64).
+_NAME_MISMATCH_CODES = frozenset({62, 64})
+# Starlette's answer for a path no route serves, as opposed to a box that is not there.
+_NO_ROUTE_DETAIL = "Not Found"
 # Read paths whose last answer is kept for revalidation: a box, the list, the catalog.
 # Bounded, so that a long-lived client that has read many boxes keeps only the latest.
 _REVALIDATED_PATHS = 32
@@ -46,12 +61,52 @@ class _BearerAuth(requests.auth.AuthBase):
         return "_BearerAuth(token=<hidden>)"
 
 
-def _describe_connection_error(error: requests.RequestException) -> str:
+def _causes(error: BaseException) -> Iterator[BaseException]:
+    """``error`` and everything it wraps: requests and urllib3 keep the cause in
+    ``args`` and ``reason`` as well as in the exception chain."""
+    pending, seen = [error], set()
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        for inner in (*current.args, getattr(current, "reason", None), current.__cause__):
+            if isinstance(inner, BaseException):
+                pending.append(inner)
+
+
+def _tls_problem(error: BaseException) -> ssl.SSLError | None:
+    return next((cause for cause in _causes(error) if isinstance(cause, ssl.SSLError)), None)
+
+
+def _describe_tls_error(error: ssl.SSLError, host: str) -> str:
+    """What went wrong in the handshake with ``host``, and what fixes it."""
+    if isinstance(error, ssl.SSLCertVerificationError):
+        if error.verify_code in _NAME_MISMATCH_CODES:
+            return (
+                f"its TLS certificate is not valid for {host} (hostname mismatch); use the "
+                "host name the certificate was issued for"
+            )
+        if error.verify_code in _UNTRUSTED_ISSUER_CODES:
+            return (
+                "its TLS certificate is not signed by a CA this machine trusts "
+                f"({error.verify_message}); if it is your organisation's own CA, set "
+                "REQUESTS_CA_BUNDLE to a PEM file that holds it"
+            )
+        return f"its TLS certificate was refused: {error.verify_message}"
+    if error.reason == "WRONG_VERSION_NUMBER":
+        return f"{host} does not speak TLS on this port; is the URL http:// rather than https://?"
+    reason = error.reason or type(error).__name__
+    return f"the TLS handshake with {host} failed ({reason})"
+
+
+def _describe_connection_error(error: requests.RequestException, host: str) -> str:
     """The useful part of urllib3's long exception text (never includes headers)."""
+    tls = _tls_problem(error)
+    if tls is not None:
+        return _describe_tls_error(tls, host)
     text = str(error)
-    if isinstance(error, requests.exceptions.SSLError):
-        match = re.search(r"(certificate verify failed[^'\")]*)", text)
-        return f"TLS error: {match.group(1).strip()}" if match else "TLS handshake failed"
     match = re.search(r"\[Errno -?\d+\] ([^'\")]+)", text)
     if match:
         return match.group(1).strip()
@@ -60,20 +115,52 @@ def _describe_connection_error(error: requests.RequestException) -> str:
     return "connection failed"
 
 
-def _error(response: requests.Response) -> ApiError:
-    if 300 <= response.status_code < 400:
-        return ApiError(
-            response.status_code,
-            "unexpected redirect; check the Devboxes URL (the SDK never follows "
-            "redirects with your token)",
-        )
+def _media_type(response: requests.Response) -> str:
+    return response.headers.get("Content-Type", "").split(";")[0].strip().lower()
+
+
+def _is_json(response: requests.Response) -> bool:
+    media_type = _media_type(response)
+    return media_type == "application/json" or media_type.endswith("+json")
+
+
+def _not_devboxes(url: str, response: requests.Response, path: str) -> NotADevboxesServer:
+    """A server that answers ``path`` with a page or a redirect is not the controller,
+    whose API answers JSON only."""
+    status = response.status_code
+    if 300 <= status < 400:
+        # The target is not shown: a login redirect can carry state meant for the browser.
+        what = "a redirect (the SDK never follows one with your token)"
+    else:
+        media_type = _media_type(response)
+        body = "an HTML page" if media_type == "text/html" else media_type or "no content type"
+        what = f"{body} instead of JSON"
+    return NotADevboxesServer(
+        url,
+        status,
+        f"the server at {url} is not a Devboxes controller: it answered {path} with "
+        f"{status} and {what}; the URL must be the controller's base URL",
+    )
+
+
+def _error(url: str, response: requests.Response, path: str) -> ApiError:
+    status = response.status_code
+    if 300 <= status < 400 or (status < 500 and not _is_json(response)):
+        return _not_devboxes(url, response, path)
     try:
         body: object = response.json()
     except ValueError:
         body = None
-    return error_from_body(
-        response.status_code, body, text=response.text, reason=response.reason or ""
-    )
+    error = error_from_body(status, body, text=response.text, reason=response.reason or "")
+    parts = urlsplit(url)
+    if isinstance(error, NotFound) and error.detail == _NO_ROUTE_DETAIL and parts.path:
+        # A controller at the host's root answers every other path so.
+        base = f"{parts.scheme}://{parts.netloc}"
+        return NotFound(
+            404,
+            f"no route {path} under {url}; the URL must be the controller's base URL, e.g. {base}",
+        )
+    return error
 
 
 def decode(response: requests.Response) -> Any:
@@ -156,10 +243,11 @@ class Transport:
                     allow_redirects=False,
                 )
             except requests.ConnectionError as error:
-                if not last:
+                # A certificate that fails verification fails the same way on every try.
+                if not last and not isinstance(_tls_problem(error), ssl.SSLCertVerificationError):
                     time.sleep(_RETRY_DELAYS[attempt])
                     continue
-                reason = _describe_connection_error(error)
+                reason = _describe_connection_error(error, urlsplit(self.url).hostname or "")
                 raise Unavailable(
                     None, f"cannot reach the Devboxes API at {self.url}: {reason}"
                 ) from None
@@ -171,14 +259,20 @@ class Transport:
                 raise ApiError(
                     None, f"request to the Devboxes API failed: {type(error).__name__}"
                 ) from None
-            if response.status_code == 503 and not last:
+            except OSError as error:
+                # requests reads REQUESTS_CA_BUNDLE only now, and says so when it is missing.
+                raise ConfigurationError(f"cannot send a request to {self.url}: {error}") from None
+            status = response.status_code
+            if status == 503 and not last:
                 response.close()
                 time.sleep(_RETRY_DELAYS[attempt])
                 continue
-            if response.status_code >= 300 and not (
-                response.status_code == 304 and headers and "If-None-Match" in headers
-            ):
-                raise _error(response)
+            if status == 304 and headers and "If-None-Match" in headers:
+                return response
+            if status >= 300:
+                raise _error(self.url, response, path)
+            if status != 204 and not _is_json(response):
+                raise _not_devboxes(self.url, response, path)
             return response
         raise AssertionError("unreachable: the last attempt returns or raises")
 

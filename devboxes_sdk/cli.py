@@ -39,6 +39,7 @@ from devboxes_sdk.errors import (
     ConfigurationError,
     Conflict,
     DevboxesError,
+    NotADevboxesServer,
     NotConfigured,
     NotFound,
     StartTimeout,
@@ -744,9 +745,11 @@ def _cmd_extend(args: argparse.Namespace) -> int:
             raise UsageError(flag_message(error, _EXTEND_FLAGS)) from None
         except Conflict as error:
             # The box's deadline leaves less room than asked for: a refused --hours.
-            if not error.detail.startswith("hours "):
-                raise
-            raise UsageError(f"--{error.detail}") from None
+            if error.detail.startswith("hours "):
+                raise UsageError(f"--{error.detail}") from None
+            # Otherwise no --hours would do (a stopped box, one at the latest time
+            # allowed); the server's sentence says why and what to do.
+            raise DevboxesError(error.detail) from None
     _print_box(box, args)
     return EXIT_OK
 
@@ -827,6 +830,13 @@ def _run(args: argparse.Namespace) -> int:
         return EXIT_DEGRADED
     except BoxStopped as error:
         _error(str(error))
+        return EXIT_ERROR
+    except NotADevboxesServer as error:
+        _error(str(error))
+        _error(
+            f"Set it with --url, {ENV_URL} or 'devbox login --url URL': "
+            "the address where the Devboxes dashboard opens."
+        )
         return EXIT_ERROR
     except UsageError as error:
         sys.stderr.write(_usage_text(args.prog, str(error)))

@@ -17,6 +17,7 @@ from pathlib import Path
 from urllib.parse import SplitResult, urlsplit
 
 from devboxes_sdk.errors import ConfigurationError, NotConfigured
+from devboxes_sdk.models import API_PREFIX
 
 ENV_URL = "DEVBOX_URL"
 ENV_TOKEN = "DEVBOX_TOKEN"  # noqa: S105 - the variable name, not a secret
@@ -72,7 +73,8 @@ def normalize_url(url: str) -> str:
 
     Accepted: ``https://`` anywhere, ``http://`` only to localhost, 127.0.0.1 or ::1.
     Refused: credentials, a query string or a fragment (they would leak secrets into
-    logs or be silently ignored). Error messages never repeat the refused parts.
+    logs or be silently ignored), and a path holding the API's own ``/api/v1``. Error
+    messages never repeat the refused secrets.
     """
     text = url.strip()
     if not text:
@@ -113,6 +115,15 @@ def normalize_url(url: str) -> str:
             "use https:// (http:// is only allowed for localhost, 127.0.0.1 and ::1)"
         )
     path = parts.path.rstrip("/")
+    # The API's own path in the URL (copied from the API docs, say) would be doubled by
+    # every request and answered 404: name the base URL instead.
+    api_at = f"{path}/".find(f"{API_PREFIX}/")
+    if api_at >= 0:
+        raise ConfigurationError(
+            f"the Devboxes URL {scheme}://{parts.netloc}{path} includes the API path "
+            f"{API_PREFIX}; use the controller's base URL {scheme}://{parts.netloc}"
+            f"{path[:api_at]} (requests add {API_PREFIX} themselves)"
+        )
     return f"{scheme}://{parts.netloc}{path}"
 
 

@@ -106,6 +106,20 @@ class Unavailable(ApiError):
     """503, or the API could not be reached at all (then ``status`` is ``None``)."""
 
 
+class NotADevboxesServer(ApiError):
+    """The server at ``url`` answered, but not as a Devboxes controller does: an HTML
+    page or another non-JSON body, or a redirect. The URL leads to another server (a
+    Jupyter server, a proxy's page); the fix is the controller's base URL."""
+
+    def __init__(self, url: str, status: int, detail: str) -> None:
+        self.url = url
+        super().__init__(status, detail)
+
+    def __str__(self) -> str:
+        # Not "Devboxes API returned ...": the point is that it is not the API.
+        return self.detail
+
+
 class BoxNotReady(DevboxesError):
     """Base of the errors :meth:`Client.wait_ready` raises when a box will not be ready.
 

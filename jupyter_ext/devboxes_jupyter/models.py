@@ -18,7 +18,13 @@ from pydantic import ValidationError as PydanticValidationError
 from pydantic.json_schema import models_json_schema
 
 from devboxes_sdk import models
-from devboxes_sdk.errors import ApiError, ConfigurationError, DevboxesError, ValidationError
+from devboxes_sdk.errors import (
+    ApiError,
+    ConfigurationError,
+    DevboxesError,
+    NotADevboxesServer,
+    ValidationError,
+)
 
 # One server-side wait holds a worker thread; the browser asks again after each answer,
 # so a short bound keeps threads free without costing the user anything.
@@ -219,6 +225,9 @@ def error_body(error: DevboxesError) -> tuple[int, dict[str, Any]]:
     """
     if isinstance(error, ValidationError):
         return 422, {"detail": _detail_json(error.errors)}
+    if isinstance(error, NotADevboxesServer):
+        # Its status (a page's 200, a redirect) is another server's, not an answer to pass on.
+        return 502, {"detail": f"the Devboxes URL of this Jupyter server is wrong: {error}"}
     if isinstance(error, ApiError):
         if error.status == 401:
             return 401, {

@@ -22,6 +22,7 @@ from devboxes_sdk.errors import (
     AuthenticationError,
     ConfigurationError,
     Conflict,
+    NotADevboxesServer,
     Unavailable,
     ValidationError,
 )
@@ -155,6 +156,19 @@ def test_unreachable_controller_is_503() -> None:
     status, body = error_body(Unavailable(None, "cannot reach the Devboxes API at http://x"))
     assert status == 503
     assert "cannot reach" in body["detail"]
+
+
+@pytest.mark.parametrize("answered", [200, 302, 404])
+def test_another_server_at_the_url_is_a_bad_gateway(answered: int) -> None:
+    other = NotADevboxesServer(
+        "http://x", answered, "the server at http://x is not a Devboxes controller"
+    )
+    status, body = error_body(other)
+    assert status == 502
+    assert body["detail"] == (
+        "the Devboxes URL of this Jupyter server is wrong: "
+        "the server at http://x is not a Devboxes controller"
+    )
 
 
 def test_rejected_token_says_whose_token_it_was() -> None:

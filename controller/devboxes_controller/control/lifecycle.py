@@ -419,8 +419,16 @@ class Lifecycle:
         if hours > room:
             # A conflict with the box's current deadline, not a malformed request: the same
             # hours are accepted for a box with more room.
+            if room < 1:
+                # No number of hours fits: say when the first one will.
+                raise Conflict(
+                    f"{name} already stops at the latest time allowed, "
+                    f"{format_timestamp(base)}: a box stops at most {maximum} hours from now "
+                    f"(the maximum time to live); it can be extended by 1 hour from "
+                    f"{format_timestamp(base - timedelta(hours=maximum - 1))}"
+                )
             raise Conflict(
-                f"hours must be at most {max(room, 0)}: a box stops at most {maximum} hours "
+                f"hours must be at most {room}: a box stops at most {maximum} hours "
                 f"from now (the maximum time to live), and {name} already runs until "
                 f"{format_timestamp(base)}"
             )
