@@ -29,6 +29,7 @@ from devboxes_controller.control.lifecycle import Lifecycle
 from devboxes_controller.k8s.probe import ApiserverProbe
 from devboxes_controller.k8s.timestamps import format_timestamp
 from devboxes_controller.state import slim
+from devboxes_controller.state.ended_sessions import SharedEndedSessions
 from devboxes_controller.state.store import BoxStore
 from devboxes_controller.web.app import create_app
 from devboxes_controller.web.readiness import Readiness
@@ -130,7 +131,9 @@ def controller_url() -> Iterator[Callable[[datetime], str]]:
         store = BoxStore(settings, api, clock=lambda: NOW)
         store._deployments._put(slim.deployment(_recorded_box(expires_at)))
         lifecycle = Lifecycle(store, api, activity_key=b"k" * 32)
-        app = create_app(store, lifecycle, TOKEN, _Ready(ApiserverProbe(api), store))
+        # Never started: the API's routes take the token, not a dashboard session.
+        ended = SharedEndedSessions(settings.namespace, api)
+        app = create_app(store, lifecycle, TOKEN, _Ready(ApiserverProbe(api), store, ended), ended)
         server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error"))
         thread = threading.Thread(target=server.run, daemon=True)
         thread.start()
