@@ -381,7 +381,15 @@ def test_busy_kernels_from_a_real_jupyter_server(tmp_path: Path) -> None:
 
             # The kernel says what it does on its iopub channel, which the server watches.
             wait_for(ready, timeout=120)
-            wait_for(lambda: state() == "idle", timeout=60)
+
+            def idle() -> bool:
+                # The server subscribes to the kernel's iopub channel when it starts the
+                # kernel, and on a busy machine that can happen after the kernel's first
+                # status messages; a kernel_info request makes it publish its status again.
+                client.kernel_info()
+                return state() == "idle"
+
+            wait_for(idle, timeout=60)
             assert agent.busy_kernels(url, token) == 0
             client.execute("import time; time.sleep(600)")
             wait_for(lambda: agent.busy_kernels(url, token) == 1, timeout=60)
