@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TESTBED := PYTHONPATH=testbed $(PY) -m devboxes_testbed
 
-.PHONY: up down test test-unit test-slow check-clean screenshots lint testbed venv system-packages node-deps cassettes openapi labextension clean
+.PHONY: up down test test-unit test-slow check-clean screenshots lint testbed venv system-packages node-deps cassettes openapi chart-schema labextension clean
 
 # package.json holds the version that the installed metadata reports.
 $(STAMP): pyproject.toml jupyter_ext/package.json
@@ -82,6 +82,11 @@ cassettes: $(STAMP) testbed
 openapi: $(STAMP) $(NODE_DEPS)
 	$(PY) -c 'import json, sys; from devboxes_controller.web.api import contract; json.dump(contract(), sys.stdout, indent=1); print()' > jupyter_ext/openapi.json
 	cd jupyter_ext && npm run --silent openapi
+
+# The chart's values schema as the controller's settings models define it, with the chart's
+# own values on top; tests/helm/test_chart_schema.py fails until it follows a change.
+chart-schema: $(STAMP)
+	$(PY) -c 'import sys; from devboxes_controller.config.chart_schema import text; sys.stdout.write(text())' > charts/devboxes/values.schema.json
 
 # The pictures in docs/images, taken afresh by the browser tests.
 screenshots: $(STAMP) testbed system-packages node-deps
