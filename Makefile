@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TESTBED := PYTHONPATH=testbed $(PY) -m devboxes_testbed
 
-.PHONY: up down test test-unit test-slow check-clean screenshots lint testbed venv system-packages node-deps cassettes openapi labels labextension clean
+.PHONY: up down test test-unit test-slow check-clean screenshots lint testbed venv system-packages node-deps cassettes openapi chart-schema labels labextension clean
 
 # package.json holds the version that the installed metadata reports.
 $(STAMP): pyproject.toml jupyter_ext/package.json
@@ -89,6 +89,11 @@ openapi: $(STAMP) $(NODE_DEPS)
 # tests/jupyter/test_display_words.py fails until the committed file follows.
 labels: $(NODE_DEPS)
 	cd jupyter_ext && npm run --silent labels
+
+# The chart's values schema as the controller's settings models define it, with the chart's
+# own values on top; tests/helm/test_chart_schema.py fails until it follows a change.
+chart-schema: $(STAMP)
+	$(PY) -c 'import sys; from devboxes_controller.config.chart_schema import text; sys.stdout.write(text())' > charts/devboxes/values.schema.json
 
 # The pictures in docs/images, taken afresh by the browser tests.
 screenshots: $(STAMP) testbed system-packages node-deps

@@ -2,7 +2,9 @@
 
 Each format is a pydantic type whose failure says what the value should look like, in
 the words of the Kubernetes documentation, so that a bad value is refused at start-up
-rather than by the apiserver on a user's create.
+rather than by the apiserver on a user's create. Each also carries the JSON Schema of what
+its validator checks, from the same patterns, for the chart's generated values schema
+(:mod:`.chart_schema`).
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from decimal import Decimal
 from typing import Annotated
 
 from kubernetes.utils.quantity import parse_quantity
-from pydantic import AfterValidator, StrictStr
+from pydantic import AfterValidator, StrictStr, WithJsonSchema
+from pydantic.config import JsonDict
 
 from .violations import fail
 
@@ -20,9 +23,11 @@ MAX_IMAGE_LENGTH = 512
 MAX_URL_LENGTH = 512
 
 _DNS_LABEL = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
+_DNS_SUBDOMAIN = rf"{_DNS_LABEL}(\.{_DNS_LABEL})*"
+_QUALIFIED_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
 _DNS_LABEL_RE = re.compile(rf"^{_DNS_LABEL}$")
-_DNS_SUBDOMAIN_RE = re.compile(rf"^{_DNS_LABEL}(\.{_DNS_LABEL})*$")
-_QUALIFIED_NAME_RE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_DNS_SUBDOMAIN_RE = re.compile(rf"^{_DNS_SUBDOMAIN}$")
+_QUALIFIED_NAME_RE = re.compile(rf"^{_QUALIFIED_NAME}$")
 # Narrower than the kubernetes client's parser, which also takes exponents and signs:
 # only the forms operators write in values files pass.
 _QUANTITY_RE = re.compile(r"^([0-9]+(\.[0-9]+)?|\.[0-9]+)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
@@ -179,14 +184,97 @@ def _check_url(value: str) -> str:
     return value.rstrip("/")
 
 
-DnsLabel = Annotated[StrictStr, AfterValidator(_check_dns_label)]
-DnsSubdomain = Annotated[StrictStr, AfterValidator(_check_dns_subdomain)]
-LabelKey = Annotated[StrictStr, AfterValidator(_check_label_key)]
-LabelValue = Annotated[StrictStr, AfterValidator(_check_label_value)]
-Image = Annotated[StrictStr, AfterValidator(_check_image)]
-ResourceName = Annotated[StrictStr, AfterValidator(_check_resource_name)]
-Quantity = Annotated[StrictStr, AfterValidator(_check_quantity)]
-EnvName = Annotated[StrictStr, AfterValidator(_check_env_name)]
-Host = Annotated[StrictStr, AfterValidator(_check_host)]
+def _string(keywords: JsonDict) -> WithJsonSchema:
+    """The JSON Schema of a string format: what its validator checks, as far as JSON Schema
+    can say it."""
+    return WithJsonSchema({"type": "string", **keywords})
+
+
+_RESERVED = " and ".join(_RESERVED_DOMAINS)
+_RESERVED_ALTERNATIVES = "|".join(re.escape(domain) for domain in _RESERVED_DOMAINS)
+
+DnsLabel = Annotated[
+    StrictStr,
+    AfterValidator(_check_dns_label),
+    _string({"maxLength": 63, "pattern": _DNS_LABEL_RE.pattern}),
+]
+DnsSubdomain = Annotated[
+    StrictStr,
+    AfterValidator(_check_dns_subdomain),
+    _string({"maxLength": 253, "pattern": _DNS_SUBDOMAIN_RE.pattern}),
+]
+# A prefix of at most 253 characters, '/', and a name of at most 63.
+LabelKey = Annotated[
+    StrictStr,
+    AfterValidator(_check_label_key),
+    _string({"maxLength": 317, "pattern": f"^({_DNS_SUBDOMAIN}/)?{_QUALIFIED_NAME}$"}),
+]
+LabelValue = Annotated[
+    StrictStr,
+    AfterValidator(_check_label_value),
+    _string({"maxLength": 63, "pattern": f"^({_QUALIFIED_NAME})?$"}),
+]
+Image = Annotated[
+    StrictStr,
+    AfterValidator(_check_image),
+    _string(
+        {
+            "description": "An image reference: no scheme, no whitespace.",
+            "minLength": 1,
+            "maxLength": MAX_IMAGE_LENGTH,
+            "pattern": r"^[^\s]+$",
+            "not": {"pattern": "://"},
+        }
+    ),
+]
+ResourceName = Annotated[
+    StrictStr,
+    AfterValidator(_check_resource_name),
+    _string(
+        {
+            "description": "A vendor-qualified extended resource (DNS-subdomain prefix '/' "
+            f"name), outside the {_RESERVED} domains.",
+            "maxLength": 317,
+            "pattern": f"^{_DNS_SUBDOMAIN}/{_QUALIFIED_NAME}$",
+            "allOf": [
+                {
+                    "description": f"Kubernetes reserves the {_RESERVED} domains.",
+                    "not": {"pattern": rf"^([^/]*\.)?({_RESERVED_ALTERNATIVES})/"},
+                },
+                {
+                    "description": f"Quotas prefix the name with {_QUOTA_PREFIX!r}, so the "
+                    "domain must not start with it.",
+                    "not": {"pattern": f"^{re.escape(_QUOTA_PREFIX)}"},
+                },
+                {
+                    "description": f"The domain leaves room for the {_QUOTA_PREFIX!r} quota "
+                    "prefix.",
+                    "pattern": f"^[^/]{{1,{_MAX_RESOURCE_PREFIX}}}/",
+                },
+            ],
+        }
+    ),
+]
+Quantity = Annotated[
+    StrictStr,
+    AfterValidator(_check_quantity),
+    _string(
+        {
+            "description": "A Kubernetes quantity greater than zero.",
+            "pattern": _QUANTITY_RE.pattern,
+            "not": {"pattern": r"^(0+(\.0*)?|\.0+)[A-Za-z]*$"},
+        }
+    ),
+]
+EnvName = Annotated[
+    StrictStr, AfterValidator(_check_env_name), _string({"pattern": _ENV_NAME_RE.pattern})
+]
+Host = Annotated[
+    StrictStr, AfterValidator(_check_host), _string({"maxLength": 253, "pattern": r"^[^\s]*$"})
+]
 # Trailing slashes are dropped, so that paths can be appended.
-HttpUrl = Annotated[StrictStr, AfterValidator(_check_url)]
+HttpUrl = Annotated[
+    StrictStr,
+    AfterValidator(_check_url),
+    _string({"maxLength": MAX_URL_LENGTH, "pattern": _URL_RE.pattern}),
+]

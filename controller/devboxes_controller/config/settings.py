@@ -12,6 +12,10 @@ validators, which already collect every failure. Rules that relate several value
 as ``_rules`` on each model and run twice: as a model validator, so that a model built
 in code is always consistent, and over the raw input by :func:`settings_from_mapping`,
 so that they are reported even when an unrelated field of the same model is invalid.
+
+Where a validator is a function, the type also carries the JSON Schema of what it checks,
+and a model states as JSON Schema those of its rules that JSON Schema can express: the
+chart's values schema is generated from these models (:mod:`.chart_schema`).
 """
 
 from __future__ import annotations
@@ -31,10 +35,12 @@ from pydantic import (
     StrictInt,
     StrictStr,
     ValidationError,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
+from pydantic.config import JsonDict
 
 from devboxes_sdk.models import (
     PRESETS,
@@ -85,6 +91,8 @@ MAX_IDLE_MINUTES = 7 * 24 * 60
 # The sidecar that reports a box's activity; never a name in the settings' sidecars.
 ACTIVITY_SIDECAR = "activity"
 MAX_GPU_COUNT = 64
+MAX_DISPLAY_NAME = 80
+MAX_DESCRIPTION = 160
 MAX_GROUP_ID = 2**31 - 1
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
@@ -98,6 +106,9 @@ INT64_MAX = 2**63 - 1
 SNAPSHOT_MAX_BYTES = 32 * 1024
 
 _PROFILE_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$")
+# The default profile and the idle windows name profiles too. Their values are checked
+# against the configured profiles, so only the schema checks their format.
+_PROFILE_NAME_SCHEMA = WithJsonSchema({"type": "string", "pattern": _PROFILE_NAME_RE.pattern})
 
 
 class ProfileRejected(Exception):
@@ -161,18 +172,22 @@ def _check_profile_name(value: str) -> str:
 def _check_display_name(value: str) -> str:
     if not value.strip():
         raise fail("must not be empty or blank")
-    if len(value) > 80:
-        raise fail(f"at most 80 characters are allowed, got {len(value)}")
+    if len(value) > MAX_DISPLAY_NAME:
+        raise fail(f"at most {MAX_DISPLAY_NAME} characters are allowed, got {len(value)}")
     return value
 
 
 def _check_description(value: str) -> str:
-    if len(value) > 160:
-        raise fail(f"at most 160 characters are allowed, got {len(value)}")
+    if len(value) > MAX_DESCRIPTION:
+        raise fail(f"at most {MAX_DESCRIPTION} characters are allowed, got {len(value)}")
     return value
 
 
-GroupId = Annotated[StrictInt, AfterValidator(_check_group)]
+def _integers(low: int, high: int) -> WithJsonSchema:
+    return WithJsonSchema({"type": "integer", "minimum": low, "maximum": high})
+
+
+GroupId = Annotated[StrictInt, AfterValidator(_check_group), _integers(1, MAX_GROUP_ID)]
 
 
 # --- models ------------------------------------------------------------------------------
@@ -222,13 +237,50 @@ class _Model(BaseModel):
         return self
 
 
+_EXISTS: JsonDict = {"properties": {"operator": {"const": "Exists"}}, "required": ["operator"]}
+
+
 class Toleration(_Model):
+    # _rules, as JSON Schema.
+    model_config = ConfigDict(
+        json_schema_extra={
+            "allOf": [
+                {
+                    "description": "Operator Equal (the default) needs a key.",
+                    "if": {"not": _EXISTS},
+                    "then": {"required": ["key"], "properties": {"key": {"type": "string"}}},
+                },
+                {
+                    "description": "Operator Exists takes no value.",
+                    "if": _EXISTS,
+                    "then": {"properties": {"value": {"type": "null"}}},
+                },
+                {
+                    "description": "tolerationSeconds only with effect NoExecute.",
+                    "if": {
+                        "required": ["tolerationSeconds"],
+                        "properties": {"tolerationSeconds": {"type": "integer"}},
+                    },
+                    "then": {
+                        "required": ["effect"],
+                        "properties": {"effect": {"const": "NoExecute"}},
+                    },
+                },
+            ]
+        }
+    )
+
     key: LabelKey | None = None
     operator: Literal["Equal", "Exists"] = "Equal"
     value: LabelValue | None = None
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
     toleration_seconds: (
-        Annotated[StrictInt, AfterValidator(_int_range(INT64_MIN, INT64_MAX))] | None
+        Annotated[
+            StrictInt,
+            AfterValidator(_int_range(INT64_MIN, INT64_MAX)),
+            _integers(INT64_MIN, INT64_MAX),
+        ]
+        | None
     ) = None
 
     @classmethod
@@ -262,17 +314,35 @@ def _snapshot_value(value: Any) -> Any:
 
 
 class GpuProfileConfig(_Model):
-    name: Annotated[StrictStr, AfterValidator(_check_profile_name)]
-    display_name: Annotated[StrictStr, AfterValidator(_check_display_name)]
-    description: Annotated[StrictStr, AfterValidator(_check_description)] | None = None
+    name: Annotated[StrictStr, AfterValidator(_check_profile_name), _PROFILE_NAME_SCHEMA]
+    display_name: Annotated[
+        StrictStr,
+        AfterValidator(_check_display_name),
+        WithJsonSchema(
+            {"type": "string", "minLength": 1, "maxLength": MAX_DISPLAY_NAME, "pattern": r"\S"}
+        ),
+    ]
+    description: (
+        Annotated[
+            StrictStr,
+            AfterValidator(_check_description),
+            WithJsonSchema({"type": "string", "maxLength": MAX_DESCRIPTION}),
+        ]
+        | None
+    ) = None
     resource_name: ResourceName
     count: Annotated[
-        int, BeforeValidator(_whole_number), AfterValidator(_int_range(1, MAX_GPU_COUNT))
+        int,
+        BeforeValidator(_whole_number),
+        AfterValidator(_int_range(1, MAX_GPU_COUNT)),
+        _integers(1, MAX_GPU_COUNT),
     ]
     workspace_image: Image | None = None
     runtime_class_name: DnsSubdomain | None = None
     supplemental_groups: list[GroupId] = Field(
-        default_factory=list, max_length=MAX_SUPPLEMENTAL_GROUPS
+        default_factory=list,
+        max_length=MAX_SUPPLEMENTAL_GROUPS,
+        json_schema_extra={"uniqueItems": True},
     )
     node_selector: dict[LabelKey, LabelValue] = Field(
         default_factory=dict, max_length=MAX_NODE_SELECTOR
@@ -338,8 +408,20 @@ class GpuProfileConfig(_Model):
 
 
 class GpuSettings(_Model):
+    # The rules of _rules that JSON Schema can express: those about enabled.
+    model_config = ConfigDict(
+        json_schema_extra={
+            "if": {"properties": {"enabled": {"const": True}}, "required": ["enabled"]},
+            "then": {
+                "description": "Enabled needs a default profile and at least one profile.",
+                "required": ["defaultProfile", "profiles"],
+                "properties": {"defaultProfile": {"type": "string"}, "profiles": {"minItems": 1}},
+            },
+        }
+    )
+
     enabled: StrictBool = False
-    default_profile: StrictStr | None = None
+    default_profile: Annotated[StrictStr, _PROFILE_NAME_SCHEMA] | None = None
     profiles: list[GpuProfileConfig] = Field(default_factory=list, max_length=MAX_PROFILES)
 
     @classmethod
@@ -475,15 +557,39 @@ def _env_entries(value: object) -> object:
     return env
 
 
+# An entry of the list shape of a sidecar's env, as _env_entries takes it; only the schema
+# uses it (a docstring would become its description there).
+class _EnvEntry(_Model):
+    name: EnvName
+    value: StrictStr
+
+
+def _reserved_container_names(schema: JsonDict) -> None:
+    """A sidecar name's schema: a DNS label that names none of the box's own containers."""
+    label = dict(schema)
+    schema.clear()
+    schema["allOf"] = [
+        label,
+        {
+            "description": f"'devbox' is the main container and {ACTIVITY_SIDECAR!r} the "
+            "activity agent.",
+            "not": {"enum": ["devbox", ACTIVITY_SIDECAR]},
+        },
+    ]
+
+
 class Sidecar(_Model):
-    name: DnsLabel
+    name: DnsLabel = Field(json_schema_extra=_reserved_container_names)
     # None runs the release's workspace image; a GPU profile's image is never used here.
     image: Image | None = None
     command: list[StrictStr] = Field(default_factory=list)
     args: list[StrictStr] = Field(default_factory=list)
-    env: Annotated[dict[EnvName, StrictStr], BeforeValidator(_env_entries)] = Field(
-        default_factory=dict
-    )
+    env: Annotated[
+        dict[EnvName, StrictStr],
+        BeforeValidator(
+            _env_entries, json_schema_input_type=list[_EnvEntry] | dict[EnvName, StrictStr]
+        ),
+    ] = Field(default_factory=dict)
 
     @field_validator("name")
     @classmethod
@@ -508,18 +614,24 @@ class IdleSettings(_Model):
     """When running boxes that nobody uses are stopped, from their activity agent's reports.
 
     A box is idle while no SSH session is open, no Jupyter kernel is busy and, on a GPU
-    box, GPU utilization is known and below the threshold. None never stops a box.
+    box, GPU utilization is known and below the threshold. A window left unset never
+    stops a box.
     """
 
     # GPU boxes whose profile has no entry in ``profiles``.
     stop_after_minutes: IdleMinutes | None = None
     # CPU boxes: off by default, since they hold no scarce device.
     cpu_stop_after_minutes: IdleMinutes | None = None
-    profiles: dict[StrictStr, IdleMinutes] = Field(default_factory=dict)
+    profiles: dict[Annotated[StrictStr, _PROFILE_NAME_SCHEMA], IdleMinutes] = Field(
+        default_factory=dict
+    )
     gpu_utilization_percent: Annotated[StrictInt, Field(ge=0, le=100)] = 5
     # Where agents reach the controller; the chart fills in its Service. Empty, as the
     # chart's default values have it, means unset, like an empty ssh.host.
-    controller_url: Annotated[HttpUrl | None, BeforeValidator(_empty_host)] = None
+    controller_url: Annotated[
+        HttpUrl | None,
+        BeforeValidator(_empty_host, json_schema_input_type=Literal[""] | HttpUrl | None),
+    ] = None
 
     @classmethod
     def _rules(cls, raw: Mapping[str, Any]) -> list[Violation]:
@@ -543,7 +655,10 @@ class Settings(_Model):
     storage_class_name: DnsSubdomain | None = None
     ttl: TtlSettings = Field(default_factory=TtlSettings)
     ssh: SshSettings = Field(default_factory=SshSettings)
-    presets: dict[Preset, PresetSettings] = Field(default_factory=lambda: dict(DEFAULT_PRESETS))
+    # Presets, when given, name all of them (see _rules).
+    presets: dict[Preset, PresetSettings] = Field(
+        default_factory=lambda: dict(DEFAULT_PRESETS), json_schema_extra={"required": list(PRESETS)}
+    )
     sidecars: list[Sidecar] = Field(default_factory=list, max_length=MAX_SIDECARS)
     gpu: GpuSettings = Field(default_factory=GpuSettings)
     availability: AvailabilitySettings = Field(default_factory=AvailabilitySettings)
