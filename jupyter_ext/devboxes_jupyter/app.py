@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 from concurrent.futures import ThreadPoolExecutor
@@ -16,6 +17,8 @@ from devboxes_jupyter.kernelspecs import write_kernelspecs
 from devboxes_jupyter.watcher import Watcher
 from devboxes_sdk.config import ENV_TOKEN, ENV_TOKEN_FILE, ENV_URL
 
+# Long enough for a refused call and its retries; a server that stops never waits longer.
+WATCHER_STOP_SECONDS = 10.0
 TOKEN_COPY = "devboxes-token"  # noqa: S105 - a file name, not a secret
 
 
@@ -184,6 +187,8 @@ class DevboxesJupyterApp(ExtensionApp):
 
     async def stop_extension(self) -> None:
         self._watcher.stop()
+        # A call in flight (with its retries) would otherwise outlive the server.
+        await asyncio.to_thread(self._watcher.join, WATCHER_STOP_SECONDS)
         if self._kernel_dir is not None:
             shutil.rmtree(self._kernel_dir, ignore_errors=True)
         self._executor.shutdown(wait=False, cancel_futures=True)

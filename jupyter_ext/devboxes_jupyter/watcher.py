@@ -79,6 +79,10 @@ class Watcher:
         self._stop.set()
         self._wake.set()
 
+    def join(self, timeout: float) -> None:
+        """Wait for the call in flight, if any, to end after :meth:`stop`."""
+        self._thread.join(timeout)
+
     # -- the thread ---------------------------------------------------------------
 
     def _run(self) -> None:
