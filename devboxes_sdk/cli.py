@@ -444,10 +444,10 @@ def _wait(box: Devbox, timeout: float) -> Devbox:
 def ssh_argv(box: Devbox, extra: Sequence[str]) -> list[str]:
     """The ``ssh`` command line for a box, from its ssh_host, ssh_port and ssh_user."""
     destination = box.ssh_host
-    if not destination or not _SSH_HOST_RE.match(destination):
+    if not destination or not _SSH_HOST_RE.fullmatch(destination):
         raise DevboxesError(f"{box.name} has no usable SSH address yet")
     if box.ssh_user is not None:
-        if not _SSH_USER_RE.match(box.ssh_user):
+        if not _SSH_USER_RE.fullmatch(box.ssh_user):
             raise DevboxesError(f"{box.name} names an unusable SSH user: {box.ssh_user!r}")
         destination = f"{box.ssh_user}@{destination}"
     extra_args = list(extra)

@@ -44,7 +44,7 @@ _MAX_RESOURCE_PREFIX = 253 - len(_QUOTA_PREFIX)
 
 
 def _dns_label_problem(value: str) -> str | None:
-    if len(value) > 63 or not _DNS_LABEL_RE.match(value):
+    if len(value) > 63 or not _DNS_LABEL_RE.fullmatch(value):
         return (
             f"{value!r} is not a valid DNS label: 1-63 lowercase letters, digits and '-', "
             "starting and ending with a letter or digit"
@@ -53,7 +53,7 @@ def _dns_label_problem(value: str) -> str | None:
 
 
 def _dns_subdomain_problem(value: str) -> str | None:
-    if len(value) > 253 or not _DNS_SUBDOMAIN_RE.match(value):
+    if len(value) > 253 or not _DNS_SUBDOMAIN_RE.fullmatch(value):
         return (
             f"{value!r} is not a valid DNS subdomain: at most 253 characters of "
             "dot-separated DNS labels (lowercase letters, digits and '-')"
@@ -65,7 +65,7 @@ def _qualified_name_problem(value: str, what: str) -> str | None:
     prefix, slash, name = value.rpartition("/")
     if slash and (not prefix or _dns_subdomain_problem(prefix)):
         return f"{value!r} is not a valid {what}: the prefix before '/' must be a DNS subdomain"
-    if not _QUALIFIED_NAME_RE.match(name):
+    if not _QUALIFIED_NAME_RE.fullmatch(name):
         return (
             f"{value!r} is not a valid {what}: the name must be 1-63 letters, digits, "
             "'-', '_' or '.', starting and ending with a letter or digit"
@@ -95,7 +95,7 @@ def _check_label_key(value: str) -> str:
 
 
 def _check_label_value(value: str) -> str:
-    if value and not _QUALIFIED_NAME_RE.match(value):
+    if value and not _QUALIFIED_NAME_RE.fullmatch(value):
         raise fail(
             f"{value!r} is not a valid label value: at most 63 letters, digits, '-', '_' "
             "or '.', starting and ending with a letter or digit"
@@ -135,7 +135,7 @@ def _check_resource_name(value: str) -> str:
             f"the domain of {value!r} is longer than {_MAX_RESOURCE_PREFIX} characters, "
             "which Kubernetes cannot use for an extended resource"
         )
-    if not _QUALIFIED_NAME_RE.match(name):
+    if not _QUALIFIED_NAME_RE.fullmatch(name):
         raise fail(
             f"{value!r}: the name after '/' must be 1-63 letters, digits, '-', '_' or '.', "
             "starting and ending with a letter or digit"
@@ -145,7 +145,7 @@ def _check_resource_name(value: str) -> str:
 
 def is_quantity(value: object) -> bool:
     """Whether ``value`` is a quantity as the settings accept it, e.g. 250m, 2 or 20Gi."""
-    return isinstance(value, str) and bool(_QUANTITY_RE.match(value))
+    return isinstance(value, str) and bool(_QUANTITY_RE.fullmatch(value))
 
 
 def quantity_value(value: str) -> Decimal:
@@ -164,7 +164,7 @@ def _check_quantity(value: str) -> str:
 
 
 def _check_env_name(value: str) -> str:
-    if not _ENV_NAME_RE.match(value):
+    if not _ENV_NAME_RE.fullmatch(value):
         raise fail(
             f"{value!r} is not a valid environment variable name: letters, digits, '-', "
             "'_' and '.', not starting with a digit"
@@ -179,7 +179,7 @@ def _check_host(value: str) -> str:
 
 
 def _check_url(value: str) -> str:
-    if not _URL_RE.match(value) or len(value) > MAX_URL_LENGTH:
+    if not _URL_RE.fullmatch(value) or len(value) > MAX_URL_LENGTH:
         raise fail(f"{value!r} is not an http:// or https:// URL without query or fragment")
     return value.rstrip("/")
 

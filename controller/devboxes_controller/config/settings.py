@@ -161,7 +161,7 @@ def _check_group(value: int) -> int:
 
 
 def _check_profile_name(value: str) -> str:
-    if not _PROFILE_NAME_RE.match(value):
+    if not _PROFILE_NAME_RE.fullmatch(value):
         raise fail(
             f"{value!r} is not a valid profile name: 1-40 lowercase letters, digits and "
             "'-', starting and ending with a letter or digit"

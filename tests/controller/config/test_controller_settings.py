@@ -24,6 +24,7 @@ from devboxes_controller.config.settings import (
     SnapshotError,
     Toleration,
     settings_from_mapping,
+    validate,
 )
 from devboxes_controller.config.violations import ConfigError
 from hypothesis import given, settings
@@ -724,3 +725,17 @@ def test_the_activity_sidecar_name_is_reserved() -> None:
     assert refused.value.violations == [
         "sidecars[0].name: 'activity' is the activity agent's name; pick another one"
     ]
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"namespace": "boxes\n"},
+        {"presets": {"small": {"cpu": "1\n"}}},
+        {"gpu": {"enabled": True, "defaultProfile": "l4\n", "profiles": []}},
+    ],
+)
+def test_a_trailing_newline_is_no_part_of_a_valid_value(data: dict[str, Any]) -> None:
+    settings, found = validate(data)
+    assert settings is None
+    assert found, data
