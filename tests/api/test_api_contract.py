@@ -17,10 +17,10 @@ from typing import Any, TypeVar
 import jsonschema
 import pytest
 import requests
-from controller_process import ControllerProcess, StartController, example_settings
 from devboxes_testbed import L4
+from devboxes_testbed.controller import Controller, example_settings
 from pydantic import BaseModel
-from support import Api, wait_for
+from support import Api, StartController, wait_for
 
 from devboxes_sdk.models import (
     Capabilities,
@@ -59,7 +59,7 @@ def unique(prefix: str) -> str:
 class CheckedApi(Api):
     """The shared client, each answer also checked against the controller's OpenAPI document."""
 
-    def __init__(self, controller: ControllerProcess) -> None:
+    def __init__(self, controller: Controller) -> None:
         super().__init__(controller)
         response = self.session.get(f"{controller.url}/openapi.json", timeout=10)
         assert response.status_code == 200, response.text
@@ -102,7 +102,7 @@ def field_errors(response: requests.Response) -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def api(controller: ControllerProcess) -> CheckedApi:
+def api(controller: Controller) -> CheckedApi:
     return CheckedApi(controller)
 
 
@@ -120,7 +120,7 @@ def boxes(api: CheckedApi) -> Iterator[Callable[[dict[str, Any]], Devbox]]:
     api.purge(*made)
 
 
-def test_health_and_ready_answer_without_a_token(controller: ControllerProcess) -> None:
+def test_health_and_ready_answer_without_a_token(controller: Controller) -> None:
     health = requests.get(f"{controller.url}/health", timeout=10)
     assert parse(Health, health, 200).status == "ok"
     ready = requests.get(f"{controller.url}/ready", timeout=10)

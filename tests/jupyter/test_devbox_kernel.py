@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 import requests
-from controller_process import ControllerProcess
 from devboxes_jupyter.provisioner import box_name
 from devboxes_testbed import L4
+from devboxes_testbed.controller import Controller
 from labserver import KernelChannels, KernelLab, Lab, running_kernel_lab
 from sshd import loopback_sshd, need_sshd
 from support import wait_for
@@ -36,9 +36,7 @@ KERNEL_START_TIMEOUT = 400
 
 
 @pytest.fixture(scope="module")
-def setup(
-    controller: ControllerProcess, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[KernelLab]:
+def setup(controller: Controller, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KernelLab]:
     need_sshd()
     with running_kernel_lab(
         tmp_path_factory.mktemp("devbox-kernel"),

@@ -10,11 +10,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from controller_process import StartController, example_settings
 from devboxes_controller.box import render
 from devboxes_testbed import L4
+from devboxes_testbed.controller import example_settings
 from kubernetes import client
-from support import Api, wait_for
+from support import Api, StartController, wait_for
 
 
 def box_pod(kube: Any, namespace: str, name: str) -> dict[str, Any]:

@@ -8,15 +8,15 @@ import json
 from typing import Any
 
 import requests
-from controller_process import ControllerProcess, StartController, example_settings
 from devboxes_controller.box import render
+from devboxes_testbed.controller import Controller, example_settings
 from kubernetes import client
-from support import wait_for
+from support import StartController, wait_for
 
 MIG = "nvidia-a100-mig-1g10gb"
 
 
-def call(process: ControllerProcess, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+def call(process: Controller, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
     response = requests.request(
         method, f"{process.url}/api/v1{path}", headers=process.headers(), timeout=90, **kwargs
     )
@@ -24,7 +24,7 @@ def call(process: ControllerProcess, method: str, path: str, **kwargs: Any) -> d
     return dict(response.json())
 
 
-def ready(process: ControllerProcess, name: str) -> dict[str, Any]:
+def ready(process: Controller, name: str) -> dict[str, Any]:
     box = call(process, "GET", f"/devboxes/{name}", params={"wait": "ready", "timeout": 90})
     assert box["state"] == "ready", box
     return box

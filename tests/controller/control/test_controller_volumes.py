@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 import requests
-from controller_process import ControllerProcess, StartController, example_settings
 from devboxes_controller.box import render
 from devboxes_controller.config.settings import settings_from_mapping
+from devboxes_testbed.controller import Controller, example_settings
 from kubernetes import client
-from support import wait_for
+from support import StartController, wait_for
 
 from devboxes_sdk import Client, Conflict, NotFound
 from devboxes_sdk.models import Devbox, VolumeList
@@ -22,20 +22,20 @@ from devboxes_sdk.models import Devbox, VolumeList
 DEVBOX = str(Path(__file__).resolve().parents[3] / ".venv" / "bin" / "devbox")
 
 
-def call(process: ControllerProcess, method: str, path: str, **kwargs: Any) -> requests.Response:
+def call(process: Controller, method: str, path: str, **kwargs: Any) -> requests.Response:
     return requests.request(
         method, f"{process.url}/api/v1{path}", headers=process.headers(), timeout=30, **kwargs
     )
 
 
-def volumes(process: ControllerProcess) -> dict[str, dict[str, Any]]:
+def volumes(process: Controller) -> dict[str, dict[str, Any]]:
     response = call(process, "GET", "/volumes")
     assert response.status_code == 200, response.text
     VolumeList.model_validate_json(response.content)
     return {volume["name"]: volume for volume in response.json()["items"]}
 
 
-def devbox(process: ControllerProcess, *args: str) -> subprocess.CompletedProcess[str]:
+def devbox(process: Controller, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DEVBOX_")}
     env |= {
         "DEVBOX_URL": process.url,

@@ -20,14 +20,15 @@ from typing import Any
 import pytest
 import requests
 import yaml
-from controller_process import ControllerProcess, StartController, example_settings
 from devboxes_controller.config.settings import Settings, settings_from_mapping
 from devboxes_controller.placement import doctor
 from devboxes_testbed import L4
 from devboxes_testbed.cluster import Testbed
+from devboxes_testbed.controller import Controller, example_settings
 from kubernetes import client
 from support import (
     Api,
+    StartController,
     helm_run,
     service_account_kubeconfig,
     wait_for,
@@ -42,7 +43,7 @@ GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSc
 
 
 @pytest.fixture
-def api(controller: ControllerProcess) -> Api:
+def api(controller: Controller) -> Api:
     return Api(controller)
 
 
@@ -89,7 +90,7 @@ def delete_pod(kube: Any, namespace: str, name: str) -> None:
     client.CoreV1Api(kube).delete_namespaced_pod(name, namespace, grace_period_seconds=0)
 
 
-def test_new_routes_refuse_without_the_token(controller: ControllerProcess) -> None:
+def test_new_routes_refuse_without_the_token(controller: Controller) -> None:
     for path in (
         "/api/v1/gpu/availability",
         "/api/v1/gpu/availability?preset=small",
@@ -286,7 +287,7 @@ def test_three_waiting_boxes_get_their_place_in_line(
 # -- availability switched off or forbidden ------------------------------------------------------
 
 
-def assert_everything_else_works(controller: ControllerProcess, reason: str) -> None:
+def assert_everything_else_works(controller: Controller, reason: str) -> None:
     api = Api(controller)
     assert requests.get(f"{controller.url}/ready", timeout=10).status_code == 200
     body = api.availability()
@@ -353,7 +354,7 @@ def test_without_the_cluster_role_availability_is_unknown_and_the_rest_works(
     testbed: Testbed, namespace: str, chart_account: Callable[[bool], Path], tmp_path: Path
 ) -> None:
     kubeconfig = chart_account(False)
-    controller = ControllerProcess(kubeconfig, example_settings(namespace), tmp_path).start()
+    controller = Controller(kubeconfig, example_settings(namespace), tmp_path).start()
     try:
         assert_everything_else_works(controller, "may not list")
     finally:
