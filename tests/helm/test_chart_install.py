@@ -16,6 +16,7 @@ from typing import Any
 
 import requests
 import yaml
+from devboxes_testbed import ROCM
 from devboxes_testbed.cluster import Testbed
 from devboxes_testbed.controller import Controller, example_settings
 from kubernetes import client
@@ -97,7 +98,7 @@ def test_helm_install_and_the_role_is_enough_for_the_lifecycle(
             assert response.status_code < 400, response.text
             return response
 
-        call("POST", api, json={"name": "rbac", "gpu": {"profile": "amd-rocm"}})
+        call("POST", api, json={"name": "rbac", "gpu": {"profile": ROCM}})
         box = call("GET", f"{api}/rbac?wait=ready&timeout=60").json()
         assert box["state"] == "ready"
         assert call("POST", f"{api}/rbac/stop").json()["state"] == "stopped"

@@ -14,6 +14,7 @@ from urllib.parse import urlparse
 import pytest
 import requests
 import yaml
+from devboxes_testbed import L4, ROCM
 from devboxes_testbed.controller import Controller, example_settings
 from pydantic import BaseModel
 
@@ -111,9 +112,9 @@ def test_every_verb(sdk: Client) -> None:
     assert sdk.whoami().user == "operator"
     catalog = sdk.capabilities().gpu
     assert catalog.enabled
-    assert catalog.default_profile == "nvidia-l4"
-    assert [p.name for p in catalog.profiles if p.default] == ["nvidia-l4"]
-    box = sdk.create("tape", preset="medium", ttl_hours=4, gpu="amd-rocm")
+    assert catalog.default_profile == L4
+    assert [p.name for p in catalog.profiles if p.default] == [L4]
+    box = sdk.create("tape", preset="medium", ttl_hours=4, gpu=ROCM)
     assert box.gpu is not None
     assert box.gpu.resource_name == "amd.com/gpu"
     ready = box.wait_ready(timeout=90)
@@ -145,7 +146,7 @@ def test_every_error_class(
     with pytest.raises(ValidationError) as invalid:
         sdk.create("odd", gpu="no-such-profile")
     assert invalid.value.status == 422
-    assert "nvidia-l4" in str(invalid.value)
+    assert L4 in str(invalid.value)
     if server is not None:
         from kubernetes import client
 

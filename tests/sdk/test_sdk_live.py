@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from devboxes_testbed import L4, MIG
 from devboxes_testbed.controller import Controller
 from support import StartController
 
@@ -55,9 +56,9 @@ def run_cli(process: Controller, *args: str) -> subprocess.CompletedProcess[str]
 
 def test_every_verb_and_error_class(sdk: Client) -> None:
     profiles = sdk.capabilities().gpu.profiles
-    assert profiles[0].name == "nvidia-l4"
+    assert profiles[0].name == L4
     assert sdk.whoami().user == "operator"
-    box = sdk.create("sdk-mig", gpu="nvidia-a100-mig-1g10gb")
+    box = sdk.create("sdk-mig", gpu=MIG)
     assert box.gpu is not None
     assert box.gpu.resource_name == "nvidia.com/mig-1g.10gb"
     ready = box.wait_ready(timeout=90)

@@ -18,6 +18,7 @@ from devboxes_controller.box import activity, render
 from devboxes_controller.config.settings import settings_from_mapping
 from devboxes_controller.k8s import timestamps
 from devboxes_controller.state import slim
+from devboxes_testbed import MIG
 from devboxes_testbed.controller import Controller, example_settings
 from kubernetes import client
 from support import StartController, wait_for
@@ -25,7 +26,7 @@ from support import StartController, wait_for
 WORKSPACE = Path(__file__).resolve().parents[3] / "workspace"
 AGENT = WORKSPACE / "devbox-activity-agent"
 SAMPLER = WORKSPACE / "devbox-gpu-sampler"
-MIG = {"profile": "nvidia-a100-mig-1g10gb"}
+MIG_REQUEST = {"profile": MIG}
 # Six seconds: short enough to watch, while the agent reports every few seconds.
 WINDOW_MINUTES = 0.1
 
@@ -164,7 +165,7 @@ def test_idle_boxes_stop_busy_and_silent_ones_keep_running(
 ) -> None:
     process = idle_controller
     for name in ("busy", "quiet", "silent"):
-        assert call(process, "POST", "/devboxes", json={"name": name, "gpu": MIG}).ok
+        assert call(process, "POST", "/devboxes", json={"name": name, "gpu": MIG_REQUEST}).ok
     assert call(process, "POST", "/devboxes", json={"name": "cpu"}).ok
 
     # The agent is a sidecar of the release image, without the GPU, holding the credential.
@@ -219,7 +220,7 @@ def test_only_the_boxs_own_credential_may_report(
 ) -> None:
     process = idle_controller
     for name in ("mine", "theirs"):
-        assert call(process, "POST", "/devboxes", json={"name": name, "gpu": MIG}).ok
+        assert call(process, "POST", "/devboxes", json={"name": name, "gpu": MIG_REQUEST}).ok
     mine = credential(kube, namespace, "mine")
     theirs = credential(kube, namespace, "theirs")
     assert mine != theirs
@@ -266,7 +267,7 @@ def test_a_rotated_key_reaches_running_boxes_without_a_restart(
 ) -> None:
     settings = idle_settings(namespace, 60)
     first = start_controller(settings)
-    assert call(first, "POST", "/devboxes", json={"name": "rotor", "gpu": MIG}).ok
+    assert call(first, "POST", "/devboxes", json={"name": "rotor", "gpu": MIG_REQUEST}).ok
     apps = client.AppsV1Api(kube)
 
     def key_noted() -> str | None:

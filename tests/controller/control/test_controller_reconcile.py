@@ -11,6 +11,7 @@ import requests
 from devboxes_controller.box import render
 from devboxes_controller.config.settings import settings_from_mapping
 from devboxes_controller.k8s.timestamps import format_timestamp
+from devboxes_testbed import MIG
 from devboxes_testbed.controller import Controller, example_settings
 from kubernetes import client
 from support import StartController, wait_for
@@ -184,7 +185,7 @@ def test_create_interrupted_after_the_deployment_is_completed(
         ttl_hours=2,
         repository=None,
         expires_at=datetime.now(UTC) + timedelta(hours=2),
-        gpu=settings.gpu.profile("nvidia-a100-mig-1g10gb"),
+        gpu=settings.gpu.profile(MIG),
     )
     client.AppsV1Api(kube).create_namespaced_deployment(
         namespace, render.render_deployment(spec, settings)
@@ -200,7 +201,7 @@ def test_create_interrupted_after_the_deployment_is_completed(
     wait_for(completed, timeout=20)
     ready = api_call(process, "GET", "/devboxes/half", params={"wait": "ready", "timeout": 60})
     assert ready["state"] == "ready", ready
-    assert ready["gpu"]["profile"] == "nvidia-a100-mig-1g10gb"
+    assert ready["gpu"]["profile"] == MIG
 
     # One pass usually repairs both; under load a failed write leaves one for the next pass.
     def repaired() -> str:

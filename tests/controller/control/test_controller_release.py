@@ -9,11 +9,10 @@ from typing import Any
 
 import requests
 from devboxes_controller.box import render
+from devboxes_testbed import MIG, ROCM
 from devboxes_testbed.controller import Controller, example_settings
 from kubernetes import client
 from support import StartController, wait_for
-
-MIG = "nvidia-a100-mig-1g10gb"
 
 
 def call(process: Controller, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
@@ -65,7 +64,7 @@ def test_a_new_sidecar_reaches_stopped_boxes_at_once_and_running_ones_on_restart
     settings = example_settings(namespace)
     first = start_controller(settings)
     call(first, "POST", "/devboxes", json={"name": "parked", "gpu": {"profile": MIG}})
-    call(first, "POST", "/devboxes", json={"name": "busy", "gpu": {"profile": "amd-rocm"}})
+    call(first, "POST", "/devboxes", json={"name": "busy", "gpu": {"profile": ROCM}})
     ready(first, "parked")
     ready(first, "busy")
     call(first, "POST", "/devboxes/parked/stop")

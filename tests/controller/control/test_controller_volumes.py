@@ -12,6 +12,7 @@ import pytest
 import requests
 from devboxes_controller.box import render
 from devboxes_controller.config.settings import settings_from_mapping
+from devboxes_testbed import MIG
 from devboxes_testbed.controller import Controller, example_settings
 from kubernetes import client
 from support import StartController, wait_for
@@ -86,7 +87,7 @@ def test_retained_volumes_are_listed_purged_by_name_and_reused(
     client.CoreV1Api(kube).create_namespaced_persistent_volume_claim(
         namespace, render.render_pvc(leftover, settings)
     )
-    sdk.create("gone", preset="medium", gpu="nvidia-a100-mig-1g10gb")
+    sdk.create("gone", preset="medium", gpu=MIG)
     sdk.create("alive")
     assert sdk.delete("gone").purged is False
 
@@ -94,7 +95,7 @@ def test_retained_volumes_are_listed_purged_by_name_and_reused(
     assert set(listed) == {"gone", "leftover"}, "a box that exists keeps its volume off the list"
     assert listed["gone"]["claim"] == "devbox-gone-home"
     assert listed["gone"]["size"] == "30Gi"
-    assert listed["gone"]["last_profile"] == "nvidia-a100-mig-1g10gb"
+    assert listed["gone"]["last_profile"] == MIG
     assert listed["leftover"]["last_profile"] is None
     assert listed["leftover"]["size"] == "20Gi"
     assert [v.name for v in sdk.volumes()] == sorted(
@@ -104,7 +105,7 @@ def test_retained_volumes_are_listed_purged_by_name_and_reused(
     table = devbox(process, "volumes")
     assert table.returncode == 0, table.stderr
     assert "devbox-gone-home" in table.stdout
-    assert "nvidia-a100-mig-1g10gb" in table.stdout
+    assert MIG in table.stdout
 
     # Only a retained volume can be purged this way; typed names are normalised as for boxes.
     refused = call(process, "DELETE", "/volumes/alive")
