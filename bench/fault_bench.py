@@ -9,7 +9,7 @@ Starts a testbed of its own and this repository's controller on it, then:
 - restarts the kube-apiserver and etcd: how soon /ready is 200 again after the
   component is back.
 
-    PYTHONPATH=testbed:tests .venv/bin/python bench/fault_bench.py
+    PYTHONPATH=testbed .venv/bin/python bench/fault_bench.py
 """
 
 from __future__ import annotations
