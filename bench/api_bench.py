@@ -12,11 +12,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import secrets
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -32,7 +29,8 @@ from typing import Any
 
 import record
 import requests
-import yaml
+from devboxes_testbed.api import Api
+from devboxes_testbed.controller import Controller, example_settings
 
 REPO = Path(__file__).resolve().parent.parent
 WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "DELETE", "APPLY"})
@@ -65,24 +63,6 @@ def percentile(samples: list[float], q: float) -> float:
     ordered = sorted(samples)
     index = min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))
     return ordered[index]
-
-
-class Api:
-    def __init__(self, url: str, token: str) -> None:
-        self.url = url.rstrip("/")
-        self.session = requests.Session()
-        self.session.headers["Authorization"] = f"Bearer {token}"
-
-    def request(self, method: str, path: str, **kwargs: Any) -> requests.Response:
-        response = self.session.request(method, f"{self.url}{path}", timeout=330, **kwargs)
-        if response.status_code >= 400:
-            raise SystemExit(f"{method} {path}: {response.status_code} {response.text}")
-        return response
-
-    def timed(self, path: str) -> float:
-        started = time.perf_counter()
-        self.request("GET", path)
-        return (time.perf_counter() - started) * 1000
 
 
 class Apiserver:
@@ -142,9 +122,7 @@ def create_box(api: Api, name: str, attempts: int = 20) -> None:
     timed out may still have been applied, so a 409 after it is success."""
     for _ in range(attempts):
         try:
-            response = api.session.post(
-                f"{api.url}/api/v1/devboxes", json={"name": name}, timeout=60
-            )
+            response = api.request("POST", "/devboxes", json={"name": name})
         except requests.ConnectionError:
             continue
         if response.status_code in (201, 409):
@@ -171,7 +149,7 @@ def wait_all_ready(api: Api, names: set[str], timeout: float) -> float | None:
     """Seconds until every named box is ready, or None at the timeout."""
     started = time.monotonic()
     while time.monotonic() - started < timeout:
-        items = api.request("GET", "/api/v1/devboxes").json()["items"]
+        items = api.ok("GET", "/devboxes").json()["items"]
         if sum(1 for box in items if box["name"] in names and box["state"] == "ready") == len(
             names
         ):
@@ -213,8 +191,8 @@ def ready_notification(api: Api, apiserver: Apiserver, namespace: str, samples: 
         watcher_thread.start()
         time.sleep(0.5)  # the watch must be open before the pod can turn Ready
         create_box(api, name)
-        box = api.request(
-            "GET", f"/api/v1/devboxes/{name}", params={"wait": "ready", "timeout": 120}
+        box = api.ok(
+            "GET", f"/devboxes/{name}", timeout=330, params={"wait": "ready", "timeout": 120}
         ).json()
         answered = time.monotonic()
         watcher_thread.join(10)
@@ -222,7 +200,7 @@ def ready_notification(api: Api, apiserver: Apiserver, namespace: str, samples: 
         if box["state"] == "ready" and "ready" in seen:
             latencies.append((answered - seen["ready"]) * 1000)
         # A purge refused by a slow apiserver leaves one box behind, not a wrong figure.
-        api.session.delete(f"{api.url}/api/v1/devboxes/{name}", params={"purge": "true"})
+        api.request("DELETE", f"/devboxes/{name}", params={"purge": "true"})
     return latencies
 
 
@@ -257,35 +235,18 @@ def controller_writes(api: Api) -> float | None:
     return total
 
 
-def start_testbed_and_controller(
-    workdir: Path, namespace: str
-) -> tuple[Any, subprocess.Popen[bytes], str, str]:
-    from devboxes_testbed.cluster import Testbed, controller_command, free_port, wait_healthy
+def start_testbed_and_controller(workdir: Path, namespace: str) -> tuple[Any, Controller]:
+    from devboxes_testbed.cluster import Testbed
 
     bed = Testbed(state_dir=workdir / "testbed", pool_file=REPO / "testbed" / "nodes-scale.yaml")
     bed.start()
     from kubernetes import client
 
     client.CoreV1Api(bed.api_client()).create_namespace({"metadata": {"name": namespace}})
-    settings = yaml.safe_load((REPO / "testbed" / "settings.yaml").read_text())
-    settings["namespace"] = namespace
-    settings_file = workdir / "settings.yaml"
-    settings_file.write_text(yaml.safe_dump(settings))
-    token = secrets.token_urlsafe(32)
-    port = free_port()
-    log = (workdir / "controller.log").open("ab")
-    process = subprocess.Popen(
-        controller_command(settings_file, bed.kubeconfig, port),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env={**os.environ, "DEVBOXES_TOKEN": token},
-        start_new_session=True,
+    controller = Controller(
+        bed.kubeconfig, example_settings(namespace), workdir, lease_seconds=None
     )
-    url = f"http://127.0.0.1:{port}"
-    failure = wait_healthy(process, f"{url}/ready", 120)
-    if failure is not None:
-        raise SystemExit(f"the controller {failure}; see {workdir / 'controller.log'}")
-    return bed, process, url, token
+    return bed, controller.start()
 
 
 def measure(
@@ -320,8 +281,8 @@ def measure(
         f"{settled:.0f}" if settled is not None else f"not within {args.settle_timeout}",
     )
     log("timing reads ...")
-    list_ms = [api.timed("/api/v1/devboxes") for _ in range(args.reads)]
-    get_ms = [api.timed(f"/api/v1/devboxes/{names[i % len(names)]}") for i in range(args.reads)]
+    list_ms = [api.timed("/devboxes") for _ in range(args.reads)]
+    get_ms = [api.timed(f"/devboxes/{names[i % len(names)]}") for i in range(args.reads)]
     report.add(
         "list p50 / p95 / p99 (ms)",
         " / ".join(f"{percentile(list_ms, q):.1f}" for q in (50, 95, 99)),
@@ -334,14 +295,14 @@ def measure(
     )
     report.add(
         "list response size (KiB)",
-        f"{len(api.request('GET', '/api/v1/devboxes').content) / 1024:.0f}",
+        f"{len(api.ok('GET', '/devboxes').content) / 1024:.0f}",
     )
 
     if apiserver is not None:
         with apiserver.delta() as during_reads:
             for i in range(args.reads // 2):
-                api.request("GET", "/api/v1/devboxes")
-                api.request("GET", f"/api/v1/devboxes/{names[i % len(names)]}")
+                api.ok("GET", "/devboxes")
+                api.ok("GET", f"/devboxes/{names[i % len(names)]}")
         report.add(
             "apiserver GET/LIST of box objects per API read",
             f"{reads_to_box_resources(during_reads) / args.reads:.3f}",
@@ -397,9 +358,7 @@ def measure(
         with ThreadPoolExecutor(args.workers) as pool:
             list(
                 pool.map(
-                    lambda name: api.request(
-                        "DELETE", f"/api/v1/devboxes/{name}", params={"purge": "true"}
-                    ),
+                    lambda name: api.ok("DELETE", f"/devboxes/{name}", params={"purge": "true"}),
                     names,
                 )
             )
@@ -410,31 +369,25 @@ def run(args: argparse.Namespace) -> None:
     def log(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
-    bed = process = None
+    bed = controller = None
     workdir: Path | None = None
     succeeded = False
     try:
         if args.start_testbed:
             workdir = Path(tempfile.mkdtemp(prefix="devboxes-bench-"))
             log(f"starting a scale testbed in {workdir} ...")
-            bed, process, args.url, args.token = start_testbed_and_controller(
-                workdir, args.namespace
-            )
+            bed, controller = start_testbed_and_controller(workdir, args.namespace)
+            args.url, args.token = controller.url, controller.token
             args.kubeconfig = str(bed.kubeconfig)
-            args.controller_pid = process.pid
+            args.controller_pid = controller.pid
         apiserver = Apiserver(args.kubeconfig) if args.kubeconfig else None
         report = measure(args, Api(args.url, args.token), apiserver, args.controller_pid, log)
         report.print()
         succeeded = True
     finally:
         try:
-            if process is not None:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    process.wait(30)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
+            if controller is not None:
+                controller.stop(grace=30)
         finally:
             if bed is not None:
                 bed.stop()

@@ -24,13 +24,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import secrets
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -42,9 +39,10 @@ from typing import Any
 
 import record
 import requests
-import yaml
 from api_bench import percentile, rss_mib
 from devboxes_testbed import L4
+from devboxes_testbed.api import Api
+from devboxes_testbed.controller import Controller, example_settings
 
 REPO = Path(__file__).resolve().parent.parent
 BOXES = "bench-boxes"
@@ -58,62 +56,30 @@ def log(message: str) -> None:
     print(f"{time.strftime('%H:%M:%S')} {message}", file=sys.stderr, flush=True)
 
 
-class Controller:
-    def __init__(self, bed: Any, workdir: Path, availability: bool) -> None:
-        from devboxes_testbed.cluster import controller_command, free_port
+class Served:
+    """A fresh controller of the example settings on the boxes' namespace, availability on
+    or off, and the keep-alive client that reads it."""
 
-        settings = yaml.safe_load((REPO / "testbed" / "settings.yaml").read_text())
-        settings["namespace"] = BOXES
+    def __init__(self, bed: Any, workdir: Path, availability: bool) -> None:
+        settings = example_settings(BOXES)
         settings["availability"] = {"enabled": availability}
-        label = "on" if availability else "off"
-        path = workdir / f"settings-{label}.yaml"
-        path.write_text(yaml.safe_dump(settings))
-        self.token = secrets.token_urlsafe(32)
-        port = free_port()
-        self.url = f"http://127.0.0.1:{port}"
-        self.http = requests.Session()
-        self.http.headers["Authorization"] = f"Bearer {self.token}"
-        self.log = workdir / f"controller-{label}.log"
-        with self.log.open("ab") as out:
-            self.process = subprocess.Popen(
-                controller_command(path, bed.kubeconfig, port),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, "DEVBOXES_TOKEN": self.token},
-                start_new_session=True,
-            )
+        self.controller = Controller(bed.kubeconfig, settings, workdir, lease_seconds=None)
+        self.controller.start(timeout=300)
+        self.api = Api(self.controller.url, self.controller.token)
+        # Ready means the box caches are loaded; the counts need the node and pod watches
+        # loaded too.
+        deadline = time.monotonic() + 300
         try:
-            self._wait_ready(availability)
+            while availability and self.available() is None:
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"availability never became known; see {self.controller.log}")
+                time.sleep(0.5)
         except BaseException:
             self.stop()
             raise
 
-    def _wait_ready(self, availability: bool) -> None:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise SystemExit(f"the controller exited; see {self.log}")
-            try:
-                if requests.get(f"{self.url}/ready", timeout=5).status_code == 200:
-                    break
-            except (requests.ConnectionError, requests.Timeout):
-                pass
-            time.sleep(0.3)
-        else:
-            raise SystemExit(f"the controller never became ready; see {self.log}")
-        if availability:
-            # Ready means the box caches are loaded; the counts need the node and pod
-            # watches loaded too.
-            while self.available() is None:
-                if time.monotonic() > deadline:
-                    raise SystemExit(f"availability never became known; see {self.log}")
-                time.sleep(0.5)
-
     def get(self, path: str, **params: str) -> Any:
-        response = self.http.get(f"{self.url}/api/v1{path}", params=params, timeout=60)
-        if response.status_code != 200:
-            raise SystemExit(f"GET {path}: {response.status_code} {response.text}")
-        return response.json()
+        return self.api.ok("GET", path, params=params).json()
 
     def available(self) -> int | None:
         body = self.get("/gpu/availability")
@@ -126,13 +92,8 @@ class Controller:
         return (time.perf_counter() - started) * 1000
 
     def stop(self) -> None:
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            # A watch blocked in a read can hold up a graceful stop; the numbers are in.
-            self.process.kill()
-            self.process.wait()
+        # A watch blocked in a read can hold up a graceful stop; the numbers are in then.
+        self.controller.stop(grace=30)
 
 
 @dataclass
@@ -146,7 +107,7 @@ class Reading:
     rss: float
 
 
-def read_figures(controller: Controller, names: list[str], reads: int, on: bool) -> Reading:
+def read_figures(controller: Served, names: list[str], reads: int, on: bool) -> Reading:
     def p50_p99(samples: list[float]) -> tuple[float, float]:
         return statistics.median(samples), percentile(samples, 99)
 
@@ -158,9 +119,9 @@ def read_figures(controller: Controller, names: list[str], reads: int, on: bool)
         availability = p50_p99([controller.timed("/gpu/availability") for _ in range(reads)])
     listed = p50_p99([controller.timed("/devboxes") for _ in range(reads)])
     got = p50_p99([controller.timed(f"/devboxes/{random.choice(names)}") for _ in range(reads)])
-    size = len(controller.http.get(f"{controller.url}/api/v1/devboxes", timeout=60).content)
+    size = len(controller.api.request("GET", "/devboxes").content)
     time.sleep(SETTLE_SECONDS)
-    return Reading(availability, listed, got, size, rss_mib(controller.process.pid))
+    return Reading(availability, listed, got, size, rss_mib(controller.controller.pid))
 
 
 def both_controllers(
@@ -169,7 +130,7 @@ def both_controllers(
     """A fresh controller with availability on, then one with it off, on the same boxes."""
     found = []
     for on in (True, False):
-        controller = Controller(bed, workdir, availability=on)
+        controller = Served(bed, workdir, availability=on)
         try:
             time.sleep(SETTLE_SECONDS)
             found.append(read_figures(controller, names, reads, on))
@@ -179,7 +140,7 @@ def both_controllers(
     return found[0], found[1]
 
 
-def create_boxes(controller: Controller, count: int, workers: int) -> list[str]:
+def create_boxes(controller: Served, count: int, workers: int) -> list[str]:
     names = [f"bench-{i:04d}-{secrets.token_hex(2)}" for i in range(count)]
 
     def create(name: str) -> None:
@@ -189,9 +150,7 @@ def create_boxes(controller: Controller, count: int, workers: int) -> list[str]:
         retried = False
         while True:
             try:
-                response = controller.http.post(
-                    f"{controller.url}/api/v1/devboxes", json={"name": name}, timeout=60
-                )
+                response = controller.api.request("POST", "/devboxes", json={"name": name})
             except requests.ConnectionError:
                 # The server closed a kept-alive connection as the request went out.
                 retried = True
@@ -208,7 +167,7 @@ def create_boxes(controller: Controller, count: int, workers: int) -> list[str]:
     return names
 
 
-def wait_boxes_ready(controller: Controller, names: list[str]) -> None:
+def wait_boxes_ready(controller: Served, names: list[str]) -> None:
     wanted = set(names)
     while True:
         items = controller.get("/devboxes")["items"]
@@ -282,12 +241,12 @@ def fill_with_foreign_pods(bed: Any, count: int, workers: int, minutes: float) -
 class EventLog:
     """The availability events of the dashboard stream, as (arrival, available) pairs."""
 
-    def __init__(self, controller: Controller) -> None:
+    def __init__(self, controller: Served) -> None:
         self.events: list[tuple[float, int | None]] = []
         self.condition = threading.Condition()
         self.closed = False
-        self._response = controller.http.get(
-            f"{controller.url}/dashboard/events", stream=True, timeout=(5, None)
+        self._response = controller.api.session.get(
+            f"{controller.api.url}/dashboard/events", stream=True, timeout=(5, None)
         )
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -343,7 +302,7 @@ def gpu_pod(name: str) -> dict[str, Any]:
     }
 
 
-def time_changes(bed: Any, controller: Controller, samples: int) -> list[float]:
+def time_changes(bed: Any, controller: Served, samples: int) -> list[float]:
     """Seconds from a pod's binding (or deletion) seen by our watch to the event's arrival."""
     from kubernetes import client, watch
 
@@ -441,7 +400,7 @@ def run(args: argparse.Namespace) -> None:
         core = client.CoreV1Api(bed.api_client())
         for namespace in (BOXES, FOREIGN):
             core.create_namespace({"metadata": {"name": namespace}})
-        creator = Controller(bed, workdir, availability=True)
+        creator = Served(bed, workdir, availability=True)
         try:
             log(f"creating {args.boxes} boxes ...")
             names = create_boxes(creator, args.boxes, args.workers)
@@ -459,7 +418,7 @@ def run(args: argparse.Namespace) -> None:
         print_report(args, running, before, after)
         if args.samples:
             log(f"timing {args.samples} takes and {args.samples} releases of an L4 ...")
-            controller = Controller(bed, workdir, availability=True)
+            controller = Served(bed, workdir, availability=True)
             try:
                 ms = sorted(1000 * s for s in time_changes(bed, controller, args.samples))
             finally:

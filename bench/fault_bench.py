@@ -9,7 +9,7 @@ Starts a testbed of its own and this repository's controller on it, then:
 - restarts the kube-apiserver and etcd: how soon /ready is 200 again after the
   component is back.
 
-    PYTHONPATH=testbed:tests .venv/bin/python bench/fault_bench.py
+    PYTHONPATH=testbed .venv/bin/python bench/fault_bench.py
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from typing import Any
 
 import record
 import requests
-from controller_process import ControllerProcess, example_settings
 from devboxes_testbed.cluster import Testbed
+from devboxes_testbed.controller import Controller, example_settings
 from kubernetes import client
 
 REPO = Path(__file__).resolve().parent.parent
@@ -51,7 +51,7 @@ def timed(call: Callable[[], requests.Response]) -> tuple[requests.Response, flo
     return response, time.monotonic() - started
 
 
-def frozen_apiserver(bed: Testbed, controller: ControllerProcess, creates: int) -> list[str]:
+def frozen_apiserver(bed: Testbed, controller: Controller, creates: int) -> list[str]:
     headers = controller.headers()
     base = f"{controller.url}/api/v1"
     requests.post(f"{base}/devboxes", json={"name": "reader"}, headers=headers, timeout=30)
@@ -123,7 +123,7 @@ def lease_holder(kube: Any, namespace: str) -> str | None:
 def failover(bed: Testbed, namespace: str, workdir: Path, rounds: int) -> list[str]:
     kube = bed.api_client()
     settings = example_settings(namespace)
-    replicas = [ControllerProcess(bed.kubeconfig, settings, workdir).start() for _ in range(2)]
+    replicas = [Controller(bed.kubeconfig, settings, workdir).start() for _ in range(2)]
     takeovers: list[float] = []
     try:
         for _ in range(rounds):
@@ -140,7 +140,7 @@ def failover(bed: Testbed, namespace: str, workdir: Path, rounds: int) -> list[s
             while lease_holder(kube, namespace) != survivor.identity:
                 time.sleep(0.05)
             takeovers.append(time.monotonic() - killed)
-            replicas = [survivor, ControllerProcess(bed.kubeconfig, settings, workdir).start()]
+            replicas = [survivor, Controller(bed.kubeconfig, settings, workdir).start()]
     finally:
         for replica in replicas:
             replica.stop()
@@ -151,7 +151,7 @@ def failover(bed: Testbed, namespace: str, workdir: Path, rounds: int) -> list[s
     ]
 
 
-def restarts(bed: Testbed, controller: ControllerProcess, component: str, rounds: int) -> str:
+def restarts(bed: Testbed, controller: Controller, component: str, rounds: int) -> str:
     recovered: list[float] = []
     for _ in range(rounds):
         bed.component(component).stop()
@@ -182,7 +182,7 @@ def run(args: argparse.Namespace) -> None:
         core = client.CoreV1Api(bed.api_client())
         for namespace in ("faults", "failover"):
             core.create_namespace({"metadata": {"name": namespace}})
-        controller = ControllerProcess(bed.kubeconfig, example_settings("faults"), workdir).start()
+        controller = Controller(bed.kubeconfig, example_settings("faults"), workdir).start()
         try:
             rows += frozen_apiserver(bed, controller, args.creates)
             while requests.get(f"{controller.url}/ready", timeout=10).status_code != 200:

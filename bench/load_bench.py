@@ -18,9 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -32,9 +30,9 @@ from typing import Any
 
 import aiohttp
 import record
-import requests
-import yaml
-from api_bench import Api, create_boxes, percentile, rss_mib
+from api_bench import create_boxes, percentile, rss_mib
+from devboxes_testbed.api import Api, bearer
+from devboxes_testbed.controller import Controller, example_settings
 
 REPO = Path(__file__).resolve().parent.parent
 BASELINE = "943705e"
@@ -67,7 +65,7 @@ async def _load(
     has been read; requests that finish within ``warmup`` of the start are not counted."""
     loop = asyncio.get_running_loop()
     connector = aiohttp.TCPConnector(limit=clients)
-    headers = {**CLIENT_HEADERS, "Authorization": f"Bearer {token}"}
+    headers = {**CLIENT_HEADERS, **bearer(token)}
     latencies: list[float] = []
     failures = 0
     measure_from = loop.time() + warmup
@@ -111,7 +109,7 @@ def load(
 
 
 def route_paths(api: Api) -> dict[str, list[str]]:
-    names = [box["name"] for box in api.request("GET", "/api/v1/devboxes").json()["items"]]
+    names = [box["name"] for box in api.ok("GET", "/devboxes").json()["items"]]
     if not names:
         raise SystemExit("the controller has no boxes to get; create some or use --boxes")
     return {
@@ -121,84 +119,19 @@ def route_paths(api: Api) -> dict[str, list[str]]:
     }
 
 
-@dataclass
-class Controller:
-    label: str
-    process: subprocess.Popen[bytes]
-    url: str
-    token: str
-    log: Path
-
-    @property
-    def api(self) -> Api:
-        return Api(self.url, self.token)
-
-
-def start_controller(
-    label: str, source: Path, settings_file: Path, kubeconfig: Path, workdir: Path
-) -> Controller:
-    """The controller of the checkout at ``source``, imported from there and nowhere else."""
-    from devboxes_testbed.cluster import controller_command, free_port
-
-    token = secrets.token_urlsafe(32)
-    port = free_port()
-    log_path = workdir / f"controller-{label}.log"
-    log = log_path.open("ab")
-    environment = {
-        **os.environ,
-        "DEVBOXES_TOKEN": token,
-        "PYTHONPATH": f"{source / 'controller'}{os.pathsep}{source}",
-        "PYTHONFAULTHANDLER": "1",
-    }
-    process = subprocess.Popen(
-        [
-            *controller_command(settings_file, kubeconfig, port),
-            "--identity",
-            label,
-        ],
-        # `python -m` puts the working directory first on sys.path.
-        cwd=source,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=environment,
-        start_new_session=True,
-    )
-    return Controller(label, process, f"http://127.0.0.1:{port}", token, log_path)
-
-
 def stop(controller: Controller, log: Any, grace: float = 30) -> None:
-    """SIGTERM, then, past the grace period, SIGABRT: the controllers run with the fault
-    handler on, so their log then shows what every thread was doing; the testbed is
-    stopped either way."""
-    process = controller.process
-    started = time.monotonic()
-    process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(grace)
-        log(f"{controller.label} exited {time.monotonic() - started:.1f} s after SIGTERM")
-    except subprocess.TimeoutExpired:
-        log(f"{controller.label} still running {grace:.0f} s after SIGTERM; its threads:")
-        process.send_signal(signal.SIGABRT)
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log(controller.log.read_text(errors="replace")[-20000:])
+    """Stop the controller and say how long it took; one that outlives the grace period
+    is aborted, and its log then shows what every thread was doing."""
+    seconds = controller.stop(grace)
+    if seconds is not None:
+        log(f"{controller.identity} exited {seconds:.1f} s after SIGTERM")
+        return
+    log(f"{controller.identity} still running {grace:.0f} s after SIGTERM; its threads:")
+    log(controller.log.read_text(errors="replace")[-20000:])
 
 
-def wait_ready(controller: Controller, workdir: Path, timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if controller.process.poll() is not None:
-            raise SystemExit(f"{controller.label} exited; see {workdir}")
-        try:
-            if requests.get(f"{controller.url}/ready", timeout=1).status_code == 200:
-                return
-        except requests.ConnectionError:
-            pass
-        time.sleep(0.3)
-    raise SystemExit(f"{controller.label} never became ready; see {workdir}")
+def api_of(controller: Controller) -> Api:
+    return Api(controller.url, controller.token)
 
 
 def wait_boxes(controllers: list[Controller], names: set[str], timeout: float) -> float | None:
@@ -207,7 +140,7 @@ def wait_boxes(controllers: list[Controller], names: set[str], timeout: float) -
     while time.monotonic() - started < timeout:
         done = True
         for controller in controllers:
-            items = controller.api.request("GET", "/api/v1/devboxes").json()["items"]
+            items = api_of(controller).ok("GET", "/devboxes").json()["items"]
             ready = {box["name"] for box in items if box["state"] == "ready"}
             done = done and names <= ready
         if done:
@@ -280,10 +213,6 @@ def run_testbed(args: argparse.Namespace, log: Any) -> None:
         bed = Testbed(workdir / "testbed", REPO / "testbed" / "nodes-scale.yaml")
         bed.start()
         client.CoreV1Api(bed.api_client()).create_namespace({"metadata": {"name": args.namespace}})
-        settings = yaml.safe_load((REPO / "testbed" / "settings.yaml").read_text())
-        settings["namespace"] = args.namespace
-        settings_file = workdir / "settings.yaml"
-        settings_file.write_text(yaml.safe_dump(settings))
         sources = {"this": REPO}
         if args.baseline:
             subprocess.run(
@@ -302,38 +231,43 @@ def run_testbed(args: argparse.Namespace, log: Any) -> None:
             )
             sources[args.baseline] = baseline_tree
         for label, source in sources.items():
-            controllers.append(
-                start_controller(label, source, settings_file, bed.kubeconfig, workdir)
+            # The controller of the checkout at ``source``, imported from there and nowhere else.
+            controller = Controller(
+                bed.kubeconfig,
+                example_settings(args.namespace),
+                workdir,
+                identity=label,
+                lease_seconds=None,
+                source=source,
             )
-        for controller in controllers:
-            wait_ready(controller, workdir)
-        labels = [c.label for c in controllers]
+            controllers.append(controller.start())
+        labels = [c.identity for c in controllers]
 
         memory: dict[int, dict[str, float]] = {0: {}}
         for controller in controllers:
-            memory[0][controller.label] = settled_rss(controller.process.pid)
+            memory[0][controller.identity] = settled_rss(controller.pid)
         names: list[str] = []
         results: dict[str, dict[str, Load]] = {label: {} for label in labels}
         load_at = args.load_at if args.load_at is not None else args.boxes[-1]
         for count in args.boxes:
             more = [f"load-{i:05d}-{uuid.uuid4().hex[:4]}" for i in range(len(names), count)]
             log(f"creating {len(more)} boxes ({count} in all) ...")
-            create_boxes(controllers[0].api, more, args.workers)
+            create_boxes(api_of(controllers[0]), more, args.workers)
             names += more
             settled = wait_boxes(controllers, set(names), args.settle_timeout)
             log(f"  all ready on every controller after {settled}s")
-            memory[count] = {c.label: settled_rss(c.process.pid) for c in controllers}
+            memory[count] = {c.identity: settled_rss(c.pid) for c in controllers}
             log(f"  RSS MiB: {', '.join(f'{k} {v:.0f}' for k, v in memory[count].items())}")
             if count != load_at:
                 continue
-            paths = route_paths(controllers[0].api)
+            paths = route_paths(api_of(controllers[0]))
             for route in ROUTES:
                 for controller in controllers:
-                    log(f"loading {route} on {controller.label} ...")
-                    results[controller.label][route] = load(
+                    log(f"loading {route} on {controller.identity} ...")
+                    results[controller.identity][route] = load(
                         controller.url, controller.token, paths[route], args.clients, args.seconds
                     )
-                    log(f"  {format_load(results[controller.label][route])}")
+                    log(f"  {format_load(results[controller.identity][route])}")
 
         print(
             f"\n{args.clients} concurrent clients, {args.seconds:.0f} s per route and controller, "

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from controller_process import ControllerProcess, StartController, example_settings
 from devboxes_testbed.cluster import Testbed
-from support import Api, running_testbed
+from devboxes_testbed.controller import Controller, example_settings
+from support import Api, StartController, running_testbed
 
 # Fixtures that start a testbed: a test that uses one, directly or through another
 # fixture, is marked ``testbed`` so that ``make test-unit`` leaves it out.
@@ -62,13 +62,13 @@ def namespace(kube: Any) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def controller(
     testbed: Testbed, kube: Any, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ControllerProcess]:
+) -> Iterator[Controller]:
     """The controller with the example GPU profiles, serving one namespace for the session."""
     from kubernetes import client
 
     namespace = "devboxes-session"
     client.CoreV1Api(kube).create_namespace({"metadata": {"name": namespace}})
-    process = ControllerProcess(
+    process = Controller(
         testbed.kubeconfig, example_settings(namespace), tmp_path_factory.mktemp("controller")
     ).start()
     try:
@@ -78,19 +78,19 @@ def controller(
 
 
 @pytest.fixture(scope="session")
-def controller_env(controller: ControllerProcess) -> dict[str, str]:
+def controller_env(controller: Controller) -> dict[str, str]:
     return {"DEVBOX_URL": controller.url, "DEVBOX_TOKEN": controller.token}
 
 
 @pytest.fixture
-def controller_client(controller: ControllerProcess) -> Any:
+def controller_client(controller: Controller) -> Any:
     from devboxes_sdk import Client
 
     return Client(controller.url, controller.token)
 
 
 @pytest.fixture
-def cleanup(controller: ControllerProcess) -> Iterator[list[str]]:
+def cleanup(controller: Controller) -> Iterator[list[str]]:
     """Names of boxes on the session's controller, purged after the test (newest first)
     so that their GPUs and volumes are free for the next one."""
     names: list[str] = []
@@ -101,10 +101,10 @@ def cleanup(controller: ControllerProcess) -> Iterator[list[str]]:
 @pytest.fixture
 def start_controller(testbed: Testbed, namespace: str, tmp_path: Path) -> Iterator[StartController]:
     """Start controllers on this test's namespace; each is stopped after the test."""
-    started: list[ControllerProcess] = []
+    started: list[Controller] = []
 
-    def start(settings: dict[str, Any] | None = None, **kwargs: Any) -> ControllerProcess:
-        process = ControllerProcess(
+    def start(settings: dict[str, Any] | None = None, **kwargs: Any) -> Controller:
+        process = Controller(
             testbed.kubeconfig, settings or example_settings(namespace), tmp_path, **kwargs
         ).start()
         started.append(process)

@@ -5,16 +5,17 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
 import yaml
-from controller_process import ControllerProcess
 from devboxes_controller.k8s.kube import Unavailable
 from devboxes_controller.state.ended_sessions import Patch
+from devboxes_testbed import api
+from devboxes_testbed.controller import Controller
 
 from devboxes_sdk.models import GpuAvailability
 
@@ -67,23 +68,21 @@ def wait_until_no_pod_requests(kube: Any, resource: str, timeout: float = 300) -
     wait_for(none_asks, timeout=timeout)
 
 
-class Api:
-    """One controller's /api/v1 with its bearer token: how every test drives it over HTTP.
+# The ``start_controller`` fixture: settings (the example ones by default) and
+# Controller keyword arguments in, a started controller out.
+StartController = Callable[..., Controller]
+
+
+class Api(api.Api):
+    """One controller's /api/v1: how every test drives it over HTTP.
 
     ``request``, ``create``, ``get``, ``verb`` and ``delete`` return the response whatever
     its status, for tests about refusals; the others fail the test unless it succeeded.
     """
 
-    def __init__(self, controller: ControllerProcess) -> None:
+    def __init__(self, controller: Controller) -> None:
+        super().__init__(controller.url, controller.token)
         self.controller = controller
-        self.base = f"{controller.url}/api/v1"
-        self.session = requests.Session()
-        self.session.headers.update(controller.headers())
-
-    def request(
-        self, method: str, path: str, timeout: float = 60, **kwargs: Any
-    ) -> requests.Response:
-        return self.session.request(method, f"{self.base}{path}", timeout=timeout, **kwargs)
 
     def create(self, body: dict[str, Any]) -> requests.Response:
         return self.request("POST", "/devboxes", json=body)

@@ -35,22 +35,6 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def controller_command(settings: Path, kubeconfig: Path, port: int) -> list[str]:
-    """The command line of a controller serving on loopback, as tests and benchmarks run it."""
-    return [
-        sys.executable,
-        "-m",
-        "devboxes_controller",
-        "serve",
-        "--settings",
-        str(settings),
-        "--kubeconfig",
-        str(kubeconfig),
-        "--listen",
-        f"127.0.0.1:{port}",
-    ]
-
-
 def reassigner(ports: dict[str, int], *names: str) -> Callable[[], None]:
     """What a component calls when its port was taken: pick new free ports for ``names``."""
 

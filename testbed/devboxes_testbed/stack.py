@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .cluster import Component, Testbed, free_port, reassigner, start_component
+from .controller import Controller, example_settings
 
 REPO = Path(__file__).resolve().parents[2]
-SETTINGS = REPO / "testbed" / "settings.yaml"
 NAMESPACE = "devboxes"
 
 
@@ -23,40 +23,29 @@ class Stack:
     ports: dict[str, int] = field(default_factory=dict)
     controller_token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
     jupyter_token: str = field(default_factory=lambda: secrets.token_hex(24))
+    controller: Controller | None = None
     services: list[Component] = field(default_factory=list)
 
     @property
     def controller_url(self) -> str:
-        return f"http://127.0.0.1:{self.ports['controller']}"
+        assert self.controller is not None, "the stack is not started"
+        return self.controller.url
 
     @property
     def jupyter_url(self) -> str:
         return f"http://127.0.0.1:{self.ports['jupyter']}/lab?token={self.jupyter_token}"
 
-    def _controller(self, logs: Path) -> Component:
-        self.ports["controller"] = free_port()
+    def _controller(self, logs: Path) -> Controller:
+        # JupyterLab reads the operator token from this file.
         token_file = self.state_dir / "controller-token"
         token_file.write_text(self.controller_token)
         token_file.chmod(0o600)
-        return Component(
-            "devboxes-controller",
-            lambda: [
-                sys.executable,
-                "-m",
-                "devboxes_controller",
-                "serve",
-                "--settings",
-                str(SETTINGS),
-                "--kubeconfig",
-                str(self.testbed.kubeconfig),
-                "--token-file",
-                str(token_file),
-                "--listen",
-                f"127.0.0.1:{self.ports['controller']}",
-            ],
-            lambda: f"{self.controller_url}/ready",
-            logs / "controller.log",
-            reassigner(self.ports, "controller"),
+        return Controller(
+            self.testbed.kubeconfig,
+            example_settings(NAMESPACE),
+            logs,
+            token=self.controller_token,
+            lease_seconds=None,
         )
 
     def _jupyter(self, logs: Path) -> Component:
@@ -97,9 +86,12 @@ class Stack:
             )
             logs = self.state_dir / "logs"
             logs.mkdir(parents=True, exist_ok=True)
-            for service in (self._controller(logs), self._jupyter(logs)):
-                self.services.append(service)
-                start_component(service, self.testbed.log)
+            self.controller = self._controller(logs)
+            self.controller.start()
+            self.testbed.log(f"  devboxes-controller ready on {self.controller_url}/ready")
+            jupyter = self._jupyter(logs)
+            self.services.append(jupyter)
+            start_component(jupyter, self.testbed.log)
         except BaseException:
             self.stop()
             raise
@@ -107,6 +99,8 @@ class Stack:
     def stop(self) -> None:
         for service in reversed(self.services):
             service.stop()
+        if self.controller is not None:
+            self.controller.stop()
         self.testbed.stop()
 
     def env(self) -> dict[str, str]:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import requests
-from controller_process import ControllerProcess
+from devboxes_testbed.controller import Controller
 
 from devboxes_sdk.models import ErrorBody
 
@@ -20,7 +20,7 @@ SECURITY_HEADERS = {
 
 
 @pytest.fixture(scope="module")
-def openapi(controller: ControllerProcess) -> dict[str, Any]:
+def openapi(controller: Controller) -> dict[str, Any]:
     response = requests.get(
         f"{controller.url}/openapi.json", headers=controller.headers(), timeout=10
     )
@@ -38,7 +38,7 @@ def operations(openapi: dict[str, Any]) -> list[tuple[str, str]]:
     return found
 
 
-def refusals(controller: ControllerProcess) -> list[tuple[str, dict[str, str]]]:
+def refusals(controller: Controller) -> list[tuple[str, dict[str, str]]]:
     wrong = secrets.token_urlsafe(32)
     return [
         ("no Authorization header", {}),
@@ -62,7 +62,7 @@ def assert_refused(response: requests.Response, why: str) -> None:
 
 
 def test_every_documented_route_refuses_without_the_token(
-    controller: ControllerProcess, openapi: dict[str, Any]
+    controller: Controller, openapi: dict[str, Any]
 ) -> None:
     found = operations(openapi)
     assert len(found) >= 8, "the OpenAPI document lists fewer operations than the contract"
@@ -80,7 +80,7 @@ def test_every_documented_route_refuses_without_the_token(
             assert response.headers.get("Cache-Control") == "no-store"
 
 
-def test_refusal_comes_before_validation(controller: ControllerProcess) -> None:
+def test_refusal_comes_before_validation(controller: Controller) -> None:
     # Without a token, nothing about the request is judged: not its query, not its body.
     base = controller.url
     assert_refused(
@@ -106,7 +106,7 @@ def test_refusal_comes_before_validation(controller: ControllerProcess) -> None:
 
 
 @pytest.mark.parametrize("path", ["/metrics", "/openapi.json"])
-def test_metrics_and_openapi_need_the_token(controller: ControllerProcess, path: str) -> None:
+def test_metrics_and_openapi_need_the_token(controller: Controller, path: str) -> None:
     for why, headers in refusals(controller):
         assert_refused(
             requests.get(f"{controller.url}{path}", headers=headers, timeout=10),
@@ -116,7 +116,7 @@ def test_metrics_and_openapi_need_the_token(controller: ControllerProcess, path:
     assert allowed.status_code == 200
 
 
-def test_metrics_expose_the_request_counters(controller: ControllerProcess) -> None:
+def test_metrics_expose_the_request_counters(controller: Controller) -> None:
     requests.get(f"{controller.url}/api/v1/whoami", headers=controller.headers(), timeout=10)
     text = requests.get(f"{controller.url}/metrics", headers=controller.headers(), timeout=10).text
     assert re.search(
@@ -128,7 +128,7 @@ def test_metrics_expose_the_request_counters(controller: ControllerProcess) -> N
 
 
 @pytest.mark.parametrize("path", ["/health", "/ready"])
-def test_health_and_ready_are_open(controller: ControllerProcess, path: str) -> None:
+def test_health_and_ready_are_open(controller: Controller, path: str) -> None:
     response = requests.get(f"{controller.url}{path}", timeout=10)
     assert response.status_code == 200
 
@@ -148,7 +148,7 @@ def test_health_and_ready_are_open(controller: ControllerProcess, path: str) -> 
     ],
 )
 def test_security_headers_on_every_response(
-    controller: ControllerProcess, path: str, authenticated: bool
+    controller: Controller, path: str, authenticated: bool
 ) -> None:
     headers = controller.headers() if authenticated else {}
     response = requests.get(f"{controller.url}{path}", headers=headers, timeout=10)
@@ -161,7 +161,7 @@ def test_security_headers_on_every_response(
         assert response.headers.get("Cache-Control") == "no-store", path
 
 
-def test_the_token_never_appears_in_responses_or_the_log(controller: ControllerProcess) -> None:
+def test_the_token_never_appears_in_responses_or_the_log(controller: Controller) -> None:
     base, token = controller.url, controller.token
     authorized = controller.headers()
     bodies = [

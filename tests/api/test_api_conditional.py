@@ -8,13 +8,11 @@ import uuid
 
 import pytest
 import requests
-from controller_process import ControllerProcess
+from devboxes_testbed.controller import Controller
 
 
 @pytest.mark.parametrize("path", ["/api/v1/devboxes", "/api/v1/capabilities"])
-def test_an_unchanged_read_is_a_304_without_a_body(
-    controller: ControllerProcess, path: str
-) -> None:
+def test_an_unchanged_read_is_a_304_without_a_body(controller: Controller, path: str) -> None:
     url = f"{controller.url}{path}"
     first = requests.get(url, headers=controller.headers(), timeout=30)
     assert first.status_code == 200
@@ -30,7 +28,7 @@ def test_an_unchanged_read_is_a_304_without_a_body(
     assert other.json() == first.json()
 
 
-def test_a_change_gives_the_list_and_the_box_new_tags(controller: ControllerProcess) -> None:
+def test_a_change_gives_the_list_and_the_box_new_tags(controller: Controller) -> None:
     api = f"{controller.url}/api/v1/devboxes"
     headers = controller.headers()
     before = requests.get(api, headers=headers, timeout=30).headers["ETag"]
@@ -61,7 +59,7 @@ def test_a_change_gives_the_list_and_the_box_new_tags(controller: ControllerProc
         requests.delete(f"{api}/{name}", params={"purge": "true"}, headers=headers, timeout=30)
 
 
-def test_a_large_list_is_gzipped_for_clients_that_ask(controller: ControllerProcess) -> None:
+def test_a_large_list_is_gzipped_for_clients_that_ask(controller: Controller) -> None:
     api = f"{controller.url}/api/v1/devboxes"
     headers = controller.headers()
     names = [f"gz-{uuid.uuid4().hex[:6]}" for _ in range(4)]
@@ -90,7 +88,7 @@ def test_a_large_list_is_gzipped_for_clients_that_ask(controller: ControllerProc
             requests.delete(f"{api}/{name}", params={"purge": "true"}, headers=headers, timeout=30)
 
 
-def test_polled_reads_answer_like_the_routes(controller: ControllerProcess) -> None:
+def test_polled_reads_answer_like_the_routes(controller: Controller) -> None:
     """The polled reads are answered before routing; names, errors and metrics are the
     routes' own."""
     api = f"{controller.url}/api/v1/devboxes"

@@ -17,10 +17,10 @@ from typing import Any, TypeVar
 import jsonschema
 import pytest
 import requests
-from controller_process import ControllerProcess, StartController, example_settings
-from devboxes_testbed import L4
+from devboxes_testbed import L4, L4_SHARED, MIG, ROCM
+from devboxes_testbed.controller import Controller, example_settings
 from pydantic import BaseModel
-from support import Api, wait_for
+from support import Api, StartController, wait_for
 
 from devboxes_sdk.models import (
     Capabilities,
@@ -59,7 +59,7 @@ def unique(prefix: str) -> str:
 class CheckedApi(Api):
     """The shared client, each answer also checked against the controller's OpenAPI document."""
 
-    def __init__(self, controller: ControllerProcess) -> None:
+    def __init__(self, controller: Controller) -> None:
         super().__init__(controller)
         response = self.session.get(f"{controller.url}/openapi.json", timeout=10)
         assert response.status_code == 200, response.text
@@ -102,7 +102,7 @@ def field_errors(response: requests.Response) -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def api(controller: ControllerProcess) -> CheckedApi:
+def api(controller: Controller) -> CheckedApi:
     return CheckedApi(controller)
 
 
@@ -120,7 +120,7 @@ def boxes(api: CheckedApi) -> Iterator[Callable[[dict[str, Any]], Devbox]]:
     api.purge(*made)
 
 
-def test_health_and_ready_answer_without_a_token(controller: ControllerProcess) -> None:
+def test_health_and_ready_answer_without_a_token(controller: Controller) -> None:
     health = requests.get(f"{controller.url}/health", timeout=10)
     assert parse(Health, health, 200).status == "ok"
     ready = requests.get(f"{controller.url}/ready", timeout=10)
@@ -161,9 +161,9 @@ def test_capabilities_list_the_example_profiles(api: CheckedApi) -> None:
     assert caps.gpu.default_profile == L4
     assert [p.name for p in caps.gpu.profiles] == [
         L4,
-        "nvidia-a100-mig-1g10gb",
-        "amd-rocm",
-        "nvidia-l4-shared",
+        MIG,
+        ROCM,
+        L4_SHARED,
     ]
     assert [p.name for p in caps.gpu.profiles if p.default] == [L4]
     l4 = caps.gpu.profiles[0]
@@ -192,9 +192,9 @@ def test_availability_lists_every_profile_without_nodes_or_scheduling(api: Check
         body = parse(GpuAvailability, response, 200)
         assert [p.name for p in body.profiles] == [
             L4,
-            "nvidia-a100-mig-1g10gb",
-            "amd-rocm",
-            "nvidia-l4-shared",
+            MIG,
+            ROCM,
+            L4_SHARED,
         ]
         data = response.json()
         assert set(data) == {"observed_at", "profiles"}
@@ -250,10 +250,10 @@ def test_list_is_newest_first(api: CheckedApi, boxes: Callable[[dict[str, Any]],
 def test_gpu_box_reports_its_allocation(
     api: CheckedApi, boxes: Callable[[dict[str, Any]], Devbox]
 ) -> None:
-    box = boxes({"name": unique("mig"), "gpu": {"profile": "nvidia-a100-mig-1g10gb"}})
+    box = boxes({"name": unique("mig"), "gpu": {"profile": MIG}})
     assert box.gpu is not None
     assert (box.gpu.profile, box.gpu.resource_name, box.gpu.count) == (
-        "nvidia-a100-mig-1g10gb",
+        MIG,
         "nvidia.com/mig-1g.10gb",
         1,
     )
@@ -355,7 +355,7 @@ def test_unknown_profile_is_422_naming_the_available_ones(api: CheckedApi) -> No
     errors = field_errors(api.create({"name": name, "gpu": {"profile": "h100"}}))
     assert [(e["type"], e["loc"]) for e in errors] == [("value_error", ["body", "gpu", "profile"])]
     assert "'h100'" in errors[0]["msg"]
-    for profile in (L4, "nvidia-a100-mig-1g10gb", "amd-rocm", "nvidia-l4-shared"):
+    for profile in (L4, MIG, ROCM, L4_SHARED):
         assert profile in errors[0]["msg"]
     assert api.get(name).status_code == 404
 

@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 import requests
 import schemathesis
-from controller_process import ControllerProcess, StartController
+from devboxes_testbed.controller import Controller
 from hypothesis import HealthCheck, given, settings
 from schemathesis.generation import GenerationMode
+from support import StartController
 
 POSITIVE_EXAMPLES = 150
 NEGATIVE_EXAMPLES = 60
@@ -24,12 +25,12 @@ MIN_CASES = 1000
 
 
 @pytest.fixture
-def fuzz_controller(start_controller: StartController) -> ControllerProcess:
+def fuzz_controller(start_controller: StartController) -> Controller:
     return start_controller()
 
 
 @pytest.fixture
-def api_schema(fuzz_controller: ControllerProcess) -> Any:
+def api_schema(fuzz_controller: Controller) -> Any:
     response = requests.get(
         f"{fuzz_controller.url}/openapi.json", headers=fuzz_controller.headers(), timeout=10
     )
@@ -37,7 +38,7 @@ def api_schema(fuzz_controller: ControllerProcess) -> Any:
     return schemathesis.openapi.from_dict(response.json())
 
 
-def check(case: Any, controller: ControllerProcess) -> None:
+def check(case: Any, controller: Controller) -> None:
     if case.query and "timeout" in case.query:
         # A valid timeout holds the request open; cap it so the pass stays short.
         timeout = case.query["timeout"]
@@ -52,7 +53,7 @@ def check(case: Any, controller: ControllerProcess) -> None:
 
 
 def test_no_input_causes_a_server_error_or_a_nonconforming_answer(
-    api_schema: Any, fuzz_controller: ControllerProcess
+    api_schema: Any, fuzz_controller: Controller
 ) -> None:
     operations = [result.ok() for result in api_schema.get_all_operations()]
     assert len(operations) >= 8

@@ -9,14 +9,14 @@ import uuid
 
 import pytest
 import requests
-from controller_process import ControllerProcess
+from devboxes_testbed.controller import Controller
 from support import wait_for
 
 HUNDRED_MB = 100 * 1024 * 1024
 CHUNK = b"{" * (1024 * 1024)
 
 
-def send_huge_body(controller: ControllerProcess, headers: str) -> tuple[bytes, int]:
+def send_huge_body(controller: Controller, headers: str) -> tuple[bytes, int]:
     """POST a declared 100 MB body, streaming it until the server answers or hangs up.
 
     Returns the status line and the bytes the server let us send before it answered."""
@@ -51,7 +51,7 @@ def send_huge_body(controller: ControllerProcess, headers: str) -> tuple[bytes, 
 
 
 def test_a_huge_unauthenticated_body_is_refused_before_it_is_read(
-    controller: ControllerProcess,
+    controller: Controller,
 ) -> None:
     before = controller.rss_kib()
     status, _sent = send_huge_body(controller, "")
@@ -60,14 +60,14 @@ def test_a_huge_unauthenticated_body_is_refused_before_it_is_read(
     assert grown_kib < 5 * 1024, f"RSS grew by {grown_kib} KiB"
 
 
-def test_a_huge_authenticated_body_gets_413(controller: ControllerProcess) -> None:
+def test_a_huge_authenticated_body_gets_413(controller: Controller) -> None:
     before = controller.rss_kib()
     status, _sent = send_huge_body(controller, f"Authorization: Bearer {controller.token}\r\n")
     assert status == b"HTTP/1.1 413 Request Entity Too Large", status
     assert controller.rss_kib() - before < 5 * 1024
 
 
-def test_a_chunked_body_over_the_limit_gets_413(controller: ControllerProcess) -> None:
+def test_a_chunked_body_over_the_limit_gets_413(controller: Controller) -> None:
     def chunks() -> object:
         for _ in range(64):
             yield b" " * 1024
@@ -87,9 +87,7 @@ def test_a_chunked_body_over_the_limit_gets_413(controller: ControllerProcess) -
     [b"{not json", b"\xff\xfe\x00", b'{"name": 1}', b""],
     ids=["bad", "binary", "typed", "empty"],
 )
-def test_unauthenticated_malformed_bodies_get_401(
-    controller: ControllerProcess, body: bytes
-) -> None:
+def test_unauthenticated_malformed_bodies_get_401(controller: Controller, body: bytes) -> None:
     response = requests.post(
         f"{controller.url}/api/v1/devboxes",
         data=body,
@@ -101,7 +99,7 @@ def test_unauthenticated_malformed_bodies_get_401(
 
 
 @pytest.mark.parametrize("name", ["\u212aelvin", "caf\u00e9", "abc\u0131", "ab\uff43"])
-def test_unicode_lookalike_names_are_refused(controller: ControllerProcess, name: str) -> None:
+def test_unicode_lookalike_names_are_refused(controller: Controller, name: str) -> None:
     response = requests.post(
         f"{controller.url}/api/v1/devboxes",
         json={"name": name},
@@ -118,7 +116,7 @@ def test_unicode_lookalike_names_are_refused(controller: ControllerProcess, name
     assert path.status_code == 422, path.text
 
 
-def test_a_wrong_method_lists_every_method_the_path_takes(controller: ControllerProcess) -> None:
+def test_a_wrong_method_lists_every_method_the_path_takes(controller: Controller) -> None:
     response = requests.put(
         f"{controller.url}/api/v1/devboxes", headers=controller.headers(), timeout=30
     )
@@ -133,13 +131,13 @@ def test_a_wrong_method_lists_every_method_the_path_takes(controller: Controller
     assert set(one.headers["Allow"].split(", ")) >= {"GET", "DELETE"}
 
 
-def _metric(controller: ControllerProcess, pattern: str) -> float:
+def _metric(controller: Controller, pattern: str) -> float:
     text = requests.get(f"{controller.url}/metrics", headers=controller.headers(), timeout=10).text
     return sum(float(found) for found in re.findall(pattern + r" ([0-9.e+]+)", text))
 
 
 def test_a_client_that_hangs_up_mid_body_is_a_disconnect_not_a_server_error(
-    controller: ControllerProcess,
+    controller: Controller,
 ) -> None:
     disconnects = r'devboxes_http_disconnects_total\{method="POST",route="unmatched"\}'
     server_errors = r'devboxes_http_requests_total\{[^}]*status="5\d\d"\}'

@@ -14,9 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from controller_process import ControllerProcess, StartController, example_settings
 from devboxes_testbed import L4
-from support import CHROMIUM, CHROMIUM_ARGS, Api, wait_for, wait_until_no_pod_requests
+from devboxes_testbed.controller import Controller, example_settings
+from support import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    Api,
+    StartController,
+    wait_for,
+    wait_until_no_pod_requests,
+)
 
 from devboxes_sdk import models
 
@@ -230,7 +237,7 @@ def test_selector_is_replaced_by_a_notice_when_gpu_is_disabled(
         page.close()
 
 
-def sign_in(page: Any, controller: ControllerProcess) -> None:
+def sign_in(page: Any, controller: Controller) -> None:
     from playwright.sync_api import expect
 
     # The bare controller address is where operators start.

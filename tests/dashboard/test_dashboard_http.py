@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 import requests
-from controller_process import ControllerProcess, StartController
 from devboxes_controller.state.ended_sessions import CONFIGMAP, EndedSessions, digest
 from devboxes_controller.web.dashboard import safe_next
 from devboxes_controller.web.sessions import (
@@ -25,13 +24,14 @@ from devboxes_controller.web.sessions import (
     SessionStore,
     csrf_matches,
 )
+from devboxes_testbed.controller import Controller
 from kubernetes import client
-from support import MemoryRecord, wait_for
+from support import MemoryRecord, StartController, wait_for
 
 CSRF_META = re.compile(r'<meta name="devboxes-csrf" content="([^"]+)">')
 
 
-def login(controller: ControllerProcess, **headers: str) -> tuple[requests.Session, str]:
+def login(controller: Controller, **headers: str) -> tuple[requests.Session, str]:
     """A browser-like session signed in with the operator token, and its CSRF value."""
     browser = requests.Session()
     response = browser.post(
@@ -54,7 +54,7 @@ def box_name() -> str:
 
 
 def create_as_page(
-    browser: requests.Session, controller: ControllerProcess, csrf: str, name: str
+    browser: requests.Session, controller: Controller, csrf: str, name: str
 ) -> requests.Response:
     """A create sent as the dashboard page sends it: the session cookie and its CSRF value."""
     return browser.post(
@@ -66,19 +66,19 @@ def create_as_page(
 
 
 @pytest.fixture
-def signed_in(controller: ControllerProcess) -> Iterator[tuple[requests.Session, str]]:
+def signed_in(controller: Controller) -> Iterator[tuple[requests.Session, str]]:
     browser, csrf = login(controller)
     yield browser, csrf
     browser.close()
 
 
-def test_page_without_session_redirects_to_login(controller: ControllerProcess) -> None:
+def test_page_without_session_redirects_to_login(controller: Controller) -> None:
     response = requests.get(f"{controller.url}/dashboard", allow_redirects=False, timeout=10)
     assert response.status_code == 303
     assert response.headers["location"] == "/dashboard/login?next=/dashboard"
 
 
-def test_root_redirects_to_the_dashboard(controller: ControllerProcess) -> None:
+def test_root_redirects_to_the_dashboard(controller: Controller) -> None:
     response = requests.get(f"{controller.url}/", allow_redirects=False, timeout=10)
     assert response.status_code == 303
     assert response.headers["location"] == "/dashboard"
@@ -89,7 +89,7 @@ def test_root_redirects_to_the_dashboard(controller: ControllerProcess) -> None:
     assert page.headers["content-type"].startswith("text/html")
 
 
-def test_login_sets_a_strict_http_only_cookie(controller: ControllerProcess) -> None:
+def test_login_sets_a_strict_http_only_cookie(controller: Controller) -> None:
     response = requests.post(
         f"{controller.url}/dashboard/login",
         data={"token": controller.token, "next": "/dashboard"},
@@ -106,7 +106,7 @@ def test_login_sets_a_strict_http_only_cookie(controller: ControllerProcess) -> 
     assert controller.token not in cookie
 
 
-def test_cookie_is_secure_behind_https(controller: ControllerProcess) -> None:
+def test_cookie_is_secure_behind_https(controller: Controller) -> None:
     # The controller trusts forwarding headers from loopback, as behind a local proxy.
     response = requests.post(
         f"{controller.url}/dashboard/login",
@@ -120,7 +120,7 @@ def test_cookie_is_secure_behind_https(controller: ControllerProcess) -> None:
     assert "secure" in flags
 
 
-def test_wrong_token_is_refused_without_detail(controller: ControllerProcess) -> None:
+def test_wrong_token_is_refused_without_detail(controller: Controller) -> None:
     bodies = []
     for wrong in ("short-guess", secrets.token_urlsafe(32), controller.token[:-1]):
         response = requests.post(
@@ -139,7 +139,7 @@ def test_wrong_token_is_refused_without_detail(controller: ControllerProcess) ->
 
 
 def test_a_session_used_after_a_while_gets_its_cookie_renewed(
-    controller: ControllerProcess,
+    controller: Controller,
 ) -> None:
     # A session last used two minutes ago, signed as the controller signs them.
     earlier = SessionStore(
@@ -169,7 +169,7 @@ def test_a_session_used_after_a_while_gets_its_cookie_renewed(
     ],
 )
 def test_login_from_another_site_is_refused(
-    controller: ControllerProcess, headers: dict[str, str]
+    controller: Controller, headers: dict[str, str]
 ) -> None:
     response = requests.post(
         f"{controller.url}/dashboard/login",
@@ -200,7 +200,7 @@ def test_redirect_after_login_stays_on_the_dashboard(target: str, expected: str)
     assert safe_next(target) == expected
 
 
-def test_login_redirect_ignores_foreign_targets(controller: ControllerProcess) -> None:
+def test_login_redirect_ignores_foreign_targets(controller: Controller) -> None:
     response = requests.post(
         f"{controller.url}/dashboard/login",
         data={"token": controller.token, "next": "https://elsewhere.example/"},
@@ -212,7 +212,7 @@ def test_login_redirect_ignores_foreign_targets(controller: ControllerProcess) -
 
 
 def test_page_has_a_strict_csp_and_no_inline_code(
-    controller: ControllerProcess, signed_in: tuple[requests.Session, str]
+    controller: Controller, signed_in: tuple[requests.Session, str]
 ) -> None:
     browser, _ = signed_in
     for path in ("/dashboard", "/dashboard/login"):
@@ -238,7 +238,7 @@ def test_page_has_a_strict_csp_and_no_inline_code(
         assert "https://" not in page
 
 
-def test_assets_are_served_from_an_allowlist(controller: ControllerProcess) -> None:
+def test_assets_are_served_from_an_allowlist(controller: Controller) -> None:
     script = requests.get(f"{controller.url}/dashboard/static/dashboard.js", timeout=10)
     assert script.status_code == 200
     assert script.headers["content-type"].startswith("text/javascript")
@@ -255,7 +255,7 @@ def test_assets_are_served_from_an_allowlist(controller: ControllerProcess) -> N
 
 
 def test_session_reads_without_csrf(
-    controller: ControllerProcess, signed_in: tuple[requests.Session, str]
+    controller: Controller, signed_in: tuple[requests.Session, str]
 ) -> None:
     browser, _ = signed_in
     response = browser.get(f"{controller.url}/api/v1/devboxes", timeout=10)
@@ -264,7 +264,7 @@ def test_session_reads_without_csrf(
 
 
 def test_mutation_needs_the_csrf_header(
-    controller: ControllerProcess, signed_in: tuple[requests.Session, str]
+    controller: Controller, signed_in: tuple[requests.Session, str]
 ) -> None:
     browser, csrf = signed_in
     name = box_name()
@@ -287,7 +287,7 @@ def test_mutation_needs_the_csrf_header(
     assert deleted.status_code == 200
 
 
-def test_bearer_requests_need_no_csrf(controller: ControllerProcess) -> None:
+def test_bearer_requests_need_no_csrf(controller: Controller) -> None:
     response = requests.post(
         f"{controller.url}/api/v1/devboxes/{box_name()}/stop",
         headers=controller.headers(),
@@ -296,7 +296,7 @@ def test_bearer_requests_need_no_csrf(controller: ControllerProcess) -> None:
     assert response.status_code == 404  # authorised; the box simply does not exist
 
 
-def test_forged_session_is_unauthorised(controller: ControllerProcess) -> None:
+def test_forged_session_is_unauthorised(controller: Controller) -> None:
     browser = requests.Session()
     browser.cookies.set(COOKIE, secrets.token_urlsafe(32))
     response = browser.get(f"{controller.url}/api/v1/whoami", timeout=10)
@@ -308,7 +308,7 @@ def test_forged_session_is_unauthorised(controller: ControllerProcess) -> None:
     assert page.status_code == 303
 
 
-def test_logout_needs_csrf_and_ends_the_session(controller: ControllerProcess) -> None:
+def test_logout_needs_csrf_and_ends_the_session(controller: Controller) -> None:
     browser, csrf = login(controller)
     refused = browser.post(
         f"{controller.url}/dashboard/logout",
@@ -345,7 +345,7 @@ def _events(response: requests.Response) -> Iterator[tuple[str, Any]]:
 
 
 def test_events_push_box_changes(
-    controller: ControllerProcess, signed_in: tuple[requests.Session, str]
+    controller: Controller, signed_in: tuple[requests.Session, str]
 ) -> None:
     browser, _ = signed_in
     name = box_name()

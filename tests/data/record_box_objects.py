@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import requests
-from controller_process import ControllerProcess, example_settings
 from devboxes_testbed.cluster import Testbed
+from devboxes_testbed.controller import Controller, example_settings
 
 REPO = Path(__file__).resolve().parents[2]
 OUTPUT = Path(__file__).with_name("box_objects.json")
@@ -55,7 +55,7 @@ def main() -> int:
                     profile["runtimeClassName"] = "amd"
             h100 = {**profiles[0], "name": "nvidia-h100", "displayName": "NVIDIA H100"}
             profiles.append({**h100, "nodeSelector": {"accelerator": "nvidia-h100"}})
-            controller = ControllerProcess(bed.kubeconfig, settings, Path(workdir)).start()
+            controller = Controller(bed.kubeconfig, settings, Path(workdir)).start()
             try:
                 record(controller, core, apps)
             finally:
@@ -65,7 +65,7 @@ def main() -> int:
     return 0
 
 
-def record(controller: ControllerProcess, core: Any, apps: Any) -> None:
+def record(controller: Controller, core: Any, apps: Any) -> None:
     url = f"{controller.url}/api/v1/devboxes"
     headers = controller.headers()
     for body in BOXES.values():

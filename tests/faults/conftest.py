@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from controller_process import ControllerProcess, StartController, example_settings
 from devboxes_testbed.cluster import Testbed
+from devboxes_testbed.controller import Controller, example_settings
 from kubernetes import client
-from support import running_testbed
+from support import StartController, running_testbed
 
 
 @pytest.fixture(scope="module")
@@ -38,12 +38,10 @@ def fault_namespace(fault_kube: Any) -> str:
 def start_fault_controller(
     fault_testbed: Testbed, fault_namespace: str, tmp_path: Path
 ) -> Iterator[StartController]:
-    started: list[ControllerProcess] = []
+    started: list[Controller] = []
 
-    def start(
-        kubeconfig: Path | None = None, until: str = "/ready", **kwargs: Any
-    ) -> ControllerProcess:
-        process = ControllerProcess(
+    def start(kubeconfig: Path | None = None, until: str = "/ready", **kwargs: Any) -> Controller:
+        process = Controller(
             kubeconfig or fault_testbed.kubeconfig,
             example_settings(fault_namespace),
             tmp_path,

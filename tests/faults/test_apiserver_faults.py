@@ -9,17 +9,15 @@ import time
 from typing import Any
 
 import requests
-from controller_process import ControllerProcess, StartController
 from devboxes_testbed.cluster import Testbed
+from devboxes_testbed.controller import Controller
 from kubernetes import client
-from support import service_account_kubeconfig, wait_for
+from support import StartController, service_account_kubeconfig, wait_for
 
 MANAGED = "app.kubernetes.io/managed-by=devboxes-controller"
 
 
-def api(
-    controller: ControllerProcess, method: str, path: str, timeout: float = 30, **kwargs: Any
-) -> Any:
+def api(controller: Controller, method: str, path: str, timeout: float = 30, **kwargs: Any) -> Any:
     return requests.request(
         method,
         f"{controller.url}/api/v1{path}",
@@ -29,17 +27,17 @@ def api(
     )
 
 
-def ready(controller: ControllerProcess) -> bool:
+def ready(controller: Controller) -> bool:
     """the controller reports ready"""
     return requests.get(f"{controller.url}/ready", timeout=10).status_code == 200
 
 
-def not_ready(controller: ControllerProcess) -> bool:
+def not_ready(controller: Controller) -> bool:
     """the controller reports not ready"""
     return requests.get(f"{controller.url}/ready", timeout=10).status_code == 503
 
 
-def listed(controller: ControllerProcess) -> set[str]:
+def listed(controller: Controller) -> set[str]:
     response = api(controller, "GET", "/devboxes")
     assert response.status_code == 200, response.text
     return {box["name"] for box in response.json()["items"]}
@@ -52,12 +50,12 @@ def in_cluster(kube: Any, namespace: str) -> set[str]:
     return {d.metadata.name.removeprefix("devbox-") for d in deployments.items}
 
 
-def create(controller: ControllerProcess, name: str) -> None:
+def create(controller: Controller, name: str) -> None:
     response = api(controller, "POST", "/devboxes", json={"name": name})
     assert response.status_code == 201, response.text
 
 
-def assert_caches_equal_the_cluster(controller: ControllerProcess, kube: Any, ns: str) -> None:
+def assert_caches_equal_the_cluster(controller: Controller, kube: Any, ns: str) -> None:
     views: list[tuple[set[str], set[str]]] = []
 
     def same_boxes() -> bool:

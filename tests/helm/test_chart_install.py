@@ -16,8 +16,9 @@ from typing import Any
 
 import requests
 import yaml
-from controller_process import ControllerProcess, example_settings
+from devboxes_testbed import ROCM
 from devboxes_testbed.cluster import Testbed
+from devboxes_testbed.controller import Controller, example_settings
 from kubernetes import client
 from support import helm_binary, helm_run, service_account_kubeconfig, wait_for
 
@@ -85,7 +86,7 @@ def test_helm_install_and_the_role_is_enough_for_the_lifecycle(
     kubeconfig = service_account_kubeconfig(
         testbed, kube, namespace, account, tmp_path / "sa-kubeconfig"
     )
-    controller = ControllerProcess(
+    controller = Controller(
         kubeconfig, example_settings(namespace), tmp_path, lease_seconds=3
     ).start()
     try:
@@ -97,7 +98,7 @@ def test_helm_install_and_the_role_is_enough_for_the_lifecycle(
             assert response.status_code < 400, response.text
             return response
 
-        call("POST", api, json={"name": "rbac", "gpu": {"profile": "amd-rocm"}})
+        call("POST", api, json={"name": "rbac", "gpu": {"profile": ROCM}})
         box = call("GET", f"{api}/rbac?wait=ready&timeout=60").json()
         assert box["state"] == "ready"
         assert call("POST", f"{api}/rbac/stop").json()["state"] == "stopped"
@@ -154,7 +155,7 @@ def test_generated_token_works_and_upgrades_keep_it(
     assert [entry["revision"] for entry in yaml.safe_load(history)] == [1, 2]
 
     # The controller accepts the generated token as its operator token.
-    controller = ControllerProcess(
+    controller = Controller(
         testbed.kubeconfig, example_settings(namespace), tmp_path, token=token
     ).start()
     try:

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from controller_process import ControllerProcess
 from devboxes_jupyter.provisioner import box_name
 from devboxes_testbed import L4
+from devboxes_testbed.controller import Controller
 from labserver import LABEXTENSION, KernelLab, Lab, running_kernel_lab
 from sshd import loopback_sshd, need_sshd
 from support import CHROMIUM, CHROMIUM_ARGS, wait_for, wait_until_no_pod_requests
@@ -42,9 +42,7 @@ READY_TIMEOUT_MS = 180_000
 
 
 @pytest.fixture(scope="module")
-def setup(
-    controller: ControllerProcess, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[KernelLab]:
+def setup(controller: Controller, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KernelLab]:
     if not CHROMIUM.exists():
         pytest.skip("Debian's chromium is not installed (make system-packages installs it)")
     if not (LABEXTENSION / "package.json").exists():
@@ -168,7 +166,7 @@ def _open_sidebar(page: Any) -> Any:
     return sidebar
 
 
-def _devbox_cli(controller: ControllerProcess, *args: str) -> None:
+def _devbox_cli(controller: Controller, *args: str) -> None:
     env = {**os.environ, "DEVBOX_URL": controller.url, "DEVBOX_TOKEN": controller.token}
     subprocess.run(
         [sys.executable, "-m", "devboxes_sdk.cli", *args],
@@ -180,7 +178,7 @@ def _devbox_cli(controller: ControllerProcess, *args: str) -> None:
 
 
 def test_sidebar_lists_a_cli_box_and_follows_its_stop(
-    page: Any, lab: Lab, controller: ControllerProcess, cleanup: list[str]
+    page: Any, lab: Lab, controller: Controller, cleanup: list[str]
 ) -> None:
     from playwright.sync_api import expect
 
@@ -238,7 +236,7 @@ def test_launcher_tile_opens_the_sidebar_and_its_picker_creates_gpu_boxes(
     page: Any,
     lab: Lab,
     controller_client: Client,
-    controller: ControllerProcess,
+    controller: Controller,
     kube: Any,
     cleanup: list[str],
 ) -> None:

@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 import requests
-from controller_process import ControllerProcess
 from devboxes_jupyter.provisioner import box_name
-from devboxes_testbed import L4
+from devboxes_testbed import L4, ROCM
+from devboxes_testbed.controller import Controller
 from labserver import KernelChannels, KernelLab, Lab, running_kernel_lab
 from sshd import loopback_sshd, need_sshd
 from support import wait_for
@@ -36,9 +36,7 @@ KERNEL_START_TIMEOUT = 400
 
 
 @pytest.fixture(scope="module")
-def setup(
-    controller: ControllerProcess, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[KernelLab]:
+def setup(controller: Controller, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KernelLab]:
     need_sshd()
     with running_kernel_lab(
         tmp_path_factory.mktemp("devbox-kernel"),
@@ -258,7 +256,7 @@ class _Blocked(Exception):
 def test_no_free_device_before_the_timeout_is_the_message(
     setup: KernelLab, controller_client: Client, cleanup: list[str]
 ) -> None:
-    profile = controller_client.capabilities().gpu.profile("amd-rocm")
+    profile = controller_client.capabilities().gpu.profile(ROCM)
     assert profile is not None, "the session's controller serves the example GPU profiles"
 
     def stop_when_blocked(box: Devbox) -> None:

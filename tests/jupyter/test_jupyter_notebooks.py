@@ -12,22 +12,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from controller_process import ControllerProcess
+from devboxes_testbed.controller import Controller
 from labserver import KernelChannels, Lab, running_lab
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
 
 @pytest.fixture(scope="module")
-def lab(controller: ControllerProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+def lab(controller: Controller, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     with running_lab(tmp_path_factory.mktemp("lab"), controller.url, controller.token) as lab:
         yield lab
 
 
 @pytest.mark.parametrize("notebook", ["quickstart.ipynb", "widgets-tour.ipynb"])
-def test_notebook_runs_in_a_lab_kernel(
-    notebook: str, lab: Lab, controller: ControllerProcess
-) -> None:
+def test_notebook_runs_in_a_lab_kernel(notebook: str, lab: Lab, controller: Controller) -> None:
     book = json.loads((NOTEBOOKS / notebook).read_text())
     output = ""
     with KernelChannels.start(lab, "python3") as kernel:
@@ -44,7 +42,7 @@ def test_notebook_runs_in_a_lab_kernel(
 
 
 def test_kernel_environment_holds_a_token_file_not_the_token(
-    lab: Lab, controller: ControllerProcess
+    lab: Lab, controller: Controller
 ) -> None:
     with KernelChannels.start(lab, "python3") as kernel:
         execution = kernel.execute(

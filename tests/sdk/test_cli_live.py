@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from devboxes_testbed import L4
 
 from devboxes_sdk import Client
 
@@ -63,7 +64,7 @@ def test_server_refusals_name_the_flags_and_exit_2(
     assert first.startswith(
         "devbox create: error: --gpu-profile: unknown GPU profile 'h100'; available profiles: "
     )
-    assert "nvidia-l4" in first
+    assert L4 in first
     assert hint == "Run 'devbox create --help' for usage."
     assert [box.name for box in boxes.list() if box.name.startswith(PREFIX)] == []
 

@@ -14,7 +14,8 @@ from urllib.parse import urlparse
 import pytest
 import requests
 import yaml
-from controller_process import ControllerProcess, example_settings
+from devboxes_testbed import L4, ROCM
+from devboxes_testbed.controller import Controller, example_settings
 from pydantic import BaseModel
 
 from devboxes_sdk import Client, models
@@ -62,7 +63,7 @@ def recording(request: pytest.FixtureRequest) -> bool:
 @pytest.fixture(scope="module")
 def server(
     request: pytest.FixtureRequest, recording: bool, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ControllerProcess | None]:
+) -> Iterator[Controller | None]:
     """The real controller while recording, started before any cassette opens; else nothing."""
     if not recording:
         yield None
@@ -74,7 +75,7 @@ def server(
     client.CoreV1Api(request.getfixturevalue("kube")).create_namespace(
         {"metadata": {"name": namespace}}
     )
-    process = ControllerProcess(
+    process = Controller(
         testbed.kubeconfig, example_settings(namespace), tmp_path_factory.mktemp("cassettes")
     ).start()
     yield process
@@ -82,7 +83,7 @@ def server(
 
 
 @pytest.fixture
-def sdk(server: ControllerProcess | None) -> Iterator[Client]:
+def sdk(server: Controller | None) -> Iterator[Client]:
     if server is None:
         yield Client(REPLAY_URL, REPLAY_TOKEN)
         return
@@ -111,9 +112,9 @@ def test_every_verb(sdk: Client) -> None:
     assert sdk.whoami().user == "operator"
     catalog = sdk.capabilities().gpu
     assert catalog.enabled
-    assert catalog.default_profile == "nvidia-l4"
-    assert [p.name for p in catalog.profiles if p.default] == ["nvidia-l4"]
-    box = sdk.create("tape", preset="medium", ttl_hours=4, gpu="amd-rocm")
+    assert catalog.default_profile == L4
+    assert [p.name for p in catalog.profiles if p.default] == [L4]
+    box = sdk.create("tape", preset="medium", ttl_hours=4, gpu=ROCM)
     assert box.gpu is not None
     assert box.gpu.resource_name == "amd.com/gpu"
     ready = box.wait_ready(timeout=90)
@@ -134,7 +135,7 @@ def test_every_verb(sdk: Client) -> None:
 
 @pytest.mark.vcr
 def test_every_error_class(
-    sdk: Client, server: ControllerProcess | None, request: pytest.FixtureRequest
+    sdk: Client, server: Controller | None, request: pytest.FixtureRequest
 ) -> None:
     with pytest.raises(NotFound) as missing:
         sdk.get("nobody")
@@ -145,7 +146,7 @@ def test_every_error_class(
     with pytest.raises(ValidationError) as invalid:
         sdk.create("odd", gpu="no-such-profile")
     assert invalid.value.status == 422
-    assert "nvidia-l4" in str(invalid.value)
+    assert L4 in str(invalid.value)
     if server is not None:
         from kubernetes import client
 
@@ -185,7 +186,7 @@ def test_start_timeout_carries_the_scheduler_reason(sdk: Client) -> None:
 
 @pytest.mark.vcr
 def test_waiting_falls_back_to_polling_on_servers_without_the_wait(
-    server: ControllerProcess | None,
+    server: Controller | None,
 ) -> None:
     session = ServerWithoutWait()
     if server is None:

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 import requests
-from controller_process import ControllerProcess, StartController
+from devboxes_testbed import L4, MIG
+from devboxes_testbed.controller import Controller
+from support import StartController
 
 from devboxes_sdk import Client
 from devboxes_sdk.errors import (
@@ -27,20 +29,20 @@ DEVBOX_SCRIPT = str(DEVBOX / "bin" / "devbox")
 
 
 @pytest.fixture
-def process(start_controller: StartController) -> ControllerProcess:
-    started: ControllerProcess = start_controller()
+def process(start_controller: StartController) -> Controller:
+    started: Controller = start_controller()
     return started
 
 
 @pytest.fixture
-def sdk(process: ControllerProcess) -> Iterator[Client]:
+def sdk(process: Controller) -> Iterator[Client]:
     client = Client(process.url, process.token)
     yield client
     for box in client.list():
         client.delete(box.name, purge=True)
 
 
-def run_cli(process: ControllerProcess, *args: str) -> subprocess.CompletedProcess[str]:
+def run_cli(process: Controller, *args: str) -> subprocess.CompletedProcess[str]:
     env = {
         **os.environ,
         "DEVBOX_URL": process.url,
@@ -54,9 +56,9 @@ def run_cli(process: ControllerProcess, *args: str) -> subprocess.CompletedProce
 
 def test_every_verb_and_error_class(sdk: Client) -> None:
     profiles = sdk.capabilities().gpu.profiles
-    assert profiles[0].name == "nvidia-l4"
+    assert profiles[0].name == L4
     assert sdk.whoami().user == "operator"
-    box = sdk.create("sdk-mig", gpu="nvidia-a100-mig-1g10gb")
+    box = sdk.create("sdk-mig", gpu=MIG)
     assert box.gpu is not None
     assert box.gpu.resource_name == "nvidia.com/mig-1g.10gb"
     ready = box.wait_ready(timeout=90)
@@ -97,7 +99,7 @@ def test_start_timeout_carries_the_scheduler_reason(sdk: Client) -> None:
 
 
 def test_cli_json_passes_server_fields_and_errors_exit_non_zero(
-    sdk: Client, process: ControllerProcess
+    sdk: Client, process: Controller
 ) -> None:
     created = run_cli(process, "--json", "create", "cli-box", "--no-wait")
     assert created.returncode == 0, created.stderr
@@ -112,7 +114,7 @@ def test_cli_json_passes_server_fields_and_errors_exit_non_zero(
     assert "Traceback" not in missing.stderr
 
 
-def test_reads_revalidate_with_the_entity_tag_and_accept_gzip(process: ControllerProcess) -> None:
+def test_reads_revalidate_with_the_entity_tag_and_accept_gzip(process: Controller) -> None:
     """Reading the same thing again costs a 304 and gives the same objects; the list, large
     enough to be compressed, comes gzipped and decodes to the JSON sent uncompressed."""
     session = requests.Session()

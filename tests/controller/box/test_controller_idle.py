@@ -14,28 +14,29 @@ from typing import Any
 
 import pytest
 import requests
-from controller_process import ControllerProcess, StartController, example_settings
 from devboxes_controller.box import activity, render
 from devboxes_controller.config.settings import settings_from_mapping
 from devboxes_controller.k8s import timestamps
 from devboxes_controller.state import slim
+from devboxes_testbed import MIG
+from devboxes_testbed.controller import Controller, example_settings
 from kubernetes import client
-from support import wait_for
+from support import StartController, wait_for
 
 WORKSPACE = Path(__file__).resolve().parents[3] / "workspace"
 AGENT = WORKSPACE / "devbox-activity-agent"
 SAMPLER = WORKSPACE / "devbox-gpu-sampler"
-MIG = {"profile": "nvidia-a100-mig-1g10gb"}
+MIG_REQUEST = {"profile": MIG}
 # Six seconds: short enough to watch, while the agent reports every few seconds.
 WINDOW_MINUTES = 0.1
 
 
-def call(process: ControllerProcess, method: str, path: str, **kwargs: Any) -> requests.Response:
+def call(process: Controller, method: str, path: str, **kwargs: Any) -> requests.Response:
     kwargs.setdefault("headers", process.headers())
     return requests.request(method, f"{process.url}/api/v1{path}", timeout=30, **kwargs)
 
 
-def box(process: ControllerProcess, name: str) -> dict[str, Any]:
+def box(process: Controller, name: str) -> dict[str, Any]:
     response = call(process, "GET", f"/devboxes/{name}")
     assert response.status_code == 200, response.text
     return dict(response.json())
@@ -49,7 +50,7 @@ def credential(kube: Any, namespace: str, name: str) -> str:
 
 
 def report(
-    process: ControllerProcess, name: str, token: str | None, body: Any = None
+    process: Controller, name: str, token: str | None, body: Any = None
 ) -> requests.Response:
     headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
     return call(
@@ -75,7 +76,7 @@ class Agents:
     container, which has the GPU) and the agent reading the samples it writes (the
     sidecar, which has none), both real processes on this machine."""
 
-    def __init__(self, process: ControllerProcess, kube: Any, namespace: str, tmp: Path) -> None:
+    def __init__(self, process: Controller, kube: Any, namespace: str, tmp: Path) -> None:
         self.process, self.kube, self.namespace, self.tmp = process, kube, namespace, tmp
         self.running: list[subprocess.Popen[bytes]] = []
 
@@ -146,13 +147,13 @@ def idle_settings(namespace: str, minutes: float) -> dict[str, Any]:
 
 
 @pytest.fixture
-def idle_controller(start_controller: StartController, namespace: str) -> ControllerProcess:
+def idle_controller(start_controller: StartController, namespace: str) -> Controller:
     return start_controller(idle_settings(namespace, WINDOW_MINUTES))
 
 
 @pytest.fixture
 def agents(
-    idle_controller: ControllerProcess, kube: Any, namespace: str, tmp_path: Path
+    idle_controller: Controller, kube: Any, namespace: str, tmp_path: Path
 ) -> Iterator[Agents]:
     running = Agents(idle_controller, kube, namespace, tmp_path)
     yield running
@@ -160,11 +161,11 @@ def agents(
 
 
 def test_idle_boxes_stop_busy_and_silent_ones_keep_running(
-    idle_controller: ControllerProcess, agents: Agents, kube: Any, namespace: str
+    idle_controller: Controller, agents: Agents, kube: Any, namespace: str
 ) -> None:
     process = idle_controller
     for name in ("busy", "quiet", "silent"):
-        assert call(process, "POST", "/devboxes", json={"name": name, "gpu": MIG}).ok
+        assert call(process, "POST", "/devboxes", json={"name": name, "gpu": MIG_REQUEST}).ok
     assert call(process, "POST", "/devboxes", json={"name": "cpu"}).ok
 
     # The agent is a sidecar of the release image, without the GPU, holding the credential.
@@ -215,11 +216,11 @@ def test_idle_boxes_stop_busy_and_silent_ones_keep_running(
 
 
 def test_only_the_boxs_own_credential_may_report(
-    idle_controller: ControllerProcess, kube: Any, namespace: str
+    idle_controller: Controller, kube: Any, namespace: str
 ) -> None:
     process = idle_controller
     for name in ("mine", "theirs"):
-        assert call(process, "POST", "/devboxes", json={"name": name, "gpu": MIG}).ok
+        assert call(process, "POST", "/devboxes", json={"name": name, "gpu": MIG_REQUEST}).ok
     mine = credential(kube, namespace, "mine")
     theirs = credential(kube, namespace, "theirs")
     assert mine != theirs
@@ -266,7 +267,7 @@ def test_a_rotated_key_reaches_running_boxes_without_a_restart(
 ) -> None:
     settings = idle_settings(namespace, 60)
     first = start_controller(settings)
-    assert call(first, "POST", "/devboxes", json={"name": "rotor", "gpu": MIG}).ok
+    assert call(first, "POST", "/devboxes", json={"name": "rotor", "gpu": MIG_REQUEST}).ok
     apps = client.AppsV1Api(kube)
 
     def key_noted() -> str | None:

@@ -10,11 +10,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from controller_process import StartController, example_settings
 from devboxes_controller.box import render
-from devboxes_testbed import L4
+from devboxes_testbed import L4, MIG, ROCM
+from devboxes_testbed.controller import example_settings
 from kubernetes import client
-from support import Api, wait_for
+from support import Api, StartController, wait_for
 
 
 def box_pod(kube: Any, namespace: str, name: str) -> dict[str, Any]:
@@ -117,8 +117,8 @@ def test_mig_and_amd_profiles_render_and_schedule(
 ) -> None:
     api = Api(start_controller())
     purge_after.extend([(api, "mig"), (api, "rocm")])
-    api.created("mig", gpu={"profile": "nvidia-a100-mig-1g10gb"})
-    api.created("rocm", gpu={"profile": "amd-rocm"}, preset="medium")
+    api.created("mig", gpu={"profile": MIG})
+    api.created("rocm", gpu={"profile": ROCM}, preset="medium")
     assert api.wait_ready("mig")["state"] == "ready"
     rocm = api.wait_ready("rocm")
     assert rocm["state"] == "ready", rocm
@@ -133,15 +133,15 @@ def test_mig_and_amd_profiles_render_and_schedule(
     assert mig["spec"]["runtimeClassName"] == "nvidia"
 
     amd = box_pod(kube, namespace, "rocm")
-    assert node_labels(kube, amd["spec"]["nodeName"])["accelerator"] == "amd-rocm"
+    assert node_labels(kube, amd["spec"]["nodeName"])["accelerator"] == ROCM
     assert amd["spec"]["securityContext"]["supplementalGroups"] == [44, 109]
-    assert amd["spec"]["nodeSelector"] == {"accelerator": "amd-rocm"}
+    assert amd["spec"]["nodeSelector"] == {"accelerator": ROCM}
     assert "runtimeClassName" not in amd["spec"]
     container = main_container(amd)
     assert container["resources"]["limits"]["amd.com/gpu"] == "1"
     assert container["image"] == "devboxes/workspace-rocm:6.4"
     env = {e["name"]: e.get("value") for e in container["env"]}
-    assert env["DEVBOX_GPU_PROFILE"] == "amd-rocm"
+    assert env["DEVBOX_GPU_PROFILE"] == ROCM
     assert env["DEVBOX_GPU_SUPPLEMENTAL_GROUPS"] == "44,109"
 
 
@@ -149,11 +149,11 @@ def test_missing_runtime_class_is_degraded_with_the_admission_message(
     start_controller: StartController, namespace: str, purge_after: list[tuple[Api, str]]
 ) -> None:
     settings = example_settings(namespace)
-    rocm = next(p for p in settings["gpu"]["profiles"] if p["name"] == "amd-rocm")
+    rocm = next(p for p in settings["gpu"]["profiles"] if p["name"] == ROCM)
     rocm["runtimeClassName"] = "amd"
     api = Api(start_controller(settings))
     purge_after.append((api, "no-runtime"))
-    api.created("no-runtime", gpu={"profile": "amd-rocm"})
+    api.created("no-runtime", gpu={"profile": ROCM})
     box = api.wait_settled("no-runtime")
     assert box["state"] == "degraded", box
     assert 'RuntimeClass "amd" not found' in box["message"]
@@ -167,18 +167,16 @@ def test_pinned_contract_survives_profile_removal_and_gpu_disabled(
     first = start_controller(settings)
     api = Api(first)
     purge_after.append((api, "pinned"))
-    api.created("pinned", gpu={"profile": "nvidia-a100-mig-1g10gb"}, ttl_hours=3)
+    api.created("pinned", gpu={"profile": MIG}, ttl_hours=3)
     assert api.wait_ready("pinned")["state"] == "ready"
     pinned_gpu = api.call("POST", "/devboxes/pinned/stop")["gpu"]
     first.stop()
 
     removed = copy.deepcopy(settings)
-    removed["gpu"]["profiles"] = [
-        p for p in removed["gpu"]["profiles"] if p["name"] != "nvidia-a100-mig-1g10gb"
-    ]
+    removed["gpu"]["profiles"] = [p for p in removed["gpu"]["profiles"] if p["name"] != MIG]
     api = Api(start_controller(removed))
     purge_after[0] = (api, "pinned")
-    refused = api.create({"name": "another", "gpu": {"profile": "nvidia-a100-mig-1g10gb"}})
+    refused = api.create({"name": "another", "gpu": {"profile": MIG}})
     assert refused.status_code == 422, refused.text
     [error] = refused.json()["detail"]
     assert error["loc"] == ["body", "gpu", "profile"]

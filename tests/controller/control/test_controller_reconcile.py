@@ -8,17 +8,18 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import requests
-from controller_process import ControllerProcess, StartController, example_settings
 from devboxes_controller.box import render
 from devboxes_controller.config.settings import settings_from_mapping
 from devboxes_controller.k8s.timestamps import format_timestamp
+from devboxes_testbed import MIG
+from devboxes_testbed.controller import Controller, example_settings
 from kubernetes import client
-from support import wait_for
+from support import StartController, wait_for
 
 LEASE = "devboxes-controller"
 
 
-def api_call(process: ControllerProcess, method: str, path: str, **kwargs: Any) -> Any:
+def api_call(process: Controller, method: str, path: str, **kwargs: Any) -> Any:
     response = requests.request(
         method, f"{process.url}/api/v1{path}", headers=process.headers(), timeout=60, **kwargs
     )
@@ -26,7 +27,7 @@ def api_call(process: ControllerProcess, method: str, path: str, **kwargs: Any) 
     return response.json()
 
 
-def box(process: ControllerProcess, name: str) -> dict[str, Any]:
+def box(process: Controller, name: str) -> dict[str, Any]:
     return dict(api_call(process, "GET", f"/devboxes/{name}"))
 
 
@@ -80,7 +81,7 @@ def lease_holder(kube: Any, namespace: str) -> str | None:
     return str(holder) if holder else None
 
 
-def expired_in_log(process: ControllerProcess, name: str) -> bool:
+def expired_in_log(process: Controller, name: str) -> bool:
     for line in process.log.read_text().splitlines():
         try:
             entry = json.loads(line)
@@ -184,7 +185,7 @@ def test_create_interrupted_after_the_deployment_is_completed(
         ttl_hours=2,
         repository=None,
         expires_at=datetime.now(UTC) + timedelta(hours=2),
-        gpu=settings.gpu.profile("nvidia-a100-mig-1g10gb"),
+        gpu=settings.gpu.profile(MIG),
     )
     client.AppsV1Api(kube).create_namespaced_deployment(
         namespace, render.render_deployment(spec, settings)
@@ -200,7 +201,7 @@ def test_create_interrupted_after_the_deployment_is_completed(
     wait_for(completed, timeout=20)
     ready = api_call(process, "GET", "/devboxes/half", params={"wait": "ready", "timeout": 60})
     assert ready["state"] == "ready", ready
-    assert ready["gpu"]["profile"] == "nvidia-a100-mig-1g10gb"
+    assert ready["gpu"]["profile"] == MIG
 
     # One pass usually repairs both; under load a failed write leaves one for the next pass.
     def repaired() -> str:

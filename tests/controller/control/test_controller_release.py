@@ -8,15 +8,14 @@ import json
 from typing import Any
 
 import requests
-from controller_process import ControllerProcess, StartController, example_settings
 from devboxes_controller.box import render
+from devboxes_testbed import MIG, ROCM
+from devboxes_testbed.controller import Controller, example_settings
 from kubernetes import client
-from support import wait_for
-
-MIG = "nvidia-a100-mig-1g10gb"
+from support import StartController, wait_for
 
 
-def call(process: ControllerProcess, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+def call(process: Controller, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
     response = requests.request(
         method, f"{process.url}/api/v1{path}", headers=process.headers(), timeout=90, **kwargs
     )
@@ -24,7 +23,7 @@ def call(process: ControllerProcess, method: str, path: str, **kwargs: Any) -> d
     return dict(response.json())
 
 
-def ready(process: ControllerProcess, name: str) -> dict[str, Any]:
+def ready(process: Controller, name: str) -> dict[str, Any]:
     box = call(process, "GET", f"/devboxes/{name}", params={"wait": "ready", "timeout": 90})
     assert box["state"] == "ready", box
     return box
@@ -65,7 +64,7 @@ def test_a_new_sidecar_reaches_stopped_boxes_at_once_and_running_ones_on_restart
     settings = example_settings(namespace)
     first = start_controller(settings)
     call(first, "POST", "/devboxes", json={"name": "parked", "gpu": {"profile": MIG}})
-    call(first, "POST", "/devboxes", json={"name": "busy", "gpu": {"profile": "amd-rocm"}})
+    call(first, "POST", "/devboxes", json={"name": "busy", "gpu": {"profile": ROCM}})
     ready(first, "parked")
     ready(first, "busy")
     call(first, "POST", "/devboxes/parked/stop")

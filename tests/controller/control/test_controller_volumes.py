@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 import requests
-from controller_process import ControllerProcess, StartController, example_settings
 from devboxes_controller.box import render
 from devboxes_controller.config.settings import settings_from_mapping
+from devboxes_testbed import MIG
+from devboxes_testbed.controller import Controller, example_settings
 from kubernetes import client
-from support import wait_for
+from support import StartController, wait_for
 
 from devboxes_sdk import Client, Conflict, NotFound
 from devboxes_sdk.models import Devbox, VolumeList
@@ -22,20 +23,20 @@ from devboxes_sdk.models import Devbox, VolumeList
 DEVBOX = str(Path(__file__).resolve().parents[3] / ".venv" / "bin" / "devbox")
 
 
-def call(process: ControllerProcess, method: str, path: str, **kwargs: Any) -> requests.Response:
+def call(process: Controller, method: str, path: str, **kwargs: Any) -> requests.Response:
     return requests.request(
         method, f"{process.url}/api/v1{path}", headers=process.headers(), timeout=30, **kwargs
     )
 
 
-def volumes(process: ControllerProcess) -> dict[str, dict[str, Any]]:
+def volumes(process: Controller) -> dict[str, dict[str, Any]]:
     response = call(process, "GET", "/volumes")
     assert response.status_code == 200, response.text
     VolumeList.model_validate_json(response.content)
     return {volume["name"]: volume for volume in response.json()["items"]}
 
 
-def devbox(process: ControllerProcess, *args: str) -> subprocess.CompletedProcess[str]:
+def devbox(process: Controller, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DEVBOX_")}
     env |= {
         "DEVBOX_URL": process.url,
@@ -86,7 +87,7 @@ def test_retained_volumes_are_listed_purged_by_name_and_reused(
     client.CoreV1Api(kube).create_namespaced_persistent_volume_claim(
         namespace, render.render_pvc(leftover, settings)
     )
-    sdk.create("gone", preset="medium", gpu="nvidia-a100-mig-1g10gb")
+    sdk.create("gone", preset="medium", gpu=MIG)
     sdk.create("alive")
     assert sdk.delete("gone").purged is False
 
@@ -94,7 +95,7 @@ def test_retained_volumes_are_listed_purged_by_name_and_reused(
     assert set(listed) == {"gone", "leftover"}, "a box that exists keeps its volume off the list"
     assert listed["gone"]["claim"] == "devbox-gone-home"
     assert listed["gone"]["size"] == "30Gi"
-    assert listed["gone"]["last_profile"] == "nvidia-a100-mig-1g10gb"
+    assert listed["gone"]["last_profile"] == MIG
     assert listed["leftover"]["last_profile"] is None
     assert listed["leftover"]["size"] == "20Gi"
     assert [v.name for v in sdk.volumes()] == sorted(
@@ -104,7 +105,7 @@ def test_retained_volumes_are_listed_purged_by_name_and_reused(
     table = devbox(process, "volumes")
     assert table.returncode == 0, table.stderr
     assert "devbox-gone-home" in table.stdout
-    assert "nvidia-a100-mig-1g10gb" in table.stdout
+    assert MIG in table.stdout
 
     # Only a retained volume can be purged this way; typed names are normalised as for boxes.
     refused = call(process, "DELETE", "/volumes/alive")

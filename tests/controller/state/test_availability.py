@@ -20,14 +20,15 @@ from typing import Any
 import pytest
 import requests
 import yaml
-from controller_process import ControllerProcess, StartController, example_settings
 from devboxes_controller.config.settings import Settings, settings_from_mapping
 from devboxes_controller.placement import doctor
-from devboxes_testbed import L4
+from devboxes_testbed import L4, L4_SHARED, MIG, ROCM
 from devboxes_testbed.cluster import Testbed
+from devboxes_testbed.controller import Controller, example_settings
 from kubernetes import client
 from support import (
     Api,
+    StartController,
     helm_run,
     service_account_kubeconfig,
     wait_for,
@@ -42,7 +43,7 @@ GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSc
 
 
 @pytest.fixture
-def api(controller: ControllerProcess) -> Api:
+def api(controller: Controller) -> Api:
     return Api(controller)
 
 
@@ -89,7 +90,7 @@ def delete_pod(kube: Any, namespace: str, name: str) -> None:
     client.CoreV1Api(kube).delete_namespaced_pod(name, namespace, grace_period_seconds=0)
 
 
-def test_new_routes_refuse_without_the_token(controller: ControllerProcess) -> None:
+def test_new_routes_refuse_without_the_token(controller: Controller) -> None:
     for path in (
         "/api/v1/gpu/availability",
         "/api/v1/gpu/availability?preset=small",
@@ -130,7 +131,7 @@ def test_availability_carries_a_tag_and_answers_304_while_unchanged(api: Api) ->
 
 def test_mig_and_shared_units_fall_and_rise_as_boxes_start_and_stop(api: Api, kube: Any) -> None:
     suffix = uuid.uuid4().hex[:6]
-    mig, shared = "nvidia-a100-mig-1g10gb", "nvidia-l4-shared"
+    mig, shared = MIG, L4_SHARED
     assert api.free(mig)[1] == 7
     assert api.free(shared)[1] == 4
     body = api.availability().model_dump(mode="json")
@@ -175,7 +176,7 @@ def test_a_pod_in_another_namespace_and_a_cordon_lower_the_counts(
 
 def test_a_preset_that_does_not_fit_counts_nothing(api: Api) -> None:
     # The MIG node has 32 CPUs: 16 large boxes (2 CPUs each) fit, but only 7 slices.
-    entry = api.availability("large").profile("nvidia-a100-mig-1g10gb")
+    entry = api.availability("large").profile(MIG)
     assert entry is not None
     assert entry.capacity == 7
 
@@ -286,7 +287,7 @@ def test_three_waiting_boxes_get_their_place_in_line(
 # -- availability switched off or forbidden ------------------------------------------------------
 
 
-def assert_everything_else_works(controller: ControllerProcess, reason: str) -> None:
+def assert_everything_else_works(controller: Controller, reason: str) -> None:
     api = Api(controller)
     assert requests.get(f"{controller.url}/ready", timeout=10).status_code == 200
     body = api.availability()
@@ -353,7 +354,7 @@ def test_without_the_cluster_role_availability_is_unknown_and_the_rest_works(
     testbed: Testbed, namespace: str, chart_account: Callable[[bool], Path], tmp_path: Path
 ) -> None:
     kubeconfig = chart_account(False)
-    controller = ControllerProcess(kubeconfig, example_settings(namespace), tmp_path).start()
+    controller = Controller(kubeconfig, example_settings(namespace), tmp_path).start()
     try:
         assert_everything_else_works(controller, "may not list")
     finally:
@@ -383,7 +384,7 @@ def doctor_settings(namespace: str) -> dict[str, Any]:
             "nodeSelector": {"accelerator": L4},
         },
     ]
-    amd = next(p for p in settings["gpu"]["profiles"] if p["name"] == "amd-rocm")
+    amd = next(p for p in settings["gpu"]["profiles"] if p["name"] == ROCM)
     amd["runtimeClassName"] = "amd"
     return settings
 
@@ -402,7 +403,7 @@ def assert_doctor_findings(report: DoctorReport) -> None:
         "nodes accelerator=h100 or correct the profile's nodeSelector",
         ("l4-pair", "count"): "count 2 does not fit: the most nvidia.com/gpu on one node is 1: "
         "lower the profile's count to 1 or add nodes with 2 nvidia.com/gpu",
-        ("amd-rocm", "runtime-class"): "RuntimeClass amd does not exist: every pod of this "
+        (ROCM, "runtime-class"): "RuntimeClass amd does not exist: every pod of this "
         "profile is refused: create the RuntimeClass amd for the GPU nodes' container runtime, "
         "or remove runtimeClassName from the profile",
         ("l4-untolerated", "taints"): "the profile does not tolerate nvidia.com/gpu:NoSchedule "
@@ -421,7 +422,7 @@ def assert_doctor_findings(report: DoctorReport) -> None:
         },
     }
     passed = {(c.profile, c.check) for c in report.checks if c.verdict == "pass"}
-    assert ("nvidia-a100-mig-1g10gb", "count") in passed
+    assert (MIG, "count") in passed
     assert (L4, "runtime-class") in passed
     assert (None, "storage-class") in passed
 

@@ -1,0 +1,162 @@
+"""Run the real controller as a subprocess against a kubeconfig, as an operator would: the
+one way the tests, the benchmarks and `make up` start it."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .api import bearer
+from .cluster import START_TIMEOUT, free_port, wait_healthy
+from .errors import TestbedError
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE_SETTINGS = REPO / "testbed" / "settings.yaml"
+# After SIGABRT the fault handler needs a moment to write every thread's stack.
+ABORT_SECONDS = 10.0
+
+
+def example_settings(namespace: str) -> dict[str, Any]:
+    """testbed/settings.yaml, the example GPU profiles, serving ``namespace``."""
+    settings: dict[str, Any] = yaml.safe_load(EXAMPLE_SETTINGS.read_text())
+    settings["namespace"] = namespace
+    return settings
+
+
+class Controller:
+    """One ``devboxes-controller serve`` process on loopback with its own settings file,
+    token and log.
+
+    ``lease_seconds`` None leaves the controller's own Lease duration; ``port`` fixes the
+    port, as the Service in front of replicas does for what boxes reach; ``source`` is a
+    checkout to import the controller from instead of this one.
+    """
+
+    def __init__(
+        self,
+        kubeconfig: Path,
+        settings: dict[str, Any],
+        workdir: Path,
+        token: str | None = None,
+        identity: str | None = None,
+        lease_seconds: int | None = 3,
+        port: int | None = None,
+        source: Path | None = None,
+    ) -> None:
+        self.kubeconfig = kubeconfig
+        self.settings = settings
+        self.workdir = workdir
+        self.token = token or secrets.token_urlsafe(32)
+        # The controller's own default has this shape; tests and benches need to know it.
+        self.identity = identity or f"{socket.gethostname()}-{secrets.token_hex(4)}"
+        self.lease_seconds = lease_seconds
+        self.fixed_port = port
+        self.source = source
+        self.port = 0
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log = workdir / f"controller-{self.identity}.log"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None, "the controller is not running"
+        return self.process.pid
+
+    def headers(self) -> dict[str, str]:
+        return bearer(self.token)
+
+    def _argv(self, settings_file: Path) -> list[str]:
+        argv = [
+            sys.executable,
+            "-m",
+            "devboxes_controller",
+            "serve",
+            "--settings",
+            str(settings_file),
+            "--kubeconfig",
+            str(self.kubeconfig),
+            "--listen",
+            f"127.0.0.1:{self.port}",
+            "--identity",
+            self.identity,
+        ]
+        if self.lease_seconds is not None:
+            argv += ["--lease-seconds", str(self.lease_seconds)]
+        return argv
+
+    def _environment(self) -> dict[str, str]:
+        # The token in the environment, not on a command line every local user can read;
+        # the fault handler so that a stop past its grace leaves every thread's stack.
+        environment = {**os.environ, "DEVBOXES_TOKEN": self.token, "PYTHONFAULTHANDLER": "1"}
+        if self.source is not None:
+            environment["PYTHONPATH"] = f"{self.source / 'controller'}{os.pathsep}{self.source}"
+        return environment
+
+    def start(self, timeout: float = START_TIMEOUT, until: str = "/ready") -> Controller:
+        """Start the process and wait until ``until`` (``/ready`` or ``/health``) answers
+        200; a port another process took meanwhile is picked again."""
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        settings_file = self.workdir / f"settings-{self.identity}.yaml"
+        settings_file.write_text(yaml.safe_dump(self.settings))
+        for _attempt in range(3):
+            self.port = self.fixed_port or free_port()
+            logged = self.log.stat().st_size if self.log.exists() else 0
+            with self.log.open("ab") as log:
+                self.process = subprocess.Popen(
+                    self._argv(settings_file),
+                    # `python -m` puts the working directory first on sys.path.
+                    cwd=self.source,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=self._environment(),
+                    start_new_session=True,
+                )
+            failure = wait_healthy(self.process, f"{self.url}{until}", timeout)
+            if failure is None:
+                return self
+            self.stop()
+            tail = self.log.read_bytes()[logged:].decode(errors="replace")[-2000:]
+            if self.fixed_port is None and "address already in use" in tail:
+                continue
+            raise TestbedError(f"controller {failure}; the end of {self.log}:\n{tail}")
+        raise TestbedError(f"controller found no free port in 3 attempts; see {self.log}")
+
+    def rss_kib(self) -> int:
+        """The process's resident memory now, from /proc."""
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        raise TestbedError(f"no VmRSS line for pid {self.pid}")
+
+    def stop(self, grace: float = 15, kill: bool = False) -> float | None:
+        """SIGTERM (SIGKILL with ``kill``) and wait: the seconds the process took to exit,
+        or None when it outlived ``grace`` and was aborted, its stacks then in the log."""
+        process, self.process = self.process, None
+        if process is None or process.poll() is not None:
+            return 0.0
+        sent = time.monotonic()
+        process.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+        try:
+            process.wait(grace)
+            return time.monotonic() - sent
+        except subprocess.TimeoutExpired:
+            process.send_signal(signal.SIGABRT)
+        try:
+            process.wait(ABORT_SECONDS)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        return None
