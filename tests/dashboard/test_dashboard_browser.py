@@ -365,9 +365,16 @@ def test_dashboard_fits_an_800px_window(
         expect(page.locator('input[name="accelerator"][value="nvidia-h100"]')).not_to_be_checked()
 
         # The scheduler's long explanation is one line until it is expanded.
-        expect(summary).to_contain_text("Scheduling blocked:")
-        message = api.call("GET", f"/devboxes/{waiting}")["message"]
-        assert "didn't match Pod's node affinity/selector" in message
+        affinity = "didn't match Pod's node affinity/selector"
+
+        def placement_reason() -> str:
+            """the scheduler's reason is the node selector (before the home volume is
+            bound, its reason is the claim)"""
+            text: str = api.call("GET", f"/devboxes/{waiting}")["message"]
+            return text if affinity in text else ""
+
+        message = wait_for(placement_reason, timeout=60)
+        expect(summary).to_contain_text(affinity)
         summary_selector = f'tr[data-box="{waiting}"] .col-message summary'
         assert line_count(page, summary_selector) == 1
         assert summary.evaluate("(e) => e.scrollWidth > e.clientWidth")  # cut, not wrapped
