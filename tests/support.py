@@ -16,7 +16,7 @@ from controller_process import ControllerProcess
 from devboxes_controller.k8s.kube import Unavailable
 from devboxes_controller.state.ended_sessions import Patch
 
-from devboxes_sdk.models import GpuAvailability
+from devboxes_sdk.models import IDEMPOTENCY_HEADER, GpuAvailability
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -85,8 +85,9 @@ class Api:
     ) -> requests.Response:
         return self.session.request(method, f"{self.base}{path}", timeout=timeout, **kwargs)
 
-    def create(self, body: dict[str, Any]) -> requests.Response:
-        return self.request("POST", "/devboxes", json=body)
+    def create(self, body: dict[str, Any], key: str | None = None) -> requests.Response:
+        headers = {IDEMPOTENCY_HEADER: key} if key is not None else None
+        return self.request("POST", "/devboxes", json=body, headers=headers)
 
     def get(self, name: str, **params: Any) -> requests.Response:
         return self.request("GET", f"/devboxes/{name}", params=params)
