@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import socketserver
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import requests
@@ -151,6 +153,22 @@ class Api:
 
     def purge_all(self) -> None:
         self.purge(*(box["name"] for box in self.call("GET", "/devboxes")["items"]))
+
+
+ServerT = TypeVar("ServerT", bound=socketserver.BaseServer)
+
+
+@contextlib.contextmanager
+def serving(server: ServerT) -> Iterator[ServerT]:
+    """``server`` answering on a thread of its own until the block ends, then closed."""
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
 
 
 # Debian's Chromium, never a downloaded browser build; flags for a closed network.

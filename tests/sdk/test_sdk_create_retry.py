@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import http.server
 import json
-import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from support import serving
 
 from devboxes_sdk import Client, Unavailable
 from devboxes_sdk.models import IDEMPOTENCY_HEADER
@@ -44,15 +44,8 @@ class _BusyHandler(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def busy(monkeypatch: pytest.MonkeyPatch) -> Iterator[_BusyServer]:
     monkeypatch.setattr("devboxes_sdk._transport._RETRY_DELAYS", (0.0, 0.0, 0.0))
-    server = _BusyServer()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(_BusyServer()) as server:
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(10)
 
 
 def test_a_create_is_retried_with_one_key_and_the_next_create_has_its_own(
