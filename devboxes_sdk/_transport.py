@@ -29,8 +29,10 @@ from devboxes_sdk.errors import (
     Unavailable,
     error_from_body,
 )
+from devboxes_sdk.models import IDEMPOTENCY_HEADER
 
-# Only requests that can be repeated without a second effect are retried.
+# Only requests that can be repeated without a second effect are retried: these methods,
+# and a request carrying an idempotency key, which the server answers once.
 _IDEMPOTENT_METHODS = frozenset({"GET", "DELETE"})
 _RETRY_DELAYS = (0.5, 1.0, 2.0)
 _USER_AGENT = f"devboxes-sdk/{__version__}"
@@ -218,13 +220,15 @@ class Transport:
     ) -> requests.Response:
         """Send one request and return the successful response, or raise the mapped error.
 
-        GET and DELETE are retried on connection errors and 503, with a short bounded
-        backoff; everything else is sent exactly once.
+        GET, DELETE and requests with an ``Idempotency-Key`` header are retried on
+        connection errors and 503, with a short bounded backoff and the same headers;
+        everything else is sent exactly once.
         """
         if not path.startswith("/") or path.startswith("//"):
             raise ValueError(f"API path must start with a single '/': {path!r}")
         method = method.upper()
-        attempts = len(_RETRY_DELAYS) + 1 if method in _IDEMPOTENT_METHODS else 1
+        repeatable = method in _IDEMPOTENT_METHODS or IDEMPOTENCY_HEADER in (headers or {})
+        attempts = len(_RETRY_DELAYS) + 1 if repeatable else 1
         for attempt in range(attempts):
             last = attempt + 1 == attempts
             try:

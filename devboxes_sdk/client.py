@@ -9,6 +9,7 @@ import builtins
 import copy
 import math
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -25,7 +26,13 @@ from devboxes_sdk.errors import (
     StartTimeout,
     ValidationError,
 )
-from devboxes_sdk.models import API_PREFIX, MAX_WAIT_SECONDS, WAIT_HEADER, FieldError
+from devboxes_sdk.models import (
+    API_PREFIX,
+    IDEMPOTENCY_HEADER,
+    MAX_WAIT_SECONDS,
+    WAIT_HEADER,
+    FieldError,
+)
 
 __all__ = ["Client", "Devbox", "GpuNamespace", "UpdateCallback"]
 
@@ -283,9 +290,19 @@ class Client:
         ``gpu`` of a :class:`~devboxes_sdk.models.DevboxCreate`.
         The body is checked locally first; a broken rule raises
         :class:`~devboxes_sdk.errors.ValidationError` without a request.
+
+        The create carries a new ``Idempotency-Key``, so it is retried like a read (on a
+        503 or a failed connection): a try that the server applied but could not confirm
+        answers with the box it made, never with a conflict.
         """
         body = create_body(name, preset, ttl_hours, repository, gpu)
-        return self._box(self._http.request("POST", f"{API_PREFIX}/devboxes", body=body))
+        response = self._http.request(
+            "POST",
+            f"{API_PREFIX}/devboxes",
+            body=body,
+            headers={IDEMPOTENCY_HEADER: str(uuid.uuid4())},
+        )
+        return self._box(response)
 
     def list(self) -> builtins.list[Devbox]:
         """Every box, newest first."""

@@ -23,6 +23,8 @@ API_PREFIX = "/api/v1"
 WAIT_HEADER = "X-Devboxes-Wait"
 # The longest one held request may last; clients wanting longer ask again.
 MAX_WAIT_SECONDS = 300
+# Sent with a create, so that a retry of it answers the original outcome.
+IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$"
 NAME_RE = re.compile(NAME_PATTERN)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import socketserver
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import requests
@@ -17,7 +19,7 @@ from devboxes_controller.state.ended_sessions import Patch
 from devboxes_testbed import api
 from devboxes_testbed.controller import Controller
 
-from devboxes_sdk.models import GpuAvailability
+from devboxes_sdk.models import IDEMPOTENCY_HEADER, GpuAvailability
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -84,8 +86,9 @@ class Api(api.Api):
         super().__init__(controller.url, controller.token)
         self.controller = controller
 
-    def create(self, body: dict[str, Any]) -> requests.Response:
-        return self.request("POST", "/devboxes", json=body)
+    def create(self, body: dict[str, Any], key: str | None = None) -> requests.Response:
+        headers = {IDEMPOTENCY_HEADER: key} if key is not None else None
+        return self.request("POST", "/devboxes", json=body, headers=headers)
 
     def get(self, name: str, **params: Any) -> requests.Response:
         return self.request("GET", f"/devboxes/{name}", params=params)
@@ -149,6 +152,22 @@ class Api(api.Api):
 
     def purge_all(self) -> None:
         self.purge(*(box["name"] for box in self.call("GET", "/devboxes")["items"]))
+
+
+ServerT = TypeVar("ServerT", bound=socketserver.BaseServer)
+
+
+@contextlib.contextmanager
+def serving(server: ServerT) -> Iterator[ServerT]:
+    """``server`` answering on a thread of its own until the block ends, then closed."""
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
 
 
 # Debian's Chromium, never a downloaded browser build; flags for a closed network.

@@ -765,7 +765,10 @@ export interface operations {
     create_devbox_api_v1_devboxes_post: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes the create safe to retry: a retry with the same key and body answers 201 with the box it made, for as long as that box exists */
+                "Idempotency-Key"?: string | null;
+            };
             path?: never;
             cookie?: never;
         };

@@ -19,6 +19,7 @@ import pytest
 import requests
 from devboxes_testbed import L4, L4_SHARED, MIG, ROCM
 from devboxes_testbed.controller import Controller, example_settings
+from kubernetes import client
 from pydantic import BaseModel
 from support import Api, StartController, wait_for
 
@@ -281,6 +282,47 @@ def test_existing_name_is_409(api: CheckedApi, boxes: Callable[[dict[str, Any]],
     assert parse(ErrorBody, again, 409).detail == f"devbox '{box.name}' already exists"
 
 
+def test_a_create_retried_with_its_key_answers_the_box_it_made(api: CheckedApi, kube: Any) -> None:
+    name, key = unique("again"), str(uuid.uuid4())
+    body = {"name": name, "ttl_hours": 2}
+    try:
+        first = parse(Devbox, api.create(body, key=key), 201)
+        # Spelled otherwise, the same request: answered with the box as it is now.
+        retried = parse(Devbox, api.create({**body, "name": name.upper()}, key=key), 201)
+        assert (retried.name, retried.created_at) == (first.name, first.created_at)
+        deployments = client.AppsV1Api(kube).list_namespaced_deployment(
+            "devboxes-session", label_selector=f"devboxes.io/box={name}"
+        )
+        assert len(deployments.items) == 1
+
+        assert field_errors(api.create({**body, "ttl_hours": 3}, key=key)) == [
+            {
+                "type": "value_error",
+                "loc": ["header", "Idempotency-Key"],
+                "msg": "this key was already used for a different create request; send a "
+                "new key with every new request",
+            }
+        ]
+        exists = f"devbox '{name}' already exists"
+        assert parse(ErrorBody, api.create(body, key=str(uuid.uuid4())), 409).detail == exists
+        assert parse(ErrorBody, api.create(body), 409).detail == exists
+    finally:
+        api.purge(name)
+
+
+def test_a_malformed_idempotency_key_is_422_before_anything_is_made(api: CheckedApi) -> None:
+    name = unique("badkey")
+    for key in ("with space", "k" * 256):
+        assert field_errors(api.create({"name": name}, key=key)) == [
+            {
+                "type": "value_error",
+                "loc": ["header", "Idempotency-Key"],
+                "msg": "must be 1-255 characters of letters, digits, '.', '_', ':' and '-'",
+            }
+        ]
+    assert api.get(name).status_code == 404
+
+
 @pytest.mark.parametrize(
     ("body", "loc"),
     [
@@ -429,8 +471,6 @@ def test_cpu_box_when_gpu_is_disabled(start_controller: StartController, namespa
 def test_quota_refusal_is_403_with_the_apiservers_reason(
     start_controller: StartController, namespace: str, kube: Any
 ) -> None:
-    from kubernetes import client
-
     core = client.CoreV1Api(kube)
     core.create_namespaced_resource_quota(
         namespace,

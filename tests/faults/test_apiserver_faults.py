@@ -14,6 +14,8 @@ from devboxes_testbed.controller import Controller
 from kubernetes import client
 from support import StartController, service_account_kubeconfig, wait_for
 
+from devboxes_sdk.models import IDEMPOTENCY_HEADER
+
 MANAGED = "app.kubernetes.io/managed-by=devboxes-controller"
 
 
@@ -53,6 +55,17 @@ def in_cluster(kube: Any, namespace: str) -> set[str]:
 def create(controller: Controller, name: str) -> None:
     response = api(controller, "POST", "/devboxes", json={"name": name})
     assert response.status_code == 201, response.text
+
+
+def create_with_key(controller: Controller, i: int) -> Any:
+    """The ``i``th box's create, always with the same idempotency key."""
+    headers = {**controller.headers(), IDEMPOTENCY_HEADER: f"frozen-key-{i}"}
+    return requests.post(
+        f"{controller.url}/api/v1/devboxes",
+        json={"name": f"frozen-{i}"},
+        headers=headers,
+        timeout=30,
+    )
 
 
 def assert_caches_equal_the_cluster(controller: Controller, kube: Any, ns: str) -> None:
@@ -156,10 +169,7 @@ def test_a_frozen_apiserver_delays_only_writes_and_leaves_nothing_half_made(
     fault_testbed.freeze("kube-apiserver")
     try:
         with concurrent.futures.ThreadPoolExecutor(max_workers=70) as pool:
-            creates = [
-                pool.submit(api, controller, "POST", "/devboxes", json={"name": f"frozen-{i}"})
-                for i in range(60)
-            ]
+            creates = [pool.submit(create_with_key, controller, i) for i in range(60)]
             # Reads and health keep answering while every write is stuck or refused.
             reads = [
                 pool.submit(requests.get, f"{controller.url}/health", timeout=10),
@@ -191,6 +201,10 @@ def test_a_frozen_apiserver_delays_only_writes_and_leaves_nothing_half_made(
 
     wait_for(every_box_whole, timeout=60)
     assert_caches_equal_the_cluster(controller, kube, fault_namespace)
+    # Whether or not the refused create was applied, its retry makes exactly one box.
+    retries = [create_with_key(controller, i) for i in range(60)]
+    assert [r.status_code for r in retries] == [201] * 60, {r.text for r in retries}
+    assert in_cluster(kube, fault_namespace) == {"hotel", *(f"frozen-{i}" for i in range(60))}
     create(controller, "india")
 
 

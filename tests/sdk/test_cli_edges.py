@@ -35,7 +35,7 @@ from devboxes_controller.web.app import create_app
 from devboxes_controller.web.readiness import Readiness
 from devboxes_testbed import pki
 from kubernetes import client
-from support import wait_for
+from support import serving, wait_for
 from test_cli_live import devbox
 
 from devboxes_sdk import Client, ConfigurationError, NotADevboxesServer, NotFound, Unavailable
@@ -84,14 +84,8 @@ def page_server(
     server = _PageServer((host, 0), _PageHandler)
     if tls is not None:
         server.socket = tls.wrap_socket(server.socket, server_side=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(server):
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(10)
 
 
 class _Ready(Readiness):

@@ -19,7 +19,7 @@ from kubernetes import client
 from devboxes_sdk.labels import accelerator_label
 from devboxes_sdk.models import ActivityReport, DeleteResult, Devbox, DevboxCreate
 
-from ..box import activity, render, status, template
+from ..box import activity, idempotency, render, status, template
 from ..config.formats import quantity_value
 from ..config.settings import ACTIVITY_SIDECAR, ProfileRejected, Settings, SnapshotError
 from ..k8s import kube
@@ -98,11 +98,15 @@ class Lifecycle:
             gpu=profile,
         )
 
-    def create(self, request: DevboxCreate) -> Devbox:
+    def create(self, request: DevboxCreate, key: str | None = None) -> Devbox:
+        """A new box; with the client's idempotency ``key``, a retry of a create that
+        already made the box answers that box instead of a conflict."""
         spec = self.validate(request)
         names = render.object_names(spec.name)
-        if self.store.deployment(spec.name) is not None:
-            raise Conflict(f"devbox '{spec.name}' already exists")
+        made_by = idempotency.CreateRequest.of(key, request) if key is not None else None
+        existing = self.store.deployment(spec.name)
+        if existing is not None:
+            return self._created_before(spec.name, existing, made_by)
         claim = self.store.claim(spec.name)
         if claim is not None and claim["metadata"].get("deletionTimestamp"):
             raise Conflict(
@@ -114,6 +118,11 @@ class Lifecycle:
         # for the Deployment, whose uid it is bound to.
         wanted_claim = render.render_pvc(spec, self.settings)
         wanted_deployment = render.render_deployment(spec, self.settings)
+        if made_by is not None:
+            # In the same write as the box, so that no retry can see one without the other.
+            wanted_deployment["metadata"]["annotations"][idempotency.ANNOTATION_CREATE_REQUEST] = (
+                made_by.annotation()
+            )
         wanted_service = render.render_service(spec, self.settings)
         # The claim first: until it exists the scheduler refuses the pod with a confusing
         # "unbound immediate PersistentVolumeClaims" message instead of the real reason.
@@ -123,7 +132,14 @@ class Lifecycle:
                 self._apps.create_namespaced_deployment, self.namespace, wanted_deployment
             )
         except Conflict:
-            raise Conflict(f"devbox '{spec.name}' already exists") from None
+            if made_by is None:
+                raise Conflict(f"devbox '{spec.name}' already exists") from None
+            # The store has not seen the winner yet: it may be this request's own first try,
+            # still in flight when the client gave up on it.
+            existing = kube.call(
+                self._apps.read_namespaced_deployment, names.deployment, self.namespace
+            )
+            return self._created_before(spec.name, existing, made_by)
         METRICS.writes.labels("create").inc()
         self._apply_service(wanted_service, deployment)
         self.ensure_activity_secret(deployment)
@@ -138,6 +154,15 @@ class Lifecycle:
             },
         )
         return self._current(spec.name, deployment)
+
+    def _created_before(
+        self, name: str, existing: Obj, made_by: idempotency.CreateRequest | None
+    ) -> Devbox:
+        """The box as it is now when this request created it on an earlier try; else the
+        name is taken."""
+        if made_by is None or not made_by.made(existing):
+            raise Conflict(f"devbox '{name}' already exists")
+        return self._current(name, existing)
 
     def _current(self, name: str, deployment: Obj) -> Devbox:
         """The box's status, derived at once so the response reflects the write just made."""

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 from fastapi.openapi.utils import get_openapi
 
 from devboxes_sdk.models import (
     API_PREFIX,
+    IDEMPOTENCY_HEADER,
     MAX_WAIT_SECONDS,
     NAME_INPUT_PATTERN,
     WAIT_HEADER,
@@ -31,6 +32,7 @@ from devboxes_sdk.models import (
     normalize_name,
 )
 
+from ..box import idempotency
 from ..config.settings import Settings
 from ..control import volumes
 from ..control.lifecycle import Lifecycle
@@ -65,6 +67,18 @@ Operator = Annotated[str, Depends(operator)]
 # The pattern is documented, not enforced here: upper-case ASCII is folded by
 # normalize_name, which then enforces the rule with a message naming it.
 BoxName = Annotated[str, Path(json_schema_extra={"pattern": NAME_INPUT_PATTERN})]
+# Documented here, checked by ``idempotency.check_key`` with a message naming the rule.
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias=IDEMPOTENCY_HEADER,
+        description=(
+            "Makes the create safe to retry: a retry with the same key and body answers "
+            "201 with the box it made, for as long as that box exists"
+        ),
+        json_schema_extra={"pattern": idempotency.KEY_PATTERN},
+    ),
+]
 
 
 # Async, like every dependency here: FastAPI runs plain functions on a worker thread.
@@ -170,9 +184,14 @@ async def list_devboxes(request: Request, _: Operator, store: StoreDep) -> Respo
 
 @router.post("/devboxes", status_code=201, responses={**WITH_BODY, **WRITES})
 async def create_devbox(
-    body: DevboxCreate, _: Operator, lifecycle: LifecycleDep, writes: WritesDep
+    body: DevboxCreate,
+    _: Operator,
+    lifecycle: LifecycleDep,
+    writes: WritesDep,
+    key: IdempotencyKey = None,
 ) -> Devbox:
-    return await writes.run(lifecycle.create, body)
+    checked = idempotency.check_key(key) if key is not None else None
+    return await writes.run(lifecycle.create, body, checked)
 
 
 @router.get("/devboxes/{name}", response_model=Devbox, responses={**CONDITIONAL, **NAMED})
