@@ -160,7 +160,10 @@ ServerT = TypeVar("ServerT", bound=socketserver.BaseServer)
 @contextlib.contextmanager
 def serving(server: ServerT) -> Iterator[ServerT]:
     """``server`` answering on a thread of its own until the block ends, then closed."""
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # A short poll interval: shutdown() waits for the serving loop to look.
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
     thread.start()
     try:
         yield server

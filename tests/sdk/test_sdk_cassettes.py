@@ -18,7 +18,8 @@ from devboxes_testbed import L4, ROCM
 from devboxes_testbed.controller import Controller, example_settings
 from pydantic import BaseModel
 
-from devboxes_sdk import Client, models
+from devboxes_sdk import Client, _transport, models
+from devboxes_sdk import client as sdk_client
 from devboxes_sdk.errors import (
     ApiError,
     AuthenticationError,
@@ -58,6 +59,28 @@ def vcr_config() -> dict[str, Any]:
 def recording(request: pytest.FixtureRequest) -> bool:
     # pytest-recording leaves the option None unless it is given on the command line.
     return (request.config.getoption("--record-mode") or "none") != "none"
+
+
+class ReplayClock:
+    """The SDK's clock while answers are replayed: a sleep passes at once and moves the
+    clock on, so a wait's deadline and backoff take the turns they took when recorded."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += max(seconds, 0.0)
+
+
+@pytest.fixture(autouse=True)
+def replay_clock(recording: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    if not recording:
+        clock = ReplayClock()
+        monkeypatch.setattr(sdk_client, "time", clock)
+        monkeypatch.setattr(_transport, "time", clock)
 
 
 @pytest.fixture(scope="module")
