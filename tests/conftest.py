@@ -16,7 +16,10 @@ from typing import Any
 import pytest
 from devboxes_testbed.cluster import Testbed
 from devboxes_testbed.controller import Controller, example_settings
-from support import Api, StartController, running_testbed
+from support import Api, StartController, running_testbed, wait_for
+
+# The namespace the session's controller serves.
+SESSION_NAMESPACE = "devboxes-session"
 
 # Fixtures that start a testbed: a test that uses one, directly or through another
 # fixture, is marked ``testbed`` so that ``make test-unit`` leaves it out.
@@ -66,10 +69,11 @@ def controller(
     """The controller with the example GPU profiles, serving one namespace for the session."""
     from kubernetes import client
 
-    namespace = "devboxes-session"
-    client.CoreV1Api(kube).create_namespace({"metadata": {"name": namespace}})
+    client.CoreV1Api(kube).create_namespace({"metadata": {"name": SESSION_NAMESPACE}})
     process = Controller(
-        testbed.kubeconfig, example_settings(namespace), tmp_path_factory.mktemp("controller")
+        testbed.kubeconfig,
+        example_settings(SESSION_NAMESPACE),
+        tmp_path_factory.mktemp("controller"),
     ).start()
     try:
         yield process
@@ -90,12 +94,25 @@ def controller_client(controller: Controller) -> Any:
 
 
 @pytest.fixture
-def cleanup(controller: Controller) -> Iterator[list[str]]:
+def cleanup(controller: Controller, kube: Any) -> Iterator[list[str]]:
     """Names of boxes on the session's controller, purged after the test (newest first)
     so that their GPUs and volumes are free for the next one."""
+    from devboxes_controller.box.render import object_names
+    from kubernetes import client
+
     names: list[str] = []
     yield names
     Api(controller).purge(*reversed(names))
+    claims = {object_names(name).pvc for name in names}
+    core = client.CoreV1Api(kube)
+
+    def volumes_gone() -> bool:
+        """the purged boxes' home volumes are deleted: until then a box of the same name
+        cannot be created (409)"""
+        listed = core.list_namespaced_persistent_volume_claim(SESSION_NAMESPACE).items
+        return not claims & {claim.metadata.name for claim in listed}
+
+    wait_for(volumes_gone, timeout=120)
 
 
 @pytest.fixture

@@ -419,9 +419,10 @@ def test_selector_shows_free_devices_and_updates_live_when_a_box_stops(
         return entry
 
     def all_free() -> bool:
-        """earlier tests' L4 boxes are gone (their pods may still be terminating)"""
+        """availability is known and earlier tests' L4 boxes are gone (their pods may
+        still be terminating)"""
         entry = l4()
-        return bool(entry["available"] == entry["capacity"])
+        return entry["available"] is not None and entry["available"] == entry["capacity"]
 
     # The count is compared exactly, so no other box may take or free an L4 meanwhile.
     wait_for(all_free, timeout=120)

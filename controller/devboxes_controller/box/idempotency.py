@@ -33,7 +33,7 @@ def _digest(text: str) -> str:
 
 def check_key(value: str) -> str:
     """The key as sent, or a 422 naming the rule it breaks (never echoing the key)."""
-    if not _KEY_RE.match(value):
+    if not _KEY_RE.fullmatch(value):
         raise _refusal(f"must be {KEY_RULE}")
     return value
 
