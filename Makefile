@@ -17,15 +17,18 @@ $(STAMP): pyproject.toml jupyter_ext/package.json
 
 venv: $(STAMP)
 
-testbed: $(STAMP)
+testbed: $(STAMP) system-packages
 	$(TESTBED) build
 
 # Debian packages the tests use: Chromium for the browser tests (never a downloaded
 # browser build), shellcheck for the workspace scripts, OpenSSH's server, which
 # stands in for a box in the devbox kernel tests, and zsh for the CLI's completion.
+# The real node needs libseccomp's headers (runc's seccomp filters), mmdebstrap (the
+# workspace image) and iptables (kube-proxy and the pod network).
+SYSTEM_PACKAGES := chromium shellcheck openssh-server zsh libseccomp-dev mmdebstrap iptables
 system-packages:
-	@command -v chromium >/dev/null && command -v shellcheck >/dev/null && test -x /usr/sbin/sshd && command -v zsh >/dev/null || { \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium shellcheck openssh-server zsh >/dev/null; }
+	@dpkg-query -W -f='$${Status}\n' $(SYSTEM_PACKAGES) 2>/dev/null | grep -c '^install ok installed' | grep -qx $(words $(SYSTEM_PACKAGES)) || { \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SYSTEM_PACKAGES) >/dev/null; }
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -120,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     provision = commands.add_parser("provisioner", help="run the simulated storage provisioner")
     provision.add_argument("--kubeconfig", required=True)
     provision.add_argument("--port", type=int, required=True)
+    provision.add_argument("--volumes-dir", type=Path, required=True)
     args = parser.parse_args(argv)
     try:
         if args.command == "build":
@@ -135,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "provisioner":
             from .provisioner import serve
 
-            serve(args.kubeconfig, args.port)
+            serve(args.kubeconfig, args.port, args.volumes_dir)
     except TestbedError as err:
         print(f"testbed: {err}", file=sys.stderr)
         return 1

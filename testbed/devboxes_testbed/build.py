@@ -1,8 +1,8 @@
 """Build the testbed binaries from the Go module proxy into a versioned cache outside the repo.
 
 Each binary comes from a small wrapper module under ``testbed/go/``. The cache key is a
-hash of those modules' go.mod/go.sum files, the Go version and the ldflags, so a build
-happens only when the pins change.
+hash of those modules' files (go.mod, go.sum and any source), the Go version and the
+ldflags, so a build happens only when the pins change.
 """
 
 from __future__ import annotations
@@ -29,6 +29,9 @@ KUBERNETES_VERSION = "v1.36.3"
 ETCD_VERSION = "v3.6.16"
 KWOK_VERSION = "v0.8.0"
 HELM_VERSION = "v3.21.4"
+CONTAINERD_VERSION = "v2.2.9"
+RUNC_VERSION = "v1.4.4"
+CNI_PLUGINS_VERSION = "v1.9.1"
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,17 @@ class Target:
     module: str
     package: str
     ldflags: tuple[str, ...] = ()
+    # runc alone needs cgo: its namespace setup runs as C before the Go runtime starts,
+    # and its seccomp filters come from libseccomp.
+    cgo: bool = False
+    tags: tuple[str, ...] = ()
+    # Where in the cache directory it goes: CNI plugins are looked up by their bare name
+    # in a directory of their own.
+    subdir: str = ""
+
+    @property
+    def path(self) -> str:
+        return f"{self.subdir}/{self.name}" if self.subdir else self.name
 
 
 def _kube_ldflags() -> tuple[str, ...]:
@@ -59,7 +73,14 @@ def _kube_ldflags() -> tuple[str, ...]:
 TARGETS: tuple[Target, ...] = (
     *(
         Target(name, "kubernetes", f"./cmd/{name}", _kube_ldflags())
-        for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+        for name in (
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kube-scheduler",
+            "kubectl",
+            "kubelet",
+            "kube-proxy",
+        )
     ),
     Target("etcd", "etcd", "go.etcd.io/etcd/server/v3"),
     Target(
@@ -74,6 +95,36 @@ TARGETS: tuple[Target, ...] = (
         "helm.sh/helm/v3/cmd/helm",
         (f"-X helm.sh/helm/v3/internal/version.version={HELM_VERSION}",),
     ),
+    # The real node's container runtime. The storage drivers that need C headers are left
+    # out: the node uses overlayfs.
+    *(
+        Target(
+            name,
+            "containerd",
+            f"github.com/containerd/containerd/v2/cmd/{name}",
+            (f"-X github.com/containerd/containerd/v2/version.Version={CONTAINERD_VERSION}",),
+            tags=("no_btrfs", "no_devmapper", "no_zfs"),
+        )
+        for name in ("containerd", "containerd-shim-runc-v2", "ctr")
+    ),
+    Target(
+        "runc",
+        "runc",
+        "github.com/opencontainers/runc",
+        (f"-X main.version={RUNC_VERSION.lstrip('v')}",),
+        cgo=True,
+        tags=("seccomp",),
+    ),
+    *(
+        Target(
+            package.rsplit("/", 1)[1],
+            "cni",
+            f"github.com/containernetworking/plugins/plugins/{package}",
+            subdir="cni",
+        )
+        for package in ("main/bridge", "main/loopback", "ipam/host-local", "meta/portmap")
+    ),
+    Target("pause", "pause", "."),
 )
 
 
@@ -104,8 +155,10 @@ def cache_key(go: str) -> str:
     for target in TARGETS:
         digest.update(repr(target).encode())
     for module in sorted({t.module for t in TARGETS}):
-        for name in ("go.mod", "go.sum"):
-            digest.update((GO_DIR / module / name).read_bytes())
+        module_dir = GO_DIR / module
+        for path in sorted(p for p in module_dir.rglob("*") if p.is_file()):
+            digest.update(str(path.relative_to(module_dir)).encode())
+            digest.update(path.read_bytes())
     return f"k8s-{KUBERNETES_VERSION}-{digest.hexdigest()[:12]}"
 
 
@@ -127,7 +180,7 @@ STAGES_DIR = "kwok-stages"
 
 
 def _complete(directory: Path) -> bool:
-    return all((directory / t.name).is_file() for t in TARGETS) and all(
+    return all((directory / t.path).is_file() for t in TARGETS) and all(
         (directory / STAGES_DIR / Path(stage).name).is_file() for stage in KWOK_STAGES
     )
 
@@ -178,26 +231,26 @@ def ensure_built(log: Callable[[str], None] = print) -> Path:
 
 
 def _build_missing(go: str, directory: Path, log: Callable[[str], None]) -> None:
-    missing = [t for t in TARGETS if not (directory / t.name).is_file()]
+    missing = [t for t in TARGETS if not (directory / t.path).is_file()]
     log(f"building {len(missing)} testbed binaries into {directory} (first build takes a while)")
     for index, target in enumerate(missing, 1):
         started = time.monotonic()
         log(f"[{index}/{len(missing)}] go build {target.name} ...")
+        (directory / target.path).parent.mkdir(parents=True, exist_ok=True)
         partial = directory / f".{target.name}.partial"
         command = [go, "build", "-trimpath", "-o", str(partial)]
-        if target.ldflags:
-            command += ["-ldflags", " ".join(("-s", "-w", *target.ldflags))]
-        else:
-            command += ["-ldflags", "-s -w"]
+        command += ["-ldflags", " ".join(("-s", "-w", *target.ldflags))]
+        if target.tags:
+            command += ["-tags", ",".join(target.tags)]
         command.append(target.package)
-        env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"}
+        env = {**os.environ, "CGO_ENABLED": "1" if target.cgo else "0", "GOFLAGS": "-mod=mod"}
         result = subprocess.run(
             command, cwd=GO_DIR / target.module, env=env, capture_output=True, text=True
         )
         if result.returncode != 0:
             tail = "\n".join(result.stderr.strip().splitlines()[-15:])
             raise TestbedError(f"building {target.name} failed:\n{tail}")
-        partial.rename(directory / target.name)
+        partial.rename(directory / target.path)
         log(f"[{index}/{len(missing)}] {target.name} built in {time.monotonic() - started:.0f}s")
     _copy_kwok_stages(go, directory)
 
@@ -233,12 +286,22 @@ def pin() -> None:
         "etcd": f"go.etcd.io/etcd/server/v3@{ETCD_VERSION}",
         "kwok": f"sigs.k8s.io/kwok/cmd/kwok@{KWOK_VERSION}",
         "helm": f"helm.sh/helm/v3/cmd/helm@{HELM_VERSION}",
+        "runc": f"github.com/opencontainers/runc@{RUNC_VERSION}",
     }
-    for module, tool in tools.items():
+    grouped = {
+        **{module: [tool] for module, tool in tools.items()},
+        "containerd": [
+            f"github.com/containerd/containerd/v2/cmd/{t.name}@{CONTAINERD_VERSION}"
+            for t in TARGETS
+            if t.module == "containerd"
+        ],
+        "cni": [f"{t.package}@{CNI_PLUGINS_VERSION}" for t in TARGETS if t.module == "cni"],
+    }
+    for module, module_tools in grouped.items():
         directory = GO_DIR / module
         directory.mkdir(parents=True, exist_ok=True)
         (directory / "go.mod").write_text(f"module devboxes.local/testbed/{module}\n\ngo 1.26.0\n")
-        subprocess.run([go, "get", "-tool", tool], cwd=directory, check=True)
-    for module in ("kubernetes", *tools):
+        subprocess.run([go, "get", "-tool", *module_tools], cwd=directory, check=True)
+    for module in ("kubernetes", "pause", *grouped):
         subprocess.run([go, "mod", "tidy"], cwd=GO_DIR / module, check=True)
     print("pinned; commit testbed/go/*/go.mod and go.sum", file=sys.stderr)

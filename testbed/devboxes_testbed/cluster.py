@@ -17,13 +17,18 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import build, nodes, pki
 from .errors import TestbedError
 from .provisioner import STORAGE_CLASS
 
+if TYPE_CHECKING:
+    from .realnode import RealNode
+
 SERVICE_CIDR = "10.96.0.0/16"
+# The names under which a real node holds the workspace image: the controller's default.
+WORKSPACE_REFERENCES = ("devboxes/workspace:0.1.0",)
 START_TIMEOUT = 180.0
 STOP_TIMEOUT = 10.0
 _PORT_TAKEN = ("address already in use", "bind: address already in use")
@@ -152,8 +157,11 @@ class Testbed:
     pool_file: Path
     log: Callable[[str], None] = print
     bin_dir: Path | None = None
+    # Start a real node too (see realnode.py), labelled with these labels.
+    real_node_labels: dict[str, str] | None = None
     ports: dict[str, int] = field(default_factory=dict)
     components: list[Component] = field(default_factory=list)
+    real_node: RealNode | None = None
 
     @property
     def kubeconfig(self) -> Path:
@@ -201,9 +209,14 @@ class Testbed:
             return [
                 self._bin("kube-apiserver"),
                 f"--etcd-servers=http://127.0.0.1:{self._port('etcd')}",
-                "--bind-address=127.0.0.1",
+                # Every address, so a real node's kubelet reaches it from its own network
+                # namespace; every request still needs a certificate or token.
+                "--bind-address=0.0.0.0",
                 "--advertise-address=127.0.0.1",
                 f"--secure-port={self._port('apiserver')}",
+                f"--kubelet-client-certificate={certs.admin_cert}",
+                f"--kubelet-client-key={certs.admin_key}",
+                "--kubelet-preferred-address-types=InternalIP",
                 f"--tls-cert-file={certs.serving_cert}",
                 f"--tls-private-key-file={certs.serving_key}",
                 f"--client-ca-file={certs.ca_cert}",
@@ -267,6 +280,7 @@ class Testbed:
                 "provisioner",
                 f"--kubeconfig={kubeconfig}",
                 f"--port={self._port('provisioner')}",
+                f"--volumes-dir={self.state_dir / 'volumes'}",
             ]
 
         def url(scheme: str, port: str, path: str) -> Callable[[], str]:
@@ -335,10 +349,30 @@ class Testbed:
                 start_component(component, self.log)
             self._wait_apiserver_ready()
             self._create_cluster_objects(pool_file)
+            if self.real_node_labels is not None:
+                self._start_real_node(certs, self.real_node_labels)
         except BaseException:
             self.stop()
             raise
         self.log(f"testbed ready in {time.monotonic() - started:.1f}s: {self.server}")
+
+    def _start_real_node(self, certs: pki.Pki, labels: dict[str, str]) -> None:
+        from kubernetes import client
+
+        from .realnode import RealNode
+
+        assert self.bin_dir is not None
+        self.real_node = RealNode(
+            self.state_dir / "real-node",
+            self.bin_dir,
+            certs,
+            self.ports["apiserver"],
+            WORKSPACE_REFERENCES,
+            labels,
+            self.log,
+        )
+        self.real_node.start()
+        self._wait_nodes_ready({self.real_node.name}, client.CoreV1Api(self.api_client()))
 
     def _write_kubeconfig(self, certs: pki.Pki) -> None:
         self.kubeconfig.write_text(pki.kubeconfig(certs, self.server))
@@ -407,6 +441,8 @@ class Testbed:
 
     def stop(self) -> None:
         """Stop everything in reverse order; safe to call more than once."""
+        if self.real_node is not None:
+            self.real_node.stop()
         for component in reversed(self.components):
             component.stop()
 

@@ -1,5 +1,6 @@
 """A throwaway PKI for one testbed: a CA, the apiserver's serving certificate, an admin
-client certificate and the service-account signing key."""
+client certificate, the service-account signing key, and client certificates for the
+real node's kubelet and kube-proxy."""
 
 from __future__ import annotations
 
@@ -153,14 +154,43 @@ def create(directory: Path) -> Pki:
     return pki
 
 
-def kubeconfig(pki: Pki, server: str) -> str:
-    """A kubeconfig for the admin identity, with the files referenced by absolute path."""
+def client(pki: Pki, stem: str, common_name: str, organization: str | None) -> tuple[Path, Path]:
+    """A client certificate and key from the testbed's CA, written beside the others."""
+    ca_cert = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes())
+    ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    key = ec.generate_private_key(ec.SECP256R1())
+    certificate = _certificate(
+        _name(common_name, organization),
+        key,
+        ca_cert.subject,
+        ca_key,
+        [(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), False)],
+    )
+    cert_path = pki.ca_cert.parent / f"{stem}.crt"
+    key_path = pki.ca_cert.parent / f"{stem}.key"
+    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    _write_key(key_path, key)
+    return cert_path, key_path
+
+
+def kubeconfig(
+    pki: Pki,
+    server: str,
+    identity: tuple[Path, Path] | None = None,
+    server_name: str | None = None,
+) -> str:
+    """A kubeconfig for ``identity`` (a certificate and key; the admin's by default), with
+    the files referenced by absolute path. ``server_name`` is the name to check the
+    apiserver's certificate against when ``server`` is an address the certificate lacks."""
+    cert, key = identity or (pki.admin_cert, pki.admin_key)
+    verify = f"    tls-server-name: {server_name}\n" if server_name else ""
     return (
         "apiVersion: v1\nkind: Config\n"
         "clusters:\n- name: testbed\n  cluster:\n"
-        f"    server: {server}\n    certificate-authority: {pki.ca_cert}\n"
+        f"    server: {server}\n    certificate-authority: {pki.ca_cert}\n{verify}"
         "users:\n- name: admin\n  user:\n"
-        f"    client-certificate: {pki.admin_cert}\n    client-key: {pki.admin_key}\n"
+        f"    client-certificate: {cert}\n    client-key: {key}\n"
         "contexts:\n- name: testbed\n  context: {cluster: testbed, user: admin}\n"
         "current-context: testbed\n"
     )

@@ -7,11 +7,13 @@ requested size, and deletes released volumes, so pods with claims can be schedul
 from __future__ import annotations
 
 import contextlib
+import shutil
 import signal
 import sys
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 PROVISIONER_NAME = "testbed.devboxes.io/simulated"
@@ -29,7 +31,7 @@ STORAGE_CLASS: dict[str, Any] = {
 }
 
 
-def volume_for(claim: dict[str, Any]) -> dict[str, Any]:
+def volume_for(claim: dict[str, Any], volumes_dir: Path) -> dict[str, Any]:
     """The PersistentVolume that satisfies one pending claim."""
     metadata = claim["metadata"]
     return {
@@ -51,7 +53,7 @@ def volume_for(claim: dict[str, Any]) -> dict[str, Any]:
                 "name": metadata["name"],
                 "uid": metadata["uid"],
             },
-            "hostPath": {"path": f"/var/lib/testbed-volumes/{metadata['uid']}"},
+            "hostPath": {"path": str(volumes_dir / metadata["uid"]), "type": "DirectoryOrCreate"},
         },
     }
 
@@ -59,8 +61,9 @@ def volume_for(claim: dict[str, Any]) -> dict[str, Any]:
 class Provisioner:
     """Two watch loops in daemon threads: claims to provision, volumes to delete."""
 
-    def __init__(self, kubeconfig: str, log: Callable[[str], None]) -> None:
+    def __init__(self, kubeconfig: str, volumes_dir: Path, log: Callable[[str], None]) -> None:
         self._kubeconfig = kubeconfig
+        self._volumes_dir = volumes_dir
         self._log = log
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -114,7 +117,7 @@ class Provisioner:
                 and event["type"] != "DELETED"
             ):
                 with contextlib.suppress(Exception):
-                    core.create_persistent_volume(volume_for(claim))
+                    core.create_persistent_volume(volume_for(claim, self._volumes_dir))
 
     def _volumes(self, core: Any) -> None:
         from kubernetes import watch
@@ -135,11 +138,14 @@ class Provisioner:
             ):
                 with contextlib.suppress(Exception):
                     core.delete_persistent_volume(volume["metadata"]["name"])
+                    path = Path((volume["spec"].get("hostPath") or {}).get("path", ""))
+                    if path.parent == self._volumes_dir:
+                        shutil.rmtree(path, ignore_errors=True)
 
 
-def serve(kubeconfig: str, port: int) -> None:
+def serve(kubeconfig: str, port: int, volumes_dir: Path) -> None:
     """Run as its own process, like every other component, with /healthz on loopback."""
-    provisioner = Provisioner(kubeconfig, lambda message: print(message, flush=True))
+    provisioner = Provisioner(kubeconfig, volumes_dir, lambda message: print(message, flush=True))
 
     class Health(BaseHTTPRequestHandler):
         def do_GET(self) -> None:

@@ -1,0 +1,467 @@
+"""The testbed's real node: a kubelet with containerd, runc and CNI that runs pods for real.
+
+The node lives in a network namespace of its own, joined to the machine by a veth pair:
+its kubelet, kube-proxy and pods see only that namespace, so two testbeds on one machine
+(a test run beside `make up`) never share a bridge, a port or an iptables chain. Its cgroups
+live under a root of their own, and everything it mounts lies under its state directory,
+so `stop` can find and remove all of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from . import images, pki
+from .cluster import Component, start_component
+from .errors import TestbedError
+
+NAME_PREFIX = "devbox-node"
+LABEL_KIND = "devboxes.io/testbed-node"
+# At most this many real nodes run on one machine at a time, each with its own addresses.
+MAX_NODES = 16
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+LOCK_DIR = Path("/run/devboxes-testbed")
+STOP_SIGNAL_WAIT = 10.0
+NEEDED_COMMANDS = {
+    "ip": "iproute2",
+    "nsenter": "util-linux",
+    "iptables": "iptables",
+    "mmdebstrap": "mmdebstrap",
+}
+
+
+def can_run() -> str | None:
+    """Why this machine cannot run a real node, or None when it can."""
+    if os.geteuid() != 0:
+        return "a real node needs root (namespaces, mounts and cgroups)"
+    if not (CGROUP_ROOT / "memory" / "cgroup.procs").exists():
+        return "a real node needs the cgroup v1 memory hierarchy at /sys/fs/cgroup/memory"
+    for tool, package in NEEDED_COMMANDS.items():
+        if shutil.which(tool) is None:
+            return f"a real node needs the '{tool}' command (Debian package {package})"
+    try:
+        subprocess.run(["unshare", "--net", "true"], check=True, capture_output=True)
+    except (OSError, subprocess.CalledProcessError):
+        return "this machine does not allow network namespaces"
+    return None
+
+
+@dataclass(frozen=True)
+class Addresses:
+    """Where node number ``index`` lives: a /30 on the veth and a /24 for its pods."""
+
+    index: int
+
+    @property
+    def host(self) -> str:
+        return f"10.210.{self.index}.1"
+
+    @property
+    def node(self) -> str:
+        return f"10.210.{self.index}.2"
+
+    @property
+    def pod_cidr(self) -> str:
+        return f"10.211.{self.index}.0/24"
+
+    @property
+    def netns(self) -> str:
+        return f"{NAME_PREFIX}-{self.index}"
+
+    @property
+    def host_veth(self) -> str:
+        return f"dbxnode{self.index}"
+
+    @property
+    def cgroup(self) -> str:
+        return f"{NAME_PREFIX}-{self.index}"
+
+
+def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(argv, capture_output=True, text=True)
+    if check and result.returncode != 0:
+        raise TestbedError(f"{' '.join(argv)} failed: {result.stderr.strip()}")
+    return result
+
+
+def _claim_index() -> tuple[int, IO[str]]:
+    """The lowest node number no other running testbed holds; the lock holds it until exit."""
+    LOCK_DIR.mkdir(parents=True, exist_ok=True)
+    for index in range(MAX_NODES):
+        lock = (LOCK_DIR / f"node-{index}.lock").open("w")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.close()
+            continue
+        return index, lock
+    raise TestbedError(f"{MAX_NODES} real nodes already run on this machine")
+
+
+def _hierarchies() -> list[Path]:
+    return sorted(
+        p for p in CGROUP_ROOT.iterdir() if (p / "cgroup.procs").exists() and p.name != "unified"
+    )
+
+
+def _cgroup_dirs(name: str) -> Iterator[Path]:
+    """Every cgroup under ``name`` in every hierarchy, deepest first."""
+    for hierarchy in _hierarchies():
+        top = hierarchy / name
+        if top.is_dir():
+            yield from sorted(
+                (p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)
+            )
+            yield top
+
+
+def _cgroup_pids(name: str) -> set[int]:
+    pids: set[int] = set()
+    for directory in _cgroup_dirs(name):
+        with contextlib.suppress(OSError):
+            pids.update(int(p) for p in (directory / "cgroup.procs").read_text().split())
+    return pids
+
+
+def _netns_pids(netns: str) -> set[int]:
+    result = _run("ip", "netns", "pids", netns, check=False)
+    return {int(p) for p in result.stdout.split()} if result.returncode == 0 else set()
+
+
+def _kill_all(find: Callable[[], set[int]]) -> None:
+    """SIGKILL what ``find`` returns until nothing is left (processes may fork meanwhile)."""
+    deadline = time.monotonic() + STOP_SIGNAL_WAIT
+    while pids := find() - {os.getpid()}:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if time.monotonic() > deadline:
+            raise TestbedError(f"processes {sorted(pids)} survived SIGKILL")
+        time.sleep(0.1)
+
+
+def mounts_under(directory: Path) -> list[str]:
+    """Mount points at or below ``directory``, deepest first."""
+    prefix = str(directory.resolve())
+    points = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        point = line.split()[4].replace("\\040", " ")
+        if point == prefix or point.startswith(prefix + "/"):
+            points.append(point)
+    return sorted(set(points), key=lambda p: -p.count("/"))
+
+
+def leftovers(index: int, state_dir: Path) -> list[str]:
+    """What node ``index`` with ``state_dir`` would leave behind: mounts, the network
+    namespace, the host's veth, cgroups. Empty after a clean stop."""
+    where = Addresses(index)
+    found = [f"mount {point}" for point in mounts_under(state_dir)]
+    if (Path("/run/netns") / where.netns).exists():
+        found.append(f"network namespace {where.netns}")
+    if Path(f"/sys/class/net/{where.host_veth}").exists():
+        found.append(f"interface {where.host_veth}")
+    found += [f"cgroup {d}" for d in _cgroup_dirs(where.cgroup)]
+    return found
+
+
+def clean(index: int, state_dir: Path) -> None:
+    """Remove everything node ``index`` may have left: processes, mounts, cgroups, network."""
+    where = Addresses(index)
+    netns_exists = (Path("/run/netns") / where.netns).exists()
+    _kill_all(lambda: _cgroup_pids(where.cgroup))
+    if netns_exists:
+        _kill_all(lambda: _netns_pids(where.netns))
+    for point in mounts_under(state_dir):
+        _run("umount", "--lazy", point, check=False)
+    for directory in _cgroup_dirs(where.cgroup):
+        with contextlib.suppress(OSError):
+            directory.rmdir()
+    if netns_exists:
+        _run("ip", "netns", "delete", where.netns, check=False)
+    _run("ip", "link", "delete", where.host_veth, check=False)
+    _run("ip", "route", "delete", where.pod_cidr, check=False)
+
+
+@dataclass
+class RealNode:
+    """One real node registered with the testbed's apiserver as ``name``."""
+
+    state_dir: Path
+    bin_dir: Path
+    certs: pki.Pki
+    apiserver_port: int
+    workspace_references: tuple[str, ...]
+    labels: dict[str, str] = field(default_factory=dict)
+    log: Callable[[str], None] = print
+    index: int = -1
+    components: list[Component] = field(default_factory=list)
+    _lock: IO[str] | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{NAME_PREFIX}-{self.index}"
+
+    @property
+    def address(self) -> str:
+        """The node's InternalIP, where the machine reaches its NodePorts."""
+        return Addresses(self.index).node
+
+    def start(self) -> None:
+        why = can_run()
+        if why:
+            raise TestbedError(why)
+        self.index, self._lock = _claim_index()
+        where = Addresses(self.index)
+        started = time.monotonic()
+        clean(self.index, self.state_dir)
+        shutil.rmtree(self.state_dir, ignore_errors=True)
+        self.state_dir.mkdir(parents=True)
+        try:
+            self._network(where)
+            self._cgroups(where)
+            pause = images.pause_image(self.bin_dir)
+            workspace = images.workspace_image(self.workspace_references, self.log)
+            self._write_config(where, pause.references[0])
+            self.components = self._components(where)
+            for component in self.components:
+                start_component(component, self.log)
+                if component.name == "containerd":
+                    for image in (pause, workspace):
+                        self._import(image)
+        except BaseException:
+            self.stop()
+            raise
+        self.log(f"  real node {self.name} at {where.node} in {time.monotonic() - started:.1f}s")
+
+    def stop(self) -> None:
+        """Stop the node and remove all it made; safe to call more than once."""
+        for component in reversed(self.components):
+            component.stop()
+        self.components = []
+        if self.index >= 0:
+            clean(self.index, self.state_dir)
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+
+    def _network(self, where: Addresses) -> None:
+        _run("ip", "netns", "add", where.netns)
+        _run(
+            "ip", "link", "add", where.host_veth, "type", "veth",
+            "peer", "name", "eth0", "netns", where.netns,
+        )  # fmt: skip
+        _run("ip", "addr", "add", f"{where.host}/30", "dev", where.host_veth)
+        _run("ip", "link", "set", where.host_veth, "up")
+        inside = ("ip", "netns", "exec", where.netns)
+        _run(*inside, "ip", "addr", "add", f"{where.node}/30", "dev", "eth0")
+        _run(*inside, "ip", "link", "set", "eth0", "up")
+        _run(*inside, "ip", "link", "set", "lo", "up")
+        _run(*inside, "ip", "route", "add", "default", "via", where.host)
+        # The machine reaches pods directly, as a cluster network would.
+        _run("ip", "route", "replace", where.pod_cidr, "via", where.node)
+
+    def _cgroups(self, where: Addresses) -> None:
+        # The kubelet checks that its cgroup root exists in every hierarchy.
+        for hierarchy in _hierarchies():
+            (hierarchy / where.cgroup).mkdir(exist_ok=True)
+
+    def _write_config(self, where: Addresses, sandbox_image: str) -> None:
+        root = self.state_dir
+        cni_conf = root / "cni"
+        cni_conf.mkdir()
+        (cni_conf / "10-devboxes.conflist").write_text(
+            json.dumps(
+                {
+                    "cniVersion": "1.0.0",
+                    "name": where.netns,
+                    "plugins": [
+                        {
+                            "type": "bridge",
+                            "bridge": "cni0",
+                            "isGateway": True,
+                            "ipMasq": True,
+                            "hairpinMode": True,
+                            "ipam": {
+                                "type": "host-local",
+                                "ranges": [[{"subnet": where.pod_cidr}]],
+                                "routes": [{"dst": "0.0.0.0/0"}],
+                                "dataDir": str(root / "cni-ipam"),
+                            },
+                        },
+                        {"type": "portmap", "capabilities": {"portMappings": True}},
+                    ],
+                }
+            )
+        )
+        runtime = 'plugins."io.containerd.cri.v1.runtime"'
+        (root / "containerd.toml").write_text(
+            "version = 3\n"
+            f'root = "{root / "containerd-root"}"\n'
+            f'state = "{root / "containerd-state"}"\n'
+            f'[grpc]\n  address = "{self._socket}"\n'
+            f'[metrics]\n  address = "{where.node}:1338"\n'
+            '[plugins."io.containerd.cri.v1.images"]\n  snapshotter = "overlayfs"\n'
+            '[plugins."io.containerd.cri.v1.images".pinned_images]\n'
+            f'  sandbox = "{sandbox_image}"\n'
+            f"[{runtime}]\n"
+            # This machine may not lower a process's OOM score: containers get no lower
+            # score than containerd's own.
+            "  restrict_oom_score_adj = true\n"
+            "  netns_mounts_under_state_dir = true\n"
+            f"[{runtime}.containerd]\n"
+            '  default_runtime_name = "runc"\n'
+            f"[{runtime}.containerd.runtimes.runc]\n"
+            '  runtime_type = "io.containerd.runc.v2"\n'
+            f"[{runtime}.containerd.runtimes.runc.options]\n"
+            f'  BinaryName = "{self.bin_dir / "runc"}"\n'
+            "  SystemdCgroup = false\n"
+            f"[{runtime}.cni]\n"
+            f'  bin_dirs = ["{self.bin_dir / "cni"}"]\n'
+            f'  conf_dir = "{cni_conf}"\n'
+        )
+        server = f"https://{where.host}:{self.apiserver_port}"
+        for stem, common_name, organization in (
+            ("kubelet", f"system:node:{self.name}", "system:nodes"),
+            ("kube-proxy", "system:kube-proxy", None),
+        ):
+            identity = pki.client(self.certs, f"{self.name}-{stem}", common_name, organization)
+            path = root / f"{stem}.kubeconfig"
+            path.write_text(pki.kubeconfig(self.certs, server, identity, server_name="localhost"))
+            path.chmod(0o600)
+        kubelet = {
+            "apiVersion": "kubelet.config.k8s.io/v1beta1",
+            "kind": "KubeletConfiguration",
+            # This machine offers cgroup v1 hierarchies only.
+            "failCgroupV1": False,
+            "cgroupDriver": "cgroupfs",
+            "cgroupRoot": f"/{where.cgroup}",
+            "containerRuntimeEndpoint": f"unix://{self._socket}",
+            "address": where.node,
+            "healthzBindAddress": where.node,
+            "readOnlyPort": 0,
+            "authentication": {
+                "anonymous": {"enabled": False},
+                "webhook": {"enabled": False},
+                "x509": {"clientCAFile": str(self.certs.ca_cert)},
+            },
+            "authorization": {"mode": "AlwaysAllow"},
+            "failSwapOn": False,
+            # The machine's disk is shared with everything else: never evict for it.
+            "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%"},
+            "imageGCHighThresholdPercent": 100,
+            "imageGCLowThresholdPercent": 99,
+            "maxPods": 20,
+            "podCIDR": where.pod_cidr,
+            "resolvConf": "/etc/resolv.conf",
+            "serializeImagePulls": False,
+        }
+        (root / "kubelet.yaml").write_text(json.dumps(kubelet, indent=1))
+
+    @property
+    def _socket(self) -> Path:
+        return self.state_dir / "containerd.sock"
+
+    def _components(self, where: Addresses) -> list[Component]:
+        root = self.state_dir
+        logs = root / "logs"
+        logs.mkdir()
+        enter = ["nsenter", f"--net=/run/netns/{where.netns}", "--"]
+        config = root / "containerd.toml"
+        labels = ",".join(f"{k}={v}" for k, v in {LABEL_KIND: "real", **self.labels}.items())
+
+        def fixed(argv: list[str]) -> Callable[[], list[str]]:
+            return lambda: argv
+
+        def url(address: str) -> Callable[[], str]:
+            return lambda: address
+
+        def no_ports() -> None:
+            """The node's ports are its own: nothing else binds in its namespace."""
+
+        path = f"{self.bin_dir}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"
+        env = {**os.environ, "PATH": path}
+        return [
+            Component(
+                "containerd",
+                fixed([*enter, str(self.bin_dir / "containerd"), f"--config={config}"]),
+                url(f"http://{where.node}:1338/v1/metrics"),
+                logs / "containerd.log",
+                no_ports,
+                env=env,
+            ),
+            Component(
+                "kubelet",
+                fixed(
+                    [
+                        *enter,
+                        str(self.bin_dir / "kubelet"),
+                        f"--config={root / 'kubelet.yaml'}",
+                        f"--kubeconfig={root / 'kubelet.kubeconfig'}",
+                        f"--root-dir={root / 'kubelet'}",
+                        f"--hostname-override={self.name}",
+                        f"--node-ip={where.node}",
+                        f"--node-labels={labels}",
+                    ]
+                ),
+                url(f"http://{where.node}:10248/healthz"),
+                logs / "kubelet.log",
+                no_ports,
+                env=env,
+            ),
+            Component(
+                "kube-proxy",
+                fixed(
+                    [
+                        *enter,
+                        str(self.bin_dir / "kube-proxy"),
+                        f"--kubeconfig={root / 'kube-proxy.kubeconfig'}",
+                        f"--hostname-override={self.name}",
+                        "--proxy-mode=iptables",
+                        # A box's port forwards as soon as its pod is ready, not up to a
+                        # second later.
+                        "--iptables-min-sync-period=0s",
+                        f"--cluster-cidr={where.pod_cidr}",
+                        f"--nodeport-addresses={where.node}/32",
+                        f"--healthz-bind-address={where.node}:10256",
+                        f"--metrics-bind-address={where.node}:10249",
+                        # The machine's conntrack table is not this namespace's to size.
+                        "--conntrack-max-per-core=0",
+                        "--conntrack-tcp-timeout-established=0",
+                        "--conntrack-tcp-timeout-close-wait=0",
+                    ]
+                ),
+                url(f"http://{where.node}:10256/healthz"),
+                logs / "kube-proxy.log",
+                no_ports,
+                env=env,
+            ),
+        ]
+
+    def _import(self, image: images.Image) -> None:
+        ctr = [str(self.bin_dir / "ctr"), f"--address={self._socket}", "--namespace=k8s.io"]
+        _run(*ctr, "images", "import", str(image.archive))
+        for reference in image.references:
+            if reference != image.name:
+                _run(*ctr, "images", "tag", "--force", image.name, _normalized(reference))
+
+
+def _normalized(reference: str) -> str:
+    """The full name containerd keeps for ``reference``, as the kubelet asks for it."""
+    first = reference.split("/", 1)[0]
+    if "/" not in reference:
+        reference = f"library/{reference}"
+        first = ""
+    if "." in first or ":" in first or first == "localhost":
+        return reference
+    return f"docker.io/{reference}"

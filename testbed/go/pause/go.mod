@@ -1,0 +1,3 @@
+module devboxes.local/testbed/pause
+
+go 1.26.0

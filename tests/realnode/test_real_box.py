@@ -1,0 +1,138 @@
+"""Boxes on the testbed's real node, where a kubelet, containerd and runc run them.
+
+A box is created through the controller's API, reached with a real ssh client through its
+NodePort Service by the command the API prints, and keeps its home across stop and start.
+The node leaves nothing behind when the testbed stops.
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from devboxes_testbed import realnode
+from devboxes_testbed.cluster import Testbed
+from devboxes_testbed.controller import Controller
+from sshd import make_key
+from support import REPO, Api, wait_for
+
+NAMESPACE = "devboxes"
+KEYS_SECRET = "devbox-keys"
+
+
+@pytest.fixture(scope="module")
+def real_testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
+    """A testbed whose only node is a real one, so every box runs there."""
+    state = tmp_path_factory.mktemp("real-testbed")
+    bed = Testbed(
+        state,
+        REPO / "tests" / "data" / "nodes-real-only.yaml",
+        log=lambda message: None,
+        real_node_labels={},
+    )
+    bed.start()
+    node = bed.real_node
+    assert node is not None
+    try:
+        yield bed
+    finally:
+        bed.stop()
+    left = realnode.leftovers(node.index, node.state_dir)
+    assert left == [], f"the real node left these behind: {left}"
+
+
+@pytest.fixture(scope="module")
+def key(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_key(tmp_path_factory.mktemp("ssh-key"))
+
+
+@pytest.fixture(scope="module")
+def api(
+    real_testbed: Testbed, key: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Api]:
+    from kubernetes import client
+
+    node = real_testbed.real_node
+    assert node is not None
+    core = client.CoreV1Api(real_testbed.api_client())
+    core.create_namespace({"metadata": {"name": NAMESPACE}})
+    public_key = key.with_suffix(".pub").read_text()
+    core.create_namespaced_secret(
+        NAMESPACE,
+        {"metadata": {"name": KEYS_SECRET}, "stringData": {"authorized_keys": public_key}},
+    )
+    settings: dict[str, Any] = {
+        "namespace": NAMESPACE,
+        "ssh": {
+            "serviceType": "NodePort",
+            "host": node.address,
+            "authorizedKeysSecret": KEYS_SECRET,
+        },
+    }
+    process = Controller(
+        real_testbed.kubeconfig, settings, tmp_path_factory.mktemp("controller")
+    ).start()
+    try:
+        yield Api(process)
+    finally:
+        process.stop()
+
+
+def ssh(box: dict[str, Any], key: Path, command: str) -> subprocess.CompletedProcess[str]:
+    """Run ``command`` in the box with the ssh command the API printed for it.
+
+    A connection that is refused or times out is tried again for a while: kube-proxy
+    writes a new endpoint's forwarding rules shortly after the pod turns ready, as on any
+    cluster."""
+    printed = shlex.split(box["ssh_command"])
+    assert printed[0] == "ssh", printed
+    options = [
+        "-i", str(key),
+        "-o", "BatchMode=yes",
+        "-o", "StrictHostKeyChecking=no",
+        "-o", f"UserKnownHostsFile={key.parent / 'known_hosts'}",
+        "-o", "ConnectTimeout=3",
+    ]  # fmt: skip
+
+    def attempt() -> subprocess.CompletedProcess[str] | None:
+        result = subprocess.run(
+            [printed[0], *options, *printed[1:], command],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        unreachable = "Connection refused" in result.stderr or "timed out" in result.stderr
+        return None if unreachable else result
+
+    return wait_for(attempt, timeout=20)
+
+
+def test_a_box_runs_answers_ssh_and_keeps_its_home_across_stop_and_start(
+    api: Api, key: Path
+) -> None:
+    api.created("real-box")
+    box = api.wait_ready("real-box", timeout=180)
+    assert box["ssh_host"] == api_node_address(api)
+
+    first = ssh(box, key, "id && echo kept-across-restarts > ~/note && hostname")
+    assert first.returncode == 0, first.stderr
+    assert "uid=1000(dev)" in first.stdout
+    assert "groups=1000(dev),27(sudo)" in first.stdout
+
+    assert api.verb("real-box", "stop").status_code == 200
+    wait_for(lambda: api.box("real-box")["state"] == "stopped", timeout=120)
+    assert api.verb("real-box", "start").status_code == 200
+    again = api.wait_ready("real-box", timeout=180)
+
+    second = ssh(again, key, "cat ~/note")
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.strip() == "kept-across-restarts"
+    api.purge("real-box")
+
+
+def api_node_address(api: Api) -> str:
+    return str(api.controller.settings["ssh"]["host"])
