@@ -125,6 +125,7 @@ TARGETS: tuple[Target, ...] = (
         for package in ("main/bridge", "main/loopback", "ipam/host-local", "meta/portmap")
     ),
     Target("pause", "pause", "."),
+    Target("fakegpu", "fakegpu", "."),
 )
 
 
@@ -302,6 +303,8 @@ def pin() -> None:
         directory.mkdir(parents=True, exist_ok=True)
         (directory / "go.mod").write_text(f"module devboxes.local/testbed/{module}\n\ngo 1.26.0\n")
         subprocess.run([go, "get", "-tool", *module_tools], cwd=directory, check=True)
-    for module in ("kubernetes", "pause", *grouped):
+    kubelet_api = f"k8s.io/kubelet@{staging_version}"
+    subprocess.run([go, "get", kubelet_api], cwd=GO_DIR / "fakegpu", check=True)
+    for module in ("kubernetes", "pause", "fakegpu", *grouped):
         subprocess.run([go, "mod", "tidy"], cwd=GO_DIR / module, check=True)
     print("pinned; commit testbed/go/*/go.mod and go.sum", file=sys.stderr)

@@ -27,8 +27,13 @@ if TYPE_CHECKING:
     from .realnode import RealNode
 
 SERVICE_CIDR = "10.96.0.0/16"
-# The names under which a real node holds the workspace image: the controller's default.
-WORKSPACE_REFERENCES = ("devboxes/workspace:0.1.0",)
+# The names under which a real node holds the workspace image: the controller's default,
+# and the GPU profiles' images of testbed/settings.yaml, which it stands in for.
+WORKSPACE_REFERENCES = (
+    "devboxes/workspace:0.1.0",
+    "devboxes/workspace-cuda:12.8",
+    "devboxes/workspace-rocm:6.4",
+)
 START_TIMEOUT = 180.0
 STOP_TIMEOUT = 10.0
 _PORT_TAKEN = ("address already in use", "bind: address already in use")
@@ -157,8 +162,6 @@ class Testbed:
     pool_file: Path
     log: Callable[[str], None] = print
     bin_dir: Path | None = None
-    # Start a real node too (see realnode.py), labelled with these labels.
-    real_node_labels: dict[str, str] | None = None
     ports: dict[str, int] = field(default_factory=dict)
     components: list[Component] = field(default_factory=list)
     real_node: RealNode | None = None
@@ -336,6 +339,13 @@ class Testbed:
         """Start every component in order; on any failure stop what started and raise."""
         self.bin_dir = self.bin_dir or build.ensure_built(self.log)
         pool_file = nodes.load(self.pool_file)
+        if pool_file.realNode is not None:
+            from .realnode import can_run
+
+            why = can_run()
+            if why is not None:
+                self.log(f"  no real node: {why}; a kwok node stands in for it")
+                pool_file = pool_file.with_standin()
         started = time.monotonic()
         # Every start is a fresh cluster: no etcd data or certificates survive from a previous one.
         shutil.rmtree(self.state_dir, ignore_errors=True)
@@ -349,30 +359,46 @@ class Testbed:
                 start_component(component, self.log)
             self._wait_apiserver_ready()
             self._create_cluster_objects(pool_file)
-            if self.real_node_labels is not None:
-                self._start_real_node(certs, self.real_node_labels)
+            if pool_file.realNode is not None:
+                self._start_real_node(certs, pool_file)
         except BaseException:
             self.stop()
             raise
         self.log(f"testbed ready in {time.monotonic() - started:.1f}s: {self.server}")
 
-    def _start_real_node(self, certs: pki.Pki, labels: dict[str, str]) -> None:
+    def _start_real_node(self, certs: pki.Pki, pool_file: nodes.PoolFile) -> None:
         from kubernetes import client
 
         from .realnode import RealNode
 
         assert self.bin_dir is not None
+        assert pool_file.realNode is not None
         self.real_node = RealNode(
             self.state_dir / "real-node",
             self.bin_dir,
             certs,
             self.ports["apiserver"],
+            pool_file.realNode,
             WORKSPACE_REFERENCES,
-            labels,
+            tuple(c.handler for c in pool_file.runtimeClasses),
             self.log,
         )
         self.real_node.start()
-        self._wait_nodes_ready({self.real_node.name}, client.CoreV1Api(self.api_client()))
+        core = client.CoreV1Api(self.api_client())
+        self._wait_nodes_ready({self.real_node.name}, core)
+        gpus = pool_file.realNode.gpus
+        if gpus is not None:
+            self._wait_allocatable(self.real_node.name, gpus.resource, gpus.count, core)
+
+    def _wait_allocatable(self, name: str, resource: str, count: int, core: Any) -> None:
+        """Wait until the kubelet reports the device plugin's devices on its node."""
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            allocatable = core.read_node(name).status.allocatable or {}
+            if allocatable.get(resource) == str(count):
+                return
+            time.sleep(0.3)
+        raise TestbedError(f"node {name} never reported {count} {resource}")
 
     def _write_kubeconfig(self, certs: pki.Pki) -> None:
         self.kubeconfig.write_text(pki.kubeconfig(certs, self.server))

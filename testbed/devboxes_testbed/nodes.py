@@ -1,4 +1,5 @@
-"""Node pools: a declarative file of simulated nodes that advertise extended resources."""
+"""Node pools: a declarative file of simulated nodes that advertise extended resources, and
+optionally the one real node (realnode.py) with its labels, taints and simulated GPUs."""
 
 from __future__ import annotations
 
@@ -37,9 +38,41 @@ class RuntimeClass(_Strict):
     handler: str
 
 
+class Gpus(_Strict):
+    """Simulated GPUs the real node's device plugin advertises."""
+
+    resource: str = Field(pattern=r"^[a-z0-9.-]+/[a-z0-9.-]+$")
+    count: int = Field(ge=1, le=8)
+
+
+class RealNode(_Strict):
+    labels: dict[str, str] = Field(default_factory=dict)
+    taints: list[Taint] = Field(default_factory=list)
+    gpus: Gpus | None = None
+
+
+# What a kwok node standing in for the real node offers, on a machine that cannot run one.
+STANDIN_CAPACITY = {"cpu": "16", "memory": "64Gi"}
+
+
 class PoolFile(_Strict):
     pools: list[Pool]
     runtimeClasses: list[RuntimeClass] = Field(default_factory=list)
+    realNode: RealNode | None = None
+
+    def with_standin(self) -> PoolFile:
+        """This file with a kwok node in place of the real node."""
+        if self.realNode is None:
+            return self
+        gpus = self.realNode.gpus
+        standin = Pool(
+            name="real-standin",
+            count=1,
+            capacity={**STANDIN_CAPACITY, **({gpus.resource: str(gpus.count)} if gpus else {})},
+            labels=self.realNode.labels,
+            taints=self.realNode.taints,
+        )
+        return self.model_copy(update={"pools": [*self.pools, standin], "realNode": None})
 
 
 def load(path: Path) -> PoolFile:

@@ -1,10 +1,11 @@
 """The testbed's real node: a kubelet with containerd, runc and CNI that runs pods for real.
 
-The node lives in a network namespace of its own, joined to the machine by a veth pair:
-its kubelet, kube-proxy and pods see only that namespace, so two testbeds on one machine
-(a test run beside `make up`) never share a bridge, a port or an iptables chain. Its cgroups
-live under a root of their own, and everything it mounts lies under its state directory,
-so `stop` can find and remove all of it.
+The node lives in a network namespace of its own, joined to the machine by a veth pair,
+and a mount namespace of its own: its kubelet, kube-proxy, device plugin and pods see only
+those, so two testbeds on one machine (a test run beside `make up`) never share a bridge,
+a port, an iptables chain or the kubelet's device-plugin directory, and whatever the node
+mounts disappears with its mount namespace. Its cgroups live under a root of their own, so
+`stop` can find and remove all of it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from . import images, pki
+from . import images, nodes, pki
 from .cluster import Component, start_component
 from .errors import TestbedError
 
@@ -33,6 +34,10 @@ MAX_NODES = 16
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 LOCK_DIR = Path("/run/devboxes-testbed")
 STOP_SIGNAL_WAIT = 10.0
+NVIDIA_SMI = Path(__file__).resolve().parent / "nvidia-smi"
+# The kubelet looks for device plugins here whatever its root directory; each node's mount
+# namespace puts a directory of its own state in this place.
+DEVICE_PLUGINS = Path("/var/lib/kubelet/device-plugins")
 NEEDED_COMMANDS = {
     "ip": "iproute2",
     "nsenter": "util-linux",
@@ -163,8 +168,9 @@ def mounts_under(directory: Path) -> list[str]:
 
 
 def leftovers(index: int, state_dir: Path) -> list[str]:
-    """What node ``index`` with ``state_dir`` would leave behind: mounts, the network
-    namespace, the host's veth, cgroups. Empty after a clean stop."""
+    """What node ``index`` with ``state_dir`` would leave behind: mounts (its mount
+    namespace among them), the network namespace, the host's veth, cgroups, processes.
+    Empty after a clean stop."""
     where = Addresses(index)
     found = [f"mount {point}" for point in mounts_under(state_dir)]
     if (Path("/run/netns") / where.netns).exists():
@@ -172,6 +178,7 @@ def leftovers(index: int, state_dir: Path) -> list[str]:
     if Path(f"/sys/class/net/{where.host_veth}").exists():
         found.append(f"interface {where.host_veth}")
     found += [f"cgroup {d}" for d in _cgroup_dirs(where.cgroup)]
+    found += [f"process {pid}" for pid in sorted(_cgroup_pids(where.cgroup))]
     return found
 
 
@@ -201,8 +208,11 @@ class RealNode:
     bin_dir: Path
     certs: pki.Pki
     apiserver_port: int
+    spec: nodes.RealNode
     workspace_references: tuple[str, ...]
-    labels: dict[str, str] = field(default_factory=dict)
+    # RuntimeClass handlers the node offers besides runc; each runs runc (a node's
+    # vendor runtime only adds its devices, which the device plugin gives here).
+    runtime_handlers: tuple[str, ...] = ()
     log: Callable[[str], None] = print
     index: int = -1
     components: list[Component] = field(default_factory=list)
@@ -217,6 +227,21 @@ class RealNode:
         """The node's InternalIP, where the machine reaches its NodePorts."""
         return Addresses(self.index).node
 
+    @property
+    def gpu_share(self) -> Path:
+        """The simulated GPUs' directory: ``devices/<id>/utilization`` sets what the
+        simulated nvidia-smi in a box reports for device ``<id>``."""
+        return self.state_dir / "fake-gpu"
+
+    @property
+    def gpu_ids(self) -> list[str]:
+        gpus = self.spec.gpus
+        return [f"GPU-{self.name}-{i}" for i in range(gpus.count)] if gpus else []
+
+    @property
+    def _mount_namespace(self) -> Path:
+        return self.state_dir / "ns" / "mnt"
+
     def start(self) -> None:
         why = can_run()
         if why:
@@ -229,6 +254,7 @@ class RealNode:
         self.state_dir.mkdir(parents=True)
         try:
             self._network(where)
+            self._mounts()
             self._cgroups(where)
             pause = images.pause_image(self.bin_dir)
             workspace = images.workspace_image(self.workspace_references, self.log)
@@ -270,6 +296,23 @@ class RealNode:
         _run(*inside, "ip", "route", "add", "default", "via", where.host)
         # The machine reaches pods directly, as a cluster network would.
         _run("ip", "route", "replace", where.pod_cidr, "via", where.node)
+
+    def _mounts(self) -> None:
+        """A mount namespace for the node, kept by a bind mount of it under the state
+        directory; mounts on the machine still reach it, its own never leave it."""
+        holder = self._mount_namespace.parent
+        holder.mkdir()
+        _run("mount", "--bind", str(holder), str(holder))
+        _run("mount", "--make-private", str(holder))
+        self._mount_namespace.touch()
+        _run("unshare", f"--mount={self._mount_namespace}", "--propagation=slave", "true")
+        plugins = self.state_dir / "device-plugins"
+        plugins.mkdir()
+        DEVICE_PLUGINS.mkdir(parents=True, exist_ok=True)
+        _run(
+            "nsenter", f"--mount={self._mount_namespace}", "--",
+            "mount", "--bind", str(plugins), str(DEVICE_PLUGINS),
+        )  # fmt: skip
 
     def _cgroups(self, where: Addresses) -> None:
         # The kubelet checks that its cgroup root exists in every hierarchy.
@@ -321,12 +364,15 @@ class RealNode:
             "  netns_mounts_under_state_dir = true\n"
             f"[{runtime}.containerd]\n"
             '  default_runtime_name = "runc"\n'
-            f"[{runtime}.containerd.runtimes.runc]\n"
-            '  runtime_type = "io.containerd.runc.v2"\n'
-            f"[{runtime}.containerd.runtimes.runc.options]\n"
-            f'  BinaryName = "{self.bin_dir / "runc"}"\n'
-            "  SystemdCgroup = false\n"
-            f"[{runtime}.cni]\n"
+            + "".join(
+                f"[{runtime}.containerd.runtimes.{handler}]\n"
+                '  runtime_type = "io.containerd.runc.v2"\n'
+                f"[{runtime}.containerd.runtimes.{handler}.options]\n"
+                f'  BinaryName = "{self.bin_dir / "runc"}"\n'
+                "  SystemdCgroup = false\n"
+                for handler in dict.fromkeys(("runc", *self.runtime_handlers))
+            )
+            + f"[{runtime}.cni]\n"
             f'  bin_dirs = ["{self.bin_dir / "cni"}"]\n'
             f'  conf_dir = "{cni_conf}"\n'
         )
@@ -363,6 +409,7 @@ class RealNode:
             "imageGCLowThresholdPercent": 99,
             "maxPods": 20,
             "podCIDR": where.pod_cidr,
+            "registerWithTaints": [t.model_dump(exclude_none=True) for t in self.spec.taints],
             "resolvConf": "/etc/resolv.conf",
             "serializeImagePulls": False,
         }
@@ -376,9 +423,11 @@ class RealNode:
         root = self.state_dir
         logs = root / "logs"
         logs.mkdir()
-        enter = ["nsenter", f"--net=/run/netns/{where.netns}", "--"]
+        enter = [
+            "nsenter", f"--mount={self._mount_namespace}", f"--net=/run/netns/{where.netns}", "--",
+        ]  # fmt: skip
         config = root / "containerd.toml"
-        labels = ",".join(f"{k}={v}" for k, v in {LABEL_KIND: "real", **self.labels}.items())
+        labels = ",".join(f"{k}={v}" for k, v in {LABEL_KIND: "real", **self.spec.labels}.items())
 
         def fixed(argv: list[str]) -> Callable[[], list[str]]:
             return lambda: argv
@@ -391,6 +440,29 @@ class RealNode:
 
         path = f"{self.bin_dir}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"
         env = {**os.environ, "PATH": path}
+        gpus = []
+        if self.spec.gpus is not None:
+            self.gpu_share.mkdir()
+            shutil.copy(NVIDIA_SMI, self.gpu_share / "nvidia-smi")
+            gpus.append(
+                Component(
+                    "device-plugin",
+                    fixed(
+                        [
+                            *enter,
+                            str(self.bin_dir / "fakegpu"),
+                            f"--resource={self.spec.gpus.resource}",
+                            f"--count={self.spec.gpus.count}",
+                            f"--id-prefix=GPU-{self.name}",
+                            f"--share={self.gpu_share}",
+                            f"--health={where.node}:10260",
+                        ]
+                    ),
+                    url(f"http://{where.node}:10260/healthz"),
+                    logs / "device-plugin.log",
+                    no_ports,
+                )
+            )
         return [
             Component(
                 "containerd",
@@ -446,6 +518,7 @@ class RealNode:
                 no_ports,
                 env=env,
             ),
+            *gpus,
         ]
 
     def _import(self, image: images.Image) -> None:

@@ -2,7 +2,8 @@
 
 A box is created through the controller's API, reached with a real ssh client through its
 NodePort Service by the command the API prints, and keeps its home across stop and start.
-The node leaves nothing behind when the testbed stops.
+A GPU box gets the node's simulated GPUs in its main container only. The node leaves
+nothing behind when the testbed stops.
 """
 
 from __future__ import annotations
@@ -14,26 +15,25 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from devboxes_testbed import realnode
+from devboxes_testbed import L4, realnode
 from devboxes_testbed.cluster import Testbed
-from devboxes_testbed.controller import Controller
+from devboxes_testbed.controller import Controller, example_settings
 from sshd import make_key
 from support import REPO, Api, wait_for
 
 NAMESPACE = "devboxes"
 KEYS_SECRET = "devbox-keys"
+SIDECAR = "helper"
 
 
 @pytest.fixture(scope="module")
 def real_testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
-    """A testbed whose only node is a real one, so every box runs there."""
+    """A testbed whose only node is a real one with two simulated L4s: every box runs there."""
+    why = realnode.can_run()
+    if why is not None:
+        pytest.skip(f"this machine cannot run a real node: {why}")
     state = tmp_path_factory.mktemp("real-testbed")
-    bed = Testbed(
-        state,
-        REPO / "tests" / "data" / "nodes-real-only.yaml",
-        log=lambda message: None,
-        real_node_labels={},
-    )
+    bed = Testbed(state, REPO / "tests" / "data" / "nodes-real.yaml", log=lambda message: None)
     bed.start()
     node = bed.real_node
     assert node is not None
@@ -65,14 +65,13 @@ def api(
         NAMESPACE,
         {"metadata": {"name": KEYS_SECRET}, "stringData": {"authorized_keys": public_key}},
     )
-    settings: dict[str, Any] = {
-        "namespace": NAMESPACE,
-        "ssh": {
-            "serviceType": "NodePort",
-            "host": node.address,
-            "authorizedKeysSecret": KEYS_SECRET,
-        },
+    settings = example_settings(NAMESPACE)
+    settings["ssh"] = {
+        "serviceType": "NodePort",
+        "host": node.address,
+        "authorizedKeysSecret": KEYS_SECRET,
     }
+    settings["sidecars"] = [{"name": SIDECAR, "command": ["sleep", "infinity"]}]
     process = Controller(
         real_testbed.kubeconfig, settings, tmp_path_factory.mktemp("controller")
     ).start()
@@ -132,6 +131,57 @@ def test_a_box_runs_answers_ssh_and_keeps_its_home_across_stop_and_start(
     assert second.returncode == 0, second.stderr
     assert second.stdout.strip() == "kept-across-restarts"
     api.purge("real-box")
+
+
+def test_a_gpu_box_sees_its_simulated_gpus_in_the_main_container_only(
+    api: Api, key: Path, real_testbed: Testbed
+) -> None:
+    node = real_testbed.real_node
+    assert node is not None
+    api.created("real-gpu", gpu={"profile": L4})
+    box = api.wait_ready("real-gpu", timeout=180)
+
+    # What an SSH session sees: the entrypoint hands the device variable to login shells.
+    session = ssh(box, key, "echo $NVIDIA_VISIBLE_DEVICES; ls /dev/nvidia*; nvidia-smi -L")
+    assert session.returncode == 0, session.stderr
+    visible, *rest = session.stdout.strip().splitlines()
+    given = visible.split(",")
+    assert len(given) == 1
+    assert given[0] in node.gpu_ids
+    assert "/dev/nvidia" in rest[0]
+    assert f"(UUID: {given[0]})" in rest[-1]
+
+    # The simulated GPU reports what the machine writes for it, as the sampler reads it.
+    (node.gpu_share / "devices" / given[0] / "utilization").write_text("73\n")
+    query = "nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits"
+    busy = ssh(box, key, query)
+    assert busy.returncode == 0, busy.stderr
+    assert busy.stdout.strip() == "73"
+
+    # The sidecar shares the pod but not the device.
+    sidecar_env = kubectl(
+        real_testbed, "exec", pod_of(real_testbed, "real-gpu"), "-c", SIDECAR, "--", "env"
+    )
+    assert "NVIDIA_VISIBLE_DEVICES" not in sidecar_env
+    api.purge("real-gpu")
+
+
+def kubectl(bed: Testbed, *args: str) -> str:
+    assert bed.bin_dir is not None
+    result = subprocess.run(
+        [str(bed.bin_dir / "kubectl"), f"--kubeconfig={bed.kubeconfig}", "-n", NAMESPACE, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def pod_of(bed: Testbed, box: str) -> str:
+    names = kubectl(bed, "get", "pods", "-l", f"devboxes.io/box={box}", "-o", "name").split()
+    assert len(names) == 1, names
+    return names[0]
 
 
 def api_node_address(api: Api) -> str:
