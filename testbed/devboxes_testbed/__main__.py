@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     start.add_argument(
         "--pools",
         type=Path,
-        default=REPO / "testbed" / "nodes.yaml",
+        default=REPO / "testbed" / "nodes-up.yaml",
         help="node pool file (testbed/nodes-scale.yaml for benchmarks)",
     )
     start.add_argument("--detach", action="store_true", help="run in the background")

@@ -1,19 +1,25 @@
-"""Everything `make up` runs: the testbed cluster, the controller with example GPU
-profiles, and JupyterLab with the Devboxes extension pointed at that controller."""
+"""Everything `make up` runs: the testbed cluster with its real node, the controller with
+example GPU profiles, and JupyterLab with the Devboxes extension pointed at that
+controller, its devbox kernels logging in to boxes with a key made for the stack."""
 
 from __future__ import annotations
 
 import secrets
 import shutil
+import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .cluster import Component, Testbed, free_port, reassigner, start_component
 from .controller import Controller, example_settings
 
 REPO = Path(__file__).resolve().parents[2]
 NAMESPACE = "devboxes"
+AUTHORIZED_KEYS = "devbox-keys"  # the Secret boxes take their login keys from
+# testbed/nodes-up.yaml taints the AMD pool so that CPU boxes stay off it.
+AMD_TOLERATION = {"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
 
 @dataclass
@@ -35,6 +41,41 @@ class Stack:
     def jupyter_url(self) -> str:
         return f"http://127.0.0.1:{self.ports['jupyter']}/lab?token={self.jupyter_token}"
 
+    @property
+    def ssh_key(self) -> Path:
+        """The stack's own key: devbox kernels log in to boxes with it."""
+        return self.state_dir / "ssh" / "id_ed25519"
+
+    def _authorize_keys(self) -> None:
+        """Boxes accept the stack's key and the public keys of whoever runs `make up`,
+        so that `devbox ssh` and the Lab's devbox kernels work without configuration."""
+        from kubernetes import client
+
+        if not self.ssh_key.exists():
+            self.ssh_key.parent.mkdir(parents=True, exist_ok=True)
+            subprocess.run(
+                ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "devboxes-make-up",
+                 "-f", str(self.ssh_key)],
+                check=True,
+            )  # fmt: skip
+        public = [self.ssh_key.with_suffix(".pub"), *sorted(Path.home().glob(".ssh/id_*.pub"))]
+        keys = "".join(path.read_text().rstrip("\n") + "\n" for path in public)
+        secret = {"metadata": {"name": AUTHORIZED_KEYS}, "stringData": {"authorized_keys": keys}}
+        client.CoreV1Api(self.testbed.api_client()).create_namespaced_secret(NAMESPACE, secret)
+
+    def settings(self) -> dict[str, Any]:
+        settings = example_settings(NAMESPACE)
+        node = self.testbed.real_node
+        settings["ssh"] = {
+            **settings.get("ssh", {}),
+            "authorizedKeysSecret": AUTHORIZED_KEYS,
+            **({"host": node.address} if node is not None else {}),
+        }
+        for profile in settings["gpu"]["profiles"]:
+            if profile.get("resourceName") == "amd.com/gpu":
+                profile["tolerations"] = [*profile.get("tolerations", []), AMD_TOLERATION]
+        return settings
+
     def _controller(self, logs: Path) -> Controller:
         # JupyterLab reads the operator token from this file.
         token_file = self.state_dir / "controller-token"
@@ -42,7 +83,7 @@ class Stack:
         token_file.chmod(0o600)
         return Controller(
             self.testbed.kubeconfig,
-            example_settings(NAMESPACE),
+            self.settings(),
             logs,
             token=self.controller_token,
             lease_seconds=None,
@@ -66,6 +107,7 @@ class Stack:
                 f"--IdentityProvider.token={self.jupyter_token}",
                 f"--DevboxesJupyterApp.controller_url={self.controller_url}",
                 f"--DevboxesJupyterApp.token_file={self.state_dir / 'controller-token'}",
+                f"--DevboxKernelProvisioner.ssh_key_file={self.ssh_key}",
                 "--ServerApp.jpserver_extensions={'devboxes_jupyter': True}",
                 "--ServerApp.allow_root=True",
             ],
@@ -84,6 +126,7 @@ class Stack:
             client.CoreV1Api(self.testbed.api_client()).create_namespace(
                 {"metadata": {"name": NAMESPACE}}
             )
+            self._authorize_keys()
             logs = self.state_dir / "logs"
             logs.mkdir(parents=True, exist_ok=True)
             self.controller = self._controller(logs)
@@ -112,11 +155,19 @@ class Stack:
         }
 
     def summary(self, env_file: Path) -> str:
+        node = self.testbed.real_node
+        where = (
+            f"  Real node        {node.name} at {node.address}: CPU boxes and NVIDIA L4 boxes"
+            " run here for real"
+            if node is not None
+            else "  Real node        none on this machine: boxes are scheduled, not run"
+        )
         return "\n".join(
             [
                 "",
                 "Devboxes is running on the local testbed:",
                 f"  Kubernetes API   {self.testbed.server}",
+                where,
                 f"  Devboxes API     {self.controller_url}   (dashboard: {self.controller_url}"
                 "/dashboard)",
                 f"  JupyterLab       {self.jupyter_url}",

@@ -2,8 +2,8 @@
 
 A box is created through the controller's API, reached with a real ssh client through its
 NodePort Service by the command the API prints, and keeps its home across stop and start.
-A GPU box gets the node's simulated GPUs in its main container only. The node leaves
-nothing behind when the testbed stops.
+A GPU box gets the node's simulated GPUs in its main container only. JupyterLab's devbox
+kernel runs a cell in a box there. The node leaves nothing behind when the testbed stops.
 """
 
 from __future__ import annotations
@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from devboxes_jupyter.provisioner import box_name
 from devboxes_testbed import L4, realnode
 from devboxes_testbed.cluster import Testbed
 from devboxes_testbed.controller import Controller, example_settings
+from labserver import KernelChannels, running_lab
 from sshd import make_key
 from support import REPO, Api, wait_for
 
@@ -164,6 +166,34 @@ def test_a_gpu_box_sees_its_simulated_gpus_in_the_main_container_only(
     )
     assert "NVIDIA_VISIBLE_DEVICES" not in sidecar_env
     api.purge("real-gpu")
+
+
+def test_the_devbox_kernel_runs_a_cell_in_a_box_on_the_real_node(
+    api: Api, key: Path, real_testbed: Testbed, tmp_path: Path
+) -> None:
+    node = real_testbed.real_node
+    assert node is not None
+    owner = "realnode"
+    args = [
+        f"--DevboxKernelProvisioner.ssh_key_file={key}",
+        f"--DevboxKernelProvisioner.owner={owner}",
+        f"--DevboxKernelProvisioner.known_hosts_file={tmp_path / 'known_hosts'}",
+    ]
+    controller = api.controller
+    with running_lab(tmp_path / "lab", controller.url, controller.token, args) as lab:
+        kernel = f"devbox-{L4}"
+        wait_for(lambda: kernel in lab.api("GET", "api/kernelspecs")["kernelspecs"], timeout=60)
+        with KernelChannels.start(lab, kernel, timeout=300) as channels:
+            result = channels.execute(
+                "import os, socket\n"
+                "print(socket.gethostname(), os.environ['NVIDIA_VISIBLE_DEVICES'])"
+            )
+    assert result.status == "ok", result.errors
+    host, device = result.stdout.split()
+    box = box_name(owner, L4)
+    assert host.startswith(f"devbox-{box}-")
+    assert device in node.gpu_ids
+    api.purge(box)
 
 
 def kubectl(bed: Testbed, *args: str) -> str:
