@@ -32,13 +32,19 @@ def example_settings(namespace: str) -> dict[str, Any]:
     return settings
 
 
+ANY_ADDRESS = "0.0.0.0"  # noqa: S104 - what a controller serving the real node's boxes binds
+
+
 class Controller:
     """One ``devboxes-controller serve`` process on loopback with its own settings file,
     token and log.
 
     ``lease_seconds`` None leaves the controller's own Lease duration; ``port`` fixes the
-    port, as the Service in front of replicas does for what boxes reach; ``source`` is a
-    checkout to import the controller from instead of this one.
+    port, as the Service in front of replicas does for what boxes reach; ``listen_host``
+    is the address it serves on (``0.0.0.0`` lets boxes on the real node reach it at
+    the node's ``machine_address``, while ``url`` stays on loopback, where clients may
+    use plain http); ``source`` is a checkout to import the controller from instead of
+    this one.
     """
 
     def __init__(
@@ -51,6 +57,7 @@ class Controller:
         lease_seconds: int | None = 3,
         port: int | None = None,
         source: Path | None = None,
+        listen_host: str = "127.0.0.1",
     ) -> None:
         self.kubeconfig = kubeconfig
         self.settings = settings
@@ -61,13 +68,15 @@ class Controller:
         self.lease_seconds = lease_seconds
         self.fixed_port = port
         self.source = source
+        self.listen_host = listen_host
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
         self.log = workdir / f"controller-{self.identity}.log"
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        host = "127.0.0.1" if self.listen_host == ANY_ADDRESS else self.listen_host
+        return f"http://{host}:{self.port}"
 
     @property
     def pid(self) -> int:
@@ -88,7 +97,7 @@ class Controller:
             "--kubeconfig",
             str(self.kubeconfig),
             "--listen",
-            f"127.0.0.1:{self.port}",
+            f"{self.listen_host}:{self.port}",
             "--identity",
             self.identity,
         ]

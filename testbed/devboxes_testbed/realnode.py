@@ -228,6 +228,11 @@ class RealNode:
         return Addresses(self.index).node
 
     @property
+    def machine_address(self) -> str:
+        """The machine's address as the node and its pods reach it."""
+        return Addresses(self.index).host
+
+    @property
     def gpu_share(self) -> Path:
         """The simulated GPUs' directory: ``devices/<id>/utilization`` sets what the
         simulated nvidia-smi in a box reports for device ``<id>``."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shlex
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,8 +18,8 @@ from typing import Any
 import pytest
 from devboxes_jupyter.provisioner import box_name
 from devboxes_testbed import L4, realnode
-from devboxes_testbed.cluster import Testbed
-from devboxes_testbed.controller import Controller, example_settings
+from devboxes_testbed.cluster import Testbed, free_port
+from devboxes_testbed.controller import ANY_ADDRESS, Controller, example_settings
 from labserver import KernelChannels, running_lab
 from sshd import make_key
 from support import REPO, Api, wait_for
@@ -26,6 +27,9 @@ from support import REPO, Api, wait_for
 NAMESPACE = "devboxes"
 KEYS_SECRET = "devbox-keys"
 SIDECAR = "helper"
+IDLE_NAMESPACE = "idle-boxes"
+# The L4 profile's device groups here: one the image has (video), one it does not.
+DEVICE_GROUPS = (44, 4242)
 
 
 @pytest.fixture(scope="module")
@@ -52,31 +56,62 @@ def key(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_key(tmp_path_factory.mktemp("ssh-key"))
 
 
-@pytest.fixture(scope="module")
-def api(
-    real_testbed: Testbed, key: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Api]:
+def serve(
+    bed: Testbed,
+    namespace: str,
+    key: Path,
+    workdir: Path,
+    idle_minutes: float | None = None,
+    **changes: Any,
+) -> Controller:
+    """A controller on its own namespace whose boxes accept ``key`` and print the real
+    node's address in their ssh commands, reachable from boxes on the real node;
+    ``idle_minutes`` stops idle boxes after that window; ``changes`` replace top-level
+    settings."""
     from kubernetes import client
 
-    node = real_testbed.real_node
+    node = bed.real_node
     assert node is not None
-    core = client.CoreV1Api(real_testbed.api_client())
-    core.create_namespace({"metadata": {"name": NAMESPACE}})
+    core = client.CoreV1Api(bed.api_client())
+    core.create_namespace({"metadata": {"name": namespace}})
     public_key = key.with_suffix(".pub").read_text()
     core.create_namespaced_secret(
-        NAMESPACE,
+        namespace,
         {"metadata": {"name": KEYS_SECRET}, "stringData": {"authorized_keys": public_key}},
     )
-    settings = example_settings(NAMESPACE)
+    settings = example_settings(namespace)
     settings["ssh"] = {
         "serviceType": "NodePort",
         "host": node.address,
         "authorizedKeysSecret": KEYS_SECRET,
     }
-    settings["sidecars"] = [{"name": SIDECAR, "command": ["sleep", "infinity"]}]
-    process = Controller(
-        real_testbed.kubeconfig, settings, tmp_path_factory.mktemp("controller")
-    ).start()
+    settings.update(changes)
+    port = free_port()
+    if idle_minutes is not None:
+        settings["idle"] = {
+            "stopAfterMinutes": idle_minutes,
+            "cpuStopAfterMinutes": idle_minutes,
+            "controllerUrl": f"http://{node.machine_address}:{port}",
+        }
+    return Controller(bed.kubeconfig, settings, workdir, port=port, listen_host=ANY_ADDRESS).start()
+
+
+@pytest.fixture(scope="module")
+def api(
+    real_testbed: Testbed, key: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Api]:
+    gpu = example_settings(NAMESPACE)["gpu"]
+    for profile in gpu["profiles"]:
+        if profile["name"] == L4:
+            profile["supplementalGroups"] = list(DEVICE_GROUPS)
+    process = serve(
+        real_testbed,
+        NAMESPACE,
+        key,
+        tmp_path_factory.mktemp("controller"),
+        gpu=gpu,
+        sidecars=[{"name": SIDECAR, "command": ["sleep", "infinity"]}],
+    )
     try:
         yield Api(process)
     finally:
@@ -147,6 +182,11 @@ def test_a_gpu_box_sees_its_simulated_gpus_in_the_main_container_only(
     session = ssh(box, key, "echo $NVIDIA_VISIBLE_DEVICES; ls /dev/nvidia*; nvidia-smi -L")
     assert session.returncode == 0, session.stderr
     visible, *rest = session.stdout.strip().splitlines()
+
+    # The profile's device groups reach the login session, as the entrypoint promises.
+    groups = ssh(box, key, "id -G")
+    assert groups.returncode == 0, groups.stderr
+    assert set(DEVICE_GROUPS) <= {int(g) for g in groups.stdout.split()}
     given = visible.split(",")
     assert len(given) == 1
     assert given[0] in node.gpu_ids
@@ -162,7 +202,14 @@ def test_a_gpu_box_sees_its_simulated_gpus_in_the_main_container_only(
 
     # The sidecar shares the pod but not the device.
     sidecar_env = kubectl(
-        real_testbed, "exec", pod_of(real_testbed, "real-gpu"), "-c", SIDECAR, "--", "env"
+        real_testbed,
+        NAMESPACE,
+        "exec",
+        pod_of(real_testbed, "real-gpu"),
+        "-c",
+        SIDECAR,
+        "--",
+        "env",
     )
     assert "NVIDIA_VISIBLE_DEVICES" not in sidecar_env
     api.purge("real-gpu")
@@ -196,10 +243,63 @@ def test_the_devbox_kernel_runs_a_cell_in_a_box_on_the_real_node(
     api.purge(box)
 
 
-def kubectl(bed: Testbed, *args: str) -> str:
+def test_an_idle_box_is_stopped_and_one_whose_gpu_is_busy_is_not(
+    real_testbed: Testbed, key: Path, tmp_path: Path
+) -> None:
+    node = real_testbed.real_node
+    assert node is not None
+    # Every simulated GPU is busy before the GPU box starts, so no sample ever says idle.
+    for device in node.gpu_ids:
+        (node.gpu_share / "devices" / device / "utilization").write_text("90\n")
+    controller = serve(real_testbed, IDLE_NAMESPACE, key, tmp_path, idle_minutes=0.25)
+    try:
+        api = Api(controller)
+        api.created("quiet")
+        api.created("busy", gpu={"profile": L4})
+        api.wait_ready("quiet", timeout=180)
+        api.wait_ready("busy", timeout=180)
+
+        def stopped() -> dict[str, Any] | None:
+            """the CPU box, idle from its agent's first report, is stopped for it"""
+            box = api.box("quiet")
+            return box if box["state"] == "stopped" else None
+
+        quiet = wait_for(stopped, timeout=180)
+        assert "idle" in quiet["message"], quiet
+        selector = "reason=IdleStopped,involvedObject.name=devbox-quiet"
+        reasons = kubectl(
+            real_testbed,
+            IDLE_NAMESPACE,
+            "get",
+            "events",
+            "-o",
+            "name",
+            f"--field-selector={selector}",
+        )
+        assert reasons.strip(), "no IdleStopped event for the idle box"
+
+        # The GPU box's agent has reported (its reports reach the controller) and, with
+        # its GPU busy, it is active and running, well past its window.
+        def reported() -> dict[str, Any] | None:
+            """the GPU box's agent has reported a known utilization"""
+            box = api.box("busy")
+            activity = box.get("activity") or {}
+            return box if activity.get("state") == "active" else None
+
+        busy = wait_for(reported, timeout=180)
+        assert busy["state"] == "ready", busy
+        assert busy["activity"]["stops_at"] is None
+        time.sleep(30)  # twice its idle window
+        assert api.box("busy")["state"] == "ready"
+        api.purge("quiet", "busy")
+    finally:
+        controller.stop()
+
+
+def kubectl(bed: Testbed, namespace: str, *args: str) -> str:
     assert bed.bin_dir is not None
     result = subprocess.run(
-        [str(bed.bin_dir / "kubectl"), f"--kubeconfig={bed.kubeconfig}", "-n", NAMESPACE, *args],
+        [str(bed.bin_dir / "kubectl"), f"--kubeconfig={bed.kubeconfig}", "-n", namespace, *args],
         capture_output=True,
         text=True,
         timeout=60,
@@ -209,7 +309,9 @@ def kubectl(bed: Testbed, *args: str) -> str:
 
 
 def pod_of(bed: Testbed, box: str) -> str:
-    names = kubectl(bed, "get", "pods", "-l", f"devboxes.io/box={box}", "-o", "name").split()
+    names = kubectl(
+        bed, NAMESPACE, "get", "pods", "-l", f"devboxes.io/box={box}", "-o", "name"
+    ).split()
     assert len(names) == 1, names
     return names[0]
 
