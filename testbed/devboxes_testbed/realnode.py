@@ -417,6 +417,9 @@ class RealNode:
             "registerWithTaints": [t.model_dump(exclude_none=True) for t in self.spec.taints],
             "resolvConf": "/etc/resolv.conf",
             "serializeImagePulls": False,
+            # Mounted Secrets follow their object within about this long (a minute by
+            # default), as a rotated activity credential must.
+            "syncFrequency": "10s",
         }
         (root / "kubelet.yaml").write_text(json.dumps(kubelet, indent=1))
 

@@ -205,7 +205,7 @@ def test_a_gpu_box_sees_its_simulated_gpus_in_the_main_container_only(
         real_testbed,
         NAMESPACE,
         "exec",
-        pod_of(real_testbed, "real-gpu"),
+        f"pod/{pod_name(real_testbed, NAMESPACE, 'real-gpu')}",
         "-c",
         SIDECAR,
         "--",
@@ -291,29 +291,89 @@ def test_an_idle_box_is_stopped_and_one_whose_gpu_is_busy_is_not(
         assert busy["activity"]["stops_at"] is None
         time.sleep(30)  # twice its idle window
         assert api.box("busy")["state"] == "ready"
+
+        # A new operator token invalidates every activity credential; the leader writes the
+        # box's new one into its Secret and the kubelet updates the running pod's file.
+        pod = pod_uid(real_testbed, IDLE_NAMESPACE, "busy")
+        agent = [
+            "exec",
+            f"pod/{pod_name(real_testbed, IDLE_NAMESPACE, 'busy')}",
+            "-c",
+            "activity",
+            "--",
+        ]
+        old = kubectl(
+            real_testbed,
+            IDLE_NAMESPACE,
+            *agent,
+            "sh",
+            "-c",
+            'cat "$DEVBOX_ACTIVITY_CREDENTIAL_FILE"',
+        )
+        controller.stop()
+        controller = Controller(
+            controller.kubeconfig,
+            controller.settings,
+            tmp_path,
+            port=controller.fixed_port,
+            listen_host=ANY_ADDRESS,
+        ).start()
+        api = Api(controller)
+
+        def accepted() -> bool:
+            """a report of the running GPU box's own agent is accepted after the rotation"""
+            result = kubectl_run(
+                real_testbed, IDLE_NAMESPACE, *agent, "devbox-activity-agent", "--once"
+            )
+            return result.returncode == 0 and not result.stderr.strip()
+
+        wait_for(accepted, timeout=120, interval=2)
+        new = kubectl(
+            real_testbed,
+            IDLE_NAMESPACE,
+            *agent,
+            "sh",
+            "-c",
+            'cat "$DEVBOX_ACTIVITY_CREDENTIAL_FILE"',
+        )
+        assert new != old
+        assert pod_uid(real_testbed, IDLE_NAMESPACE, "busy") == pod
         api.purge("quiet", "busy")
     finally:
         controller.stop()
 
 
-def kubectl(bed: Testbed, namespace: str, *args: str) -> str:
+def pod_uid(bed: Testbed, namespace: str, box: str) -> str:
+    uids = kubectl(
+        bed, namespace, "get", "pods", "-l", f"devboxes.io/box={box}",
+        "-o", "jsonpath={.items[*].metadata.uid}",
+    ).split()  # fmt: skip
+    assert len(uids) == 1, uids
+    return uids[0]
+
+
+def pod_name(bed: Testbed, namespace: str, box: str) -> str:
+    names = kubectl(
+        bed, namespace, "get", "pods", "-l", f"devboxes.io/box={box}", "-o", "name"
+    ).split()
+    assert len(names) == 1, names
+    return names[0].removeprefix("pod/")
+
+
+def kubectl_run(bed: Testbed, namespace: str, *args: str) -> subprocess.CompletedProcess[str]:
     assert bed.bin_dir is not None
-    result = subprocess.run(
+    return subprocess.run(
         [str(bed.bin_dir / "kubectl"), f"--kubeconfig={bed.kubeconfig}", "-n", namespace, *args],
         capture_output=True,
         text=True,
         timeout=60,
     )
+
+
+def kubectl(bed: Testbed, namespace: str, *args: str) -> str:
+    result = kubectl_run(bed, namespace, *args)
     assert result.returncode == 0, result.stderr
     return result.stdout
-
-
-def pod_of(bed: Testbed, box: str) -> str:
-    names = kubectl(
-        bed, NAMESPACE, "get", "pods", "-l", f"devboxes.io/box={box}", "-o", "name"
-    ).split()
-    assert len(names) == 1, names
-    return names[0]
 
 
 def api_node_address(api: Api) -> str:
