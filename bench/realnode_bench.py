@@ -1,0 +1,151 @@
+"""What the testbed's real node costs: its start, its memory, and boxes running on it.
+
+Starts a testbed whose only node is the real one (tests/data/nodes-real.yaml) and this
+repository's controller on it, then creates ``--boxes`` CPU boxes one after another and
+reports:
+
+- how long the real node took to start (images cached) and what its own processes
+  (containerd, kubelet, kube-proxy, device plugin) hold in memory, idle and with the
+  boxes running;
+- per box: create → ready as the API reports it, and what the box's pod holds in its
+  memory cgroup once ready;
+- how long stopping the testbed took, and what it left behind (nothing, or a list).
+
+    PYTHONPATH=testbed .venv/bin/python bench/realnode_bench.py --results
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import record
+from devboxes_testbed import realnode
+from devboxes_testbed.api import Api
+from devboxes_testbed.cluster import Testbed
+from devboxes_testbed.controller import Controller, example_settings
+from kubernetes import client
+
+REPO = Path(__file__).resolve().parent.parent
+NAMESPACE = "bench"
+NODE_PROCESSES = ("containerd", "kubelet", "kube-proxy", "fakegpu")
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def node_memory(bed: Testbed) -> dict[str, float]:
+    """Resident memory of the node's own processes (not its pods), by process name."""
+    node = bed.real_node
+    assert node is not None
+    memory: dict[str, float] = {}
+    for component in node.components:
+        assert component.process is not None
+        name = Path(component.argv()[component.argv().index("--") + 1]).name
+        memory[name] = rss_mib(component.process.pid)
+    shims = [p for p in Path("/proc").iterdir() if p.name.isdigit()]
+    total = 0.0
+    for proc in shims:
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if (
+            argv
+            and argv[0].endswith(b"containerd-shim-runc-v2")
+            and str(node.state_dir).encode() in b" ".join(argv)
+        ):
+            total += rss_mib(int(proc.name))
+    memory["containerd-shim-runc-v2 (all)"] = total
+    return memory
+
+
+def pod_memory_mib(bed: Testbed, pod_uid: str) -> float:
+    """The pod's memory cgroup usage, as the kubelet accounts it."""
+    node = bed.real_node
+    assert node is not None
+    root = Path("/sys/fs/cgroup/memory") / node.name
+    for usage in root.rglob(f"pod{pod_uid}/memory.usage_in_bytes"):
+        return int(usage.read_text()) / 2**20
+    return float("nan")
+
+
+def show(memory: dict[str, float]) -> str:
+    return ", ".join(f"{name} {mib:.0f}" for name, mib in memory.items())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--boxes", type=int, default=8, help="CPU boxes to run at once")
+    record.add_arguments(parser)
+    args = parser.parse_args()
+    why = realnode.can_run()
+    if why is not None:
+        print(f"this machine cannot run a real node: {why}", file=sys.stderr)
+        return 2
+    with record.recording("realnode_bench", args):
+        work = Path(tempfile.mkdtemp(prefix="realnode-bench-"))
+        bed = Testbed(work / "testbed", REPO / "tests" / "data" / "nodes-real.yaml")
+        started = time.monotonic()
+        bed.start()
+        print(f"testbed with the real node started in {time.monotonic() - started:.1f} s")
+        node = bed.real_node
+        assert node is not None
+        try:
+            client.CoreV1Api(bed.api_client()).create_namespace({"metadata": {"name": NAMESPACE}})
+            controller = Controller(bed.kubeconfig, example_settings(NAMESPACE), work).start()
+            api = Api(controller.url, controller.token)
+            time.sleep(5)
+            idle = node_memory(bed)
+            print(
+                f"node processes, no boxes (MiB RSS): {show(idle)}; total {sum(idle.values()):.0f}"
+            )
+            ready: list[float] = []
+            pods: list[float] = []
+            core = client.CoreV1Api(bed.api_client())
+            for index in range(args.boxes):
+                name = f"bench-{index}"
+                began = time.monotonic()
+                response = api.request("POST", "/devboxes", json={"name": name})
+                assert response.status_code == 201, response.text
+                box = api.request(
+                    "GET", f"/devboxes/{name}", params={"wait": "ready", "timeout": "180"},
+                    timeout=240,
+                ).json()  # fmt: skip
+                assert box["state"] == "ready", box
+                ready.append(time.monotonic() - began)
+                (pod,) = core.list_namespaced_pod(
+                    NAMESPACE, label_selector=f"devboxes.io/box={name}"
+                ).items
+                pods.append(pod_memory_mib(bed, pod.metadata.uid))
+            time.sleep(5)
+            busy = node_memory(bed)
+            print(f"create → ready, {args.boxes} boxes one after another (s): "
+                  f"p50 {statistics.median(ready):.2f} / max {max(ready):.2f}")  # fmt: skip
+            print(f"each box's pod memory cgroup once ready (MiB): "
+                  f"p50 {statistics.median(pods):.1f} / max {max(pods):.1f}")  # fmt: skip
+            print(f"node processes, {args.boxes} boxes running (MiB RSS): {show(busy)}; "
+                  f"total {sum(busy.values()):.0f}")  # fmt: skip
+            controller.stop()
+        finally:
+            index, state = node.index, node.state_dir
+            stopping = time.monotonic()
+            bed.stop()
+            print(f"testbed stopped in {time.monotonic() - stopping:.1f} s")
+            left = realnode.leftovers(index, state)
+            print(f"left behind: {left or 'nothing'}")
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
