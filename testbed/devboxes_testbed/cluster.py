@@ -385,10 +385,29 @@ class Testbed:
         )
         self.real_node.start()
         core = client.CoreV1Api(self.api_client())
+        self._point_kubernetes_service(core, self.real_node.machine_address)
         self._wait_nodes_ready({self.real_node.name}, core)
         gpus = pool_file.realNode.gpus
         if gpus is not None:
             self._wait_allocatable(self.real_node.name, gpus.resource, gpus.count, core)
+
+    def _point_kubernetes_service(self, core: Any, address: str) -> None:
+        """Pods reach the apiserver at the `kubernetes` Service, as in any cluster: its
+        endpoint is where the real node reaches this machine (the apiserver keeps no
+        endpoints of its own here)."""
+        port = self.ports["apiserver"]
+        core.create_namespaced_endpoints(
+            "default",
+            {
+                "metadata": {"name": "kubernetes"},
+                "subsets": [
+                    {
+                        "addresses": [{"ip": address}],
+                        "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
+                    }
+                ],
+            },
+        )
 
     def _wait_allocatable(self, name: str, resource: str, count: int, core: Any) -> None:
         """Wait until the kubelet reports the device plugin's devices on its node."""

@@ -11,9 +11,13 @@ import fcntl
 import hashlib
 import io
 import json
+import os
 import shutil
 import subprocess
+import sys
 import tarfile
+import tempfile
+import tomllib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +25,8 @@ from pathlib import Path
 from . import build
 from .errors import TestbedError
 
-WORKSPACE_DIR = Path(__file__).resolve().parent.parent.parent / "workspace"
+REPO = Path(__file__).resolve().parent.parent.parent
+WORKSPACE_DIR = REPO / "workspace"
 # The files of workspace/ that go into the image, and where.
 WORKSPACE_FILES = {
     "sshd_config": "/etc/ssh/sshd_config.d/00-devbox.conf",
@@ -180,11 +185,6 @@ def workspace_key() -> str:
 
 def workspace_image(references: tuple[str, ...], log: Callable[[str], None] = print) -> Image:
     """The workspace image from Debian packages and workspace/, as the Dockerfile makes it."""
-    mmdebstrap = shutil.which("mmdebstrap")
-    if mmdebstrap is None:
-        raise TestbedError(
-            "building the workspace image needs mmdebstrap (Debian package 'mmdebstrap')"
-        )
     key = workspace_key()
 
     def make(archive: Path, name: str) -> None:
@@ -198,25 +198,7 @@ def workspace_image(references: tuple[str, ...], log: Callable[[str], None] = pr
             *(f"upload {WORKSPACE_DIR / name} {to}" for name, to in WORKSPACE_FILES.items()),
             *(f'chmod 0755 "$1{t}"' for t in WORKSPACE_FILES.values() if "/bin/" in t),
         ]
-        command = [
-            mmdebstrap,
-            "--variant=apt",
-            "--mode=root",
-            "--format=tar",
-            "--quiet",
-            f"--include={','.join(packages)}",
-            "--dpkgopt=path-exclude=/usr/share/man/*",
-            "--dpkgopt=path-exclude=/usr/share/doc/*",
-            *(f"--customize-hook={hook}" for hook in hooks),
-            SUITE,
-            str(layer),
-            *MIRRORS,
-        ]
-        result = subprocess.run(command, capture_output=True, text=True)
-        if result.returncode != 0:
-            layer.unlink(missing_ok=True)
-            tail = "\n".join(result.stderr.strip().splitlines()[-15:])
-            raise TestbedError(f"building the workspace image failed:\n{tail}")
+        _mmdebstrap(packages, hooks, layer, "apt")
         write_archive(
             archive,
             name,
@@ -234,4 +216,172 @@ def workspace_image(references: tuple[str, ...], log: Callable[[str], None] = pr
         layer.unlink()
 
     image = _cached("workspace", key, make)
+    return Image(image.archive, image.name, (image.name, *references))
+
+
+# The controller image: Debian's Python with a virtualenv holding the project's wheel and
+# the controller's dependencies, as the chart runs it (`devboxes-controller serve`).
+CONTROLLER_VENV = "/opt/devboxes"
+CONTROLLER_PYTHON = "python3.11"  # Debian bookworm's, and the wheel's lowest supported
+# Everything the wheel is built from: the app layer is rebuilt when any of it changes.
+WHEEL_SOURCES = ("pyproject.toml", "README.md", "devboxes_sdk", "controller", "jupyter_ext")
+WHEEL_IGNORED = ("node_modules", "__pycache__", ".ipynb_checkpoints", "lib", "tsconfig")
+
+
+def _controller_requirements() -> list[str]:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    return sorted([*project["dependencies"], *project["optional-dependencies"]["controller"]])
+
+
+def _wheel_key() -> str:
+    digest = hashlib.sha256(LAYOUT_VERSION.encode())
+    for name in WHEEL_SOURCES:
+        root = REPO / name
+        paths = [root] if root.is_file() else sorted(root.rglob("*"))
+        for path in paths:
+            relative = path.relative_to(REPO)
+            if path.is_file() and not any(part in WHEEL_IGNORED for part in relative.parts):
+                digest.update(str(relative).encode())
+                digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def _controller_base(log: Callable[[str], None]) -> Path:
+    """Debian's Python and a virtualenv with the controller's dependencies from PyPI."""
+    requirements = _controller_requirements()
+    key = hashlib.sha256(f"{LAYOUT_VERSION} {SUITE} {requirements}".encode()).hexdigest()[:12]
+    layer = images_dir() / f"controller-base-{key}.layer"
+    with (images_dir() / ".controller-base.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if layer.is_file():
+            return layer
+        for stale in images_dir().glob("controller-base-*.layer"):
+            stale.unlink()
+        log("building the controller image's base from Debian packages and PyPI (a minute or two)")
+        with tempfile.TemporaryDirectory() as scratch:
+            # This machine's pip fetches the wheels (with its own index and certificate
+            # settings); the image installs them from that directory alone.
+            wheels = Path(scratch) / "wheels"
+            fetched = subprocess.run(
+                [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
+                 "--only-binary=:all:", "--dest", str(wheels), *requirements],
+                capture_output=True,
+                text=True,
+            )  # fmt: skip
+            if fetched.returncode != 0:
+                raise TestbedError(f"fetching the controller's wheels failed: {fetched.stderr}")
+            pip = f"{CONTROLLER_VENV}/bin/pip"
+            quoted = " ".join(f"'{r}'" for r in requirements)
+            hooks = [
+                f"copy-in {wheels} /tmp",
+                f'chroot "$1" {CONTROLLER_PYTHON} -m venv {CONTROLLER_VENV}',
+                f'chroot "$1" {pip} install --quiet --no-index --find-links /tmp/wheels '
+                f"--disable-pip-version-check {quoted}",
+                'rm -rf "$1/tmp/wheels"',
+            ]
+            _mmdebstrap(["python3", "python3-venv", "ca-certificates"], hooks, layer, "minbase")
+    return layer
+
+
+def _mmdebstrap(packages: list[str], hooks: list[str], out: Path, variant: str) -> None:
+    mmdebstrap = shutil.which("mmdebstrap")
+    if mmdebstrap is None:
+        raise TestbedError("building images needs mmdebstrap (Debian package 'mmdebstrap')")
+    partial = out.with_name(f".{out.name}.partial")
+    command = [
+        mmdebstrap,
+        f"--variant={variant}",
+        "--mode=root",
+        "--format=tar",
+        "--quiet",
+        f"--include={','.join(packages)}",
+        "--dpkgopt=path-exclude=/usr/share/man/*",
+        "--dpkgopt=path-exclude=/usr/share/doc/*",
+        *(f"--customize-hook={hook}" for hook in hooks),
+        SUITE,
+        str(partial),
+        *MIRRORS,
+    ]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        partial.unlink(missing_ok=True)
+        tail = "\n".join(result.stderr.strip().splitlines()[-15:])
+        raise TestbedError(f"mmdebstrap failed:\n{tail}")
+    partial.rename(out)
+
+
+def _controller_app(layer: Path, log: Callable[[str], None]) -> None:
+    """The project's wheel, built from this checkout and installed into the virtualenv."""
+    log("building the project's wheel for the controller image")
+    with tempfile.TemporaryDirectory() as scratch:
+        work = Path(scratch)
+        env = {**os.environ, "SKIP_JUPYTER_BUILDER": "1"}
+        built = subprocess.run(
+            [sys.executable, "-m", "build", "--wheel", "--outdir", str(work / "dist"), str(REPO)],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
+        if built.returncode != 0:
+            tail = "\n".join(built.stderr.strip().splitlines()[-15:])
+            raise TestbedError(f"building the wheel failed:\n{tail}")
+        (wheel,) = (work / "dist").glob("*.whl")
+        site = (
+            work
+            / "root"
+            / CONTROLLER_VENV.lstrip("/")
+            / "lib"
+            / CONTROLLER_PYTHON
+            / "site-packages"
+        )
+        installed = subprocess.run(
+            [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-compile",
+             "--disable-pip-version-check", "--target", str(site), str(wheel)],
+            capture_output=True,
+            text=True,
+        )  # fmt: skip
+        if installed.returncode != 0:
+            raise TestbedError(f"installing the wheel failed: {installed.stderr.strip()}")
+        shutil.rmtree(site / "bin", ignore_errors=True)
+        bin_dir = work / "root" / CONTROLLER_VENV.lstrip("/") / "bin"
+        bin_dir.mkdir(parents=True)
+        script = bin_dir / "devboxes-controller"
+        script.write_text(
+            f"#!{CONTROLLER_VENV}/bin/python3\n"
+            "import sys\n"
+            "from devboxes_controller.__main__ import main\n"
+            "sys.exit(main())\n"
+        )
+        script.chmod(0o755)
+        with tarfile.open(layer, "w") as tar:
+            for path in sorted((work / "root").rglob("*")):
+                info = tar.gettarinfo(path, arcname=str(path.relative_to(work / "root")))
+                info.uid = info.gid = 0
+                info.uname = info.gname = "root"
+                info.mtime = 0
+                if path.is_file():
+                    with path.open("rb") as source:
+                        tar.addfile(info, source)
+                else:
+                    tar.addfile(info)
+
+
+def controller_image(references: tuple[str, ...], log: Callable[[str], None] = print) -> Image:
+    """The controller image the chart runs, from Debian's Python, PyPI and this checkout."""
+    base = _controller_base(log)
+    key = hashlib.sha256(f"{base.name} {_wheel_key()}".encode()).hexdigest()[:12]
+
+    def make(archive: Path, name: str) -> None:
+        app = archive.with_suffix(".layer")
+        _controller_app(app, log)
+        path = f"{CONTROLLER_VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+        write_archive(
+            archive,
+            name,
+            [base, app],
+            {"Env": [f"PATH={path}", "LANG=C.UTF-8", "PYTHONDONTWRITEBYTECODE=1"]},
+        )
+        app.unlink()
+
+    image = _cached("controller", key, make)
     return Image(image.archive, image.name, (image.name, *references))

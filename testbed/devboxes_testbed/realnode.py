@@ -269,7 +269,7 @@ class RealNode:
                 start_component(component, self.log)
                 if component.name == "containerd":
                     for image in (pause, workspace):
-                        self._import(image)
+                        self.load(image)
         except BaseException:
             self.stop()
             raise
@@ -529,7 +529,9 @@ class RealNode:
             *gpus,
         ]
 
-    def _import(self, image: images.Image) -> None:
+    def load(self, image: images.Image) -> None:
+        """Put ``image`` into the node's containerd under its name and references, as a
+        pull would."""
         ctr = [str(self.bin_dir / "ctr"), f"--address={self._socket}", "--namespace=k8s.io"]
         _run(*ctr, "images", "import", str(image.archive))
         for reference in image.references:

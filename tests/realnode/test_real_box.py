@@ -3,11 +3,14 @@
 A box is created through the controller's API, reached with a real ssh client through its
 NodePort Service by the command the API prints, and keeps its home across stop and start.
 A GPU box gets the node's simulated GPUs in its main container only. JupyterLab's devbox
-kernel runs a cell in a box there. The node leaves nothing behind when the testbed stops.
+kernel runs a cell in a box there. The Helm chart runs the controller as a pod there, with
+an image built here, and `helm test` passes. The node leaves nothing behind when the
+testbed stops.
 """
 
 from __future__ import annotations
 
+import base64
 import shlex
 import subprocess
 import time
@@ -16,8 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from devboxes_jupyter.provisioner import box_name
-from devboxes_testbed import L4, realnode
+from devboxes_testbed import L4, images, realnode
+from devboxes_testbed.api import Api as DevboxesApi
 from devboxes_testbed.cluster import Testbed, free_port
 from devboxes_testbed.controller import ANY_ADDRESS, Controller, example_settings
 from labserver import KernelChannels, running_lab
@@ -28,6 +33,8 @@ NAMESPACE = "devboxes"
 KEYS_SECRET = "devbox-keys"
 SIDECAR = "helper"
 IDLE_NAMESPACE = "idle-boxes"
+CHART_NAMESPACE = "charted"
+CHART = REPO / "charts" / "devboxes"
 # The L4 profile's device groups here: one the image has (video), one it does not.
 DEVICE_GROUPS = (44, 4242)
 
@@ -358,6 +365,87 @@ def pod_name(bed: Testbed, namespace: str, box: str) -> str:
     ).split()
     assert len(names) == 1, names
     return names[0].removeprefix("pod/")
+
+
+def test_the_chart_runs_the_controller_as_a_pod_whose_boxes_answer_ssh(
+    real_testbed: Testbed, key: Path, tmp_path: Path
+) -> None:
+    from kubernetes import client
+
+    node = real_testbed.real_node
+    assert node is not None
+    node.load(images.controller_image(("devboxes/controller:0.1.0",), log=lambda _: None))
+    core = client.CoreV1Api(real_testbed.api_client())
+    core.create_namespace({"metadata": {"name": CHART_NAMESPACE}})
+    core.create_namespaced_secret(
+        CHART_NAMESPACE,
+        {
+            "metadata": {"name": KEYS_SECRET},
+            "stringData": {"authorized_keys": key.with_suffix(".pub").read_text()},
+        },
+    )
+    values = tmp_path / "values.yaml"
+    values.write_text(
+        yaml.safe_dump(
+            {
+                "service": {"type": "NodePort"},
+                "controller": {"ssh": {"host": node.address, "authorizedKeysSecret": KEYS_SECRET}},
+            }
+        )
+    )
+    assert real_testbed.bin_dir is not None
+    helm = [str(real_testbed.bin_dir / "helm"), f"--kubeconfig={real_testbed.kubeconfig}"]
+    installed = subprocess.run(
+        [*helm, "install", "devboxes", str(CHART), "--namespace", CHART_NAMESPACE,
+         "--values", str(values), "--wait", "--timeout", "180s"],
+        capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert installed.returncode == 0, installed.stderr
+    try:
+        (service,) = core.list_namespaced_service(
+            CHART_NAMESPACE, label_selector="app.kubernetes.io/instance=devboxes"
+        ).items
+        port = service.spec.ports[0].node_port
+        (secret,) = core.list_namespaced_secret(
+            CHART_NAMESPACE, label_selector="app.kubernetes.io/instance=devboxes"
+        ).items
+        token = base64.b64decode(secret.data["token"]).decode()
+        api = DevboxesApi(f"http://{node.address}:{port}", token)
+        created = api.request("POST", "/devboxes", json={"name": "charted"})
+        assert created.status_code == 201, created.text
+        box = api.request(
+            "GET", "/devboxes/charted", params={"wait": "ready", "timeout": "180"}, timeout=240
+        ).json()
+        assert box["state"] == "ready", box
+        session = ssh(box, key, "id -un")
+        assert session.returncode == 0, session.stderr
+        assert session.stdout.strip() == "dev"
+
+        tested = subprocess.run(
+            [*helm, "test", "devboxes", "--namespace", CHART_NAMESPACE, "--timeout", "180s"],
+            capture_output=True, text=True, timeout=240,
+        )  # fmt: skip
+        assert tested.returncode == 0, tested.stdout + tested.stderr
+        assert "Phase:          Succeeded" in tested.stdout
+        purged = api.request("DELETE", "/devboxes/charted", params={"purge": "true"})
+        assert purged.status_code == 200, purged.text
+    finally:
+        uninstalled = subprocess.run(
+            [*helm, "uninstall", "devboxes", "--namespace", CHART_NAMESPACE, "--wait"],
+            capture_output=True, text=True, timeout=240,
+        )  # fmt: skip
+    assert uninstalled.returncode == 0, uninstalled.stderr
+
+    def nothing_left() -> bool:
+        """the uninstall and the purge left no pod, Service or Secret of the chart"""
+        pods = core.list_namespaced_pod(CHART_NAMESPACE).items
+        services = core.list_namespaced_service(CHART_NAMESPACE).items
+        secrets = core.list_namespaced_secret(
+            CHART_NAMESPACE, label_selector="app.kubernetes.io/instance=devboxes"
+        ).items
+        return not (pods or services or secrets)
+
+    wait_for(nothing_left, timeout=120)
 
 
 def kubectl_run(bed: Testbed, namespace: str, *args: str) -> subprocess.CompletedProcess[str]:
