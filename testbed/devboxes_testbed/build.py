@@ -49,6 +49,8 @@ class Target:
     # Where in the cache directory it goes: CNI plugins are looked up by their bare name
     # in a directory of their own.
     subdir: str = ""
+    # Only the real node uses it: a machine that cannot run one never builds it.
+    real_node: bool = False
 
     @property
     def path(self) -> str:
@@ -73,14 +75,11 @@ def _kube_ldflags() -> tuple[str, ...]:
 TARGETS: tuple[Target, ...] = (
     *(
         Target(name, "kubernetes", f"./cmd/{name}", _kube_ldflags())
-        for name in (
-            "kube-apiserver",
-            "kube-controller-manager",
-            "kube-scheduler",
-            "kubectl",
-            "kubelet",
-            "kube-proxy",
-        )
+        for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+    ),
+    *(
+        Target(name, "kubernetes", f"./cmd/{name}", _kube_ldflags(), real_node=True)
+        for name in ("kubelet", "kube-proxy")
     ),
     Target("etcd", "etcd", "go.etcd.io/etcd/server/v3"),
     Target(
@@ -104,6 +103,7 @@ TARGETS: tuple[Target, ...] = (
             f"github.com/containerd/containerd/v2/cmd/{name}",
             (f"-X github.com/containerd/containerd/v2/version.Version={CONTAINERD_VERSION}",),
             tags=("no_btrfs", "no_devmapper", "no_zfs"),
+            real_node=True,
         )
         for name in ("containerd", "containerd-shim-runc-v2", "ctr")
     ),
@@ -114,6 +114,7 @@ TARGETS: tuple[Target, ...] = (
         (f"-X main.version={RUNC_VERSION.lstrip('v')}",),
         cgo=True,
         tags=("seccomp",),
+        real_node=True,
     ),
     *(
         Target(
@@ -121,11 +122,12 @@ TARGETS: tuple[Target, ...] = (
             "cni",
             f"github.com/containernetworking/plugins/plugins/{package}",
             subdir="cni",
+            real_node=True,
         )
         for package in ("main/bridge", "main/loopback", "ipam/host-local", "meta/portmap")
     ),
-    Target("pause", "pause", "."),
-    Target("fakegpu", "fakegpu", "."),
+    Target("pause", "pause", ".", real_node=True),
+    Target("fakegpu", "fakegpu", ".", real_node=True),
 )
 
 
@@ -180,14 +182,24 @@ KWOK_STAGES = (
 STAGES_DIR = "kwok-stages"
 
 
-def _complete(directory: Path) -> bool:
-    return all((directory / t.path).is_file() for t in TARGETS) and all(
+def needed() -> list[Target]:
+    """Every target on a machine that can run the real node; the others elsewhere."""
+    from .realnode import can_run
+
+    real_node = can_run() is None
+    return [t for t in TARGETS if real_node or not t.real_node]
+
+
+def _complete(directory: Path, targets: list[Target] | None = None) -> bool:
+    wanted = targets if targets is not None else [t for t in TARGETS if not t.real_node]
+    return all((directory / t.path).is_file() for t in wanted) and all(
         (directory / STAGES_DIR / Path(stage).name).is_file() for stage in KWOK_STAGES
     )
 
 
 def installed() -> Path | None:
-    """The cached binaries' directory when everything is present, else None."""
+    """The cached binaries' directory when the control plane's (helm and kubectl among
+    them) are present, else None."""
     try:
         directory = bin_dir()
     except TestbedError:
@@ -219,20 +231,23 @@ def ensure_built(log: Callable[[str], None] = print) -> Path:
     """Build whatever is missing for the pinned versions; return the binaries' directory."""
     go = go_binary()
     directory = bin_dir(go)
-    if _complete(directory):
+    targets = needed()
+    if _complete(directory, targets):
         return directory
     directory.mkdir(parents=True, exist_ok=True)
     # Two test runs or a test run and `make testbed` may start at once: one builds, the
     # other waits and then finds everything built.
     with (directory / ".lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not _complete(directory):
-            _build_missing(go, directory, log)
+        if not _complete(directory, targets):
+            _build_missing(go, directory, targets, log)
     return directory
 
 
-def _build_missing(go: str, directory: Path, log: Callable[[str], None]) -> None:
-    missing = [t for t in TARGETS if not (directory / t.path).is_file()]
+def _build_missing(
+    go: str, directory: Path, targets: list[Target], log: Callable[[str], None]
+) -> None:
+    missing = [t for t in targets if not (directory / t.path).is_file()]
     log(f"building {len(missing)} testbed binaries into {directory} (first build takes a while)")
     for index, target in enumerate(missing, 1):
         started = time.monotonic()
