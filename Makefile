@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TESTBED := PYTHONPATH=testbed $(PY) -m devboxes_testbed
 
-.PHONY: up down test test-unit test-slow check-clean screenshots lint testbed venv system-packages node-deps cassettes openapi chart-schema labels labextension clean
+.PHONY: dist images up down test test-unit test-slow check-clean screenshots lint testbed venv system-packages node-deps cassettes openapi chart-schema labels labextension clean
 
 # package.json holds the version that the installed metadata reports.
 $(STAMP): pyproject.toml jupyter_ext/package.json
@@ -109,6 +109,16 @@ screenshots: $(STAMP) testbed system-packages node-deps
 # Rebuild the prebuilt JupyterLab extension shipped in the wheel (needs Node.js).
 labextension: $(STAMP) $(NODE_DEPS)
 	cd jupyter_ext && PATH=$(CURDIR)/$(VENV)/bin:$$PATH npm run build
+
+# The release's Python artifacts: the wheel and sdist, in dist/.
+dist: $(STAMP)
+	SKIP_JUPYTER_BUILDER=1 $(PY) -m build --outdir dist .
+
+# The release's images, as OCI archives in dist/images tagged with the project's version:
+# the controller (Debian's Python with the wheel) and the workspace (Debian packages and
+# workspace/). Push them with skopeo or crane (docs/operator-guide.md).
+images: $(STAMP) system-packages
+	$(TESTBED) images --out dist/images
 
 clean:
 	rm -rf $(VENV) .devboxes .mypy_cache .ruff_cache

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -103,6 +104,21 @@ def down() -> None:
     print("stopped")
 
 
+def write_images(out: Path) -> None:
+    """The release's images, tagged with the project's version, ready to push."""
+    from . import images
+
+    version = json.loads((REPO / "jupyter_ext" / "package.json").read_text())["version"]
+    out.mkdir(parents=True, exist_ok=True)
+    for name, image in (
+        ("controller", images.controller_image(())),
+        ("workspace", images.workspace_image(())),
+    ):
+        archive = out / f"devboxes-{name}-{version}.oci.tar"
+        images.export(image, f"devboxes/{name}:{version}", archive)
+        print(f"{archive}  (devboxes/{name}:{version})")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="devboxes_testbed", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -117,6 +133,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     start.add_argument("--detach", action="store_true", help="run in the background")
     commands.add_parser("down", help="stop a detached 'up'")
+    release = commands.add_parser(
+        "images", help="build the controller and workspace images as OCI archives"
+    )
+    release.add_argument("--out", type=Path, required=True, help="directory for the archives")
     provision = commands.add_parser("provisioner", help="run the simulated storage provisioner")
     provision.add_argument("--kubeconfig", required=True)
     provision.add_argument("--port", type=int, required=True)
@@ -133,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
             (detach if args.detach else up)(args.pools)
         elif args.command == "down":
             down()
+        elif args.command == "images":
+            write_images(args.out)
         elif args.command == "provisioner":
             from .provisioner import serve
 

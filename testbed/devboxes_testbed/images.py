@@ -136,6 +136,29 @@ def write_archive(out: Path, name: str, layers: Iterable[Path], config: dict[str
     partial.rename(out)
 
 
+def export(image: Image, reference: str, out: Path) -> None:
+    """Write ``image`` as an OCI archive that names it ``reference`` (``repository:tag``),
+    for `skopeo copy oci-archive:<out> docker://<registry>/<reference>` and the like."""
+    partial = out.with_name(f".{out.name}.partial")
+    with tarfile.open(image.archive) as source, tarfile.open(partial, "w") as target:
+        for member in source.getmembers():
+            if member.name == "index.json":
+                extracted = source.extractfile(member)
+                assert extracted is not None
+                index = json.loads(extracted.read())
+                for manifest in index["manifests"]:
+                    manifest["annotations"] = {
+                        "io.containerd.image.name": reference,
+                        "org.opencontainers.image.ref.name": reference.rsplit(":", 1)[1],
+                    }
+                _add_bytes(target, "index.json", json.dumps(index).encode())
+            elif member.isfile():
+                target.addfile(member, source.extractfile(member))
+            else:
+                target.addfile(member)
+    partial.rename(out)
+
+
 def _cached(name: str, key: str, make: Callable[[Path, str], None]) -> Image:
     """The archive for ``key``, made by ``make`` unless present; older archives of ``name`` go."""
     directory = images_dir()
