@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from . import build
-from .cluster import Testbed
+from .cluster import Exit, Testbed, wait_for_exit
 from .errors import TestbedError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -52,13 +52,18 @@ def up(pool_file: Path) -> None:
     PID_FILE.write_text(str(os.getpid()))
     testbed = Testbed(STATE / "testbed", pool_file)
     stack = Stack(testbed, STATE)
+    dead: list[Exit] = []
     try:
         with _terminate_as_interrupt():
             stack.start()
             write_env(stack.env())
             print(stack.summary(ENV_FILE), flush=True)
-            while True:
-                time.sleep(3600)
+            # A part that dies takes the stack down with a message: half a stack that
+            # looks up is worse than none.
+            dead = wait_for_exit(stack.exited)
+            for gone in dead:
+                print(f"\n{gone}", flush=True)
+            print("stopping everything else ...", flush=True)
     except KeyboardInterrupt:
         print("\nstopping ...", flush=True)
     finally:
@@ -66,6 +71,8 @@ def up(pool_file: Path) -> None:
         ENV_FILE.unlink(missing_ok=True)
         PID_FILE.unlink(missing_ok=True)
         print("stopped", flush=True)
+    if dead:
+        raise TestbedError(f"stopped because {dead[0]}")
 
 
 def detach(pool_file: Path) -> None:

@@ -101,6 +101,36 @@ class Component:
         self.process = None
 
 
+@dataclass(frozen=True)
+class Exit:
+    """A process of the testbed (or of what runs on it) that exited on its own."""
+
+    name: str
+    code: int
+    log: Path
+
+    def __str__(self) -> str:
+        return f"{self.name} exited with code {self.code}; its log: {self.log}"
+
+
+def exits(components: list[Component]) -> list[Exit]:
+    """The started components whose process has exited."""
+    found = []
+    for component in components:
+        process = component.process
+        code = process.poll() if process is not None else None
+        if code is not None:
+            found.append(Exit(component.name, code, component.log))
+    return found
+
+
+def wait_for_exit(check: Callable[[], list[Exit]], interval: float = 1.0) -> list[Exit]:
+    """Block until ``check`` reports an exited process; return what it reported."""
+    while not (found := check()):
+        time.sleep(interval)
+    return found
+
+
 def _healthy(url: str, headers: Mapping[str, str]) -> bool:
     context = ssl.create_default_context()
     # Loopback health endpoints of components with self-signed serving certificates.
@@ -518,3 +548,8 @@ class Testbed:
 
     def alive(self) -> list[str]:
         return [c.name for c in self.components if c.process and c.process.poll() is None]
+
+    def exited(self) -> list[Exit]:
+        """Components, the real node's among them, that exited since they started."""
+        node = self.real_node.components if self.real_node is not None else []
+        return exits([*self.components, *node])

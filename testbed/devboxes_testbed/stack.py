@@ -12,7 +12,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .cluster import Component, Testbed, free_port, reassigner, start_component
+from .cluster import (
+    Component,
+    Exit,
+    Testbed,
+    exits,
+    free_port,
+    reassigner,
+    start_component,
+)
 from .controller import Controller, example_settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -138,6 +146,16 @@ class Stack:
         except BaseException:
             self.stop()
             raise
+
+    def exited(self) -> list[Exit]:
+        """Whatever the stack started that has exited: a cluster component, the
+        controller or JupyterLab."""
+        found = [*self.testbed.exited(), *exits(self.services)]
+        process = self.controller.process if self.controller is not None else None
+        if process is not None and (code := process.poll()) is not None:
+            assert self.controller is not None
+            found.append(Exit("devboxes-controller", code, self.controller.log))
+        return found
 
     def stop(self) -> None:
         for service in reversed(self.services):
