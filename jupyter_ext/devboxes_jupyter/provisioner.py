@@ -257,9 +257,9 @@ class DevboxKernelProvisioner(LocalProvisioner):
         )
         return check.returncode == 0
 
-    def _open_master(self, forget_host_key: bool) -> None:
-        """One authenticated connection that the kernel session and forwards share."""
-        assert self._box is not None
+    def _key(self) -> Path:
+        """The private key kernels log in with; its absence fails the start before a box
+        is created or started for nothing."""
         if not self.ssh_key_file:
             raise self._fail(
                 "no SSH key configured for devbox kernels: set "
@@ -268,6 +268,12 @@ class DevboxKernelProvisioner(LocalProvisioner):
         key = Path(self.ssh_key_file).expanduser()
         if not key.is_file():
             raise self._fail(f"the SSH key {key} (DevboxKernelProvisioner.ssh_key_file) is missing")
+        return key
+
+    def _open_master(self, forget_host_key: bool) -> None:
+        """One authenticated connection that the kernel session and forwards share."""
+        assert self._box is not None
+        self._key()
         known = self._known_hosts()
         known.parent.mkdir(parents=True, exist_ok=True)
         if forget_host_key and known.exists():
@@ -392,6 +398,7 @@ class DevboxKernelProvisioner(LocalProvisioner):
 
     async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
         self._report("starting", f"preparing box {self.box_name}")
+        self._key()
         try:
             box, created = await asyncio.to_thread(self._ready_box)
         except DevboxKernelError:

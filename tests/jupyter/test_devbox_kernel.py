@@ -23,7 +23,7 @@ import requests
 from devboxes_jupyter.provisioner import box_name
 from devboxes_testbed import L4, ROCM
 from devboxes_testbed.controller import Controller
-from labserver import KernelChannels, KernelLab, Lab, running_kernel_lab
+from labserver import KernelChannels, KernelLab, Lab, running_kernel_lab, running_lab
 from sshd import loopback_sshd, need_sshd
 from support import wait_for
 from test_jupyter_logo import png_size
@@ -231,6 +231,19 @@ def test_failures_end_the_start_with_one_message(
         assert "/nonexistent/python3 is not installed there" in message
 
     assert list(setup.lab.api("GET", "api/kernels")) == []
+
+
+def test_a_kernel_without_an_ssh_key_fails_before_it_takes_a_box(
+    controller: Controller, controller_client: Client, tmp_path: Path
+) -> None:
+    owner = f"nokey{secrets.token_hex(3)}"
+    args = [f"--DevboxKernelProvisioner.owner={owner}"]
+    with running_lab(tmp_path / "lab", controller.url, controller.token, args) as lab:
+        wait_for(lambda: "devbox-cpu" in _kernelspecs(lab), timeout=60)
+        message = _refused(_start_kernel(lab, "devbox-cpu"))
+    assert message.startswith("no SSH key configured for devbox kernels")
+    with pytest.raises(NotFound):
+        controller_client.get(box_name(owner, None))
 
 
 def test_a_box_with_another_accelerator_is_refused_in_display_names(
