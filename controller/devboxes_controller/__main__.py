@@ -16,7 +16,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from .config.loading import load_check_target, load_settings
+from devboxes_sdk.models import DoctorReport
+
+from .config.loading import CHART_VALUES, CheckTarget, load_check_target, load_settings
+from .config.settings import Settings
 from .config.violations import ConfigError
 from .k8s.lease import DEFAULT_LEASE_SECONDS
 
@@ -62,7 +65,7 @@ def _lease_seconds(value: str) -> int:
 
 def check_config(path: Path) -> int:
     try:
-        settings = load_check_target(path)
+        settings = load_check_target(path).settings
     except ConfigError as err:
         print(f"{path}: {len(err.violations)} problem(s):", file=sys.stderr)
         for violation in err.violations:
@@ -78,6 +81,35 @@ def check_config(path: Path) -> int:
     return 0
 
 
+def doctor_source(path: Path | None, target: CheckTarget, release_namespace: str | None) -> str:
+    """One line naming the kind of file the doctor read and the box namespace it checks,
+    with where that namespace came from when the values file leaves it to the release."""
+    if target.source != CHART_VALUES:
+        read = f"read settings file {path}" if path is not None else "no file, default settings"
+        return f"{read}; boxes in namespace {target.settings.namespace}"
+    namespace = target.settings.namespace
+    if not target.namespace_from_release:
+        ignored = " (--namespace is used only when it is empty)" if release_namespace else ""
+        where = f"namespace {namespace} from controller.namespace{ignored}"
+    elif release_namespace is not None:
+        where = f"namespace {namespace}, the release namespace (controller.namespace is empty)"
+    else:
+        where = (
+            f"namespace {namespace} assumed: controller.namespace is empty, so the chart "
+            "uses the release namespace; name it with --namespace"
+        )
+    return f"read chart values file {path}; boxes in {where}"
+
+
+def doctor_json(report: DoctorReport, target: CheckTarget) -> str:
+    """The report with the kind of file read and the box namespace checked, which only
+    this command has: the API's DoctorReport comes from the controller's own settings."""
+    found = report.model_dump(mode="json")
+    return json.dumps(
+        {**found, "source": target.source, "namespace": target.settings.namespace}, indent=2
+    )
+
+
 def doctor(args: argparse.Namespace) -> int:
     """The GPU doctor without a running controller: exit 1 on any failed check, 2 when the
     settings or credentials are unusable or the apiserver cannot be asked."""
@@ -87,24 +119,37 @@ def doctor(args: argparse.Namespace) -> int:
     from .placement.doctor import examine
 
     try:
-        settings = load_settings(args.settings, os.environ)
+        target = load_check_target(args.settings, os.environ, args.namespace)
     except ConfigError as err:
         print("devboxes-controller: invalid settings:", file=sys.stderr)
         for violation in err.violations:
             print(f"  {violation}", file=sys.stderr)
         return 2
+    if args.namespace is not None and target.source != CHART_VALUES:
+        read = f"{args.settings} is a settings file" if args.settings else "no file was given"
+        print(
+            "devboxes-controller: doctor: --namespace names the Helm release namespace of a "
+            f"chart values file, but {read}: set namespace in the settings file, or "
+            "DEVBOXES_NAMESPACE",
+            file=sys.stderr,
+        )
+        return 2
+    print(
+        f"devboxes-controller: doctor: {doctor_source(args.settings, target, args.namespace)}",
+        file=sys.stderr,
+    )
     try:
         api = kube.api_client(args.kubeconfig)
     except Exception as err:  # noqa: BLE001 - any kubeconfig problem is reported in one line
         print(f"devboxes-controller: cannot load Kubernetes credentials: {err}", file=sys.stderr)
         return 2
     try:
-        report = examine(settings, api)
+        report = examine(target.settings, api)
     except kube.ApiProblem as err:
         print(f"devboxes-controller: doctor: {err.detail}", file=sys.stderr)
         return 2
     if args.json:
-        print(report.model_dump_json(indent=2))
+        print(doctor_json(report, target))
     else:
         print(doctor_text(report))
     return 0 if report.ok else 1
@@ -202,18 +247,27 @@ def main(argv: list[str] | None = None) -> int:
         "doctor",
         help="check the cluster's GPU prerequisites; exit 1 when any check fails",
     )
-    for command in (run, check_gpu):
+    for command, readable in (
+        (run, "settings file (YAML or JSON)"),
+        (check_gpu, "settings file (YAML or JSON) or the Helm chart's values file"),
+    ):
         command.add_argument(
             "--settings",
             type=Path,
             default=os.environ.get("DEVBOXES_SETTINGS"),
-            help="settings file (YAML or JSON); env DEVBOXES_SETTINGS",
+            help=f"{readable}; env DEVBOXES_SETTINGS",
         )
         command.add_argument(
             "--kubeconfig",
             default=os.environ.get("KUBECONFIG"),
             help="kubeconfig; default in-cluster credentials, then ~/.kube/config",
         )
+    check_gpu.add_argument(
+        "--namespace",
+        help="the Helm release namespace (helm -n), where the chart puts the boxes when the "
+        "values file leaves controller.namespace empty; without it "
+        f"{Settings.model_fields['namespace'].default} is assumed",
+    )
     check_gpu.add_argument("--json", action="store_true", help="print the report as JSON")
     run.add_argument(
         "--listen",

@@ -8,8 +8,9 @@ or the key, so ``check-config`` and start-up report the same thing.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
@@ -19,6 +20,22 @@ from .violations import ConfigError, config_error, show
 ENV_NAMESPACE = "DEVBOXES_NAMESPACE"
 ENV_WORKSPACE_IMAGE = "DEVBOXES_WORKSPACE_IMAGE"
 ENV_SSH_HOST = "DEVBOXES_SSH_HOST"
+
+Source = Literal["settings", "chart values"]
+SETTINGS_FILE: Source = "settings"
+CHART_VALUES: Source = "chart values"
+
+
+@dataclass(frozen=True)
+class CheckTarget:
+    """The settings read from a file that may be either kind, and which kind it was."""
+
+    settings: Settings
+    source: Source
+    # Chart values that leave controller.namespace empty: the chart puts the release
+    # namespace there, which the file cannot tell, so the namespace of ``settings`` is
+    # the one the caller named as the release's or, without one, the default.
+    namespace_from_release: bool = False
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -79,7 +96,10 @@ def load_settings(path: Path | None, environ: Mapping[str, str]) -> Settings:
     ``DEVBOXES_NAMESPACE``, ``DEVBOXES_WORKSPACE_IMAGE`` and ``DEVBOXES_SSH_HOST``, when
     set and not empty, replace ``namespace``, ``workspaceImage`` and ``ssh.host``.
     """
-    data: dict[str, Any] = {} if path is None else _read_mapping(path)
+    return _with_overrides({} if path is None else _read_mapping(path), environ)
+
+
+def _with_overrides(data: dict[str, Any], environ: Mapping[str, str]) -> Settings:
     sources: dict[str, str] = {}
     for variable, key in ((ENV_NAMESPACE, "namespace"), (ENV_WORKSPACE_IMAGE, "workspaceImage")):
         if environ.get(variable):
@@ -102,19 +122,26 @@ def load_settings(path: Path | None, environ: Mapping[str, str]) -> Settings:
     return settings
 
 
-def load_check_target(path: Path) -> Settings:
-    """Validate a settings file or a Helm values file, for ``check-config``.
+def load_check_target(
+    path: Path | None,
+    environ: Mapping[str, str] | None = None,
+    release_namespace: str | None = None,
+) -> CheckTarget:
+    """Settings from a settings file or a Helm values file, for ``check-config`` and the
+    doctor; None reads no file (all defaults).
 
     A Helm values file is recognised by its top-level ``controller:`` key; its
     ``controller`` and ``gpu`` blocks are checked and the other chart keys are left to
-    the chart's JSON schema. Paths in errors then name the values keys.
+    the chart's JSON schema. Paths in errors then name the values keys. It is read as
+    the chart renders it: ``release_namespace`` (or, without it, the default) stands in
+    for an empty or missing ``controller.namespace``, and a missing ``controller.ssh.host``
+    is empty, as in the chart's values.yaml. ``environ`` overrides a settings file as in
+    :func:`load_settings`, never a values file: the chart passes none of those variables
+    to the controller.
     """
-    data = _read_mapping(path)
+    data = {} if path is None else _read_mapping(path)
     if "controller" not in data:
-        settings, violations = validate(data)
-        if settings is None:
-            raise config_error(violations)
-        return settings
+        return CheckTarget(_with_overrides(data, environ or {}), SETTINGS_FILE)
     controller = data["controller"]
     if controller is None:
         controller = {}
@@ -126,15 +153,29 @@ def load_check_target(path: Path) -> Settings:
             ("controller.gpu", "GPU profiles belong in the top-level gpu: block of the values")
         )
     merged = {k: v for k, v in controller.items() if k != "gpu"}
+    # helm merges the user's values over the chart's values.yaml, whose empty ssh.host
+    # differs from the controller's own default.
+    ssh = merged.get("ssh", {})
+    if isinstance(ssh, Mapping) and "host" not in ssh:
+        merged["ssh"] = {**ssh, "host": ""}
     # The chart replaces an empty namespace with the release namespace.
-    if merged.get("namespace") == "":
-        del merged["namespace"]
+    sources: dict[str, str] = {}
+    from_release = merged.get("namespace", "") == ""
+    if from_release:
+        merged.pop("namespace", None)
+        if release_namespace is not None:
+            merged["namespace"] = release_namespace
+            sources["namespace"] = "the release namespace"
     merged["gpu"] = data.get("gpu", {})
     settings, violations = validate(merged)
     named = [
-        (p if p == "gpu" or p.startswith(("gpu.", "gpu[")) else f"controller.{p}", m)
+        (
+            (p if p == "gpu" or p.startswith(("gpu.", "gpu[")) else f"controller.{p}")
+            + (f" ({sources[p]})" if p in sources else ""),
+            m,
+        )
         for p, m in violations
     ]
     if settings is None or misplaced:
         raise config_error(misplaced + named)
-    return settings
+    return CheckTarget(settings, CHART_VALUES, namespace_from_release=from_release)

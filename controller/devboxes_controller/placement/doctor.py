@@ -517,9 +517,58 @@ def _permissions(settings: Settings, facts: Facts) -> list[DoctorCheck]:
     return found
 
 
+def _ssh_keys(settings: Settings) -> DoctorCheck:
+    secret = settings.ssh.authorized_keys_secret
+    namespace = settings.namespace
+    if secret is None:
+        return _check(
+            None,
+            "ssh-keys",
+            "warn",
+            "no SSH keys are configured: boxes accept no login",
+            "put the public keys that may log in under the key authorized_keys of a Secret in "
+            f"namespace {namespace} (kubectl -n {namespace} create secret generic "
+            "devbox-ssh-keys --from-file=authorized_keys=KEYS_FILE) and set "
+            "controller.ssh.authorizedKeysSecret to its name",
+        )
+    # The controller may create and patch Secrets but never read one, so whether this
+    # one exists and holds the key stays unknown to the doctor.
+    return _check(
+        None,
+        "ssh-keys",
+        "pass",
+        f"boxes take their SSH keys from the key authorized_keys of Secret {secret} in "
+        f"namespace {namespace} (not verified: the controller may not read Secrets)",
+    )
+
+
+def _ssh_host(settings: Settings) -> DoctorCheck:
+    ssh = settings.ssh
+    if ssh.service_type == "LoadBalancer":
+        return _check(None, "ssh-host", "pass", "SSH commands show each box's LoadBalancer address")
+    if ssh.host:
+        return _check(
+            None, "ssh-host", "pass", f"SSH commands show {ssh.host} and each box's node port"
+        )
+    return _check(
+        None,
+        "ssh-host",
+        "warn",
+        "controller.ssh.serviceType is NodePort and controller.ssh.host is empty: no SSH "
+        "command can be printed, and boxes stay starting, waiting for an SSH address",
+        "set controller.ssh.host to an address of the nodes that users can reach, or set "
+        "controller.ssh.serviceType to LoadBalancer where the cluster provides load balancers",
+    )
+
+
 def diagnose(settings: Settings, facts: Facts) -> DoctorReport:
     """Every check, cluster-wide first, then per profile in catalog order."""
-    checks = [_storage_class(settings, facts), *_permissions(settings, facts)]
+    checks = [
+        _storage_class(settings, facts),
+        *_permissions(settings, facts),
+        _ssh_keys(settings),
+        _ssh_host(settings),
+    ]
     if not settings.gpu.enabled:
         checks.append(
             _check(None, "gpu", "warn", "GPU acceleration is disabled: no profile was checked")

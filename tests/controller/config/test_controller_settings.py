@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 from devboxes_controller.config.formats import quantity_value
-from devboxes_controller.config.loading import load_check_target, load_settings
+from devboxes_controller.config.loading import CheckTarget, load_check_target, load_settings
 from devboxes_controller.config.settings import (
     INT64_MAX,
     INT64_MIN,
@@ -419,10 +419,11 @@ def test_check_target_recognises_a_helm_values_file(tmp_path: Path) -> None:
         "controller": {"namespace": "", "ssh": {"serviceType": "LoadBalancer", "host": ""}},
         "gpu": {"enabled": True, "defaultProfile": "nvidia-l4", "profiles": [L4]},
     }
-    settings = load_check_target(write(tmp_path, yaml.safe_dump(values)))
-    assert settings.ssh.service_type == "LoadBalancer"
-    assert settings.ssh.host is None
-    assert settings.gpu.default_profile == "nvidia-l4"
+    target = load_check_target(write(tmp_path, yaml.safe_dump(values)))
+    assert target.source == "chart values"
+    assert target.settings.ssh.service_type == "LoadBalancer"
+    assert target.settings.ssh.host is None
+    assert target.settings.gpu.default_profile == "nvidia-l4"
 
 
 def test_check_target_names_values_keys(tmp_path: Path) -> None:
@@ -449,14 +450,77 @@ def test_check_target_refuses_gpu_inside_controller(tmp_path: Path) -> None:
 
 def test_check_target_accepts_a_settings_file(tmp_path: Path) -> None:
     path = write(tmp_path, yaml.safe_dump({"namespace": "boxes", "gpu": {"enabled": False}}))
-    assert load_check_target(path).namespace == "boxes"
+    target = load_check_target(path)
+    assert (target.source, target.settings.namespace) == ("settings", "boxes")
+    assert target.namespace_from_release is False
     bad = write(tmp_path, yaml.safe_dump({"namespace": "Boxes"}), "bad.yaml")
     assert violations(lambda: load_check_target(bad))[0].startswith("namespace: 'Boxes'")
 
 
 def test_the_charts_default_values_pass_the_check() -> None:
     values = ROOT / "charts" / "devboxes" / "values.yaml"
-    assert load_check_target(values).gpu.enabled is False
+    target = load_check_target(values)
+    assert target.settings.gpu.enabled is False
+    assert (target.source, target.namespace_from_release) == ("chart values", True)
+    assert target.settings.namespace == "devboxes"
+    assert target.settings.ssh.host is None
+
+
+def values_target(tmp_path: Path, values: dict[str, Any], **kwargs: Any) -> CheckTarget:
+    return load_check_target(write(tmp_path, yaml.safe_dump(values), "values.yaml"), **kwargs)
+
+
+def test_a_values_file_reads_as_merged_over_the_charts_values(tmp_path: Path) -> None:
+    # helm fills what a values file leaves out from the chart's values.yaml, whose ssh.host
+    # differs from the controller's default: a file without a controller block stands for
+    # exactly the chart's defaults.
+    chart = load_check_target(ROOT / "charts" / "devboxes" / "values.yaml")
+    assert load_check_target(None).settings != chart.settings
+    bare: list[dict[str, Any]] = [{"controller": None}, {"controller": {"ssh": {}}}]
+    for values in bare:
+        assert values_target(tmp_path, values) == chart
+
+
+@pytest.mark.parametrize(
+    ("ssh", "host"),
+    [
+        ({}, None),
+        ({"serviceType": "NodePort"}, None),
+        ({"host": ""}, None),
+        ({"host": "ssh.example.com"}, "ssh.example.com"),
+    ],
+)
+def test_a_values_file_without_an_ssh_host_has_none(
+    tmp_path: Path, ssh: dict[str, str], host: str | None
+) -> None:
+    assert values_target(tmp_path, {"controller": {"ssh": ssh}}).settings.ssh.host == host
+
+
+def test_the_release_namespace_stands_in_for_an_empty_one(tmp_path: Path) -> None:
+    for controller in ({}, {"namespace": ""}):
+        target = values_target(tmp_path, {"controller": controller}, release_namespace="team-a")
+        assert (target.settings.namespace, target.namespace_from_release) == ("team-a", True)
+    named = values_target(
+        tmp_path, {"controller": {"namespace": "gpu-boxes"}}, release_namespace="team-a"
+    )
+    assert (named.settings.namespace, named.namespace_from_release) == ("gpu-boxes", False)
+    found = violations(
+        lambda: values_target(tmp_path, {"controller": {}}, release_namespace="Team_A")
+    )
+    assert len(found) == 1
+    assert found[0].startswith(
+        "controller.namespace (the release namespace): 'Team_A' is not a valid DNS label"
+    )
+
+
+def test_environment_overrides_a_settings_file_but_never_chart_values(tmp_path: Path) -> None:
+    environ = {"DEVBOXES_NAMESPACE": "team-a", "DEVBOXES_SSH_HOST": "ssh.example.com"}
+    settings = load_check_target(write(tmp_path, "namespace: boxes\n"), environ).settings
+    assert (settings.namespace, settings.ssh.host) == ("team-a", "ssh.example.com")
+    values = write(tmp_path, "controller: {namespace: boxes}\n", "values.yaml")
+    settings = load_check_target(values, environ).settings
+    assert (settings.namespace, settings.ssh.host) == ("boxes", None)
+    assert load_check_target(None, environ).settings.namespace == "team-a"
 
 
 # --- resolving requests and discovery ----------------------------------------------------

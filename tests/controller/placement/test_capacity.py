@@ -318,6 +318,8 @@ def test_doctor_passes_a_well_configured_profile() -> None:
         "limit-range",
         "storage-class",
         "permissions",
+        "ssh-keys",
+        "ssh-host",
     }
 
 
@@ -371,6 +373,68 @@ def test_doctor_warns_when_it_cannot_read_and_names_denied_permissions() -> None
             "grant the controller list on nodes (the chart's ClusterRole and Role do)",
         )
     ]
+
+
+def cluster_checks(report: Any) -> dict[str, tuple[str, str, str | None]]:
+    return {c.check: (c.verdict, c.message, c.fix) for c in report.checks if c.profile is None}
+
+
+def test_doctor_warns_that_without_ssh_keys_nobody_logs_in() -> None:
+    report = doctor.diagnose(settings_from_mapping({"namespace": "boxes"}), facts())
+    verdict, message, fix = cluster_checks(report)["ssh-keys"]
+    assert (verdict, message) == ("warn", "no SSH keys are configured: boxes accept no login")
+    assert fix == (
+        "put the public keys that may log in under the key authorized_keys of a Secret in "
+        "namespace boxes (kubectl -n boxes create secret generic devbox-ssh-keys "
+        "--from-file=authorized_keys=KEYS_FILE) and set controller.ssh.authorizedKeysSecret "
+        "to its name"
+    )
+    assert report.ok
+
+
+def test_a_named_keys_secret_passes_without_being_read() -> None:
+    settings = settings_from_mapping({"ssh": {"authorizedKeysSecret": "team-keys"}})
+    assert cluster_checks(doctor.diagnose(settings, facts()))["ssh-keys"] == (
+        "pass",
+        "boxes take their SSH keys from the key authorized_keys of Secret team-keys in "
+        "namespace devboxes (not verified: the controller may not read Secrets)",
+        None,
+    )
+    assert not any(
+        p.resource == "secrets" and p.verb in ("get", "list") for p in doctor.PERMISSIONS
+    )
+
+
+NO_SSH_HOST = (
+    "warn",
+    "controller.ssh.serviceType is NodePort and controller.ssh.host is empty: no SSH command "
+    "can be printed, and boxes stay starting, waiting for an SSH address",
+    "set controller.ssh.host to an address of the nodes that users can reach, or set "
+    "controller.ssh.serviceType to LoadBalancer where the cluster provides load balancers",
+)
+
+
+@pytest.mark.parametrize(
+    ("ssh", "found"),
+    [
+        (
+            {"host": "gpu.example.org"},
+            ("pass", "SSH commands show gpu.example.org and each box's node port", None),
+        ),
+        (
+            {"serviceType": "LoadBalancer", "host": None},
+            ("pass", "SSH commands show each box's LoadBalancer address", None),
+        ),
+        ({"serviceType": "NodePort", "host": ""}, NO_SSH_HOST),
+        ({"host": None}, NO_SSH_HOST),
+    ],
+)
+def test_doctor_warns_when_a_node_port_has_no_host_to_show(
+    ssh: dict[str, Any], found: tuple[str, str, str | None]
+) -> None:
+    report = doctor.diagnose(settings_from_mapping({"ssh": ssh}), facts())
+    assert cluster_checks(report)["ssh-host"] == found
+    assert report.ok
 
 
 def test_permissions_match_the_charts_roles() -> None:
