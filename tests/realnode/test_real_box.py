@@ -3,37 +3,38 @@
 A box is created through the controller's API, reached with a real ssh client through its
 NodePort Service by the command the API prints, and keeps its home across stop and start.
 A GPU box gets the node's simulated GPUs in its main container only. JupyterLab's devbox
-kernel runs a cell in a box there. The Helm chart runs the controller as a pod there, with
-an image built here, and `helm test` passes. The node leaves nothing behind when the
+kernel runs a cell in a box there. The operator guide's walkthrough runs there as written:
+the Helm chart runs the controller as a pod, with an image built here, `helm test` passes,
+and a box of the chart's controller answers SSH. The node leaves nothing behind when the
 testbed stops.
 """
 
 from __future__ import annotations
 
-import base64
+import json
+import os
+import re
 import shlex
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from devboxes_jupyter.provisioner import box_name
 from devboxes_testbed import L4, images, realnode
-from devboxes_testbed.api import Api as DevboxesApi
 from devboxes_testbed.cluster import Testbed, free_port
 from devboxes_testbed.controller import ANY_ADDRESS, Controller, example_settings
 from labserver import KernelChannels, running_lab
 from sshd import make_key
 from support import REPO, Api, wait_for
 
-NAMESPACE = "devboxes"
+NAMESPACE = "real-boxes"
 KEYS_SECRET = "devbox-keys"
 SIDECAR = "helper"
 IDLE_NAMESPACE = "idle-boxes"
-CHART_NAMESPACE = "charted"
 CHART = REPO / "charts" / "devboxes"
 # The L4 profile's device groups here: one the image has (video), one it does not.
 DEVICE_GROUPS = (44, 4242)
@@ -367,83 +368,134 @@ def pod_name(bed: Testbed, namespace: str, box: str) -> str:
     return names[0].removeprefix("pod/")
 
 
-def test_the_chart_runs_the_controller_as_a_pod_whose_boxes_answer_ssh(
-    real_testbed: Testbed, key: Path, tmp_path: Path
+# The walkthrough's blocks the test leaves out, and why.
+NOT_RUN = {
+    # The images come from the same builder: the node's workspace image, and the controller
+    # image loaded below; tests/testbed/test_images.py writes them with `make images`. The
+    # package is this checkout's, installed in the venv the tests run in.
+    "build",
+    # The testbed's own registry and node address replace the example's.
+    "registry",
+    # No registry is reachable here: the node imports the images, as a pull would.
+    "push",
+    # A Lab runs a devbox kernel on this node in
+    # test_the_devbox_kernel_runs_a_cell_in_a_box_on_the_real_node.
+    "jupyter",
+}
+TRANSCRIPT = REPO / "test-artifacts" / "walkthrough.txt"
+WALKTHROUGH_BLOCK = re.compile(r"<!-- walkthrough: ([a-z-]+) -->\n```bash\n(.*?)\n```\n", re.S)
+
+
+def walkthrough() -> list[tuple[str, str]]:
+    """The operator guide's walkthrough: each block's name and its commands, in order."""
+    return WALKTHROUGH_BLOCK.findall((REPO / "docs" / "operator-guide.md").read_text())
+
+
+def test_the_operator_guides_walkthrough_runs_on_the_real_node(
+    real_testbed: Testbed, tmp_path: Path
 ) -> None:
+    """The guide's commands, as an operator runs them, install the chart with the images
+    built here: the controller runs as a pod, the doctors agree, a GPU box made by the
+    chart's controller answers SSH, and the clean-up leaves nothing."""
     from kubernetes import client
 
     node = real_testbed.real_node
     assert node is not None
-    node.load(images.controller_image(("devboxes/controller:0.1.0",), log=lambda _: None))
-    core = client.CoreV1Api(real_testbed.api_client())
-    core.create_namespace({"metadata": {"name": CHART_NAMESPACE}})
-    core.create_namespaced_secret(
-        CHART_NAMESPACE,
-        {
-            "metadata": {"name": KEYS_SECRET},
-            "stringData": {"authorized_keys": key.with_suffix(".pub").read_text()},
-        },
-    )
-    values = tmp_path / "values.yaml"
-    values.write_text(
-        yaml.safe_dump(
-            {
-                "service": {"type": "NodePort"},
-                "controller": {"ssh": {"host": node.address, "authorizedKeysSecret": KEYS_SECRET}},
-            }
-        )
-    )
     assert real_testbed.bin_dir is not None
-    helm = [str(real_testbed.bin_dir / "helm"), f"--kubeconfig={real_testbed.kubeconfig}"]
-    installed = subprocess.run(
-        [*helm, "install", "devboxes", str(CHART), "--namespace", CHART_NAMESPACE,
-         "--values", str(values), "--wait", "--timeout", "180s"],
-        capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
-    assert installed.returncode == 0, installed.stderr
-    try:
-        (service,) = core.list_namespaced_service(
-            CHART_NAMESPACE, label_selector="app.kubernetes.io/instance=devboxes"
-        ).items
-        port = service.spec.ports[0].node_port
-        (secret,) = core.list_namespaced_secret(
-            CHART_NAMESPACE, label_selector="app.kubernetes.io/instance=devboxes"
-        ).items
-        token = base64.b64decode(secret.data["token"]).decode()
-        api = DevboxesApi(f"http://{node.address}:{port}", token)
-        created = api.request("POST", "/devboxes", json={"name": "charted"})
-        assert created.status_code == 201, created.text
-        box = api.request(
-            "GET", "/devboxes/charted", params={"wait": "ready", "timeout": "180"}, timeout=240
-        ).json()
-        assert box["state"] == "ready", box
-        session = ssh(box, key, "id -un")
-        assert session.returncode == 0, session.stderr
-        assert session.stdout.strip() == "dev"
+    node.load(images.controller_image(("devboxes/controller:0.1.0",), log=lambda _: None))
+    blocks = walkthrough()
+    assert [name for name, _ in blocks] == [
+        "cluster", "build", "registry", "push", "values", "install", "first-box", "jupyter",
+        "clean-up",
+    ]  # fmt: skip
 
-        tested = subprocess.run(
-            [*helm, "test", "devboxes", "--namespace", CHART_NAMESPACE, "--timeout", "180s"],
-            capture_output=True, text=True, timeout=240,
-        )  # fmt: skip
-        assert tested.returncode == 0, tested.stdout + tested.stderr
-        assert "Phase:          Succeeded" in tested.stdout
-        purged = api.request("DELETE", "/devboxes/charted", params={"purge": "true"})
-        assert purged.status_code == 200, purged.text
-    finally:
-        uninstalled = subprocess.run(
-            [*helm, "uninstall", "devboxes", "--namespace", CHART_NAMESPACE, "--wait"],
-            capture_output=True, text=True, timeout=240,
-        )  # fmt: skip
-    assert uninstalled.returncode == 0, uninstalled.stderr
+    # The operator's own machine: a key pair, and an ssh that trusts a box's new host key
+    # as a person answering "yes" would.
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    identity = home / ".ssh" / "id_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(identity)], check=True)
+    shims = tmp_path / "bin"
+    shims.mkdir()
+    (shims / "ssh").write_text(
+        "#!/bin/sh\n"
+        f"exec /usr/bin/ssh -i {identity} -o BatchMode=yes -o StrictHostKeyChecking=accept-new"
+        f' -o UserKnownHostsFile={home / ".ssh" / "known_hosts"} "$@"\n'
+    )
+    (shims / "ssh").chmod(0o755)
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    (checkout / "charts").symlink_to(CHART.parent)
+    verdicts = tmp_path / "verdicts"
+    verdicts.mkdir()
+
+    script = [
+        "set -euo pipefail",
+        "trap 'kill $(jobs -p) 2>/dev/null || true' EXIT",
+        f"export REGISTRY=docker.io SSH_HOST={node.address}",
+    ]
+    for name, commands in blocks:
+        if name in NOT_RUN:
+            continue
+        if name == "clean-up":
+            # The test's own look, before the clean-up: each doctor's verdicts.
+            script += [
+                "devboxes-controller doctor --settings values.yaml --namespace devboxes --json"
+                f" > {verdicts / 'doctor.json'}",
+                f"devbox gpu doctor --json > {verdicts / 'api.json'}",
+            ]
+        # Each block is echoed as written, never expanded: the token stays out of the log.
+        started = f'echo "== walkthrough: {name} at ${{SECONDS}} s" >&2'
+        script += [started, "set -v", commands, "set +v"]
+    environment = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("DEVBOX_")},
+        "HOME": str(home),
+        "KUBECONFIG": str(real_testbed.kubeconfig),
+        "PATH": os.pathsep.join(
+            [str(shims), str(real_testbed.bin_dir), str(Path(sys.executable).parent),
+             os.environ["PATH"]]
+        ),
+    }  # fmt: skip
+    ran = subprocess.run(
+        ["bash", "-c", "\n".join(script)],
+        cwd=checkout,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    # The run as the operator saw it: each block's commands, when it started, what it printed.
+    TRANSCRIPT.parent.mkdir(parents=True, exist_ok=True)
+    TRANSCRIPT.write_text(f"{ran.stderr}\n== standard output\n{ran.stdout}")
+    assert ran.returncode == 0, f"{ran.stdout[-3000:]}\n{ran.stderr[-6000:]}"
+
+    # What the session in the box printed: its pod's name, its device, the simulated GPU.
+    lines = ran.stdout.splitlines()
+    (at,) = [i for i, line in enumerate(lines) if line.startswith("devbox-first-")]
+    device, listed = lines[at + 1], lines[at + 2]
+    assert device in node.gpu_ids, lines[at:]
+    assert f"(UUID: {device})" in listed
+    assert "ssh -p " in ran.stdout  # devbox create printed the box's SSH command
+
+    def verdict(name: str) -> list[tuple[str, str]]:
+        report = json.loads((verdicts / name).read_text())
+        return sorted(
+            (check["profile"] or "", check["check"], check["verdict"]) for check in report["checks"]
+        )
+
+    assert verdict("doctor.json") == verdict("api.json")
+
+    core = client.CoreV1Api(real_testbed.api_client())
 
     def nothing_left() -> bool:
-        """the uninstall and the purge left no pod, Service or Secret of the chart"""
-        pods = core.list_namespaced_pod(CHART_NAMESPACE).items
-        services = core.list_namespaced_service(CHART_NAMESPACE).items
+        """the purge and the uninstall left no pod, Service, volume or chart Secret"""
+        pods = core.list_namespaced_pod("devboxes").items
+        services = core.list_namespaced_service("devboxes").items
+        claims = core.list_namespaced_persistent_volume_claim("devboxes").items
         secrets = core.list_namespaced_secret(
-            CHART_NAMESPACE, label_selector="app.kubernetes.io/instance=devboxes"
+            "devboxes", label_selector="app.kubernetes.io/instance=devboxes"
         ).items
-        return not (pods or services or secrets)
+        return not (pods or services or claims or secrets)
 
     wait_for(nothing_left, timeout=120)
 

@@ -134,8 +134,7 @@ def load_check_target(
     ``controller`` and ``gpu`` blocks are checked and the other chart keys are left to
     the chart's JSON schema. Paths in errors then name the values keys. It is read as
     the chart renders it: ``release_namespace`` (or, without it, the default) stands in
-    for an empty or missing ``controller.namespace``, and a missing ``controller.ssh.host``
-    is empty, as in the chart's values.yaml. ``environ`` overrides a settings file as in
+    for an empty or missing ``controller.namespace``. ``environ`` overrides a settings file as in
     :func:`load_settings`, never a values file: the chart passes none of those variables
     to the controller.
     """
@@ -153,11 +152,6 @@ def load_check_target(
             ("controller.gpu", "GPU profiles belong in the top-level gpu: block of the values")
         )
     merged = {k: v for k, v in controller.items() if k != "gpu"}
-    # helm merges the user's values over the chart's values.yaml, whose empty ssh.host
-    # differs from the controller's own default.
-    ssh = merged.get("ssh", {})
-    if isinstance(ssh, Mapping) and "host" not in ssh:
-        merged["ssh"] = {**ssh, "host": ""}
     # The chart replaces an empty namespace with the release namespace.
     sources: dict[str, str] = {}
     from_release = merged.get("namespace", "") == ""

@@ -510,16 +510,16 @@ DEFAULT_PRESETS: dict[Preset, PresetSettings] = {
 
 
 def _empty_host(value: object) -> object:
-    # The chart renders an unset host as "", which means "use the address Kubernetes
-    # reports", exactly like null.
+    # The chart renders an unset host as "": no host, exactly like null.
     return None if value == "" else value
 
 
 class SshSettings(_Model):
     service_type: Literal["NodePort", "LoadBalancer"] = "NodePort"
-    # The address shown in ssh commands for NodePort Services; None shows none. For
-    # LoadBalancer Services the Service's ingress address is used instead.
-    host: Annotated[Host | None, BeforeValidator(_empty_host)] = "127.0.0.1"
+    # The address shown in ssh commands for NodePort Services. None by default, as in the
+    # chart: only the operator knows which node address users reach. For LoadBalancer
+    # Services the Service's ingress address is used instead.
+    host: Annotated[Host | None, BeforeValidator(_empty_host)] = None
     # A Secret in the boxes' namespace whose key `authorized_keys` lists the public keys
     # allowed to log in as dev; mounted read-only into every box.
     authorized_keys_secret: DnsSubdomain | None = None

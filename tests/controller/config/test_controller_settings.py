@@ -109,7 +109,7 @@ def test_defaults_follow_the_design() -> None:
     assert settings.namespace == "devboxes"
     assert settings.workspace_image == "devboxes/workspace:0.1.0"
     assert (settings.ttl.default_hours, settings.ttl.max_hours) == (24, 168)
-    assert (settings.ssh.service_type, settings.ssh.host) == ("NodePort", "127.0.0.1")
+    assert (settings.ssh.service_type, settings.ssh.host) == ("NodePort", None)
     assert settings.gpu.enabled is False
     assert settings.gpu.capabilities().gpu.profiles == []
 
@@ -353,7 +353,7 @@ def test_empty_environment_variables_are_ignored(tmp_path: Path) -> None:
     path = write(tmp_path, "namespace: boxes\n")
     settings = load_settings(path, {"DEVBOXES_NAMESPACE": "", "DEVBOXES_SSH_HOST": ""})
     assert settings.namespace == "boxes"
-    assert settings.ssh.host == "127.0.0.1"
+    assert settings.ssh.host is None
 
 
 def test_bad_environment_override_names_the_variable() -> None:
@@ -471,11 +471,10 @@ def values_target(tmp_path: Path, values: dict[str, Any], **kwargs: Any) -> Chec
 
 
 def test_a_values_file_reads_as_merged_over_the_charts_values(tmp_path: Path) -> None:
-    # helm fills what a values file leaves out from the chart's values.yaml, whose ssh.host
-    # differs from the controller's default: a file without a controller block stands for
-    # exactly the chart's defaults.
+    # helm fills what a values file leaves out from the chart's values.yaml, whose defaults
+    # are the controller's: a file without a controller block stands for exactly them.
     chart = load_check_target(ROOT / "charts" / "devboxes" / "values.yaml")
-    assert load_check_target(None).settings != chart.settings
+    assert load_check_target(None).settings == chart.settings
     bare: list[dict[str, Any]] = [{"controller": None}, {"controller": {"ssh": {}}}]
     for values in bare:
         assert values_target(tmp_path, values) == chart
