@@ -40,8 +40,10 @@ _PORT_TAKEN = ("address already in use", "bind: address already in use")
 
 
 def free_port() -> int:
+    """A port free on every address: some components bind all of them, and a port that
+    only loopback leaves free may be held on another address (many clients on 127.0.0.x)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind(("", 0))
         return int(sock.getsockname()[1])
 
 

@@ -126,12 +126,23 @@ def api(
         process.stop()
 
 
+# What ssh says when a box's Service does not yet lead to its new pod.
+NOT_YET_SWITCHED = (
+    "Connection refused",
+    "timed out",
+    "Connection closed by",
+    "Broken pipe",
+    "Connection reset",
+)
+
+
 def ssh(box: dict[str, Any], key: Path, command: str) -> subprocess.CompletedProcess[str]:
     """Run ``command`` in the box with the ssh command the API printed for it.
 
-    A connection that is refused or times out is tried again for a while: kube-proxy
-    writes a new endpoint's forwarding rules shortly after the pod turns ready, as on any
-    cluster."""
+    A connection that fails before the session starts is tried again for a while:
+    kube-proxy writes a new endpoint's forwarding rules shortly after the pod turns ready,
+    as on any cluster, and until then a connection may reach nothing (refused, timed out)
+    or the box's previous pod as it shuts down (closed, broken pipe, reset)."""
     printed = shlex.split(box["ssh_command"])
     assert printed[0] == "ssh", printed
     options = [
@@ -149,8 +160,8 @@ def ssh(box: dict[str, Any], key: Path, command: str) -> subprocess.CompletedPro
             text=True,
             timeout=60,
         )
-        unreachable = "Connection refused" in result.stderr or "timed out" in result.stderr
-        return None if unreachable else result
+        unreachable = any(sign in result.stderr for sign in NOT_YET_SWITCHED)
+        return None if result.returncode == 255 and unreachable else result
 
     return wait_for(attempt, timeout=20)
 
