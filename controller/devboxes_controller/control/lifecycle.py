@@ -136,9 +136,16 @@ class Lifecycle:
                 raise Conflict(f"devbox '{spec.name}' already exists") from None
             # The store has not seen the winner yet: it may be this request's own first try,
             # still in flight when the client gave up on it.
-            existing = kube.call(
-                self._apps.read_namespaced_deployment, names.deployment, self.namespace
-            )
+            try:
+                existing = kube.call(
+                    self._apps.read_namespaced_deployment, names.deployment, self.namespace
+                )
+            except NotFound:
+                # Someone deleted the winner in between; making it again could undo that.
+                raise Conflict(
+                    f"devbox '{spec.name}' was deleted while this create was being made; "
+                    "send the create again to make a new box"
+                ) from None
             return self._created_before(spec.name, existing, made_by)
         METRICS.writes.labels("create").inc()
         self._apply_service(wanted_service, deployment)

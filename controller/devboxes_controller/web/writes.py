@@ -51,7 +51,8 @@ class WritePool:
         except TimeoutError:
             raise Unavailable(
                 f"Kubernetes API did not answer within {self._deadline:g} s; the change may "
-                "still be applied, so read the box before retrying"
+                "still be applied, so read the box before retrying, or retry a create with "
+                "the same Idempotency-Key"
             ) from None
 
     def shutdown(self) -> None:
