@@ -23,7 +23,7 @@ SESSION_NAMESPACE = "devboxes-session"
 
 # Fixtures that start a testbed: a test that uses one, directly or through another
 # fixture, is marked ``testbed`` so that ``make test-unit`` leaves it out.
-TESTBED_FIXTURES = {"testbed", "fault_testbed", "real_testbed"}
+TESTBED_FIXTURES = {"testbed", "fault_testbed", "real_testbed", "dra_testbed"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -482,10 +482,16 @@ class Testbed:
         api_client = self.api_client()
         core = client.CoreV1Api(api_client)
         node_list = nodes.node_objects(pool_file)
+        uids = {}
         for node in node_list:
             status = node.pop("status")
-            core.create_node(node)
+            uids[node["metadata"]["name"]] = core.create_node(node).metadata.uid
             core.patch_node_status(node["metadata"]["name"], {"status": status})
+        resource = client.ResourceV1Api(api_client)
+        for device_class in nodes.device_class_objects(pool_file):
+            resource.create_device_class(device_class)
+        for resource_slice in nodes.resource_slices(pool_file, uids):
+            resource.create_resource_slice(resource_slice)
         node_api = client.NodeV1Api(api_client)
         for runtime_class in pool_file.runtimeClasses:
             node_api.create_runtime_class(

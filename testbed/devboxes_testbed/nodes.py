@@ -1,5 +1,7 @@
-"""Node pools: a declarative file of simulated nodes that advertise extended resources, and
-optionally the one real node (realnode.py) with its labels, taints and simulated GPUs."""
+"""Node pools: a declarative file of simulated nodes that advertise extended resources or
+publish devices for Dynamic Resource Allocation, the DeviceClasses that select those
+devices, and optionally the one real node (realnode.py) with its labels, taints and
+simulated GPUs."""
 
 from __future__ import annotations
 
@@ -25,12 +27,42 @@ class Taint(_Strict):
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 
 
+# A device attribute as resource.k8s.io/v1 writes it: exactly one typed value.
+Attribute = dict[Literal["string", "int", "bool", "version"], str | int | bool]
+
+
+class DeviceKind(_Strict):
+    """``count`` devices per node alike: a driver's attributes and capacities as the
+    driver publishes them (e.g. productName, memory)."""
+
+    count: int = Field(ge=1, le=64)
+    attributes: dict[str, Attribute]
+    capacity: dict[str, str] = Field(default_factory=dict)
+
+
+class Devices(_Strict):
+    """What one DRA driver publishes on each node of a pool: one ResourceSlice per node."""
+
+    driver: str = Field(pattern=r"^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$")
+    kinds: list[DeviceKind] = Field(min_length=1)
+
+
 class Pool(_Strict):
     name: str = Field(pattern=r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$")
     count: int = Field(ge=0, le=5000)
     capacity: dict[str, str]
     labels: dict[str, str] = Field(default_factory=dict)
     taints: list[Taint] = Field(default_factory=list)
+    devices: Devices | None = None
+
+
+class DeviceClass(_Strict):
+    """A DeviceClass as a driver's chart installs it: CEL selectors, and optionally the
+    extended resource name it serves pods by."""
+
+    name: str
+    selectors: list[str] = Field(default_factory=list)
+    extendedResourceName: str | None = None
 
 
 class RuntimeClass(_Strict):
@@ -58,6 +90,7 @@ STANDIN_CAPACITY = {"cpu": "16", "memory": "64Gi"}
 class PoolFile(_Strict):
     pools: list[Pool]
     runtimeClasses: list[RuntimeClass] = Field(default_factory=list)
+    deviceClasses: list[DeviceClass] = Field(default_factory=list)
     realNode: RealNode | None = None
 
     def with_standin(self) -> PoolFile:
@@ -119,3 +152,72 @@ def node_objects(pool_file: PoolFile) -> list[dict[str, Any]]:
                 }
             )
     return nodes
+
+
+def resource_slices(pool_file: PoolFile, node_uids: dict[str, str]) -> list[dict[str, Any]]:
+    """One ResourceSlice per node of every pool that publishes devices, owned by its Node
+    so that it goes with it, with the devices named and numbered as a driver does."""
+    slices = []
+    for pool in pool_file.pools:
+        if pool.devices is None:
+            continue
+        driver = pool.devices.driver
+        for index in range(pool.count):
+            node = f"{pool.name}-{index}"
+            devices = []
+            for kind in pool.devices.kinds:
+                for _ in range(kind.count):
+                    number = len(devices)
+                    devices.append(
+                        {
+                            "name": f"gpu-{number}",
+                            "attributes": {
+                                **kind.attributes,
+                                "uuid": {"string": f"GPU-{node}-{number}"},
+                            },
+                            "capacity": {k: {"value": v} for k, v in kind.capacity.items()},
+                        }
+                    )
+            slices.append(
+                {
+                    "apiVersion": "resource.k8s.io/v1",
+                    "kind": "ResourceSlice",
+                    "metadata": {
+                        "name": f"{node}-{driver}",
+                        "ownerReferences": [
+                            {
+                                "apiVersion": "v1",
+                                "kind": "Node",
+                                "name": node,
+                                "uid": node_uids[node],
+                            }
+                        ],
+                    },
+                    "spec": {
+                        "driver": driver,
+                        "nodeName": node,
+                        "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                        "devices": devices,
+                    },
+                }
+            )
+    return slices
+
+
+def device_class_objects(pool_file: PoolFile) -> list[dict[str, Any]]:
+    return [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": device_class.name},
+            "spec": {
+                "selectors": [{"cel": {"expression": e}} for e in device_class.selectors],
+                **(
+                    {"extendedResourceName": device_class.extendedResourceName}
+                    if device_class.extendedResourceName
+                    else {}
+                ),
+            },
+        }
+        for device_class in pool_file.deviceClasses
+    ]
