@@ -164,7 +164,7 @@ def resource_slices(pool_file: PoolFile, node_uids: dict[str, str]) -> list[dict
         driver = pool.devices.driver
         for index in range(pool.count):
             node = f"{pool.name}-{index}"
-            devices = []
+            devices: list[dict[str, Any]] = []
             for kind in pool.devices.kinds:
                 for _ in range(kind.count):
                     number = len(devices)
