@@ -12,9 +12,11 @@ each time:
   ``GET /api/v1/devboxes`` in turn, each on a new connection, for ``--seconds``, and
   counts the answers that were not 200 (or never came) and times the others.
 
-The controller's open-file limit is set to ``--controller-open-files`` with prlimit, as
-a container runtime would set it; this process raises its own to hold the connections
-(it needs root beyond its hard limit).
+The slow connections are held by ``--processes`` processes, so that each stays below
+its open-file limit. The controller keeps the limit it inherits from this process (the
+report states it): with the limits lifted, the controller runs out of open files when
+the slow connections reach that limit, and a limit above ``--connections`` would
+measure something else.
 
     PYTHONPATH=testbed .venv/bin/python bench/slowloris_bench.py
 """
@@ -24,16 +26,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import multiprocessing
 import re
 import resource
 import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from multiprocessing.queues import Queue
+from multiprocessing.sharedctypes import Synchronized
+from multiprocessing.synchronize import Event as EventType
 from pathlib import Path
 
 import record
@@ -71,13 +77,14 @@ def percentiles(samples: list[float]) -> str:
 
 @dataclass
 class Attack:
-    """The slow clients' side: how many are open now and how their connections ended."""
+    """One process's share of the slow clients: how they ended, and how many are open
+    now (``open_now``, shared with the parent)."""
 
     port: int
     sources: list[str]
     interval: float
     reopen_after: float
-    open_now: int = 0
+    open_now: Synchronized[int]
     ended: Counter[str] = field(default_factory=Counter)
     stop: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -91,13 +98,17 @@ class Attack:
                 self.ended[f"connect failed ({type(err).__name__})"] += 1
                 await self._pause()
                 continue
-            self.open_now += 1
+            self._count(1)
             try:
                 self.ended[await self._dribble(reader, writer)] += 1
             finally:
-                self.open_now -= 1
+                self._count(-1)
                 writer.close()
             await self._pause()
+
+    def _count(self, change: int) -> None:
+        with self.open_now.get_lock():
+            self.open_now.value += change
 
     async def _dribble(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> str:
         """Send the head a few bytes at a time until the controller ends the connection;
@@ -121,6 +132,25 @@ class Attack:
     async def _pause(self) -> None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.stop.wait(), self.reopen_after)
+
+    async def run(self, count: int, ramp: float, stop: EventType) -> None:
+        async def slot(index: int) -> None:
+            await asyncio.sleep(ramp * index / count)
+            await self.hold(self.sources[index % len(self.sources)])
+
+        slots = [asyncio.create_task(slot(index)) for index in range(count)]
+        while not stop.is_set():
+            await asyncio.sleep(0.5)
+        self.stop.set()
+        await asyncio.gather(*slots)
+
+
+def attacker(
+    attack: Attack, count: int, ramp: float, stop: EventType, ended: Queue[Counter[str]]
+) -> None:
+    """A process holding ``count`` slow connections until ``stop``."""
+    asyncio.run(attack.run(count, ramp, stop))
+    ended.put(attack.ended)
 
 
 def measure(base: str, token_headers: dict[str, str], seconds: float) -> Results:
@@ -164,37 +194,54 @@ def metrics(controller: Controller) -> str:
 def run_phase(
     label: str, controller: Controller, args: argparse.Namespace, sources: list[str]
 ) -> list[str]:
-    attack = Attack(controller.port, sources, args.interval, args.reopen_after)
     rows = [
         f"{label}: {args.connections} slow connections from {len(sources)} addresses "
-        f"({sources[0]}-{sources[-1]}), {args.seconds:.0f} s measured"
+        f"({sources[0]}-{sources[-1]}) in {args.processes} processes, "
+        f"{args.seconds:.0f} s measured"
     ]
+    context = multiprocessing.get_context("fork")
+    open_now = context.Value("i", 0)
+    stop = context.Event()
+    ended: Queue[Counter[str]] = context.Queue()
+    # Each process holds a share; the open-file limit of one may be below them all.
+    workers = [
+        context.Process(
+            target=attacker,
+            args=(
+                Attack(controller.port, sources, args.interval, args.reopen_after, open_now),
+                args.connections // args.processes,
+                args.ramp,
+                stop,
+                ended,
+            ),
+        )
+        for _ in range(args.processes)
+    ]
+    for worker in workers:
+        worker.start()
     held: list[int] = []
-    # The measuring client is a process of its own, started before the slow connections
-    # are opened: this one's event loop, busy with them, would delay its requests.
-    with ProcessPoolExecutor(1) as pool:
-        pool.submit(int).result()
+    sampling = threading.Event()
 
-        async def main() -> Results:
-            async def slot(index: int) -> None:
-                await asyncio.sleep(args.ramp * index / args.connections)
-                await attack.hold(sources[index % len(sources)])
+    def sample() -> None:
+        while not sampling.wait(1):
+            held.append(open_now.value)
 
-            slots = [asyncio.create_task(slot(index)) for index in range(args.connections)]
-            await asyncio.sleep(args.ramp)
-            measured = asyncio.get_running_loop().run_in_executor(
-                pool, measure, controller.url, controller.headers(), args.seconds
-            )
-            while not measured.done():
-                held.append(attack.open_now)
-                await asyncio.sleep(1)
-            rows.append(f"  controller's metrics at the end: {metrics(controller)}")
-            rows.append(f"  controller RSS at the end: {controller.rss_kib() / 1024:.0f} MiB")
-            attack.stop.set()
-            await asyncio.gather(*slots)
-            return await measured
-
-        results = asyncio.run(main())
+    try:
+        time.sleep(args.ramp)
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        results = measure(controller.url, controller.headers(), args.seconds)
+        sampling.set()
+        sampler.join()
+        rows.append(f"  controller's metrics at the end: {metrics(controller)}")
+        rows.append(f"  controller RSS at the end: {controller.rss_kib() / 1024:.0f} MiB")
+    finally:
+        stop.set()
+        endings: Counter[str] = Counter()
+        for _ in workers:
+            endings.update(ended.get(timeout=120))
+        for worker in workers:
+            worker.join()
     for name, (samples, failures) in results.items():
         failed = sum(failures.values())
         total = len(samples) + failed
@@ -207,8 +254,10 @@ def run_phase(
         f"  slow connections open (client side, sampled each second): "
         f"median {statistics.median(held):.0f}, max {max(held)}"
     )
-    ends = ", ".join(f"{count} {how}" for how, count in attack.ended.most_common())
-    rows.append(f"  slow connections ended: {ends}")
+    rows.append(
+        "  slow connections ended: "
+        + ", ".join(f"{count} {how}" for how, count in endings.most_common())
+    )
     return rows
 
 
@@ -218,12 +267,6 @@ def open_files(pid: int) -> str:
 
 
 def run(args: argparse.Namespace) -> None:
-    # This process holds every slow connection, and the measuring ones.
-    wanted = args.connections + 4096
-    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard != resource.RLIM_INFINITY and hard < wanted:
-        hard = wanted
-    resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
     sources = [f"127.0.0.{2 + n}" for n in range(args.sources)]
     workdir = Path(tempfile.mkdtemp(prefix="devboxes-slowloris-"))
     bed = Testbed(workdir / "testbed", REPO / "testbed" / "nodes.yaml", log=lambda _: None)
@@ -236,10 +279,6 @@ def run(args: argparse.Namespace) -> None:
             settings = {**example_settings(NAMESPACE), "connections": connections}
             controller = Controller(bed.kubeconfig, settings, workdir).start()
             try:
-                # As a container runtime would set it; the controller raises its soft
-                # limit at start, so this comes after.
-                limit = args.controller_open_files
-                resource.prlimit(controller.pid, resource.RLIMIT_NOFILE, (limit, limit))
                 if index == 0:
                     for n in range(args.boxes):
                         requests.post(
@@ -250,7 +289,8 @@ def run(args: argparse.Namespace) -> None:
                         ).raise_for_status()
                 print(f"{label}: measuring", file=sys.stderr)
                 rows += run_phase(label, controller, args, sources)
-                rows.append(f"  controller open-file limit: {open_files(controller.pid)}")
+                soft, hard = resource.prlimit(controller.pid, resource.RLIMIT_NOFILE)
+                rows.append(f"  controller's open-file limit: {soft} (hard {hard})")
             finally:
                 controller.stop()
     finally:
@@ -267,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ramp", type=float, default=15, help="seconds to open them in")
     parser.add_argument("--interval", type=float, default=5, help="seconds between dribbles")
     parser.add_argument("--reopen-after", type=float, default=5)
-    parser.add_argument("--controller-open-files", type=int, default=20_000)
+    parser.add_argument("--processes", type=int, default=4, help="processes holding them")
     parser.add_argument("--boxes", type=int, default=10)
     record.add_arguments(parser)
     args = parser.parse_args(argv)
