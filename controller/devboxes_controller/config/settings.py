@@ -638,7 +638,7 @@ class ConnectionSettings(_Model):
     header_timeout_seconds: ReadSeconds = 10
     # From the end of the head to the end of the body.
     body_timeout_seconds: ReadSeconds = 30
-    # An open connection with no request in it is closed after this long.
+    # A connection is closed when no next request begins this long after an answer.
     keep_alive_timeout_seconds: ReadSeconds = 5
     max_total: ConnectionCount = DEFAULT_MAX_CONNECTIONS
     # Behind an Ingress or another proxy every client has the proxy's address.
