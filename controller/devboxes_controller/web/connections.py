@@ -11,6 +11,8 @@ with:
   so an answer that takes long (a waiting GET, the dashboard's event stream) is never
   cut; while the server itself holds back reading (uvicorn does so for a pipelined
   request behind an unanswered one), the deadline is moved on;
+- a bound on the size of a request's head: past it the client gets 431 and the
+  connection is closed;
 - caps on the connections open at once, per client address and in total. A connection
   over a cap gets 503 and is closed at once, before its request is read.
 
@@ -31,6 +33,9 @@ from uvicorn.server import ServerState
 from ..config.settings import ConnectionSettings
 from ..state.metrics import METRICS
 
+# The longest request head read: the API's are well under 4 KiB, and httptools keeps a
+# head whole in memory until it ends, however long that takes.
+MAX_HEAD_BYTES = 64 * 1024
 # Open files the controller needs besides its clients' connections: its watches and
 # Kubernetes client pools, its log, the event loop's own.
 RESERVED_FILES = 256
@@ -92,6 +97,7 @@ class LimitedProtocol(HttpToolsProtocol):
         self._address: str | None = None
         self._phase: Phase = "idle"
         self._deadline: asyncio.TimerHandle | None = None
+        self._head_bytes = 0
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -120,6 +126,14 @@ class LimitedProtocol(HttpToolsProtocol):
         if self._phase == "idle":
             self._read("head")
         super().data_received(data)
+        # Still in the head after this chunk: all of it was head (or, rarely, it also
+        # ended a pipelined request before this one).
+        if self._phase == "head" and not self.transport.is_closing():
+            self._head_bytes += len(data)
+            if self._head_bytes > MAX_HEAD_BYTES:
+                self._stop_clock()
+                METRICS.connections_closed.labels("head_too_large").inc()
+                self._answer(431, f"the request head is larger than {MAX_HEAD_BYTES} bytes")
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -138,6 +152,7 @@ class LimitedProtocol(HttpToolsProtocol):
     def _read(self, phase: Phase) -> None:
         self._stop_clock()
         self._phase = phase
+        self._head_bytes = 0
         self._deadline = self.loop.call_later(self._seconds(), self._expired)
 
     def _seconds(self) -> int:
@@ -160,8 +175,14 @@ class LimitedProtocol(HttpToolsProtocol):
             return
         METRICS.connections_closed.labels(f"{self._phase}_timeout").inc()
         cycle = self.cycle
-        if cycle is not None and cycle.response_started and not cycle.response_complete:
-            # The application is answering already; a second status line cannot follow.
+        # While the body is read, the cycle is this request's; while a head is, the
+        # previous one's. An answer this request already has, or one to an earlier
+        # request not yet finished, cannot be followed by a 408.
+        if self._phase == "body":
+            answered = cycle.response_started
+        else:
+            answered = cycle is not None and not cycle.response_complete
+        if answered:
             self.transport.close()
             return
         self._answer(

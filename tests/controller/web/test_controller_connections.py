@@ -34,7 +34,7 @@ from devboxes_controller.state import slim
 from devboxes_controller.state.ended_sessions import SharedEndedSessions
 from devboxes_controller.state.store import BoxStore
 from devboxes_controller.web.app import create_app
-from devboxes_controller.web.connections import server_options
+from devboxes_controller.web.connections import MAX_HEAD_BYTES, server_options
 from devboxes_controller.web.readiness import Readiness
 from kubernetes import client
 from support import wait_for
@@ -162,6 +162,20 @@ def test_a_request_head_that_does_not_arrive_in_time_gets_408_and_is_closed(
     assert get(port, "/health").status_code == 200
 
 
+def test_a_request_head_larger_than_the_bound_gets_431_and_is_closed(serve: Serve) -> None:
+    port = serve()
+    start = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Large: "
+    with connect(port) as sock:
+        # One byte over, and no more: the server has read all of it when it closes.
+        sock.sendall(start + b"a" * (MAX_HEAD_BYTES + 1 - len(start)))
+        assert status_and_detail(answer(sock)) == (
+            431,
+            f"the request head is larger than {MAX_HEAD_BYTES} bytes",
+        )
+    large = get(port, "/health", headers={"X-Large": "a" * (MAX_HEAD_BYTES // 2)})
+    assert large.status_code == 200
+
+
 def test_a_request_body_that_does_not_arrive_in_time_gets_408_and_is_closed(
     serve: Serve,
 ) -> None:
@@ -179,6 +193,17 @@ def test_a_request_body_that_does_not_arrive_in_time_gets_408_and_is_closed(
             "the request body did not arrive within 1 seconds",
         )
         assert time.monotonic() - started < GRACE
+    # Refused before its body was read: the connection is closed at the deadline with
+    # no second answer.
+    with connect(port) as sock:
+        sock.sendall(
+            b"POST /api/v1/devboxes HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 40\r\n\r\n"
+            b'{"name": "slow'
+        )
+        refused = answer(sock)
+        assert refused.startswith(b"HTTP/1.1 401 Unauthorized\r\n"), refused
+        assert refused.count(b"HTTP/1.1 ") == 1, refused
 
 
 def test_an_answer_that_takes_longer_than_the_read_deadlines_is_not_cut(serve: Serve) -> None:
