@@ -33,7 +33,8 @@ class Metrics:
         )
         self.connections_closed = Counter(
             "devboxes_http_connections_closed_total",
-            "Client connections refused at a cap or closed at a read deadline, by reason",
+            "Client connections refused at a cap, or closed at a read deadline or for a head too "
+            "large, by reason",
             ["reason"],
             registry=self.registry,
         )
