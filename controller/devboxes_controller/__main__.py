@@ -168,6 +168,7 @@ def serve(args: argparse.Namespace) -> int:
     from .state.store import BoxStore
     from .web.app import create_app
     from .web.auth import TokenError, load_token
+    from .web.connections import allow_open_files, server_options
     from .web.readiness import Readiness
 
     try:
@@ -222,7 +223,8 @@ def serve(args: argparse.Namespace) -> int:
 
     app = create_app(store, lifecycle, token, readiness, ended, background)
     host, port = args.listen
-    logging.getLogger(__name__).info(
+    log = logging.getLogger(__name__)
+    log.info(
         "starting",
         extra={
             "namespace": settings.namespace,
@@ -231,8 +233,22 @@ def serve(args: argparse.Namespace) -> int:
             "gpu_enabled": settings.gpu.enabled,
         },
     )
+    connections = settings.connections
+    open_files = allow_open_files(connections)
+    if open_files is not None:
+        log.warning(
+            "the open-file limit is below connections.maxTotal: past it new connections "
+            "fail instead of being refused",
+            extra={"open_files": open_files, "max_total": connections.max_total},
+        )
     uvicorn.run(
-        app, host=host, port=port, log_config=None, access_log=False, timeout_graceful_shutdown=5
+        app,
+        host=host,
+        port=port,
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=5,
+        **server_options(connections),
     )
     return 0
 

@@ -9,8 +9,8 @@ import uuid
 
 import pytest
 import requests
-from devboxes_testbed.controller import Controller
-from support import wait_for
+from devboxes_testbed.controller import Controller, example_settings
+from support import StartController, wait_for
 
 HUNDRED_MB = 100 * 1024 * 1024
 CHUNK = b"{" * (1024 * 1024)
@@ -152,3 +152,33 @@ def test_a_client_that_hangs_up_mid_body_is_a_disconnect_not_a_server_error(
             )
     assert wait_for(lambda: _metric(controller, disconnects) >= before[0] + 3, timeout=10)
     assert _metric(controller, server_errors) == before[1]
+
+
+def _exchange(address: tuple[str, int], source: str, request: bytes) -> bytes:
+    """Send ``request`` from ``source`` and read until the controller closes."""
+    with socket.create_connection(address, timeout=30, source_address=(source, 0)) as sock:
+        sock.sendall(request)
+        received = b""
+        while chunk := sock.recv(4096):
+            received += chunk
+        return received
+
+
+def test_the_controller_process_applies_its_connection_settings(
+    start_controller: StartController, namespace: str
+) -> None:
+    limits = {"headerTimeoutSeconds": 1, "maxPerClient": 2, "maxTotal": 8}
+    controller = start_controller({**example_settings(namespace), "connections": limits})
+    address = ("127.0.0.1", controller.port)
+    health = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    with (
+        socket.create_connection(address, timeout=30, source_address=("127.0.0.1", 0)) as slow,
+        socket.create_connection(address, timeout=30, source_address=("127.0.0.1", 0)),
+    ):
+        slow.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        refused = _exchange(address, "127.0.0.1", b"")
+        assert refused.startswith(b"HTTP/1.1 503 Service Unavailable\r\n"), refused
+        served = _exchange(address, "127.0.0.2", health)
+        assert served.startswith(b"HTTP/1.1 200 OK\r\n"), served
+        cut = slow.recv(4096)
+        assert cut.startswith(b"HTTP/1.1 408 Request Timeout\r\n"), cut

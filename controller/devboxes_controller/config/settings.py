@@ -88,6 +88,11 @@ MAX_NODE_SELECTOR = 16
 MAX_TOLERATIONS = 16
 MAX_SIDECARS = 8
 MAX_IDLE_MINUTES = 7 * 24 * 60
+MAX_READ_SECONDS = 300
+# About the most files a Linux process may open (fs.nr_open, 1,048,576 by default).
+MAX_CONNECTIONS = 1_000_000
+DEFAULT_MAX_CONNECTIONS = 4096
+DEFAULT_MAX_CONNECTIONS_PER_CLIENT = 256
 # The sidecar that reports a box's activity; never a name in the settings' sidecars.
 ACTIVITY_SIDECAR = "activity"
 MAX_GPU_COUNT = 64
@@ -607,6 +612,55 @@ class AvailabilitySettings(_Model):
     enabled: StrictBool = True
 
 
+ReadSeconds = Annotated[
+    int,
+    BeforeValidator(_whole_number),
+    AfterValidator(_int_range(1, MAX_READ_SECONDS)),
+    _integers(1, MAX_READ_SECONDS),
+]
+ConnectionCount = Annotated[
+    int,
+    BeforeValidator(_whole_number),
+    AfterValidator(_int_range(1, MAX_CONNECTIONS)),
+    _integers(1, MAX_CONNECTIONS),
+]
+
+
+class ConnectionSettings(_Model):
+    """How long a client may take to send a request, and how many connections clients may
+    hold open. Every replica applies them to its own connections.
+
+    The read deadlines end once a request has been read: an answer that takes long (a
+    waiting GET, the dashboard's event stream) is never cut by them.
+    """
+
+    # From a request's first byte, or from the connection's opening, to the end of its head.
+    header_timeout_seconds: ReadSeconds = 10
+    # From the end of the head to the end of the body.
+    body_timeout_seconds: ReadSeconds = 30
+    # A connection is closed when no next request begins this long after an answer.
+    keep_alive_timeout_seconds: ReadSeconds = 5
+    max_total: ConnectionCount = DEFAULT_MAX_CONNECTIONS
+    # Behind an Ingress or another proxy every client has the proxy's address.
+    max_per_client: ConnectionCount = DEFAULT_MAX_CONNECTIONS_PER_CLIENT
+
+    @classmethod
+    def _rules(cls, raw: Mapping[str, Any]) -> list[Violation]:
+        total = _lookup(raw, "max_total")
+        per_client = _lookup(raw, "max_per_client")
+        total = DEFAULT_MAX_CONNECTIONS if total is None else total
+        shown = f"{per_client}"
+        if per_client is None:
+            per_client = DEFAULT_MAX_CONNECTIONS_PER_CLIENT
+            shown = f"{per_client} (the default)"
+        numbers = all(
+            isinstance(v, int | float) and not isinstance(v, bool) for v in (total, per_client)
+        )
+        if numbers and per_client > total:
+            return [(("maxPerClient",), f"{shown} must not exceed maxTotal ({total})")]
+        return []
+
+
 IdleMinutes = Annotated[float, Field(gt=0, le=MAX_IDLE_MINUTES)]
 
 
@@ -663,6 +717,7 @@ class Settings(_Model):
     gpu: GpuSettings = Field(default_factory=GpuSettings)
     availability: AvailabilitySettings = Field(default_factory=AvailabilitySettings)
     idle: IdleSettings = Field(default_factory=IdleSettings)
+    connections: ConnectionSettings = Field(default_factory=ConnectionSettings)
 
     @classmethod
     def _rules(cls, raw: Mapping[str, Any]) -> list[Violation]:

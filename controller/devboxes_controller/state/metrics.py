@@ -26,6 +26,18 @@ class Metrics:
             ["method", "route"],
             registry=self.registry,
         )
+        self.connections = Gauge(
+            "devboxes_http_connections",
+            "Client connections open on this replica",
+            registry=self.registry,
+        )
+        self.connections_closed = Counter(
+            "devboxes_http_connections_closed_total",
+            "Client connections refused at a cap, or closed at a read deadline or for a head too "
+            "large, by reason",
+            ["reason"],
+            registry=self.registry,
+        )
         self.writes = Counter(
             "devboxes_kubernetes_writes_total",
             "Writes the controller sent to the apiserver",

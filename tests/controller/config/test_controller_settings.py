@@ -782,6 +782,60 @@ def test_idle_settings_refusals(idle: dict[str, Any], violation: str) -> None:
     assert any(v.startswith(violation) for v in refused.value.violations), refused.value
 
 
+# --- connections ---------------------------------------------------------------------------
+
+
+def test_connection_limits_default_to_safe_values() -> None:
+    connections = settings_from_mapping({}).connections
+    timeouts = (
+        connections.header_timeout_seconds,
+        connections.body_timeout_seconds,
+        connections.keep_alive_timeout_seconds,
+    )
+    assert timeouts == (10, 30, 5)
+    assert (connections.max_total, connections.max_per_client) == (4096, 256)
+    # Helm and JSON Schema take 2.0 for the integer 2.
+    given = settings_from_mapping({"connections": {"headerTimeoutSeconds": 2.0, "maxTotal": 256}})
+    assert (given.connections.header_timeout_seconds, given.connections.max_total) == (2, 256)
+
+
+@pytest.mark.parametrize(
+    ("connections", "violations"),
+    [
+        (
+            {"headerTimeoutSeconds": 0},
+            ["connections.headerTimeoutSeconds: must be between 1 and 300, got 0"],
+        ),
+        (
+            {"bodyTimeoutSeconds": 301},
+            ["connections.bodyTimeoutSeconds: must be between 1 and 300, got 301"],
+        ),
+        (
+            {"keepAliveTimeoutSeconds": 1.5},
+            ["connections.keepAliveTimeoutSeconds: must be an integer, got 1.5"],
+        ),
+        ({"maxTotal": True}, ["connections.maxTotal: must be an integer, got true"]),
+        ({"maxPerClient": "10"}, ["connections.maxPerClient: must be an integer, got '10'"]),
+        (
+            {"maxTotal": 2_000_000},
+            ["connections.maxTotal: must be between 1 and 1000000, got 2000000"],
+        ),
+        (
+            {"maxTotal": 10, "maxPerClient": 20},
+            ["connections.maxPerClient: 20 must not exceed maxTotal (10)"],
+        ),
+        (
+            {"maxTotal": 100},
+            ["connections.maxPerClient: 256 (the default) must not exceed maxTotal (100)"],
+        ),
+    ],
+)
+def test_connection_settings_refusals(connections: dict[str, Any], violations: list[str]) -> None:
+    with pytest.raises(ConfigError) as refused:
+        settings_from_mapping({"connections": connections})
+    assert refused.value.violations == violations
+
+
 def test_the_activity_sidecar_name_is_reserved() -> None:
     with pytest.raises(ConfigError) as refused:
         settings_from_mapping({"sidecars": [{"name": "activity"}]})

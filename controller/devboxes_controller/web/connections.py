@@ -1,0 +1,244 @@
+"""How many connections clients may hold open, and how long they may take to send a request.
+
+uvicorn bounds neither: a connection that sends nothing, or sends its request head a byte
+at a time, is held for ever, and enough of them use up the process's open files, after
+which nobody is served (a slowloris). The protocol here is uvicorn's httptools protocol
+with:
+
+- a deadline for each request's head, from its first byte (the first request's from the
+  opening of the connection), and one for its body, from the end of the head. Past it
+  the client gets 408 and the connection is closed. Both end once the request is read,
+  so an answer that takes long (a waiting GET, the dashboard's event stream) is never
+  cut; while the server itself holds back reading (uvicorn does so for a pipelined
+  request behind an unanswered one), the deadline is moved on;
+- a bound on the size of a request's head: past it the client gets 431 and the
+  connection is closed;
+- caps on the connections open at once, per client address and in total. A connection
+  over a cap gets 503 and is closed at once, before its request is read.
+
+The counts are this process's own: every replica applies the caps to its connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import resource
+from typing import Any, ClassVar, Literal, TypedDict
+
+from uvicorn.config import Config
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.server import ServerState
+
+from ..config.settings import ConnectionSettings
+from ..state.metrics import METRICS
+
+# The longest request head read: the API's are well under 4 KiB, and httptools keeps a
+# head whole in memory until it ends, however long that takes.
+MAX_HEAD_BYTES = 64 * 1024
+# Open files the controller needs besides its clients' connections: its watches and
+# Kubernetes client pools, its log, the event loop's own.
+RESERVED_FILES = 256
+
+Phase = Literal["head", "body", "idle"]
+Refusal = Literal["total_limit", "per_client_limit"]
+
+
+class Gate:
+    """The connections open now, per client address and in total."""
+
+    def __init__(self, settings: ConnectionSettings) -> None:
+        self.settings = settings
+        self.total = 0
+        self.by_client: dict[str, int] = {}
+
+    def admit(self, client: str) -> Refusal | None:
+        """Count a new connection and return None, or return which cap refuses it."""
+        if self.total >= self.settings.max_total:
+            return "total_limit"
+        held = self.by_client.get(client, 0)
+        if held >= self.settings.max_per_client:
+            return "per_client_limit"
+        self.total += 1
+        self.by_client[client] = held + 1
+        return None
+
+    def refusal(self, cap: Refusal) -> str:
+        if cap == "total_limit":
+            return f"this replica holds its limit of {self.settings.max_total} connections"
+        return (
+            f"this address holds this replica's limit of {self.settings.max_per_client} "
+            "connections per client"
+        )
+
+    def release(self, client: str) -> None:
+        self.total -= 1
+        held = self.by_client[client] - 1
+        if held:
+            self.by_client[client] = held
+        else:
+            del self.by_client[client]
+
+
+class LimitedProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with read deadlines and connection caps; ``gate`` is
+    set on the subclass :func:`protocol` makes for one server."""
+
+    gate: ClassVar[Gate]
+
+    def __init__(
+        self,
+        config: Config,
+        server_state: ServerState,
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        super().__init__(config, server_state, app_state, _loop)
+        self._address: str | None = None
+        self._phase: Phase = "idle"
+        self._deadline: asyncio.TimerHandle | None = None
+        self._head_bytes = 0
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        # Only a TCP peer has an address; the controller serves nothing else.
+        address = self.client[0] if self.client is not None else ""
+        refused = self.gate.admit(address)
+        if refused is not None:
+            METRICS.connections_closed.labels(refused).inc()
+            self._answer(503, f"too many connections: {self.gate.refusal(refused)}")
+            return
+        self._address = address
+        METRICS.connections.inc()
+        self._read("head")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_clock()
+        if self._address is not None:
+            self.gate.release(self._address)
+            METRICS.connections.dec()
+            self._address = None
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        # Bytes between requests (even blank lines, which start no message) start the
+        # next request's head.
+        if self._phase == "idle":
+            self._read("head")
+        super().data_received(data)
+        # Still in the head after this chunk: all of it was head (or, rarely, it also
+        # ended a pipelined request before this one).
+        if self._phase == "head" and not self.transport.is_closing():
+            self._head_bytes += len(data)
+            if self._head_bytes > MAX_HEAD_BYTES:
+                self._stop_clock()
+                METRICS.connections_closed.labels("head_too_large").inc()
+                self._answer(431, f"the request head is larger than {MAX_HEAD_BYTES} bytes")
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if self._phase == "idle":
+            self._read("head")
+
+    def on_headers_complete(self) -> None:
+        super().on_headers_complete()
+        self._read("body")
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._stop_clock()
+        self._phase = "idle"
+
+    def _read(self, phase: Phase) -> None:
+        self._stop_clock()
+        self._phase = phase
+        self._head_bytes = 0
+        self._deadline = self.loop.call_later(self._seconds(), self._expired)
+
+    def _seconds(self) -> int:
+        settings = self.gate.settings
+        if self._phase == "head":
+            return settings.header_timeout_seconds
+        return settings.body_timeout_seconds
+
+    def _stop_clock(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _expired(self) -> None:
+        self._deadline = None
+        if self.transport.is_closing():
+            return
+        if self.flow.read_paused:
+            self._deadline = self.loop.call_later(self._seconds(), self._expired)
+            return
+        METRICS.connections_closed.labels(f"{self._phase}_timeout").inc()
+        cycle = self.cycle
+        # While the body is read, the cycle is this request's; while a head is, the
+        # previous one's. An answer this request already has, or one to an earlier
+        # request not yet finished, cannot be followed by a 408.
+        if self._phase == "body":
+            answered = cycle.response_started
+        else:
+            answered = cycle is not None and not cycle.response_complete
+        if answered:
+            self.transport.close()
+            return
+        self._answer(
+            408, f"the request {self._phase} did not arrive within {self._seconds()} seconds"
+        )
+
+    def _answer(self, status: int, detail: str) -> None:
+        """Answer without the application, in the API's error shape, and close."""
+        body = json.dumps({"detail": detail}).encode()
+        head = [STATUS_LINE[status]]
+        for name, value in self.server_state.default_headers:
+            head += [name, b": ", value, b"\r\n"]
+        head += [
+            b"content-type: application/json\r\n",
+            b"content-length: %d\r\n" % len(body),
+            b"connection: close\r\n\r\n",
+        ]
+        self.transport.write(b"".join(head) + body)
+        self.transport.close()
+
+
+def protocol(settings: ConnectionSettings) -> type[LimitedProtocol]:
+    """The protocol class of one server, with its own counts."""
+
+    class Protocol(LimitedProtocol):
+        gate = Gate(settings)
+
+    return Protocol
+
+
+class ServerOptions(TypedDict):
+    http: type[asyncio.Protocol]
+    ws: Literal["none"]
+    timeout_keep_alive: int
+
+
+def server_options(settings: ConnectionSettings) -> ServerOptions:
+    """uvicorn's options for serving with these limits.
+
+    No WebSocket: the controller serves none, and an upgraded connection would leave
+    this protocol without being released from the counts.
+    """
+    return ServerOptions(
+        http=protocol(settings),
+        ws="none",
+        timeout_keep_alive=settings.keep_alive_timeout_seconds,
+    )
+
+
+def allow_open_files(settings: ConnectionSettings) -> int | None:
+    """Raise this process's soft open-file limit to fit ``max_total`` connections, as far
+    as the hard limit allows; the limit when that is still too few, else None."""
+    needed = settings.max_total + RESERVED_FILES
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return None
+    raised = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+    return None if raised >= needed else raised
