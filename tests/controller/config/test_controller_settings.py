@@ -710,7 +710,7 @@ def profiles(draw: st.DrawFn) -> dict[str, Any]:
         "name": draw(st.from_regex(r"\A[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?\Z")),
         "displayName": draw(st.text(min_size=1, max_size=80).filter(str.strip)),
         "description": draw(st.none() | st.text(max_size=160)),
-        "resourceName": draw(st.from_regex(rf"\A{LABEL}(\.{LABEL})*/{NAME}\Z")),
+        "resourceName": draw(st.from_regex(rf"\A{LABEL}(\.{LABEL}){{0,3}}/{NAME}\Z")),
         "count": draw(st.integers(min_value=1, max_value=64)),
         "workspaceImage": draw(st.none() | st.from_regex(r"\A[a-z0-9][a-z0-9./:@_-]{0,80}\Z")),
         "runtimeClassName": draw(st.none() | st.from_regex(rf"\A{LABEL}(\.{LABEL})?\Z")),
