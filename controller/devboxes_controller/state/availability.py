@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 # computation, short enough that a freed GPU shows at once to a person watching.
 COALESCE_SECONDS = 0.05
 # A recount reads every cached pod: rare enough to cost little beside thousands of pods,
-# often enough that totals gone wrong (which no test has seen) are not served for long.
+# often enough that a wrong total, should a change ever be missed, is not served for long.
 RECOUNT_SECONDS = 30.0
 
 DISABLED = "availability is turned off by the operator (controller.availability.enabled: false)"
