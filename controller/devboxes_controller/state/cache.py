@@ -361,7 +361,7 @@ class Informer:
             log.exception("object change handler failed", extra={"kind": self.kind})
 
     def _drop(self, name: str) -> set[str]:
-        """Forget an object; the boxes whose objects that changed."""
+        """Forget an object; the boxes it belonged to."""
         old = self._objects.pop(name, None)
         if old is None:
             return set()
