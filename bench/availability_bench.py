@@ -17,17 +17,31 @@ boxes (bare pods in a namespace of their own, placed by the scheduler):
 
 Filling stops after ``--fill-minutes``; the figures then say how many pods ran.
 
+With ``--churn``, it measures instead what availability costs while pods come and go: two
+controllers on one scale testbed, this checkout's and ``--baseline``'s (checked out with
+``git worktree`` into a temporary directory), both with availability on, while
+``--foreign-pods`` bare pods that are not boxes are created and bound, and then for
+``--churn-minutes`` replaced (deleted, a quarter of them first marked Succeeded) and
+recreated. Throughout, one client reads ``GET /api/v1/gpu/availability`` from both
+controllers in turn, and one after another sample pods take an L4 and give it back; each
+controller's event-to-push time is from this benchmark's own pod watch seeing the sample
+bound (or gone) to the availability event with the new count on that controller's
+dashboard stream. Each controller's CPU time over the window is read from /proc.
+
     PYTHONPATH=testbed:controller .venv/bin/python bench/availability_bench.py
+    PYTHONPATH=testbed:controller .venv/bin/python bench/availability_bench.py --churn
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import secrets
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -47,6 +61,10 @@ from devboxes_testbed.controller import Controller, example_settings
 REPO = Path(__file__).resolve().parent.parent
 BOXES = "bench-boxes"
 FOREIGN = "bench-foreign"
+# The commit before availability kept running totals: --churn's comparison by default.
+BASELINE = "f6fb685"
+# Of the pods --churn replaces, this share is first marked Succeeded, as a finished pod is.
+COMPLETED_SHARE = 0.25
 # Long enough for the availability thread, the garbage collector and the first bodies
 # made for reads to settle before memory is read.
 SETTLE_SECONDS = 10
@@ -60,10 +78,24 @@ class Served:
     """A fresh controller of the example settings on the boxes' namespace, availability on
     or off, and the keep-alive client that reads it."""
 
-    def __init__(self, bed: Any, workdir: Path, availability: bool) -> None:
+    def __init__(
+        self,
+        bed: Any,
+        workdir: Path,
+        availability: bool,
+        source: Path | None = None,
+        identity: str | None = None,
+    ) -> None:
         settings = example_settings(BOXES)
         settings["availability"] = {"enabled": availability}
-        self.controller = Controller(bed.kubeconfig, settings, workdir, lease_seconds=None)
+        self.controller = Controller(
+            bed.kubeconfig,
+            settings,
+            workdir,
+            lease_seconds=None,
+            source=source,
+            identity=identity,
+        )
         self.controller.start(timeout=300)
         self.api = Api(self.controller.url, self.controller.token)
         # Ready means the box caches are loaded; the counts need the node and pod watches
@@ -387,6 +419,267 @@ def print_report(
         print(f"{name:<52} {first:>22} {second:>22}")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of a process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Churn:
+    """Bare pods that are not boxes: ``count`` created by ``workers`` threads, then, until
+    stopped, one at a time per thread replaced by a new one."""
+
+    def __init__(self, core: Any, count: int, workers: int) -> None:
+        self.core = core
+        self.count = count
+        self.workers = workers
+        self.alive: list[str] = []
+        self.lock = threading.Lock()
+        self.filled = threading.Event()
+        self.stop = threading.Event()
+        self.created = self.deleted = self.completed = 0
+        self._next = 0
+        self._threads = [threading.Thread(target=self._work, daemon=True) for _ in range(workers)]
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def join(self) -> None:
+        self.stop.set()
+        for thread in self._threads:
+            thread.join()
+
+    def _call(self, function: Any, *args: Any, **kwargs: Any) -> None:
+        from kubernetes import client
+
+        while True:
+            try:
+                function(*args, **kwargs)
+                return
+            except client.ApiException as error:
+                if error.status in (404, 409):
+                    return
+                if error.status not in (429, 500, 503, 504):
+                    raise
+                time.sleep(1)
+
+    def _create(self) -> None:
+        with self.lock:
+            index = self._next
+            self._next += 1
+        self._call(self.core.create_namespaced_pod, FOREIGN, foreign_pod(index))
+        with self.lock:
+            self.alive.append(f"filler-{index:05d}")
+            self.created += 1
+            if self.created >= self.count:
+                self.filled.set()
+
+    def _replace(self) -> None:
+        with self.lock:
+            if not self.alive:
+                return
+            name = self.alive.pop(random.randrange(len(self.alive)))
+        if random.random() < COMPLETED_SHARE:
+            self._call(
+                self.core.patch_namespaced_pod_status,
+                name,
+                FOREIGN,
+                {"status": {"phase": "Succeeded"}},
+            )
+            with self.lock:
+                self.completed += 1
+        self._call(self.core.delete_namespaced_pod, name, FOREIGN, grace_period_seconds=0)
+        with self.lock:
+            self.deleted += 1
+        self._create()
+
+    def _work(self) -> None:
+        while not self.stop.is_set():
+            with self.lock:
+                filling = self._next < self.count
+            if filling:
+                self._create()
+            else:
+                self._replace()
+
+
+class SampleWatch:
+    """This benchmark's own watch of the sample pods: when each was seen bound and gone."""
+
+    def __init__(self, core: Any) -> None:
+        self.core = core
+        self.bound: dict[str, float] = {}
+        self.gone: dict[str, float] = {}
+        self.stop = threading.Event()
+        threading.Thread(target=self._observe, daemon=True).start()
+
+    def _observe(self) -> None:
+        from kubernetes import watch
+
+        try:
+            for event in watch.Watch().stream(
+                self.core.list_namespaced_pod, FOREIGN, label_selector="sample"
+            ):
+                pod = event["object"]
+                if event["type"] == "DELETED":
+                    self.gone.setdefault(pod.metadata.name, time.monotonic())
+                elif pod.spec.node_name:
+                    self.bound.setdefault(pod.metadata.name, time.monotonic())
+                if self.stop.is_set():
+                    return
+        except Exception:
+            # The testbed stopping ends the watch; before that, a failure is real.
+            if not self.stop.is_set():
+                raise
+
+    @staticmethod
+    def seen(times: dict[str, float], name: str) -> float:
+        while name not in times:
+            time.sleep(0.01)
+        return times[name]
+
+
+def churn_window(
+    core: Any, controllers: dict[str, Served], churn: Churn, minutes: float
+) -> tuple[dict[str, list[float]], dict[str, list[float]], dict[str, float]]:
+    """Route latencies (ms), event-to-push times (ms) and CPU seconds per controller while
+    the pods are created and then replaced for ``minutes``."""
+    reads: dict[str, list[float]] = {label: [] for label in controllers}
+    pushes: dict[str, list[float]] = {label: [] for label in controllers}
+    streams = {label: EventLog(served) for label, served in controllers.items()}
+    samples = SampleWatch(core)
+    done = threading.Event()
+
+    def read() -> None:
+        while not done.is_set():
+            for label, served in controllers.items():
+                reads[label].append(served.timed("/gpu/availability"))
+            time.sleep(0.02)
+
+    def sample() -> None:
+        bases = {label: served.available() for label, served in controllers.items()}
+        index = 0
+        while not done.is_set():
+            name = f"sample-{index}"
+            index += 1
+            marks = {label: len(stream.events) for label, stream in streams.items()}
+            core.create_namespaced_pod(FOREIGN, gpu_pod(name))
+            for label, stream in streams.items():
+                arrived = stream.wait_for(bases[label] - 1, marks[label], timeout=300)
+                pushes[label].append(1000 * (arrived - SampleWatch.seen(samples.bound, name)))
+            marks = {label: len(stream.events) for label, stream in streams.items()}
+            core.delete_namespaced_pod(name, FOREIGN, grace_period_seconds=0)
+            for label, stream in streams.items():
+                arrived = stream.wait_for(bases[label], marks[label], timeout=300)
+                pushes[label].append(1000 * (arrived - SampleWatch.seen(samples.gone, name)))
+
+    cpu = {label: cpu_seconds(served.controller.pid) for label, served in controllers.items()}
+    threads = [threading.Thread(target=read, daemon=True), threading.Thread(target=sample)]
+    for thread in threads:
+        thread.start()
+    churn.start()
+    while not churn.filled.wait(30):
+        log(f"  {churn.created}/{churn.count} foreign pods created")
+    log(f"  {churn.count} created; replacing pods for {minutes} min ...")
+    time.sleep(60 * minutes)
+    done.set()
+    for thread in threads:
+        thread.join()
+    churn.join()
+    cpu = {
+        label: cpu_seconds(served.controller.pid) - cpu[label]
+        for label, served in controllers.items()
+    }
+    samples.stop.set()
+    for stream in streams.values():
+        stream.close()
+    return reads, pushes, cpu
+
+
+def recount_figures(served: Served) -> str:
+    """The running totals' recount counters, as the controller's /metrics says them."""
+    response = served.api.session.get(f"{served.api.url}/metrics", timeout=30)
+    response.raise_for_status()
+    text = response.text
+    lines = [
+        line
+        for line in text.splitlines()
+        if line.startswith("devboxes_availability_recount") and not line.startswith("#")
+    ]
+    return "; ".join(lines) or "none (a controller without running totals)"
+
+
+def run_churn(args: argparse.Namespace) -> None:
+    from devboxes_testbed.cluster import Testbed
+    from kubernetes import client
+
+    workdir = Path(tempfile.mkdtemp(prefix="devboxes-availability-churn-"))
+    baseline_tree = workdir / "baseline"
+    bed = Testbed(state_dir=workdir / "testbed", pool_file=args.pool_file)
+    controllers: dict[str, Served] = {}
+    succeeded = False
+    try:
+        subprocess.run(
+            [
+                "git",
+                "-C",
+                str(REPO),
+                "worktree",
+                "add",
+                "--detach",
+                str(baseline_tree),
+                args.baseline,
+            ],
+            check=True,
+            capture_output=True,
+        )
+        log(f"starting a scale testbed ({args.pool_file.name}) in {workdir} ...")
+        bed.start()
+        core = client.CoreV1Api(bed.api_client())
+        for namespace in (BOXES, FOREIGN):
+            core.create_namespace({"metadata": {"name": namespace}})
+        for label, source in ((args.baseline, baseline_tree), ("this", REPO)):
+            controllers[label] = Served(bed, workdir, True, source=source, identity=label)
+        churn = Churn(core, args.foreign_pods, args.workers)
+        log(f"creating {args.foreign_pods} foreign pods, then replacing them ...")
+        started = time.monotonic()
+        reads, pushes, cpu = churn_window(core, controllers, churn, args.churn_minutes)
+        window = time.monotonic() - started
+        print(
+            f"\n{churn.created} foreign pods created, {churn.deleted} deleted "
+            f"({churn.completed} of them first marked Succeeded), {len(churn.alive)} left; "
+            f"a window of {window:.0f} s"
+        )
+        print(
+            f"{'controller':<10} {'reads':>6} {'route p50 / p95 / p99':>26} "
+            f"{'pushes':>7} {'push p50 / p95 / max':>28} {'CPU':>8}"
+        )
+        for label in controllers:
+            ms, pushed = reads[label], sorted(pushes[label])
+            print(
+                f"{label:<10} {len(ms):>6} "
+                f"{statistics.median(ms):>7.2f} / {percentile(ms, 95):>6.2f} / "
+                f"{percentile(ms, 99):>6.2f} ms {len(pushed):>7} "
+                f"{statistics.median(pushed):>8.1f} / {percentile(pushed, 95):>7.1f} / "
+                f"{pushed[-1]:>7.1f} ms {cpu[label]:>6.1f} s"
+            )
+        for label, served in controllers.items():
+            print(f"{label}: {recount_figures(served)}")
+        succeeded = True
+    finally:
+        for served in controllers.values():
+            served.stop()
+        bed.stop()
+        subprocess.run(
+            ["git", "-C", str(REPO), "worktree", "remove", "--force", str(baseline_tree)],
+            check=False,
+            capture_output=True,
+        )
+        if succeeded:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
 def run(args: argparse.Namespace) -> None:
     from devboxes_testbed.cluster import Testbed
     from kubernetes import client
@@ -444,10 +737,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=20)
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--pool-file", type=Path, default=REPO / "testbed" / "nodes-scale-10k.yaml")
+    parser.add_argument(
+        "--churn",
+        action="store_true",
+        help="measure while pods are created and replaced, this checkout against --baseline",
+    )
+    parser.add_argument("--baseline", default=BASELINE)
+    parser.add_argument("--churn-minutes", type=float, default=3)
     record.add_arguments(parser)
     args = parser.parse_args(argv)
     with record.recording("availability_bench", args):
-        run(args)
+        if args.churn:
+            run_churn(args)
+        else:
+            run(args)
     return 0
 
 

@@ -86,6 +86,11 @@ def pod_requests(spec: Obj) -> Usage:
     return total
 
 
+def _uid(metadata: Obj) -> Obj:
+    """The uid, which the running totals key each object by, when the object has one."""
+    return {"uid": metadata["uid"]} if metadata.get("uid") else {}
+
+
 def strip_pod(pod: Obj) -> Obj:
     """The few fields of a pod that capacity needs, with its requests already summed."""
     metadata = pod.get("metadata") or {}
@@ -95,6 +100,7 @@ def strip_pod(pod: Obj) -> Obj:
             "name": metadata.get("name"),
             "namespace": metadata.get("namespace"),
             "resourceVersion": metadata.get("resourceVersion"),
+            **_uid(metadata),
         },
         "nodeName": spec.get("nodeName"),
         "phase": (pod.get("status") or {}).get("phase"),
@@ -111,6 +117,7 @@ def strip_node(node: Obj) -> Obj:
         "metadata": {
             "name": metadata.get("name"),
             "resourceVersion": metadata.get("resourceVersion"),
+            **_uid(metadata),
             "labels": dict(metadata.get("labels") or {}),
         },
         "spec": {
@@ -155,13 +162,167 @@ def usage_by_node(pods: Iterable[Obj]) -> dict[str, Usage]:
     """Requests of every non-terminated pod bound to a node, summed per node (stripped pods)."""
     usage: dict[str, Usage] = {}
     for pod in pods:
-        node = pod.get("nodeName")
-        if not node or pod.get("phase") in TERMINATED_PHASES:
-            continue
-        total = usage.setdefault(node, {})
-        _add(total, pod.get("requests") or {})
-        total[PODS] = total.get(PODS, Decimal(0)) + 1
+        taken = pod_contribution(pod)
+        if taken is not None:
+            _apply(usage, taken, 1)
     return usage
+
+
+# -- running totals: one watch event at a time ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Contribution:
+    """What one object adds to its node's totals."""
+
+    node: str
+    amounts: Usage
+
+
+def pod_contribution(pod: Obj) -> Contribution | None:
+    """What a stripped pod takes from its node: its requests and one of the node's pod
+    slots, from its binding until it ends; None before and after."""
+    node = pod.get("nodeName")
+    if not node or pod.get("phase") in TERMINATED_PHASES:
+        return None
+    amounts: Usage = {}
+    _add(amounts, pod.get("requests") or {})
+    amounts[PODS] = amounts.get(PODS, Decimal(0)) + 1
+    return Contribution(node, amounts)
+
+
+def node_contribution(node: Obj) -> Contribution:
+    """What a stripped node offers: its allocatable resources."""
+    amounts: Usage = {}
+    _add(amounts, (node.get("status") or {}).get("allocatable") or {})
+    return Contribution(node_name(node), amounts)
+
+
+def _apply(totals: dict[str, Usage], contribution: Contribution, sign: int) -> None:
+    """Add (sign 1) or take away (sign -1) a contribution. A figure back at zero is dropped,
+    and so is a node left with none, so that totals built in any order compare equal."""
+    total = totals.setdefault(contribution.node, {})
+    for resource, amount in contribution.amounts.items():
+        value = total.get(resource, Decimal(0)) + sign * amount
+        if value:
+            total[resource] = value
+        else:
+            total.pop(resource, None)
+    if not total:
+        del totals[contribution.node]
+
+
+def _replace(
+    contributions: dict[str, Contribution],
+    totals: dict[str, Usage],
+    uid: str,
+    new: Contribution | None,
+) -> None:
+    old = contributions.pop(uid, None)
+    if old is not None:
+        _apply(totals, old, -1)
+    if new is not None:
+        contributions[uid] = new
+        _apply(totals, new, 1)
+
+
+def uid(obj: Obj) -> str:
+    return str(obj["metadata"]["uid"])
+
+
+class Totals:
+    """Per node and resource, what the node offers (``allocatable``) and what its bound,
+    non-terminated pods take (``used``, with the pod count under ``pods``).
+
+    Each total is the sum of per-object contributions kept by uid. Putting an object
+    replaces what its uid contributed before, so a change costs the same whatever the
+    size of the cluster, and an object delivered twice (a relist re-reads every object)
+    is counted once. Decimal arithmetic is exact: taking away what was added leaves no
+    residue, so totals kept through any sequence of changes equal a recount.
+    """
+
+    def __init__(self) -> None:
+        self.used: dict[str, Usage] = {}
+        self.allocatable: dict[str, Usage] = {}
+        self._pods: dict[str, Contribution] = {}
+        self._nodes: dict[str, Contribution] = {}
+
+    @classmethod
+    def of(cls, nodes: Iterable[Obj], pods: Iterable[Obj]) -> Totals:
+        totals = cls()
+        for node in nodes:
+            totals.put_node(node)
+        for pod in pods:
+            totals.put_pod(pod)
+        return totals
+
+    def put_pod(self, pod: Obj) -> None:
+        _replace(self._pods, self.used, uid(pod), pod_contribution(pod))
+
+    def remove_pod(self, pod: Obj) -> None:
+        _replace(self._pods, self.used, uid(pod), None)
+
+    def put_node(self, node: Obj) -> None:
+        _replace(self._nodes, self.allocatable, uid(node), node_contribution(node))
+
+    def remove_node(self, node: Obj) -> None:
+        _replace(self._nodes, self.allocatable, uid(node), None)
+
+    def usage(self) -> dict[str, Usage]:
+        """A copy of ``used`` that later changes leave alone."""
+        return _copy(self.used)
+
+    def figures(self) -> Figures:
+        """Copies of both tables, to compare with a recount."""
+        return Figures(_copy(self.used), _copy(self.allocatable))
+
+
+def _copy(table: Mapping[str, Usage]) -> dict[str, Usage]:
+    return {node: dict(total) for node, total in table.items()}
+
+
+@dataclass(frozen=True)
+class Figures:
+    """Both tables of a :class:`Totals` at one moment."""
+
+    used: Mapping[str, Usage]
+    allocatable: Mapping[str, Usage]
+
+
+def count(nodes: Iterable[Obj], pods: Iterable[Obj]) -> Figures:
+    """Both tables summed afresh from every object, by name rather than by uid."""
+    allocatable: dict[str, Usage] = {}
+    for node in nodes:
+        _apply(allocatable, node_contribution(node), 1)
+    return Figures(usage_by_node(pods), allocatable)
+
+
+@dataclass(frozen=True)
+class Disagreement:
+    """One figure the running totals had wrong: ``kept`` against the recount's ``counted``."""
+
+    table: str
+    node: str
+    resource: str
+    kept: Decimal
+    counted: Decimal
+
+
+def disagreements(kept: Figures, counted: Figures) -> list[Disagreement]:
+    """Every node and resource whose two figures differ (a missing figure is zero)."""
+    found = []
+    tables = (
+        ("used", kept.used, counted.used),
+        ("allocatable", kept.allocatable, counted.allocatable),
+    )
+    for table, ours, theirs in tables:
+        for node in sorted(set(ours) | set(theirs)):
+            mine, other = ours.get(node, {}), theirs.get(node, {})
+            for resource in sorted(set(mine) | set(other)):
+                held, recounted = mine.get(resource, Decimal(0)), other.get(resource, Decimal(0))
+                if held != recounted:
+                    found.append(Disagreement(table, node, resource, held, recounted))
+    return found
 
 
 # -- eligibility -------------------------------------------------------------------------------

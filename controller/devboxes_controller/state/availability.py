@@ -3,8 +3,11 @@
 GPUs are also taken by pods that are not boxes, so the pods of all namespaces count.
 When a profile names a RuntimeClass, the RuntimeClasses are watched too: theirs are
 the nodeSelector and tolerations admission adds to the pods.
-Each object is stripped on ingest to the few fields :mod:`..placement.capacity` reads. A burst of
-watch events is coalesced into one computation; listeners hear only real changes.
+Each object is stripped on ingest to the few fields :mod:`..placement.capacity` reads. Every
+watch event updates running totals per node and resource (:class:`..placement.capacity.Totals`)
+at a cost that does not grow with the cluster, and every ``RECOUNT_SECONDS`` a full recount
+from the cached objects checks them. A burst of watch events is coalesced into one
+computation over the nodes; listeners hear only real changes.
 
 None of this affects readiness: a controller that may not read nodes or pods reports
 availability as unknown, with the reason, and serves everything else as before.
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -28,12 +32,16 @@ from ..k8s.kube import Obj
 from ..placement import capacity
 from .bodies import Body, body
 from .cache import Informer
+from .metrics import METRICS
 
 log = logging.getLogger(__name__)
 
 # Long enough to fold a burst of pod events (a rollout, a node going away) into one
 # computation, short enough that a freed GPU shows at once to a person watching.
 COALESCE_SECONDS = 0.05
+# A recount reads every cached pod: rare enough to cost little beside thousands of pods,
+# often enough that a wrong total, should a change ever be missed, is not served for long.
+RECOUNT_SECONDS = 30.0
 
 DISABLED = "availability is turned off by the operator (controller.availability.enabled: false)"
 FORBIDDEN = (
@@ -75,9 +83,17 @@ class Availability:
         )
         self._current = self._compute(self._observed)
         self._body = body(self._current.model_dump_json().encode())
+        # Written by the two watch threads inside their caches' locks, read by this one.
+        self._totals = capacity.Totals()
+        self._totals_lock = threading.Lock()
         core = client.CoreV1Api(api)
         self._nodes = Informer(
-            "nodes", core.list_node, None, strip=capacity.strip_node, on_update=self.kick
+            "nodes",
+            core.list_node,
+            None,
+            strip=capacity.strip_node,
+            on_update=self.kick,
+            on_object=self._node_changed,
         )
         self._pods = Informer(
             "pods (all namespaces)",
@@ -85,6 +101,7 @@ class Availability:
             None,
             strip=capacity.strip_pod,
             on_update=self.kick,
+            on_object=self._pod_changed,
         )
         self._runtime_classes: Informer | None = None
         if any(p.runtime_class_name for p in settings.gpu.profiles):
@@ -139,6 +156,50 @@ class Availability:
     def profile(self, name: str) -> ProfileAvailability | None:
         return self._current.profile(name)
 
+    # -- running totals ----------------------------------------------------------------------
+    def _pod_changed(self, old: Obj | None, new: Obj | None) -> None:
+        with self._totals_lock:
+            if old is not None:
+                self._totals.remove_pod(old)
+            if new is not None:
+                self._totals.put_pod(new)
+
+    def _node_changed(self, old: Obj | None, new: Obj | None) -> None:
+        with self._totals_lock:
+            if old is not None:
+                self._totals.remove_node(old)
+            if new is not None:
+                self._totals.put_node(new)
+
+    def recount(self) -> list[capacity.Disagreement]:
+        """Count both tables afresh from the cached nodes and pods and compare; on any
+        difference warn once per figure, count it and adopt the recount. The differences."""
+        with self._nodes.paused(), self._pods.paused(), self._totals_lock:
+            nodes, pods = self._nodes.all(), self._pods.all()
+            kept = self._totals.figures()
+        # Counted outside the locks: the watches go on meanwhile, and the copies above
+        # are of one moment.
+        found = capacity.disagreements(kept, capacity.count(nodes, pods))
+        METRICS.availability_recounts.inc()
+        if not found:
+            return found
+        for wrong in found:
+            METRICS.availability_disagreements.labels(wrong.table).inc()
+            log.warning(
+                "availability totals disagree with a recount; adopting the recount",
+                extra={
+                    "table": wrong.table,
+                    "node": wrong.node,
+                    "resource": wrong.resource,
+                    "kept": str(wrong.kept),
+                    "counted": str(wrong.counted),
+                },
+            )
+        with self._nodes.paused(), self._pods.paused(), self._totals_lock:
+            self._totals = capacity.Totals.of(self._nodes.all(), self._pods.all())
+        self.kick()
+        return found
+
     # -- computing ---------------------------------------------------------------------------
     def _reason(self) -> str | None:
         """Why the counts cannot be known now, or None."""
@@ -163,9 +224,13 @@ class Availability:
         return _Observed(
             at=datetime.now(UTC),
             nodes=self._nodes.all(),
-            usage=capacity.usage_by_node(self._pods.all()),
+            usage=self._usage(),
             runtime_classes={rc["metadata"]["name"]: rc for rc in runtime_classes},
         )
+
+    def _usage(self) -> dict[str, capacity.Usage]:
+        with self._totals_lock:
+            return self._totals.usage()
 
     def _compute(
         self, observed: _Observed, preset: PresetSettings | None = None
@@ -184,6 +249,15 @@ class Availability:
             observed.runtime_classes,
         )
 
+    def _checked_recount(self) -> None:
+        # Before the first lists, there is nothing to count yet.
+        if not self.informers or self._reason() is not None:
+            return
+        try:
+            self.recount()
+        except Exception:
+            log.exception("availability recount failed")
+
     def refresh(self) -> bool:
         """Recompute now; True when any profile's counts changed."""
         observed = self._observe()
@@ -194,8 +268,16 @@ class Availability:
         return changed
 
     def _run(self) -> None:
+        recount_at = time.monotonic() + RECOUNT_SECONDS
         while not self._stop.is_set():
-            self._dirty.wait()
+            self._dirty.wait(max(recount_at - time.monotonic(), 0))
+            if self._stop.is_set():
+                return
+            if time.monotonic() >= recount_at:
+                recount_at = time.monotonic() + RECOUNT_SECONDS
+                self._checked_recount()
+            if not self._dirty.is_set():
+                continue
             # Wait a moment so that the rest of a burst lands in the same computation.
             if self._stop.wait(COALESCE_SECONDS):
                 return

@@ -41,6 +41,7 @@ MAX_BACKOFF = 5.0
 
 BoxOf = Callable[[Obj], str | None]
 OnChange = Callable[[str], None]
+OnObject = Callable[[Obj | None, Obj | None], None]
 Strip = Callable[[Obj], Obj]
 
 
@@ -84,7 +85,10 @@ class Informer:
     ``strip`` keeps only what readers need of each object (it must
     keep ``metadata.name``, ``namespace`` and ``resourceVersion``), so a cache of every pod
     of a cluster stays small. ``on_update`` is called after every applied change and
-    every failure.
+    every failure. ``on_object`` is called with the object before and after each change
+    it applies (None for an object that was or is no more), holding the cache's lock, so
+    that what a reader builds from the changes stays in step with the cache inside
+    :meth:`paused`.
     """
 
     def __init__(
@@ -98,6 +102,7 @@ class Informer:
         strip: Strip | None = None,
         on_update: Callable[[], None] | None = None,
         field_selector: str | None = None,
+        on_object: OnObject | None = None,
     ) -> None:
         self.kind = kind
         self._list = list_function
@@ -108,6 +113,7 @@ class Informer:
         self._fields = field_selector
         self._strip = strip
         self._on_update = on_update
+        self._on_object = on_object
         self.failure: Exception | None = None
         self._objects: dict[str, Obj] = {}
         self._by_box: dict[str, dict[str, Obj]] = {}
@@ -137,6 +143,11 @@ class Informer:
 
     def __len__(self) -> int:
         return len(self._objects)
+
+    def paused(self) -> threading.Condition:
+        """Held (``with informer.paused():``), no change is applied: a reader sees the
+        cache and what ``on_object`` made of it at the same moment."""
+        return self._condition
 
     def wait_for(self, predicate: Callable[[], bool], timeout: float) -> bool:
         """Block until ``predicate`` holds for the cache, or the timeout passes."""
@@ -323,15 +334,34 @@ class Informer:
 
     def _put(self, obj: Obj) -> set[str]:
         name = self._key(obj)
-        touched = self._remove(name)
+        old = self._objects.get(name)
+        touched = self._drop(name)
         self._objects[name] = obj
         box = self._box_of(obj)
         if box:
             self._by_box.setdefault(box, {})[name] = obj
             touched.add(box)
+        self._changed(old, obj)
         return touched
 
     def _remove(self, name: str) -> set[str]:
+        old = self._objects.get(name)
+        touched = self._drop(name)
+        if old is not None:
+            self._changed(old, None)
+        return touched
+
+    def _changed(self, old: Obj | None, new: Obj | None) -> None:
+        if self._on_object is None:
+            return
+        try:
+            self._on_object(old, new)
+        except Exception:
+            # The watch must go on; a reader's own check finds what it missed.
+            log.exception("object change handler failed", extra={"kind": self.kind})
+
+    def _drop(self, name: str) -> set[str]:
+        """Forget an object; the boxes it belonged to."""
         old = self._objects.pop(name, None)
         if old is None:
             return set()

@@ -66,6 +66,19 @@ class Metrics:
             ["kind"],
             registry=self.registry,
         )
+        self.availability_recounts = Counter(
+            "devboxes_availability_recounts_total",
+            "Full recounts of what every node offers and every pod takes, checking the "
+            "running totals GPU availability is computed from",
+            registry=self.registry,
+        )
+        self.availability_disagreements = Counter(
+            "devboxes_availability_recount_disagreements_total",
+            "Figures (one node, one resource) in which a recount found the running totals "
+            "wrong, by table: used by pods or allocatable on nodes",
+            ["table"],
+            registry=self.registry,
+        )
         self.leader = Gauge(
             "devboxes_leader",
             "1 while this replica holds the reconciler lease",

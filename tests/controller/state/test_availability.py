@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import random
+import re
 import subprocess
 import sys
 import uuid
@@ -633,3 +635,111 @@ def test_runtime_class_tolerations_and_node_selector_count_for_availability_and_
         assert checks["runtime-class"].verdict == "pass", checks["runtime-class"]
     finally:
         node_api.delete_runtime_class(name)
+
+
+MIG_SLICE = "nvidia.com/mig-1g.10gb"
+SHARED_L4 = "nvidia.com/gpu.shared"
+
+
+def device_pod(name: str, resource: str, accelerator: str) -> dict[str, Any]:
+    """A pod that is not a box: one unit of ``resource`` and a little CPU, on its GPU node."""
+    spec = gpu_pod(name, resource, {"accelerator": accelerator})
+    spec["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "100m"
+    return spec
+
+
+def finishing_job(name: str) -> dict[str, Any]:
+    """A Job whose one pod takes a time-slice of the shared L4 and then succeeds (kwok
+    completes the pods Jobs own)."""
+    pod = device_pod(name, SHARED_L4, "nvidia-l4-shared")
+    pod["spec"]["restartPolicy"] = "Never"
+    return {
+        "metadata": {"name": name},
+        "spec": {"backoffLimit": 0, "template": {"spec": pod["spec"]}},
+    }
+
+
+def counted_from_the_apiserver(core: client.CoreV1Api, resource: str) -> tuple[int, int]:
+    """Free and total units of ``resource`` on the Ready, schedulable nodes, summed here
+    from the apiserver's own lists: what a profile of one unit each may start."""
+    taken: dict[str, int] = {}
+    for pod in core.list_pod_for_all_namespaces().items:
+        if not pod.spec.node_name or pod.status.phase in ("Succeeded", "Failed"):
+            continue
+        for container in pod.spec.containers:
+            requests = (container.resources.requests if container.resources else None) or {}
+            taken[pod.spec.node_name] = taken.get(pod.spec.node_name, 0) + int(
+                requests.get(resource, 0)
+            )
+    free = total = 0
+    for node in core.list_node().items:
+        offered = int((node.status.allocatable or {}).get(resource, 0))
+        ready = any(c.type == "Ready" and c.status == "True" for c in node.status.conditions)
+        if offered and ready and not node.spec.unschedulable:
+            free += max(offered - taken.get(node.metadata.name, 0), 0)
+            total += offered
+    return free, total
+
+
+def recount_metrics(controller: Controller) -> tuple[float, float]:
+    """How many recounts the controller made, and how many figures they found wrong."""
+    text = requests.get(
+        f"{controller.url}/metrics",
+        headers={"Authorization": f"Bearer {controller.token}"},
+        timeout=30,
+    ).text
+
+    def total(name: str) -> float:
+        return sum(float(v) for v in re.findall(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M))
+
+    return (
+        total("devboxes_availability_recounts_total"),
+        total("devboxes_availability_recount_disagreements_total"),
+    )
+
+
+def test_running_totals_equal_a_recount_while_pods_that_are_not_boxes_come_and_go(
+    api: Api, controller: Controller, kube: Any, namespace: str
+) -> None:
+    for resource in (MIG_SLICE, SHARED_L4):
+        wait_until_no_pod_requests(kube, resource)
+    core = client.CoreV1Api(kube)
+    batch = client.BatchV1Api(kube)
+    rng = random.Random(1)
+    # More pods than the A100's 7 slices: some wait, and take a slice as others go.
+    alive = [f"mig-{i}" for i in range(12)]
+    for name in alive:
+        core.create_namespaced_pod(namespace, device_pod(name, MIG_SLICE, "nvidia-a100-mig"))
+    jobs = [f"done-{i}" for i in range(3)]
+    for name in jobs:
+        batch.create_namespaced_job(namespace, finishing_job(name))
+    for round_ in range(4):
+        for name in rng.sample(alive, 3):
+            alive.remove(name)
+            delete_pod(kube, namespace, name)
+            fresh = f"mig-{round_}-{name}"
+            core.create_namespaced_pod(namespace, device_pod(fresh, MIG_SLICE, "nvidia-a100-mig"))
+            alive.append(fresh)
+
+    def jobs_done() -> bool:
+        """every Job's pod has succeeded"""
+        listed = batch.list_namespaced_job(namespace).items
+        return sum(job.status.succeeded or 0 for job in listed) == len(jobs)
+
+    wait_for(jobs_done, timeout=120)
+
+    def served_equals_counted() -> bool:
+        """the served counts equal the apiserver's, for the slices and the shared L4"""
+        return all(
+            api.free(profile)[:2] == counted_from_the_apiserver(core, resource)
+            for profile, resource in ((MIG, MIG_SLICE), (L4_SHARED, SHARED_L4))
+        )
+
+    wait_for(served_equals_counted)
+    # The A100 is full and pods still wait for it: the churn did reach the slices.
+    assert api.free(MIG)[:2] == (0, 7)
+    # A recount made after the churn agrees with the running totals, as all before it did.
+    recounts, _ = recount_metrics(controller)
+    wait_for(lambda: recount_metrics(controller)[0] > recounts, timeout=120)
+    assert recount_metrics(controller)[1] == 0
+    assert served_equals_counted()
