@@ -20,7 +20,7 @@ from devboxes_jupyter import labels
 from devboxes_sdk import models
 from devboxes_sdk.client import Client, Devbox
 from devboxes_sdk.errors import BoxNotReady, DevboxesError, StartTimeout
-from devboxes_sdk.labels import accelerator_label, auto_stop_label, status_line
+from devboxes_sdk.labels import accelerator_label, auto_stop_label, reason, status_line
 
 __all__ = ["AcceleratorPicker", "DevboxLauncher", "DevboxTable"]
 
@@ -194,7 +194,7 @@ class DevboxLauncher(widgets.VBox):  # type: ignore[misc, unused-ignore]
         if not self._current(generation):
             return
         self.box = box
-        line = status_line(box.state, box.message)
+        line = status_line(box.state, reason(box.summary, box.message))
         self.status.value = f"<b>{escape(box.name)}</b>: {escape(line)}" + (
             f" {_note_html(note)}" if note else ""
         )
@@ -233,7 +233,7 @@ class _Row:
 
     def __init__(self, table: DevboxTable, box: Devbox, now: datetime) -> None:
         self.name = box.name
-        self.state = widgets.HTML(escape(status_line(box.state, box.message)))
+        self.state = widgets.HTML(escape(status_line(box.state, reason(box.summary, box.message))))
         self.accelerator = widgets.HTML(escape(accelerator_label(box.gpu)))
         self.auto_stop = widgets.HTML(escape(auto_stop_label(box.state, box.expires_at, now)))
         stopped = box.state is models.DevboxState.STOPPED
