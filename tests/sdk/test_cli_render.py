@@ -511,6 +511,17 @@ def test_progress_of_a_waiting_box_gives_its_estimated_place_in_line(client: Cli
     details = render.box_details(box, NOW)
     assert waiting in details
     assert SCHEDULER_SENTENCE in details
+    # A CPU box keeps the scheduler's gist: its summary only says it waits for room.
+    cpu = make_box(
+        client,
+        state="starting",
+        gpu=None,
+        message=SCHEDULER_SENTENCE,
+        summary="Waiting for a node with room for this box.",
+    )
+    assert render.progress_line(cpu) == (
+        "atlas: starting — Scheduling blocked: Insufficient nvidia.com/gpu"
+    )
     # A box that no longer starts says what its message says.
     degraded = make_box(client, state="degraded", message="CrashLoopBackOff: x", summary="x")
     assert render.progress_line(degraded) == "atlas: degraded — CrashLoopBackOff: x"
