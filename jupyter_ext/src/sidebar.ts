@@ -117,6 +117,7 @@ export class DevboxSidebar extends Widget {
   private readonly acceleratorHelp: HTMLElement;
   private readonly createButton: HTMLButtonElement;
   private readonly errorBox: HTMLElement;
+  private readonly statusBox: HTMLElement;
   private readonly statusLine: HTMLElement;
   private readonly staleDetail: HTMLElement;
   private readonly kernelList: HTMLElement;
@@ -228,9 +229,9 @@ export class DevboxSidebar extends Widget {
     });
     // The state of the list comes first: a list that is out of date says so where the
     // eye lands, not under the boxes.
-    const status = element('div', { class: 'jp-Devboxes-status' });
-    status.append(this.statusLine, this.staleDetail);
-    this.node.append(header, status, this.form, this.kernelList, this.boxList);
+    this.statusBox = element('div', { class: 'jp-Devboxes-status' });
+    this.statusBox.append(this.statusLine, this.staleDetail);
+    this.node.append(header, this.statusBox, this.form, this.kernelList, this.boxList);
     void this.loadCapabilities();
     void this.follow();
   }
@@ -382,7 +383,7 @@ export class DevboxSidebar extends Widget {
   /** On top of the list: when it was updated, or that it is out of date and why. */
   private showState(): void {
     const stale = this.stale !== null;
-    this.statusLine.classList.toggle('jp-mod-stale', stale);
+    this.statusBox.classList.toggle('jp-mod-stale', stale);
     this.statusLine.setAttribute('data-stale', String(stale));
     this.statusLine.setAttribute('role', stale ? 'alert' : 'status');
     this.createButton.disabled = stale;

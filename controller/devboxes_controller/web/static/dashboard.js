@@ -51,11 +51,12 @@ import * as labels from "./labels.js";
     if (stale) $("stale-text").textContent = labels.staleNotice(heardAt);
     for (const button of document.querySelectorAll(ACTIONS)) {
       if (stale) {
-        button.dataset.staleOff = String(!button.disabled);
+        // Run again for rows added meanwhile: a button keeps what it was before it all.
+        if (button.dataset.enabledBeforeStale === undefined) button.dataset.enabledBeforeStale = String(!button.disabled);
         button.disabled = true;
-      } else if (button.dataset.staleOff !== undefined) {
-        button.disabled = button.dataset.staleOff === "false";
-        delete button.dataset.staleOff;
+      } else if (button.dataset.enabledBeforeStale !== undefined) {
+        button.disabled = button.dataset.enabledBeforeStale === "false";
+        delete button.dataset.enabledBeforeStale;
       }
     }
     if (!stale && $("delete-dialog").open) refreshDelete();
