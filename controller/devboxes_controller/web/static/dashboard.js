@@ -52,7 +52,9 @@ import * as labels from "./labels.js";
     for (const button of document.querySelectorAll(ACTIONS)) {
       if (stale) {
         // Run again for rows added meanwhile: a button keeps what it was before it all.
-        if (button.dataset.enabledBeforeStale === undefined) button.dataset.enabledBeforeStale = String(!button.disabled);
+        if (button.dataset.enabledBeforeStale === undefined) {
+          button.dataset.enabledBeforeStale = String(!button.disabled);
+        }
         button.disabled = true;
       } else if (button.dataset.enabledBeforeStale !== undefined) {
         button.disabled = button.dataset.enabledBeforeStale === "false";
