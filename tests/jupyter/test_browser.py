@@ -56,7 +56,7 @@ pytestmark = pytest.mark.browser
 REPO = Path(__file__).resolve().parents[2]
 IMAGES = REPO / "test-artifacts" / "jupyter"
 READY_TIMEOUT_MS = 180_000
-# The sidebar's width the narrow-panel checks use: JupyterLab's left area at its default.
+# The sidebar's width the narrow-panel checks use: about JupyterLab's default left area.
 NARROW_PX = 280
 
 
@@ -383,7 +383,7 @@ def test_launcher_tile_opens_the_sidebar_and_its_picker_creates_gpu_boxes(
     assert blocked.state is models.DevboxState.STARTING
     assert blocked.gpu is not None
 
-    # At JupyterLab's default width the whole reason shows, the estimated place in line
+    # In a sidebar as narrow as JupyterLab's default the whole reason shows, the place in line
     # included, wrapped between words; so does each accelerator's free count.
     sidebar = page.locator("#devboxes-sidebar")
     _narrow_sidebar(page, sidebar)
@@ -587,8 +587,8 @@ def test_a_failed_kernel_start_fits_is_dismissed_for_good_and_unusable_tiles_are
 
         sidebar.get_by_test_id(f"devbox-kernel-dismiss-{name}").click()
         expect(failed).to_have_count(0, timeout=30_000)
-        page.reload()
-        page.wait_for_selector(".jp-LauncherCard", timeout=60_000)
+        # Loaded afresh (with a reset layout, so the sidebar is opened as before).
+        _open_lab(page, lab)
         sidebar = _open_sidebar(page)
         expect(sidebar.get_by_test_id("devbox-watch-status")).to_contain_text("Updated")
         expect(sidebar.get_by_test_id(f"devbox-kernel-{name}")).to_have_count(0)
