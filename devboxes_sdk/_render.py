@@ -255,7 +255,14 @@ def short_reason(message: str) -> str:
 
 
 def progress_reason(box: Devbox) -> str | None:
-    """What a box waits for, short enough for a progress line."""
+    """What a box waits for, short enough for a progress line.
+
+    A starting GPU box's summary comes first: while it waits for a device it holds the
+    free count and the estimated place in line, which the scheduler's sentence lacks.
+    A CPU box keeps the gist of the scheduler's sentence, which says more than its summary.
+    """
+    if box.state is DevboxState.STARTING and box.gpu is not None and box.summary:
+        return box.summary
     if not box.message:
         return None
     if box.state is DevboxState.STARTING and _UNBOUND_CLAIMS in box.message:

@@ -365,7 +365,7 @@ class Client:
         Uses the server-side wait when the server offers it (it answers with
         ``X-Devboxes-Wait: ready``), otherwise polls with a backoff from 0.5 s to 5 s.
         ``on_update`` is called with the first observed box and again whenever its
-        state or message changes; with a callback, each server-side wait lasts at most
+        state, message or summary changes; with a callback, each server-side wait lasts at most
         ``PROGRESS_SERVER_WAIT`` seconds so that changes are seen while they happen.
 
         Raises :class:`~devboxes_sdk.errors.BoxDegraded` as soon as the box is degraded,
@@ -379,7 +379,7 @@ class Client:
         deadline = time.monotonic() + timeout
         server_wait = True
         delay = _POLL_FIRST_DELAY
-        seen: tuple[models.DevboxState, str | None] | None = None
+        seen: tuple[models.DevboxState, str | None, str | None] | None = None
         round_cap = MAX_WAIT_SECONDS if on_update is None else PROGRESS_SERVER_WAIT
         while True:
             remaining = deadline - time.monotonic()
@@ -397,7 +397,8 @@ class Client:
                 box = self._box(response)
             else:
                 box = self._box_from(*self._http.read(path))
-            current = (box.state, box.message)
+            # The summary moves on its own, e.g. a waiting box's place in line.
+            current = (box.state, box.message, box.summary)
             changed = current != seen
             seen = current
             if changed and on_update is not None:

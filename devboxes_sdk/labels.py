@@ -46,6 +46,23 @@ def status_line(state: DevboxState, reason: str | None) -> str:
     return f"{state.value} — {text}" if text else state.value
 
 
+def reason(summary: str | None, message: str | None) -> str | None:
+    """The one line a box shows for why it is not ready: the controller's summary when it
+    sends one (``Waiting for a free NVIDIA L4: 0 of 2 free, 2nd in line (estimate)``),
+    else its message, which older controllers send alone."""
+    return summary or message or None
+
+
+def stale_notice(observed_at: datetime | None, now: datetime) -> str:
+    """Said on top of a list the controller can no longer refresh, with how old it is."""
+    if observed_at is None:
+        listed = "No list of boxes yet"
+    else:
+        age = int((now - observed_at).total_seconds())
+        listed = f"The list below is {'less than a minute' if age < 60 else _span(age)} old"
+    return f"Controller unreachable. {listed}; actions are off until it answers again."
+
+
 def _span(seconds: int) -> str:
     minutes = max(seconds // 60, 1)
     days, minutes = divmod(minutes, 24 * 60)

@@ -10,16 +10,36 @@ from pathlib import Path
 
 from jupyter_server.extension.application import ExtensionApp
 from traitlets import Bool, Float, Int, TraitError, Unicode, validate
+from traitlets.config import Config
 
 from devboxes_jupyter.client_factory import ClientFactory
 from devboxes_jupyter.handlers import EXECUTOR_SETTING, FACTORY_SETTING, WATCHER_SETTING, routes
 from devboxes_jupyter.kernelspecs import write_kernelspecs
+from devboxes_jupyter.provisioner import DevboxKernelProvisioner, key_problem
 from devboxes_jupyter.watcher import Watcher
-from devboxes_sdk.config import ENV_TOKEN, ENV_TOKEN_FILE, ENV_URL
+from devboxes_sdk.config import ENV_TOKEN, ENV_TOKEN_FILE, ENV_URL, resolve
+from devboxes_sdk.errors import ConfigurationError
 
 # Long enough for a refused call and its retries; a server that stops never waits longer.
 WATCHER_STOP_SECONDS = 10.0
 TOKEN_COPY = "devboxes-token"  # noqa: S105 - a file name, not a secret
+
+
+def kernel_problem(config: Config) -> str | None:
+    """Why a devbox kernel cannot start on this server, or None.
+
+    Checked as a kernel's start checks it: the provisioner's key setting as this server's
+    configuration gives it, and the controller as ``Client()`` finds it in this process
+    (after the export to kernels). A tile that can only fail is better not offered.
+    """
+    problem = key_problem(DevboxKernelProvisioner(config=config).ssh_key_file)
+    if problem is not None:
+        return problem
+    try:
+        resolve()
+    except ConfigurationError as error:
+        return f"no Devboxes controller for them: {error}"
+    return None
 
 
 class DevboxesJupyterApp(ExtensionApp):
@@ -113,6 +133,8 @@ class DevboxesJupyterApp(ExtensionApp):
         )
         self._export_to_kernels()
         self._kernel_dir = self._offer_kernels() if self.devbox_kernels else None
+        if self._kernel_dir is None and self.devbox_kernels:
+            self.log.warning("devboxes: no devbox kernels are offered: %s", self._kernel_problem)
         self._watcher = Watcher(
             self._factory, self.poll_interval, self._kernel_dir, self.kernel_python, self.log
         )
@@ -159,13 +181,17 @@ class DevboxesJupyterApp(ExtensionApp):
         # DEVBOX_TOKEN would win over the file and could belong to another controller.
         os.environ.pop(ENV_TOKEN, None)
 
-    def _offer_kernels(self) -> Path:
-        """A kernelspec directory of this server only, on its kernel search path.
+    def _offer_kernels(self) -> Path | None:
+        """A kernelspec directory of this server only, on its kernel search path; None
+        when a devbox kernel could not start here (``_kernel_problem`` says why).
 
         It holds the CPU kernelspec at once; the watcher adds one per GPU profile when
         it has read the catalog.
         """
         assert self.serverapp is not None, "settings are initialized by a server"
+        self._kernel_problem = kernel_problem(self.serverapp.config)
+        if self._kernel_problem is not None:
+            return None
         directory = Path(self.serverapp.runtime_dir) / f"devboxes-kernels-{os.getpid()}"
         write_kernelspecs(directory, [], self.kernel_python)
         manager = self.serverapp.kernel_spec_manager

@@ -19,6 +19,7 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
 from tornado import web
 
+from devboxes_jupyter import progress
 from devboxes_jupyter.client_factory import ClientFactory
 from devboxes_jupyter.models import (
     RequestRejected,
@@ -210,6 +211,22 @@ class WatchHandler(DevboxesHandler):
         self._reply(200, view.model_dump(mode="json"))
 
 
+class KernelProgressHandler(DevboxesHandler):
+    """A failed devbox kernel start, dismissed by the user.
+
+    The record lives in the server, so a dismissed failure is gone from every page and
+    stays gone after a reload; it never reaches the controller.
+    """
+
+    @web.authenticated
+    @authorized
+    async def delete(self, kernel_id: str) -> None:
+        if not progress.REGISTRY.dismiss(kernel_id):
+            self._reply(404, {"detail": "no failed devbox kernel start of that id"})
+            return
+        self._reply(200, {"kernel_id": kernel_id, "dismissed": True})
+
+
 _ACTION = f"(?P<action>{'|'.join(ACTIONS)})"
 
 
@@ -218,6 +235,7 @@ def routes() -> list[tuple[str, type[DevboxesHandler]]]:
     return [
         (f"{API_ROOT}/capabilities", CapabilitiesHandler),
         (f"{API_ROOT}/watch", WatchHandler),
+        (f"{API_ROOT}/kernels/(?P<kernel_id>[^/]+)", KernelProgressHandler),
         (f"{API_ROOT}/devboxes", DevboxCollectionHandler),
         (f"{API_ROOT}/devboxes/{_NAME}", DevboxHandler),
         (f"{API_ROOT}/devboxes/{_NAME}/{_ACTION}", DevboxActionHandler),

@@ -12,6 +12,9 @@ from collections.abc import Callable
 
 from devboxes_jupyter.models import KernelProgress
 
+# The phase of a start that ended without a kernel; it stays listed until dismissed.
+FAILED = "failed"
+
 
 class ProgressRegistry:
     """The latest step of every devbox kernel start, told to listeners on each change."""
@@ -39,6 +42,19 @@ class ProgressRegistry:
             known = self._items.pop(kernel_id, None) is not None
         if known:
             self._notify()
+
+    def dismiss(self, kernel_id: str) -> bool:
+        """Forget a failed start the user has read; False when there is no such failure.
+
+        Starts still in progress stay: they end by themselves, as running or failed.
+        """
+        with self._lock:
+            known = self._items.get(kernel_id)
+            if known is None or known.phase != FAILED:
+                return False
+            del self._items[kernel_id]
+        self._notify()
+        return True
 
     def _notify(self) -> None:
         for listener in list(self.listeners):

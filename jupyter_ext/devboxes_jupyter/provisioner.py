@@ -39,7 +39,7 @@ from devboxes_jupyter import progress
 from devboxes_sdk import models
 from devboxes_sdk.client import Client, Devbox
 from devboxes_sdk.errors import BoxNotReady, DevboxesError, NotFound
-from devboxes_sdk.labels import CPU_ONLY
+from devboxes_sdk.labels import CPU_ONLY, reason, status_line
 
 PROVISIONER_NAME = "devboxes"
 CPU = "cpu"
@@ -84,6 +84,19 @@ def box_name(owner: str, profile: str | None) -> str:
         return full
     digest = hashlib.sha256(full.encode()).hexdigest()[:6]
     return f"{full[: _NAME_LIMIT - 7].rstrip('-')}-{digest}"
+
+
+def key_problem(ssh_key_file: str) -> str | None:
+    """Why ``ssh_key_file`` cannot log in to boxes, or None when it names a file."""
+    if not ssh_key_file:
+        return (
+            "no SSH key configured for devbox kernels: set "
+            "c.DevboxKernelProvisioner.ssh_key_file in jupyter_server_config.py"
+        )
+    key = Path(ssh_key_file).expanduser()
+    if not key.is_file():
+        return f"the SSH key {key} (DevboxKernelProvisioner.ssh_key_file) is missing"
+    return None
 
 
 def _last_line(text: str) -> str:
@@ -154,7 +167,9 @@ class DevboxKernelProvisioner(LocalProvisioner):
         progress.REGISTRY.update(self.kernel_id, self.box_name, self.profile, phase, message)
 
     def _fail(self, message: str) -> DevboxKernelError:
-        progress.REGISTRY.update(self.kernel_id, self.box_name, self.profile, "failed", message)
+        progress.REGISTRY.update(
+            self.kernel_id, self.box_name, self.profile, progress.FAILED, message
+        )
         self.log.warning("devbox kernel %s: %s", self.kernel_id, message)
         return DevboxKernelError(message)
 
@@ -189,8 +204,8 @@ class DevboxKernelProvisioner(LocalProvisioner):
             box = client.start(name)
 
         def update(current: Devbox) -> None:
-            text = f"{current.state.value} — {current.message}" if current.message else ""
-            self._report("waiting", f"box {name}: {text or current.state.value}")
+            line = status_line(current.state, reason(current.summary, current.message))
+            self._report("waiting", f"box {name}: {line}")
 
         try:
             box = client.wait_ready(name, self.start_timeout, on_update=update)
@@ -260,15 +275,10 @@ class DevboxKernelProvisioner(LocalProvisioner):
     def _key(self) -> Path:
         """The private key kernels log in with; its absence fails the start before a box
         is created or started for nothing."""
-        if not self.ssh_key_file:
-            raise self._fail(
-                "no SSH key configured for devbox kernels: set "
-                "c.DevboxKernelProvisioner.ssh_key_file in jupyter_server_config.py"
-            )
-        key = Path(self.ssh_key_file).expanduser()
-        if not key.is_file():
-            raise self._fail(f"the SSH key {key} (DevboxKernelProvisioner.ssh_key_file) is missing")
-        return key
+        problem = key_problem(self.ssh_key_file)
+        if problem is not None:
+            raise self._fail(problem)
+        return Path(self.ssh_key_file).expanduser()
 
     def _open_master(self, forget_host_key: bool) -> None:
         """One authenticated connection that the kernel session and forwards share."""

@@ -20,7 +20,13 @@ from devboxes_jupyter import labels
 from devboxes_sdk import models
 from devboxes_sdk.client import Client, Devbox
 from devboxes_sdk.errors import BoxNotReady, DevboxesError, StartTimeout
-from devboxes_sdk.labels import accelerator_label, auto_stop_label, status_line
+from devboxes_sdk.labels import (
+    accelerator_label,
+    auto_stop_label,
+    reason,
+    stale_notice,
+    status_line,
+)
 
 __all__ = ["AcceleratorPicker", "DevboxLauncher", "DevboxTable"]
 
@@ -194,7 +200,7 @@ class DevboxLauncher(widgets.VBox):  # type: ignore[misc, unused-ignore]
         if not self._current(generation):
             return
         self.box = box
-        line = status_line(box.state, box.message)
+        line = status_line(box.state, reason(box.summary, box.message))
         self.status.value = f"<b>{escape(box.name)}</b>: {escape(line)}" + (
             f" {_note_html(note)}" if note else ""
         )
@@ -233,7 +239,7 @@ class _Row:
 
     def __init__(self, table: DevboxTable, box: Devbox, now: datetime) -> None:
         self.name = box.name
-        self.state = widgets.HTML(escape(status_line(box.state, box.message)))
+        self.state = widgets.HTML(escape(status_line(box.state, reason(box.summary, box.message))))
         self.accelerator = widgets.HTML(escape(accelerator_label(box.gpu)))
         self.auto_stop = widgets.HTML(escape(auto_stop_label(box.state, box.expires_at, now)))
         stopped = box.state is models.DevboxState.STOPPED
@@ -256,6 +262,11 @@ class _Row:
             return
         table.run(self.name, "delete")
 
+    def switch_off(self) -> None:
+        """The controller is unreachable: every action would fail."""
+        for button in (self.start_button, self.stop_button, self.delete_button):
+            button.disabled = True
+
     def cells(self) -> list[widgets.Widget]:
         return [
             widgets.HTML(f"<b>{escape(self.name)}</b>"),
@@ -277,6 +288,9 @@ class DevboxTable(widgets.VBox):  # type: ignore[misc, unused-ignore]
     def __init__(self, client: Client, **kwargs: Any) -> None:
         self.client = client
         self.rows: dict[str, _Row] = {}
+        # When the boxes were last read; a failed refresh keeps them, marked as stale.
+        self.observed_at: datetime | None = None
+        self.stale = False
         self.error = widgets.HTML()
         self.error.add_class("devboxes-error")
         self.refresh_button = widgets.Button(description="Refresh", icon="refresh")
@@ -297,9 +311,15 @@ class DevboxTable(widgets.VBox):  # type: ignore[misc, unused-ignore]
         try:
             boxes = self.client.list()
         except DevboxesError as error:
-            self.error.value = _error_html(str(error))
+            self.stale = True
+            for row in self.rows.values():
+                row.switch_off()
+            notice = stale_notice(self.observed_at, datetime.now(UTC))
+            self.error.value = f"{_error_html(notice)}<br>{_error_html(str(error))}"
             return
         now = datetime.now(UTC)
+        self.stale = False
+        self.observed_at = now
         self.rows = {box.name: _Row(self, box, now) for box in boxes}
         cells: list[widgets.Widget] = [widgets.HTML(f"<b>{h}</b>") for h in self.HEADERS]
         for row in self.rows.values():
@@ -322,6 +342,8 @@ class DevboxTable(widgets.VBox):  # type: ignore[misc, unused-ignore]
                 raise ValueError(f"unknown action {action!r}: use start, stop or delete")
         except DevboxesError as error:
             self.refresh()
-            self.error.value = _error_html(f"{action} {name}: {error!s}")
+            failed = _error_html(f"{action} {name}: {error!s}")
+            # A stale list's notice stays on top; the failed action follows it.
+            self.error.value = f"{self.error.value}<br>{failed}" if self.stale else failed
             return
         self.refresh()

@@ -133,3 +133,8 @@ export function deleteDevbox(name: string, purge: boolean): Promise<DeleteResult
     { purge: purge ? 'true' : 'false' }
   );
 }
+
+/** Forgets a failed devbox kernel start, for every page of this Jupyter server. */
+export function dismissKernel(kernelId: string): Promise<void> {
+  return request<void>(`kernels/${encodeURIComponent(kernelId)}`, { method: 'DELETE' });
+}

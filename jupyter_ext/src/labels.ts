@@ -6,7 +6,7 @@
 import { Devbox, GpuAvailability, GpuProfile } from './api';
 import { allocationLabel, autoStopLabel, freeText, unitsLabel } from './words';
 
-export { allocationLabel, autoStopLabel, CPU_ONLY } from './words';
+export { allocationLabel, autoStopLabel, CPU_ONLY, reason, staleNotice } from './words';
 
 export const GPU_DISABLED_NOTE =
   'GPU acceleration is disabled by the operator: new boxes get CPU only.';
@@ -23,11 +23,6 @@ export function profileLabel(profile: GpuProfile, availability?: GpuAvailability
     label += freeText(free);
   }
   return profile.default ? `${label} (default)` : label;
-}
-
-/** The one-line reason of a box: the controller's summary when it has one. */
-export function reason(devbox: Devbox): string {
-  return devbox.summary || devbox.message || '';
 }
 
 /** "starting — Scheduling blocked: ...": the state, then the controller's words if any. */

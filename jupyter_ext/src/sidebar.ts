@@ -3,6 +3,7 @@ import {
   addIcon,
   caretDownIcon,
   caretRightIcon,
+  closeIcon,
   copyIcon,
   deleteIcon,
   LabIcon,
@@ -17,6 +18,7 @@ import {
   createDevbox,
   deleteDevbox,
   Devbox,
+  dismissKernel,
   getCapabilities,
   IKernelProgress,
   IView,
@@ -32,7 +34,8 @@ import {
   GPU_DISABLED_NOTE,
   kernelTitle,
   profileLabel,
-  reason
+  reason,
+  staleNotice
 } from './labels';
 /** Seconds the server may hold one watch; it answers sooner when anything changes. */
 const WATCH_SECONDS = 25;
@@ -110,17 +113,27 @@ export class DevboxSidebar extends Widget {
   private readonly nameInput: HTMLInputElement;
   private readonly presetSelect: HTMLSelectElement;
   private readonly ttlInput: HTMLInputElement;
-  private readonly acceleratorSelect: HTMLSelectElement;
+  private readonly acceleratorGroup: HTMLFieldSetElement;
   private readonly acceleratorHelp: HTMLElement;
   private readonly createButton: HTMLButtonElement;
   private readonly errorBox: HTMLElement;
+  private readonly statusBox: HTMLElement;
   private readonly statusLine: HTMLElement;
+  private readonly staleDetail: HTMLElement;
   private readonly kernelList: HTMLElement;
   private readonly boxList: HTMLElement;
   private capabilities: Capabilities | null = null;
   private view: IView | null = null;
   private readonly expanded = new Set<string>();
   private readonly notices = new Map<string, string>();
+  // The chosen accelerator: '' for CPU only, else a profile name.
+  private accelerator = '';
+  // Why the list cannot be refreshed (the controller or this Jupyter server is
+  // unreachable); null while it is live.
+  private stale: string | null = null;
+  // Kernel starts already known when the page loaded pop up no notification: a failure
+  // from before would otherwise come back as a toast on every page load.
+  private knownKernels: Set<string> | null = null;
 
   constructor() {
     super();
@@ -149,8 +162,12 @@ export class DevboxSidebar extends Widget {
       'data-testid': 'devbox-ttl',
       'aria-label': 'Auto-stop after hours'
     });
-    this.acceleratorSelect = select('devbox-accelerator', 'Accelerator');
-    this.acceleratorSelect.append(element('option', { value: '' }, CPU_ONLY));
+    // Radio buttons rather than a menu: each choice wraps to the panel's width, so its
+    // free count stays readable in a narrow sidebar.
+    this.acceleratorGroup = element('fieldset', {
+      class: 'jp-Devboxes-choices',
+      'data-testid': 'devbox-accelerator'
+    });
     this.acceleratorHelp = element('div', {
       class: 'jp-Devboxes-help',
       'data-testid': 'devbox-accelerator-help'
@@ -171,7 +188,7 @@ export class DevboxSidebar extends Widget {
       field('Name', this.nameInput),
       field('Preset', this.presetSelect),
       field('Auto-stop (hours)', this.ttlInput),
-      field('Accelerator', this.acceleratorSelect),
+      this.acceleratorGroup,
       this.acceleratorHelp,
       this.createButton,
       this.errorBox
@@ -180,7 +197,11 @@ export class DevboxSidebar extends Widget {
       event.preventDefault();
       void this.create();
     });
-    this.acceleratorSelect.addEventListener('change', () => this.describeAccelerator());
+    this.acceleratorGroup.addEventListener('change', event => {
+      this.accelerator = (event.target as HTMLInputElement).value;
+      this.describeAccelerator();
+    });
+    this.fillAccelerators();
 
     const header = element('header', { class: 'jp-Devboxes-header' });
     header.append(
@@ -192,6 +213,10 @@ export class DevboxSidebar extends Widget {
       'data-testid': 'devbox-watch-status',
       'aria-live': 'polite'
     });
+    this.staleDetail = element('div', {
+      class: 'jp-Devboxes-staleDetail',
+      'data-testid': 'devbox-stale-detail'
+    });
     this.kernelList = element('ul', {
       class: 'jp-Devboxes-kernels',
       'data-testid': 'devbox-kernels',
@@ -202,7 +227,11 @@ export class DevboxSidebar extends Widget {
       'data-testid': 'devbox-list',
       'aria-label': 'Devboxes'
     });
-    this.node.append(header, this.form, this.kernelList, this.boxList, this.statusLine);
+    // The state of the list comes first: a list that is out of date says so where the
+    // eye lands, not under the boxes.
+    this.statusBox = element('div', { class: 'jp-Devboxes-status' });
+    this.statusBox.append(this.statusLine, this.staleDetail);
+    this.node.append(header, this.statusBox, this.form, this.kernelList, this.boxList);
     void this.loadCapabilities();
     void this.follow();
   }
@@ -233,25 +262,43 @@ export class DevboxSidebar extends Widget {
 
   private fillAccelerators(): void {
     const gpu = this.capabilities?.gpu;
-    if (!gpu) {
-      return;
+    const profiles = gpu?.enabled ? (gpu.profiles ?? []) : [];
+    if (!profiles.some(p => p.name === this.accelerator)) {
+      this.accelerator = '';
     }
-    const chosen = this.acceleratorSelect.value;
-    this.acceleratorSelect.replaceChildren(element('option', { value: '' }, CPU_ONLY));
-    for (const profile of gpu.profiles ?? []) {
-      const option = element(
-        'option',
-        { value: profile.name },
-        profileLabel(profile, this.view?.availability)
-      );
-      if (profile.description) {
-        option.title = profile.description;
-      }
-      this.acceleratorSelect.append(option);
-    }
-    this.acceleratorSelect.value = chosen;
-    this.acceleratorSelect.disabled = !gpu.enabled;
+    this.acceleratorGroup.replaceChildren(
+      element('legend', { class: 'jp-Devboxes-fieldLabel' }, 'Accelerator'),
+      this.choice('', CPU_ONLY),
+      ...profiles.map(profile =>
+        this.choice(
+          profile.name,
+          profileLabel(profile, this.view?.availability),
+          profile.description ?? undefined
+        )
+      )
+    );
+    this.acceleratorGroup.disabled = gpu?.enabled === false;
     this.describeAccelerator();
+  }
+
+  private choice(value: string, label: string, description?: string): HTMLLabelElement {
+    const testid = `devbox-accelerator-${value || 'cpu'}`;
+    const input = element('input', {
+      type: 'radio',
+      name: `${this.id}-accelerator`,
+      value,
+      'data-testid': testid
+    });
+    input.checked = value === this.accelerator;
+    const option = element('label', { class: 'jp-Devboxes-choice' });
+    option.append(
+      input,
+      element('span', { class: 'jp-Devboxes-choiceLabel', 'data-testid': `${testid}-label` }, label)
+    );
+    if (description) {
+      option.title = description;
+    }
+    return option;
   }
 
   private describeAccelerator(): void {
@@ -260,7 +307,7 @@ export class DevboxSidebar extends Widget {
       this.acceleratorHelp.textContent = GPU_DISABLED_NOTE;
       return;
     }
-    const chosen = gpu?.profiles?.find(p => p.name === this.acceleratorSelect.value);
+    const chosen = gpu?.profiles?.find(p => p.name === this.accelerator);
     this.acceleratorHelp.textContent = chosen
       ? chosen.description || profileLabel(chosen)
       : CPU_NOTE;
@@ -273,7 +320,7 @@ export class DevboxSidebar extends Widget {
       this.errorBox.textContent = 'Auto-stop must be a whole number of hours, at least 1.';
       return;
     }
-    const profile = this.acceleratorSelect.value;
+    const profile = this.accelerator;
     this.createButton.disabled = true;
     try {
       // The server checks the name with the API's own rule and says what is wrong.
@@ -287,7 +334,7 @@ export class DevboxSidebar extends Widget {
     } catch (error) {
       this.errorBox.textContent = (error as Error).message;
     } finally {
-      this.createButton.disabled = false;
+      this.createButton.disabled = this.stale !== null;
     }
   }
 
@@ -297,9 +344,16 @@ export class DevboxSidebar extends Widget {
       try {
         const view = await watch(after, after < 0 ? 0 : WATCH_SECONDS);
         after = view.version;
+        this.stale = view.error;
         this.render(view);
       } catch (error) {
-        this.statusLine.textContent = `Not updating: ${(error as Error).message}`;
+        // This Jupyter server does not answer: the list is as stale as when the
+        // controller is down, and acting on it would fail the same way.
+        this.stale = (error as Error).message;
+        this.showState();
+        if (this.view) {
+          this.render(this.view);
+        }
         await sleep(RETRY_MS);
       }
     }
@@ -312,21 +366,37 @@ export class DevboxSidebar extends Widget {
     if (availabilityChanged) {
       this.fillAccelerators();
     }
-    this.statusLine.textContent = view.error
-      ? `Controller unreachable: ${view.error}`
-      : view.observed_at
-        ? `Updated ${new Date(view.observed_at).toLocaleTimeString()}`
-        : 'Loading…';
+    this.showState();
     this.renderKernels(view.kernels);
     if (view.items === null) {
       return;
     }
+    this.boxList.classList.toggle('jp-mod-stale', this.stale !== null);
     this.boxList.replaceChildren(...view.items.map(box => this.row(box)));
     if (view.items.length === 0) {
       this.boxList.append(
         element('li', { class: 'jp-Devboxes-empty' }, 'No boxes yet. Create one with New box.')
       );
     }
+  }
+
+  /** On top of the list: when it was updated, or that it is out of date and why. */
+  private showState(): void {
+    const stale = this.stale !== null;
+    this.statusBox.classList.toggle('jp-mod-stale', stale);
+    this.statusLine.setAttribute('data-stale', String(stale));
+    this.statusLine.setAttribute('role', stale ? 'alert' : 'status');
+    this.createButton.disabled = stale;
+    if (stale) {
+      this.statusLine.textContent = staleNotice(this.view?.observed_at);
+      this.staleDetail.textContent = this.stale;
+      return;
+    }
+    this.staleDetail.textContent = '';
+    const observed = this.view?.observed_at;
+    this.statusLine.textContent = observed
+      ? `Updated ${new Date(observed).toLocaleTimeString()}`
+      : 'Loading…';
   }
 
   private renderKernels(kernels: IKernelProgress[]): void {
@@ -338,7 +408,16 @@ export class DevboxSidebar extends Widget {
           'data-phase': k.phase,
           'data-testid': `devbox-kernel-${k.box}`
         });
-        item.append(element('strong', {}, this.kernelTitle(k)), element('span', {}, k.message));
+        const head = element('div', { class: 'jp-Devboxes-kernelHead' });
+        head.append(element('strong', {}, this.kernelTitle(k)));
+        if (k.phase === 'failed') {
+          const dismiss = button(closeIcon, 'Dismiss', `devbox-kernel-dismiss-${k.box}`, () =>
+            this.act('dismiss the failed start', () => dismissKernel(k.kernel_id))
+          );
+          dismiss.title = 'Dismiss this failed start';
+          head.append(dismiss);
+        }
+        item.append(head, element('span', { class: 'jp-Devboxes-kernelMessage' }, k.message));
         return item;
       })
     );
@@ -347,9 +426,15 @@ export class DevboxSidebar extends Widget {
 
   /** A JupyterLab notification per kernel start, so progress shows wherever the user is. */
   private notify(kernels: IKernelProgress[]): void {
+    if (this.knownKernels === null) {
+      this.knownKernels = new Set(kernels.filter(k => k.phase === 'failed').map(k => k.kernel_id));
+    }
     const seen = new Set<string>();
     for (const k of kernels) {
       seen.add(k.kernel_id);
+      if (this.knownKernels.has(k.kernel_id)) {
+        continue;
+      }
       const text = `${this.kernelTitle(k)}: ${k.message}`;
       const id = this.notices.get(k.kernel_id);
       const type = k.phase === 'failed' ? 'error' : k.phase === 'running' ? 'success' : 'in-progress';
@@ -446,6 +531,15 @@ export class DevboxSidebar extends Widget {
     actions.append(
       button(deleteIcon, 'Delete', `devbox-delete-${box.name}`, () => void this.remove(box.name))
     );
+    if (this.stale !== null) {
+      // Copy SSH needs no controller; the rest would fail until it answers again.
+      for (const action of Array.from(actions.querySelectorAll<HTMLButtonElement>('button'))) {
+        if (!action.dataset.testid?.startsWith('devbox-ssh-')) {
+          action.disabled = true;
+          action.title = `${action.title} (off: the controller is unreachable)`;
+        }
+      }
+    }
     item.append(head, facts, why, actions);
     if (open) {
       const more = element('pre', {

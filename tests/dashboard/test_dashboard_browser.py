@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from devboxes_testbed import L4
+from devboxes_testbed.cluster import free_port
 from devboxes_testbed.controller import Controller, example_settings
 from support import (
     CHROMIUM,
@@ -497,4 +498,66 @@ def test_extend_and_purge_a_retained_volume_in_chromium(
         assert kept not in {v["name"] for v in api.call("GET", "/volumes")["items"]}
     finally:
         context.close()
+        api.purge_all()
+
+
+def test_a_stale_list_is_marked_on_top_with_actions_off_until_the_controller_is_back(
+    start_controller: StartController, chromium: Any
+) -> None:
+    from playwright.sync_api import expect
+
+    # On a port it gets back after a restart, as behind a Service.
+    controller = start_controller(port=free_port())
+    api = Api(controller)
+    name = f"stale-{uuid.uuid4().hex[:6]}"
+    api.created(name)
+
+    context = chromium.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    try:
+        page.goto(f"{controller.url}/dashboard/login?next=/dashboard")
+        page.get_by_label("Operator token").fill(controller.token)
+        page.get_by_label("Operator token").press("Enter")
+        expect(page.locator("#connection")).to_have_text("Live")
+        row = page.locator(f'tr[data-box="{name}"]')
+        actions = [
+            row.get_by_role("button", name=f"Stop {name}"),
+            row.get_by_role("button", name=f"Extend {name}"),
+            row.get_by_role("button", name=f"Delete {name}"),
+            page.get_by_role("button", name="Create", exact=True),
+        ]
+        for action in actions:
+            expect(action).to_be_enabled()
+        stale = page.locator("#stale")
+        expect(stale).to_be_hidden()
+
+        controller.stop()
+        expect(stale).to_be_visible(timeout=30_000)
+        expect(stale).to_have_text(
+            re.compile(
+                r"Controller unreachable\. The list below is (less than a minute|\d+ min) old; "
+                r"actions are off until it answers again\."
+            )
+        )
+        # Under the header, above the form and the boxes.
+        assert stale.bounding_box()["y"] < page.locator("#create-heading").bounding_box()["y"]
+        for action in actions:
+            expect(action).to_be_disabled()
+        shot(page, "dashboard-stale")
+
+        page.evaluate("window.devboxesNoReload = true")
+        controller.start()
+        expect(stale).to_be_hidden(timeout=120_000)
+        expect(page.locator("#connection")).to_have_text("Live")
+        for action in actions:
+            expect(action).to_be_enabled()
+        assert page.evaluate("window.devboxesNoReload === true")
+        # The actions work again: a stop goes through.
+        actions[0].click()
+        expect(row.locator(".col-state")).to_have_text("stopped")
+    finally:
+        context.close()
+        if controller.process is None:
+            controller.start()
         api.purge_all()

@@ -29,6 +29,7 @@ from devboxes_testbed.cluster import free_port, wait_healthy
 REPO = Path(__file__).resolve().parents[2]
 LABEXTENSION = REPO / "jupyter_ext" / "devboxes_jupyter" / "labextension"
 LAB_START_TIMEOUT = 120
+KERNEL_START_TIMEOUT = 400
 
 
 @dataclass
@@ -297,3 +298,38 @@ def running_kernel_lab(
     ]
     with running_lab(base / "lab", controller_url, controller_token, args) as lab:
         yield KernelLab(lab, owner, key, base)
+
+
+def write_kernelspec(lab: Lab, name: str, argv0: str, config: dict[str, Any]) -> None:
+    """A hand-written kernelspec that runs ``argv0`` through the devbox provisioner."""
+    folder = lab.data / "kernels" / name
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [argv0, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": name,
+                "language": "python",
+                "interrupt_mode": "message",
+                "metadata": {
+                    "kernel_provisioner": {"provisioner_name": "devboxes", "config": config}
+                },
+            }
+        )
+    )
+
+
+def start_kernel(lab: Lab, name: str) -> requests.Response:
+    return requests.post(
+        f"{lab.url}/api/kernels",
+        json={"name": name},
+        headers={"Authorization": f"token {lab.token}"},
+        timeout=KERNEL_START_TIMEOUT,
+    )
+
+
+def refused(response: requests.Response) -> str:
+    """The one message of a kernel start the provisioner refused."""
+    assert response.status_code == 503, response.text
+    message: str = response.json()["message"]
+    return message

@@ -12,6 +12,7 @@ sshd on loopback at the box's reported SSH address stands in for it (see sshd.py
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
@@ -24,10 +25,26 @@ from typing import Any
 import pytest
 from devboxes_jupyter.provisioner import box_name
 from devboxes_testbed import L4
+from devboxes_testbed.cluster import free_port
 from devboxes_testbed.controller import Controller
-from labserver import LABEXTENSION, KernelLab, Lab, running_kernel_lab
+from labserver import (
+    LABEXTENSION,
+    KernelLab,
+    Lab,
+    refused,
+    running_kernel_lab,
+    running_lab,
+    start_kernel,
+    write_kernelspec,
+)
 from sshd import loopback_sshd, need_sshd
-from support import CHROMIUM, CHROMIUM_ARGS, wait_for, wait_until_no_pod_requests
+from support import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    StartController,
+    wait_for,
+    wait_until_no_pod_requests,
+)
 
 from devboxes_sdk import models
 from devboxes_sdk.client import Client, Devbox
@@ -39,14 +56,36 @@ pytestmark = pytest.mark.browser
 REPO = Path(__file__).resolve().parents[2]
 IMAGES = REPO / "test-artifacts" / "jupyter"
 READY_TIMEOUT_MS = 180_000
+# The sidebar's width the narrow-panel checks use: about JupyterLab's default left area.
+NARROW_PX = 280
 
 
-@pytest.fixture(scope="module")
-def setup(controller: Controller, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KernelLab]:
+def _need_browser() -> None:
     if not CHROMIUM.exists():
         pytest.skip("Debian's chromium is not installed (make system-packages installs it)")
     if not (LABEXTENSION / "package.json").exists():
         pytest.skip("the labextension is not built (see jupyter_ext/README.md)")
+
+
+@contextlib.contextmanager
+def _browser_page() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    IMAGES.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        context = browser.new_context(viewport={"width": 1360, "height": 860})
+        page = context.new_page()
+        try:
+            yield page
+        finally:
+            context.close()
+            browser.close()
+
+
+@pytest.fixture(scope="module")
+def setup(controller: Controller, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KernelLab]:
+    _need_browser()
     with running_kernel_lab(
         tmp_path_factory.mktemp("browser"),
         controller.url,
@@ -69,18 +108,8 @@ def lab(setup: KernelLab) -> Lab:
 
 @pytest.fixture
 def page(lab: Lab) -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    IMAGES.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        context = browser.new_context(viewport={"width": 1360, "height": 860})
-        page = context.new_page()
-        try:
-            yield page
-        finally:
-            context.close()
-            browser.close()
+    with _browser_page() as page:
+        yield page
 
 
 def _l4_profile(client: Client) -> models.GpuProfile:
@@ -164,6 +193,62 @@ def _open_sidebar(page: Any) -> Any:
     sidebar = page.locator("#devboxes-sidebar")
     sidebar.wait_for(state="visible")
     return sidebar
+
+
+def _narrow_sidebar(page: Any, sidebar: Any, width: int = NARROW_PX) -> None:
+    """Drag the left area's edge until the sidebar is ``width`` pixels wide."""
+    handle = page.locator("#jp-main-split-panel > .lm-SplitPanel-handle").first
+    for _attempt in range(4):
+        now = sidebar.bounding_box()["width"]
+        if abs(now - width) <= 2:
+            return
+        box = handle.bounding_box()
+        x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+        page.mouse.move(x, y)
+        page.mouse.down()
+        page.mouse.move(x + width - now, y, steps=5)
+        page.mouse.up()
+    pytest.fail(f"the sidebar is {sidebar.bounding_box()['width']} px wide, not {width}")
+
+
+# Where the text of an element wraps inside a word ("…0 of 2 fr|ee…"), and whether any of
+# it lies beyond the element's or the sidebar's right edge (cut off or hidden).
+_TEXT_FIT = r"""
+(node) => {
+  const sidebar = node.closest('#devboxes-sidebar').getBoundingClientRect();
+  const own = node.getBoundingClientRect();
+  const right = Math.min(sidebar.right, own.right) + 0.5;
+  const cuts = [];
+  let beyond = node.scrollWidth > node.clientWidth;
+  const walker = document.createTreeWalker(node, NodeFilter.SHOW_TEXT);
+  for (let text = walker.nextNode(); text; text = walker.nextNode()) {
+    const data = text.data;
+    const range = document.createRange();
+    let lastTop = null;
+    for (let i = 0; i < data.length; i++) {
+      range.setStart(text, i);
+      range.setEnd(text, i + 1);
+      const rect = range.getClientRects()[0];
+      if (!rect) continue;
+      if (/\S/.test(data[i]) && rect.right > right) beyond = true;
+      if (lastTop !== null && rect.top > lastTop + 1
+          && /\w/.test(data[i - 1]) && /\w/.test(data[i])) {
+        cuts.push(data.slice(Math.max(0, i - 12), i) + '|' + data.slice(i, i + 12));
+      }
+      lastTop = rect.top;
+    }
+  }
+  return {cuts, beyond};
+}
+"""
+
+
+def _assert_fits(locator: Any, whole_words: bool = True) -> None:
+    fit = locator.evaluate(_TEXT_FIT)
+    text = locator.inner_text()
+    assert not fit["beyond"], f"cut off at the panel's edge: {text!r}"
+    if whole_words:
+        assert fit["cuts"] == [], f"wrapped inside a word: {fit['cuts']} in {text!r}"
 
 
 def _devbox_cli(controller: Controller, *args: str) -> None:
@@ -263,10 +348,10 @@ def test_launcher_tile_opens_the_sidebar_and_its_picker_creates_gpu_boxes(
     expect(page.get_by_test_id("devbox-preset").locator("option")).to_have_text(
         list(models.PRESETS)
     )
-    expect(accelerator.locator("option").nth(1)).to_be_attached()
-    expect(accelerator).to_have_value("")
-    expect(accelerator.locator("option").first).to_have_text("CPU only")
-    accelerator.select_option(profile.name)
+    expect(page.get_by_test_id(f"devbox-accelerator-{profile.name}")).to_be_visible()
+    expect(page.get_by_test_id("devbox-accelerator-cpu")).to_be_checked()
+    expect(page.get_by_test_id("devbox-accelerator-cpu-label")).to_have_text("CPU only")
+    page.get_by_test_id(f"devbox-accelerator-{profile.name}").check()
     expect(page.get_by_test_id("devbox-accelerator-help")).not_to_be_empty()
 
     first, second = f"ui-a-{secrets.token_hex(3)}", f"ui-b-{secrets.token_hex(3)}"
@@ -297,6 +382,25 @@ def test_launcher_tile_opens_the_sidebar_and_its_picker_creates_gpu_boxes(
     blocked = controller_client.get(second)
     assert blocked.state is models.DevboxState.STARTING
     assert blocked.gpu is not None
+
+    # In a sidebar as narrow as JupyterLab's default the whole reason shows, the place in line
+    # included, wrapped between words; so does each accelerator's free count.
+    sidebar = page.locator("#devboxes-sidebar")
+    _narrow_sidebar(page, sidebar)
+
+    def summary() -> str | None:
+        """the controller gives the waiting box its place in line"""
+        box = controller_client.get(second)
+        return box.summary if box.summary and "in line (estimate)" in box.summary else None
+
+    expect(reason).to_have_text(wait_for(summary, timeout=120), timeout=60_000)
+    expect(reason).to_contain_text(re.compile(r"\d+(st|nd|rd|th) in line \(estimate\)"))
+    _assert_fits(reason)
+    choice = page.get_by_test_id(f"devbox-accelerator-{profile.name}-label")
+    expect(choice).to_contain_text(re.compile(r"\d+ of \d+ free"))
+    _assert_fits(choice)
+    assert sidebar.evaluate("s => s.scrollWidth <= s.clientWidth"), "the sidebar scrolls sideways"
+    sidebar.screenshot(path=str(IMAGES / "jupyter-sidebar-280.png"))
 
     # The controller token stays on the server: not in the page, not in the server log.
     assert controller.token not in page.content()
@@ -331,10 +435,9 @@ def test_picker_shows_free_devices_and_follows_a_stop_without_reload(
     _open_lab(page, lab)
     sidebar = _open_sidebar(page)
     sidebar.get_by_test_id("devbox-new").click()
-    accelerator = sidebar.get_by_test_id("devbox-accelerator")
-    option = accelerator.locator(f"option[value='{profile.name}']")
+    option = sidebar.get_by_test_id(f"devbox-accelerator-{profile.name}-label")
     expect(option).to_have_text(label(total - 1), timeout=60_000)
-    accelerator.select_option(profile.name)
+    sidebar.get_by_test_id(f"devbox-accelerator-{profile.name}").check()
     sidebar.screenshot(path=str(IMAGES / "jupyter-picker-free.png"))
 
     # A mark only this page load carries: still there afterwards, so nothing reloaded.
@@ -343,7 +446,7 @@ def test_picker_shows_free_devices_and_follows_a_stop_without_reload(
     expect(option).to_have_text(label(total), timeout=120_000)
     assert page.evaluate("window.devboxesNoReload === true")
     # The choice survives the picker's refresh.
-    expect(accelerator).to_have_value(profile.name)
+    expect(sidebar.get_by_test_id(f"devbox-accelerator-{profile.name}")).to_be_checked()
     sidebar.screenshot(path=str(IMAGES / "jupyter-picker-free-after-stop.png"))
 
 
@@ -394,6 +497,103 @@ def test_devbox_kernel_from_the_launcher_runs_a_cell(
         _theme(page, "JupyterLab Light")
         for kernel in lab.api("GET", "api/kernels"):
             lab.api("DELETE", f"api/kernels/{kernel['id']}", timeout=60)
+
+
+def test_sidebar_marks_a_stale_list_at_the_top_and_recovers_when_the_controller_is_back(
+    start_controller: StartController, tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    _need_browser()
+    # A controller of this test alone, on a port it gets back after a restart.
+    controller = start_controller(port=free_port())
+    client = Client(controller.url, controller.token)
+    name = f"st-{secrets.token_hex(3)}"
+    client.create(name, ttl_hours=1)
+    args = ["--DevboxesJupyterApp.poll_interval=2"]
+    with (
+        running_lab(tmp_path / "lab", controller.url, controller.token, args) as lab,
+        _browser_page() as page,
+    ):
+        _open_lab(page, lab)
+        sidebar = _open_sidebar(page)
+        status = sidebar.get_by_test_id("devbox-watch-status")
+        row = sidebar.get_by_test_id(f"devbox-row-{name}")
+        stop = row.get_by_role("button", name="Stop")
+        expect(stop).to_be_enabled(timeout=60_000)
+        expect(status).to_have_attribute("data-stale", "false")
+        expect(status).to_contain_text("Updated")
+
+        controller.stop()
+        expect(status).to_have_attribute("data-stale", "true", timeout=60_000)
+        expect(status).to_contain_text("Controller unreachable. The list below is")
+        expect(status).to_contain_text("actions are off until it answers again")
+        expect(sidebar.get_by_test_id("devbox-stale-detail")).not_to_be_empty()
+        # On top, above the form and every box, where the eye lands first.
+        assert status.bounding_box()["y"] < row.bounding_box()["y"]
+        assert status.bounding_box()["y"] < sidebar.bounding_box()["y"] + 80
+        for action in ("Stop", "Delete"):
+            expect(row.get_by_role("button", name=action)).to_be_disabled()
+        sidebar.get_by_test_id("devbox-new").click()
+        expect(sidebar.get_by_test_id("devbox-create")).to_be_disabled()
+        _narrow_sidebar(page, sidebar)
+        _assert_fits(status)
+        sidebar.screenshot(path=str(IMAGES / "jupyter-sidebar-stale.png"))
+
+        # Back on the same address: the sidebar picks it up by itself, no reload.
+        page.evaluate("window.devboxesNoReload = true")
+        controller.start()
+        expect(status).to_have_attribute("data-stale", "false", timeout=120_000)
+        expect(status).to_contain_text("Updated")
+        expect(stop).to_be_enabled()
+        expect(sidebar.get_by_test_id("devbox-create")).to_be_enabled()
+        assert page.evaluate("window.devboxesNoReload === true")
+    client.delete(name, purge=True)
+
+
+def test_a_failed_kernel_start_fits_is_dismissed_for_good_and_unusable_tiles_are_missing(
+    controller: Controller, tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    _need_browser()
+    owner = f"fk{secrets.token_hex(3)}"
+    name = box_name(owner, None)
+    # No SSH key: no devbox kernel could start here.
+    args = [f"--DevboxKernelProvisioner.owner={owner}"]
+    with (
+        running_lab(tmp_path / "lab", controller.url, controller.token, args) as lab,
+        _browser_page() as page,
+    ):
+        # A start from before the page loaded, through a kernelspec written by hand.
+        write_kernelspec(lab, "handmade", sys.executable, {})
+        message = refused(start_kernel(lab, "handmade"))
+        assert message.startswith("no SSH key configured")
+
+        _open_lab(page, lab)
+        expect(page.locator(".jp-LauncherCard", has_text="handmade").first).to_be_visible()
+        expect(page.locator(".jp-LauncherCard", has_text="(devbox)")).to_have_count(0)
+        sidebar = _open_sidebar(page)
+        _narrow_sidebar(page, sidebar)
+        failed = sidebar.get_by_test_id(f"devbox-kernel-{name}")
+        expect(failed).to_contain_text(message, timeout=60_000)
+        expect(failed).to_have_attribute("data-phase", "failed")
+        # The key's setting is one long word: it may break, but stays inside the panel.
+        _assert_fits(failed, whole_words=False)
+        assert sidebar.evaluate("s => s.scrollWidth <= s.clientWidth"), "the panel scrolls"
+        # Shown in place, not popped up again for a failure the page did not see happen.
+        expect(page.locator(".Toastify__toast", has_text="no SSH key")).to_have_count(0)
+        sidebar.screenshot(path=str(IMAGES / "jupyter-kernel-failed.png"))
+
+        sidebar.get_by_test_id(f"devbox-kernel-dismiss-{name}").click()
+        expect(failed).to_have_count(0, timeout=30_000)
+        # Loaded afresh (with a reset layout, so the sidebar is opened as before).
+        _open_lab(page, lab)
+        sidebar = _open_sidebar(page)
+        expect(sidebar.get_by_test_id("devbox-watch-status")).to_contain_text("Updated")
+        expect(sidebar.get_by_test_id(f"devbox-kernel-{name}")).to_have_count(0)
+        expect(page.locator(".Toastify__toast", has_text="no SSH key")).to_have_count(0)
+        assert lab.api("GET", "devboxes/api/watch?after=-1&timeout=0")["kernels"] == []
 
 
 WIDGETS_NOTEBOOK = {

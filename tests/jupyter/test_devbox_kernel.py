@@ -10,7 +10,6 @@ reports for the box, stands in for the box; the kernel is a real ipykernel behin
 from __future__ import annotations
 
 import contextlib
-import json
 import secrets
 import sys
 import threading
@@ -23,7 +22,16 @@ import requests
 from devboxes_jupyter.provisioner import box_name
 from devboxes_testbed import L4, ROCM
 from devboxes_testbed.controller import Controller
-from labserver import KernelChannels, KernelLab, Lab, running_kernel_lab, running_lab
+from labserver import (
+    KernelChannels,
+    KernelLab,
+    Lab,
+    refused,
+    running_kernel_lab,
+    running_lab,
+    start_kernel,
+    write_kernelspec,
+)
 from sshd import loopback_sshd, need_sshd
 from support import wait_for
 from test_jupyter_logo import png_size
@@ -51,15 +59,6 @@ def setup(controller: Controller, tmp_path_factory: pytest.TempPathFactory) -> I
 def _kernelspecs(lab: Lab) -> dict[str, Any]:
     specs: dict[str, Any] = lab.api("GET", "api/kernelspecs")["kernelspecs"]
     return specs
-
-
-def _start_kernel(lab: Lab, name: str) -> requests.Response:
-    return requests.post(
-        f"{lab.url}/api/kernels",
-        json={"name": name},
-        headers={"Authorization": f"token {lab.token}"},
-        timeout=KERNEL_START_TIMEOUT,
-    )
 
 
 def _box_port(client: Client, name: str) -> int:
@@ -116,7 +115,7 @@ def test_kernel_runs_in_the_box_interrupts_restarts_and_shuts_down(
 
     started: list[requests.Response] = []
     starter = threading.Thread(
-        target=lambda: started.append(_start_kernel(setup.lab, f"devbox-{profile.name}"))
+        target=lambda: started.append(start_kernel(setup.lab, f"devbox-{profile.name}"))
     )
     starter.start()
     # The provisioner creates the box; its sshd comes up at the address the box reports.
@@ -178,30 +177,6 @@ def test_kernel_runs_in_the_box_interrupts_restarts_and_shuts_down(
         wait_for(forgotten, timeout=30)
 
 
-def _write_kernelspec(lab: Lab, name: str, argv0: str, config: dict[str, Any]) -> None:
-    folder = lab.data / "kernels" / name
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "kernel.json").write_text(
-        json.dumps(
-            {
-                "argv": [argv0, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-                "display_name": name,
-                "language": "python",
-                "interrupt_mode": "message",
-                "metadata": {
-                    "kernel_provisioner": {"provisioner_name": "devboxes", "config": config}
-                },
-            }
-        )
-    )
-
-
-def _refused(response: requests.Response) -> str:
-    assert response.status_code == 503, response.text
-    message: str = response.json()["message"]
-    return message
-
-
 def test_failures_end_the_start_with_one_message(
     setup: KernelLab, controller_client: Client, cleanup: list[str], tmp_path: Path
 ) -> None:
@@ -209,7 +184,7 @@ def test_failures_end_the_start_with_one_message(
     cleanup.append(name)
 
     # No sshd at the box's address: the refusal, once the connect grace is over.
-    message = _refused(_start_kernel(setup.lab, "devbox-cpu"))
+    message = refused(start_kernel(setup.lab, "devbox-cpu"))
     port = controller_client.get(name).ssh_port
     assert message.startswith(f"SSH to box {name} (")
     assert f"127.0.0.1 port {port}: Connection refused" in message
@@ -220,27 +195,31 @@ def test_failures_end_the_start_with_one_message(
         import venv
 
         venv.EnvBuilder(with_pip=False).create(bare)
-        _write_kernelspec(setup.lab, "devbox-bare", str(bare / "bin" / "python"), {})
-        message = _refused(_start_kernel(setup.lab, "devbox-bare"))
+        write_kernelspec(setup.lab, "devbox-bare", str(bare / "bin" / "python"), {})
+        message = refused(start_kernel(setup.lab, "devbox-bare"))
         assert "cannot import ipykernel" in message
         assert "needs python3 and ipykernel" in message
 
         # An image without the interpreter at all.
-        _write_kernelspec(setup.lab, "devbox-nopython", "/nonexistent/python3", {})
-        message = _refused(_start_kernel(setup.lab, "devbox-nopython"))
+        write_kernelspec(setup.lab, "devbox-nopython", "/nonexistent/python3", {})
+        message = refused(start_kernel(setup.lab, "devbox-nopython"))
         assert "/nonexistent/python3 is not installed there" in message
 
     assert list(setup.lab.api("GET", "api/kernels")) == []
 
 
-def test_a_kernel_without_an_ssh_key_fails_before_it_takes_a_box(
+def test_without_an_ssh_key_no_devbox_kernel_is_offered_and_one_fails_before_it_takes_a_box(
     controller: Controller, controller_client: Client, tmp_path: Path
 ) -> None:
     owner = f"nokey{secrets.token_hex(3)}"
     args = [f"--DevboxKernelProvisioner.owner={owner}"]
     with running_lab(tmp_path / "lab", controller.url, controller.token, args) as lab:
-        wait_for(lambda: "devbox-cpu" in _kernelspecs(lab), timeout=60)
-        message = _refused(_start_kernel(lab, "devbox-cpu"))
+        # The Lab is up and the extension loaded: whatever it offers, it offers now.
+        assert "no devbox kernels are offered: no SSH key configured" in lab.log_text()
+        assert not [name for name in _kernelspecs(lab) if name.startswith("devbox-")]
+        # A kernelspec written by hand still reaches the provisioner, which says why not.
+        write_kernelspec(lab, "devbox-handmade", sys.executable, {})
+        message = refused(start_kernel(lab, "devbox-handmade"))
     assert message.startswith("no SSH key configured for devbox kernels")
     with pytest.raises(NotFound):
         controller_client.get(box_name(owner, None))
@@ -256,7 +235,7 @@ def test_a_box_with_another_accelerator_is_refused_in_display_names(
     # A CPU box under the name the L4 kernel would use: never silently reused.
     controller_client.create(name, ttl_hours=1)
     wait_for(lambda: f"devbox-{profile.name}" in _kernelspecs(setup.lab), timeout=60)
-    message = _refused(_start_kernel(setup.lab, f"devbox-{profile.name}"))
+    message = refused(start_kernel(setup.lab, f"devbox-{profile.name}"))
     assert message.startswith(
         f"box {name} exists with accelerator CPU only, not {profile.display_name}; "
     )
@@ -291,12 +270,12 @@ def test_no_free_device_before_the_timeout_is_the_message(
         pytest.fail(f"16 boxes of {profile.name} were all placed; cannot exhaust it")
 
     cleanup.append(box_name(setup.owner, profile.name))
-    _write_kernelspec(
+    write_kernelspec(
         setup.lab,
         "devbox-amd-short",
         sys.executable,
         {"profile": profile.name, "start_timeout": 20},
     )
-    message = _refused(_start_kernel(setup.lab, "devbox-amd-short"))
+    message = refused(start_kernel(setup.lab, "devbox-amd-short"))
     assert message.startswith(f"box {box_name(setup.owner, profile.name)} is not ready:")
     assert f"Insufficient {profile.resource_name}" in message

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +66,16 @@ FREE = [
     {"name": "a100-mig", "available": None, "capacity": None, "waiting": 0, "reason": "x"},
 ]
 
+# (summary, message): the one line a box gives for why it is not ready.
+REASONS = [
+    {"summary": "Waiting for a free NVIDIA L4: 0 of 2 free, 2nd in line (estimate)",
+     "message": "Scheduling blocked: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu."},
+    {"summary": None, "message": "Waiting for the SSH server to become ready."},
+    {"summary": None, "message": None},
+]  # fmt: skip
+# When a list that is no longer refreshed was last read.
+OBSERVED = [None, *(NOW - timedelta(seconds=s) for s in (30, 11 * 60 + 5, 3 * 3600 + 60))]
+
 # Renders the cases through the Lab's labels.ts and words.ts (transpiled to CommonJS,
 # where extensionless imports resolve as the Lab's bundler resolves them) and through the
 # dashboard's ES module.
@@ -90,6 +100,8 @@ function render(w) {
     auto_stop: input.boxes.map(box => w.autoStopLabel(box, now)),
     units: input.profiles.map(profile => w.unitsLabel(profile)),
     free: input.free.map(entry => w.freeText(entry)),
+    reasons: input.reasons.map(box => w.reason(box)),
+    stale: input.observed.map(at => w.staleNotice(at, now)),
   };
 }
 const dashboardSource = fs.readFileSync(input.dashboard, 'utf8');
@@ -130,6 +142,9 @@ def _python() -> dict[str, Any]:
         "units": [labels.accelerator_label(profile) for profile in profiles],
         "profiles": [jupyter_labels.profile_label(profile) for profile in profiles],
         "notes": [jupyter_labels.GPU_DISABLED_NOTE, jupyter_labels.CPU_NOTE],
+        # An empty reason is no text at all in TypeScript.
+        "reasons": [labels.reason(r["summary"], r["message"]) or "" for r in REASONS],
+        "stale": [labels.stale_notice(at, NOW) for at in OBSERVED],
     }
 
 
@@ -147,6 +162,8 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "boxes": _boxes(),
         "profiles": PROFILES,
         "free": FREE,
+        "reasons": REASONS,
+        "observed": [None if at is None else at.isoformat() for at in OBSERVED],
     }
     result = subprocess.run(
         ["node", "-e", HARNESS],
@@ -173,7 +190,9 @@ def test_the_dashboard_labels_are_generated_from_the_lab_words() -> None:
 
 
 @needs_node
-@pytest.mark.parametrize("key", ["cpu_only", "allocations", "auto_stop", "units"])
+@pytest.mark.parametrize(
+    "key", ["cpu_only", "allocations", "auto_stop", "units", "reasons", "stale"]
+)
 def test_python_the_lab_and_the_dashboard_say_the_same(rendered: dict[str, Any], key: str) -> None:
     python = _python()[key]
     assert rendered["lab"][key] == python

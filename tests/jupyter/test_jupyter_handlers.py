@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from devboxes_jupyter import progress
 from devboxes_jupyter.handlers import API_ROOT
 from devboxes_jupyter.models import WatchView
 from tornado.httpclient import HTTPResponse
@@ -496,3 +497,29 @@ class TestUnreachable:
         assert response.code == 503
         assert "cannot reach the Devboxes API" in _json(response)["detail"]
         assert SECRET not in response.body.decode()
+
+
+async def test_a_failed_kernel_start_is_dismissed_for_every_page_and_a_live_one_is_not(
+    jp_fetch: Fetch, controller: RecordingController
+) -> None:
+    progress.REGISTRY.update("k-failed", "nb-ada-cpu", "", progress.FAILED, "no SSH key")
+    progress.REGISTRY.update("k-live", "nb-ada-l4", "nvidia-l4", "waiting", "box nb-ada-l4")
+    try:
+
+        async def dismiss(kernel_id: str) -> HTTPResponse:
+            return await jp_fetch(
+                "devboxes", "api", "kernels", kernel_id, method="DELETE", raise_error=False
+            )
+
+        assert (await dismiss("k-live")).code == 404
+        answer = await dismiss("k-failed")
+        assert answer.code == 200
+        assert _json(answer) == {"kernel_id": "k-failed", "dismissed": True}
+        view = _json(await jp_fetch("devboxes", "api", "watch", params={"timeout": "0"}))
+        assert [k["kernel_id"] for k in view["kernels"]] == ["k-live"]
+        assert (await dismiss("k-failed")).code == 404
+        # The record is the extension's own: the controller never hears of it.
+        assert not [seen for seen in controller.requests if "kernel" in seen.path]
+    finally:
+        progress.REGISTRY.forget("k-failed")
+        progress.REGISTRY.forget("k-live")

@@ -6,11 +6,15 @@ controller on the testbed through the ``controller_client`` fixture.
 
 from __future__ import annotations
 
+import http.server
+import json
 import uuid
+from typing import Any
 
 import pytest
 from devboxes_jupyter import labels
 from devboxes_jupyter.widgets import AcceleratorPicker, DevboxLauncher, DevboxTable
+from support import serving
 from traitlets import TraitError
 
 from devboxes_sdk import _transport, models
@@ -227,3 +231,51 @@ def test_table_reports_an_unreachable_controller() -> None:
     table = DevboxTable(offline())
     assert "cannot reach the Devboxes API" in table.error.value
     assert table.rows == {}
+
+
+class _OneBox(http.server.ThreadingHTTPServer):
+    """A controller that lists one ready box, on a port it can be restarted on."""
+
+    def __init__(self, port: int = 0) -> None:
+        super().__init__(("127.0.0.1", port), _OneBoxHandler)
+
+
+class _OneBoxHandler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        box = {"name": "atlas", "state": "ready", "preset": "small",
+               "created_at": "2026-12-02T08:00:00Z", "message": "Ready for SSH."}  # fmt: skip
+        body = json.dumps({"items": [box]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: the test reads the table."""
+
+
+@pytest.mark.usefixtures("no_retry_wait")
+def test_table_marks_its_list_stale_with_actions_off_and_recovers() -> None:
+    with serving(_OneBox()) as server:
+        port = server.server_port
+        client = Client(f"http://127.0.0.1:{port}", "one-box-token-0123456789abcdef0123")
+        table = DevboxTable(client)
+        row = table.rows["atlas"]
+        assert not row.stop_button.disabled
+        assert table.error.value == ""
+    table.refresh()
+    assert "Controller unreachable. The list below is less than a minute old" in table.error.value
+    assert "cannot reach the Devboxes API" in table.error.value
+    assert list(table.rows) == ["atlas"]
+    assert row.stop_button.disabled
+    assert row.delete_button.disabled
+    table.run("atlas", "stop")
+    # The notice stays on top, the failed action under it.
+    error = table.error.value
+    assert 0 <= error.index("Controller unreachable.") < error.index("stop atlas: cannot reach")
+
+    with serving(_OneBox(port)):
+        table.refresh()
+        assert table.error.value == ""
+        assert not table.rows["atlas"].stop_button.disabled

@@ -503,6 +503,30 @@ def test_status_keeps_the_whole_scheduler_sentence(client: Client) -> None:
     )
 
 
+def test_progress_of_a_waiting_box_gives_its_estimated_place_in_line(client: Client) -> None:
+    waiting = "Waiting for a free NVIDIA L4: 0 of 2 free, 2nd in line (estimate)"
+    box = make_box(client, state="starting", message=SCHEDULER_SENTENCE, summary=waiting)
+    assert render.progress_line(box) == f"atlas: starting — {waiting}"
+    # devbox status keeps both: the one line and the scheduler's whole sentence.
+    details = render.box_details(box, NOW)
+    assert waiting in details
+    assert SCHEDULER_SENTENCE in details
+    # A CPU box keeps the scheduler's gist: its summary only says it waits for room.
+    cpu = make_box(
+        client,
+        state="starting",
+        gpu=None,
+        message=SCHEDULER_SENTENCE,
+        summary="Waiting for a node with room for this box.",
+    )
+    assert render.progress_line(cpu) == (
+        "atlas: starting — Scheduling blocked: Insufficient nvidia.com/gpu"
+    )
+    # A box that no longer starts says what its message says.
+    degraded = make_box(client, state="degraded", message="CrashLoopBackOff: x", summary="x")
+    assert render.progress_line(degraded) == "atlas: degraded — CrashLoopBackOff: x"
+
+
 @pytest.mark.parametrize(
     ("text", "width", "ellipsis", "fitted"),
     [

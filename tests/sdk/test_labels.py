@@ -56,3 +56,35 @@ def test_auto_stop_label_for_stopped_and_unlimited_boxes() -> None:
     later = NOW + timedelta(hours=1)
     assert labels.auto_stop_label(models.DevboxState.STOPPED, later, NOW) == "stopped"
     assert labels.auto_stop_label(models.DevboxState.STARTING, None, NOW) == "never"
+
+
+@pytest.mark.parametrize(
+    ("summary", "message", "expected"),
+    [
+        ("Waiting for a free NVIDIA L4: 0 of 2 free, 2nd in line (estimate)", "Scheduling "
+         "blocked: ...", "Waiting for a free NVIDIA L4: 0 of 2 free, 2nd in line (estimate)"),
+        (None, "Scheduling blocked: ...", "Scheduling blocked: ..."),
+        ("", "", None),
+        (None, None, None),
+    ],
+)  # fmt: skip
+def test_reason_prefers_the_summary(
+    summary: str | None, message: str | None, expected: str | None
+) -> None:
+    assert labels.reason(summary, message) == expected
+
+
+@pytest.mark.parametrize(
+    ("age", "listed"),
+    [
+        (None, "No list of boxes yet"),
+        (timedelta(seconds=20), "The list below is less than a minute old"),
+        (timedelta(minutes=11, seconds=5), "The list below is 11 min old"),
+        (timedelta(hours=2, minutes=3), "The list below is 2 h 3 min old"),
+    ],
+)
+def test_stale_notice_says_how_old_the_list_is(age: timedelta | None, listed: str) -> None:
+    observed = None if age is None else NOW - age
+    assert labels.stale_notice(observed, NOW) == (
+        f"Controller unreachable. {listed}; actions are off until it answers again."
+    )

@@ -36,6 +36,42 @@ import * as labels from "./labels.js";
     return { ok: response.ok, status: response.status, data };
   }
 
+  // -- a list the controller no longer refreshes -------------------------------------
+  // When the page last heard from the controller, and whether it has lost it since.
+  let heardAt = null;
+  let stale = false;
+
+  // Every button that asks the controller for something; Cancel and Sign out stay.
+  const ACTIONS = "#box-rows button, #volume-rows button, #create-button, " +
+    "#delete-submit, #extend-submit, #volume-submit";
+
+  function applyStale() {
+    document.body.dataset.stale = String(stale);
+    $("stale").hidden = !stale;
+    if (stale) $("stale-text").textContent = labels.staleNotice(heardAt);
+    for (const button of document.querySelectorAll(ACTIONS)) {
+      if (stale) {
+        // Run again for rows added meanwhile: a button keeps what it was before it all.
+        if (button.dataset.enabledBeforeStale === undefined) {
+          button.dataset.enabledBeforeStale = String(!button.disabled);
+        }
+        button.disabled = true;
+      } else if (button.dataset.enabledBeforeStale !== undefined) {
+        button.disabled = button.dataset.enabledBeforeStale === "false";
+        delete button.dataset.enabledBeforeStale;
+      }
+    }
+    if (!stale && $("delete-dialog").open) refreshDelete();
+    if (!stale && $("volume-dialog").open) refreshPurgeVolume();
+  }
+
+  function setStale(value) {
+    if (!value) heardAt = new Date().toISOString();
+    if (value === stale) return;
+    stale = value;
+    applyStale();
+  }
+
   function announce(text) {
     $("action-status").textContent = text;
   }
@@ -208,7 +244,7 @@ import * as labels from "./labels.js";
         showServerErrors(status, data);
       }
     } finally {
-      button.disabled = false;
+      button.disabled = stale;
     }
   }
 
@@ -343,6 +379,7 @@ import * as labels from "./labels.js";
       body.insertBefore(row.tr, older || null);
     }
     fill(row, box);
+    if (stale) applyStale();
     $("no-boxes").hidden = rows.size > 0;
   }
 
@@ -456,7 +493,7 @@ import * as labels from "./labels.js";
         $("extend-error").textContent = detailText(data);
       }
     } finally {
-      $("extend-submit").disabled = false;
+      $("extend-submit").disabled = stale;
     }
   }
 
@@ -524,6 +561,9 @@ import * as labels from "./labels.js";
   }
 
   // -- live updates --------------------------------------------------------------------
+  // Seconds before the page opens a new stream after the browser gave one up for good.
+  const RECONNECT_MS = 3000;
+
   function connect() {
     const source = new EventSource("/dashboard/events");
     const status = $("connection");
@@ -531,9 +571,12 @@ import * as labels from "./labels.js";
     // A deleted box may leave its volume behind, and a new box may take one back.
     source.addEventListener("snapshot", (e) => {
       replaceAll(JSON.parse(e.data).items);
+      // The whole list again: from here on it is current.
+      setStale(false);
       loadVolumes().catch(() => undefined);
     });
     source.addEventListener("box", (e) => {
+      setStale(false);
       const box = JSON.parse(e.data);
       const known = rows.has(box.name);
       upsert(box);
@@ -548,11 +591,21 @@ import * as labels from "./labels.js";
     source.addEventListener("error", async () => {
       status.textContent = "Reconnecting…";
       status.dataset.live = "false";
+      setStale(true);
       // EventSource hides the status code: ask the API whether the session is still valid.
       try {
         await api("GET", "/whoami");
       } catch (err) {
-        source.close();
+        if (err.message === "session ended") {
+          source.close();
+          return;
+        }
+        // No answer at all: the controller is down; the stream keeps trying.
+      }
+      // An answer other than a stream (a proxy's 502, a replica not ready yet) makes the
+      // browser give up on the stream; a new one is opened until the controller is back.
+      if (source.readyState === EventSource.CLOSED) {
+        setTimeout(connect, RECONNECT_MS);
       }
     });
   }
@@ -573,5 +626,7 @@ import * as labels from "./labels.js";
     loadCapabilities().catch(() => undefined);
     connect();
     setInterval(() => rows.forEach(fillAutoStop), 60000);
+    // The notice says how old the list is, so it is written again while it shows.
+    setInterval(() => { if (stale) $("stale-text").textContent = labels.staleNotice(heardAt); }, 30000);
   });
 })();

@@ -41,3 +41,19 @@ export function autoStopLabel(devbox, now = Date.now()) {
     const remaining = Math.floor((Date.parse(devbox.expires_at) - now) / 1000);
     return remaining <= 0 ? 'due now' : `in ${span(remaining)}`;
 }
+/**
+ * The one line a box shows for why it is not ready: the controller's summary when it
+ * sends one ("Waiting for a free NVIDIA L4: 0 of 2 free, 2nd in line (estimate)"), else
+ * its message, which older controllers send alone.
+ */
+export function reason(devbox) {
+    return devbox.summary || devbox.message || '';
+}
+/** Said on top of a list the controller can no longer refresh, with how old the list is. */
+export function staleNotice(observedAt, now = Date.now()) {
+    const age = observedAt ? Math.floor((now - Date.parse(observedAt)) / 1000) : null;
+    const list = age === null
+        ? 'No list of boxes yet'
+        : `The list below is ${age < 60 ? 'less than a minute' : span(age)} old`;
+    return `Controller unreachable. ${list}; actions are off until it answers again.`;
+}
