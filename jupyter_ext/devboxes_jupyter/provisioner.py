@@ -153,6 +153,9 @@ class DevboxKernelProvisioner(LocalProvisioner):
 
     _box: Devbox | None = None
     _created = False
+    # This start created the box or started it from stopped: a failure before the kernel
+    # connects stops it again, so a failed start holds no device.
+    _took = False
     # Local directory of the SSH control socket while a connection to the box is open.
     _control_dir: Path | None = None
     # The kernel's socket directory on the box, which the forwards point into.
@@ -199,9 +202,11 @@ class DevboxKernelProvisioner(LocalProvisioner):
                 f"{catalog.get(wanted, wanted) if wanted else CPU_ONLY}; "
                 "delete it or set DevboxKernelProvisioner.owner"
             )
+        self._took = created
         if box.state is models.DevboxState.STOPPED:
             self._report("starting", f"starting stopped box {name}")
             box = client.start(name)
+            self._took = True
 
         def update(current: Devbox) -> None:
             line = status_line(current.state, reason(current.summary, current.message))
@@ -210,8 +215,19 @@ class DevboxKernelProvisioner(LocalProvisioner):
         try:
             box = client.wait_ready(name, self.start_timeout, on_update=update)
         except BoxNotReady as error:
-            raise self._fail(f"box {name} is not ready: {error}") from None
+            raise self._fail(f"box {name} is not ready: {error}{self._give_back()}") from None
         return box, created
+
+    def _give_back(self) -> str:
+        """Stop the box if this start created or started it; what to add to the failure."""
+        if not self._took:
+            return ""
+        self._took = False
+        try:
+            Client().stop(self.box_name)
+        except DevboxesError as error:
+            return f"; box {self.box_name} could not be stopped again: {error}"
+        return f"; box {self.box_name}, started for this kernel, is stopped again (home kept)"
 
     # -- SSH ----------------------------------------------------------------------
 
@@ -438,14 +454,24 @@ class DevboxKernelProvisioner(LocalProvisioner):
                 await asyncio.to_thread(self._open_master, self._created)
             self._remote_home = await asyncio.to_thread(self._start_remote_kernel)
             await asyncio.to_thread(self._forward, self._remote_home)
-        except BaseException:
-            if self.process is not None:
-                self.process.kill()
-                self.process = None
-            await asyncio.to_thread(self._close_master)
+        except DevboxKernelError as error:
+            await self._abandon()
+            given_back = await asyncio.to_thread(self._give_back)
+            if given_back:
+                raise self._fail(f"{error.text}{given_back}") from None
             raise
+        except BaseException:
+            await self._abandon()
+            raise
+        self._took = False
         self._report("running", f"kernel running in box {self.box_name}")
         return self.connection_info
+
+    async def _abandon(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process = None
+        await asyncio.to_thread(self._close_master)
 
     def _cancel_forwards(self) -> None:
         if self._remote_home is not None:

@@ -188,6 +188,9 @@ def test_failures_end_the_start_with_one_message(
     port = controller_client.get(name).ssh_port
     assert message.startswith(f"SSH to box {name} (")
     assert f"127.0.0.1 port {port}: Connection refused" in message
+    # The start created the box and never connected: it gives the box back.
+    assert message.endswith(f"; box {name}, started for this kernel, is stopped again (home kept)")
+    assert controller_client.get(name).state is models.DevboxState.STOPPED
 
     with loopback_sshd(setup.base / "sshd-cpu", port, setup.key.with_suffix(".pub")):
         # An image without ipykernel: a python with nothing installed.
@@ -277,5 +280,9 @@ def test_no_free_device_before_the_timeout_is_the_message(
         {"profile": profile.name, "start_timeout": 20},
     )
     message = refused(start_kernel(setup.lab, "devbox-amd-short"))
-    assert message.startswith(f"box {box_name(setup.owner, profile.name)} is not ready:")
+    name = box_name(setup.owner, profile.name)
+    assert message.startswith(f"box {name} is not ready:")
     assert f"Insufficient {profile.resource_name}" in message
+    # The box it created waits no longer for a device nobody will use.
+    assert message.endswith("is stopped again (home kept)")
+    assert controller_client.get(name).state is models.DevboxState.STOPPED
