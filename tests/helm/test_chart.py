@@ -482,7 +482,7 @@ def test_documented_example_profiles_are_valid_and_reach_the_controller_unchange
     amd = settings.gpu.profile("amd-mi210")
     assert amd is not None
     assert amd.supplemental_groups == [44, 109]
-    assert settings.gpu.capabilities().gpu.default_profile == "nvidia-l4"
+    assert settings.gpu.capabilities().default_profile == "nvidia-l4"
 
 
 def test_large_numbers_and_null_fields_survive_the_hand_over(render: Render) -> None:
