@@ -8,6 +8,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
+import jsonschema
 import pytest
 from devboxes_controller.box import template
 from devboxes_controller.box.render import (
@@ -37,8 +38,9 @@ from devboxes_controller.config.settings import (
     validate,
 )
 from devboxes_controller.config.violations import ConfigError
+from devboxes_controller.web.api import contract, describe_settings
 
-from devboxes_sdk.models import DevboxState
+from devboxes_sdk.models import DevboxCreate, DevboxState
 
 EXPIRES = datetime(2030, 5, 17, 9, 30, tzinfo=UTC)
 NOW = datetime(2030, 5, 16, 9, 30, tzinfo=UTC)
@@ -517,3 +519,43 @@ def test_the_largest_valid_image_profile_fits_its_snapshot_bound() -> None:
     assert ImageProfileConfig.from_snapshot(text) == profile
     with pytest.raises(SnapshotError, match="larger than"):
         ImageProfileConfig.from_snapshot(" " * (IMAGE_SNAPSHOT_MAX_BYTES + 1))
+
+
+# --- the served OpenAPI document --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("images", "body", "accepted"),
+    [
+        (None, {"name": "a", "image": "docs"}, True),
+        (None, {"name": "a", "image": "docs", "gpu": {"profile": "nvidia-h100"}}, True),
+        (None, {"name": "a", "image": "pytorch", "gpu": {"profile": "nvidia-l4"}}, True),
+        # The default GPU profile is nvidia-l4, which pytorch runs with.
+        (None, {"name": "a", "image": "pytorch", "gpu": {}}, True),
+        (None, {"name": "a", "image": "pytorch", "gpu": {"profile": None}}, True),
+        (None, {"name": "a", "image": "pytorch"}, False),
+        (None, {"name": "a", "image": "pytorch", "gpu": None}, False),
+        (None, {"name": "a", "image": "pytorch", "gpu": {"profile": "nvidia-h100"}}, False),
+        (None, {"name": "a", "image": "jupyter"}, False),
+        (None, {"name": "a", "gpu": {"profile": "nvidia-h100"}}, True),
+        ({"enabled": False, "profiles": [CUDA]}, {"name": "a", "image": "pytorch"}, False),
+        ({"enabled": False, "profiles": [CUDA]}, {"name": "a", "image": None}, True),
+    ],
+)
+def test_the_served_document_states_which_images_a_create_may_name(
+    images: dict[str, Any] | None, body: dict[str, Any], accepted: bool
+) -> None:
+    # Whatever the document accepts, the controller accepts, and the other way round.
+    settings = make_settings(images)
+    document = describe_settings(contract(), settings)
+    schema = {"$ref": "#/components/schemas/DevboxCreate", "components": document["components"]}
+    valid = jsonschema.Draft202012Validator(schema).is_valid(body)
+    assert valid is accepted
+    request = DevboxCreate.model_validate(body)
+    gpu = settings.gpu.resolve(request.gpu)
+    try:
+        settings.images.resolve(request.image, gpu)
+    except ImageRejected:
+        assert not accepted
+    else:
+        assert accepted
