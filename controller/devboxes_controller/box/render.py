@@ -20,6 +20,7 @@ from devboxes_sdk.models import API_PREFIX, PRESETS, Preset
 from ..config.settings import (
     ACTIVITY_SIDECAR,
     ENVIRONMENT_SIDECAR,
+    SSH_CONTAINER_PORT,
     GpuProfileConfig,
     ImagePortConfig,
     ImageProfileConfig,
@@ -66,7 +67,6 @@ _PRESET_BY_NAME: dict[str, Preset] = {preset: preset for preset in PRESETS}
 
 MAIN_CONTAINER = "devbox"
 SSH_PORT_NAME = "ssh"
-SSH_CONTAINER_PORT = 2222
 SSH_SERVICE_PORT = 22
 HOME_VOLUME = "home"
 KEYS_VOLUME = "authorized-keys"

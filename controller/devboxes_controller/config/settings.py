@@ -108,7 +108,7 @@ MAX_ARGS_ITEMS = 16
 MAX_ARGUMENT_LENGTH = 128
 # Unprivileged ports only: image profile containers never bind below 1024.
 MIN_IMAGE_PORT = 1024
-# The workspace's SSH server listens here in every box (box/render.py).
+# The workspace's SSH server listens here in every box.
 SSH_CONTAINER_PORT = 2222
 MAX_GPU_COUNT = 64
 MAX_DISPLAY_NAME = 80
