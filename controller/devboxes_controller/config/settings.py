@@ -587,7 +587,13 @@ class ImageResources(_Model):
 Argument = Annotated[StrictStr, Field(max_length=MAX_ARGUMENT_LENGTH)]
 _WORKSPACE: JsonDict = {"properties": {"mode": {"const": "workspace"}}, "required": ["mode"]}
 # Fields only a sidecar-mode profile may set; a workspace image keeps the workspace contract.
-_SIDECAR_ONLY = ("resources", "run_as_user", "command", "args")
+# Each with the JSON Schema of "set": null and empty lists count as unset.
+_SIDECAR_ONLY: dict[str, JsonDict] = {
+    "resources": {"type": "object"},
+    "run_as_user": {"type": "integer"},
+    "command": {"type": "array", "minItems": 1},
+    "args": {"type": "array", "minItems": 1},
+}
 
 
 class ImageProfileConfig(_Model):
@@ -602,7 +608,12 @@ class ImageProfileConfig(_Model):
                     "then": {
                         "required": ["accelerators"],
                         "properties": {"accelerators": {"type": "array", "minItems": 1}},
-                        "not": {"anyOf": [{"required": [to_camel(key)]} for key in _SIDECAR_ONLY]},
+                        "not": {
+                            "anyOf": [
+                                {"required": [to_camel(key)], "properties": {to_camel(key): set_}}
+                                for key, set_ in _SIDECAR_ONLY.items()
+                            ]
+                        },
                     },
                 },
                 {
@@ -611,7 +622,10 @@ class ImageProfileConfig(_Model):
                     "if": {"not": _WORKSPACE},
                     "then": {
                         "required": ["resources"],
-                        "properties": {"accelerators": {"maxItems": 0}},
+                        "properties": {
+                            "resources": {"type": "object"},
+                            "accelerators": {"maxItems": 0},
+                        },
                     },
                 },
             ]
