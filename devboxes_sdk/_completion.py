@@ -1,8 +1,9 @@
 """Shell completion scripts printed by ``devbox completion bash|zsh``, generated from the
 command line's own parser, so they always offer exactly its commands and options.
 
-Box names and GPU profile names are completed live through ``devbox list -q`` and
-``devbox gpu profiles -q``, so completion always matches the server.
+Box names, GPU profile names and image profile names are completed live through
+``devbox list -q``, ``devbox gpu profiles -q`` and ``devbox image profiles -q``, so
+completion always matches the server.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ _PREAMBLE = {
     "bash": """
 _devbox_boxes() { compgen -W "$(devbox list -q 2>/dev/null)" -- "$1"; }
 _devbox_profiles() { compgen -W "$(devbox gpu profiles -q 2>/dev/null)" -- "$1"; }
+_devbox_images() { compgen -W "$(devbox image profiles -q 2>/dev/null)" -- "$1"; }
 """,
     "zsh": """
 _devbox_boxes() {
@@ -31,6 +33,11 @@ _devbox_profiles() {
   profiles=(${(f)"$(devbox gpu profiles -q 2>/dev/null)"})
   _describe -t profiles 'GPU profile' profiles
 }
+_devbox_images() {
+  local -a images
+  images=(${(f)"$(devbox image profiles -q 2>/dev/null)"})
+  _describe -t images 'image profile' images
+}
 """,
 }
 # shtab's zsh script registers itself when eval'd and runs when autoloaded from $fpath;
@@ -39,10 +46,12 @@ _ZSH_REGISTER = "if [[ $zsh_eval_context[-1] == eval ]]; then"
 _ZSH_REGISTER_ON_SOURCE = "if [[ $zsh_eval_context[-1] == (eval|file) ]]; then"
 BOXES = dict.fromkeys(SHELLS, "_devbox_boxes")
 PROFILES = dict.fromkeys(SHELLS, "_devbox_profiles")
+IMAGES = dict.fromkeys(SHELLS, "_devbox_images")
 
 
 def complete_with(action: argparse.Action, helper: dict[str, str]) -> None:
-    """Complete the values of ``action`` with ``helper`` (:data:`BOXES`, :data:`PROFILES`)."""
+    """Complete the values of ``action`` with ``helper`` (:data:`BOXES`, :data:`PROFILES`,
+    :data:`IMAGES`)."""
     action.complete = helper  # type: ignore[attr-defined]
 
 

@@ -13,11 +13,15 @@ from devboxes_sdk.models import (
     DoctorReport,
     GpuAvailability,
     GpuCapabilities,
+    ImageAllocation,
+    ImageCapabilities,
+    ImagePort,
     Volume,
 )
 
 BOX_HEADERS = ("NAME", "STATE", "SIZE", "AUTO-STOP", "ACCELERATOR", "SSH")
 PROFILE_HEADERS = ("PROFILE", "NAME", "COUNT", "RESOURCE", "FREE", "WAITING", "DESCRIPTION")
+IMAGE_HEADERS = ("PROFILE", "NAME", "MODE", "PORTS", "DESCRIPTION")
 DOCTOR_HEADERS = ("VERDICT", "PROFILE", "CHECK", "FINDING")
 VOLUME_HEADERS = ("NAME", "SIZE", "CREATED", "LAST PROFILE", "CLAIM")
 EMPTY = "-"
@@ -138,6 +142,29 @@ def profiles_table(catalog: GpuCapabilities, availability: GpuAvailability | Non
     return "\n".join([text, *(f"\nFREE is unknown: {clean(r)}" for r in reasons)])
 
 
+def ports_text(ports: Sequence[ImagePort]) -> str:
+    """``http 8080/TCP, metrics 9090/TCP``: the pod-local ports of an image profile."""
+    return ", ".join(f"{p.name} {p.container_port}/{p.protocol}" for p in ports) or EMPTY
+
+
+def images_table(catalog: ImageCapabilities) -> str:
+    return table(
+        IMAGE_HEADERS,
+        (
+            (p.name, p.display_name, p.mode, ports_text(p.ports), p.description or EMPTY)
+            for p in catalog.profiles
+        ),
+    )
+
+
+def image_text(image: ImageAllocation | None) -> str:
+    """``Docs preview (docs, sidecar; ports http 8080/TCP)``, or ``-`` without one."""
+    if image is None:
+        return EMPTY
+    ports = f"; ports {ports_text(image.ports)}" if image.ports else ""
+    return f"{image.display_name} ({image.profile}, {image.mode}{ports})"
+
+
 def doctor_text(report: DoctorReport) -> str:
     """The doctor's findings, one line each with its fix, and a closing verdict."""
     rows = [
@@ -210,6 +237,7 @@ def box_details(box: Devbox, now: datetime) -> str:
         ("Size", box.preset),
         ("Accelerator", accelerator_label(box.gpu)),
         ("GPU profile", box.gpu.profile if box.gpu else EMPTY),
+        ("Image", image_text(box.image)),
         (
             "Created",
             f"{box.created_at.isoformat(timespec='seconds')} "

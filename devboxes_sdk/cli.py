@@ -21,7 +21,14 @@ from types import TracebackType
 from typing import Any, NoReturn, TextIO
 
 from devboxes_sdk import _render
-from devboxes_sdk._completion import BOXES, PROFILES, SHELLS, complete_with, completion_script
+from devboxes_sdk._completion import (
+    BOXES,
+    IMAGES,
+    PROFILES,
+    SHELLS,
+    complete_with,
+    completion_script,
+)
 from devboxes_sdk._version import __version__
 from devboxes_sdk.client import Client, Devbox
 from devboxes_sdk.config import (
@@ -80,6 +87,7 @@ _CREATE_FLAGS: dict[str, str | None] = {
     "repository": "--repo",
     "gpu": "--gpu",
     "gpu.profile": "--gpu-profile",
+    "image": "--image",
 }
 _EXTEND_FLAGS: dict[str, str | None] = {"hours": "--hours"}
 _FLAG_UNITS = {"--ttl": ("hour", "hours")}
@@ -247,6 +255,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     doctor.set_defaults(handler=_cmd_gpu_doctor, prog=doctor.prog)
 
+    image = commands.add_parser(
+        "image", help="image profiles", description="image profiles", parents=[common]
+    )
+    image_commands = image.add_subparsers(dest="image_command", metavar="COMMAND", required=True)
+    image_profiles = image_commands.add_parser(
+        "profiles",
+        help="list the image profiles you can create a box with",
+        description="list the image profiles you can create a box with",
+        parents=[common],
+    )
+    image_profiles.add_argument(
+        "-q", "--quiet", action="store_true", help="print profile names only"
+    )
+    image_profiles.set_defaults(handler=_cmd_image_profiles, prog=image_profiles.prog)
+
     create = add("create", "create a box and wait until it is ready", _cmd_create)
     create.add_argument("name", action=_NewBoxName, metavar="NAME")
     create.add_argument(
@@ -271,6 +294,14 @@ def build_parser() -> argparse.ArgumentParser:
             "--gpu-profile", metavar="PROFILE", help="attach this GPU profile"
         ),
         PROFILES,
+    )
+    complete_with(
+        create.add_argument(
+            "--image",
+            metavar="PROFILE",
+            help="create the box with this image profile (see: devbox image profiles)",
+        ),
+        IMAGES,
     )
     _wait_options(create)
     create.add_argument("--ssh", action="store_true", help="open an SSH session once ready")
@@ -550,6 +581,24 @@ def _cmd_gpu_profiles(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_image_profiles(args: argparse.Namespace) -> int:
+    _names_or_json(args)
+    with _client(args) as client:
+        catalog = client.capabilities().images
+    if args.json:
+        _print_json(catalog.model_dump(mode="json"))
+    elif args.quiet:
+        for profile in catalog.profiles:
+            print(_render.clean(profile.name))
+    elif not catalog.enabled:
+        print("Image profiles are disabled on this Devboxes server.")
+    elif not catalog.profiles:
+        print("No image profiles are configured.")
+    else:
+        print(_render.images_table(catalog))
+    return EXIT_OK
+
+
 def _cmd_gpu_doctor(args: argparse.Namespace) -> int:
     with _client(args) as client:
         report = client.gpu.doctor()
@@ -608,7 +657,12 @@ def _cmd_create(args: argparse.Namespace) -> int:
         _note_retained_volume(client, args.name)
         try:
             box = client.create(
-                args.name, preset=args.preset, ttl_hours=args.ttl, repository=args.repo, gpu=gpu
+                args.name,
+                preset=args.preset,
+                ttl_hours=args.ttl,
+                repository=args.repo,
+                gpu=gpu,
+                image=args.image,
             )
         except ValidationError as error:
             # Every field of a create comes from an option, so a refused rule is a bad

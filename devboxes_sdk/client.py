@@ -60,12 +60,14 @@ def create_body(
     ttl_hours: int = 24,
     repository: str | None = None,
     gpu: bool | str | models.GpuProfile | models.GpuRequest | None = None,
+    image: str | models.ImageProfile | None = None,
 ) -> dict[str, Any]:
     """The JSON body of a create, checked against :class:`models.DevboxCreate`.
 
     ``gpu=True`` becomes ``"gpu": {}`` (the operator default), a name becomes
     ``{"profile": name}``, and ``None``/``False`` leave the key out (a CPU box). A
     :class:`models.GpuRequest` (the ``gpu`` of a create body) means what it says.
+    ``image`` is an image profile's name (or the profile); ``None`` leaves the key out.
     """
     body: dict[str, Any] = {"name": name, "preset": preset, "ttl_hours": ttl_hours}
     if isinstance(gpu, models.GpuRequest):
@@ -85,6 +87,17 @@ def create_body(
         body["gpu"] = {"profile": gpu.strip()}
     elif gpu is not None and gpu is not False:
         raise TypeError("gpu must be None, a bool, a profile name, a GpuProfile or a GpuRequest")
+    if isinstance(image, models.ImageProfile):
+        image = image.name
+    if isinstance(image, str):
+        if not image.strip():
+            raise ValidationError(
+                [FieldError(loc=["body", "image"], msg="image profile name is empty")],
+                local=True,
+            )
+        body["image"] = image.strip()
+    elif image is not None:
+        raise TypeError("image must be None, an image profile name or an ImageProfile")
     try:
         checked = models.DevboxCreate.model_validate(body)
     except PydanticValidationError as error:
@@ -271,7 +284,8 @@ class Client:
         return self._http.get_model(f"{API_PREFIX}/whoami", models.WhoAmI)
 
     def capabilities(self) -> models.Capabilities:
-        """What the server offers; ``.gpu`` is the GPU catalog (no profiles when disabled)."""
+        """What the server offers: ``.gpu`` is the GPU catalog and ``.images`` the image
+        profiles (each without profiles when disabled, or from a server without them)."""
         data, status = self._http.read(f"{API_PREFIX}/capabilities")
         return parse(models.Capabilities, data, status)
 
@@ -282,12 +296,14 @@ class Client:
         ttl_hours: int = 24,
         repository: str | None = None,
         gpu: bool | str | models.GpuProfile | models.GpuRequest | None = None,
+        image: str | models.ImageProfile | None = None,
     ) -> Devbox:
         """Create a box and return it at once (usually ``starting``).
 
         ``gpu``: ``None``/``False`` for a CPU box, ``True`` for the operator's default
         profile, a profile name (or :class:`~devboxes_sdk.models.GpuProfile`), or the
-        ``gpu`` of a :class:`~devboxes_sdk.models.DevboxCreate`.
+        ``gpu`` of a :class:`~devboxes_sdk.models.DevboxCreate`. ``image``: an image
+        profile of ``capabilities().images``, by name or as the profile itself.
         The body is checked locally first; a broken rule raises
         :class:`~devboxes_sdk.errors.ValidationError` without a request.
 
@@ -295,7 +311,7 @@ class Client:
         503 or a failed connection): a try that the server applied but could not confirm
         answers with the box it made, never with a conflict.
         """
-        body = create_body(name, preset, ttl_hours, repository, gpu)
+        body = create_body(name, preset, ttl_hours, repository, gpu, image)
         response = self._http.request(
             "POST",
             f"{API_PREFIX}/devboxes",

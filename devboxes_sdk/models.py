@@ -46,6 +46,10 @@ NAME_INPUT_PATTERN = f"^{_BLANK}[A-Za-z0-9]([A-Za-z0-9-]{{0,38}}[A-Za-z0-9])?{_B
 # Blank means no repository.
 REPOSITORY_INPUT_PATTERN = f"^{_BLANK}({_REPOSITORY})?{_BLANK}$"
 
+# Long enough for the image reference of a catalog entry, which Devboxes clients may send
+# in place of the profile's name.
+MAX_IMAGE_SELECTOR = 512
+
 Preset = Literal["small", "medium", "large"]
 PRESETS: tuple[Preset, ...] = ("small", "medium", "large")
 
@@ -124,6 +128,8 @@ class DevboxCreate(_Request):
         str | None, Field(json_schema_extra={"pattern": REPOSITORY_INPUT_PATTERN})
     ] = None
     gpu: GpuRequest | None = None
+    # An image profile of the operator's catalog, by name; never an image of the client's.
+    image: Annotated[str, Field(max_length=MAX_IMAGE_SELECTOR)] | None = None
 
     @field_validator("name")
     @classmethod
@@ -158,11 +164,49 @@ class GpuCapabilities(_Response):
         return next((p for p in self.profiles if p.name == name), None)
 
 
+ImageMode = Literal["sidecar", "workspace"]
+
+
+class ImagePort(_Response):
+    """A port an image profile's container serves inside the box's pod (not a Service)."""
+
+    name: str
+    container_port: int
+    protocol: str = "TCP"
+
+
+class ImageProfile(_Response):
+    """One operator-approved image, as discovery shows it: never the image reference.
+
+    ``workspace`` replaces the box's main container; ``sidecar`` runs beside it.
+    """
+
+    name: str
+    display_name: str
+    description: str | None = None
+    mode: ImageMode
+    ports: list[ImagePort] = Field(default_factory=list)
+
+
+class ImageCapabilities(_Response):
+    """The image catalog; empty when the operator disabled image profiles."""
+
+    enabled: bool
+    profiles: list[ImageProfile] = Field(default_factory=list)
+
+    def profile(self, name: str) -> ImageProfile | None:
+        return next((p for p in self.profiles if p.name == name), None)
+
+
 class Capabilities(_Response):
     """Body of ``GET /api/v1/capabilities``."""
 
     gpu: GpuCapabilities = Field(
         default_factory=lambda: GpuCapabilities(enabled=False, default_profile=None, profiles=[])
+    )
+    # Servers from before image profiles send no ``images``: none on offer.
+    images: ImageCapabilities = Field(
+        default_factory=lambda: ImageCapabilities(enabled=False, profiles=[])
     )
 
 
@@ -173,6 +217,15 @@ class GpuAllocation(_Response):
     display_name: str
     resource_name: str
     count: int
+
+
+class ImageAllocation(_Response):
+    """The image profile pinned to a box at creation."""
+
+    profile: str
+    display_name: str
+    mode: ImageMode
+    ports: list[ImagePort] = Field(default_factory=list)
 
 
 class Activity(_Response):
@@ -208,6 +261,7 @@ class Devbox(_Response):
     storage_size: str | None = None
     message: str | None = None
     gpu: GpuAllocation | None = None
+    image: ImageAllocation | None = None
     # One human line saying why a box that is not ready is not ready yet, e.g. "Waiting
     # for a free NVIDIA L4: 0 of 2 free, 2nd in line (estimate)"; None when ready or stopped.
     summary: str | None = None

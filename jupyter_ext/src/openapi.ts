@@ -221,6 +221,7 @@ export interface components {
          */
         Capabilities: {
             gpu?: components["schemas"]["GpuCapabilities"];
+            images?: components["schemas"]["ImageCapabilities"];
         };
         /**
          * DeleteResult
@@ -281,6 +282,7 @@ export interface components {
             /** Message */
             message?: string | null;
             gpu?: components["schemas"]["GpuAllocation"] | null;
+            image?: components["schemas"]["ImageAllocation"] | null;
             /** Summary */
             summary?: string | null;
             /** Scheduling Detail */
@@ -315,6 +317,8 @@ export interface components {
             /** Repository */
             repository?: string | null;
             gpu?: components["schemas"]["GpuRequest"] | null;
+            /** Image */
+            image?: string | null;
         };
         /**
          * DevboxExtend
@@ -461,6 +465,69 @@ export interface components {
         GpuRequest: {
             /** Profile */
             profile?: string | null;
+        };
+        /**
+         * ImageAllocation
+         * @description The image profile pinned to a box at creation.
+         */
+        ImageAllocation: {
+            /** Profile */
+            profile: string;
+            /** Display Name */
+            display_name: string;
+            /**
+             * Mode
+             * @enum {string}
+             */
+            mode: "sidecar" | "workspace";
+            /** Ports */
+            ports?: components["schemas"]["ImagePort"][];
+        };
+        /**
+         * ImageCapabilities
+         * @description The image catalog; empty when the operator disabled image profiles.
+         */
+        ImageCapabilities: {
+            /** Enabled */
+            enabled: boolean;
+            /** Profiles */
+            profiles?: components["schemas"]["ImageProfile"][];
+        };
+        /**
+         * ImagePort
+         * @description A port an image profile's container serves inside the box's pod (not a Service).
+         */
+        ImagePort: {
+            /** Name */
+            name: string;
+            /** Container Port */
+            container_port: number;
+            /**
+             * Protocol
+             * @default TCP
+             */
+            protocol: string;
+        };
+        /**
+         * ImageProfile
+         * @description One operator-approved image, as discovery shows it: never the image reference.
+         *
+         *     ``workspace`` replaces the box's main container; ``sidecar`` runs beside it.
+         */
+        ImageProfile: {
+            /** Name */
+            name: string;
+            /** Display Name */
+            display_name: string;
+            /** Description */
+            description?: string | null;
+            /**
+             * Mode
+             * @enum {string}
+             */
+            mode: "sidecar" | "workspace";
+            /** Ports */
+            ports?: components["schemas"]["ImagePort"][];
         };
         /**
          * ProfileAvailability
@@ -1477,3 +1544,5 @@ export const activityStateValues: ReadonlyArray<FlattenedDeepRequired<components
 export const devboxCreatePresetValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["DevboxCreate"]["preset"]> = ["small", "medium", "large"];
 export const devboxStateValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["DevboxState"]> = ["starting", "ready", "stopped", "degraded"];
 export const doctorCheckVerdictValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["DoctorCheck"]["verdict"]> = ["pass", "warn", "fail"];
+export const imageAllocationModeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ImageAllocation"]["mode"]> = ["sidecar", "workspace"];
+export const imageProfileModeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ImageProfile"]["mode"]> = ["sidecar", "workspace"];

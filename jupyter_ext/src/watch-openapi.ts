@@ -143,6 +143,8 @@ export interface components {
             message: string | null;
             /** @default null */
             gpu: components["schemas"]["GpuAllocation"] | null;
+            /** @default null */
+            image: components["schemas"]["ImageAllocation"] | null;
             /**
              * Summary
              * @default null
@@ -198,6 +200,38 @@ export interface components {
             observed_at: string;
             /** Profiles */
             profiles?: components["schemas"]["ProfileAvailability"][];
+        };
+        /**
+         * ImageAllocation
+         * @description The image profile pinned to a box at creation.
+         */
+        ImageAllocation: {
+            /** Profile */
+            profile: string;
+            /** Display Name */
+            display_name: string;
+            /**
+             * Mode
+             * @enum {string}
+             */
+            mode: "sidecar" | "workspace";
+            /** Ports */
+            ports?: components["schemas"]["ImagePort"][];
+        };
+        /**
+         * ImagePort
+         * @description A port an image profile's container serves inside the box's pod (not a Service).
+         */
+        ImagePort: {
+            /** Name */
+            name: string;
+            /** Container Port */
+            container_port: number;
+            /**
+             * Protocol
+             * @default TCP
+             */
+            protocol: string;
         };
         /**
          * KernelProgress

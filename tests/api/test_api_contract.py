@@ -50,6 +50,12 @@ HIDDEN_VALUES = (
     "NoSchedule",
     "44",
     "109",
+    # Of the image profiles: references, pull policy, user, command and resources.
+    "devboxes/workspace",
+    "IfNotPresent",
+    "65534",
+    "http.server",
+    "128Mi",
 )
 
 
@@ -185,6 +191,149 @@ def test_capabilities_hide_images_runtime_groups_and_scheduling(api: CheckedApi)
             "count",
             "default",
         }
+
+
+def test_capabilities_list_the_image_profiles_by_what_they_are(api: CheckedApi) -> None:
+    images = api.request("GET", "/capabilities").json()["images"]
+    assert images == {
+        "enabled": True,
+        "profiles": [
+            {
+                "name": "python",
+                "display_name": "Python workspace",
+                "description": "The standard workspace image, pinned, for boxes without a GPU",
+                "mode": "workspace",
+                "ports": [{"name": "notebook", "container_port": 8888, "protocol": "TCP"}],
+            },
+            {
+                "name": "cuda",
+                "display_name": "CUDA 12.8 workspace",
+                "description": "The workspace with CUDA 12.8, on NVIDIA GPUs only",
+                "mode": "workspace",
+                "ports": [],
+            },
+            {
+                "name": "web-preview",
+                "display_name": "Web preview",
+                "description": "A static file server beside the workspace, on port 8080 inside "
+                "the box",
+                "mode": "sidecar",
+                "ports": [{"name": "http", "container_port": 8080, "protocol": "TCP"}],
+            },
+        ],
+    }
+
+
+def test_a_box_with_an_image_profile_reports_and_runs_it(
+    api: CheckedApi, boxes: Callable[[dict[str, Any]], Devbox], kube: Any
+) -> None:
+    sidecar = boxes({"name": unique("web"), "image": "web-preview"})
+    assert sidecar.image is not None
+    assert sidecar.gpu is None
+    assert api.get(sidecar.name).json()["image"] == {
+        "profile": "web-preview",
+        "display_name": "Web preview",
+        "mode": "sidecar",
+        "ports": [{"name": "http", "container_port": 8080, "protocol": "TCP"}],
+    }
+    cuda = boxes({"name": unique("cuda"), "gpu": {"profile": MIG}, "image": "cuda"})
+    assert cuda.image is not None
+    assert (cuda.image.profile, cuda.image.mode) == ("cuda", "workspace")
+    plain = boxes({"name": unique("plain")})
+    assert api.get(plain.name).json()["image"] is None
+
+    apps = client.AppsV1Api(kube)
+    namespace = api.controller.settings["namespace"]
+    pod = apps.read_namespaced_deployment(f"devbox-{sidecar.name}", namespace).spec.template.spec
+    assert [c.name for c in pod.containers] == ["devbox", "environment"]
+    environment = pod.containers[1]
+    assert (environment.image, environment.security_context.run_as_non_root) == (
+        "devboxes/workspace:0.1.0",
+        True,
+    )
+    assert environment.resources.limits == {"cpu": "250m", "memory": "128Mi"}
+    main = apps.read_namespaced_deployment(f"devbox-{cuda.name}", namespace)
+    assert main.spec.template.spec.containers[0].image == "devboxes/workspace-cuda:12.8"
+    waited = parse(Devbox, api.get(sidecar.name, wait="ready", timeout=120), 200)
+    assert waited.state == DevboxState.READY
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (
+            {"image": "jupyter"},
+            "unknown image profile 'jupyter'; available image profiles: python, cuda, web-preview",
+        ),
+        (
+            {"image": "devboxes/workspace:0.1.0"},
+            "unknown image profile 'devboxes/workspace:0.1.0'; available image profiles: "
+            "python, cuda, web-preview",
+        ),
+        (
+            {"image": "cuda"},
+            "image profile 'cuda' does not support a box without a GPU; it runs with: "
+            f"{L4}, {MIG}, {L4_SHARED}",
+        ),
+        (
+            {"image": "cuda", "gpu": {"profile": ROCM}},
+            f"image profile 'cuda' does not support GPU profile '{ROCM}'; it runs with: "
+            f"{L4}, {MIG}, {L4_SHARED}",
+        ),
+        (
+            {"image": "python", "gpu": {}},
+            f"image profile 'python' does not support GPU profile '{L4}'; it runs with: cpu",
+        ),
+    ],
+)
+def test_an_image_profile_that_cannot_be_had_is_422_at_the_image_field(
+    api: CheckedApi, body: dict[str, Any], message: str
+) -> None:
+    name = unique("img")
+    assert field_errors(api.create({"name": name, **body})) == [
+        {"type": "value_error", "loc": ["body", "image"], "msg": message}
+    ]
+    assert api.get(name).status_code == 404
+
+
+@pytest.mark.parametrize("image", [{"profile": "python"}, 7, "x" * 513])
+def test_a_malformed_image_is_422_at_the_image_field(api: CheckedApi, image: Any) -> None:
+    errors = field_errors(api.create({"name": unique("img"), "image": image}))
+    assert [e["loc"] for e in errors] == [["body", "image"]]
+
+
+def test_image_profiles_disabled_or_removed_later(
+    start_controller: StartController, namespace: str
+) -> None:
+    first = start_controller()
+    api = CheckedApi(first)
+    name = unique("kept")
+    assert parse(Devbox, api.create({"name": name, "image": "web-preview"}), 201).image
+    assert parse(Devbox, api.verb(name, "stop"), 200).state == DevboxState.STOPPED
+    first.stop()
+
+    # The operator disables image profiles and removes them from the catalog.
+    settings = example_settings(namespace)
+    settings["images"] = {"enabled": False}
+    api = CheckedApi(start_controller(settings))
+    assert api.request("GET", "/capabilities").json()["images"] == {
+        "enabled": False,
+        "profiles": [],
+    }
+    assert field_errors(api.create({"name": unique("new"), "image": "web-preview"})) == [
+        {
+            "type": "value_error",
+            "loc": ["body", "image"],
+            "msg": "image profiles are disabled by the operator",
+        }
+    ]
+    # The earlier box keeps its pinned profile and still starts.
+    started = parse(Devbox, api.verb(name, "start"), 200)
+    assert started.image is not None
+    assert started.image.profile == "web-preview"
+    ready = parse(Devbox, api.get(name, wait="ready", timeout=120), 200)
+    assert ready.state == DevboxState.READY
+    assert not ready.restart_required
 
 
 def test_availability_lists_every_profile_without_nodes_or_scheduling(api: CheckedApi) -> None:

@@ -148,8 +148,75 @@ def test_cases_cover_both_layers() -> None:
 PROFILE = {"name": "l4", "displayName": "NVIDIA L4", "resourceName": "nvidia.com/gpu", "count": 1}
 GPU_ON = {"enabled": True, "defaultProfile": "l4", "profiles": [PROFILE]}
 
+SIDECAR_IMAGE = {
+    "name": "docs",
+    "displayName": "Docs preview",
+    "image": "example/web:1.27",
+    "resources": {
+        "cpuRequest": "25m",
+        "memoryRequest": "32Mi",
+        "cpuLimit": "1",
+        "memoryLimit": "1Gi",
+    },
+}
+WORKSPACE_IMAGE = {
+    "name": "pytorch",
+    "displayName": "PyTorch",
+    "image": "example/ws-pytorch@sha256:" + "0" * 64,
+    "mode": "workspace",
+    "accelerators": ["cpu", "l4"],
+}
+
+
+def images(*profiles: dict[str, Any]) -> dict[str, Any]:
+    return {"controller": {"images": {"enabled": True, "profiles": list(profiles)}}}
+
+
 # (id, values without the token, substring of Helm's error, does the controller check it?)
 REFUSED: list[tuple[str, dict[str, Any], str, bool]] = [
+    (
+        "image-profile-latest",
+        images({**SIDECAR_IMAGE, "image": "example/web:latest"}),
+        "/controller/images/profiles/0/image",
+        True,
+    ),
+    (
+        "image-profile-untagged",
+        images({**SIDECAR_IMAGE, "image": "localhost:5000/web"}),
+        "/controller/images/profiles/0/image",
+        True,
+    ),
+    (
+        "image-profile-sidecar-without-resources",
+        images({k: v for k, v in SIDECAR_IMAGE.items() if k != "resources"}),
+        "/controller/images/profiles/0",
+        True,
+    ),
+    (
+        "image-profile-workspace-without-accelerators",
+        images({**WORKSPACE_IMAGE, "accelerators": []}),
+        "/controller/images/profiles/0/accelerators",
+        True,
+    ),
+    (
+        "image-profile-privileged-port",
+        images({**SIDECAR_IMAGE, "ports": [{"name": "http", "containerPort": 80}]}),
+        "/controller/images/profiles/0/ports/0/containerPort",
+        True,
+    ),
+    (
+        "image-profile-names-repeat",
+        images(SIDECAR_IMAGE, SIDECAR_IMAGE),
+        'controller.images.profiles[1].name: image profile name "docs" is used more than once',
+        True,
+    ),
+    (
+        "image-profile-unknown-accelerator",
+        {"gpu": GPU_ON, **images({**WORKSPACE_IMAGE, "accelerators": ["h100"]})},
+        'controller.images.profiles[0].accelerators[0]: "h100" is neither "cpu" nor a '
+        "configured GPU profile",
+        True,
+    ),
     ("unknown-top-level-key", {"replicas": 2}, "additional properties 'replicas'", False),
     (
         "unknown-image-key",
@@ -351,6 +418,19 @@ def test_chart_refuses(
         assert violations, "the controller accepted values that the chart refuses"
 
 
+def test_image_profiles_reach_the_controller_unchanged(render: Render) -> None:
+    values = {"gpu": GPU_ON, **images(SIDECAR_IMAGE, WORKSPACE_IMAGE)}
+    result = render(with_token(values))
+    assert result.returncode == 0, result.stderr
+    settings = settings_from_mapping(rendered_settings(objects(result)))
+    assert [
+        p.model_dump(by_alias=True, exclude_defaults=True) for p in settings.images.profiles
+    ] == [
+        SIDECAR_IMAGE,
+        WORKSPACE_IMAGE,
+    ]
+
+
 def controller_token_env(docs: list[dict[str, Any]]) -> dict[str, Any]:
     (container,) = find(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
     (token,) = [e for e in container["env"] if e["name"] == "DEVBOXES_TOKEN"]
@@ -482,7 +562,7 @@ def test_documented_example_profiles_are_valid_and_reach_the_controller_unchange
     amd = settings.gpu.profile("amd-mi210")
     assert amd is not None
     assert amd.supplemental_groups == [44, 109]
-    assert settings.gpu.capabilities().gpu.default_profile == "nvidia-l4"
+    assert settings.gpu.capabilities().default_profile == "nvidia-l4"
 
 
 def test_large_numbers_and_null_fields_survive_the_hand_over(render: Render) -> None:

@@ -188,7 +188,8 @@ async def test_each_route_answers_with_its_controller_call(
     assert response.code == status
     answered = _json(response)
     if body is CAPABILITIES:
-        assert answered == CAPABILITIES
+        # A controller without image profiles: the SDK reads that as none on offer.
+        assert answered == {**CAPABILITIES, "images": {"enabled": False, "profiles": []}}
     else:
         assert (answered["items"][0] if "items" in body else answered)["name"] == "atlas"
 

@@ -104,7 +104,8 @@ def test_create_body_uses_the_wire_model() -> None:
         ({"name": "Bad_Name"}, ["body", "name"]),
         ({"name": "ok", "preset": "huge"}, ["body", "preset"]),
         ({"name": "ok", "ttl_hours": 0}, ["body", "ttl_hours"]),
-        ({"name": "ok", "image": "x"}, ["body", "image"]),
+        ({"name": "ok", "command": "x"}, ["body", "command"]),
+        ({"name": "ok", "image": ["x"]}, ["body", "image"]),
         ({"name": "ok", "gpu": {"profile": "a", "count": 2}}, ["body", "gpu", "count"]),
     ],
 )

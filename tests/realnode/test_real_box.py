@@ -2,7 +2,8 @@
 
 A box is created through the controller's API, reached with a real ssh client through its
 NodePort Service by the command the API prints, and keeps its home across stop and start.
-A GPU box gets the node's simulated GPUs in its main container only. JupyterLab's devbox
+A GPU box gets the node's simulated GPUs in its main container only. Image profiles run
+as the workspace or beside it. JupyterLab's devbox
 kernel runs a cell in a box there. The operator guide's walkthrough runs there as written:
 the Helm chart runs the controller as a pod, with an image built here, `helm test` passes,
 and a box of the chart's controller answers SSH. The node leaves nothing behind when the
@@ -232,6 +233,58 @@ def test_a_gpu_box_sees_its_simulated_gpus_in_the_main_container_only(
     )
     assert "NVIDIA_VISIBLE_DEVICES" not in sidecar_env
     api.purge("real-gpu")
+
+
+def test_image_profiles_run_as_the_workspace_and_beside_it(
+    api: Api, key: Path, real_testbed: Testbed
+) -> None:
+    # testbed/settings.yaml: "python" replaces the workspace image; "web-preview" serves
+    # HTTP on 8080 from a sidecar running as nobody.
+    api.created("real-python", image="python")
+    api.created("real-web", image="web-preview")
+    workspace = api.wait_ready("real-python", timeout=180)
+    assert workspace["image"]["mode"] == "workspace"
+    login = ssh(workspace, key, "id -un")
+    assert (login.returncode, login.stdout.strip()) == (0, "dev"), login.stderr
+    main = json.loads(
+        kubectl(
+            real_testbed,
+            NAMESPACE,
+            "get",
+            f"pod/{pod_name(real_testbed, NAMESPACE, 'real-python')}",
+            "-o",
+            "jsonpath={.spec.containers[0]}",
+        )
+    )
+    assert (main["name"], main["image"], main["imagePullPolicy"]) == (
+        "devbox",
+        "devboxes/workspace:0.1.0",
+        "IfNotPresent",
+    )
+
+    web = api.wait_ready("real-web", timeout=180)
+    assert web["image"]["ports"] == [{"name": "http", "container_port": 8080, "protocol": "TCP"}]
+    # From an SSH session in the box, the sidecar answers on the pod's own localhost.
+    fetch = (
+        "python3 -c \"import urllib.request as r; a = r.urlopen('http://localhost:8080/', "
+        'timeout=10); print(a.status, a.read().decode())"'
+    )
+    answer = wait_for(
+        lambda: (done := ssh(web, key, fetch)).returncode == 0 and done,
+        timeout=60,
+    )
+    assert answer.stdout.startswith("200 "), answer.stdout
+    assert "Directory listing for /" in answer.stdout
+    pod = pod_name(real_testbed, NAMESPACE, "real-web")
+    who = kubectl(real_testbed, NAMESPACE, "exec", f"pod/{pod}", "-c", "environment", "--", "id")
+    assert who.startswith("uid=65534(nobody)"), who
+    # The sidecar has none of the box's credentials or devices.
+    sidecar_env = kubectl(
+        real_testbed, NAMESPACE, "exec", f"pod/{pod}", "-c", "environment", "--", "env"
+    )
+    assert "NVIDIA_VISIBLE_DEVICES" not in sidecar_env
+    assert "DEVBOX_" not in sidecar_env
+    api.purge("real-python", "real-web")
 
 
 def test_the_devbox_kernel_runs_a_cell_in_a_box_on_the_real_node(

@@ -3,6 +3,7 @@ sees when an argument is refused, a name is changed, or a wait runs out."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -11,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from devboxes_testbed import L4
+from devboxes_testbed import L4, L4_SHARED, MIG
 
 from devboxes_sdk import Client
 
@@ -160,3 +161,47 @@ def test_timeout_shows_the_place_in_line_and_how_to_cancel(
     cancelled = devbox(controller_env, "delete", "cli-l4-c")
     assert cancelled.returncode == 0, cancelled.stderr
     assert "cli-l4-c" not in devbox(controller_env, "list", "-q").stdout.split()
+
+
+def test_image_profiles_are_listed_chosen_and_refused_in_cli_words(
+    boxes: Client, controller_env: dict[str, str]
+) -> None:
+    catalog = boxes.capabilities().images
+    assert catalog.enabled
+    assert [(p.name, p.mode) for p in catalog.profiles] == [
+        ("python", "workspace"),
+        ("cuda", "workspace"),
+        ("web-preview", "sidecar"),
+    ]
+
+    listed = devbox(controller_env, "image", "profiles")
+    assert listed.returncode == 0, listed.stderr
+    header, *rows = listed.stdout.splitlines()
+    assert header.split() == ["PROFILE", "NAME", "MODE", "PORTS", "DESCRIPTION"]
+    assert [row.split()[0] for row in rows] == ["python", "cuda", "web-preview"]
+    assert "http 8080/TCP" in rows[2]
+    names = devbox(controller_env, "image", "profiles", "-q")
+    assert names.stdout.split() == ["python", "cuda", "web-preview"]
+    as_json = devbox(controller_env, "--json", "image", "profiles")
+    assert json.loads(as_json.stdout) == catalog.model_dump(mode="json")
+
+    # The SDK's create, with the profile as discovery gave it.
+    box = boxes.create("cli-web", image=catalog.profiles[2])
+    assert box.image is not None
+    assert (box.image.profile, box.image.mode) == ("web-preview", "sidecar")
+    created = devbox(controller_env, "create", "cli-python", "--image", "python", "--no-wait")
+    assert created.returncode == 0, created.stderr
+    status = devbox(controller_env, "status", "cli-python")
+    assert "Image:" in status.stdout
+    assert "Python workspace (python, workspace; ports notebook 8888/TCP)" in status.stdout
+
+    refused = devbox(controller_env, "create", "cli-cuda", "--image", "cuda", "--no-wait")
+    assert (refused.returncode, refused.stdout) == (2, "")
+    assert refused.stderr.splitlines()[0] == (
+        "devbox create: error: --image: image profile 'cuda' does not support a box without "
+        f"a GPU; it runs with: {L4}, {MIG}, {L4_SHARED}"
+    )
+    empty = devbox(controller_env, "create", "cli-empty", "--image", " ", "--no-wait")
+    assert empty.returncode == 2
+    assert "--image: image profile name is empty" in empty.stderr
+    assert "cli-cuda" not in devbox(controller_env, "list", "-q").stdout.split()

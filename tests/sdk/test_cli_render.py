@@ -380,6 +380,32 @@ def test_create_body_gpu_forms() -> None:
     assert create_body("atlas", gpu=wanted)["gpu"] == {"profile": "nvidia-l4"}
 
 
+def test_create_body_image_forms() -> None:
+    assert "image" not in create_body("atlas")
+    assert create_body("atlas", image=" web-preview ")["image"] == "web-preview"
+    profile = models.ImageProfile(name="pytorch", display_name="PyTorch", mode="workspace")
+    assert create_body("atlas", gpu=True, image=profile) == {
+        "name": "atlas",
+        "preset": "small",
+        "ttl_hours": 24,
+        "gpu": {},
+        "image": "pytorch",
+    }
+    with pytest.raises(TypeError, match="image must be"):
+        create_body("atlas", image=True)  # type: ignore[arg-type]
+
+
+def test_a_server_without_image_profiles_offers_none() -> None:
+    old = models.Capabilities.model_validate({"gpu": {"enabled": False}})
+    assert (old.images.enabled, old.images.profiles) == (False, [])
+    assert old.images.profile("python") is None
+    box = models.Devbox.model_validate(
+        {"name": "atlas", "state": "ready", "preset": "small", "created_at": "2030-01-01T00:00:00Z"}
+    )
+    assert box.image is None
+    assert render.image_text(box.image) == "-"
+
+
 def test_create_body_normalises_and_omits_empty_repository() -> None:
     body = create_body("  Atlas ", preset="large", ttl_hours=8, repository="  ")
     assert body == {"name": "atlas", "preset": "large", "ttl_hours": 8}
@@ -393,6 +419,8 @@ def test_create_body_normalises_and_omits_empty_repository() -> None:
         ({"name": "ok", "preset": "huge"}, "preset:"),
         ({"name": "ok", "repository": "not a repo"}, "repository: repository must be"),
         ({"name": "ok", "gpu": " "}, "gpu.profile: profile name is empty"),
+        ({"name": "ok", "image": ""}, "image: image profile name is empty"),
+        ({"name": "ok", "image": "x" * 513}, "image: String should have at most 512"),
     ],
 )
 def test_create_body_is_validated_locally(kwargs: dict[str, Any], fragment: str) -> None:
@@ -846,6 +874,7 @@ def test_bash_completion_is_valid_bash(tmp_path: Path) -> None:
 
 
 def test_bash_completion_completes_commands_choices_boxes_and_profiles(tmp_path: Path) -> None:
+    # Each profile flag completes from its own catalog.
     bash, script = completion_in(tmp_path, "bash")
     # A stand-in devbox on PATH answers the two listings the completion asks for.
     fake = tmp_path / "bin" / "devbox"
@@ -854,6 +883,7 @@ def test_bash_completion_completes_commands_choices_boxes_and_profiles(tmp_path:
         '#!/bin/sh\ncase "$*" in\n'
         '  "list -q") printf "atlas\\nbeta\\nalpha\\n" ;;\n'
         '  "gpu profiles -q") printf "nvidia-l4\\namd-rocm\\n" ;;\n'
+        '  "image profiles -q") printf "pytorch\\nweb-preview\\n" ;;\n'
         "esac\n"
     )
     fake.chmod(0o755)
@@ -862,6 +892,8 @@ def test_bash_completion_completes_commands_choices_boxes_and_profiles(tmp_path:
         ('devbox create x --preset ""', 4),
         ("devbox stop a", 2),
         ("devbox create x --gpu-profile n", 4),
+        ("devbox create x --image w", 4),
+        ("devbox image p", 2),
     ]
     probe = f"PATH={fake.parent}:$PATH; source {script}\n" + "".join(
         f'COMP_WORDS=({words}); COMP_CWORD={cword}; _shtab_devbox; echo "${{COMPREPLY[*]}}"\n'
@@ -873,6 +905,8 @@ def test_bash_completion_completes_commands_choices_boxes_and_profiles(tmp_path:
         "small medium large",
         "atlas alpha",
         "nvidia-l4",
+        "web-preview",
+        "profiles",
     ]
 
 

@@ -77,6 +77,18 @@ a message naming the offending value; the controller checks the same rules at st
 {{- fail (printf "gpu.defaultProfile: %q is not a configured profile (configured: %s)" . (ternary "none" (join ", " $names) (empty $names))) }}
 {{- end }}
 {{- end }}
+{{- $images := dict }}
+{{- range $index, $profile := (.Values.controller.images | default dict).profiles }}
+{{- if hasKey $images $profile.name }}
+{{- fail (printf "controller.images.profiles[%d].name: image profile name %q is used more than once; image profile names must be unique" $index $profile.name) }}
+{{- end }}
+{{- $_ := set $images $profile.name true }}
+{{- range $position, $accelerator := $profile.accelerators }}
+{{- if and (ne $accelerator "cpu") (not (hasKey $seen $accelerator)) }}
+{{- fail (printf "controller.images.profiles[%d].accelerators[%d]: %q is neither \"cpu\" nor a configured GPU profile" $index $position $accelerator) }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- $sidecars := dict }}
 {{- range $index, $sidecar := .Values.controller.sidecars }}
 {{- if hasKey $sidecars $sidecar.name }}

@@ -53,7 +53,12 @@ class CreateRequest:
     def of(cls, key: str, request: DevboxCreate) -> CreateRequest:
         # The parsed request, defaults filled in, so that spelling out a default or
         # reordering fields is still the same request.
-        return cls(key=_digest(key), body=_digest(canonical_json(request.model_dump(mode="json"))))
+        body = request.model_dump(mode="json")
+        # Without an image, the body digests as it did before creates could name one, so
+        # a retry that reaches a replica of another release still finds its box.
+        if body.get("image") is None:
+            body.pop("image", None)
+        return cls(key=_digest(key), body=_digest(canonical_json(body)))
 
     def annotation(self) -> str:
         return canonical_json({"key": self.key, "body": self.body})

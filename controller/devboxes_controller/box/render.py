@@ -3,7 +3,8 @@
 Pure functions: no I/O, no clock, no Kubernetes client. Every field comes from a
 :class:`BoxSpec` and the settings; clients never set a pod field. A box's GPU contract is
 the profile pinned in its Deployment's snapshot annotation, so :func:`spec_from_deployment`
-rebuilds a spec from that annotation and never from the live catalog.
+rebuilds a spec from that annotation and never from the live catalog; the same holds for
+its image profile.
 """
 
 from __future__ import annotations
@@ -16,7 +17,16 @@ from typing import Any
 
 from devboxes_sdk.models import API_PREFIX, PRESETS, Preset
 
-from ..config.settings import ACTIVITY_SIDECAR, GpuProfileConfig, Settings, SnapshotError
+from ..config.settings import (
+    ACTIVITY_SIDECAR,
+    ENVIRONMENT_SIDECAR,
+    SSH_CONTAINER_PORT,
+    GpuProfileConfig,
+    ImagePortConfig,
+    ImageProfileConfig,
+    Settings,
+    SnapshotError,
+)
 from ..k8s.timestamps import format_timestamp, parse_timestamp
 
 LABEL_BOX = "devboxes.io/box"
@@ -39,6 +49,8 @@ ANNOTATION_GPU_SNAPSHOT = ANNOTATION_PREFIX + "gpu-profile-snapshot"
 ANNOTATION_GPU_PROFILE = ANNOTATION_PREFIX + "gpu-profile"
 ANNOTATION_GPU_RESOURCE = ANNOTATION_PREFIX + "gpu-resource"
 ANNOTATION_GPU_COUNT = ANNOTATION_PREFIX + "gpu-count"
+ANNOTATION_IMAGE_SNAPSHOT = ANNOTATION_PREFIX + "image-profile-snapshot"
+ANNOTATION_IMAGE_PROFILE = ANNOTATION_PREFIX + "image-profile"
 ANNOTATION_PRESET = ANNOTATION_PREFIX + "preset"
 ANNOTATION_TTL_HOURS = ANNOTATION_PREFIX + "ttl-hours"
 ANNOTATION_EXPIRES_AT = ANNOTATION_PREFIX + "expires-at"
@@ -55,7 +67,6 @@ _PRESET_BY_NAME: dict[str, Preset] = {preset: preset for preset in PRESETS}
 
 MAIN_CONTAINER = "devbox"
 SSH_PORT_NAME = "ssh"
-SSH_CONTAINER_PORT = 2222
 SSH_SERVICE_PORT = 22
 HOME_VOLUME = "home"
 KEYS_VOLUME = "authorized-keys"
@@ -120,6 +131,7 @@ class BoxSpec:
     gpu: GpuProfileConfig | None
     # None for a new box: rendered from the settings, then pinned.
     pinned: PinnedMain | None = None
+    image: ImageProfileConfig | None = None
 
 
 def canonical_json(value: Any) -> str:
@@ -252,12 +264,19 @@ def _main_container(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
         if _samples_gpu(spec, settings):
             env.append(_env(GPU_SAMPLES_ENV, GPU_SAMPLES_PATH))
         image = gpu.workspace_image or image
+    ports = [{"name": SSH_PORT_NAME, "containerPort": SSH_CONTAINER_PORT, "protocol": "TCP"}]
+    workspace = spec.image if spec.image is not None and spec.image.mode == "workspace" else None
+    if workspace is not None:
+        # The operator listed this box's accelerator for the image, so it also replaces a
+        # GPU profile's own workspace image.
+        image = workspace.image
+        ports += [_port(port) for port in workspace.ports]
     if spec.pinned is not None:
         image = spec.pinned.image
-    return {
+    container: dict[str, Any] = {
         "name": MAIN_CONTAINER,
         "image": image,
-        "ports": [{"name": SSH_PORT_NAME, "containerPort": SSH_CONTAINER_PORT, "protocol": "TCP"}],
+        "ports": ports,
         "env": env,
         "resources": {"requests": requests, "limits": limits},
         "volumeMounts": [
@@ -281,6 +300,42 @@ def _main_container(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
         },
         "securityContext": _container_security(),
     }
+    if workspace is not None:
+        container["imagePullPolicy"] = workspace.pull_policy
+    return container
+
+
+def _port(port: ImagePortConfig) -> dict[str, Any]:
+    return {"name": port.name, "containerPort": port.container_port, "protocol": port.protocol}
+
+
+def _environment_container(profile: ImageProfileConfig) -> dict[str, Any]:
+    """A sidecar image profile: beside the workspace in the pod's network, as a non-root
+    user with no capabilities, within its bounded resources, and with no volume, Secret,
+    credential or device of the box."""
+    security: dict[str, Any] = {
+        "privileged": False,
+        "allowPrivilegeEscalation": False,
+        "runAsNonRoot": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    if profile.run_as_user is not None:
+        security["runAsUser"] = profile.run_as_user
+    container: dict[str, Any] = {
+        "name": ENVIRONMENT_SIDECAR,
+        "image": profile.image,
+        "imagePullPolicy": profile.pull_policy,
+    }
+    if profile.command:
+        container["command"] = list(profile.command)
+    if profile.args:
+        container["args"] = list(profile.args)
+    if profile.ports:
+        container["ports"] = [_port(port) for port in profile.ports]
+    if profile.resources is not None:
+        container["resources"] = profile.resources.to_kubernetes()
+    container["securityContext"] = security
+    return container
 
 
 def _sidecar_containers(settings: Settings) -> list[dict[str, Any]]:
@@ -392,6 +447,11 @@ def _pod_spec(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
         "containers": [
             _main_container(spec, settings),
             *_sidecar_containers(settings),
+            *(
+                [_environment_container(spec.image)]
+                if spec.image is not None and spec.image.mode == "sidecar"
+                else []
+            ),
             *([_activity_container(spec, settings)] if _reports_activity(spec, settings) else []),
         ],
         "volumes": [
@@ -467,11 +527,15 @@ def _annotations(spec: BoxSpec) -> dict[str, str]:
         annotations[ANNOTATION_GPU_PROFILE] = spec.gpu.name
         annotations[ANNOTATION_GPU_RESOURCE] = spec.gpu.resource_name
         annotations[ANNOTATION_GPU_COUNT] = str(spec.gpu.count)
+    if spec.image is not None:
+        annotations[ANNOTATION_IMAGE_SNAPSHOT] = spec.image.snapshot_json()
+        annotations[ANNOTATION_IMAGE_PROFILE] = spec.image.name
     return annotations
 
 
 def render_deployment(spec: BoxSpec, settings: Settings, replicas: int = 1) -> dict[str, Any]:
-    """The box's Deployment; its annotations pin the preset, the TTL and the GPU profile."""
+    """The box's Deployment; its annotations pin the preset, the TTL and the GPU and
+    image profiles."""
     template_metadata: dict[str, Any] = {"labels": labels(spec.name, COMPONENT_WORKSPACE)}
     if spec.gpu is not None:
         template_metadata["annotations"] = {ANNOTATION_GPU_PROFILE: spec.gpu.name}
@@ -504,9 +568,9 @@ def render_deployment(spec: BoxSpec, settings: Settings, replicas: int = 1) -> d
 def spec_from_deployment(deployment: dict[str, Any]) -> BoxSpec:
     """Rebuild a box's spec from its Deployment's annotations, the pinned contract.
 
-    Used on start and on repair, so that catalog edits, a removed profile or GPU being
-    disabled never change an existing box. SnapshotError when an annotation is missing
-    or unreadable.
+    Used on start and on repair, so that catalog edits, a removed profile or GPU or image
+    profiles being disabled never change an existing box. SnapshotError when an annotation
+    is missing or unreadable.
     """
     metadata = deployment.get("metadata") or {}
     name = box_name_of(deployment)
@@ -545,6 +609,13 @@ def spec_from_deployment(deployment: dict[str, Any]) -> BoxSpec:
             gpu = GpuProfileConfig.from_snapshot(snapshot)
         except SnapshotError as exc:
             raise SnapshotError(f"box {name!r}: {exc}") from None
+    image = None
+    image_snapshot = annotations.get(ANNOTATION_IMAGE_SNAPSHOT)
+    if image_snapshot is not None:
+        try:
+            image = ImageProfileConfig.from_snapshot(image_snapshot)
+        except SnapshotError as exc:
+            raise SnapshotError(f"box {name!r}: {exc}") from None
     repository = annotations.get(ANNOTATION_REPOSITORY)
     pinned_text = annotations.get(ANNOTATION_PINNED_MAIN)
     return BoxSpec(
@@ -555,6 +626,7 @@ def spec_from_deployment(deployment: dict[str, Any]) -> BoxSpec:
         expires_at=expires_at,
         gpu=gpu,
         pinned=None if pinned_text is None else _read_pinned(name, pinned_text),
+        image=image,
     )
 
 

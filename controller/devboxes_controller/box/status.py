@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from devboxes_sdk.models import Devbox, DevboxState, GpuAllocation
+from devboxes_sdk.models import Devbox, DevboxState, GpuAllocation, ImageAllocation
 
-from ..config.settings import GpuProfileConfig, Settings, SnapshotError
+from ..config.settings import GpuProfileConfig, ImageProfileConfig, Settings, SnapshotError
 from ..k8s.kube import Obj
 from ..k8s.timestamps import parse_timestamp
 from . import activity, render, template
@@ -34,6 +34,7 @@ POD_FAILED = "The pod failed: {reason}"
 CONTAINER_FAILED = "{reason}: {message}"
 CREATE_FAILED = "Kubernetes cannot create the pod: {message}"
 SNAPSHOT_UNREADABLE = "The pinned GPU profile cannot be read ({error}); recreate the box."
+IMAGE_SNAPSHOT_UNREADABLE = "The pinned image profile cannot be read ({error}); recreate the box."
 DEADLINE_EXCEEDED = "The box did not become ready in time: {message}"
 
 # Summaries: one human line before the details of ``message``.
@@ -257,6 +258,13 @@ def gpu_allocation(deployment: Obj) -> GpuAllocation | None:
     return GpuProfileConfig.from_snapshot(snapshot).allocation()
 
 
+def image_allocation(deployment: Obj) -> ImageAllocation | None:
+    snapshot = _annotations(deployment).get(render.ANNOTATION_IMAGE_SNAPSHOT)
+    if not snapshot:
+        return None
+    return ImageProfileConfig.from_snapshot(snapshot).allocation()
+
+
 def _storage_size(pvc: Obj | None) -> str | None:
     if not pvc:
         return None
@@ -281,6 +289,11 @@ def derive(objects: BoxObjects, settings: Settings, now: datetime) -> Devbox:
         broken_snapshot = None
     except SnapshotError as err:
         gpu, broken_snapshot = None, SNAPSHOT_UNREADABLE.format(error=err)
+    try:
+        image = image_allocation(deployment)
+    except SnapshotError as err:
+        image = None
+        broken_snapshot = broken_snapshot or IMAGE_SNAPSHOT_UNREADABLE.format(error=err)
 
     if replicas == 0:
         expired_at = annotations.get(render.ANNOTATION_EXPIRED_AT)
@@ -324,6 +337,7 @@ def derive(objects: BoxObjects, settings: Settings, now: datetime) -> Devbox:
         storage_size=_storage_size(objects.pvc),
         message=message,
         gpu=gpu,
+        image=image,
         summary=_summary(state, message, detail, gpu),
         scheduling_detail=detail,
         **_restart(deployment, settings, running=replicas != 0),

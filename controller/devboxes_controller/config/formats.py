@@ -34,6 +34,12 @@ _QUANTITY_RE = re.compile(r"^([0-9]+(\.[0-9]+)?|\.[0-9]+)(m|k|M|G|T|P|E|Ki|Mi|Gi
 _ENV_NAME_RE = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 _URL_RE = re.compile(r"^https?://[^\s/?#]+(/[^\s?#]*)?$")
 _WHITESPACE_RE = re.compile(r"\s")
+# A digest, or a tag in the last path component (a registry's ":port" is followed by "/").
+_DIGEST = r"@[A-Za-z0-9_+.-]+:[0-9a-fA-F]{32,}"
+_PINNED_RE = re.compile(rf"({_DIGEST}|:[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})$")
+_LATEST_RE = re.compile(r":latest$")
+# IANA_SVC_NAME, the rule of a container port's name: this, with a letter and no "--".
+_PORT_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,13}[a-z0-9])?$")
 
 # Kubernetes reserves these domains for its own resource names and labels.
 _RESERVED_DOMAINS = ("kubernetes.io", "k8s.io")
@@ -112,6 +118,32 @@ def _check_image(value: str) -> str:
         raise fail(f"{value!r} is not an image reference: drop the scheme (no '://')")
     if _WHITESPACE_RE.search(value):
         raise fail(f"{value!r} is not an image reference: it contains whitespace")
+    return value
+
+
+def _check_pinned_image(value: str) -> str:
+    _check_image(value)
+    if not _PINNED_RE.search(value):
+        raise fail(
+            f"{value!r} is not pinned: name a tag (image:1.2.3) or a digest "
+            "(image@sha256:...), so that every box of this profile runs the same image"
+        )
+    if _LATEST_RE.search(value):
+        raise fail(f"{value!r} is not pinned: ':latest' moves; name a fixed tag or a digest")
+    return value
+
+
+def is_digest(image: str) -> bool:
+    """Whether an image reference names its content by digest."""
+    return re.search(f"{_DIGEST}$", image) is not None
+
+
+def _check_port_name(value: str) -> str:
+    if not _PORT_NAME_RE.fullmatch(value) or "--" in value or not re.search("[a-z]", value):
+        raise fail(
+            f"{value!r} is not a valid port name: 1-15 lowercase letters, digits and '-', "
+            "with at least one letter, no '--', starting and ending with a letter or digit"
+        )
     return value
 
 
@@ -224,6 +256,35 @@ Image = Annotated[
             "maxLength": MAX_IMAGE_LENGTH,
             "pattern": r"^[^\s]+$",
             "not": {"pattern": "://"},
+        }
+    ),
+]
+# An image that cannot change under a box: a fixed tag or a digest, never ':latest'.
+PinnedImage = Annotated[
+    StrictStr,
+    AfterValidator(_check_pinned_image),
+    _string(
+        {
+            "description": "A pinned image reference: no scheme, no whitespace, a tag other "
+            "than 'latest' or a digest.",
+            "minLength": 1,
+            "maxLength": MAX_IMAGE_LENGTH,
+            "pattern": r"^[^\s]+$",
+            "allOf": [
+                {"not": {"pattern": "://"}},
+                {"description": "A tag or a digest.", "pattern": _PINNED_RE.pattern},
+                {"description": "Not ':latest'.", "not": {"pattern": _LATEST_RE.pattern}},
+            ],
+        }
+    ),
+]
+PortName = Annotated[
+    StrictStr,
+    AfterValidator(_check_port_name),
+    _string(
+        {
+            "pattern": _PORT_NAME_RE.pattern,
+            "allOf": [{"pattern": "[a-z]"}, {"not": {"pattern": "--"}}],
         }
     ),
 ]

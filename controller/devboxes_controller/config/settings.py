@@ -49,6 +49,11 @@ from devboxes_sdk.models import (
     GpuCapabilities,
     GpuProfile,
     GpuRequest,
+    ImageAllocation,
+    ImageCapabilities,
+    ImageMode,
+    ImagePort,
+    ImageProfile,
     Preset,
 )
 
@@ -61,6 +66,8 @@ from .formats import (
     Image,
     LabelKey,
     LabelValue,
+    PinnedImage,
+    PortName,
     Quantity,
     ResourceName,
     is_quantity,
@@ -95,6 +102,19 @@ DEFAULT_MAX_CONNECTIONS = 4096
 DEFAULT_MAX_CONNECTIONS_PER_CLIENT = 256
 # The sidecar that reports a box's activity; never a name in the settings' sidecars.
 ACTIVITY_SIDECAR = "activity"
+# The container of a sidecar-mode image profile; never a name in the settings' sidecars.
+ENVIRONMENT_SIDECAR = "environment"
+# In an image profile's accelerators: boxes without a GPU.
+CPU_ACCELERATOR = "cpu"
+MAX_IMAGE_PROFILES = 32
+MAX_IMAGE_PORTS = 8
+MAX_COMMAND_ITEMS = 8
+MAX_ARGS_ITEMS = 16
+MAX_ARGUMENT_LENGTH = 128
+# Unprivileged ports only: image profile containers never bind below 1024.
+MIN_IMAGE_PORT = 1024
+# The workspace's SSH server listens here in every box.
+SSH_CONTAINER_PORT = 2222
 MAX_GPU_COUNT = 64
 MAX_DISPLAY_NAME = 80
 MAX_DESCRIPTION = 160
@@ -109,6 +129,9 @@ INT64_MAX = 2**63 - 1
 # twelve bytes) is under 24 KiB; a test builds that profile and checks it fits.
 # Kubernetes allows 256 KiB for all annotations of an object together.
 SNAPSHOT_MAX_BYTES = 32 * 1024
+# The same bound for ImageProfileConfig.snapshot_json(); its command and arguments make
+# the largest legal profile about 45 KiB.
+IMAGE_SNAPSHOT_MAX_BYTES = 64 * 1024
 
 _PROFILE_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$")
 # The default profile and the idle windows name profiles too. Their values are checked
@@ -126,6 +149,14 @@ class ProfileRejected(Exception):
     def __init__(self, message: str, field: tuple[str, ...] = ()) -> None:
         self.message = message
         self.field = field
+        super().__init__(message)
+
+
+class ImageRejected(Exception):
+    """A create asked for an image profile that cannot be used; the message suits a 422."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
         super().__init__(message)
 
 
@@ -214,6 +245,10 @@ def _names(entries: object) -> list[str]:
     """The distinct names of a raw list's entries, in order."""
     found = (_name(entry) for entry in entries) if isinstance(entries, list) else ()
     return list(dict.fromkeys(name for name in found if name is not None))
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _group(value: object) -> int | None:
@@ -475,19 +510,340 @@ class GpuSettings(_Model):
             )
         return profile
 
-    def capabilities(self) -> Capabilities:
+    def capabilities(self) -> GpuCapabilities:
         """Discovery: profile names and what they give, never how they are scheduled."""
         if not self.enabled:
-            return Capabilities(
-                gpu=GpuCapabilities(enabled=False, default_profile=None, profiles=[])
-            )
-        return Capabilities(
-            gpu=GpuCapabilities(
-                enabled=True,
-                default_profile=self.default_profile,
-                profiles=[p.to_wire(p.name == self.default_profile) for p in self.profiles],
-            )
+            return GpuCapabilities(enabled=False, default_profile=None, profiles=[])
+        return GpuCapabilities(
+            enabled=True,
+            default_profile=self.default_profile,
+            profiles=[p.to_wire(p.name == self.default_profile) for p in self.profiles],
         )
+
+
+def _check_port_number(value: int) -> int:
+    if not MIN_IMAGE_PORT <= value <= 65535:
+        raise fail(f"must be between {MIN_IMAGE_PORT} and 65535, got {value}")
+    if value == SSH_CONTAINER_PORT:
+        raise fail(f"{SSH_CONTAINER_PORT} is the port of the box's SSH server")
+    return value
+
+
+class ImagePortConfig(_Model):
+    name: PortName = Field(
+        json_schema_extra={"not": {"const": "ssh"}, "description": "'ssh' is the SSH port."}
+    )
+    container_port: Annotated[
+        StrictInt,
+        AfterValidator(_check_port_number),
+        WithJsonSchema(
+            {
+                "type": "integer",
+                "minimum": MIN_IMAGE_PORT,
+                "maximum": 65535,
+                "not": {"const": SSH_CONTAINER_PORT},
+            }
+        ),
+    ]
+    protocol: Literal["TCP", "UDP"] = "TCP"
+
+    @field_validator("name")
+    @classmethod
+    def _not_ssh(cls, value: str) -> str:
+        if value == "ssh":
+            raise fail("'ssh' is the name of the box's SSH port; pick another one")
+        return value
+
+    def to_wire(self) -> ImagePort:
+        return ImagePort(name=self.name, container_port=self.container_port, protocol=self.protocol)
+
+
+class ImageResources(_Model):
+    """The bounded requests and limits of a sidecar-mode image profile's container."""
+
+    cpu_request: Quantity
+    memory_request: Quantity
+    cpu_limit: Quantity
+    memory_limit: Quantity
+
+    @classmethod
+    def _rules(cls, raw: Mapping[str, Any]) -> list[Violation]:
+        found: list[Violation] = []
+        for kind in ("cpu", "memory"):
+            request = _lookup(raw, f"{kind}_request")
+            limit = _lookup(raw, f"{kind}_limit")
+            if (
+                is_quantity(request)
+                and is_quantity(limit)
+                and quantity_value(request) > quantity_value(limit)
+            ):
+                found.append(
+                    ((f"{kind}Request",), f"{request} must not exceed {kind}Limit ({limit})")
+                )
+        return found
+
+    def to_kubernetes(self) -> dict[str, dict[str, str]]:
+        return {
+            "requests": {"cpu": self.cpu_request, "memory": self.memory_request},
+            "limits": {"cpu": self.cpu_limit, "memory": self.memory_limit},
+        }
+
+
+Argument = Annotated[StrictStr, Field(max_length=MAX_ARGUMENT_LENGTH)]
+_WORKSPACE: JsonDict = {"properties": {"mode": {"const": "workspace"}}, "required": ["mode"]}
+# Fields only a sidecar-mode profile may set; a workspace image keeps the workspace contract.
+# Each with the JSON Schema of "set": null and empty lists count as unset.
+_SIDECAR_ONLY: dict[str, JsonDict] = {
+    "resources": {"type": "object"},
+    "run_as_user": {"type": "integer"},
+    "command": {"type": "array", "minItems": 1},
+    "args": {"type": "array", "minItems": 1},
+}
+
+
+class ImageProfileConfig(_Model):
+    # _rules, as JSON Schema.
+    model_config = ConfigDict(
+        json_schema_extra={
+            "allOf": [
+                {
+                    "description": "A workspace profile names the accelerators it runs with "
+                    "and sets none of the sidecar fields.",
+                    "if": _WORKSPACE,
+                    "then": {
+                        "required": ["accelerators"],
+                        "properties": {"accelerators": {"type": "array", "minItems": 1}},
+                        "not": {
+                            "anyOf": [
+                                {"required": [to_camel(key)], "properties": {to_camel(key): set_}}
+                                for key, set_ in _SIDECAR_ONLY.items()
+                            ]
+                        },
+                    },
+                },
+                {
+                    "description": "A sidecar profile has bounded resources and runs beside "
+                    "any accelerator.",
+                    "if": {"not": _WORKSPACE},
+                    "then": {
+                        "required": ["resources"],
+                        "properties": {
+                            "resources": {"type": "object"},
+                            "accelerators": {"maxItems": 0},
+                        },
+                    },
+                },
+            ]
+        }
+    )
+
+    name: Annotated[StrictStr, AfterValidator(_check_profile_name), _PROFILE_NAME_SCHEMA]
+    display_name: Annotated[
+        StrictStr,
+        AfterValidator(_check_display_name),
+        WithJsonSchema(
+            {"type": "string", "minLength": 1, "maxLength": MAX_DISPLAY_NAME, "pattern": r"\S"}
+        ),
+    ]
+    description: (
+        Annotated[
+            StrictStr,
+            AfterValidator(_check_description),
+            WithJsonSchema({"type": "string", "maxLength": MAX_DESCRIPTION}),
+        ]
+        | None
+    ) = None
+    image: PinnedImage
+    pull_policy: Literal["IfNotPresent", "Always", "Never"] = "IfNotPresent"
+    mode: ImageMode = "sidecar"
+    # Workspace mode: GPU profile names, and "cpu" for boxes without a GPU.
+    accelerators: list[Annotated[StrictStr, _PROFILE_NAME_SCHEMA]] = Field(
+        default_factory=list, max_length=MAX_PROFILES + 1, json_schema_extra={"uniqueItems": True}
+    )
+    ports: list[ImagePortConfig] = Field(default_factory=list, max_length=MAX_IMAGE_PORTS)
+    resources: ImageResources | None = None
+    run_as_user: GroupId | None = None
+    command: list[Argument] = Field(default_factory=list, max_length=MAX_COMMAND_ITEMS)
+    args: list[Argument] = Field(default_factory=list, max_length=MAX_ARGS_ITEMS)
+
+    @classmethod
+    def _rules(cls, raw: Mapping[str, Any]) -> list[Violation]:
+        found: list[Violation] = []
+        mode = _lookup(raw, "mode") or "sidecar"
+        accelerators = _lookup(raw, "accelerators")
+        if mode == "workspace":
+            if not accelerators:
+                found.append(
+                    (
+                        ("accelerators",),
+                        "a workspace profile names the accelerators its image runs with: GPU "
+                        f"profile names and/or {CPU_ACCELERATOR!r}",
+                    )
+                )
+            found += [
+                (
+                    (to_camel(key),),
+                    "only a sidecar profile may set this; a workspace image runs as the "
+                    "box's main container, with its entrypoint, user and preset",
+                )
+                for key in _SIDECAR_ONLY
+                if _lookup(raw, key) not in (None, [])
+            ]
+        elif mode == "sidecar":
+            if _lookup(raw, "resources") is None:
+                found.append(
+                    (("resources",), "a sidecar profile needs cpu and memory requests and limits")
+                )
+            if accelerators:
+                found.append(
+                    (
+                        ("accelerators",),
+                        "only a workspace profile names accelerators; a sidecar runs beside any "
+                        "box and never receives its GPU",
+                    )
+                )
+        found += [
+            (
+                ("accelerators", index),
+                f"{value!r} is listed more than once (also accelerators[{first}])",
+            )
+            for index, first, value in repeats(accelerators, _text)
+        ]
+        ports = _lookup(raw, "ports")
+        found += [
+            (
+                ("ports", index, "name"),
+                f"port name {name!r} is used more than once (also ports[{first}])",
+            )
+            for index, first, name in repeats(ports, _name)
+        ]
+        found += [
+            (
+                ("ports", index, "containerPort"),
+                f"{key[1]} port {key[0]} is declared more than once (also ports[{first}])",
+            )
+            for index, first, key in repeats(ports, _port_key)
+        ]
+        return found
+
+    def runs_with(self, gpu: GpuProfileConfig | None) -> bool:
+        """Whether a workspace image supports this accelerator; a sidecar runs with any."""
+        if self.mode == "sidecar":
+            return True
+        return (gpu.name if gpu is not None else CPU_ACCELERATOR) in self.accelerators
+
+    def snapshot_json(self) -> str:
+        """The full profile as canonical JSON, like :meth:`GpuProfileConfig.snapshot_json`;
+        at most ``IMAGE_SNAPSHOT_MAX_BYTES`` bytes for any valid profile."""
+        data = _snapshot_value(self.model_dump(by_alias=True))
+        return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+    @classmethod
+    def from_snapshot(cls, text: str) -> ImageProfileConfig:
+        """Read back a snapshot written by :meth:`snapshot_json`."""
+        if len(text.encode("utf-8", "surrogatepass")) > IMAGE_SNAPSHOT_MAX_BYTES:
+            raise SnapshotError(
+                f"the image profile snapshot is larger than {IMAGE_SNAPSHOT_MAX_BYTES} bytes"
+            )
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise SnapshotError(f"the image profile snapshot is not valid JSON: {exc}") from None
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            problems = "; ".join(join(tuple(e["loc"]), describe(e, cls)) for e in exc.errors())
+            raise SnapshotError(f"the image profile snapshot is invalid: {problems}") from None
+
+    def to_wire(self) -> ImageProfile:
+        """The profile as discovery shows it: never the image, its pull policy or limits."""
+        return ImageProfile(
+            name=self.name,
+            display_name=self.display_name,
+            description=self.description,
+            mode=self.mode,
+            ports=[port.to_wire() for port in self.ports],
+        )
+
+    def allocation(self) -> ImageAllocation:
+        """The image profile pinned to a box, as the Devbox body reports it."""
+        return ImageAllocation(
+            profile=self.name,
+            display_name=self.display_name,
+            mode=self.mode,
+            ports=[port.to_wire() for port in self.ports],
+        )
+
+
+def _port_key(entry: object) -> tuple[object, object] | None:
+    """A raw port entry's number and protocol, which must be unique within a profile."""
+    if not isinstance(entry, Mapping):
+        return None
+    number = _lookup(entry, "container_port")
+    if not isinstance(number, int) or isinstance(number, bool):
+        return None
+    return number, _lookup(entry, "protocol") or "TCP"
+
+
+class ImageSettings(_Model):
+    # The rule of _rules that JSON Schema can express: enabled needs a profile.
+    model_config = ConfigDict(
+        json_schema_extra={
+            "if": {"properties": {"enabled": {"const": True}}, "required": ["enabled"]},
+            "then": {
+                "description": "Enabled needs at least one profile.",
+                "required": ["profiles"],
+                "properties": {"profiles": {"minItems": 1}},
+            },
+        }
+    )
+
+    enabled: StrictBool = False
+    profiles: list[ImageProfileConfig] = Field(default_factory=list, max_length=MAX_IMAGE_PROFILES)
+
+    @classmethod
+    def _rules(cls, raw: Mapping[str, Any]) -> list[Violation]:
+        profiles = _lookup(raw, "profiles")
+        found: list[Violation] = [
+            (
+                ("profiles", index, "name"),
+                f"image profile name {name!r} is used more than once (also profiles[{first}]); "
+                "image profile names must be unique",
+            )
+            for index, first, name in repeats(profiles, _name)
+        ]
+        if _lookup(raw, "enabled") is True and isinstance(profiles, list | None) and not profiles:
+            found.append((("profiles",), "enabled: true needs at least one profile"))
+        return found
+
+    def profile(self, name: str) -> ImageProfileConfig | None:
+        return next((p for p in self.profiles if p.name == name), None)
+
+    def resolve(self, name: str | None, gpu: GpuProfileConfig | None) -> ImageProfileConfig | None:
+        """The image profile a create gets, or None; ImageRejected otherwise."""
+        if name is None:
+            return None
+        if not self.enabled:
+            raise ImageRejected("image profiles are disabled by the operator")
+        profile = self.profile(name)
+        if profile is None:
+            available = ", ".join(p.name for p in self.profiles)
+            raise ImageRejected(
+                f"unknown image profile {name!r}; available image profiles: {available}"
+            )
+        if not profile.runs_with(gpu):
+            box = f"GPU profile {gpu.name!r}" if gpu is not None else "a box without a GPU"
+            supported = ", ".join(profile.accelerators)
+            raise ImageRejected(
+                f"image profile {name!r} does not support {box}; it runs with: {supported}"
+            )
+        return profile
+
+    def capabilities(self) -> ImageCapabilities:
+        """Discovery: what each profile is and serves, never which image it runs."""
+        if not self.enabled:
+            return ImageCapabilities(enabled=False, profiles=[])
+        return ImageCapabilities(enabled=True, profiles=[p.to_wire() for p in self.profiles])
 
 
 class PresetSettings(_Model):
@@ -576,9 +932,9 @@ def _reserved_container_names(schema: JsonDict) -> None:
     schema["allOf"] = [
         label,
         {
-            "description": f"'devbox' is the main container and {ACTIVITY_SIDECAR!r} the "
-            "activity agent.",
-            "not": {"enum": ["devbox", ACTIVITY_SIDECAR]},
+            "description": f"'devbox' is the main container, {ACTIVITY_SIDECAR!r} the "
+            f"activity agent and {ENVIRONMENT_SIDECAR!r} a sidecar image profile.",
+            "not": {"enum": ["devbox", ACTIVITY_SIDECAR, ENVIRONMENT_SIDECAR]},
         },
     ]
 
@@ -603,6 +959,11 @@ class Sidecar(_Model):
             raise fail("'devbox' is the main container's name; pick another sidecar name")
         if value == ACTIVITY_SIDECAR:
             raise fail(f"{ACTIVITY_SIDECAR!r} is the activity agent's name; pick another one")
+        if value == ENVIRONMENT_SIDECAR:
+            raise fail(
+                f"{ENVIRONMENT_SIDECAR!r} is the container of sidecar image profiles; pick "
+                "another one"
+            )
         return value
 
 
@@ -715,13 +1076,14 @@ class Settings(_Model):
     )
     sidecars: list[Sidecar] = Field(default_factory=list, max_length=MAX_SIDECARS)
     gpu: GpuSettings = Field(default_factory=GpuSettings)
+    images: ImageSettings = Field(default_factory=ImageSettings)
     availability: AvailabilitySettings = Field(default_factory=AvailabilitySettings)
     idle: IdleSettings = Field(default_factory=IdleSettings)
     connections: ConnectionSettings = Field(default_factory=ConnectionSettings)
 
     @classmethod
     def _rules(cls, raw: Mapping[str, Any]) -> list[Violation]:
-        found: list[Violation] = _idle_profile_rules(raw)
+        found: list[Violation] = _idle_profile_rules(raw) + _accelerator_rules(raw)
         presets = _lookup(raw, "presets")
         if isinstance(presets, Mapping):
             missing = [p for p in PRESETS if p not in presets]
@@ -745,6 +1107,10 @@ class Settings(_Model):
     def preset(self, name: Preset) -> PresetSettings:
         return self.presets[name]
 
+    def capabilities(self) -> Capabilities:
+        """Discovery: the GPU and image catalogs as users may see them."""
+        return Capabilities(gpu=self.gpu.capabilities(), images=self.images.capabilities())
+
 
 def _idle_profile_rules(raw: Mapping[str, Any]) -> list[Violation]:
     """Idle windows may only name configured GPU profiles."""
@@ -762,6 +1128,31 @@ def _idle_profile_rules(raw: Mapping[str, Any]) -> list[Violation]:
         for key in profiles
         if key not in names
     ]
+
+
+def _accelerator_rules(raw: Mapping[str, Any]) -> list[Violation]:
+    """A workspace image profile's accelerators are configured GPU profiles or 'cpu'."""
+    images, gpu = _lookup(raw, "images"), _lookup(raw, "gpu")
+    profiles = _lookup(images, "profiles") if isinstance(images, Mapping) else None
+    if not isinstance(profiles, list):
+        return []
+    names = _names(_lookup(gpu, "profiles") if isinstance(gpu, Mapping) else None)
+    known = ", ".join([CPU_ACCELERATOR, *sorted(names)])
+    found: list[Violation] = []
+    for index, profile in enumerate(profiles):
+        accelerators = _lookup(profile, "accelerators") if isinstance(profile, Mapping) else None
+        if not isinstance(accelerators, list):
+            continue
+        found += [
+            (
+                ("images", "profiles", index, "accelerators", position),
+                f"{value!r} is neither {CPU_ACCELERATOR!r} nor a configured GPU profile "
+                f"(known: {known})",
+            )
+            for position, value in enumerate(accelerators)
+            if isinstance(value, str) and value != CPU_ACCELERATOR and value not in names
+        ]
+    return found
 
 
 # --- validation --------------------------------------------------------------------------

@@ -21,7 +21,13 @@ from devboxes_sdk.models import ActivityReport, DeleteResult, Devbox, DevboxCrea
 
 from ..box import activity, idempotency, render, status, template
 from ..config.formats import quantity_value
-from ..config.settings import ACTIVITY_SIDECAR, ProfileRejected, Settings, SnapshotError
+from ..config.settings import (
+    ACTIVITY_SIDECAR,
+    ImageRejected,
+    ProfileRejected,
+    Settings,
+    SnapshotError,
+)
 from ..k8s import kube
 from ..k8s.kube import RETRY_AFTER_SECONDS, ApiProblem, Conflict, NotFound, Obj, rule_broken
 from ..k8s.timestamps import format_timestamp
@@ -79,7 +85,7 @@ class Lifecycle:
         self._events.submit(send)
 
     def validate(self, request: DevboxCreate) -> render.BoxSpec:
-        """Every rule, before any write: TTL bound, preset and the GPU profile."""
+        """Every rule, before any write: TTL bound, preset, the GPU and image profiles."""
         ttl = self.settings.ttl
         if request.ttl_hours > ttl.max_hours:
             raise rule_broken(
@@ -89,6 +95,10 @@ class Lifecycle:
             profile = self.settings.gpu.resolve(request.gpu)
         except ProfileRejected as err:
             raise rule_broken(["body", "gpu", *err.field], err.message) from None
+        try:
+            image = self.settings.images.resolve(request.image, profile)
+        except ImageRejected as err:
+            raise rule_broken(["body", "image"], err.message) from None
         return render.BoxSpec(
             name=request.name,
             preset=request.preset,
@@ -96,6 +106,7 @@ class Lifecycle:
             repository=request.repository,
             expires_at=self.clock() + timedelta(hours=request.ttl_hours),
             gpu=profile,
+            image=image,
         )
 
     def create(self, request: DevboxCreate, key: str | None = None) -> Devbox:
@@ -158,6 +169,7 @@ class Lifecycle:
                 "box": spec.name,
                 "preset": spec.preset,
                 "gpu_profile": spec.gpu.name if spec.gpu else None,
+                "image_profile": spec.image.name if spec.image else None,
             },
         )
         return self._current(spec.name, deployment)
@@ -501,5 +513,6 @@ def _created_message(spec: render.BoxSpec, reused: bool) -> str:
         if spec.gpu
         else accelerator_label(None)
     )
+    image = f", image profile {spec.image.name} ({spec.image.mode})" if spec.image else ""
     home = "; reusing its retained home volume" if reused else ""
-    return f"Created with preset {spec.preset}, {accelerator}{home}"
+    return f"Created with preset {spec.preset}, {accelerator}{image}{home}"

@@ -20,7 +20,8 @@ from kubernetes import client
 from devboxes_sdk.models import PRESETS, DoctorCheck, DoctorReport, DoctorVerdict, Preset
 
 from ..box import render
-from ..config.settings import GpuProfileConfig, Settings
+from ..config.formats import is_digest
+from ..config.settings import GpuProfileConfig, ImageProfileConfig, Settings
 from ..k8s import kube
 from ..k8s.kube import ApiProblem, Obj
 from . import admission, capacity
@@ -561,8 +562,34 @@ def _ssh_host(settings: Settings) -> DoctorCheck:
     )
 
 
+def _pull_policy(profile: ImageProfileConfig) -> DoctorCheck:
+    where = f"image profile {profile.name}"
+    if profile.pull_policy == "Never":
+        return _check(
+            None,
+            "image-pull-policy",
+            "warn",
+            f"{where} has pullPolicy Never: its boxes start only on nodes that already hold "
+            "the image, and fail with ErrImageNeverPull elsewhere",
+            "load the image on every node that may run boxes, or set pullPolicy to IfNotPresent",
+        )
+    if profile.pull_policy == "Always" and is_digest(profile.image):
+        return _check(
+            None,
+            "image-pull-policy",
+            "warn",
+            f"{where} has pullPolicy Always on a digest: the image can never change, yet "
+            "every start asks the registry, and fails while the registry is unreachable",
+            "set pullPolicy to IfNotPresent",
+        )
+    return _check(
+        None, "image-pull-policy", "pass", f"{where} is pulled with {profile.pull_policy}"
+    )
+
+
 def diagnose(settings: Settings, facts: Facts) -> DoctorReport:
-    """Every check, cluster-wide first, then per profile in catalog order."""
+    """Every check, cluster-wide first, then per GPU profile in catalog order, then the
+    image profiles."""
     checks = [
         _storage_class(settings, facts),
         *_permissions(settings, facts),
@@ -576,4 +603,6 @@ def diagnose(settings: Settings, facts: Facts) -> DoctorReport:
     else:
         for profile in settings.gpu.profiles:
             checks.extend(_profile_checks(profile, settings, facts))
+    if settings.images.enabled:
+        checks.extend(_pull_policy(image) for image in settings.images.profiles)
     return DoctorReport(ok=all(c.verdict != "fail" for c in checks), checks=checks)

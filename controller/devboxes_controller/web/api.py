@@ -33,7 +33,7 @@ from devboxes_sdk.models import (
 )
 
 from ..box import idempotency
-from ..config.settings import Settings
+from ..config.settings import CPU_ACCELERATOR, ImageProfileConfig, Settings
 from ..control import volumes
 from ..control.lifecycle import Lifecycle
 from ..k8s.kube import rule_broken
@@ -122,7 +122,8 @@ def contract() -> dict[str, Any]:
 
 def describe_settings(document: dict[str, Any], settings: Settings) -> dict[str, Any]:
     """The served document states this operator's own limits (the longest TTL, the
-    profiles on offer), so that clients see exactly which creates are accepted."""
+    GPU and image profiles on offer), so that clients see exactly which creates are
+    accepted."""
     schemas = document["components"]["schemas"]
     create = schemas["DevboxCreate"]["properties"]
     create["ttl_hours"]["maximum"] = settings.ttl.max_hours
@@ -140,7 +141,61 @@ def describe_settings(document: dict[str, Any], settings: Settings) -> dict[str,
             "default": None,
             "description": "GPU acceleration is disabled by the operator",
         }
+    if settings.images.enabled:
+        rules = {p.name: _accelerator_rule(p, settings) for p in settings.images.profiles}
+        offered = [name for name, rule in rules.items() if rule != _NEVER]
+        create["image"] = {
+            "anyOf": [{"type": "string", "enum": offered}, {"type": "null"}],
+            "title": "Image",
+            "description": "An image profile of the catalog; null for the workspace image",
+        }
+        conditions = [rule for rule in rules.values() if rule not in (_ALWAYS, _NEVER)]
+        if conditions:
+            schemas["DevboxCreate"]["allOf"] = conditions
+    else:
+        create["image"] = {
+            "type": "null",
+            "default": None,
+            "description": "Image profiles are disabled by the operator",
+        }
     return document
+
+
+# An image profile any box may have, and one no box can have with these settings.
+_ALWAYS: dict[str, Any] = {}
+_NEVER: dict[str, Any] = {"not": {}}
+
+
+def _accelerator_rule(profile: ImageProfileConfig, settings: Settings) -> dict[str, Any]:
+    """The ``gpu`` a create naming this image profile may have, as JSON Schema."""
+    if profile.mode == "sidecar":
+        return _ALWAYS
+    gpu = settings.gpu
+    choices: list[dict[str, Any]] = []
+    if CPU_ACCELERATOR in profile.accelerators:
+        choices.append({"type": "null"})
+    if gpu.enabled:
+        listed = [p.name for p in gpu.profiles if p.name in profile.accelerators]
+        if listed:
+            choices.append(
+                {
+                    "type": "object",
+                    "properties": {"profile": {"enum": listed}},
+                    "required": ["profile"],
+                }
+            )
+        if gpu.default_profile in listed:
+            # {} and {"profile": null}: the default profile.
+            choices.append({"type": "object", "properties": {"profile": {"type": "null"}}})
+    if not choices:
+        return _NEVER
+    then: dict[str, Any] = {"properties": {"gpu": {"anyOf": choices}}}
+    if CPU_ACCELERATOR not in profile.accelerators:
+        then["required"] = ["gpu"]
+    return {
+        "if": {"properties": {"image": {"const": profile.name}}, "required": ["image"]},
+        "then": then,
+    }
 
 
 @router.get("/whoami")

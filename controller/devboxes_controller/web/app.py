@@ -351,7 +351,7 @@ def create_app(
     app.state.lifecycle = lifecycle
     app.state.token = token
     app.state.writes = writes
-    app.state.capabilities = body(store.settings.gpu.capabilities().model_dump_json().encode())
+    app.state.capabilities = body(store.settings.capabilities().model_dump_json().encode())
     app.include_router(router)
     app.include_router(ingest_router)
     app.state.activity_limiter = RateLimiter()

@@ -75,3 +75,12 @@ def test_keys_outside_the_rule_are_refused_without_being_echoed(key: str) -> Non
     assert refused.value.detail == (
         "must be 1-255 characters of letters, digits, '.', '_', ':' and '-'"
     )
+
+
+def test_a_create_without_an_image_digests_as_before_creates_could_name_one() -> None:
+    # sha256 of {"gpu":null,"name":"alpha","preset":"small","repository":null,"ttl_hours":24},
+    # as releases without image profiles stored it.
+    assert CreateRequest.of(KEY, create()).body == (
+        "285d137a755d51fd5bc8d22075f53f4b7ce13518ce21a063ba1b910ed4ef8563"
+    )
+    assert CreateRequest.of(KEY, create(image="python")) != CreateRequest.of(KEY, create())

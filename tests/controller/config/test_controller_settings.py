@@ -111,7 +111,7 @@ def test_defaults_follow_the_design() -> None:
     assert (settings.ttl.default_hours, settings.ttl.max_hours) == (24, 168)
     assert (settings.ssh.service_type, settings.ssh.host) == ("NodePort", None)
     assert settings.gpu.enabled is False
-    assert settings.gpu.capabilities().gpu.profiles == []
+    assert settings.gpu.capabilities().profiles == []
 
 
 def test_snake_case_names_are_accepted_too() -> None:
@@ -555,7 +555,7 @@ def test_resolve_refuses_unknown_profiles() -> None:
 
 
 def test_capabilities_never_reveal_scheduling_details() -> None:
-    body = catalog().capabilities().model_dump(mode="json")
+    body = {"gpu": catalog().capabilities().model_dump(mode="json")}
     assert body["gpu"]["enabled"] is True
     assert body["gpu"]["default_profile"] == "nvidia-l4"
     assert [(p["name"], p["default"]) for p in body["gpu"]["profiles"]] == [
@@ -577,7 +577,7 @@ def test_capabilities_never_reveal_scheduling_details() -> None:
 
 def test_capabilities_when_disabled() -> None:
     body = catalog(enabled=False).capabilities().model_dump(mode="json")
-    assert body == {"gpu": {"enabled": False, "default_profile": None, "profiles": []}}
+    assert body == {"enabled": False, "default_profile": None, "profiles": []}
 
 
 def test_wire_forms_of_a_profile() -> None:

@@ -437,6 +437,49 @@ def test_doctor_warns_when_a_node_port_has_no_host_to_show(
     assert report.ok
 
 
+def test_doctor_judges_each_image_profiles_pull_policy() -> None:
+    resources = {"cpuRequest": "10m", "memoryRequest": "8Mi", "cpuLimit": "1", "memoryLimit": "1Gi"}
+    digest = "example/web@sha256:" + "1" * 64
+
+    def image(name: str, reference: str, policy: str) -> dict[str, Any]:
+        return {
+            "name": name,
+            "displayName": name,
+            "image": reference,
+            "pullPolicy": policy,
+            "resources": resources,
+        }
+
+    profiles = [
+        image("pinned", digest, "IfNotPresent"),
+        image("tagged", "example/web:1.2", "Always"),
+        image("digest-always", digest, "Always"),
+        image("preloaded", "example/web:1.2", "Never"),
+    ]
+    settings = settings_from_mapping({"images": {"enabled": True, "profiles": profiles}})
+    report = doctor.diagnose(settings, facts())
+    assert verdicts(report, "image-pull-policy") == [
+        ("pass", "image profile pinned is pulled with IfNotPresent", None),
+        ("pass", "image profile tagged is pulled with Always", None),
+        (
+            "warn",
+            "image profile digest-always has pullPolicy Always on a digest: the image can never "
+            "change, yet every start asks the registry, and fails while the registry is "
+            "unreachable",
+            "set pullPolicy to IfNotPresent",
+        ),
+        (
+            "warn",
+            "image profile preloaded has pullPolicy Never: its boxes start only on nodes that "
+            "already hold the image, and fail with ErrImageNeverPull elsewhere",
+            "load the image on every node that may run boxes, or set pullPolicy to IfNotPresent",
+        ),
+    ]
+    assert all(c.profile is None for c in report.checks if c.check == "image-pull-policy")
+    disabled = settings_from_mapping({"images": {"enabled": False, "profiles": profiles}})
+    assert verdicts(doctor.diagnose(disabled, facts()), "image-pull-policy") == []
+
+
 def test_permissions_match_the_charts_roles() -> None:
     from pathlib import Path
 
