@@ -3,6 +3,7 @@ one way the tests, the benchmarks and `make up` start it."""
 
 from __future__ import annotations
 
+import copy
 import os
 import secrets
 import signal
@@ -30,6 +31,26 @@ def example_settings(namespace: str) -> dict[str, Any]:
     settings: dict[str, Any] = yaml.safe_load(EXAMPLE_SETTINGS.read_text())
     settings["namespace"] = namespace
     return settings
+
+
+def without_gpu_profiles(settings: dict[str, Any], *names: str) -> dict[str, Any]:
+    """A copy of ``settings`` with the GPU profiles ``names`` retired as an operator
+    retires them: gone from the catalog and from every image profile's accelerators,
+    and an image profile left with no accelerator gone too."""
+    retired = copy.deepcopy(settings)
+    gpu = retired["gpu"]
+    gpu["profiles"] = [p for p in gpu.get("profiles", []) if p["name"] not in names]
+    images = retired.get("images")
+    if images:
+        kept = []
+        for profile in images["profiles"]:
+            if "accelerators" in profile:
+                profile["accelerators"] = [a for a in profile["accelerators"] if a not in names]
+                if not profile["accelerators"]:
+                    continue
+            kept.append(profile)
+        images["profiles"] = kept
+    return retired
 
 
 ANY_ADDRESS = "0.0.0.0"  # noqa: S104 - what a controller serving the real node's boxes binds

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from devboxes_controller.box import render
 from devboxes_testbed import L4, MIG, ROCM
-from devboxes_testbed.controller import example_settings
+from devboxes_testbed.controller import example_settings, without_gpu_profiles
 from kubernetes import client
 from support import Api, StartController, wait_for
 
@@ -172,8 +172,7 @@ def test_pinned_contract_survives_profile_removal_and_gpu_disabled(
     pinned_gpu = api.call("POST", "/devboxes/pinned/stop")["gpu"]
     first.stop()
 
-    removed = copy.deepcopy(settings)
-    removed["gpu"]["profiles"] = [p for p in removed["gpu"]["profiles"] if p["name"] != MIG]
+    removed = without_gpu_profiles(settings, MIG)
     api = Api(start_controller(removed))
     purge_after[0] = (api, "pinned")
     refused = api.create({"name": "another", "gpu": {"profile": MIG}})

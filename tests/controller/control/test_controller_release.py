@@ -3,14 +3,13 @@ their pinned record, against the real testbed."""
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any
 
 import requests
 from devboxes_controller.box import render
 from devboxes_testbed import MIG, ROCM
-from devboxes_testbed.controller import Controller, example_settings
+from devboxes_testbed.controller import Controller, example_settings, without_gpu_profiles
 from kubernetes import client
 from support import StartController, wait_for
 
@@ -72,9 +71,8 @@ def test_a_new_sidecar_reaches_stopped_boxes_at_once_and_running_ones_on_restart
     first.stop()
 
     # The next release adds a sidecar, and the MIG profile is gone from the catalog.
-    release = copy.deepcopy(settings)
+    release = without_gpu_profiles(settings, MIG)
     release["sidecars"] = [{"name": "agent", "command": ["sleep", "infinity"]}]
-    release["gpu"]["profiles"] = [p for p in release["gpu"]["profiles"] if p["name"] != MIG]
     second = start_controller(release)
 
     def parked_rebuilt() -> dict[str, Any] | None:
