@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import requests
-from devboxes_jupyter.provisioner import box_name
+from devboxes_jupyter.provisioner import box_name, running_message
 from devboxes_testbed import L4, ROCM
 from devboxes_testbed.controller import Controller
 from labserver import (
@@ -135,6 +135,9 @@ def test_kernel_runs_in_the_box_interrupts_restarts_and_shuts_down(
         progress = {item["kernel_id"]: item for item in watch["kernels"]}
         assert progress[kernel_id]["phase"] == "running"
         assert progress[kernel_id]["box"] == name
+        # A box created by the kernel has the operator's workspace image: nothing more is said.
+        assert box.image is None
+        assert progress[kernel_id]["message"] == f"kernel running in box {name}"
 
         channels = KernelChannels(setup.lab, kernel_id)
         try:
@@ -175,6 +178,17 @@ def test_kernel_runs_in_the_box_interrupts_restarts_and_shuts_down(
             return kernel_id not in [item["kernel_id"] for item in watch["kernels"]]
 
         wait_for(forgotten, timeout=30)
+
+
+def test_the_running_message_names_the_environment_of_a_box_that_has_one() -> None:
+    box = Devbox.model_validate(
+        {"name": "nb-ada-cpu", "state": "ready", "preset": "small",
+         "created_at": "2026-12-04T08:00:00Z",
+         "image": {"profile": "python", "display_name": "Python", "mode": "workspace"}}
+    )  # fmt: skip
+    assert running_message(box) == "kernel running in box nb-ada-cpu (environment: Python)"
+    without = box.model_copy(update={"image": None})
+    assert running_message(without) == "kernel running in box nb-ada-cpu"
 
 
 def test_failures_end_the_start_with_one_message(
