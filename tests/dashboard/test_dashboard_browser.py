@@ -223,6 +223,9 @@ def test_selector_is_replaced_by_a_notice_when_gpu_is_disabled(
 
     settings = example_settings(namespace)
     settings["gpu"] = {"enabled": False}
+    # The example image profiles name GPU profiles, which a controller without GPUs
+    # refuses; without image profiles the environment choice is not shown either.
+    settings["images"] = {"enabled": False}
     controller = start_controller(settings)
     page = chromium.new_page()
     try:
@@ -233,6 +236,7 @@ def test_selector_is_replaced_by_a_notice_when_gpu_is_disabled(
         expect(page.get_by_text("GPU acceleration is disabled by the operator")).to_be_visible()
         expect(page.get_by_role("group", name="Accelerator")).to_be_hidden()
         expect(page.locator('input[name="accelerator"]')).to_have_count(0)
+        expect(page.get_by_label("Environment")).to_be_hidden()
         shot(page, "dashboard-gpu-disabled")
     finally:
         page.close()
