@@ -180,6 +180,34 @@ def test_kernel_runs_in_the_box_interrupts_restarts_and_shuts_down(
         wait_for(forgotten, timeout=30)
 
 
+def test_the_cpu_kernel_uses_the_box_whatever_its_environment_and_names_it(
+    setup: KernelLab, controller_client: Client, cleanup: list[str]
+) -> None:
+    name = box_name(setup.owner, None)
+    cleanup.append(name)
+    # The person's CPU box, created with an image profile: no other kernel is needed.
+    environment = controller_client.capabilities().images.profile("python")
+    assert environment is not None, "the session's controller serves the example images"
+    controller_client.create(name, ttl_hours=1, image=environment.name)
+    wait_for(lambda: "devbox-cpu" in _kernelspecs(setup.lab), timeout=60)
+
+    started: list[requests.Response] = []
+    starter = threading.Thread(target=lambda: started.append(start_kernel(setup.lab, "devbox-cpu")))
+    starter.start()
+    port = _box_port(controller_client, name)
+    with loopback_sshd(setup.base / "sshd-env", port, setup.key.with_suffix(".pub")):
+        starter.join(KERNEL_START_TIMEOUT)
+        assert started, "the kernel start did not answer"
+        assert started[0].status_code == 201, started[0].text
+        kernel_id = started[0].json()["id"]
+        watch = setup.lab.api("GET", "devboxes/api/watch?timeout=0")
+        progress = {item["kernel_id"]: item for item in watch["kernels"]}
+        assert progress[kernel_id]["message"] == (
+            f"kernel running in box {name} (environment: {environment.display_name})"
+        )
+        setup.lab.api("DELETE", f"api/kernels/{kernel_id}", timeout=60)
+
+
 def test_the_running_message_names_the_environment_of_a_box_that_has_one() -> None:
     box = Devbox.model_validate(
         {"name": "nb-ada-cpu", "state": "ready", "preset": "small",
