@@ -1,4 +1,4 @@
-"""How a box's accelerator, status and auto-stop time read, wherever Python shows them.
+"""How a box's accelerator, environment, status and auto-stop time read, wherever Python shows them.
 
 The ``devbox`` CLI, the Jupyter widgets and the controller's Kubernetes Events all use
 these, so a box reads the same in a terminal, a notebook and ``kubectl describe``. The
@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Protocol
 
-from devboxes_sdk.models import DevboxState
+from devboxes_sdk.models import DevboxState, ImageAllocation, ImageProfile
 
 CPU_ONLY = "CPU only"
 # Spelled out so that no one "fixes" it into the letter x.
@@ -38,6 +38,22 @@ def accelerator_label(gpu: Accelerator | None) -> str:
     if gpu is None:
         return CPU_ONLY
     return f"{gpu.display_name} {DOT} {gpu.count} {TIMES} {gpu.resource_name}"
+
+
+DEFAULT_ENVIRONMENT = "Default workspace"
+
+
+def environment_choice_label(profile: ImageProfile) -> str:
+    """An image profile as a create form offers it, with where it runs: ``CUDA 12.8
+    workspace (as the workspace)`` replaces the workspace image, ``Web preview (beside the
+    workspace)`` runs next to it."""
+    where = "beside the workspace" if profile.mode == "sidecar" else "as the workspace"
+    return f"{profile.display_name} ({where})"
+
+
+def environment_label(image: ImageAllocation | None) -> str:
+    """The environment pinned to a box: its image profile's display name, or the default."""
+    return DEFAULT_ENVIRONMENT if image is None else image.display_name
 
 
 def status_line(state: DevboxState, reason: str | None) -> str:

@@ -136,6 +136,7 @@ class DevboxCollectionHandler(DevboxesHandler):
                 ttl_hours=request.ttl_hours,
                 repository=request.repository,
                 gpu=request.gpu,
+                image=request.image,
             )
             return _box_json(box)
 

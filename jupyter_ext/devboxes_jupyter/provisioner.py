@@ -86,6 +86,14 @@ def box_name(owner: str, profile: str | None) -> str:
     return f"{full[: _NAME_LIMIT - 7].rstrip('-')}-{digest}"
 
 
+def running_message(box: Devbox) -> str:
+    """What a started kernel reports: the box, and its environment when it was created
+    with an image profile. One kernel per accelerator serves every environment, so this
+    is where a person learns which one their code runs in."""
+    message = f"kernel running in box {box.name}"
+    return f"{message} (environment: {box.image.display_name})" if box.image else message
+
+
 def key_problem(ssh_key_file: str) -> str | None:
     """Why ``ssh_key_file`` cannot log in to boxes, or None when it names a file."""
     if not ssh_key_file:
@@ -464,7 +472,8 @@ class DevboxKernelProvisioner(LocalProvisioner):
             await self._abandon()
             raise
         self._took = False
-        self._report("running", f"kernel running in box {self.box_name}")
+        assert self._box is not None
+        self._report("running", running_message(self._box))
         return self.connection_info
 
     async def _abandon(self) -> None:

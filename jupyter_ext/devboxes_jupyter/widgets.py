@@ -19,10 +19,11 @@ from traitlets import TraitError, Unicode, observe, validate
 from devboxes_jupyter import labels
 from devboxes_sdk import models
 from devboxes_sdk.client import Client, Devbox
-from devboxes_sdk.errors import BoxNotReady, DevboxesError, StartTimeout
+from devboxes_sdk.errors import BoxNotReady, DevboxesError, StartTimeout, ValidationError
 from devboxes_sdk.labels import (
     accelerator_label,
     auto_stop_label,
+    environment_label,
     reason,
     stale_notice,
     status_line,
@@ -119,12 +120,32 @@ class DevboxLauncher(widgets.VBox):  # type: ignore[misc, unused-ignore]
         self.error = widgets.HTML()
         self.error.add_class("devboxes-error")
         try:
-            self.picker = AcceleratorPicker(client.capabilities().gpu)
+            capabilities = client.capabilities()
         except DevboxesError as error:
             self.picker = AcceleratorPicker(
                 models.GpuCapabilities(enabled=False),
                 note=f"The accelerator catalog could not be loaded: {error!s}",
             )
+            images = models.ImageCapabilities(enabled=False)
+        else:
+            self.picker = AcceleratorPicker(capabilities.gpu)
+            images = capabilities.images
+        environments = labels.environment_options(images)
+        # Shown only when the operator publishes image profiles: otherwise every box
+        # gets the workspace image and there is nothing to choose.
+        self.environment = widgets.Dropdown(
+            options=environments,
+            value=labels.DEFAULT_ENVIRONMENT_KEY,
+            description="Environment",
+            style={"description_width": "initial"},
+            layout=widgets.Layout(display=None if len(environments) > 1 else "none"),
+        )
+        self.environment.add_class("devboxes-environment")
+        # Which accelerators an image supports is not published, so a mismatch shows as
+        # the controller's refusal, under this choice.
+        self.environment_error = widgets.HTML()
+        self.environment_error.add_class("devboxes-environment-error")
+        self.environment.observe(lambda _change: self._clear_environment_error(), names="value")
         self.create_button = widgets.Button(description="Create", button_style="primary")
         self.create_button.add_class("devboxes-create")
         self.status = widgets.HTML()
@@ -138,6 +159,8 @@ class DevboxLauncher(widgets.VBox):  # type: ignore[misc, unused-ignore]
                 self.preset,
                 self.ttl_hours,
                 self.picker,
+                self.environment,
+                self.environment_error,
                 self.create_button,
                 self.error,
                 self.status,
@@ -150,6 +173,7 @@ class DevboxLauncher(widgets.VBox):  # type: ignore[misc, unused-ignore]
     def create(self) -> Devbox | None:
         """Create the box the form describes; errors go to the form, not to a traceback."""
         self.error.value = ""
+        self._clear_environment_error()
         try:
             name = models.normalize_name(self.name.value)
         except ValueError as error:
@@ -165,7 +189,15 @@ class DevboxLauncher(widgets.VBox):  # type: ignore[misc, unused-ignore]
                 preset=self.preset.value,
                 ttl_hours=self.ttl_hours.value,
                 gpu=self.picker.value,
+                image=self.environment.value or None,
             )
+        except ValidationError as error:
+            refusals = [e.msg for e in error.errors if e.loc and e.loc[-1] == "image"]
+            if refusals:
+                self.environment_error.value = _error_html(" ".join(refusals))
+            else:
+                self.error.value = _error_html(str(error))
+            return None
         except DevboxesError as error:
             self.error.value = _error_html(str(error))
             return None
@@ -185,6 +217,9 @@ class DevboxLauncher(widgets.VBox):  # type: ignore[misc, unused-ignore]
         )
         self.watcher.start()
         return box
+
+    def _clear_environment_error(self) -> None:
+        self.environment_error.value = ""
 
     def wait(self, timeout: float | None = None) -> Devbox | None:
         """Block until the current box's watch ends (for scripts; the form never needs it)."""
@@ -241,6 +276,7 @@ class _Row:
         self.name = box.name
         self.state = widgets.HTML(escape(status_line(box.state, reason(box.summary, box.message))))
         self.accelerator = widgets.HTML(escape(accelerator_label(box.gpu)))
+        self.environment = widgets.HTML(escape(environment_label(box.image)))
         self.auto_stop = widgets.HTML(escape(auto_stop_label(box.state, box.expires_at, now)))
         stopped = box.state is models.DevboxState.STOPPED
         self.start_button = _action_button("Start", "play", f"Start {box.name}", not stopped)
@@ -272,6 +308,7 @@ class _Row:
             widgets.HTML(f"<b>{escape(self.name)}</b>"),
             self.state,
             self.accelerator,
+            self.environment,
             self.auto_stop,
             widgets.HBox(
                 [self.start_button, self.stop_button, self.delete_button],
@@ -281,9 +318,10 @@ class _Row:
 
 
 class DevboxTable(widgets.VBox):  # type: ignore[misc, unused-ignore]
-    """The user's boxes with state, accelerator, auto-stop time and start/stop/delete."""
+    """The user's boxes with state, accelerator, environment, auto-stop time and
+    start/stop/delete."""
 
-    HEADERS = ("Name", "State", "Accelerator", "Auto-stop", "")
+    HEADERS = ("Name", "State", "Accelerator", "Environment", "Auto-stop", "")
 
     def __init__(self, client: Client, **kwargs: Any) -> None:
         self.client = client
@@ -298,7 +336,7 @@ class DevboxTable(widgets.VBox):  # type: ignore[misc, unused-ignore]
         self.grid = widgets.GridBox(
             layout=widgets.Layout(
                 # The buttons' column takes what they need, so labels are never cut.
-                grid_template_columns="auto minmax(14em, 3fr) auto auto max-content",
+                grid_template_columns="auto minmax(14em, 3fr) auto auto auto max-content",
                 grid_gap="4px 16px",
             )
         )

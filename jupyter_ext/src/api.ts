@@ -10,6 +10,7 @@ type WatchSchemas = watchComponents['schemas'];
 // The controller's bodies, generated from its OpenAPI document (see openapi.ts).
 export type Capabilities = Schemas['Capabilities'];
 export type GpuProfile = Schemas['GpuProfile'];
+export type ImageProfile = Schemas['ImageProfile'];
 export type GpuAllocation = Schemas['GpuAllocation'];
 export type GpuAvailability = Schemas['GpuAvailability'];
 export type ProfileAvailability = Schemas['ProfileAvailability'];
@@ -29,14 +30,32 @@ export const PRESETS = devboxCreatePresetValues;
 export type IView = WatchSchemas['WatchView'];
 export type IKernelProgress = WatchSchemas['KernelProgress'];
 
-/** An error answered by the server extension, with the controller's own words. */
+/**
+ * An error answered by the server extension, with the controller's own words; `fields`
+ * holds each rejected body field's message by its name ("image"), so a form can show it
+ * beside that field.
+ */
 export class DevboxesApiError extends Error {
   constructor(
     readonly status: number,
-    message: string
+    message: string,
+    readonly fields: Record<string, string> = {}
   ) {
     super(message);
   }
+}
+
+function fieldMessages(detail: unknown): Record<string, string> {
+  const fields: Record<string, string> = {};
+  if (Array.isArray(detail)) {
+    for (const item of detail as FieldError[]) {
+      const field = (item.loc ?? []).filter(part => part !== 'body').join('.');
+      if (field) {
+        fields[field] = item.msg;
+      }
+    }
+  }
+  return fields;
 }
 
 /** Turns an error body's `detail` (a message or a list of field errors) into one sentence. */
@@ -82,11 +101,11 @@ async function request<T>(
     }
   }
   if (!response.ok) {
-    const detail =
-      body && typeof body === 'object' && 'detail' in body
-        ? describeDetail((body as { detail: unknown }).detail)
-        : `${response.status} ${response.statusText}`;
-    throw new DevboxesApiError(response.status, detail);
+    if (body && typeof body === 'object' && 'detail' in body) {
+      const detail = (body as { detail: unknown }).detail;
+      throw new DevboxesApiError(response.status, describeDetail(detail), fieldMessages(detail));
+    }
+    throw new DevboxesApiError(response.status, `${response.status} ${response.statusText}`);
   }
   return body as T;
 }

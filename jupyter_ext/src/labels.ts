@@ -4,9 +4,18 @@
  * dashboard shows too come from words.ts.
  */
 import { Devbox, GpuAvailability, GpuProfile } from './api';
-import { allocationLabel, autoStopLabel, freeText, unitsLabel } from './words';
+import { allocationLabel, autoStopLabel, environmentLabel, freeText, unitsLabel } from './words';
 
-export { allocationLabel, autoStopLabel, CPU_ONLY, reason, staleNotice } from './words';
+export {
+  allocationLabel,
+  autoStopLabel,
+  CPU_ONLY,
+  DEFAULT_ENVIRONMENT,
+  environmentChoiceLabel,
+  environmentLabel,
+  reason,
+  staleNotice
+} from './words';
 
 export const GPU_DISABLED_NOTE =
   'GPU acceleration is disabled by the operator: new boxes get CPU only.';
@@ -46,6 +55,7 @@ export function detail(devbox: Devbox): string[] {
     lines.push(devbox.scheduling_detail);
   }
   lines.push(`accelerator: ${allocationLabel(devbox.gpu)}`);
+  lines.push(`environment: ${environmentLabel(devbox.image)}`);
   lines.push(`preset: ${devbox.preset}`);
   if (devbox.ssh_command) {
     lines.push(`ssh: ${devbox.ssh_command}`);

@@ -18,6 +18,7 @@ import {
   createDevbox,
   deleteDevbox,
   Devbox,
+  DevboxesApiError,
   dismissKernel,
   getCapabilities,
   IKernelProgress,
@@ -30,7 +31,10 @@ import {
   autoStopLabel,
   CPU_NOTE,
   CPU_ONLY,
+  DEFAULT_ENVIRONMENT,
   detail,
+  environmentChoiceLabel,
+  environmentLabel,
   GPU_DISABLED_NOTE,
   kernelTitle,
   profileLabel,
@@ -115,6 +119,8 @@ export class DevboxSidebar extends Widget {
   private readonly ttlInput: HTMLInputElement;
   private readonly acceleratorGroup: HTMLFieldSetElement;
   private readonly acceleratorHelp: HTMLElement;
+  private readonly environmentGroup: HTMLFieldSetElement;
+  private readonly environmentError: HTMLElement;
   private readonly createButton: HTMLButtonElement;
   private readonly errorBox: HTMLElement;
   private readonly statusBox: HTMLElement;
@@ -128,6 +134,8 @@ export class DevboxSidebar extends Widget {
   private readonly notices = new Map<string, string>();
   // The chosen accelerator: '' for CPU only, else a profile name.
   private accelerator = '';
+  // The chosen environment: '' for the operator's workspace image, else an image profile.
+  private environment = '';
   // Why the list cannot be refreshed (the controller or this Jupyter server is
   // unreachable); null while it is live.
   private stale: string | null = null;
@@ -172,6 +180,17 @@ export class DevboxSidebar extends Widget {
       class: 'jp-Devboxes-help',
       'data-testid': 'devbox-accelerator-help'
     });
+    // Which accelerators an image supports is not published, so a mismatch shows as the
+    // controller's refusal, under this choice.
+    this.environmentGroup = element('fieldset', {
+      class: 'jp-Devboxes-choices',
+      'data-testid': 'devbox-environment'
+    });
+    this.environmentError = element('div', {
+      class: 'jp-Devboxes-error',
+      role: 'alert',
+      'data-testid': 'devbox-environment-error'
+    });
     this.createButton = element(
       'button',
       { type: 'submit', class: 'jp-Button jp-mod-styled jp-mod-accept', 'data-testid': 'devbox-create' },
@@ -190,6 +209,8 @@ export class DevboxSidebar extends Widget {
       field('Auto-stop (hours)', this.ttlInput),
       this.acceleratorGroup,
       this.acceleratorHelp,
+      this.environmentGroup,
+      this.environmentError,
       this.createButton,
       this.errorBox
     );
@@ -201,7 +222,12 @@ export class DevboxSidebar extends Widget {
       this.accelerator = (event.target as HTMLInputElement).value;
       this.describeAccelerator();
     });
+    this.environmentGroup.addEventListener('change', event => {
+      this.environment = (event.target as HTMLInputElement).value;
+      this.environmentError.textContent = '';
+    });
     this.fillAccelerators();
+    this.fillEnvironments();
 
     const header = element('header', { class: 'jp-Devboxes-header' });
     header.append(
@@ -258,6 +284,31 @@ export class DevboxSidebar extends Widget {
       return;
     }
     this.fillAccelerators();
+    this.fillEnvironments();
+  }
+
+  /** The environment choice, shown only when the operator publishes image profiles. */
+  private fillEnvironments(): void {
+    const images = this.capabilities?.images;
+    const profiles = images?.enabled ? (images.profiles ?? []) : [];
+    if (!profiles.some(p => p.name === this.environment)) {
+      this.environment = '';
+    }
+    this.environmentGroup.hidden = profiles.length === 0;
+    this.environmentGroup.replaceChildren(
+      element('legend', { class: 'jp-Devboxes-fieldLabel' }, 'Environment'),
+      this.radio('environment', '', 'default', DEFAULT_ENVIRONMENT, this.environment),
+      ...profiles.map(profile =>
+        this.radio(
+          'environment',
+          profile.name,
+          profile.name,
+          environmentChoiceLabel(profile),
+          this.environment,
+          profile.description ?? undefined
+        )
+      )
+    );
   }
 
   private fillAccelerators(): void {
@@ -268,11 +319,14 @@ export class DevboxSidebar extends Widget {
     }
     this.acceleratorGroup.replaceChildren(
       element('legend', { class: 'jp-Devboxes-fieldLabel' }, 'Accelerator'),
-      this.choice('', CPU_ONLY),
+      this.radio('accelerator', '', 'cpu', CPU_ONLY, this.accelerator),
       ...profiles.map(profile =>
-        this.choice(
+        this.radio(
+          'accelerator',
+          profile.name,
           profile.name,
           profileLabel(profile, this.view?.availability),
+          this.accelerator,
           profile.description ?? undefined
         )
       )
@@ -281,15 +335,22 @@ export class DevboxSidebar extends Widget {
     this.describeAccelerator();
   }
 
-  private choice(value: string, label: string, description?: string): HTMLLabelElement {
-    const testid = `devbox-accelerator-${value || 'cpu'}`;
+  private radio(
+    group: 'accelerator' | 'environment',
+    value: string,
+    key: string,
+    label: string,
+    chosen: string,
+    description?: string
+  ): HTMLLabelElement {
+    const testid = `devbox-${group}-${key}`;
     const input = element('input', {
       type: 'radio',
-      name: `${this.id}-accelerator`,
+      name: `${this.id}-${group}`,
       value,
       'data-testid': testid
     });
-    input.checked = value === this.accelerator;
+    input.checked = value === chosen;
     const option = element('label', { class: 'jp-Devboxes-choice' });
     option.append(
       input,
@@ -315,6 +376,7 @@ export class DevboxSidebar extends Widget {
 
   private async create(): Promise<void> {
     this.errorBox.textContent = '';
+    this.environmentError.textContent = '';
     const ttl = Number(this.ttlInput.value);
     if (!Number.isInteger(ttl) || ttl < 1) {
       this.errorBox.textContent = 'Auto-stop must be a whole number of hours, at least 1.';
@@ -328,11 +390,17 @@ export class DevboxSidebar extends Widget {
         name: this.nameInput.value,
         preset: this.presetSelect.value as (typeof PRESETS)[number],
         ttl_hours: ttl,
-        gpu: profile ? { profile } : null
+        gpu: profile ? { profile } : null,
+        image: this.environment || null
       });
       this.nameInput.value = '';
     } catch (error) {
-      this.errorBox.textContent = (error as Error).message;
+      const refusal = error instanceof DevboxesApiError ? error.fields.image : undefined;
+      if (refusal) {
+        this.environmentError.textContent = refusal;
+      } else {
+        this.errorBox.textContent = (error as Error).message;
+      }
     } finally {
       this.createButton.disabled = this.stale !== null;
     }
@@ -497,6 +565,11 @@ export class DevboxSidebar extends Widget {
     );
     const facts = element('div', { class: 'jp-Devboxes-facts' });
     facts.append(element('span', {}, allocationLabel(box.gpu)));
+    if (box.image) {
+      facts.append(
+        element('span', { 'data-testid': `devbox-row-environment-${box.name}` }, environmentLabel(box.image))
+      );
+    }
     if (box.state !== 'stopped') {
       facts.append(element('span', {}, `auto-stop ${autoStopLabel(box)}`));
     }

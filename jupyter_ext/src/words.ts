@@ -28,6 +28,24 @@ export function freeText(entry: Schemas['ProfileAvailability']): string {
   return ` — ${entry.available} of ${entry.capacity} free${waiting}`;
 }
 
+/** The environment of a box created without an image profile: the operator's own image. */
+export const DEFAULT_ENVIRONMENT = 'Default workspace';
+
+/**
+ * An image profile as a create form offers it, with where it runs: "CUDA 12.8 workspace
+ * (as the workspace)" replaces the workspace image, "Web preview (beside the workspace)"
+ * runs next to it.
+ */
+export function environmentChoiceLabel(profile: Schemas['ImageProfile']): string {
+  const where = profile.mode === 'sidecar' ? 'beside the workspace' : 'as the workspace';
+  return `${profile.display_name} (${where})`;
+}
+
+/** The environment pinned to a box: its image profile's display name, or the default. */
+export function environmentLabel(image: Schemas['ImageAllocation'] | null | undefined): string {
+  return image ? image.display_name : DEFAULT_ENVIRONMENT;
+}
+
 /** The accelerator pinned to a box, in the same words as its profile's label. */
 export function allocationLabel(gpu: Schemas['GpuAllocation'] | null | undefined): string {
   return gpu ? unitsLabel(gpu) : CPU_ONLY;

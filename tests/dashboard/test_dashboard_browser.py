@@ -224,6 +224,9 @@ def test_selector_is_replaced_by_a_notice_when_gpu_is_disabled(
     everything = example_settings(namespace)
     settings = without_gpu_profiles(everything, *(p["name"] for p in everything["gpu"]["profiles"]))
     settings["gpu"] = {"enabled": False}
+    # The example image profiles name GPU profiles, which a controller without GPUs
+    # refuses; without image profiles the environment choice is not shown either.
+    settings["images"] = {"enabled": False}
     controller = start_controller(settings)
     page = chromium.new_page()
     try:
@@ -234,9 +237,88 @@ def test_selector_is_replaced_by_a_notice_when_gpu_is_disabled(
         expect(page.get_by_text("GPU acceleration is disabled by the operator")).to_be_visible()
         expect(page.get_by_role("group", name="Accelerator")).to_be_hidden()
         expect(page.locator('input[name="accelerator"]')).to_have_count(0)
+        expect(page.get_by_label("Environment")).to_be_hidden()
         shot(page, "dashboard-gpu-disabled")
     finally:
         page.close()
+
+
+# Whether the widest option of a select fits inside it, as its closed box shows it.
+WIDEST_OPTION_FITS = """
+(select) => {
+  const context = document.createElement('canvas').getContext('2d');
+  context.font = getComputedStyle(select).font;
+  const widest = Math.max(...[...select.options].map(o => context.measureText(o.text).width));
+  return widest <= select.clientWidth;
+}
+"""
+
+
+def test_the_environment_is_chosen_beside_the_accelerator_and_shown_on_each_box(
+    start_controller: StartController, chromium: Any
+) -> None:
+    from playwright.sync_api import expect
+
+    controller = start_controller()
+    api = Api(controller)
+    images = api.call("GET", "/capabilities")["images"]
+    assert images["enabled"], "the example settings publish image profiles"
+    suffix = uuid.uuid4().hex[:6]
+    refused, created = f"env-cuda-{suffix}", f"env-web-{suffix}"
+    page = chromium.new_page(viewport={"width": 1400, "height": 900})
+    page.set_default_timeout(30_000)
+    try:
+        sign_in(page, controller)
+        environment = page.get_by_label("Environment")
+        expect(environment).to_be_visible()
+        # The operator's workspace image first and chosen; each profile says where it runs.
+        expect(environment.locator("option")).to_have_text(
+            [
+                "Default workspace",
+                *(
+                    f"{p['display_name']} "
+                    f"({'beside' if p['mode'] == 'sidecar' else 'as'} the workspace)"
+                    for p in images["profiles"]
+                ),
+            ]
+        )
+        expect(environment).to_have_value("")
+        # The select is as wide as its longest choice: no environment's name is cut.
+        assert environment.evaluate(WIDEST_OPTION_FITS), "an environment's name is cut"
+
+        # The CUDA image runs on NVIDIA profiles only; CPU only is the form's default.
+        page.get_by_label("Name", exact=True).fill(refused)
+        environment.select_option("cuda")
+        expect(page.locator("#box-environment-help")).to_have_text(
+            next(p["description"] for p in images["profiles"] if p["name"] == "cuda")
+        )
+        page.get_by_role("button", name="Create", exact=True).click()
+        refusal = page.locator("#box-environment-error")
+        expect(refusal).to_contain_text("image profile 'cuda' does not support")
+        expect(environment).to_have_attribute("aria-invalid", "true")
+        expect(page.locator("#create-error")).to_have_text("")
+        shot(page, "dashboard-environment-refused")
+
+        # Choosing again clears the refusal; the box is created with the sidecar.
+        environment.select_option("web-preview")
+        expect(refusal).to_have_text("")
+        page.get_by_label("Name", exact=True).fill(created)
+        page.get_by_role("button", name="Create", exact=True).click()
+        row = page.locator(f'#box-rows tr[data-box="{created}"]')
+        expect(row.locator(".col-environment")).to_have_text("Web preview")
+        expect(page.locator("#boxes thead")).to_contain_text("Environment")
+        shot(page, "dashboard-environment")
+        assert api.call("GET", f"/devboxes/{created}")["image"]["profile"] == "web-preview"
+        assert api.request("GET", f"/devboxes/{refused}").status_code == 404
+
+        # In a narrow window each row is a card whose environment is labelled.
+        page.set_viewport_size({"width": 800, "height": 900})
+        expect(row.locator(".col-environment")).to_be_visible()
+        assert not scrolls_sideways(page)
+        row.screenshot(path=str(ARTIFACTS / "dashboard-800px-environment.png"))
+    finally:
+        page.close()
+        api.purge(refused, created)
 
 
 def sign_in(page: Any, controller: Controller) -> None:

@@ -48,8 +48,8 @@ from support import (
 
 from devboxes_sdk import models
 from devboxes_sdk.client import Client, Devbox
-from devboxes_sdk.errors import BoxNotReady
-from devboxes_sdk.labels import accelerator_label
+from devboxes_sdk.errors import BoxNotReady, NotFound
+from devboxes_sdk.labels import accelerator_label, environment_choice_label, environment_label
 
 pytestmark = pytest.mark.browser
 
@@ -405,6 +405,74 @@ def test_launcher_tile_opens_the_sidebar_and_its_picker_creates_gpu_boxes(
     # The controller token stays on the server: not in the page, not in the server log.
     assert controller.token not in page.content()
     assert controller.token not in lab.log_text()
+
+
+def test_the_environment_is_chosen_beside_the_accelerator_and_a_refusal_shows_under_it(
+    page: Any, lab: Lab, controller_client: Client, cleanup: list[str]
+) -> None:
+    from playwright.sync_api import expect
+
+    images = controller_client.capabilities().images
+    assert images.enabled, "the session's controller serves the example image profiles"
+    preview = images.profile("web-preview")
+    assert preview is not None
+    assert images.profile("cuda") is not None
+
+    _open_lab(page, lab)
+    sidebar = _open_sidebar(page)
+    sidebar.get_by_test_id("devbox-new").click()
+    environment = sidebar.get_by_test_id("devbox-environment")
+    expect(environment).to_be_visible()
+    # The operator's workspace image is the default; each profile says where it runs.
+    expect(sidebar.get_by_test_id("devbox-environment-default")).to_be_checked()
+    expect(environment.locator(".jp-Devboxes-choiceLabel")).to_have_text(
+        [
+            environment_label(None),
+            *(environment_choice_label(profile) for profile in images.profiles),
+        ]
+    )
+    expect(sidebar.get_by_test_id("devbox-environment-web-preview-label")).to_have_text(
+        "Web preview (beside the workspace)"
+    )
+
+    # The CUDA image runs on NVIDIA profiles only; CPU only is the form's default.
+    refused, created = f"ui-e-{secrets.token_hex(3)}", f"ui-w-{secrets.token_hex(3)}"
+    cleanup.extend([refused, created])
+    sidebar.get_by_test_id("devbox-name").fill(refused)
+    sidebar.get_by_test_id("devbox-environment-cuda").check()
+    sidebar.get_by_test_id("devbox-create").click()
+    refusal = sidebar.get_by_test_id("devbox-environment-error")
+    expect(refusal).to_contain_text("image profile 'cuda' does not support")
+    expect(sidebar.get_by_test_id("devbox-error")).to_be_empty()
+
+    # As narrow as JupyterLab's default left area, every choice and the refusal wrap
+    # between words.
+    _narrow_sidebar(page, sidebar)
+    for label in environment.locator(".jp-Devboxes-choiceLabel").all():
+        _assert_fits(label)
+    _assert_fits(refusal)
+    assert sidebar.evaluate("s => s.scrollWidth <= s.clientWidth"), "the sidebar scrolls sideways"
+    sidebar.screenshot(path=str(IMAGES / "jupyter-environment-280.png"))
+
+    # Choosing again clears the refusal; the box is created with the sidecar.
+    sidebar.get_by_test_id("devbox-environment-web-preview").check()
+    expect(refusal).to_be_empty()
+    sidebar.get_by_test_id("devbox-name").fill(created)
+    sidebar.get_by_test_id("devbox-create").click()
+    row = sidebar.get_by_test_id(f"devbox-row-{created}")
+    expect(row).to_be_visible(timeout=60_000)
+    expect(sidebar.get_by_test_id(f"devbox-row-environment-{created}")).to_have_text(
+        preview.display_name
+    )
+    row.get_by_role("button", name=f"Show details of {created}").click()
+    expect(sidebar.get_by_test_id(f"devbox-detail-{created}")).to_contain_text(
+        f"environment: {preview.display_name}"
+    )
+    box = controller_client.get(created)
+    assert box.image is not None
+    assert (box.image.profile, box.image.mode) == ("web-preview", "sidecar")
+    with pytest.raises(NotFound):
+        controller_client.get(refused)
 
 
 def test_picker_shows_free_devices_and_follows_a_stop_without_reload(

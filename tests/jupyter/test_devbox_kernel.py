@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import requests
-from devboxes_jupyter.provisioner import box_name
+from devboxes_jupyter.provisioner import box_name, running_message
 from devboxes_testbed import L4, ROCM
 from devboxes_testbed.controller import Controller
 from labserver import (
@@ -135,6 +135,9 @@ def test_kernel_runs_in_the_box_interrupts_restarts_and_shuts_down(
         progress = {item["kernel_id"]: item for item in watch["kernels"]}
         assert progress[kernel_id]["phase"] == "running"
         assert progress[kernel_id]["box"] == name
+        # A box created by the kernel has the operator's workspace image: nothing more is said.
+        assert box.image is None
+        assert progress[kernel_id]["message"] == f"kernel running in box {name}"
 
         channels = KernelChannels(setup.lab, kernel_id)
         try:
@@ -175,6 +178,45 @@ def test_kernel_runs_in_the_box_interrupts_restarts_and_shuts_down(
             return kernel_id not in [item["kernel_id"] for item in watch["kernels"]]
 
         wait_for(forgotten, timeout=30)
+
+
+def test_the_cpu_kernel_uses_the_box_whatever_its_environment_and_names_it(
+    setup: KernelLab, controller_client: Client, cleanup: list[str]
+) -> None:
+    name = box_name(setup.owner, None)
+    cleanup.append(name)
+    # The person's CPU box, created with an image profile: no other kernel is needed.
+    environment = controller_client.capabilities().images.profile("python")
+    assert environment is not None, "the session's controller serves the example images"
+    controller_client.create(name, ttl_hours=1, image=environment.name)
+    wait_for(lambda: "devbox-cpu" in _kernelspecs(setup.lab), timeout=60)
+
+    started: list[requests.Response] = []
+    starter = threading.Thread(target=lambda: started.append(start_kernel(setup.lab, "devbox-cpu")))
+    starter.start()
+    port = _box_port(controller_client, name)
+    with loopback_sshd(setup.base / "sshd-env", port, setup.key.with_suffix(".pub")):
+        starter.join(KERNEL_START_TIMEOUT)
+        assert started, "the kernel start did not answer"
+        assert started[0].status_code == 201, started[0].text
+        kernel_id = started[0].json()["id"]
+        watch = setup.lab.api("GET", "devboxes/api/watch?timeout=0")
+        progress = {item["kernel_id"]: item for item in watch["kernels"]}
+        assert progress[kernel_id]["message"] == (
+            f"kernel running in box {name} (environment: {environment.display_name})"
+        )
+        setup.lab.api("DELETE", f"api/kernels/{kernel_id}", timeout=60)
+
+
+def test_the_running_message_names_the_environment_of_a_box_that_has_one() -> None:
+    box = Devbox.model_validate(
+        {"name": "nb-ada-cpu", "state": "ready", "preset": "small",
+         "created_at": "2026-12-04T08:00:00Z",
+         "image": {"profile": "python", "display_name": "Python", "mode": "workspace"}}
+    )  # fmt: skip
+    assert running_message(box) == "kernel running in box nb-ada-cpu (environment: Python)"
+    without = box.model_copy(update={"image": None})
+    assert running_message(without) == "kernel running in box nb-ada-cpu"
 
 
 def test_failures_end_the_start_with_one_message(

@@ -60,6 +60,17 @@ PROFILES = [
     {"name": "a100-mig", "display_name": "A100 MIG 1g.10gb", "description": "A slice",
      "resource_name": "nvidia.com/mig-1g.10gb", "count": 2, "default": False},
 ]  # fmt: skip
+IMAGES = [
+    {"name": "cuda", "display_name": "CUDA 12.8 workspace", "description": None,
+     "mode": "workspace", "ports": []},
+    {"name": "web-preview", "display_name": "Web preview", "description": "Port 8080",
+     "mode": "sidecar", "ports": [{"name": "http", "container_port": 8080, "protocol": "TCP"}]},
+]  # fmt: skip
+# The environment pinned to a box: none (the operator's workspace image), or a profile's.
+BOX_IMAGES: list[dict[str, Any] | None] = [
+    None,
+    {"profile": "web-preview", "display_name": "Web preview", "mode": "sidecar", "ports": []},
+]
 FREE = [
     {"name": "nvidia-l4", "available": 1, "capacity": 2, "waiting": 0},
     {"name": "nvidia-l4", "available": 0, "capacity": 2, "waiting": 3},
@@ -102,6 +113,9 @@ function render(w) {
     free: input.free.map(entry => w.freeText(entry)),
     reasons: input.reasons.map(box => w.reason(box)),
     stale: input.observed.map(at => w.staleNotice(at, now)),
+    default_environment: w.DEFAULT_ENVIRONMENT,
+    environment_choices: input.images.map(profile => w.environmentChoiceLabel(profile)),
+    environments: input.box_images.map(image => w.environmentLabel(image)),
   };
 }
 const dashboardSource = fs.readFileSync(input.dashboard, 'utf8');
@@ -145,6 +159,17 @@ def _python() -> dict[str, Any]:
         # An empty reason is no text at all in TypeScript.
         "reasons": [labels.reason(r["summary"], r["message"]) or "" for r in REASONS],
         "stale": [labels.stale_notice(at, NOW) for at in OBSERVED],
+        "default_environment": labels.DEFAULT_ENVIRONMENT,
+        "environment_choices": [
+            labels.environment_choice_label(models.ImageProfile.model_validate(profile))
+            for profile in IMAGES
+        ],
+        "environments": [
+            labels.environment_label(
+                None if image is None else models.ImageAllocation.model_validate(image)
+            )
+            for image in BOX_IMAGES
+        ],
     }
 
 
@@ -163,6 +188,8 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "profiles": PROFILES,
         "free": FREE,
         "reasons": REASONS,
+        "images": IMAGES,
+        "box_images": BOX_IMAGES,
         "observed": [None if at is None else at.isoformat() for at in OBSERVED],
     }
     result = subprocess.run(
@@ -191,7 +218,18 @@ def test_the_dashboard_labels_are_generated_from_the_lab_words() -> None:
 
 @needs_node
 @pytest.mark.parametrize(
-    "key", ["cpu_only", "allocations", "auto_stop", "units", "reasons", "stale"]
+    "key",
+    [
+        "cpu_only",
+        "allocations",
+        "auto_stop",
+        "units",
+        "reasons",
+        "stale",
+        "default_environment",
+        "environment_choices",
+        "environments",
+    ],
 )
 def test_python_the_lab_and_the_dashboard_say_the_same(rendered: dict[str, Any], key: str) -> None:
     python = _python()[key]
@@ -216,6 +254,14 @@ def test_the_lab_and_the_dashboard_count_free_devices_alike(rendered: dict[str, 
 @pytest.mark.parametrize("key", ["profiles", "notes"])
 def test_the_lab_and_the_python_widgets_say_the_same(rendered: dict[str, Any], key: str) -> None:
     assert rendered["lab"][key] == _python()[key]
+
+
+def test_an_environment_says_whether_it_replaces_the_workspace_or_runs_beside_it() -> None:
+    assert _python()["environment_choices"] == [
+        "CUDA 12.8 workspace (as the workspace)",
+        "Web preview (beside the workspace)",
+    ]
+    assert _python()["environments"] == ["Default workspace", "Web preview"]
 
 
 def test_the_auto_stop_words_cover_every_branch() -> None:

@@ -127,3 +127,19 @@ async def test_unknown_profile_is_422_naming_the_available_ones(
     [error] = _json(response)["detail"]
     assert error["loc"] == ["body", "gpu", "profile"]
     assert all(profile.name in error["msg"] for profile in catalog.profiles)
+
+
+async def test_a_create_names_its_environment_and_one_that_does_not_fit_is_422_at_image(
+    jp_fetch: Fetch, cleanup: list[str]
+) -> None:
+    # The example CUDA image runs on NVIDIA profiles only, so not on CPU only.
+    refused = await _create(jp_fetch, cleanup, image="cuda")
+    assert refused.code == 422
+    [error] = _json(refused)["detail"]
+    assert error["loc"] == ["body", "image"]
+    assert "cuda" in error["msg"]
+
+    created = await _create(jp_fetch, cleanup, image="web-preview")
+    assert created.code == 201, created.body
+    image = _json(created)["image"]
+    assert (image["profile"], image["mode"]) == ("web-preview", "sidecar")

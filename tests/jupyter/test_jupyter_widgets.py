@@ -122,9 +122,29 @@ class TestLauncherWithoutController:
     def test_unreachable_controller_is_explained_not_raised(self, offline_client: Client) -> None:
         launcher = DevboxLauncher(offline_client)
         assert "could not be loaded" in launcher.picker.help.value
+        # Without a catalog there is no environment to choose: the choice is not shown.
+        assert launcher.environment.layout.display == "none"
+        assert launcher.environment.value == labels.DEFAULT_ENVIRONMENT_KEY
         launcher.name.value = "fine"
         launcher.create_button.click()
         assert "cannot reach the Devboxes API" in launcher.error.value
+
+
+def test_environment_options_put_the_workspace_image_first_and_say_where_each_runs() -> None:
+    images = models.ImageCapabilities.model_validate(
+        {"enabled": True, "profiles": [
+            {"name": "cuda", "display_name": "CUDA 12.8 workspace", "mode": "workspace"},
+            {"name": "web-preview", "display_name": "Web preview", "mode": "sidecar",
+             "ports": [{"name": "http", "container_port": 8080}]},
+        ]}
+    )  # fmt: skip
+    assert labels.environment_options(images) == [
+        ("Default workspace", ""),
+        ("CUDA 12.8 workspace (as the workspace)", "cuda"),
+        ("Web preview (beside the workspace)", "web-preview"),
+    ]
+    disabled = images.model_copy(update={"enabled": False})
+    assert labels.environment_options(disabled) == [("Default workspace", "")]
 
 
 def _unique(prefix: str) -> str:
@@ -170,6 +190,46 @@ class TestWithController:
         assert final.gpu.profile == profile
         assert final.ssh_command
         assert final.ssh_command in launcher.ssh.value
+
+    def test_launcher_creates_a_box_in_the_chosen_environment_and_the_table_shows_it(
+        self, controller_client: Client, cleanup: list[str]
+    ) -> None:
+        images = controller_client.capabilities().images
+        launcher = DevboxLauncher(controller_client)
+        assert launcher.environment.layout.display is None
+        assert [key for _label, key in launcher.environment.options] == [
+            labels.DEFAULT_ENVIRONMENT_KEY,
+            *(profile.name for profile in images.profiles),
+        ]
+        launcher.name.value = _unique("we")
+        launcher.environment.value = "python"
+        launcher.create_button.click()
+        cleanup.append(launcher.name.value)
+        assert launcher.error.value == launcher.environment_error.value == ""
+        created = launcher.box
+        assert created is not None
+        assert created.image is not None
+        assert created.image.profile == "python"
+
+        table = DevboxTable(controller_client)
+        assert "Environment" in table.HEADERS
+        assert table.rows[created.name].environment.value == created.image.display_name
+
+    def test_an_environment_that_does_not_fit_the_accelerator_is_refused_beside_it(
+        self, controller_client: Client, cleanup: list[str]
+    ) -> None:
+        # The CUDA image runs on NVIDIA profiles only; the form's default accelerator is CPU.
+        launcher = DevboxLauncher(controller_client)
+        launcher.name.value = _unique("wx")
+        launcher.environment.value = "cuda"
+        launcher.create_button.click()
+        cleanup.append(launcher.name.value)
+        assert launcher.box is None
+        assert launcher.error.value == ""
+        assert "cuda" in launcher.environment_error.value
+        # Choosing again clears the refusal.
+        launcher.environment.value = "python"
+        assert launcher.environment_error.value == ""
 
     def test_controller_refusal_is_shown_inline(
         self, controller_client: Client, cleanup: list[str]

@@ -125,6 +125,7 @@ import * as labels from "./labels.js";
       $("create-error").textContent = "Could not load the accelerator catalog: " + detailText(data);
       return;
     }
+    showEnvironments(data.images || { enabled: false, profiles: [] });
     const gpu = data.gpu || { enabled: false, profiles: [] };
     if (!gpu.enabled) {
       $("gpu-disabled").hidden = false;
@@ -138,6 +139,28 @@ import * as labels from "./labels.js";
     );
     $("accelerator").hidden = false;
     showAvailability(availability);
+  }
+
+  // Shown only when the operator publishes image profiles. Which accelerators an image
+  // supports is not published, so a mismatch shows as the controller's refusal under it.
+  let environments = [];
+
+  function showEnvironments(images) {
+    environments = images.enabled ? images.profiles : [];
+    if (!environments.length) return;
+    $("box-environment").replaceChildren(
+      new Option(labels.DEFAULT_ENVIRONMENT, "", true, true),
+      ...environments.map((p) => new Option(labels.environmentChoiceLabel(p), p.name)),
+    );
+    describeEnvironment();
+    $("environment").hidden = false;
+  }
+
+  function describeEnvironment() {
+    const chosen = environments.find((p) => p.name === $("box-environment").value);
+    $("box-environment-help").textContent = chosen
+      ? chosen.description || labels.environmentChoiceLabel(chosen)
+      : "The operator's workspace image.";
   }
 
   // -- free devices per profile, pushed over the event stream --------------------------
@@ -180,6 +203,7 @@ import * as labels from "./labels.js";
     preset: "box-preset-error",
     ttl_hours: "box-ttl-error",
     gpu: "accelerator-error",
+    image: "box-environment-error",
   };
 
   function detailText(data) {
@@ -190,14 +214,18 @@ import * as labels from "./labels.js";
 
   function clearErrors() {
     for (const id of [...Object.values(fieldErrors), "create-error"]) $(id).textContent = "";
-    for (const id of ["box-name", "box-preset", "box-ttl"]) $(id).removeAttribute("aria-invalid");
+    for (const id of ["box-name", "box-preset", "box-ttl", "box-environment"]) {
+      $(id).removeAttribute("aria-invalid");
+    }
   }
 
   function showError(field, message) {
     const id = field ? fieldErrors[field] : "create-error";
     const target = $(id);
     target.textContent = target.textContent ? target.textContent + " " + message : message;
-    const input = { name: "box-name", preset: "box-preset", ttl_hours: "box-ttl" }[field];
+    const input = {
+      name: "box-name", preset: "box-preset", ttl_hours: "box-ttl", image: "box-environment",
+    }[field];
     if (input) $(input).setAttribute("aria-invalid", "true");
   }
 
@@ -229,6 +257,7 @@ import * as labels from "./labels.js";
     };
     if (form.preset.value) body.preset = form.preset.value;
     if (chosen && chosen.value) body.gpu = { profile: chosen.value };
+    if (form.image.value) body.image = form.image.value;
     const button = $("create-button");
     button.disabled = true;
     try {
@@ -319,7 +348,9 @@ import * as labels from "./labels.js";
     const tr = document.createElement("tr");
     tr.dataset.box = box.name;
     const cells = {};
-    for (const key of ["name", "state", "accelerator", "preset", "autostop", "ssh", "message"]) {
+    for (const key of [
+      "name", "state", "accelerator", "environment", "preset", "autostop", "ssh", "message",
+    ]) {
       const cell = document.createElement(key === "name" ? "th" : "td");
       if (key === "name") cell.scope = "row";
       cell.className = "col-" + key;
@@ -346,6 +377,7 @@ import * as labels from "./labels.js";
     badge.textContent = box.state;
     row.cells.state.replaceChildren(badge);
     row.cells.accelerator.textContent = labels.allocationLabel(box.gpu);
+    row.cells.environment.textContent = labels.environmentLabel(box.image);
     row.cells.preset.textContent = box.preset;
     fillAutoStop(row);
     if (box.ssh_command) {
@@ -613,6 +645,11 @@ import * as labels from "./labels.js";
   document.addEventListener("DOMContentLoaded", () => {
     if (ttlMax > 0) $("box-ttl").max = String(ttlMax);
     $("create-form").addEventListener("submit", create);
+    $("box-environment").addEventListener("change", () => {
+      $("box-environment-error").textContent = "";
+      $("box-environment").removeAttribute("aria-invalid");
+      describeEnvironment();
+    });
     $("delete-form").addEventListener("submit", confirmDelete);
     $("delete-cancel").addEventListener("click", () => dialog.close());
     $("delete-purge").addEventListener("change", refreshDelete);
