@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from devboxes_testbed import L4
 from devboxes_testbed.cluster import free_port
-from devboxes_testbed.controller import Controller, example_settings, without_gpu_profiles
+from devboxes_testbed.controller import Controller, example_settings
 from support import (
     CHROMIUM,
     CHROMIUM_ARGS,
@@ -221,8 +221,7 @@ def test_selector_is_replaced_by_a_notice_when_gpu_is_disabled(
 ) -> None:
     from playwright.sync_api import expect
 
-    everything = example_settings(namespace)
-    settings = without_gpu_profiles(everything, *(p["name"] for p in everything["gpu"]["profiles"]))
+    settings = example_settings(namespace)
     settings["gpu"] = {"enabled": False}
     # The example image profiles name GPU profiles, which a controller without GPUs
     # refuses; without image profiles the environment choice is not shown either.
