@@ -59,7 +59,8 @@ def test_a_token_of_other_filters_is_a_400_naming_both() -> None:
     token = tokens.issue(Position("a", "ready", None))
     problem = _refusal(tokens, token, state="stopped")
     assert problem.status == 400
-    assert "state=ready" in problem.detail and "state=stopped" in problem.detail
+    assert "state=ready" in problem.detail
+    assert "state=stopped" in problem.detail
 
 
 def test_a_token_older_than_its_lifetime_is_a_410_saying_to_restart() -> None:
