@@ -1,9 +1,9 @@
 """Stopped boxes written straight to the apiserver as the controller renders them.
 
-A stopped box is its Deployment at zero replicas: no pod is scheduled and no volume is
-provisioned, so thousands of them cost the apiserver only their objects. Lists, filters
-and paging then have real boxes to answer about without the minutes that starting them
-would take.
+A stopped box is its home claim, its SSH Service and its Deployment at zero replicas: no
+pod is scheduled, so thousands of them cost only their objects, and the controller finds
+nothing to repair. Lists, filters and paging then have real boxes to answer about without
+the minutes that starting them would take.
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ def write_stopped(
     parsed = settings_from_mapping(settings)
     gpu = parsed.gpu.resolve(GpuRequest(profile=profile)) if profile is not None else None
     apps = client.AppsV1Api(api_client)
+    core = client.CoreV1Api(api_client)
+    namespace = parsed.namespace
     expires = datetime.now(UTC) + timedelta(hours=parsed.ttl.max_hours)
 
     def write(name: str) -> None:
@@ -42,8 +44,10 @@ def write_stopped(
             expires_at=expires,
             gpu=gpu,
         )
+        core.create_namespaced_persistent_volume_claim(namespace, render.render_pvc(spec, parsed))
+        core.create_namespaced_service(namespace, render.render_service(spec, parsed))
         deployment = render.render_deployment(spec, parsed, replicas=0)
-        apps.create_namespaced_deployment(parsed.namespace, deployment)
+        apps.create_namespaced_deployment(namespace, deployment)
 
     with ThreadPoolExecutor(workers) as pool:
         list(pool.map(write, names))
