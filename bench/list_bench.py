@@ -13,7 +13,7 @@ thousands of boxes in minutes, with no pod to schedule. Then, with one client se
 - a 500-box page, the first and one from the middle of the list;
 - a walk through every page of 500.
 
-    PYTHONPATH=testbed .venv/bin/python bench/list_bench.py --boxes 10000 --results
+    PYTHONPATH=testbed .venv/bin/python bench/list_bench.py --results
 
 Every request asks for gzip as clients do; latencies run until the last byte arrives and
 do not include inflating it, except in the walk, which must read each page's token.
@@ -150,7 +150,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--boxes", type=int, default=10000, help="boxes in all")
+    parser.add_argument("--boxes", type=int, default=2500, help="boxes in all")
     parser.add_argument("--running", type=int, default=20, help="of them, created and ready")
     parser.add_argument("--samples", type=int, default=30)
     parser.add_argument("--walks", type=int, default=5)
