@@ -133,11 +133,16 @@ def contract() -> dict[str, Any]:
 
 def describe_settings(document: dict[str, Any], settings: Settings) -> dict[str, Any]:
     """The served document states this operator's own limits (the longest TTL, the
-    profiles on offer), so that clients see exactly which creates are accepted."""
+    profiles on offer), so that clients see exactly which creates and list filters are
+    accepted."""
     schemas = document["components"]["schemas"]
     create = schemas["DevboxCreate"]["properties"]
     create["ttl_hours"]["maximum"] = settings.ttl.max_hours
     schemas["DevboxExtend"]["properties"]["hours"]["maximum"] = settings.ttl.max_hours
+    offered = [profile.name for profile in settings.gpu.profiles] if settings.gpu.enabled else []
+    for parameter in document["paths"][f"{API_PREFIX}/devboxes"]["get"]["parameters"]:
+        if parameter["name"] == "profile":
+            parameter["schema"]["anyOf"][0]["enum"] = [*offered, CPU]
     if settings.gpu.enabled:
         names = [profile.name for profile in settings.gpu.profiles]
         schemas["GpuRequest"]["properties"]["profile"] = {
