@@ -30,7 +30,7 @@ from devboxes_sdk._completion import (
     completion_script,
 )
 from devboxes_sdk._version import __version__
-from devboxes_sdk.client import Client, Devbox
+from devboxes_sdk.client import DEFAULT_PAGE_SIZE, Client, Devbox
 from devboxes_sdk.config import (
     ENV_TOKEN,
     ENV_URL,
@@ -308,6 +308,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     listing = add("list", "list your boxes, newest first", _cmd_list)
     listing.add_argument("-q", "--quiet", action="store_true", help="print box names only")
+    listing.add_argument(
+        "--state", choices=[state.value for state in DevboxState], help="only boxes in this state"
+    )
+    complete_with(
+        listing.add_argument(
+            "--profile", metavar="PROFILE", help="only boxes of this GPU profile, or 'cpu'"
+        ),
+        PROFILES,
+    )
 
     status = add("status", "show every detail of one box", _cmd_status)
     _box_argument(status)
@@ -680,10 +689,11 @@ def _cmd_create(args: argparse.Namespace) -> int:
 def _cmd_list(args: argparse.Namespace) -> int:
     _names_or_json(args)
     with _client(args) as client:
+        filters = {k: v for k, v in (("state", args.state), ("profile", args.profile)) if v}
         if args.json:
-            _print_json(client.request_json("GET", f"{API_PREFIX}/devboxes"))
+            _print_json(client.request_json("GET", f"{API_PREFIX}/devboxes", params=filters))
             return EXIT_OK
-        boxes = client.list()
+        boxes = client.list(state=args.state, profile=args.profile, page_size=DEFAULT_PAGE_SIZE)
     if args.quiet:
         for box in boxes:
             print(box.name)

@@ -10,11 +10,12 @@ import copy
 import math
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
+from urllib.parse import urlencode
 
 import requests
-from pydantic import BaseModel, ConfigDict, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from pydantic import ValidationError as PydanticValidationError
 
 from devboxes_sdk import models
@@ -23,12 +24,14 @@ from devboxes_sdk.config import resolve
 from devboxes_sdk.errors import (
     BoxDegraded,
     BoxStopped,
+    ListExpired,
     StartTimeout,
     ValidationError,
 )
 from devboxes_sdk.models import (
     API_PREFIX,
     IDEMPOTENCY_HEADER,
+    MAX_LIST_LIMIT,
     MAX_WAIT_SECONDS,
     WAIT_HEADER,
     FieldError,
@@ -44,6 +47,8 @@ _POLL_MAX_DELAY = 5.0
 # A server-side wait that comes back sooner than this without any change is treated
 # like a poll, so a misbehaving server cannot turn the wait into a busy loop.
 _MIN_SERVER_WAIT_ROUND = 1.0
+# Half a megabyte or so of JSON per request: few round trips, no long stall on any one.
+DEFAULT_PAGE_SIZE = 500
 UpdateCallback = Callable[["Devbox"], object]
 
 
@@ -52,6 +57,11 @@ def _name_or_error(name: str) -> str:
         return models.normalize_name(name)
     except ValueError as error:
         raise ValidationError([FieldError(loc=["name"], msg=str(error))], local=True) from None
+
+
+def _filters(state: models.DevboxState | str | None, profile: str | None) -> dict[str, str]:
+    wanted = {"state": state, "profile": profile}
+    return {key: str(value) for key, value in wanted.items() if value is not None}
 
 
 def create_body(
@@ -182,6 +192,12 @@ class _Boxes(BaseModel):
     model_config = ConfigDict(extra="ignore", title=models.DevboxList.__name__)
 
     items: list[Devbox]
+
+
+class _Page(_Boxes):
+    """One page of a paged ``GET /api/v1/devboxes``."""
+
+    next: str | None = Field(default=None, alias="continue")
 
 
 class GpuNamespace:
@@ -320,11 +336,73 @@ class Client:
         )
         return self._box(response)
 
-    def list(self) -> builtins.list[Devbox]:
-        """Every box, newest first."""
-        data, status = self._http.read(f"{API_PREFIX}/devboxes")
+    def list(
+        self,
+        *,
+        state: models.DevboxState | str | None = None,
+        profile: str | None = None,
+        page_size: int | None = None,
+    ) -> builtins.list[Devbox]:
+        """Every box, newest first; only those in ``state`` and of ``profile`` (a GPU
+        profile's name, or ``"cpu"``) when given.
+
+        Without ``page_size`` the list comes in one answer, revalidated with its entity
+        tag when asked for again; with it, page by page as :meth:`iter_boxes` fetches it.
+        """
+        if page_size is not None:
+            boxes = self.iter_boxes(state=state, profile=profile, page_size=page_size)
+            return sorted(boxes, key=lambda box: (box.created_at, box.name), reverse=True)
+        query = urlencode(_filters(state, profile))
+        data, status = self._http.read(f"{API_PREFIX}/devboxes" + (f"?{query}" if query else ""))
         parsed = parse(_Boxes, data, status)
         return [box._bind(self, raw) for box, raw in zip(parsed.items, data["items"], strict=True)]
+
+    def iter_boxes(
+        self,
+        *,
+        state: models.DevboxState | str | None = None,
+        profile: str | None = None,
+        page_size: int = DEFAULT_PAGE_SIZE,
+    ) -> Iterator[Devbox]:
+        """Every box (filtered as for :meth:`list`) in name order, fetching the next page
+        only when the iteration reaches it.
+
+        A box that exists throughout the iteration is yielded exactly once; one created
+        or deleted meanwhile may or may not be. Should the server expire the list (410,
+        e.g. after a pause of more than 15 minutes), the list starts again once, skipping
+        the names already yielded; a second expiry raises :class:`ListExpired`.
+        """
+        if not 1 <= page_size <= MAX_LIST_LIMIT:
+            raise ValueError(f"page_size must be between 1 and {MAX_LIST_LIMIT}")
+        filters = _filters(state, profile)
+        path = f"{API_PREFIX}/devboxes"
+        token: str | None = None
+        # Names up to this one were yielded before the list started again.
+        resume = ""
+        last = ""
+        restarted = False
+        while True:
+            params: dict[str, str | int] = {**filters, "limit": page_size}
+            if token is not None:
+                params["continue"] = token
+            try:
+                response = self._http.request("GET", path, params=params)
+            except ListExpired as err:
+                if restarted:
+                    raise ListExpired(
+                        err.status, f"the list expired again after starting over: {err.detail}"
+                    ) from err
+                restarted, token, resume = True, None, last
+                continue
+            data = decode(response)
+            page = parse(_Page, data, response.status_code)
+            for box, raw in zip(page.items, data["items"], strict=True):
+                if box.name > resume:
+                    last = box.name
+                    yield box._bind(self, raw)
+            if page.next is None:
+                return
+            token = page.next
 
     def get(self, name: str) -> Devbox:
         return self._box_from(*self._http.read(f"{API_PREFIX}/devboxes/{_name_or_error(name)}"))

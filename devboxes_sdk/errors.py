@@ -102,6 +102,11 @@ class ValidationError(ApiError):
         return cls(field_errors(error.errors(), "body"), local=True)
 
 
+class ListExpired(ApiError):
+    """410: the continue token of a paged list can no longer be honoured; the list has
+    to start again."""
+
+
 class Unavailable(ApiError):
     """503, or the API could not be reached at all (then ``status`` is ``None``)."""
 
@@ -174,6 +179,7 @@ _STATUS_ERRORS: Mapping[int, type[ApiError]] = {
     403: PermissionDenied,
     404: NotFound,
     409: Conflict,
+    410: ListExpired,
     503: Unavailable,
 }
 

@@ -332,10 +332,26 @@ class ActivityReport(_Request):
     gpu_utilization: Annotated[float, Field(ge=0, le=100), JSON_NUMBER] | None = None
 
 
+# The most boxes one page of ``GET /api/v1/devboxes`` holds.
+MAX_LIST_LIMIT = 1000
+
+
 class DevboxList(_Response):
-    """Body of ``GET /api/v1/devboxes``: newest first."""
+    """Body of ``GET /api/v1/devboxes``: newest first. A paged answer (the request sent
+    ``limit`` or ``continue``) is in name order and carries ``continue``."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
     items: list[Devbox]
+    # Named as on the wire, which Python reserves.
+    continue_: str | None = Field(
+        default=None,
+        alias="continue",
+        description=(
+            "Present on paged answers only: the token that fetches the next page, "
+            "null on the last page"
+        ),
+    )
 
 
 class DeleteResult(_Response):

@@ -330,11 +330,17 @@ export interface components {
         };
         /**
          * DevboxList
-         * @description Body of ``GET /api/v1/devboxes``: newest first.
+         * @description Body of ``GET /api/v1/devboxes``: newest first. A paged answer (the request sent
+         *     ``limit`` or ``continue``) is in name order and carries ``continue``.
          */
         DevboxList: {
             /** Items */
             items: components["schemas"]["Devbox"][];
+            /**
+             * Continue
+             * @description Present on paged answers only: the token that fetches the next page, null on the last page
+             */
+            continue?: string | null;
         };
         /**
          * DevboxState
@@ -786,7 +792,16 @@ export interface operations {
     };
     list_devboxes_api_v1_devboxes_get: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Answer in pages of at most this many boxes, in name order */
+                limit?: number | null;
+                /** @description The continue token of the previous page, sent with the same filters */
+                continue?: string | null;
+                /** @description Only boxes in this state */
+                state?: components["schemas"]["DevboxState"] | null;
+                /** @description Only boxes of this GPU profile, or 'cpu' */
+                profile?: string | null;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -809,6 +824,15 @@ export interface operations {
                 };
                 content?: never;
             };
+            /** @description Bad Request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description Unauthorized */
             401: {
                 headers: {
@@ -818,8 +842,26 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Gone */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description Request Entity Too Large */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };

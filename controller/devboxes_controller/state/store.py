@@ -25,6 +25,7 @@ from . import slim
 from .availability import Availability
 from .bodies import Body, body
 from .cache import Informer
+from .index import CPU, BoxIndex
 from .metrics import METRICS
 
 Clock = Callable[[], datetime]
@@ -61,6 +62,7 @@ class BoxStore:
         self._status: dict[str, Devbox] = {}
         self._status_body: dict[str, Body] = {}
         self._list_body: Body | None = None
+        self._index = BoxIndex()
         self._status_lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._changed: dict[str, asyncio.Event] = {}
@@ -214,6 +216,7 @@ class BoxStore:
             if objects is None:
                 self._status.pop(name, None)
                 self._status_body.pop(name, None)
+                self._index.remove(name)
                 self._list_body = None
             else:
                 box = status.derive(objects, self.settings, self.clock())
@@ -234,6 +237,7 @@ class BoxStore:
         """Called with the status lock held."""
         self._status[box.name] = box
         self._status_body[box.name] = body(box.model_dump_json().encode())
+        self._index.put(box.name, box.state.value, box.gpu.profile if box.gpu else CPU)
         self._list_body = None
 
     def _announce(self, names: set[str]) -> None:
@@ -289,16 +293,39 @@ class BoxStore:
             raise NotFound(f"devbox '{name}' not found")
         return answer
 
+    def _newest_first(self, boxes: list[Devbox]) -> Body:
+        """Called with the status lock held."""
+        order = sorted(boxes, key=lambda b: (b.created_at, b.name), reverse=True)
+        parts = [self._status_body[b.name].data for b in order]
+        return body(b'{"items":[' + b",".join(parts) + b"]}", compress=True)
+
     def list_body(self) -> Body:
         """The list response body, assembled from the per-box bodies once per change."""
         with self._status_lock:
             if self._list_body is None:
-                order = sorted(
-                    self._status.values(), key=lambda b: (b.created_at, b.name), reverse=True
-                )
-                parts = [self._status_body[b.name].data for b in order]
-                self._list_body = body(b'{"items":[' + b",".join(parts) + b"]}", compress=True)
+                self._list_body = self._newest_first(list(self._status.values()))
             return self._list_body
+
+    def filtered_body(self, state: str | None, profile: str | None) -> Body:
+        """The list response body of the boxes in this state and of this profile."""
+        with self._status_lock:
+            names = self._index.names(state, profile)
+            return self._newest_first([self._status[name] for name in names])
+
+    def page(
+        self, state: str | None, profile: str | None, after: str, limit: int | None
+    ) -> tuple[list[bytes], str | None]:
+        """The bodies of up to ``limit`` boxes named after ``after``, in name order, and
+        the name to continue after when more boxes follow."""
+        with self._status_lock:
+            page = self._index.page(state, profile, after, limit)
+            parts = [self._status_body[name].data for name in page.names]
+        return parts, page.names[-1] if page.more else None
+
+    def profiles(self) -> set[str]:
+        """The profiles some box has now."""
+        with self._status_lock:
+            return self._index.profiles()
 
     def counts(self) -> dict[str, int]:
         totals = {state.value: 0 for state in DevboxState}

@@ -6,6 +6,7 @@ Reads are answered from the watch caches on the event loop. Writes go through th
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
@@ -14,6 +15,7 @@ from fastapi.openapi.utils import get_openapi
 from devboxes_sdk.models import (
     API_PREFIX,
     IDEMPOTENCY_HEADER,
+    MAX_LIST_LIMIT,
     MAX_WAIT_SECONDS,
     NAME_INPUT_PATTERN,
     WAIT_HEADER,
@@ -23,6 +25,7 @@ from devboxes_sdk.models import (
     DevboxCreate,
     DevboxExtend,
     DevboxList,
+    DevboxState,
     DoctorReport,
     ErrorBody,
     GpuAvailability,
@@ -38,9 +41,11 @@ from ..control import volumes
 from ..control.lifecycle import Lifecycle
 from ..k8s.kube import rule_broken
 from ..placement import doctor
-from ..state.bodies import Body, respond
+from ..state.bodies import Body, body, respond
+from ..state.index import CPU
 from ..state.store import BoxStore
 from .auth import operator
+from .paging import ListTokens, Position
 from .writes import WritePool
 
 Responses = dict[int | str, dict[str, Any]]
@@ -97,7 +102,13 @@ async def _writes(request: Request) -> WritePool:
     return writes
 
 
+async def _tokens(request: Request) -> ListTokens:
+    tokens: ListTokens = request.app.state.list_tokens
+    return tokens
+
+
 StoreDep = Annotated[BoxStore, Depends(_store)]
+TokensDep = Annotated[ListTokens, Depends(_tokens)]
 LifecycleDep = Annotated[Lifecycle, Depends(_lifecycle)]
 WritesDep = Annotated[WritePool, Depends(_writes)]
 
@@ -122,12 +133,16 @@ def contract() -> dict[str, Any]:
 
 def describe_settings(document: dict[str, Any], settings: Settings) -> dict[str, Any]:
     """The served document states this operator's own limits (the longest TTL, the
-    GPU and image profiles on offer), so that clients see exactly which creates are
-    accepted."""
+    GPU and image profiles on offer), so that clients see exactly which creates and list
+    filters are accepted."""
     schemas = document["components"]["schemas"]
     create = schemas["DevboxCreate"]["properties"]
     create["ttl_hours"]["maximum"] = settings.ttl.max_hours
     schemas["DevboxExtend"]["properties"]["hours"]["maximum"] = settings.ttl.max_hours
+    offered = [profile.name for profile in settings.gpu.profiles] if settings.gpu.enabled else []
+    for parameter in document["paths"][f"{API_PREFIX}/devboxes"]["get"]["parameters"]:
+        if parameter["name"] == "profile":
+            parameter["schema"]["anyOf"][0]["enum"] = [*offered, CPU]
     if settings.gpu.enabled:
         names = [profile.name for profile in settings.gpu.profiles]
         schemas["GpuRequest"]["properties"]["profile"] = {
@@ -232,9 +247,57 @@ async def gpu_doctor(_: Operator, lifecycle: LifecycleDep, writes: WritesDep) ->
     return await writes.run(doctor.examine, lifecycle.settings, lifecycle.api)
 
 
-@router.get("/devboxes", response_model=DevboxList, responses=CONDITIONAL)
-async def list_devboxes(request: Request, _: Operator, store: StoreDep) -> Response:
-    return respond(request, store.list_body())
+def _profile(store: BoxStore, profile: str) -> str:
+    # A profile gone from the catalog stays a valid filter while boxes of it remain.
+    known = {p.name for p in store.settings.gpu.profiles} | store.profiles() | {CPU}
+    if profile not in known:
+        offered = ", ".join(sorted(known))
+        raise rule_broken(["query", "profile"], f"unknown profile '{profile}'; one of {offered}")
+    return profile
+
+
+@router.get(
+    "/devboxes",
+    response_model=DevboxList,
+    responses={**CONDITIONAL, **_errors(400, 410, 422)},
+)
+async def list_devboxes(
+    request: Request,
+    _: Operator,
+    store: StoreDep,
+    tokens: TokensDep,
+    limit: Annotated[
+        int | None,
+        Query(
+            ge=1,
+            le=MAX_LIST_LIMIT,
+            description="Answer in pages of at most this many boxes, in name order",
+        ),
+    ] = None,
+    continue_: Annotated[
+        str | None,
+        Query(
+            alias="continue",
+            description="The continue token of the previous page, sent with the same filters",
+        ),
+    ] = None,
+    state: Annotated[DevboxState | None, Query(description="Only boxes in this state")] = None,
+    profile: Annotated[
+        str | None, Query(description=f"Only boxes of this GPU profile, or '{CPU}'")
+    ] = None,
+) -> Response:
+    wanted = state.value if state is not None else None
+    if profile is not None:
+        profile = _profile(store, profile)
+    if limit is None and continue_ is None:
+        if wanted is None and profile is None:
+            return respond(request, store.list_body())
+        return respond(request, store.filtered_body(wanted, profile))
+    after = tokens.read(continue_, wanted, profile).after if continue_ is not None else ""
+    parts, last = store.page(wanted, profile, after, limit)
+    following = tokens.issue(Position(last, wanted, profile)) if last is not None else None
+    tail = f'],"continue":{json.dumps(following)}}}'.encode()
+    return respond(request, body(b'{"items":[' + b",".join(parts) + tail, compress=True))
 
 
 @router.post("/devboxes", status_code=201, responses={**WITH_BODY, **WRITES})

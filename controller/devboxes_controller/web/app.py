@@ -46,6 +46,7 @@ from .auth import IDENTITY_STATE, require_operator
 from .dashboard import mount_dashboard, set_session_cookie
 from .ingest import MAX_REPORT_BYTES, RateLimiter, is_activity_route
 from .ingest import router as ingest_router
+from .paging import ListTokens
 from .readiness import Readiness
 from .writes import WritePool
 
@@ -350,6 +351,7 @@ def create_app(
     app.state.store = store
     app.state.lifecycle = lifecycle
     app.state.token = token
+    app.state.list_tokens = ListTokens(token)
     app.state.writes = writes
     app.state.capabilities = body(store.settings.capabilities().model_dump_json().encode())
     app.include_router(router)

@@ -81,3 +81,25 @@ def test_a_status_read_before_a_new_pod_never_overwrites_one_read_after_it(
     assert box.message != WAITING_FOR_POD
     assert box.pod_name == pod["metadata"]["name"]
     assert (box.message or "").startswith(SCHEDULING_BLOCKED.split("{", 1)[0])
+
+
+def test_the_list_indexes_follow_a_box_from_its_first_event_to_its_deletion() -> None:
+    settings = settings_from_mapping(
+        yaml.safe_load((REPO / "testbed" / "settings.yaml").read_text())
+    )
+    store = BoxStore(settings, client.ApiClient())
+    (deployment,) = _of_box("deployments")
+    store._deployments._put(slim.deployment(deployment))
+    store._changed_box(BOX)
+    box = store.get(BOX)
+    profile = box.gpu.profile if box.gpu is not None else "cpu"
+    assert store.page(box.state.value, profile, "", 10) == ([store.get_body(BOX).data], None)
+    assert store.page(None, None, BOX, 10) == ([], None)
+    assert store.filtered_body(None, profile).data == store.list_body().data
+    assert store.profiles() == {profile}
+
+    store._deployments._remove(deployment["metadata"]["name"])
+    store._changed_box(BOX)
+    assert store.page(None, None, "", 10) == ([], None)
+    assert store.filtered_body(box.state.value, None).data == b'{"items":[]}'
+    assert store.profiles() == set()

@@ -1,0 +1,53 @@
+"""Stopped boxes written straight to the apiserver as the controller renders them.
+
+A stopped box is its home claim, its SSH Service and its Deployment at zero replicas: no
+pod is scheduled, so thousands of them cost only their objects, and the controller finds
+nothing to repair. Lists, filters and paging then have real boxes to answer about without
+the minutes that starting them would take.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from devboxes_controller.box import render
+from devboxes_controller.config.settings import settings_from_mapping
+from kubernetes import client
+
+from devboxes_sdk.models import GpuRequest
+
+
+def write_stopped(
+    api_client: Any,
+    settings: dict[str, Any],
+    names: Iterable[str],
+    profile: str | None = None,
+    workers: int = 8,
+) -> None:
+    """Create a stopped box of each name, of this GPU profile (None: a CPU box)."""
+    parsed = settings_from_mapping(settings)
+    gpu = parsed.gpu.resolve(GpuRequest(profile=profile)) if profile is not None else None
+    apps = client.AppsV1Api(api_client)
+    core = client.CoreV1Api(api_client)
+    namespace = parsed.namespace
+    expires = datetime.now(UTC) + timedelta(hours=parsed.ttl.max_hours)
+
+    def write(name: str) -> None:
+        spec = render.BoxSpec(
+            name=name,
+            preset="small",
+            ttl_hours=parsed.ttl.max_hours,
+            repository=None,
+            expires_at=expires,
+            gpu=gpu,
+        )
+        core.create_namespaced_persistent_volume_claim(namespace, render.render_pvc(spec, parsed))
+        core.create_namespaced_service(namespace, render.render_service(spec, parsed))
+        deployment = render.render_deployment(spec, parsed, replicas=0)
+        apps.create_namespaced_deployment(namespace, deployment)
+
+    with ThreadPoolExecutor(workers) as pool:
+        list(pool.map(write, names))
