@@ -137,6 +137,9 @@ _PROFILE_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$")
 # The default profile and the idle windows name profiles too. Their values are checked
 # against the configured profiles, so only the schema checks their format.
 _PROFILE_NAME_SCHEMA = WithJsonSchema({"type": "string", "pattern": _PROFILE_NAME_RE.pattern})
+_GPU_PROFILE_NAME_SCHEMA = WithJsonSchema(
+    {"type": "string", "pattern": _PROFILE_NAME_RE.pattern, "not": {"const": CPU_ACCELERATOR}}
+)
 
 
 class ProfileRejected(Exception):
@@ -201,6 +204,16 @@ def _check_profile_name(value: str) -> str:
         raise fail(
             f"{value!r} is not a valid profile name: 1-40 lowercase letters, digits and "
             "'-', starting and ending with a letter or digit"
+        )
+    return value
+
+
+def _check_gpu_profile_name(value: str) -> str:
+    _check_profile_name(value)
+    if value == CPU_ACCELERATOR:
+        raise fail(
+            f"{CPU_ACCELERATOR!r} is reserved for boxes without a GPU (image profiles' "
+            "accelerators and the box list's profile filter name them so)"
         )
     return value
 
@@ -354,7 +367,7 @@ def _snapshot_value(value: Any) -> Any:
 
 
 class GpuProfileConfig(_Model):
-    name: Annotated[StrictStr, AfterValidator(_check_profile_name), _PROFILE_NAME_SCHEMA]
+    name: Annotated[StrictStr, AfterValidator(_check_gpu_profile_name), _GPU_PROFILE_NAME_SCHEMA]
     display_name: Annotated[
         StrictStr,
         AfterValidator(_check_display_name),
