@@ -30,6 +30,7 @@ from devboxes_sdk.errors import (
 )
 from devboxes_sdk.models import (
     Activity,
+    AllocatedDevice,
     Capabilities,
     DeleteResult,
     DevboxState,
@@ -47,6 +48,7 @@ from devboxes_sdk.models import (
 
 __all__ = [
     "Activity",
+    "AllocatedDevice",
     "ApiError",
     "AuthenticationError",
     "BoxDegraded",

@@ -573,12 +573,16 @@ EXPECTED_RULES = {
     ("coordination.k8s.io", "leases"): {"get", "create", "update"},
     ("", "resourcequotas"): {"list"},
     ("", "limitranges"): {"list"},
+    ("resource.k8s.io", "resourceclaimtemplates"): {"list", "watch", "create"},
+    ("resource.k8s.io", "resourceclaims"): {"list", "watch"},
 }
 EXPECTED_CLUSTER_RULES = {
     ("", "nodes"): {"list", "watch"},
     ("", "pods"): {"list", "watch"},
     ("node.k8s.io", "runtimeclasses"): {"list", "watch"},
     ("storage.k8s.io", "storageclasses"): {"list"},
+    ("resource.k8s.io", "resourceslices"): {"list", "watch"},
+    ("resource.k8s.io", "deviceclasses"): {"list"},
 }
 
 
