@@ -137,3 +137,45 @@ def test_a_missing_claim_template_is_recreated(api: Api, dra_testbed: Testbed) -
     template = resource.read_namespaced_resource_claim_template("devbox-amd-gpu", NAMESPACE)
     (owner,) = template.metadata.owner_references
     assert (owner.kind, owner.name) == ("Deployment", "devbox-amd")
+
+
+def test_the_doctor_refuses_selectors_kubernetes_cannot_compile_and_missing_classes(
+    dra_testbed: Testbed, tmp_path: Path
+) -> None:
+    settings = example_settings(NAMESPACE)
+    broken = {
+        "name": "broken",
+        "displayName": "Broken",
+        "deviceClassName": "gpu.nvidia.com",
+        "count": 1,
+        # CEL grammar, but no such function in Kubernetes' CEL environment.
+        "selectors": ["device.driver.noSuchFunction()"],
+    }
+    missing = {
+        "name": "missing",
+        "displayName": "Missing",
+        "deviceClassName": "gpu.example.com",
+        "count": 1,
+    }
+    settings["gpu"] = {
+        "enabled": True,
+        "defaultProfile": "gpu-40g",
+        "profiles": [DRA_PROFILES[1], broken, missing],
+    }
+    controller = Controller(dra_testbed.kubeconfig, settings, tmp_path).start()
+    try:
+        report = Api(controller).call("GET", "/gpu/doctor")
+    finally:
+        controller.stop()
+    found = {(c["profile"], c["check"]): (c["verdict"], c["message"]) for c in report["checks"]}
+    assert found[("gpu-40g", "device-class")][0] == "pass"
+    assert found[("gpu-40g", "claim-template")][0] == "pass"
+    verdict, message = found[("broken", "claim-template")]
+    assert verdict == "fail"
+    assert "noSuchFunction" in message
+    assert found[("missing", "device-class")] == (
+        "fail",
+        "DeviceClass gpu.example.com does not exist: the scheduler refuses every box of this "
+        "profile",
+    )
+    assert report["ok"] is False

@@ -370,6 +370,7 @@ class Lifecycle:
         )
         self.ensure_storage(spec)
         self.ensure_service(spec, updated)
+        self.ensure_claim_template(spec, updated)
         self.ensure_activity_secret(updated)
         self.record(
             updated,

@@ -89,6 +89,9 @@ class Facts:
     quotas: list[Obj] | None = None
     limit_ranges: list[Obj] | None = None
     device_classes: list[Obj] | None = None
+    # Per DRA profile, the apiserver's refusal of a dry-run claim template of its box, or
+    # None when it accepted it; a profile is absent when the dry run could not be asked.
+    claim_refusals: dict[str, str | None] = field(default_factory=dict)
     denied: list[Permission] = field(default_factory=list)
     unreadable: dict[str, str] = field(default_factory=dict)
 
@@ -151,6 +154,7 @@ def gather(settings: Settings, api: client.ApiClient) -> Facts:
         if settings.gpu.uses_dra
         else None
     )
+    claim_refusals = _claim_refusals(settings, api, unreadable)
     authz = client.AuthorizationV1Api(api)
     with ThreadPoolExecutor(ACCESS_WORKERS, thread_name_prefix="doctor") as pool:
         answers = list(pool.map(lambda p: _allowed(authz, p, namespace), PERMISSIONS))
@@ -161,9 +165,40 @@ def gather(settings: Settings, api: client.ApiClient) -> Facts:
         quotas=quotas,
         limit_ranges=limit_ranges,
         device_classes=device_classes,
+        claim_refusals=claim_refusals,
         denied=[p for p, allowed in zip(PERMISSIONS, answers, strict=True) if not allowed],
         unreadable=unreadable,
     )
+
+
+def _claim_refusals(
+    settings: Settings, api: client.ApiClient, unreadable: dict[str, str]
+) -> dict[str, str | None]:
+    """A server-side dry run of each DRA profile's claim template: the apiserver compiles
+    the selectors with Kubernetes' own CEL functions, which the settings check cannot."""
+    resource = client.ResourceV1Api(api)
+    found: dict[str, str | None] = {}
+    for profile in settings.gpu.profiles:
+        template = render.render_claim_template(_doctor_spec(profile, "small"), settings)
+        if template is None:
+            continue
+        # A generated name: never collides with the template of a box named "doctor".
+        del template["metadata"]["name"]
+        template["metadata"]["generateName"] = "devboxes-doctor-"
+        try:
+            kube.call(
+                resource.create_namespaced_resource_claim_template,
+                settings.namespace,
+                template,
+                dry_run="All",
+            )
+            found[profile.name] = None
+        except ApiProblem as err:
+            if err.status == 422:
+                found[profile.name] = err.detail
+            else:
+                unreadable["claim template dry run"] = err.detail
+    return found
 
 
 def examine(settings: Settings, api: client.ApiClient) -> DoctorReport:
@@ -366,7 +401,14 @@ def _runtime_class(
 
 def box_pod(settings: Settings, profile: GpuProfileConfig, preset: Preset) -> Obj:
     """The pod spec of a new box of this profile and preset, exactly as it would be created."""
-    spec = render.BoxSpec(
+    template: Obj = render.render_deployment(_doctor_spec(profile, preset), settings)["spec"][
+        "template"
+    ]
+    return dict(template["spec"])
+
+
+def _doctor_spec(profile: GpuProfileConfig, preset: Preset) -> render.BoxSpec:
+    return render.BoxSpec(
         name="doctor",
         preset=preset,
         ttl_hours=1,
@@ -374,8 +416,6 @@ def box_pod(settings: Settings, profile: GpuProfileConfig, preset: Preset) -> Ob
         expires_at=datetime.now(UTC),
         gpu=profile,
     )
-    template: Obj = render.render_deployment(spec, settings)["spec"]["template"]
-    return dict(template["spec"])
 
 
 def _judge(
@@ -447,6 +487,34 @@ def _device_classes(profile: GpuProfileConfig, facts: Facts) -> DoctorCheck:
     return _check(profile.name, "device-class", "pass", f"DeviceClass {', '.join(wanted)} exists")
 
 
+def _claim_template(profile: GpuProfileConfig, facts: Facts) -> DoctorCheck:
+    if profile.name not in facts.claim_refusals:
+        return _check(
+            profile.name,
+            "claim-template",
+            "warn",
+            "could not ask the apiserver to check this profile's claim template: "
+            f"{facts.unreadable.get('claim template dry run', 'unknown reason')}",
+            "grant the controller create on resourceclaimtemplates.resource.k8s.io in the box "
+            "namespace (the chart's Role does) on a cluster that serves resource.k8s.io/v1",
+        )
+    refusal = facts.claim_refusals[profile.name]
+    if refusal is not None:
+        return _check(
+            profile.name,
+            "claim-template",
+            "fail",
+            f"the apiserver refuses this profile's claim template: {refusal}",
+            "correct the profile's selectors, counts or device classes",
+        )
+    return _check(
+        profile.name,
+        "claim-template",
+        "pass",
+        "the apiserver accepts this profile's claim template and selectors",
+    )
+
+
 def _profile_checks(
     profile: GpuProfileConfig, settings: Settings, facts: Facts
 ) -> list[DoctorCheck]:
@@ -456,6 +524,7 @@ def _profile_checks(
     resource = profile.resource_name
     if resource is None:
         found.append(_device_classes(profile, facts))
+        found.append(_claim_template(profile, facts))
     elif facts.nodes is None:
         found.append(_cannot_read(profile.name, "resource", "nodes", facts))
     else:
