@@ -471,7 +471,7 @@ def test_documented_example_profiles_are_valid_and_reach_the_controller_unchange
 ) -> None:
     profiles = commented_profiles()
     names = [p["name"] for p in profiles]
-    assert names == ["nvidia-l4", "a100-1g-10gb", "amd-mi210", "nvidia-l4-shared"]
+    assert names == ["nvidia-l4", "a100-1g-10gb", "amd-mi210", "h100-or-a100", "nvidia-l4-shared"]
     shared = profiles[names.index("nvidia-l4-shared")]
     assert "shared" in shared["displayName"].lower()
     assert "shared" in shared["description"].lower()
@@ -482,6 +482,9 @@ def test_documented_example_profiles_are_valid_and_reach_the_controller_unchange
     amd = settings.gpu.profile("amd-mi210")
     assert amd is not None
     assert amd.supplemental_groups == [44, 109]
+    dra = settings.gpu.profile("h100-or-a100")
+    assert dra is not None
+    assert [c.device_class_name for c in dra.choices()] == ["gpu.nvidia.com"] * 2
     assert settings.gpu.capabilities().gpu.default_profile == "nvidia-l4"
 
 
