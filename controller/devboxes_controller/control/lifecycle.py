@@ -239,8 +239,10 @@ class Lifecycle:
         return True
 
     def ensure_claim_template(self, spec: render.BoxSpec, deployment: Obj) -> bool:
-        """True when this call created the DRA box's ResourceClaimTemplate."""
-        if self.store.claim_template(spec.name) is not None:
+        """True when this call created the DRA box's ResourceClaimTemplate. Without a
+        cache to tell a missing template (no profile is of DRA devices any more), a box
+        pinned to a DRA profile is not repaired, rather than written to on every pass."""
+        if not self.store.watches_claims or self.store.claim_template(spec.name) is not None:
             return False
         return self._apply_claim_template(spec, deployment)
 

@@ -198,8 +198,13 @@ class BoxStore:
     def service(self, name: str) -> Obj | None:
         return self._services.get(render.object_names(name).service)
 
+    @property
+    def watches_claims(self) -> bool:
+        """Whether the DRA kinds are cached: only while some profile is of DRA devices."""
+        return self._claim_templates is not None
+
     def claim_template(self, name: str) -> Obj | None:
-        """A DRA box's ResourceClaimTemplate; None too when no profile is of DRA devices."""
+        """A DRA box's ResourceClaimTemplate, when cached."""
         if self._claim_templates is None:
             return None
         return self._claim_templates.get(render.object_names(name).claim_template)
