@@ -31,6 +31,7 @@ from devboxes_sdk.errors import (
 )
 from devboxes_sdk.models import (
     Activity,
+    AllocatedDevice,
     Capabilities,
     DeleteResult,
     DevboxState,
@@ -52,6 +53,7 @@ from devboxes_sdk.models import (
 
 __all__ = [
     "Activity",
+    "AllocatedDevice",
     "ApiError",
     "AuthenticationError",
     "BoxDegraded",

@@ -9,6 +9,7 @@ from datetime import datetime
 from devboxes_sdk.client import Devbox
 from devboxes_sdk.labels import accelerator_label, auto_stop_label, status_line
 from devboxes_sdk.models import (
+    AllocatedDevice,
     DevboxState,
     DoctorReport,
     GpuAvailability,
@@ -127,7 +128,7 @@ def profiles_table(catalog: GpuCapabilities, availability: GpuAvailability | Non
                 f"{profile.name} (default)" if profile.default else profile.name,
                 profile.display_name,
                 str(profile.count),
-                profile.resource_name,
+                profile.resource_name or profile.devices or EMPTY,
                 free,
                 waiting,
                 profile.description or EMPTY,
@@ -219,6 +220,18 @@ def activity_text(box: Devbox, now: datetime) -> str:
     return f"{idle}; stops {relative_time(activity.stops_at, now)}"
 
 
+def allocated_text(devices: Iterable[AllocatedDevice]) -> str:
+    """``NVIDIA A100-SXM4-40GB (40Gi, alternative 1)``, one entry per allocated device."""
+    parts = []
+    for device in devices:
+        notes = [device.memory] if device.memory else []
+        if device.alternative:
+            notes.append(f"alternative {device.alternative}")
+        name = device.product or "unnamed device"
+        parts.append(f"{name} ({', '.join(notes)})" if notes else name)
+    return ", ".join(parts)
+
+
 def box_details(box: Devbox, now: datetime) -> str:
     """Every field of one box as aligned ``Key: value`` lines."""
     expires = EMPTY
@@ -238,6 +251,11 @@ def box_details(box: Devbox, now: datetime) -> str:
         ("Accelerator", accelerator_label(box.gpu)),
         ("GPU profile", box.gpu.profile if box.gpu else EMPTY),
         ("Image", image_text(box.image)),
+        *(
+            [("Allocated", allocated_text(box.gpu.allocated))]
+            if box.gpu and box.gpu.allocated
+            else []
+        ),
         (
             "Created",
             f"{box.created_at.isoformat(timespec='seconds')} "

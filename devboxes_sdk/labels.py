@@ -29,14 +29,19 @@ class Accelerator(Protocol):
     def count(self) -> int: ...
 
     @property
-    def resource_name(self) -> str: ...
+    def resource_name(self) -> str | None: ...
+
+    @property
+    def devices(self) -> str | None: ...
 
 
 def accelerator_label(gpu: Accelerator | None) -> str:
     """``NVIDIA L4 · 1 \N{MULTIPLICATION SIGN} nvidia.com/gpu``: a profile and the allocation it
-    gives read alike; ``CPU only`` for none."""
+    gives read alike; a DRA profile shows its devices line; ``CPU only`` for none."""
     if gpu is None:
         return CPU_ONLY
+    if gpu.resource_name is None:
+        return f"{gpu.display_name} {DOT} {gpu.devices or f'{gpu.count} {TIMES} device'}"
     return f"{gpu.display_name} {DOT} {gpu.count} {TIMES} {gpu.resource_name}"
 
 

@@ -142,13 +142,24 @@ class DevboxCreate(_Request):
         return None if value is None else normalize_repository(value)
 
 
+# How a profile's devices are requested: a device plugin's extended resource, or a
+# Dynamic Resource Allocation claim.
+GpuKind = Literal["extended-resource", "dra"]
+
+
 class GpuProfile(_Response):
-    """One profile of the operator's catalog, as discovery shows it."""
+    """One profile of the operator's catalog, as discovery shows it.
+
+    ``resource_name`` is set for extended-resource profiles; ``devices`` says for people
+    what a DRA profile gives, e.g. "NVIDIA H100 80GB, else A100 40GB".
+    """
 
     name: str
     display_name: str
     description: str | None = None
-    resource_name: str
+    kind: GpuKind = "extended-resource"
+    resource_name: str | None = None
+    devices: str | None = None
     count: int
     default: bool = False
 
@@ -210,13 +221,29 @@ class Capabilities(_Response):
     )
 
 
+class AllocatedDevice(_Response):
+    """One device Kubernetes allocated to a DRA box.
+
+    ``alternative`` is 0 for the profile's own device and n for its n-th alternative;
+    ``product`` and ``memory`` are None when the device does not publish them.
+    """
+
+    product: str | None = None
+    memory: str | None = None
+    alternative: int = 0
+
+
 class GpuAllocation(_Response):
-    """The accelerator pinned to a box at creation."""
+    """The accelerator pinned to a box at creation; ``allocated`` lists the devices of a
+    DRA box once Kubernetes has allocated them."""
 
     profile: str
     display_name: str
-    resource_name: str
+    kind: GpuKind = "extended-resource"
+    resource_name: str | None = None
+    devices: str | None = None
     count: int
+    allocated: list[AllocatedDevice] | None = None
 
 
 class ImageAllocation(_Response):

@@ -216,6 +216,24 @@ export interface components {
             stops_at?: string | null;
         };
         /**
+         * AllocatedDevice
+         * @description One device Kubernetes allocated to a DRA box.
+         *
+         *     ``alternative`` is 0 for the profile's own device and n for its n-th alternative;
+         *     ``product`` and ``memory`` are None when the device does not publish them.
+         */
+        AllocatedDevice: {
+            /** Product */
+            product?: string | null;
+            /** Memory */
+            memory?: string | null;
+            /**
+             * Alternative
+             * @default 0
+             */
+            alternative: number;
+        };
+        /**
          * Capabilities
          * @description Body of ``GET /api/v1/capabilities``.
          */
@@ -406,17 +424,28 @@ export interface components {
         };
         /**
          * GpuAllocation
-         * @description The accelerator pinned to a box at creation.
+         * @description The accelerator pinned to a box at creation; ``allocated`` lists the devices of a
+         *     DRA box once Kubernetes has allocated them.
          */
         GpuAllocation: {
             /** Profile */
             profile: string;
             /** Display Name */
             display_name: string;
+            /**
+             * Kind
+             * @default extended-resource
+             * @enum {string}
+             */
+            kind: "extended-resource" | "dra";
             /** Resource Name */
-            resource_name: string;
+            resource_name?: string | null;
+            /** Devices */
+            devices?: string | null;
             /** Count */
             count: number;
+            /** Allocated */
+            allocated?: components["schemas"]["AllocatedDevice"][] | null;
         };
         /**
          * GpuAvailability
@@ -446,6 +475,9 @@ export interface components {
         /**
          * GpuProfile
          * @description One profile of the operator's catalog, as discovery shows it.
+         *
+         *     ``resource_name`` is set for extended-resource profiles; ``devices`` says for people
+         *     what a DRA profile gives, e.g. "NVIDIA H100 80GB, else A100 40GB".
          */
         GpuProfile: {
             /** Name */
@@ -454,8 +486,16 @@ export interface components {
             display_name: string;
             /** Description */
             description?: string | null;
+            /**
+             * Kind
+             * @default extended-resource
+             * @enum {string}
+             */
+            kind: "extended-resource" | "dra";
             /** Resource Name */
-            resource_name: string;
+            resource_name?: string | null;
+            /** Devices */
+            devices?: string | null;
             /** Count */
             count: number;
             /**
@@ -1586,5 +1626,7 @@ export const activityStateValues: ReadonlyArray<FlattenedDeepRequired<components
 export const devboxCreatePresetValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["DevboxCreate"]["preset"]> = ["small", "medium", "large"];
 export const devboxStateValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["DevboxState"]> = ["starting", "ready", "stopped", "degraded"];
 export const doctorCheckVerdictValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["DoctorCheck"]["verdict"]> = ["pass", "warn", "fail"];
+export const gpuAllocationKindValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["GpuAllocation"]["kind"]> = ["extended-resource", "dra"];
+export const gpuProfileKindValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["GpuProfile"]["kind"]> = ["extended-resource", "dra"];
 export const imageAllocationModeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ImageAllocation"]["mode"]> = ["sidecar", "workspace"];
 export const imageProfileModeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ImageProfile"]["mode"]> = ["sidecar", "workspace"];

@@ -72,6 +72,30 @@ export interface components {
             stops_at: string | null;
         };
         /**
+         * AllocatedDevice
+         * @description One device Kubernetes allocated to a DRA box.
+         *
+         *     ``alternative`` is 0 for the profile's own device and n for its n-th alternative;
+         *     ``product`` and ``memory`` are None when the device does not publish them.
+         */
+        AllocatedDevice: {
+            /**
+             * Product
+             * @default null
+             */
+            product: string | null;
+            /**
+             * Memory
+             * @default null
+             */
+            memory: string | null;
+            /**
+             * Alternative
+             * @default 0
+             */
+            alternative: number;
+        };
+        /**
          * Devbox
          * @description One box as the API reports it.
          */
@@ -176,17 +200,37 @@ export interface components {
         DevboxState: "starting" | "ready" | "stopped" | "degraded";
         /**
          * GpuAllocation
-         * @description The accelerator pinned to a box at creation.
+         * @description The accelerator pinned to a box at creation; ``allocated`` lists the devices of a
+         *     DRA box once Kubernetes has allocated them.
          */
         GpuAllocation: {
             /** Profile */
             profile: string;
             /** Display Name */
             display_name: string;
-            /** Resource Name */
-            resource_name: string;
+            /**
+             * Kind
+             * @default extended-resource
+             * @enum {string}
+             */
+            kind: "extended-resource" | "dra";
+            /**
+             * Resource Name
+             * @default null
+             */
+            resource_name: string | null;
+            /**
+             * Devices
+             * @default null
+             */
+            devices: string | null;
             /** Count */
             count: number;
+            /**
+             * Allocated
+             * @default null
+             */
+            allocated: components["schemas"]["AllocatedDevice"][] | null;
         };
         /**
          * GpuAvailability

@@ -12,10 +12,17 @@ type Schemas = components['schemas'];
 
 export const CPU_ONLY = 'CPU only';
 
-/** "NVIDIA L4 · 1 × nvidia.com/gpu": a profile and the allocation it gives read alike. */
+/**
+ * "NVIDIA L4 · 1 × nvidia.com/gpu": a profile and the allocation it gives read alike; a
+ * DRA profile shows its devices line.
+ */
 export function unitsLabel(
   accelerator: Schemas['GpuProfile'] | Schemas['GpuAllocation']
 ): string {
+  if (accelerator.resource_name === null || accelerator.resource_name === undefined) {
+    const devices = accelerator.devices || `${accelerator.count} × device`;
+    return `${accelerator.display_name} · ${devices}`;
+  }
   return `${accelerator.display_name} · ${accelerator.count} × ${accelerator.resource_name}`;
 }
 

@@ -187,7 +187,9 @@ def test_capabilities_hide_images_runtime_groups_and_scheduling(api: CheckedApi)
             "name",
             "display_name",
             "description",
+            "kind",
             "resource_name",
+            "devices",
             "count",
             "default",
         }

@@ -551,7 +551,7 @@ def test_documented_example_profiles_are_valid_and_reach_the_controller_unchange
 ) -> None:
     profiles = commented_profiles()
     names = [p["name"] for p in profiles]
-    assert names == ["nvidia-l4", "a100-1g-10gb", "amd-mi210", "nvidia-l4-shared"]
+    assert names == ["nvidia-l4", "a100-1g-10gb", "amd-mi210", "h100-or-a100", "nvidia-l4-shared"]
     shared = profiles[names.index("nvidia-l4-shared")]
     assert "shared" in shared["displayName"].lower()
     assert "shared" in shared["description"].lower()
@@ -562,6 +562,9 @@ def test_documented_example_profiles_are_valid_and_reach_the_controller_unchange
     amd = settings.gpu.profile("amd-mi210")
     assert amd is not None
     assert amd.supplemental_groups == [44, 109]
+    dra = settings.gpu.profile("h100-or-a100")
+    assert dra is not None
+    assert [c.device_class_name for c in dra.choices()] == ["gpu.nvidia.com"] * 2
     assert settings.gpu.capabilities().default_profile == "nvidia-l4"
 
 
@@ -653,12 +656,16 @@ EXPECTED_RULES = {
     ("coordination.k8s.io", "leases"): {"get", "create", "update"},
     ("", "resourcequotas"): {"list"},
     ("", "limitranges"): {"list"},
+    ("resource.k8s.io", "resourceclaimtemplates"): {"list", "watch", "create"},
+    ("resource.k8s.io", "resourceclaims"): {"list", "watch"},
 }
 EXPECTED_CLUSTER_RULES = {
     ("", "nodes"): {"list", "watch"},
     ("", "pods"): {"list", "watch"},
     ("node.k8s.io", "runtimeclasses"): {"list", "watch"},
     ("storage.k8s.io", "storageclasses"): {"list"},
+    ("resource.k8s.io", "resourceslices"): {"list", "watch"},
+    ("resource.k8s.io", "deviceclasses"): {"list"},
 }
 
 

@@ -263,6 +263,28 @@ def test_box_details_lists_every_field(client: Client) -> None:
     assert lines["Restarts"].strip() == "2"
 
 
+def test_box_details_show_the_dra_devices_allocated(client: Client) -> None:
+    gpu = {
+        "profile": "h100-or-a100",
+        "display_name": "NVIDIA H100 or A100",
+        "kind": "dra",
+        "resource_name": None,
+        "devices": "NVIDIA H100 80GB, else A100 40GB",
+        "count": 1,
+        "allocated": [
+            {"product": "NVIDIA A100-SXM4-40GB", "memory": "40Gi", "alternative": 1},
+            {"product": None, "memory": None, "alternative": 0},
+        ],
+    }
+    box = make_box(client, gpu=gpu)
+    lines = dict(line.split(":", 1) for line in render.box_details(box, NOW).splitlines())
+    assert lines["Accelerator"].strip() == "NVIDIA H100 or A100 · NVIDIA H100 80GB, else A100 40GB"
+    assert lines["Allocated"].strip() == (
+        "NVIDIA A100-SXM4-40GB (40Gi, alternative 1), unnamed device"
+    )
+    assert "Allocated" not in render.box_details(make_box(client), NOW)
+
+
 @pytest.mark.parametrize(
     ("activity", "restart", "shown"),
     [

@@ -21,6 +21,7 @@ from ..config.settings import (
     ACTIVITY_SIDECAR,
     ENVIRONMENT_SIDECAR,
     SSH_CONTAINER_PORT,
+    DeviceAlternative,
     GpuProfileConfig,
     ImagePortConfig,
     ImageProfileConfig,
@@ -43,6 +44,7 @@ COMPONENT_WORKSPACE = "workspace"
 COMPONENT_HOME = "home"
 COMPONENT_SSH = "ssh"
 COMPONENT_ACTIVITY = "activity"
+COMPONENT_GPU = "gpu"
 
 ANNOTATION_PREFIX = "devboxes.io/"
 ANNOTATION_GPU_SNAPSHOT = ANNOTATION_PREFIX + "gpu-profile-snapshot"
@@ -66,6 +68,10 @@ ANNOTATION_TEMPLATE = ANNOTATION_PREFIX + "template"
 _PRESET_BY_NAME: dict[str, Preset] = {preset: preset for preset in PRESETS}
 
 MAIN_CONTAINER = "devbox"
+# The name of a DRA box's claim in its pod, and of the one request in that claim; the
+# allocation names a subrequest "gpu/<choice>" when the profile has alternatives.
+GPU_CLAIM = "gpu"
+GPU_REQUEST = "gpu"
 SSH_PORT_NAME = "ssh"
 SSH_SERVICE_PORT = 22
 HOME_VOLUME = "home"
@@ -144,6 +150,7 @@ class ObjectNames:
     pvc: str
     service: str
     activity_secret: str
+    claim_template: str
 
 
 def object_names(box: str) -> ObjectNames:
@@ -152,6 +159,7 @@ def object_names(box: str) -> ObjectNames:
         pvc=f"devbox-{box}-home",
         service=f"devbox-{box}-ssh",
         activity_secret=f"devbox-{box}-activity",
+        claim_template=f"devbox-{box}-gpu",
     )
 
 
@@ -220,6 +228,65 @@ def render_service(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
     }
 
 
+_CHOICE = "choice-"
+
+
+def choice_name(index: int) -> str:
+    """The subrequest of a DRA profile's ``index``-th choice: 0 its own device, then its
+    alternatives in order."""
+    return f"{_CHOICE}{index}"
+
+
+def choice_index(name: str) -> int | None:
+    """The inverse of :func:`choice_name`; None for any other name."""
+    number = name.removeprefix(_CHOICE)
+    if number == name or not (number.isascii() and number.isdigit()):
+        return None
+    return int(number)
+
+
+def _device_request(choice: DeviceAlternative) -> dict[str, Any]:
+    request: dict[str, Any] = {
+        "deviceClassName": choice.device_class_name,
+        "allocationMode": "ExactCount",
+        "count": choice.count,
+    }
+    if choice.selectors:
+        request["selectors"] = [{"cel": {"expression": e}} for e in choice.selectors]
+    return request
+
+
+def render_claim_template(spec: BoxSpec, settings: Settings) -> dict[str, Any] | None:
+    """The ResourceClaimTemplate of a DRA box, or None for any other box.
+
+    One per box and never shared: Kubernetes makes a claim from it for each pod of the
+    box, with the box's labels, and deletes that claim with the pod, so a stopped box
+    holds no device.
+    """
+    gpu = spec.gpu
+    if gpu is None or not gpu.is_dra:
+        return None
+    choices = gpu.choices()
+    request: dict[str, Any] = {"name": GPU_REQUEST}
+    if len(choices) == 1:
+        request["exactly"] = _device_request(choices[0])
+    else:
+        request["firstAvailable"] = [
+            {"name": choice_name(index), **_device_request(choice)}
+            for index, choice in enumerate(choices)
+        ]
+    name = object_names(spec.name).claim_template
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": _metadata(name, settings, spec.name, COMPONENT_GPU),
+        "spec": {
+            "metadata": {"labels": labels(spec.name, COMPONENT_GPU)},
+            "spec": {"devices": {"requests": [request]}},
+        },
+    }
+
+
 def _container_security() -> dict[str, Any]:
     return {
         "privileged": False,
@@ -249,15 +316,14 @@ def _main_container(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
     image = settings.workspace_image
     gpu = spec.gpu
     if gpu is not None:
-        # Extended resources cannot be overcommitted: Kubernetes requires the request to
-        # equal the limit.
-        requests[gpu.resource_name] = str(gpu.count)
-        limits[gpu.resource_name] = str(gpu.count)
-        env += [
-            _env("DEVBOX_GPU_PROFILE", gpu.name),
-            _env("DEVBOX_GPU_RESOURCE", gpu.resource_name),
-            _env("DEVBOX_GPU_COUNT", str(gpu.count)),
-        ]
+        env.append(_env("DEVBOX_GPU_PROFILE", gpu.name))
+        if gpu.resource_name is not None:
+            # Extended resources cannot be overcommitted: Kubernetes requires the request
+            # to equal the limit.
+            requests[gpu.resource_name] = str(gpu.count)
+            limits[gpu.resource_name] = str(gpu.count)
+            env.append(_env("DEVBOX_GPU_RESOURCE", gpu.resource_name))
+        env.append(_env("DEVBOX_GPU_COUNT", str(gpu.count)))
         if gpu.supplemental_groups:
             groups = ",".join(str(group) for group in gpu.supplemental_groups)
             env.append(_env("DEVBOX_GPU_SUPPLEMENTAL_GROUPS", groups))
@@ -273,12 +339,16 @@ def _main_container(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
         ports += [_port(port) for port in workspace.ports]
     if spec.pinned is not None:
         image = spec.pinned.image
+    resources: dict[str, Any] = {"requests": requests, "limits": limits}
+    if gpu is not None and gpu.is_dra:
+        # Only the main container: a sidecar never sees the box's devices.
+        resources["claims"] = [{"name": GPU_CLAIM}]
     container: dict[str, Any] = {
         "name": MAIN_CONTAINER,
         "image": image,
         "ports": ports,
         "env": env,
-        "resources": {"requests": requests, "limits": limits},
+        "resources": resources,
         "volumeMounts": [
             {"name": HOME_VOLUME, "mountPath": HOME_MOUNT_PATH},
             *(
@@ -487,6 +557,13 @@ def _pod_spec(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
             pod["nodeSelector"] = dict(gpu.node_selector)
         if gpu.tolerations:
             pod["tolerations"] = [t.to_kubernetes() for t in gpu.tolerations]
+        if gpu.is_dra:
+            pod["resourceClaims"] = [
+                {
+                    "name": GPU_CLAIM,
+                    "resourceClaimTemplateName": object_names(spec.name).claim_template,
+                }
+            ]
     return pod
 
 
@@ -511,7 +588,9 @@ def template_hashes(template: dict[str, Any]) -> dict[str, str]:
 
 def _pinned_main(template: dict[str, Any]) -> PinnedMain:
     main = next(c for c in template["spec"]["containers"] if c["name"] == MAIN_CONTAINER)
-    return PinnedMain(image=main["image"], resources=main["resources"])
+    # A DRA box's claim follows its pinned profile, not these amounts.
+    amounts = {kind: main["resources"][kind] for kind in ("requests", "limits")}
+    return PinnedMain(image=main["image"], resources=amounts)
 
 
 def _annotations(spec: BoxSpec) -> dict[str, str]:
@@ -525,7 +604,8 @@ def _annotations(spec: BoxSpec) -> dict[str, str]:
     if spec.gpu is not None:
         annotations[ANNOTATION_GPU_SNAPSHOT] = spec.gpu.snapshot_json()
         annotations[ANNOTATION_GPU_PROFILE] = spec.gpu.name
-        annotations[ANNOTATION_GPU_RESOURCE] = spec.gpu.resource_name
+        if spec.gpu.resource_name is not None:
+            annotations[ANNOTATION_GPU_RESOURCE] = spec.gpu.resource_name
         annotations[ANNOTATION_GPU_COUNT] = str(spec.gpu.count)
     if spec.image is not None:
         annotations[ANNOTATION_IMAGE_SNAPSHOT] = spec.image.snapshot_json()

@@ -9,12 +9,18 @@ starting with what the box is waiting for.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from devboxes_sdk.models import Devbox, DevboxState, GpuAllocation, ImageAllocation
+from devboxes_sdk.models import (
+    AllocatedDevice,
+    Devbox,
+    DevboxState,
+    GpuAllocation,
+    ImageAllocation,
+)
 
 from ..config.settings import GpuProfileConfig, ImageProfileConfig, Settings, SnapshotError
 from ..k8s.kube import Obj
@@ -60,6 +66,9 @@ DEGRADED_WAITING_REASONS = frozenset(
 )
 
 
+DeviceKey = tuple[str, str, str]
+
+
 @dataclass(frozen=True)
 class BoxObjects:
     """Everything the cache knows about one box."""
@@ -70,6 +79,10 @@ class BoxObjects:
     events: Sequence[Obj] = ()
     service: Obj | None = None
     pvc: Obj | None = None
+    # A DRA box's claims, and the published devices they were allocated, by
+    # (driver, pool, device name).
+    claims: Sequence[Obj] = ()
+    devices: Mapping[DeviceKey, Obj] = field(default_factory=dict)
 
 
 def _condition(obj: Obj | None, kind: str) -> Obj | None:
@@ -251,6 +264,56 @@ def _starting_message(pod: Obj | None) -> str:
     return WAITING_FOR_SSH
 
 
+def allocation_results(claim: Obj) -> list[Obj]:
+    status = claim.get("status") or {}
+    return list((((status.get("allocation") or {}).get("devices") or {}).get("results")) or [])
+
+
+def device_key(result: Obj) -> DeviceKey:
+    return (str(result.get("driver")), str(result.get("pool")), str(result.get("device")))
+
+
+def _alternative(request: str) -> int | None:
+    """0 for the profile's own device, n for its n-th alternative; None for a request
+    that is not the box's GPU request."""
+    if request == render.GPU_REQUEST:
+        return 0
+    head, _, choice = request.partition("/")
+    return render.choice_index(choice) if head == render.GPU_REQUEST else None
+
+
+def allocated(objects: BoxObjects, pod: Obj | None) -> list[AllocatedDevice] | None:
+    """The devices Kubernetes allocated to the box's current pod, from the claim the pod
+    owns; None before the claim is allocated."""
+    uid = ((pod or {}).get("metadata") or {}).get("uid")
+    if uid is None:
+        return None
+    claim = next(
+        (
+            c
+            for c in objects.claims
+            if any(o.get("uid") == uid for o in c["metadata"].get("ownerReferences") or [])
+        ),
+        None,
+    )
+    found = []
+    for result in allocation_results(claim or {}):
+        alternative = _alternative(str(result.get("request")))
+        if alternative is None:
+            continue
+        device = objects.devices.get(device_key(result)) or {}
+        product = ((device.get("attributes") or {}).get("productName") or {}).get("string")
+        memory = ((device.get("capacity") or {}).get("memory") or {}).get("value")
+        found.append(
+            AllocatedDevice(
+                product=str(product) if product else None,
+                memory=str(memory) if memory else None,
+                alternative=alternative,
+            )
+        )
+    return found or None
+
+
 def gpu_allocation(deployment: Obj) -> GpuAllocation | None:
     snapshot = _annotations(deployment).get(render.ANNOTATION_GPU_SNAPSHOT)
     if not snapshot:
@@ -286,6 +349,8 @@ def derive(objects: BoxObjects, settings: Settings, now: datetime) -> Devbox:
     ready = _pod_ready(pod)
     try:
         gpu = gpu_allocation(deployment)
+        if gpu is not None and gpu.kind == "dra" and replicas != 0:
+            gpu = gpu.model_copy(update={"allocated": allocated(objects, pod)})
         broken_snapshot = None
     except SnapshotError as err:
         gpu, broken_snapshot = None, SNAPSHOT_UNREADABLE.format(error=err)

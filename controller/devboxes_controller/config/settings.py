@@ -57,6 +57,7 @@ from devboxes_sdk.models import (
     Preset,
 )
 
+from .cel import MAX_SELECTOR_LENGTH, selector_problem
 from .formats import (
     DnsLabel,
     DnsSubdomain,
@@ -116,6 +117,10 @@ MIN_IMAGE_PORT = 1024
 # The workspace's SSH server listens here in every box.
 SSH_CONTAINER_PORT = 2222
 MAX_GPU_COUNT = 64
+MAX_SELECTORS = 4
+# Kubernetes allows 8 subrequests in a firstAvailable list; fewer keep the largest
+# snapshot within SNAPSHOT_MAX_BYTES.
+MAX_ALTERNATIVES = 3
 MAX_DISPLAY_NAME = 80
 MAX_DESCRIPTION = 160
 MAX_GROUP_ID = 2**31 - 1
@@ -126,9 +131,9 @@ INT64_MAX = 2**63 - 1
 # Upper bound, in bytes, of GpuProfileConfig.snapshot_json() for any profile that passes
 # validation. Every field of a profile is bounded, so the largest legal profile (every
 # list full, every string at its length limit and made of characters that JSON escapes to
-# twelve bytes) is under 24 KiB; a test builds that profile and checks it fits.
+# the most bytes) is under 48 KiB; tests build the largest of each kind and check it fits.
 # Kubernetes allows 256 KiB for all annotations of an object together.
-SNAPSHOT_MAX_BYTES = 32 * 1024
+SNAPSHOT_MAX_BYTES = 64 * 1024
 # The same bound for ImageProfileConfig.snapshot_json(); its command and arguments make
 # the largest legal profile about 45 KiB.
 IMAGE_SNAPSHOT_MAX_BYTES = 64 * 1024
@@ -232,11 +237,38 @@ def _check_description(value: str) -> str:
     return value
 
 
+def _check_selector(value: str) -> str:
+    problem = selector_problem(value)
+    if problem:
+        raise fail(problem)
+    return value
+
+
 def _integers(low: int, high: int) -> WithJsonSchema:
     return WithJsonSchema({"type": "integer", "minimum": low, "maximum": high})
 
 
 GroupId = Annotated[StrictInt, AfterValidator(_check_group), _integers(1, MAX_GROUP_ID)]
+# A CEL expression over one published device; see :mod:`.cel` for the guard rule.
+Selector = Annotated[
+    StrictStr,
+    AfterValidator(_check_selector),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "description": "A CEL expression over `device`; reads of device.attributes or "
+            "device.capacity entries are guarded by has() of the same path.",
+            "minLength": 1,
+            "maxLength": MAX_SELECTOR_LENGTH,
+        }
+    ),
+]
+GpuCount = Annotated[
+    int,
+    BeforeValidator(_whole_number),
+    AfterValidator(_int_range(1, MAX_GPU_COUNT)),
+    _integers(1, MAX_GPU_COUNT),
+]
 
 
 # --- models ------------------------------------------------------------------------------
@@ -366,7 +398,44 @@ def _snapshot_value(value: Any) -> Any:
     return value
 
 
+class DeviceAlternative(_Model):
+    """A device a DRA profile takes when the ones before it are not free."""
+
+    device_class_name: DnsSubdomain
+    selectors: list[Selector] = Field(default_factory=list, max_length=MAX_SELECTORS)
+    count: GpuCount = 1
+
+
+_ONE_KIND: JsonDict = {
+    "allOf": [
+        {
+            "description": "Exactly one of resourceName or deviceClassName.",
+            "oneOf": [{"required": ["resourceName"]}, {"required": ["deviceClassName"]}],
+        },
+        {
+            "description": "selectors, alternatives and devices are only for DRA profiles.",
+            "if": {"required": ["resourceName"]},
+            "then": {
+                "not": {
+                    "anyOf": [
+                        {"required": ["selectors"], "properties": {"selectors": {"minItems": 1}}},
+                        {
+                            "required": ["alternatives"],
+                            "properties": {"alternatives": {"minItems": 1}},
+                        },
+                        {"required": ["devices"], "properties": {"devices": {"type": "string"}}},
+                    ]
+                }
+            },
+        },
+    ]
+}
+
+
 class GpuProfileConfig(_Model):
+    # _rules about the kind of profile, as JSON Schema.
+    model_config = ConfigDict(json_schema_extra=_ONE_KIND)
+
     name: Annotated[StrictStr, AfterValidator(_check_gpu_profile_name), _GPU_PROFILE_NAME_SCHEMA]
     display_name: Annotated[
         StrictStr,
@@ -383,13 +452,21 @@ class GpuProfileConfig(_Model):
         ]
         | None
     ) = None
-    resource_name: ResourceName
-    count: Annotated[
-        int,
-        BeforeValidator(_whole_number),
-        AfterValidator(_int_range(1, MAX_GPU_COUNT)),
-        _integers(1, MAX_GPU_COUNT),
-    ]
+    # Exactly one of the two: a device plugin's extended resource, or a DRA device class.
+    resource_name: ResourceName | None = None
+    device_class_name: DnsSubdomain | None = None
+    count: GpuCount
+    selectors: list[Selector] = Field(default_factory=list, max_length=MAX_SELECTORS)
+    alternatives: list[DeviceAlternative] = Field(default_factory=list, max_length=MAX_ALTERNATIVES)
+    # What a DRA profile gives, for people, e.g. "NVIDIA H100 80GB, else A100 40GB".
+    devices: (
+        Annotated[
+            StrictStr,
+            AfterValidator(_check_description),
+            WithJsonSchema({"type": "string", "maxLength": MAX_DESCRIPTION}),
+        ]
+        | None
+    ) = None
     workspace_image: Image | None = None
     runtime_class_name: DnsSubdomain | None = None
     supplemental_groups: list[GroupId] = Field(
@@ -404,13 +481,59 @@ class GpuProfileConfig(_Model):
 
     @classmethod
     def _rules(cls, raw: Mapping[str, Any]) -> list[Violation]:
-        return [
+        found: list[Violation] = [
             (
                 ("supplementalGroups", index),
                 f"group {group} is listed more than once (also supplementalGroups[{first}])",
             )
             for index, first, group in repeats(_lookup(raw, "supplemental_groups"), _group)
         ]
+        resource = _lookup(raw, "resource_name")
+        device_class = _lookup(raw, "device_class_name")
+        if resource is None and device_class is None:
+            found.append(
+                (
+                    ("resourceName",),
+                    "is required, or deviceClassName for a profile of DRA devices",
+                )
+            )
+        if resource is not None and device_class is not None:
+            found.append(
+                (
+                    ("deviceClassName",),
+                    "a profile has either resourceName or deviceClassName, not both",
+                )
+            )
+        if resource is not None:
+            found += [
+                ((key,), f"{key} is only for DRA profiles (with deviceClassName)")
+                for key in ("selectors", "alternatives", "devices")
+                if _lookup(raw, key) not in (None, [])
+            ]
+        return found
+
+    @property
+    def is_dra(self) -> bool:
+        return self.device_class_name is not None
+
+    def choices(self) -> list[DeviceAlternative]:
+        """A DRA profile's devices in the order they are tried: its own, then alternatives."""
+        if self.device_class_name is None:
+            return []
+        own = DeviceAlternative(
+            device_class_name=self.device_class_name, selectors=self.selectors, count=self.count
+        )
+        return [own, *self.alternatives]
+
+    def devices_line(self) -> str | None:
+        """The human line the catalog shows for a DRA profile."""
+        if self.device_class_name is None:
+            return None
+        if self.devices is not None:
+            return self.devices
+        return ", else ".join(
+            f"{choice.count} × {choice.device_class_name}" for choice in self.choices()
+        )
 
     def snapshot_json(self) -> str:
         """The full resolved profile as canonical JSON: the pinned contract of a box.
@@ -445,7 +568,9 @@ class GpuProfileConfig(_Model):
             name=self.name,
             display_name=self.display_name,
             description=self.description,
+            kind="dra" if self.is_dra else "extended-resource",
             resource_name=self.resource_name,
+            devices=self.devices_line(),
             count=self.count,
             default=default,
         )
@@ -455,7 +580,9 @@ class GpuProfileConfig(_Model):
         return GpuAllocation(
             profile=self.name,
             display_name=self.display_name,
+            kind="dra" if self.is_dra else "extended-resource",
             resource_name=self.resource_name,
+            devices=self.devices_line(),
             count=self.count,
         )
 
@@ -507,6 +634,11 @@ class GpuSettings(_Model):
 
     def profile(self, name: str) -> GpuProfileConfig | None:
         return next((p for p in self.profiles if p.name == name), None)
+
+    @property
+    def uses_dra(self) -> bool:
+        """Whether any profile is of DRA devices, so the controller watches claims."""
+        return any(p.is_dra for p in self.profiles)
 
     def resolve(self, request: GpuRequest | None) -> GpuProfileConfig | None:
         """The profile a create gets, or None for a CPU box; ProfileRejected otherwise."""

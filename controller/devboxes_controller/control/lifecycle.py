@@ -49,6 +49,7 @@ class Lifecycle:
         self.api = api
         self._core = client.CoreV1Api(api)
         self._apps = client.AppsV1Api(api)
+        self._resource = client.ResourceV1Api(api)
         self._events = ThreadPoolExecutor(max_workers=1, thread_name_prefix="k8s-events")
 
     def stop(self) -> None:
@@ -160,6 +161,7 @@ class Lifecycle:
             return self._created_before(spec.name, existing, made_by)
         METRICS.writes.labels("create").inc()
         self._apply_service(wanted_service, deployment)
+        self._apply_claim_template(spec, deployment)
         self.ensure_activity_secret(deployment)
         self.store.has_seen(deployment)
         self.record(deployment, "Created", _created_message(spec, reused=claim is not None))
@@ -243,6 +245,29 @@ class Lifecycle:
         service["metadata"]["ownerReferences"] = _owned_by(deployment)
         try:
             kube.call(self._core.create_namespaced_service, self.namespace, service)
+        except Conflict:
+            return False
+        METRICS.writes.labels("create").inc()
+        return True
+
+    def ensure_claim_template(self, spec: render.BoxSpec, deployment: Obj) -> bool:
+        """True when this call created the DRA box's ResourceClaimTemplate. Without a
+        cache to tell a missing template (no profile is of DRA devices any more), a box
+        pinned to a DRA profile is not repaired, rather than written to on every pass."""
+        if not self.store.watches_claims or self.store.claim_template(spec.name) is not None:
+            return False
+        return self._apply_claim_template(spec, deployment)
+
+    def _apply_claim_template(self, spec: render.BoxSpec, deployment: Obj) -> bool:
+        # Until it exists the box's pod waits: Kubernetes makes the pod's claim from it.
+        wanted = render.render_claim_template(spec, self.settings)
+        if wanted is None:
+            return False
+        wanted["metadata"]["ownerReferences"] = _owned_by(deployment)
+        try:
+            kube.call(
+                self._resource.create_namespaced_resource_claim_template, self.namespace, wanted
+            )
         except Conflict:
             return False
         METRICS.writes.labels("create").inc()
@@ -359,6 +384,7 @@ class Lifecycle:
         )
         self.ensure_storage(spec)
         self.ensure_service(spec, updated)
+        self.ensure_claim_template(spec, updated)
         self.ensure_activity_secret(updated)
         self.record(
             updated,

@@ -3,7 +3,8 @@ repair, renewing activity credentials after a key rotation, and rebuilding stopp
 boxes for the release.
 
 Each pass reads the caches, stops boxes whose deadline has passed and recreates a
-missing claim or Service from the Deployment's pinned snapshot. Passes are idempotent;
+missing claim, Service or DRA ResourceClaimTemplate from the Deployment's pinned
+snapshot. Passes are idempotent;
 they run when a box changes, when the next deadline arrives, and on a short resync.
 """
 
@@ -128,6 +129,8 @@ class Reconciler:
             repaired.append("PersistentVolumeClaim")
         if self._lifecycle.ensure_service(spec, deployment):
             repaired.append("Service")
+        if self._lifecycle.ensure_claim_template(spec, deployment):
+            repaired.append("ResourceClaimTemplate")
         for kind in repaired:
             METRICS.repairs.labels(kind).inc()
         if repaired:

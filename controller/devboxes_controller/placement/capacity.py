@@ -37,6 +37,8 @@ NONE_READY = "No node of this profile is Ready and schedulable"
 TAINTED = "Every node of this profile has a taint the profile does not tolerate"
 NOT_ADVERTISED = "No node of this profile advertises {resource}"
 TOO_FEW = "No node of this profile has {count} {resource} (the most on one node is {most})"
+# Free DRA devices are in ResourceSlices and claims, which this count does not read.
+DRA_NOT_COUNTED = "Free devices of DRA profiles are not counted"
 
 
 # -- ingest: keep only what the computation reads ---------------------------------------------
@@ -433,6 +435,8 @@ def eligible_nodes(
     if not admitted:
         return [], TAINTED
     resource = profile.resource_name
+    if resource is None:
+        return [], DRA_NOT_COUNTED
     offering = [n for n in admitted if allocatable(n, resource) > 0]
     if not offering:
         return [], NOT_ADVERTISED.format(resource=resource)
@@ -455,6 +459,8 @@ def _boxes_on_node(
         free = allocatable(node, resource) - used.get(resource, Decimal(0))
         return max(int(free // each), 0)
 
+    if profile.resource_name is None:
+        return 0
     fits = room(profile.resource_name, Decimal(profile.count))
     if preset is not None:
         fits = min(
@@ -476,6 +482,8 @@ def profile_availability(
 ) -> ProfileAvailability:
     """``available``: boxes that could start now; ``capacity``: the same on an empty cluster.
     ``runtime_classes``: the cluster's RuntimeClasses by name."""
+    if profile.is_dra:
+        return ProfileAvailability(name=profile.name, waiting=waiting, reason=DRA_NOT_COUNTED)
     eligible, reason = eligible_nodes(profile, placement(profile, runtime_classes or {}), nodes)
     available = sum(
         _boxes_on_node(n, usage.get(node_name(n), {}), profile, preset) for n in eligible

@@ -66,12 +66,16 @@ PERMISSIONS: tuple[Permission, ...] = (
     *_grant("", "secrets", "create patch"),
     *_grant("", "configmaps", "list watch create patch"),
     *_grant("coordination.k8s.io", "leases", "get create update"),
+    *_grant("resource.k8s.io", "resourceclaimtemplates", "list watch create"),
+    *_grant("resource.k8s.io", "resourceclaims", "list watch"),
     *_grant("", "resourcequotas", "list", optional=True),
     *_grant("", "limitranges", "list", optional=True),
     *_grant("", "nodes", "list watch", namespaced=False, optional=True),
     *_grant("", "pods", "list watch", namespaced=False, optional=True),
     *_grant("node.k8s.io", "runtimeclasses", "list watch", namespaced=False, optional=True),
     *_grant("storage.k8s.io", "storageclasses", "list", namespaced=False, optional=True),
+    *_grant("resource.k8s.io", "resourceslices", "list watch", namespaced=False, optional=True),
+    *_grant("resource.k8s.io", "deviceclasses", "list", namespaced=False, optional=True),
 )
 
 
@@ -85,6 +89,10 @@ class Facts:
     storage_classes: list[Obj] | None = None
     quotas: list[Obj] | None = None
     limit_ranges: list[Obj] | None = None
+    device_classes: list[Obj] | None = None
+    # Per DRA profile, the apiserver's refusal of a dry-run claim template of its box, or
+    # None when it accepted it; a profile is absent when the dry run could not be asked.
+    claim_refusals: dict[str, str | None] = field(default_factory=dict)
     denied: list[Permission] = field(default_factory=list)
     unreadable: dict[str, str] = field(default_factory=dict)
 
@@ -138,6 +146,16 @@ def gather(settings: Settings, api: client.ApiClient) -> Facts:
     limit_ranges = _items(
         lambda: kube.call(core.list_namespaced_limit_range, namespace), "LimitRanges", unreadable
     )
+    device_classes = (
+        _items(
+            lambda: kube.call(client.ResourceV1Api(api).list_device_class),
+            "DeviceClasses",
+            unreadable,
+        )
+        if settings.gpu.uses_dra
+        else None
+    )
+    claim_refusals = _claim_refusals(settings, api, unreadable)
     authz = client.AuthorizationV1Api(api)
     with ThreadPoolExecutor(ACCESS_WORKERS, thread_name_prefix="doctor") as pool:
         answers = list(pool.map(lambda p: _allowed(authz, p, namespace), PERMISSIONS))
@@ -147,9 +165,41 @@ def gather(settings: Settings, api: client.ApiClient) -> Facts:
         storage_classes=storage_classes,
         quotas=quotas,
         limit_ranges=limit_ranges,
+        device_classes=device_classes,
+        claim_refusals=claim_refusals,
         denied=[p for p, allowed in zip(PERMISSIONS, answers, strict=True) if not allowed],
         unreadable=unreadable,
     )
+
+
+def _claim_refusals(
+    settings: Settings, api: client.ApiClient, unreadable: dict[str, str]
+) -> dict[str, str | None]:
+    """A server-side dry run of each DRA profile's claim template: the apiserver compiles
+    the selectors with Kubernetes' own CEL functions, which the settings check cannot."""
+    resource = client.ResourceV1Api(api)
+    found: dict[str, str | None] = {}
+    for profile in settings.gpu.profiles:
+        template = render.render_claim_template(_doctor_spec(profile, "small"), settings)
+        if template is None:
+            continue
+        # A generated name: never collides with the template of a box named "doctor".
+        del template["metadata"]["name"]
+        template["metadata"]["generateName"] = "devboxes-doctor-"
+        try:
+            kube.call(
+                resource.create_namespaced_resource_claim_template,
+                settings.namespace,
+                template,
+                dry_run="All",
+            )
+            found[profile.name] = None
+        except ApiProblem as err:
+            if err.status == 422:
+                found[profile.name] = err.detail
+            else:
+                unreadable["claim template dry run"] = err.detail
+    return found
 
 
 def examine(settings: Settings, api: client.ApiClient) -> DoctorReport:
@@ -187,11 +237,11 @@ def _selector_text(profile: GpuProfileConfig) -> str:
 
 
 def _profile_nodes(
-    profile: GpuProfileConfig, nodes: list[Obj], where: capacity.Placement
+    profile: GpuProfileConfig, resource: str, nodes: list[Obj], where: capacity.Placement
 ) -> list[DoctorCheck]:
     """Resource, selector, node health, taints and count: the scheduler's view, with what
     the profile's RuntimeClass adds to its pods."""
-    name, resource = profile.name, profile.resource_name
+    name = profile.name
     advertising = [n for n in nodes if capacity.allocatable(n, resource) > 0]
     if not advertising:
         return [
@@ -249,7 +299,7 @@ def _profile_nodes(
     ] or candidates
     found.append(_health(name, candidates))
     found.append(_taints(profile, where, candidates))
-    found.append(_count(profile, candidates))
+    found.append(_count(profile, resource, candidates))
     return found
 
 
@@ -299,8 +349,7 @@ def _taints(
     return _check(profile.name, "taints", verdict, message, fix)
 
 
-def _count(profile: GpuProfileConfig, candidates: list[Obj]) -> DoctorCheck:
-    resource = profile.resource_name
+def _count(profile: GpuProfileConfig, resource: str, candidates: list[Obj]) -> DoctorCheck:
     most = max(capacity.allocatable(n, resource) for n in candidates)
     if most >= profile.count:
         return _check(
@@ -353,7 +402,14 @@ def _runtime_class(
 
 def box_pod(settings: Settings, profile: GpuProfileConfig, preset: Preset) -> Obj:
     """The pod spec of a new box of this profile and preset, exactly as it would be created."""
-    spec = render.BoxSpec(
+    template: Obj = render.render_deployment(_doctor_spec(profile, preset), settings)["spec"][
+        "template"
+    ]
+    return dict(template["spec"])
+
+
+def _doctor_spec(profile: GpuProfileConfig, preset: Preset) -> render.BoxSpec:
+    return render.BoxSpec(
         name="doctor",
         preset=preset,
         ttl_hours=1,
@@ -361,8 +417,6 @@ def box_pod(settings: Settings, profile: GpuProfileConfig, preset: Preset) -> Ob
         expires_at=datetime.now(UTC),
         gpu=profile,
     )
-    template: Obj = render.render_deployment(spec, settings)["spec"]["template"]
-    return dict(template["spec"])
 
 
 def _judge(
@@ -414,22 +468,74 @@ def _admission(profile: GpuProfileConfig, settings: Settings, facts: Facts) -> l
     ]
 
 
+def _device_classes(profile: GpuProfileConfig, facts: Facts) -> DoctorCheck:
+    """A DRA profile's DeviceClasses, its own and its alternatives', must all exist."""
+    if facts.device_classes is None:
+        return _cannot_read(profile.name, "device-class", "DeviceClasses", facts)
+    existing = {dc["metadata"]["name"] for dc in facts.device_classes}
+    wanted = list(dict.fromkeys(c.device_class_name for c in profile.choices()))
+    missing = [name for name in wanted if name not in existing]
+    if missing:
+        return _check(
+            profile.name,
+            "device-class",
+            "fail",
+            f"DeviceClass {', '.join(missing)} does not exist: the scheduler refuses every "
+            "box of this profile",
+            "install the DRA driver that provides it, or change the profile's "
+            f"deviceClassName (existing: {', '.join(sorted(existing)) or 'none'})",
+        )
+    return _check(profile.name, "device-class", "pass", f"DeviceClass {', '.join(wanted)} exists")
+
+
+def _claim_template(profile: GpuProfileConfig, facts: Facts) -> DoctorCheck:
+    if profile.name not in facts.claim_refusals:
+        return _check(
+            profile.name,
+            "claim-template",
+            "warn",
+            "could not ask the apiserver to check this profile's claim template: "
+            f"{facts.unreadable.get('claim template dry run', 'unknown reason')}",
+            "grant the controller create on resourceclaimtemplates.resource.k8s.io in the box "
+            "namespace (the chart's Role does) on a cluster that serves resource.k8s.io/v1",
+        )
+    refusal = facts.claim_refusals[profile.name]
+    if refusal is not None:
+        return _check(
+            profile.name,
+            "claim-template",
+            "fail",
+            f"the apiserver refuses this profile's claim template: {refusal}",
+            "correct the profile's selectors, counts or device classes",
+        )
+    return _check(
+        profile.name,
+        "claim-template",
+        "pass",
+        "the apiserver accepts this profile's claim template and selectors",
+    )
+
+
 def _profile_checks(
     profile: GpuProfileConfig, settings: Settings, facts: Facts
 ) -> list[DoctorCheck]:
     found: list[DoctorCheck] = []
     candidates: list[Obj] | None = None
     runtime_classes = {rc["metadata"]["name"]: rc for rc in facts.runtime_classes or []}
-    if facts.nodes is None:
+    resource = profile.resource_name
+    if resource is None:
+        found.append(_device_classes(profile, facts))
+        found.append(_claim_template(profile, facts))
+    elif facts.nodes is None:
         found.append(_cannot_read(profile.name, "resource", "nodes", facts))
     else:
         where = capacity.placement(profile, runtime_classes)
-        found.extend(_profile_nodes(profile, facts.nodes, where))
+        found.extend(_profile_nodes(profile, resource, facts.nodes, where))
         candidates = [
             n
             for n in facts.nodes
             if capacity.selector_matches(n, profile.node_selector)
-            and capacity.allocatable(n, profile.resource_name) > 0
+            and capacity.allocatable(n, resource) > 0
         ]
     runtime = _runtime_class(profile, facts, candidates)
     if runtime is not None:

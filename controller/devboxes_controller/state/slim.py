@@ -103,8 +103,9 @@ def _container_status(container: Obj) -> Obj:
 
 
 def pod(obj: Obj) -> Obj:
-    """Node, phase, readiness, the scheduler's words and the containers' waiting reasons."""
-    slim: Obj = {"metadata": _metadata(obj, "creationTimestamp")}
+    """Node, phase, readiness, the scheduler's words and the containers' waiting reasons;
+    its uid, which owns a DRA box's claim."""
+    slim: Obj = {"metadata": _metadata(obj, "uid", "creationTimestamp")}
     node = (obj.get("spec") or {}).get("nodeName")
     if node:
         slim["spec"] = {"nodeName": node}
@@ -150,6 +151,50 @@ def persistent_volume_claim(obj: Obj) -> Obj:
     if capacity is not None:
         slim["status"] = {"capacity": {"storage": capacity}}
     return slim
+
+
+def claim_template(obj: Obj) -> Obj:
+    """Only that it exists: repair recreates a missing one."""
+    return {"metadata": _metadata(obj)}
+
+
+def resource_claim(obj: Obj) -> Obj:
+    """The pod that owns it and which devices were allocated to which request."""
+    metadata = _metadata(obj)
+    owners = (obj.get("metadata") or {}).get("ownerReferences") or []
+    metadata["ownerReferences"] = [_pick(o, ("uid",)) for o in owners]
+    results = (((obj.get("status") or {}).get("allocation") or {}).get("devices") or {}).get(
+        "results"
+    ) or []
+    slim: Obj = {"metadata": metadata}
+    if results:
+        picked = [_words(r, ("request", "driver", "pool", "device")) for r in results]
+        slim["status"] = {"allocation": {"devices": {"results": picked}}}
+    return slim
+
+
+def resource_slice(obj: Obj) -> Obj:
+    """Driver, pool and, per device, what a box reports of the device it got: its product
+    name and memory."""
+    spec = obj.get("spec") or {}
+    devices = []
+    for device in spec.get("devices") or []:
+        kept: Obj = {"name": device.get("name")}
+        product = (device.get("attributes") or {}).get("productName")
+        if product:
+            kept["attributes"] = {"productName": _pick(product, ("string",))}
+        memory = (device.get("capacity") or {}).get("memory")
+        if memory:
+            kept["capacity"] = {"memory": _pick(memory, ("value",))}
+        devices.append(kept)
+    return {
+        "metadata": _metadata(obj),
+        "spec": {
+            "driver": _word(spec.get("driver")),
+            "pool": _pick(spec.get("pool"), ("name",)),
+            "devices": devices,
+        },
+    }
 
 
 def event(obj: Obj) -> Obj:

@@ -124,6 +124,39 @@ class BoxStore:
             self._changed_box,
             strip=slim.event,
         )
+        self._claim_templates: Informer | None = None
+        self._resource_claims: Informer | None = None
+        self._slices: Informer | None = None
+        dra: tuple[Informer, ...] = ()
+        if settings.gpu.uses_dra:
+            resource = client.ResourceV1Api(api)
+            self._claim_templates = Informer(
+                "resourceclaimtemplates",
+                resource.list_namespaced_resource_claim_template,
+                ns,
+                box_of,
+                self._changed_box,
+                selector,
+                strip=slim.claim_template,
+            )
+            # Made by Kubernetes from a box's template, with the template's box labels.
+            self._resource_claims = Informer(
+                "resourceclaims",
+                resource.list_namespaced_resource_claim,
+                ns,
+                box_of,
+                self._changed_box,
+                selector,
+                strip=slim.resource_claim,
+            )
+            self._slices = Informer(
+                "resourceslices",
+                resource.list_resource_slice,
+                None,
+                strip=slim.resource_slice,
+                on_update=self._devices_changed,
+            )
+            dra = (self._claim_templates, self._resource_claims)
         self._informers = (
             self._deployments,
             self._replicasets,
@@ -131,6 +164,7 @@ class BoxStore:
             self._services,
             self._pvcs,
             self._events,
+            *dra,
         )
         # Not among ``informers``: readiness never depends on the cluster-wide watches.
         self.availability = Availability(settings, api, self.waiting_counts)
@@ -139,11 +173,15 @@ class BoxStore:
     def start(self) -> None:
         for informer in self._informers:
             informer.start()
+        if self._slices is not None:
+            self._slices.start()
         self.availability.start()
 
     def stop(self) -> None:
         for informer in self._informers:
             informer.stop()
+        if self._slices is not None:
+            self._slices.stop()
         self.availability.stop()
 
     def deployment(self, name: str) -> Obj | None:
@@ -161,6 +199,17 @@ class BoxStore:
 
     def service(self, name: str) -> Obj | None:
         return self._services.get(render.object_names(name).service)
+
+    @property
+    def watches_claims(self) -> bool:
+        """Whether the DRA kinds are cached: only while some profile is of DRA devices."""
+        return self._claim_templates is not None
+
+    def claim_template(self, name: str) -> Obj | None:
+        """A DRA box's ResourceClaimTemplate, when cached."""
+        if self._claim_templates is None:
+            return None
+        return self._claim_templates.get(render.object_names(name).claim_template)
 
     def has_seen(self, deployment: Obj) -> bool:
         """Wait briefly until the cache holds this version of a written Deployment, so the
@@ -197,6 +246,7 @@ class BoxStore:
         deployment = self._deployments.get(names.deployment)
         if deployment is None:
             return None
+        claims = self._resource_claims.for_box(name) if self._resource_claims else []
         return status.BoxObjects(
             deployment=deployment,
             pods=self._pods.for_box(name),
@@ -204,7 +254,30 @@ class BoxStore:
             events=self._events.for_box(name),
             service=self._services.get(names.service),
             pvc=self._pvcs.get(names.pvc),
+            claims=claims,
+            devices=self._allocated_devices(claims),
         )
+
+    def _allocated_devices(self, claims: list[Obj]) -> dict[status.DeviceKey, Obj]:
+        wanted = {status.device_key(r) for c in claims for r in status.allocation_results(c)}
+        if not wanted or self._slices is None:
+            return {}
+        found: dict[status.DeviceKey, Obj] = {}
+        for resource_slice in self._slices.all():
+            spec = resource_slice.get("spec") or {}
+            driver, pool = spec.get("driver"), (spec.get("pool") or {}).get("name")
+            for device in spec.get("devices") or []:
+                key = (str(driver), str(pool), str(device.get("name")))
+                if key in wanted:
+                    found[key] = device
+        return found
+
+    def _devices_changed(self) -> None:
+        """A slice that arrives after a claim's allocation names its device then."""
+        if self._resource_claims is None:
+            return
+        for name in sorted(self._resource_claims.boxes()):
+            self._changed_box(name)
 
     def _changed_box(self, name: str) -> None:
         with self._status_lock:

@@ -566,7 +566,9 @@ def test_capabilities_never_reveal_scheduling_details() -> None:
         "name",
         "display_name",
         "description",
+        "kind",
         "resource_name",
+        "devices",
         "count",
         "default",
     }
@@ -586,15 +588,20 @@ def test_wire_forms_of_a_profile() -> None:
         "name": "nvidia-l4",
         "display_name": "NVIDIA L4",
         "description": "One dedicated L4",
+        "kind": "extended-resource",
         "resource_name": "nvidia.com/gpu",
+        "devices": None,
         "count": 1,
         "default": False,
     }
     assert profile.allocation().model_dump() == {
         "profile": "nvidia-l4",
         "display_name": "NVIDIA L4",
+        "kind": "extended-resource",
         "resource_name": "nvidia.com/gpu",
+        "devices": None,
         "count": 1,
+        "allocated": None,
     }
 
 
@@ -652,7 +659,9 @@ def largest_profile() -> GpuProfileConfig:
 def test_largest_legal_profile_fits_the_snapshot_bound() -> None:
     profile = largest_profile()
     text = profile.snapshot_json()
-    assert len(text) > SNAPSHOT_MAX_BYTES * 0.6
+    # The largest DRA profile is larger and shows the bound is tight
+    # (test_controller_dra_profiles.py).
+    assert len(text) > SNAPSHOT_MAX_BYTES * 0.3
     assert len(text.encode()) <= SNAPSHOT_MAX_BYTES
     assert GpuProfileConfig.from_snapshot(text) == profile
 

@@ -70,8 +70,11 @@ def test_l4_boxes_fill_the_nodes_then_wait_for_a_free_gpu(
     assert first["gpu"] == {
         "profile": L4,
         "display_name": "NVIDIA L4",
+        "kind": "extended-resource",
         "resource_name": "nvidia.com/gpu",
+        "devices": None,
         "count": 1,
+        "allocated": None,
     }
     first = api.wait_ready("l4-first")
     assert first["state"] == "ready", first

@@ -1,7 +1,14 @@
 // Generated from jupyter_ext/src/words.ts by `make labels`: edit that file, not this one.
 export const CPU_ONLY = 'CPU only';
-/** "NVIDIA L4 · 1 × nvidia.com/gpu": a profile and the allocation it gives read alike. */
+/**
+ * "NVIDIA L4 · 1 × nvidia.com/gpu": a profile and the allocation it gives read alike; a
+ * DRA profile shows its devices line.
+ */
 export function unitsLabel(accelerator) {
+    if (accelerator.resource_name === null || accelerator.resource_name === undefined) {
+        const devices = accelerator.devices || `${accelerator.count} × device`;
+        return `${accelerator.display_name} · ${devices}`;
+    }
     return `${accelerator.display_name} · ${accelerator.count} × ${accelerator.resource_name}`;
 }
 /** " — 1 of 2 free, 1 waiting", or " — free count unknown" when the controller cannot count. */
