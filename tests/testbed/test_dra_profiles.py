@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from devboxes_testbed.cluster import Testbed
-from devboxes_testbed.controller import Controller, example_settings
+from devboxes_testbed.controller import Controller, example_settings, without_gpu_profiles
 from dra_profiles import DRA_PROFILES
 from support import REPO, Api, wait_for
 
@@ -28,17 +28,21 @@ def dra_testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
         bed.stop()
 
 
+def dra_settings(profiles: list[dict[str, Any]], default: str) -> dict[str, Any]:
+    """The example settings with ``profiles`` as the whole GPU catalog: the example GPU
+    profiles retired as an operator retires them, image profiles included."""
+    example = example_settings(NAMESPACE)
+    settings = without_gpu_profiles(example, *(p["name"] for p in example["gpu"]["profiles"]))
+    settings["gpu"] = {"enabled": True, "defaultProfile": default, "profiles": profiles}
+    return settings
+
+
 @pytest.fixture(scope="module")
 def api(dra_testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
     from kubernetes import client
 
     client.CoreV1Api(dra_testbed.api_client()).create_namespace({"metadata": {"name": NAMESPACE}})
-    settings = example_settings(NAMESPACE)
-    settings["gpu"] = {
-        "enabled": True,
-        "defaultProfile": "h100-or-a100",
-        "profiles": DRA_PROFILES,
-    }
+    settings = dra_settings(DRA_PROFILES, "h100-or-a100")
     workdir: Path = tmp_path_factory.mktemp("dra-controller")
     controller = Controller(dra_testbed.kubeconfig, settings, workdir).start()
     try:
@@ -142,7 +146,6 @@ def test_a_missing_claim_template_is_recreated(api: Api, dra_testbed: Testbed) -
 def test_the_doctor_refuses_selectors_kubernetes_cannot_compile_and_missing_classes(
     dra_testbed: Testbed, tmp_path: Path
 ) -> None:
-    settings = example_settings(NAMESPACE)
     broken = {
         "name": "broken",
         "displayName": "Broken",
@@ -157,11 +160,7 @@ def test_the_doctor_refuses_selectors_kubernetes_cannot_compile_and_missing_clas
         "deviceClassName": "gpu.example.com",
         "count": 1,
     }
-    settings["gpu"] = {
-        "enabled": True,
-        "defaultProfile": "gpu-40g",
-        "profiles": [DRA_PROFILES[1], broken, missing],
-    }
+    settings = dra_settings([DRA_PROFILES[1], broken, missing], "gpu-40g")
     controller = Controller(dra_testbed.kubeconfig, settings, tmp_path).start()
     try:
         report = Api(controller).call("GET", "/gpu/doctor")

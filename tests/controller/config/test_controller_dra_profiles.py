@@ -149,7 +149,7 @@ def test_catalog_shows_kind_and_devices_never_the_cel() -> None:
             }
         }
     ).gpu
-    body = gpu.capabilities().model_dump(mode="json")["gpu"]["profiles"]
+    body = gpu.capabilities().model_dump(mode="json")["profiles"]
     assert [(p["name"], p["kind"], p["resource_name"], p["devices"]) for p in body] == [
         ("nvidia-l4", "extended-resource", "nvidia.com/gpu", None),
         ("h100-or-a100", "dra", None, "NVIDIA H100 80GB, else A100 40GB"),
