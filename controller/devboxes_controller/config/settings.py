@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping
-from typing import Annotated, Any, Literal, Self, get_args, get_origin
+from typing import Annotated, Any, Literal, Self, TypeVar, get_args, get_origin
 
 from pydantic import (
     AfterValidator,
@@ -133,10 +133,9 @@ INT64_MAX = 2**63 - 1
 # list full, every string at its length limit and made of characters that JSON escapes to
 # the most bytes) is under 48 KiB; tests build the largest of each kind and check it fits.
 # Kubernetes allows 256 KiB for all annotations of an object together.
+# The same bound holds for ImageProfileConfig.snapshot_json(), whose largest legal profile
+# is about 45 KiB (its command and arguments).
 SNAPSHOT_MAX_BYTES = 64 * 1024
-# The same bound for ImageProfileConfig.snapshot_json(); its command and arguments make
-# the largest legal profile about 45 KiB.
-IMAGE_SNAPSHOT_MAX_BYTES = 64 * 1024
 
 _PROFILE_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$")
 # The default profile and the idle windows name profiles too. Their values are checked
@@ -432,6 +431,28 @@ _ONE_KIND: JsonDict = {
 }
 
 
+def _snapshot_json(profile: BaseModel) -> str:
+    data = _snapshot_value(profile.model_dump(by_alias=True))
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+_Profile = TypeVar("_Profile", bound=BaseModel)
+
+
+def _from_snapshot(kind: type[_Profile], text: str, what: str) -> _Profile:
+    if len(text.encode("utf-8", "surrogatepass")) > SNAPSHOT_MAX_BYTES:
+        raise SnapshotError(f"the {what} snapshot is larger than {SNAPSHOT_MAX_BYTES} bytes")
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise SnapshotError(f"the {what} snapshot is not valid JSON: {exc}") from None
+    try:
+        return kind.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(join(tuple(e["loc"]), describe(e, kind)) for e in exc.errors())
+        raise SnapshotError(f"the {what} snapshot is invalid: {problems}") from None
+
+
 class GpuProfileConfig(_Model):
     # _rules about the kind of profile, as JSON Schema.
     model_config = ConfigDict(json_schema_extra=_ONE_KIND)
@@ -542,25 +563,12 @@ class GpuProfileConfig(_Model):
         unset and empty fields are left out; non-ASCII text is escaped. At most
         ``SNAPSHOT_MAX_BYTES`` bytes for any valid profile.
         """
-        data = _snapshot_value(self.model_dump(by_alias=True))
-        return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+        return _snapshot_json(self)
 
     @classmethod
-    def from_snapshot(cls, text: str) -> GpuProfileConfig:
+    def from_snapshot(cls, text: str) -> Self:
         """Read back a snapshot written by :meth:`snapshot_json`."""
-        if len(text.encode("utf-8", "surrogatepass")) > SNAPSHOT_MAX_BYTES:
-            raise SnapshotError(
-                f"the GPU profile snapshot is larger than {SNAPSHOT_MAX_BYTES} bytes"
-            )
-        try:
-            data = json.loads(text)
-        except ValueError as exc:
-            raise SnapshotError(f"the GPU profile snapshot is not valid JSON: {exc}") from None
-        try:
-            return cls.model_validate(data)
-        except ValidationError as exc:
-            problems = "; ".join(join(tuple(e["loc"]), describe(e, cls)) for e in exc.errors())
-            raise SnapshotError(f"the GPU profile snapshot is invalid: {problems}") from None
+        return _from_snapshot(cls, text, "GPU profile")
 
     def to_wire(self, default: bool) -> GpuProfile:
         """The profile as discovery shows it: never the image, runtime or scheduling."""
@@ -879,26 +887,13 @@ class ImageProfileConfig(_Model):
 
     def snapshot_json(self) -> str:
         """The full profile as canonical JSON, like :meth:`GpuProfileConfig.snapshot_json`;
-        at most ``IMAGE_SNAPSHOT_MAX_BYTES`` bytes for any valid profile."""
-        data = _snapshot_value(self.model_dump(by_alias=True))
-        return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+        at most ``SNAPSHOT_MAX_BYTES`` bytes for any valid profile."""
+        return _snapshot_json(self)
 
     @classmethod
-    def from_snapshot(cls, text: str) -> ImageProfileConfig:
+    def from_snapshot(cls, text: str) -> Self:
         """Read back a snapshot written by :meth:`snapshot_json`."""
-        if len(text.encode("utf-8", "surrogatepass")) > IMAGE_SNAPSHOT_MAX_BYTES:
-            raise SnapshotError(
-                f"the image profile snapshot is larger than {IMAGE_SNAPSHOT_MAX_BYTES} bytes"
-            )
-        try:
-            data = json.loads(text)
-        except ValueError as exc:
-            raise SnapshotError(f"the image profile snapshot is not valid JSON: {exc}") from None
-        try:
-            return cls.model_validate(data)
-        except ValidationError as exc:
-            problems = "; ".join(join(tuple(e["loc"]), describe(e, cls)) for e in exc.errors())
-            raise SnapshotError(f"the image profile snapshot is invalid: {problems}") from None
+        return _from_snapshot(cls, text, "image profile")
 
     def to_wire(self) -> ImageProfile:
         """The profile as discovery shows it: never the image, its pull policy or limits."""

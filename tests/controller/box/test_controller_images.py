@@ -23,13 +23,13 @@ from devboxes_controller.box.status import BoxObjects, derive
 from devboxes_controller.config.loading import load_check_target
 from devboxes_controller.config.settings import (
     ENVIRONMENT_SIDECAR,
-    IMAGE_SNAPSHOT_MAX_BYTES,
     MAX_ARGS_ITEMS,
     MAX_ARGUMENT_LENGTH,
     MAX_COMMAND_ITEMS,
     MAX_DESCRIPTION,
     MAX_DISPLAY_NAME,
     MAX_IMAGE_PORTS,
+    SNAPSHOT_MAX_BYTES,
     ImageProfileConfig,
     ImageRejected,
     Settings,
@@ -515,10 +515,10 @@ def test_the_largest_valid_image_profile_fits_its_snapshot_bound() -> None:
     }
     profile = ImageProfileConfig.model_validate(largest)
     text = profile.snapshot_json()
-    assert len(text.encode()) <= IMAGE_SNAPSHOT_MAX_BYTES
+    assert len(text.encode()) <= SNAPSHOT_MAX_BYTES
     assert ImageProfileConfig.from_snapshot(text) == profile
     with pytest.raises(SnapshotError, match="larger than"):
-        ImageProfileConfig.from_snapshot(" " * (IMAGE_SNAPSHOT_MAX_BYTES + 1))
+        ImageProfileConfig.from_snapshot(" " * (SNAPSHOT_MAX_BYTES + 1))
 
 
 # --- the served OpenAPI document --------------------------------------------------------------
