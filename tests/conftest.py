@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from devboxes_testbed.cluster import Testbed
 from devboxes_testbed.controller import Controller, example_settings
-from support import Api, StartController, running_testbed, wait_for
+from support import REPO, Api, StartController, running_testbed, wait_for
 
 # The namespace the session's controller serves.
 SESSION_NAMESPACE = "devboxes-session"
@@ -30,6 +30,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if TESTBED_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.testbed)
+
+
+@pytest.fixture(scope="module")
+def dra_testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
+    """A testbed of the module's own whose GPUs are published for DRA
+    (testbed/nodes-dra.yaml): the module's claims start from free devices."""
+    pools = REPO / "testbed" / "nodes-dra.yaml"
+    bed = Testbed(tmp_path_factory.mktemp("dra-testbed"), pools, log=lambda message: None)
+    bed.start()
+    try:
+        yield bed
+    finally:
+        bed.stop()
 
 
 @pytest.fixture(scope="session")

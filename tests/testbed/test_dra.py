@@ -10,9 +10,8 @@ from typing import Any
 
 import pytest
 from devboxes_testbed.cluster import Testbed
-from support import REPO, wait_for
+from support import wait_for
 
-POOL_FILE = REPO / "testbed" / "nodes-dra.yaml"
 NVIDIA = "gpu.nvidia.com"
 IS_H100 = f"device.attributes['{NVIDIA}'].productName.startsWith('NVIDIA H100')"
 AT_LEAST_40G = f"device.capacity['{NVIDIA}'].memory.compareTo(quantity('40Gi')) >= 0"
@@ -25,16 +24,6 @@ H100_ELSE_40G = [
         "selectors": [{"cel": {"expression": AT_LEAST_40G}}],
     },
 ]
-
-
-@pytest.fixture(scope="module")
-def dra_testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
-    bed = Testbed(tmp_path_factory.mktemp("dra-testbed"), POOL_FILE, log=lambda message: None)
-    bed.start()
-    try:
-        yield bed
-    finally:
-        bed.stop()
 
 
 @pytest.fixture

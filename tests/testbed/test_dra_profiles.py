@@ -12,20 +12,9 @@ import pytest
 from devboxes_testbed.cluster import Testbed
 from devboxes_testbed.controller import Controller, example_settings, without_gpu_profiles
 from dra_profiles import DRA_PROFILES
-from support import REPO, Api, wait_for
+from support import Api, wait_for
 
-POOL_FILE = REPO / "testbed" / "nodes-dra.yaml"
 NAMESPACE = "dra-boxes"
-
-
-@pytest.fixture(scope="module")
-def dra_testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
-    bed = Testbed(tmp_path_factory.mktemp("dra-testbed"), POOL_FILE, log=lambda message: None)
-    bed.start()
-    try:
-        yield bed
-    finally:
-        bed.stop()
 
 
 def dra_settings(profiles: list[dict[str, Any]], default: str) -> dict[str, Any]:

@@ -431,6 +431,21 @@ _ONE_KIND: JsonDict = {
 }
 
 
+# What people read in a catalog, GPU or image: a name to show, and what it gives.
+DisplayName = Annotated[
+    StrictStr,
+    AfterValidator(_check_display_name),
+    WithJsonSchema(
+        {"type": "string", "minLength": 1, "maxLength": MAX_DISPLAY_NAME, "pattern": r"\S"}
+    ),
+]
+Description = Annotated[
+    StrictStr,
+    AfterValidator(_check_description),
+    WithJsonSchema({"type": "string", "maxLength": MAX_DESCRIPTION}),
+]
+
+
 def _snapshot_json(profile: BaseModel) -> str:
     data = _snapshot_value(profile.model_dump(by_alias=True))
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
@@ -458,21 +473,8 @@ class GpuProfileConfig(_Model):
     model_config = ConfigDict(json_schema_extra=_ONE_KIND)
 
     name: Annotated[StrictStr, AfterValidator(_check_gpu_profile_name), _GPU_PROFILE_NAME_SCHEMA]
-    display_name: Annotated[
-        StrictStr,
-        AfterValidator(_check_display_name),
-        WithJsonSchema(
-            {"type": "string", "minLength": 1, "maxLength": MAX_DISPLAY_NAME, "pattern": r"\S"}
-        ),
-    ]
-    description: (
-        Annotated[
-            StrictStr,
-            AfterValidator(_check_description),
-            WithJsonSchema({"type": "string", "maxLength": MAX_DESCRIPTION}),
-        ]
-        | None
-    ) = None
+    display_name: DisplayName
+    description: Description | None = None
     # Exactly one of the two: a device plugin's extended resource, or a DRA device class.
     resource_name: ResourceName | None = None
     device_class_name: DnsSubdomain | None = None
@@ -791,21 +793,8 @@ class ImageProfileConfig(_Model):
     )
 
     name: Annotated[StrictStr, AfterValidator(_check_profile_name), _PROFILE_NAME_SCHEMA]
-    display_name: Annotated[
-        StrictStr,
-        AfterValidator(_check_display_name),
-        WithJsonSchema(
-            {"type": "string", "minLength": 1, "maxLength": MAX_DISPLAY_NAME, "pattern": r"\S"}
-        ),
-    ]
-    description: (
-        Annotated[
-            StrictStr,
-            AfterValidator(_check_description),
-            WithJsonSchema({"type": "string", "maxLength": MAX_DESCRIPTION}),
-        ]
-        | None
-    ) = None
+    display_name: DisplayName
+    description: Description | None = None
     image: PinnedImage
     pull_policy: Literal["IfNotPresent", "Always", "Never"] = "IfNotPresent"
     mode: ImageMode = "sidecar"
