@@ -55,10 +55,11 @@ UNIT := not testbed and not browser and not release
 test-unit: $(STAMP) system-packages node-deps
 	$(PYTEST) -n 2 -m '$(UNIT)'
 
-# Two workers, each with its own testbed; a file's tests stay on one worker, so a file's
-# shared controller starts once.
+# Three workers, each with its own testbed: most of these tests wait on the cluster, not on
+# the CPU, so a third worker shortens the run even on two cores. A file's tests stay on one
+# worker, so a file's shared controller starts once.
 test-slow: $(STAMP) testbed system-packages node-deps
-	$(PYTEST) -n 2 --dist loadfile -m 'not ($(UNIT))'
+	$(PYTEST) -n 3 --dist loadfile -m 'not ($(UNIT))'
 
 # The unit tests first, for fast feedback; then everything else; then a check that the
 # suite left the checkout as it found it.

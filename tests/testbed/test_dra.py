@@ -27,21 +27,22 @@ H100_ELSE_40G = [
 
 
 @pytest.fixture
-def space(dra_testbed: Testbed) -> Iterator[str]:
-    """A namespace of the test's own; deleting it gives the devices back."""
+def space(dra_testbed: Testbed, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A namespace of the test's own. Its pods go at the end, and with them their claims,
+    which gives the devices back to the next test; the namespace goes in the background."""
     from kubernetes import client
 
-    core = client.CoreV1Api(dra_testbed.api_client())
-    name = "dra-test"
+    api = dra_testbed.api_client()
+    core = client.CoreV1Api(api)
+    resource = client.ResourceV1Api(api)
+    name = f"dra-{request.node.name.removeprefix('test_')[:40].rstrip('_').replace('_', '-')}"
     core.create_namespace({"metadata": {"name": name}})
     try:
         yield name
     finally:
+        core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
+        wait_for(lambda: not resource.list_namespaced_resource_claim(name).items, timeout=120)
         core.delete_namespace(name)
-        wait_for(
-            lambda: not [n for n in core.list_namespace().items if n.metadata.name == name],
-            timeout=120,
-        )
 
 
 def pod(
