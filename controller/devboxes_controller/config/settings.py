@@ -34,6 +34,7 @@ from pydantic import (
     StrictBool,
     StrictInt,
     StrictStr,
+    StringConstraints,
     ValidationError,
     WithJsonSchema,
     field_validator,
@@ -1193,6 +1194,16 @@ class IdleSettings(_Model):
         return self.profiles.get(profile, self.stop_after_minutes)
 
 
+GroupName = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+
+
+class AuthSettings(_Model):
+    """Who may call the API besides the operator token, and who among them is an admin."""
+
+    # People in any of these groups see and act on every box, as the operator token does.
+    admin_groups: list[GroupName] = Field(default_factory=list, max_length=64)
+
+
 class Settings(_Model):
     namespace: DnsLabel = "devboxes"
     workspace_image: Image = "devboxes/workspace:0.1.0"
@@ -1209,6 +1220,7 @@ class Settings(_Model):
     availability: AvailabilitySettings = Field(default_factory=AvailabilitySettings)
     idle: IdleSettings = Field(default_factory=IdleSettings)
     connections: ConnectionSettings = Field(default_factory=ConnectionSettings)
+    auth: AuthSettings = Field(default_factory=AuthSettings)
 
     @classmethod
     def _rules(cls, raw: Mapping[str, Any]) -> list[Violation]:
