@@ -268,6 +268,11 @@ export interface components {
              * Format: date-time
              */
             created_at: string;
+            /**
+             * Owner
+             * @default operator
+             */
+            owner: string;
             /** Expires At */
             expires_at?: string | null;
             /** Repository */
@@ -615,6 +620,11 @@ export interface components {
             created_at: string;
             /** Last Profile */
             last_profile?: string | null;
+            /**
+             * Owner
+             * @default operator
+             */
+            owner: string;
         };
         /**
          * VolumeList
@@ -633,6 +643,13 @@ export interface components {
             user: string;
             /** Mode */
             mode: string;
+            /** Groups */
+            groups?: string[];
+            /**
+             * Admin
+             * @default false
+             */
+            admin: boolean;
         };
     };
     responses: never;
@@ -841,6 +858,8 @@ export interface operations {
                 state?: components["schemas"]["DevboxState"] | null;
                 /** @description Only boxes of this GPU profile, or 'cpu' */
                 profile?: string | null;
+                /** @description Only this person's boxes; people other than admins see only their own */
+                owner?: string | null;
             };
             header?: never;
             path?: never;

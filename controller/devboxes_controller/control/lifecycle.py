@@ -19,7 +19,7 @@ from kubernetes import client
 from devboxes_sdk.labels import accelerator_label
 from devboxes_sdk.models import ActivityReport, DeleteResult, Devbox, DevboxCreate
 
-from ..box import activity, idempotency, render, status, template
+from ..box import activity, idempotency, ownership, render, status, template
 from ..config.formats import quantity_value
 from ..config.settings import (
     ACTIVITY_SIDECAR,
@@ -85,7 +85,7 @@ class Lifecycle:
 
         self._events.submit(send)
 
-    def validate(self, request: DevboxCreate) -> render.BoxSpec:
+    def validate(self, request: DevboxCreate, owner: str | None = None) -> render.BoxSpec:
         """Every rule, before any write: TTL bound, preset, the GPU and image profiles."""
         ttl = self.settings.ttl
         if request.ttl_hours > ttl.max_hours:
@@ -108,18 +108,25 @@ class Lifecycle:
             expires_at=self.clock() + timedelta(hours=request.ttl_hours),
             gpu=profile,
             image=image,
+            owner=owner,
         )
 
-    def create(self, request: DevboxCreate, key: str | None = None) -> Devbox:
-        """A new box; with the client's idempotency ``key``, a retry of a create that
-        already made the box answers that box instead of a conflict."""
-        spec = self.validate(request)
+    def create(
+        self, request: DevboxCreate, key: str | None = None, owner: str | None = None
+    ) -> Devbox:
+        """A new box of ``owner`` (None: the operator's); with the client's idempotency
+        ``key``, a retry of a create that already made the box answers that box instead of
+        a conflict."""
+        spec = self.validate(request, owner)
         names = render.object_names(spec.name)
         made_by = idempotency.CreateRequest.of(key, request) if key is not None else None
         existing = self.store.deployment(spec.name)
         if existing is not None:
-            return self._created_before(spec.name, existing, made_by)
+            return self._created_before(spec.name, existing, made_by, owner)
         claim = self.store.claim(spec.name)
+        if claim is not None and ownership.owner_of(claim) != (owner or ownership.OPERATOR):
+            # Another person's retained home volume: theirs to reuse or purge, never ours.
+            raise Conflict(f"the name '{spec.name}' is taken; choose another")
         if claim is not None and claim["metadata"].get("deletionTimestamp"):
             raise Conflict(
                 f"the home volume {names.pvc} of a purged devbox '{spec.name}' is still being "
@@ -158,7 +165,7 @@ class Lifecycle:
                     f"devbox '{spec.name}' was deleted while this create was being made; "
                     "send the create again to make a new box"
                 ) from None
-            return self._created_before(spec.name, existing, made_by)
+            return self._created_before(spec.name, existing, made_by, owner)
         METRICS.writes.labels("create").inc()
         self._apply_service(wanted_service, deployment)
         self._apply_claim_template(spec, deployment)
@@ -177,11 +184,16 @@ class Lifecycle:
         return self._current(spec.name, deployment)
 
     def _created_before(
-        self, name: str, existing: Obj, made_by: idempotency.CreateRequest | None
+        self,
+        name: str,
+        existing: Obj,
+        made_by: idempotency.CreateRequest | None,
+        owner: str | None,
     ) -> Devbox:
         """The box as it is now when this request created it on an earlier try; else the
         name is taken."""
-        if made_by is None or not made_by.made(existing):
+        mine = ownership.owner_of(existing) == (owner or ownership.OPERATOR)
+        if made_by is None or not mine or not made_by.made(existing):
             raise Conflict(f"devbox '{name}' already exists")
         return self._current(name, existing)
 
@@ -339,9 +351,11 @@ class Lifecycle:
         log.info("box stopped for idleness", extra={"box": name, "minutes": minutes})
         return self._current(name, updated)
 
-    def _deployment(self, name: str) -> Obj:
+    def _deployment(self, name: str, scope: str | None = None) -> Obj:
+        """The box's Deployment, when the box is ``scope``'s (any box's when None):
+        another person's box is as absent as one that does not exist."""
         deployment = self.store.deployment(name)
-        if deployment is None:
+        if deployment is None or not ownership.visible(deployment, scope):
             raise NotFound(f"devbox '{name}' not found")
         return deployment
 
@@ -356,9 +370,9 @@ class Lifecycle:
         self.store.has_seen(updated)
         return updated
 
-    def start_box(self, name: str) -> Devbox:
+    def start_box(self, name: str, scope: str | None = None) -> Devbox:
         """Replicas 1 and a renewed TTL, from the pinned snapshot; storage and Service repaired."""
-        deployment = self._deployment(name)
+        deployment = self._deployment(name, scope)
         try:
             spec = render.spec_from_deployment(deployment)
         except SnapshotError as err:
@@ -409,9 +423,11 @@ class Lifecycle:
         log.info("box rebuilt", extra={"box": name, "changes": changed})
         return updated
 
-    def stop_box(self, name: str, expired_at: datetime | None = None) -> Devbox:
+    def stop_box(
+        self, name: str, expired_at: datetime | None = None, scope: str | None = None
+    ) -> Devbox:
         """Replicas 0; the claim, the snapshot and the TTL annotation stay."""
-        self._deployment(name)
+        self._deployment(name, scope)
         annotations: dict[str, Any] = {}
         if expired_at is not None:
             annotations[render.ANNOTATION_EXPIRED_AT] = format_timestamp(expired_at)
@@ -424,11 +440,15 @@ class Lifecycle:
             self.record(updated, "Stopped", "Stopped on request; storage kept")
         return self._current(name, updated)
 
-    def delete(self, name: str, purge: bool) -> DeleteResult:
+    def delete(self, name: str, purge: bool, scope: str | None = None) -> DeleteResult:
         """Compute and Service go; the home claim stays unless ``purge``."""
         names = render.object_names(name)
         deployment = self.store.deployment(name)
         claim = self.store.claim(name)
+        if deployment is not None and not ownership.visible(deployment, scope):
+            deployment = claim = None
+        if claim is not None and not ownership.visible(claim, scope):
+            claim = None
         if deployment is None and not (purge and claim is not None):
             raise NotFound(f"devbox '{name}' not found")
         for function, object_name in (
@@ -467,9 +487,9 @@ class Lifecycle:
             self.store.has_forgotten_claim(name)
         return deleted
 
-    def extend_box(self, name: str, hours: int) -> Devbox:
+    def extend_box(self, name: str, hours: int, scope: str | None = None) -> Devbox:
         """Push a running box's deadline back, never beyond ``ttl.maxHours`` from now."""
-        deployment = self._deployment(name)
+        deployment = self._deployment(name, scope)
         if (deployment.get("spec") or {}).get("replicas", 1) == 0:
             raise Conflict(f"devbox '{name}' is stopped; start it, which renews its time to live")
         try:
