@@ -7,7 +7,6 @@ import random
 import pytest
 from devboxes_controller.state.index import CPU, BoxIndex
 
-
 Key = tuple[str | None, str | None, str | None]
 
 
