@@ -17,6 +17,7 @@ from devboxes_sdk.models import (
     ImageAllocation,
     ImageCapabilities,
     ImagePort,
+    SshKey,
     Volume,
 )
 
@@ -25,6 +26,7 @@ PROFILE_HEADERS = ("PROFILE", "NAME", "COUNT", "RESOURCE", "FREE", "WAITING", "D
 IMAGE_HEADERS = ("PROFILE", "NAME", "MODE", "PORTS", "DESCRIPTION")
 DOCTOR_HEADERS = ("VERDICT", "PROFILE", "CHECK", "FINDING")
 VOLUME_HEADERS = ("NAME", "SIZE", "CREATED", "LAST PROFILE", "CLAIM")
+KEY_HEADERS = ("FINGERPRINT", "TYPE", "COMMENT", "ADDED")
 EMPTY = "-"
 
 # Server-supplied text (messages, names) is shown in a terminal; control characters
@@ -199,6 +201,16 @@ def volumes_table(volumes: Iterable[Volume], now: datetime) -> str:
                 volume.claim,
             )
             for volume in volumes
+        ),
+    )
+
+
+def keys_table(keys: Iterable[SshKey]) -> str:
+    return table(
+        KEY_HEADERS,
+        (
+            (key.fingerprint, key.algorithm, key.comment or EMPTY, key.added_at.date().isoformat())
+            for key in keys
         ),
     )
 

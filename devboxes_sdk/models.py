@@ -421,6 +421,28 @@ class WhoAmI(_Response):
     admin: bool = False
 
 
+class SshKeyAdd(_Request):
+    """Body of ``POST /api/v1/keys``: one line of a ``.pub`` file."""
+
+    key: Annotated[str, Field(max_length=16384)]
+
+
+class SshKey(_Response):
+    """One of a person's SSH public keys; every box of theirs accepts it for logins."""
+
+    # As ``ssh-keygen -l`` shows it, e.g. ``SHA256:FRANtL/pZZX1...``.
+    fingerprint: str
+    algorithm: str
+    comment: str | None = None
+    added_at: AwareDatetime
+
+
+class SshKeyList(_Response):
+    """Body of ``GET /api/v1/keys``: the caller's keys, oldest first."""
+
+    items: list[SshKey]
+
+
 class FieldError(_Response):
     """One entry of a 422 ``detail`` list: which field broke which rule.
 

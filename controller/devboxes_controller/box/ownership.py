@@ -36,9 +36,15 @@ def owner_of(obj: dict[str, Any]) -> str:
     return owner if isinstance(owner, str) and owner else OPERATOR
 
 
+def person(owner: str | None) -> str | None:
+    """The person who owns a box, or None for the operator's boxes."""
+    return None if owner is None or owner == OPERATOR else owner
+
+
 def marks(owner: str | None) -> tuple[dict[str, str], dict[str, str]]:
     """The labels and annotations that record ``owner``; none for the operator."""
-    if owner is None or owner == OPERATOR:
+    owner = person(owner)
+    if owner is None:
         return {}, {}
     return {LABEL_OWNER: owner_label(owner)}, {ANNOTATION_OWNER: owner}
 

@@ -29,7 +29,7 @@ from ..config.settings import (
     SnapshotError,
 )
 from ..k8s.timestamps import format_timestamp, parse_timestamp
-from . import ownership
+from . import ownership, sshkeys
 
 LABEL_BOX = "devboxes.io/box"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -173,6 +173,16 @@ def labels(box: str, component: str) -> dict[str, str]:
         LABEL_NAME: APP_NAME,
         LABEL_COMPONENT: component,
         LABEL_MANAGED_BY: MANAGER,
+    }
+
+
+def person_labels(owner: str, component: str) -> dict[str, str]:
+    """The labels of an object that belongs to a person rather than to one box."""
+    return {
+        LABEL_NAME: APP_NAME,
+        LABEL_COMPONENT: component,
+        LABEL_MANAGED_BY: MANAGER,
+        **ownership.marks(owner)[0],
     }
 
 
@@ -370,6 +380,11 @@ def _main_container(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
                 else []
             ),
             *(
+                [{"name": sshkeys.VOLUME, "mountPath": sshkeys.MOUNT_PATH, "readOnly": True}]
+                if ownership.person(spec.owner) is not None
+                else []
+            ),
+            *(
                 [{"name": GPU_SAMPLES_VOLUME, "mountPath": GPU_SAMPLES_PATH}]
                 if _samples_gpu(spec, settings)
                 else []
@@ -494,6 +509,19 @@ def _gpu_samples_volume() -> dict[str, Any]:
     return {"name": GPU_SAMPLES_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}
 
 
+def _person_keys_volume(owner: str) -> dict[str, Any]:
+    # Optional: a person who has not added a key yet has no ConfigMap, and the box starts.
+    return {
+        "name": sshkeys.VOLUME,
+        "configMap": {
+            "name": sshkeys.config_map_name(owner),
+            "items": [{"key": sshkeys.AUTHORIZED_KEYS, "path": sshkeys.AUTHORIZED_KEYS}],
+            "defaultMode": 0o444,
+            "optional": True,
+        },
+    }
+
+
 def _activity_volume(spec: BoxSpec) -> dict[str, Any]:
     return {
         "name": ACTIVITY_VOLUME,
@@ -556,6 +584,11 @@ def _pod_spec(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
                     }
                 ]
                 if settings.ssh.authorized_keys_secret
+                else []
+            ),
+            *(
+                [_person_keys_volume(owner)]
+                if (owner := ownership.person(spec.owner)) is not None
                 else []
             ),
             *([_activity_volume(spec)] if _reports_activity(spec, settings) else []),
@@ -729,7 +762,7 @@ def spec_from_deployment(deployment: dict[str, Any]) -> BoxSpec:
         gpu=gpu,
         pinned=None if pinned_text is None else _read_pinned(name, pinned_text),
         image=image,
-        owner=None if owner == ownership.OPERATOR else owner,
+        owner=ownership.person(owner),
     )
 
 

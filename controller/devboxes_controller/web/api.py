@@ -31,6 +31,9 @@ from devboxes_sdk.models import (
     ErrorBody,
     GpuAvailability,
     Preset,
+    SshKey,
+    SshKeyAdd,
+    SshKeyList,
     VolumeList,
     WhoAmI,
     normalize_name,
@@ -40,6 +43,7 @@ from ..box import idempotency
 from ..box.ownership import OPERATOR
 from ..config.settings import CPU_ACCELERATOR, ImageProfileConfig, Settings
 from ..control import volumes
+from ..control.keys import Keys
 from ..control.lifecycle import Lifecycle
 from ..k8s.kube import rule_broken
 from ..placement import doctor
@@ -106,6 +110,11 @@ async def _writes(request: Request) -> WritePool:
     return writes
 
 
+async def _keys(request: Request) -> Keys:
+    keys: Keys = request.app.state.keys
+    return keys
+
+
 async def _tokens(request: Request) -> ListTokens:
     tokens: ListTokens = request.app.state.list_tokens
     return tokens
@@ -115,6 +124,7 @@ StoreDep = Annotated[BoxStore, Depends(_store)]
 TokensDep = Annotated[ListTokens, Depends(_tokens)]
 LifecycleDep = Annotated[Lifecycle, Depends(_lifecycle)]
 WritesDep = Annotated[WritePool, Depends(_writes)]
+KeysDep = Annotated[Keys, Depends(_keys)]
 
 
 def _owner(identity: Identity) -> str | None:
@@ -281,7 +291,7 @@ def _profile(store: BoxStore, profile: str) -> str:
 @router.get(
     "/devboxes",
     response_model=DevboxList,
-    responses={**CONDITIONAL, **_errors(400, 410, 422)},
+    responses={**CONDITIONAL, **_errors(400, 403, 410, 422)},
 )
 async def list_devboxes(
     request: Request,
@@ -412,3 +422,31 @@ async def purge_volume(
     name: BoxName, identity: Caller, lifecycle: LifecycleDep, writes: WritesDep
 ) -> DeleteResult:
     return await writes.run(volumes.purge, lifecycle, _name(name), identity.scope)
+
+
+# A person's SSH keys: read and written on the apiserver, off the event loop.
+@router.get("/keys", responses=_errors(503))
+async def list_keys(identity: Caller, keys: KeysDep, writes: WritesDep) -> SshKeyList:
+    return await writes.run(keys.listed, _owner(identity))
+
+
+@router.post("/keys", status_code=201, responses={**WITH_BODY, **WRITES})
+async def add_key(body: SshKeyAdd, identity: Caller, keys: KeysDep, writes: WritesDep) -> SshKey:
+    return await writes.run(keys.add, _owner(identity), body.key)
+
+
+@router.delete("/keys", responses={**_errors(404, 409, 422), **WRITES})
+async def remove_key(
+    identity: Caller,
+    keys: KeysDep,
+    writes: WritesDep,
+    fingerprint: Annotated[
+        str,
+        Query(
+            min_length=1,
+            max_length=128,
+            description="The key's fingerprint as listed, e.g. SHA256:FRANtL/pZZX1BIm1...",
+        ),
+    ],
+) -> SshKey:
+    return await writes.run(keys.remove, _owner(identity), fingerprint)

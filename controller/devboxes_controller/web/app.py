@@ -25,6 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from devboxes_sdk.models import Health, field_errors, normalize_name
 
+from ..control.keys import Keys
 from ..control.lifecycle import Lifecycle
 from ..k8s.kube import ApiProblem, Invalid, NotFound
 from ..state.bodies import Body, body, respond
@@ -360,6 +361,7 @@ def create_app(
     )
     app.state.store = store
     app.state.lifecycle = lifecycle
+    app.state.keys = Keys(lifecycle.api, store.settings.namespace, store.clock)
     app.state.token = token
     app.state.verifiers = tuple(verifiers)
     app.state.admin_groups = frozenset(store.settings.auth.admin_groups)
