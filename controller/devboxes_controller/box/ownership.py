@@ -13,6 +13,9 @@ from typing import Any
 
 LABEL_OWNER = "devboxes.io/owner"
 ANNOTATION_OWNER = "devboxes.io/owner"
+# The owner's groups that the operator's limits name, as a JSON list: a box counts towards
+# the limits of the groups its owner was in when the box was last created or started.
+ANNOTATION_OWNER_GROUPS = "devboxes.io/owner-groups"
 # The owner of a box without an owner annotation, and the name whoami gives the token.
 OPERATOR = "operator"
 

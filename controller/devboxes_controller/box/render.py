@@ -52,6 +52,7 @@ ANNOTATION_GPU_SNAPSHOT = ANNOTATION_PREFIX + "gpu-profile-snapshot"
 ANNOTATION_GPU_PROFILE = ANNOTATION_PREFIX + "gpu-profile"
 ANNOTATION_GPU_RESOURCE = ANNOTATION_PREFIX + "gpu-resource"
 ANNOTATION_GPU_COUNT = ANNOTATION_PREFIX + "gpu-count"
+ANNOTATION_GPU_DEVICE_CLASS = ANNOTATION_PREFIX + "gpu-device-class"
 ANNOTATION_IMAGE_SNAPSHOT = ANNOTATION_PREFIX + "image-profile-snapshot"
 ANNOTATION_IMAGE_PROFILE = ANNOTATION_PREFIX + "image-profile"
 ANNOTATION_PRESET = ANNOTATION_PREFIX + "preset"
@@ -654,6 +655,8 @@ def _annotations(spec: BoxSpec) -> dict[str, str]:
         annotations[ANNOTATION_GPU_PROFILE] = spec.gpu.name
         if spec.gpu.resource_name is not None:
             annotations[ANNOTATION_GPU_RESOURCE] = spec.gpu.resource_name
+        if spec.gpu.device_class_name is not None:
+            annotations[ANNOTATION_GPU_DEVICE_CLASS] = spec.gpu.device_class_name
         annotations[ANNOTATION_GPU_COUNT] = str(spec.gpu.count)
     if spec.image is not None:
         annotations[ANNOTATION_IMAGE_SNAPSHOT] = spec.image.snapshot_json()

@@ -8,7 +8,9 @@ response to a write waits (briefly) until the store has seen it.
 
 from __future__ import annotations
 
+import json
 import logging
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
@@ -31,6 +33,7 @@ from ..config.settings import (
 from ..k8s import kube
 from ..k8s.kube import RETRY_AFTER_SECONDS, ApiProblem, Conflict, NotFound, Obj, rule_broken
 from ..k8s.timestamps import format_timestamp
+from ..placement import limits
 from ..state.metrics import METRICS
 from ..state.store import BoxStore
 
@@ -51,6 +54,7 @@ class Lifecycle:
         self._apps = client.AppsV1Api(api)
         self._resource = client.ResourceV1Api(api)
         self._events = ThreadPoolExecutor(max_workers=1, thread_name_prefix="k8s-events")
+        self._limits_lock = threading.Lock()
 
     def stop(self) -> None:
         self._events.shutdown(wait=False)
@@ -112,12 +116,36 @@ class Lifecycle:
         )
 
     def create(
-        self, request: DevboxCreate, key: str | None = None, owner: str | None = None
+        self, request: DevboxCreate, key: str | None = None, asker: limits.Asker | None = None
     ) -> Devbox:
-        """A new box of ``owner`` (None: the operator's); with the client's idempotency
-        ``key``, a retry of a create that already made the box answers that box instead of
-        a conflict."""
+        """A new box of ``asker`` (None: the operator's), within their limits; with the
+        client's idempotency ``key``, a retry of a create that already made the box answers
+        that box instead of a conflict."""
+        owner = asker.person if asker is not None else None
         spec = self.validate(request, owner)
+        if asker is None or not self.settings.limits.enabled:
+            return self._create(spec, request, key, None)
+        limits.check_request(self.settings.limits, asker, spec.preset, spec.ttl_hours)
+        # Checked and written under one lock, so that two creates of one replica cannot
+        # both take the last place.
+        with self._limits_lock:
+            ask = limits.Ask(asker, new_box=True, device=_device(spec), count=_count(spec))
+            existing = self.store.deployment(spec.name)
+            if existing is None:
+                limits.check_quota(self.settings.limits, ask, self._holdings())
+            return self._create(spec, request, key, asker)
+
+    def _holdings(self) -> list[limits.Holding]:
+        return [limits.holding(deployment) for deployment in self.store.deployments()]
+
+    def _create(
+        self,
+        spec: render.BoxSpec,
+        request: DevboxCreate,
+        key: str | None,
+        asker: limits.Asker | None,
+    ) -> Devbox:
+        owner = spec.owner
         names = render.object_names(spec.name)
         made_by = idempotency.CreateRequest.of(key, request) if key is not None else None
         existing = self.store.deployment(spec.name)
@@ -141,6 +169,10 @@ class Lifecycle:
             # In the same write as the box, so that no retry can see one without the other.
             wanted_deployment["metadata"]["annotations"][idempotency.ANNOTATION_CREATE_REQUEST] = (
                 made_by.annotation()
+            )
+        if asker is not None:
+            wanted_deployment["metadata"]["annotations"][ownership.ANNOTATION_OWNER_GROUPS] = (
+                _groups_record(self.settings, asker)
             )
         wanted_service = render.render_service(spec, self.settings)
         # The claim first: until it exists the scheduler refuses the pod with a confusing
@@ -370,14 +402,30 @@ class Lifecycle:
         self.store.has_seen(updated)
         return updated
 
-    def start_box(self, name: str, scope: str | None = None) -> Devbox:
-        """Replicas 1 and a renewed TTL, from the pinned snapshot; storage and Service repaired."""
+    def start_box(
+        self, name: str, scope: str | None = None, asker: limits.Asker | None = None
+    ) -> Devbox:
+        """Replicas 1 and a renewed TTL, from the pinned snapshot; storage and Service
+        repaired. A person's start stays within the limits of the box's owner."""
+        if asker is None or not self.settings.limits.enabled:
+            return self._start(name, scope, None)
+        with self._limits_lock:
+            return self._start(name, scope, asker)
+
+    def _start(self, name: str, scope: str | None, asker: limits.Asker | None) -> Devbox:
         deployment = self._deployment(name, scope)
         try:
             spec = render.spec_from_deployment(deployment)
         except SnapshotError as err:
             raise Conflict(f"devbox '{name}' cannot be started: {err}") from None
-        if (deployment.get("spec") or {}).get("replicas", 1) == 0:
+        stopped = (deployment.get("spec") or {}).get("replicas", 1) == 0
+        groups: dict[str, str] = {}
+        if asker is not None and stopped and spec.owner == asker.person:
+            ask = limits.Ask(asker, new_box=False, device=_device(spec), count=_count(spec))
+            others = [d for d in self.store.deployments() if d is not deployment]
+            limits.check_quota(self.settings.limits, ask, [limits.holding(d) for d in others])
+            groups[ownership.ANNOTATION_OWNER_GROUPS] = _groups_record(self.settings, asker)
+        if stopped:
             # The release's changes go in before the pod exists, so it starts with them.
             self.rebuild_if_changed(deployment)
         expires = self.clock() + timedelta(hours=spec.ttl_hours)
@@ -386,6 +434,7 @@ class Lifecycle:
             {
                 "metadata": {
                     "annotations": {
+                        **groups,
                         render.ANNOTATION_EXPIRES_AT: format_timestamp(expires),
                         render.ANNOTATION_EXPIRED_AT: None,
                         # A new pod: what the last one's agent said no longer holds.
@@ -538,6 +587,21 @@ class Lifecycle:
             f"Extended by {hours} h; stops automatically at {stamp}",
         )
         return self._current(name, updated)
+
+
+def _device(spec: render.BoxSpec) -> str | None:
+    """What a box's devices are counted by in the limits."""
+    if spec.gpu is None:
+        return None
+    return spec.gpu.resource_name or spec.gpu.device_class_name
+
+
+def _count(spec: render.BoxSpec) -> int:
+    return spec.gpu.count if spec.gpu is not None else 0
+
+
+def _groups_record(settings: Settings, asker: limits.Asker) -> str:
+    return json.dumps(limits.limited_groups(settings.limits, asker.groups))
 
 
 def _owned_by(deployment: Obj) -> list[Obj]:

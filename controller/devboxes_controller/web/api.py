@@ -46,7 +46,7 @@ from ..control import volumes
 from ..control.keys import Keys
 from ..control.lifecycle import Lifecycle
 from ..k8s.kube import rule_broken
-from ..placement import doctor
+from ..placement import doctor, limits
 from ..state.bodies import Body, body, respond
 from ..state.index import CPU
 from ..state.store import BoxStore
@@ -130,6 +130,12 @@ KeysDep = Annotated[Keys, Depends(_keys)]
 def _owner(identity: Identity) -> str | None:
     """The owner a box the caller creates records; None for the operator's."""
     return None if identity.user == OPERATOR else identity.user
+
+
+def _asker(identity: Identity) -> limits.Asker | None:
+    """The person whose limits a create or start counts against; None for the operator."""
+    owner = _owner(identity)
+    return None if owner is None else limits.Asker(owner, frozenset(identity.groups))
 
 
 def _owner_filter(identity: Identity, owner: str | None) -> str | None:
@@ -350,7 +356,7 @@ async def create_devbox(
     key: IdempotencyKey = None,
 ) -> Devbox:
     checked = idempotency.check_key(key) if key is not None else None
-    return await writes.run(lifecycle.create, body, checked, _owner(identity))
+    return await writes.run(lifecycle.create, body, checked, _asker(identity))
 
 
 @router.get("/devboxes/{name}", response_model=Devbox, responses={**CONDITIONAL, **NAMED})
@@ -380,7 +386,9 @@ async def get_devbox(
 async def start_devbox(
     name: BoxName, identity: Caller, lifecycle: LifecycleDep, writes: WritesDep
 ) -> Devbox:
-    return await writes.run(lifecycle.start_box, _name(name), scope=identity.scope)
+    return await writes.run(
+        lifecycle.start_box, _name(name), scope=identity.scope, asker=_asker(identity)
+    )
 
 
 @router.post("/devboxes/{name}/stop", responses={**NAMED, **WRITES})
