@@ -725,13 +725,15 @@ def _cmd_list(args: argparse.Namespace) -> int:
         boxes = client.list(
             state=args.state, profile=args.profile, owner=args.owner, page_size=DEFAULT_PAGE_SIZE
         )
-    if args.quiet:
-        for box in boxes:
-            print(box.name)
-    elif not boxes:
-        print("No devboxes yet. Create one with: devbox create NAME")
-    else:
-        print(_render.boxes_table(boxes, _now()))
+        if args.quiet:
+            for box in boxes:
+                print(box.name)
+            return EXIT_OK
+        if not boxes:
+            print("No devboxes yet. Create one with: devbox create NAME")
+            return EXIT_OK
+        owners = _render.shows_owners(boxes, client.whoami())
+    print(_render.boxes_table(boxes, _now(), owners=owners))
     return EXIT_OK
 
 
