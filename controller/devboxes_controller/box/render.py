@@ -377,7 +377,7 @@ def _main_container(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
             {"name": HOME_VOLUME, "mountPath": HOME_MOUNT_PATH},
             *(
                 [{"name": KEYS_VOLUME, "mountPath": KEYS_MOUNT_PATH, "readOnly": True}]
-                if settings.ssh.authorized_keys_secret
+                if _operator_keys(spec, settings)
                 else []
             ),
             *(
@@ -510,6 +510,12 @@ def _gpu_samples_volume() -> dict[str, Any]:
     return {"name": GPU_SAMPLES_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}
 
 
+def _operator_keys(spec: BoxSpec, settings: Settings) -> bool:
+    """The operator's keys open the operator's boxes only: a person's box trusts the keys
+    that person added, so one leaked operator key does not open every box."""
+    return bool(settings.ssh.authorized_keys_secret) and ownership.person(spec.owner) is None
+
+
 def _person_keys_volume(owner: str) -> dict[str, Any]:
     # Optional: a person who has not added a key yet has no ConfigMap, and the box starts.
     return {
@@ -584,7 +590,7 @@ def _pod_spec(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
                         },
                     }
                 ]
-                if settings.ssh.authorized_keys_secret
+                if _operator_keys(spec, settings)
                 else []
             ),
             *(

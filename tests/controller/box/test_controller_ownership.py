@@ -206,3 +206,16 @@ def test_the_keys_config_map_reads_back_what_was_written_and_skips_edited_lines(
     assert sshkeys.entries_of(config_map) == []
     config_map["data"][sshkeys.RECORD] = "{not json"
     assert sshkeys.entries_of(config_map) == []
+
+
+def test_the_operators_keys_open_the_operators_boxes_only() -> None:
+    with_keys = SETTINGS.model_copy(
+        update={"ssh": SETTINGS.ssh.model_copy(update={"authorized_keys_secret": "ops-keys"})}
+    )
+
+    def secrets(owner: str | None) -> list[str]:
+        pod = render.render_deployment(spec(owner), with_keys)["spec"]["template"]["spec"]
+        return [v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v]
+
+    assert "ops-keys" in secrets(None)
+    assert "ops-keys" not in secrets("alice")
