@@ -50,7 +50,7 @@ from ..placement import doctor, limits
 from ..state.bodies import Body, body, respond
 from ..state.index import CPU
 from ..state.store import BoxStore
-from .auth import Forbidden, admin, caller
+from .auth import admin, caller, owner_scope
 from .paging import ListTokens, Position
 from .people import Identity
 from .writes import WritePool
@@ -136,14 +136,6 @@ def _asker(identity: Identity) -> limits.Asker | None:
     """The person whose limits a create or start counts against; None for the operator."""
     owner = _owner(identity)
     return None if owner is None else limits.Asker(owner, frozenset(identity.groups))
-
-
-def _owner_filter(identity: Identity, owner: str | None) -> str | None:
-    if owner is None:
-        return identity.scope
-    if not identity.admin and owner != identity.user:
-        raise Forbidden("only admins may list another person's boxes")
-    return owner
 
 
 def _name(name: str) -> str:
@@ -335,7 +327,7 @@ async def list_devboxes(
     wanted = state.value if state is not None else None
     if profile is not None:
         profile = _profile(store, profile)
-    whose = _owner_filter(identity, owner)
+    whose = owner_scope(identity, owner)
     if limit is None and continue_ is None:
         if wanted is None and profile is None:
             return respond(request, store.list_body(whose))

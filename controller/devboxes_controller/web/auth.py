@@ -124,6 +124,16 @@ async def caller(request: Request) -> Identity:
     return identity if isinstance(identity, Identity) else await authenticate(request)
 
 
+def owner_scope(identity: Identity, owner: str | None) -> str | None:
+    """Whose boxes a listing asked for ``owner``'s shows: an admin may name anyone, others
+    only themselves; without ``owner``, what the caller sees."""
+    if owner is None:
+        return identity.scope
+    if not identity.admin and owner != identity.user:
+        raise Forbidden("only admins may list another person's boxes")
+    return owner
+
+
 async def admin(request: Request) -> Identity:
     """FastAPI dependency: an admin, else 403."""
     identity = await caller(request)

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import pytest
 from devboxes_controller.k8s.kube import ApiProblem
-from devboxes_controller.web.auth import Unauthorized, caller
+from devboxes_controller.web.auth import Forbidden, Unauthorized, caller, owner_scope
 from devboxes_controller.web.people import Identity, IdentityUnavailable
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
@@ -113,3 +113,18 @@ def test_no_credentials_is_a_401() -> None:
     status, body = get(app(Provider({"a": ALICE})), None)
     assert status == 401
     assert body["detail"] == "authentication required"
+
+
+def test_an_owner_filter_is_anyones_for_an_admin_and_only_ones_own_for_a_person() -> None:
+    operator = Identity(user="operator", mode="operator", admin=True)
+    admin = Identity(user="olivia", mode="oidc", groups=("gpu-admins",), admin=True)
+    assert owner_scope(operator, None) is None
+    assert owner_scope(admin, "alice") == "alice"
+    assert owner_scope(ALICE, None) == "alice"
+    assert owner_scope(ALICE, "alice") == "alice"
+    with pytest.raises(Forbidden) as refused:
+        owner_scope(ALICE, "bob")
+    assert (refused.value.status, refused.value.detail) == (
+        403,
+        "only admins may list another person's boxes",
+    )
