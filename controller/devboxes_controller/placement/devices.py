@@ -21,6 +21,7 @@ device, as the scheduler tries them in order.
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -29,7 +30,7 @@ from typing import Any
 import celpy
 from celpy import celtypes
 
-from devboxes_sdk.models import ProfileAvailability
+from devboxes_sdk.models import GpuAvailability, ProfileAvailability
 
 from ..config.formats import quantity_value
 from ..config.settings import DeviceAlternative, GpuProfileConfig
@@ -46,6 +47,7 @@ SHARED = ""
 
 NO_CLASS = "DeviceClass {name} does not exist"
 NO_DEVICE = "No published device matches this profile"
+NOT_READ = "Free devices of DRA profiles are not counted"
 UNKNOWN = (
     "Free devices of this profile are not counted: a selector of this profile or of its "
     "DeviceClass needs what the controller cannot evaluate"
@@ -250,11 +252,16 @@ def _cel_device(driver: str, device: Obj) -> celtypes.MapType:
 @dataclass(frozen=True)
 class Device:
     key: Key
+    # The resourceVersion of its slice: a device is judged again only once it changed.
+    version: str
     # The node that reaches it, or SHARED.
     node: str
     blocked: bool
     consumes: tuple[tuple[CounterKey, Decimal], ...]
-    cel: celtypes.MapType = field(compare=False, repr=False)
+    published: Obj = field(compare=False, repr=False)
+
+    def cel(self) -> celtypes.MapType:
+        return _cel_device(self.key[0], self.published)
 
 
 @dataclass(frozen=True)
@@ -304,10 +311,11 @@ def inventory(slices: Iterable[Obj]) -> Inventory:
             devices.append(
                 Device(
                     key=(driver, pool, str(device.get("name"))),
+                    version=str(item["metadata"].get("resourceVersion") or ""),
                     node=str(spec.get("nodeName") or SHARED),
                     blocked=bool(device.get("taints")),
                     consumes=consumes,
-                    cel=_cel_device(driver, device),
+                    published=device,
                 )
             )
     return Inventory(tuple(devices), counters)
@@ -317,11 +325,17 @@ def inventory(slices: Iterable[Obj]) -> Inventory:
 
 
 class Matcher:
-    """Evaluates selectors against devices, compiling each expression once."""
+    """Evaluates selectors against devices, compiling each expression once and judging a
+    device again only when its slice changed: counts are made on every change of the
+    cluster, and published devices rarely change."""
 
     def __init__(self) -> None:
         self._env = celpy.Environment()
         self._programs: dict[str, Any] = {}
+        self._verdicts: dict[tuple[str, Key, str], bool | None] = {}
+        self._seen: set[tuple[Key, str]] = set()
+        # The availability thread and requests with a preset count at the same time.
+        self._lock = threading.Lock()
 
     def _program(self, expression: str) -> Any:
         program = self._programs.get(expression)
@@ -332,13 +346,31 @@ class Matcher:
 
     def holds(self, expression: str, device: Device) -> bool | None:
         """Whether the selector holds for the device; None when it cannot be judged."""
+        cached = (expression, device.key, device.version)
+        with self._lock:
+            if cached in self._verdicts:
+                return self._verdicts[cached]
+            verdict = self._judge(expression, device)
+            self._verdicts[cached] = verdict
+            return verdict
+
+    def _judge(self, expression: str, device: Device) -> bool | None:
         try:
-            result = self._program(expression).evaluate({"device": device.cel})
+            result = self._program(expression).evaluate({"device": device.cel()})
         except Exception:  # noqa: BLE001 - any failure means: cannot be judged here
             return None
         if isinstance(result, celtypes.BoolType):
             return bool(result)
         return None
+
+    def keep_only(self, found: Inventory) -> None:
+        """Forget the verdicts on devices no longer published as they were."""
+        current = {(d.key, d.version) for d in found.devices}
+        with self._lock:
+            if current == self._seen:
+                return
+            self._seen = current
+            self._verdicts = {k: v for k, v in self._verdicts.items() if (k[1], k[2]) in current}
 
     def matches(self, selectors: Sequence[str], device: Device) -> bool | None:
         """All selectors hold: True; one does not: False; else None (cannot be judged)."""
@@ -540,3 +572,54 @@ def bridged(
     return ProfileAvailability(
         name=profile.name, available=available, capacity=total, waiting=base.waiting
     )
+
+
+# -- availability -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Published:
+    """The devices DRA drivers publish, the claims that hold some, and the DeviceClasses,
+    as the watches keep them (stripped)."""
+
+    slices: Sequence[Obj]
+    claims: Sequence[Obj]
+    classes: Sequence[Obj]
+
+
+def with_devices(
+    profiles: Sequence[GpuProfileConfig],
+    counted: GpuAvailability,
+    published: Published | str,
+    nodes: Sequence[Obj],
+    runtime_classes: Mapping[str, Obj],
+    matcher: Matcher,
+) -> GpuAvailability:
+    """``counted`` as :mod:`.capacity` makes it from nodes and pods, with DRA profiles
+    counted from their devices and extended-resource profiles that a DeviceClass serves
+    counted with that class's devices. ``published`` is the reason when the devices
+    cannot be read: DRA profiles then say it, the others are counted from nodes alone."""
+    if isinstance(published, str):
+        return counted.model_copy(
+            update={
+                "profiles": [
+                    entry.model_copy(update={"reason": f"{NOT_READ}: {published}"})
+                    if profile.is_dra
+                    else entry
+                    for profile, entry in zip(profiles, counted.profiles, strict=True)
+                ]
+            }
+        )
+    found = inventory(published.slices)
+    matcher.keep_only(found)
+    held = held_devices(published.claims)
+    classes = {str(c["metadata"]["name"]): c for c in published.classes}
+    entries = []
+    for profile, entry in zip(profiles, counted.profiles, strict=True):
+        where = eligible_nodes(profile, nodes, runtime_classes)
+        if profile.is_dra:
+            counts = count_profile(profile, found, held, classes, where, matcher)
+            entries.append(profile_entry(profile.name, counts, entry.waiting))
+        else:
+            entries.append(bridged(profile, entry, found, held, classes, where, matcher))
+    return counted.model_copy(update={"profiles": entries})

@@ -75,7 +75,8 @@ PERMISSIONS: tuple[Permission, ...] = (
     *_grant("node.k8s.io", "runtimeclasses", "list watch", namespaced=False, optional=True),
     *_grant("storage.k8s.io", "storageclasses", "list", namespaced=False, optional=True),
     *_grant("resource.k8s.io", "resourceslices", "list watch", namespaced=False, optional=True),
-    *_grant("resource.k8s.io", "deviceclasses", "list", namespaced=False, optional=True),
+    *_grant("resource.k8s.io", "resourceclaims", "list watch", namespaced=False, optional=True),
+    *_grant("resource.k8s.io", "deviceclasses", "list watch", namespaced=False, optional=True),
 )
 
 
