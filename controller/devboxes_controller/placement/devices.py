@@ -616,10 +616,13 @@ def with_devices(
     classes = {str(c["metadata"]["name"]): c for c in published.classes}
     entries = []
     for profile, entry in zip(profiles, counted.profiles, strict=True):
-        where = eligible_nodes(profile, nodes, runtime_classes)
         if profile.is_dra:
+            where = eligible_nodes(profile, nodes, runtime_classes)
             counts = count_profile(profile, found, held, classes, where, matcher)
             entries.append(profile_entry(profile.name, counts, entry.waiting))
-        else:
+        elif profile.resource_name and serving_class(classes, profile.resource_name):
+            where = eligible_nodes(profile, nodes, runtime_classes)
             entries.append(bridged(profile, entry, found, held, classes, where, matcher))
+        else:
+            entries.append(entry)
     return counted.model_copy(update={"profiles": entries})
