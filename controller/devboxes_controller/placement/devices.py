@@ -33,7 +33,7 @@ from celpy import celtypes
 from devboxes_sdk.models import GpuAvailability, ProfileAvailability
 
 from ..config.formats import quantity_value
-from ..config.settings import DeviceAlternative, GpuProfileConfig
+from ..config.settings import DeviceAlternative, GpuProfileConfig, PresetSettings
 from ..k8s.kube import Obj
 from . import capacity
 
@@ -409,7 +409,26 @@ def _take(device: Device, left: dict[CounterKey, Decimal]) -> None:
         left[counter] = left.get(counter, Decimal(0)) - amount
 
 
-def _boxes(matching: Sequence[Device], left: dict[CounterKey, Decimal], count: int) -> int:
+@dataclass(frozen=True)
+class Room:
+    """How many more boxes a node's CPU, memory and pod slots take with a preset, now and
+    on an empty cluster; None: no limit (no preset)."""
+
+    now: int | None = None
+    empty: int | None = None
+
+
+# The nodes a profile's boxes may run on, by name.
+Nodes = Mapping[str, Room]
+
+
+def _boxes(
+    matching: Sequence[Device],
+    left: dict[CounterKey, Decimal],
+    count: int,
+    nodes: Nodes | None,
+    now: bool,
+) -> int:
     """Boxes of ``count`` devices each, node by node; a partition is taken only while its
     counters fit, the smallest first so that one large partition does not shut out many
     small ones."""
@@ -423,7 +442,9 @@ def _boxes(matching: Sequence[Device], left: dict[CounterKey, Decimal], count: i
             if _fits(device, left):
                 _take(device, left)
                 taken += 1
-        boxes += taken // count
+        room = (nodes or {}).get(devices[0].node, Room())
+        limit = room.now if now else room.empty
+        boxes += taken // count if limit is None else min(taken // count, limit)
     return boxes
 
 
@@ -433,10 +454,10 @@ def count_choice(
     found: Inventory,
     held: set[Key],
     classes: Mapping[str, Obj],
-    nodes: set[str] | None,
+    nodes: Nodes | None,
     matcher: Matcher,
 ) -> ChoiceCount:
-    """``nodes``: the names of the nodes the profile's pods may run on (None: any)."""
+    """``nodes``: the nodes the profile's pods may run on (None: any)."""
     device_class = classes.get(choice.device_class_name)
     if device_class is None:
         return ChoiceCount(index, 0, 0, 0, missing_class=choice.device_class_name)
@@ -449,7 +470,7 @@ def count_choice(
             unjudged = True
         if verdict and (nodes is None or device.node == SHARED or device.node in nodes):
             matching.append(device)
-    return _counted(index, matching, found, held, choice.count, unjudged)
+    return _counted(index, matching, found, held, choice.count, unjudged, nodes)
 
 
 def _counted(
@@ -459,6 +480,7 @@ def _counted(
     held: set[Key],
     count: int,
     unjudged: bool,
+    nodes: Nodes | None,
 ) -> ChoiceCount:
     # What allocated devices consume is gone from their pools, whatever they match.
     left = dict(found.counters)
@@ -468,29 +490,56 @@ def _counted(
     free = [d for d in matching if d.key not in held and not d.blocked]
     return ChoiceCount(
         alternative=index,
-        available=_boxes(free, left, count),
-        capacity=_boxes([d for d in matching if not d.blocked], dict(found.counters), count),
+        available=_boxes(free, left, count, nodes, now=True),
+        capacity=_boxes(
+            [d for d in matching if not d.blocked], dict(found.counters), count, nodes, now=False
+        ),
         matching=len(matching),
         unjudged=unjudged,
     )
 
 
+def _room(node: Obj, used: capacity.Usage, preset: PresetSettings) -> int:
+    def fits(resource: str, each: Decimal) -> int:
+        free = capacity.allocatable(node, resource) - used.get(resource, Decimal(0))
+        return max(int(free // each), 0)
+
+    return min(
+        fits("cpu", quantity_value(preset.cpu)),
+        fits("memory", quantity_value(preset.memory_request)),
+        fits(capacity.PODS, Decimal(1)),
+    )
+
+
 def eligible_nodes(
-    profile: GpuProfileConfig, nodes: Sequence[Obj], runtime_classes: Mapping[str, Obj]
-) -> set[str]:
+    profile: GpuProfileConfig,
+    nodes: Sequence[Obj],
+    runtime_classes: Mapping[str, Obj],
+    usage: Mapping[str, capacity.Usage] | None = None,
+    preset: PresetSettings | None = None,
+) -> dict[str, Room]:
     """The nodes a box of the profile may run on: Ready, schedulable, selected and with
-    every blocking taint tolerated."""
+    every blocking taint tolerated; with a preset, how many boxes its CPU and memory
+    requests and one pod each leave room for."""
     where = capacity.placement(profile, runtime_classes)
     if where.runtime_missing:
-        return set()
-    return {
-        capacity.node_name(n)
-        for n in nodes
-        if where.selects(n)
-        and capacity.node_ready(n)
-        and capacity.node_schedulable(n)
-        and not capacity.untolerated_taints(n, where.tolerations)
-    }
+        return {}
+    found = {}
+    for node in nodes:
+        if not (
+            where.selects(node)
+            and capacity.node_ready(node)
+            and capacity.node_schedulable(node)
+            and not capacity.untolerated_taints(node, where.tolerations)
+        ):
+            continue
+        name = capacity.node_name(node)
+        if preset is None:
+            found[name] = Room()
+        else:
+            used = (usage or {}).get(name, {})
+            found[name] = Room(now=_room(node, used, preset), empty=_room(node, {}, preset))
+    return found
 
 
 def count_profile(
@@ -498,7 +547,7 @@ def count_profile(
     found: Inventory,
     held: set[Key],
     classes: Mapping[str, Obj],
-    nodes: set[str] | None,
+    nodes: Nodes | None,
     matcher: Matcher,
 ) -> list[ChoiceCount]:
     """Every choice of a DRA profile, in the order the scheduler tries them."""
@@ -552,7 +601,7 @@ def bridged(
     found: Inventory,
     held: set[Key],
     classes: Mapping[str, Obj],
-    nodes: set[str],
+    nodes: Nodes,
     matcher: Matcher,
 ) -> ProfileAvailability:
     """An extended-resource profile whose resource a DeviceClass serves: the devices of
@@ -594,11 +643,14 @@ def with_devices(
     nodes: Sequence[Obj],
     runtime_classes: Mapping[str, Obj],
     matcher: Matcher,
+    usage: Mapping[str, capacity.Usage] | None = None,
+    preset: PresetSettings | None = None,
 ) -> GpuAvailability:
     """``counted`` as :mod:`.capacity` makes it from nodes and pods, with DRA profiles
     counted from their devices and extended-resource profiles that a DeviceClass serves
     counted with that class's devices. ``published`` is the reason when the devices
-    cannot be read: DRA profiles then say it, the others are counted from nodes alone."""
+    cannot be read: DRA profiles then say it, the others are counted from nodes alone.
+    With a preset, a box counts on a node only where its CPU and memory also fit."""
     if isinstance(published, str):
         return counted.model_copy(
             update={
@@ -617,11 +669,11 @@ def with_devices(
     entries = []
     for profile, entry in zip(profiles, counted.profiles, strict=True):
         if profile.is_dra:
-            where = eligible_nodes(profile, nodes, runtime_classes)
+            where = eligible_nodes(profile, nodes, runtime_classes, usage, preset)
             counts = count_profile(profile, found, held, classes, where, matcher)
             entries.append(profile_entry(profile.name, counts, entry.waiting))
         elif profile.resource_name and serving_class(classes, profile.resource_name):
-            where = eligible_nodes(profile, nodes, runtime_classes)
+            where = eligible_nodes(profile, nodes, runtime_classes, usage, preset)
             entries.append(bridged(profile, entry, found, held, classes, where, matcher))
         else:
             entries.append(entry)

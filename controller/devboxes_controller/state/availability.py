@@ -314,6 +314,8 @@ class Availability:
             observed.nodes,
             observed.runtime_classes,
             self._matcher,
+            observed.usage,
+            preset,
         )
 
     def _checked_recount(self) -> None:

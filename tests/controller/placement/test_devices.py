@@ -101,7 +101,7 @@ def entry(
     slices: list[dict[str, Any]],
     claims: list[dict[str, Any]] = [],  # noqa: B006 - never changed
     classes: dict[str, Any] = CLASSES,
-    nodes: set[str] | None = None,
+    nodes: devices.Nodes | None = None,
 ) -> tuple[Any, list[devices.ChoiceCount]]:
     counts = devices.count_profile(
         profile(data),
@@ -135,7 +135,7 @@ def test_a_box_takes_its_count_on_one_node() -> None:
 
 
 def test_nodes_the_profile_may_not_run_on_do_not_count() -> None:
-    found, _ = entry(GPU_40G, CLUSTER, nodes={"a", "l"})
+    found, _ = entry(GPU_40G, CLUSTER, nodes={"a": devices.Room(), "l": devices.Room()})
     assert (found.available, found.capacity) == (2, 2)
 
 
@@ -270,16 +270,17 @@ def test_an_extended_resource_served_by_a_device_class_counts_its_devices() -> N
         devices.inventory(CLUSTER),
         devices.held_devices([claim(("l", "gpu-0"))]),
         CLASSES,
-        {"h", "a", "l"},
+        {"h": devices.Room(), "a": devices.Room(now=0, empty=1), "l": devices.Room()},
         devices.Matcher(),
     )
-    assert (found.available, found.capacity, found.reason) == (5, 6, None)
+    # The preset leaves no room on a now, and room for one box on it when empty.
+    assert (found.available, found.capacity, found.reason) == (3, 5, None)
     other = profile(
         {"name": "amd", "displayName": "GPU", "resourceName": "amd.com/gpu", "count": 1}
     )
     assert (
         devices.bridged(
-            other, base, devices.inventory(CLUSTER), set(), CLASSES, {"h"}, devices.Matcher()
+            other, base, devices.inventory(CLUSTER), set(), CLASSES, {}, devices.Matcher()
         )
         is base
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 from devboxes_controller.config.settings import Settings, settings_from_mapping
@@ -201,3 +202,34 @@ def test_free_devices_not_read_leave_dra_profiles_unknown_with_the_reason() -> N
     assert second.reason == (
         "Free devices of DRA profiles are not counted: the controller may not list resourceclaims"
     )
+
+
+def test_with_a_preset_a_box_counts_only_where_its_cpu_and_memory_fit() -> None:
+    node = capacity.strip_node(
+        {
+            "metadata": {"name": "n"},
+            "status": {
+                "allocatable": {"cpu": "3", "memory": "64Gi", "pods": "110"},
+                "conditions": [{"type": "Ready", "status": "True"}],
+            },
+        }
+    )
+    profiles = SETTINGS.gpu.profiles
+    large = SETTINGS.preset("large")
+    # Another pod takes 2 of the 3 CPUs: a large box (2 CPUs) fits only on an empty node.
+    usage = {"n": {"cpu": Decimal(2)}}
+    by_nodes = capacity.availability(profiles, [node], usage, {}, datetime.now(UTC), large)
+    answer = devices.with_devices(
+        profiles,
+        by_nodes,
+        devices.Published(
+            [published(H100, A100, A100)], [], [devices.strip_device_class(NVIDIA_CLASS)]
+        ),
+        [node],
+        {},
+        devices.Matcher(),
+        usage,
+        large,
+    )
+    found = {e.name: (e.available, e.capacity) for e in answer.profiles}
+    assert found == {"h100-or-a100": (0, 1), "gpu-40g": (0, 1)}
