@@ -9,6 +9,11 @@ at a cost that does not grow with the cluster, and every ``RECOUNT_SECONDS`` a f
 from the cached objects checks them. A burst of watch events is coalesced into one
 computation over the nodes; listeners hear only real changes.
 
+Free DRA devices come from three more cluster-wide watches, of ResourceSlices,
+ResourceClaims and DeviceClasses (:mod:`..placement.devices`), counted afresh at each
+computation. They are apart from the node and pod watches: a cluster that does not serve
+DRA, or a controller that may not read it, still has its nodes counted.
+
 None of this affects readiness: a controller that may not read nodes or pods reports
 availability as unknown, with the reason, and serves everything else as before.
 """
@@ -264,8 +269,7 @@ class Availability:
         return None
 
     def _published(self) -> devices.Published | str:
-        if not self.device_informers:
-            return DISABLED
+        """What the DRA watches hold, or why they cannot be read (only while enabled)."""
         reason = self._reason(self.device_informers)
         if reason is not None:
             return reason
