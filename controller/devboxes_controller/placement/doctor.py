@@ -37,6 +37,8 @@ DEFAULT_CLASS_ANNOTATIONS = (
     "storageclass.beta.kubernetes.io/is-default-class",
 )
 SHOWN_NODES = 3
+# What availability counts from, cluster-wide: without one, counts are unknown.
+COUNTED_FROM = ("nodes", "pods", "resourceslices", "resourceclaims", "deviceclasses")
 ACCESS_WORKERS = 8
 
 
@@ -701,7 +703,7 @@ def _permissions(settings: Settings, facts: Facts) -> list[DoctorCheck]:
         feature = (
             "availability reports unknown"
             if settings.availability.enabled
-            and any(p.resource in ("nodes", "pods") and not p.namespaced for p in optional)
+            and any(p.resource in COUNTED_FROM and not p.namespaced for p in optional)
             else "some doctor checks cannot run"
         )
         found.append(

@@ -233,3 +233,13 @@ def test_with_a_preset_a_box_counts_only_where_its_cpu_and_memory_fit() -> None:
     )
     found = {e.name: (e.available, e.capacity) for e in answer.profiles}
     assert found == {"h100-or-a100": (0, 1), "gpu-40g": (0, 1)}
+
+
+def test_denied_dra_reads_say_that_availability_suffers() -> None:
+    denied = [p for p in doctor.PERMISSIONS if p.resource == "resourceclaims" and not p.namespaced]
+    report = doctor.diagnose(SETTINGS, facts(denied=denied))
+    (warning,) = [c for c in report.checks if c.check == "permissions" and c.verdict == "warn"]
+    assert warning.message == (
+        "the controller may not list resourceclaims.resource.k8s.io cluster-wide; watch "
+        "resourceclaims.resource.k8s.io cluster-wide (availability reports unknown)"
+    )
