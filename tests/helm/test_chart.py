@@ -665,7 +665,8 @@ EXPECTED_CLUSTER_RULES = {
     ("node.k8s.io", "runtimeclasses"): {"list", "watch"},
     ("storage.k8s.io", "storageclasses"): {"list"},
     ("resource.k8s.io", "resourceslices"): {"list", "watch"},
-    ("resource.k8s.io", "deviceclasses"): {"list"},
+    ("resource.k8s.io", "resourceclaims"): {"list", "watch"},
+    ("resource.k8s.io", "deviceclasses"): {"list", "watch"},
 }
 
 

@@ -21,16 +21,24 @@ from devboxes_sdk.models import PRESETS, DoctorCheck, DoctorReport, DoctorVerdic
 
 from ..box import render
 from ..config.formats import is_digest
-from ..config.settings import GpuProfileConfig, ImageProfileConfig, Quota, Settings
+from ..config.settings import (
+    DeviceAlternative,
+    GpuProfileConfig,
+    ImageProfileConfig,
+    Quota,
+    Settings,
+)
 from ..k8s import kube
 from ..k8s.kube import ApiProblem, Obj
-from . import admission, capacity
+from . import admission, capacity, devices
 
 DEFAULT_CLASS_ANNOTATIONS = (
     "storageclass.kubernetes.io/is-default-class",
     "storageclass.beta.kubernetes.io/is-default-class",
 )
 SHOWN_NODES = 3
+# What availability counts from, cluster-wide: without one, counts are unknown.
+COUNTED_FROM = ("nodes", "pods", "resourceslices", "resourceclaims", "deviceclasses")
 ACCESS_WORKERS = 8
 
 
@@ -75,7 +83,8 @@ PERMISSIONS: tuple[Permission, ...] = (
     *_grant("node.k8s.io", "runtimeclasses", "list watch", namespaced=False, optional=True),
     *_grant("storage.k8s.io", "storageclasses", "list", namespaced=False, optional=True),
     *_grant("resource.k8s.io", "resourceslices", "list watch", namespaced=False, optional=True),
-    *_grant("resource.k8s.io", "deviceclasses", "list", namespaced=False, optional=True),
+    *_grant("resource.k8s.io", "resourceclaims", "list watch", namespaced=False, optional=True),
+    *_grant("resource.k8s.io", "deviceclasses", "list watch", namespaced=False, optional=True),
 )
 
 
@@ -90,6 +99,8 @@ class Facts:
     quotas: list[Obj] | None = None
     limit_ranges: list[Obj] | None = None
     device_classes: list[Obj] | None = None
+    # Stripped as availability keeps them (devices.strip_slice).
+    slices: list[Obj] | None = None
     # Per DRA profile, the apiserver's refusal of a dry-run claim template of its box, or
     # None when it accepted it; a profile is absent when the dry run could not be asked.
     claim_refusals: dict[str, str | None] = field(default_factory=dict)
@@ -155,6 +166,15 @@ def gather(settings: Settings, api: client.ApiClient) -> Facts:
         if settings.gpu.uses_dra
         else None
     )
+    slices = (
+        _items(
+            lambda: kube.call(client.ResourceV1Api(api).list_resource_slice),
+            "ResourceSlices",
+            unreadable,
+        )
+        if settings.gpu.uses_dra
+        else None
+    )
     claim_refusals = _claim_refusals(settings, api, unreadable)
     authz = client.AuthorizationV1Api(api)
     with ThreadPoolExecutor(ACCESS_WORKERS, thread_name_prefix="doctor") as pool:
@@ -166,6 +186,7 @@ def gather(settings: Settings, api: client.ApiClient) -> Facts:
         quotas=quotas,
         limit_ranges=limit_ranges,
         device_classes=device_classes,
+        slices=[devices.strip_slice(s) for s in slices] if slices is not None else None,
         claim_refusals=claim_refusals,
         denied=[p for p, allowed in zip(PERMISSIONS, answers, strict=True) if not allowed],
         unreadable=unreadable,
@@ -488,6 +509,77 @@ def _device_classes(profile: GpuProfileConfig, facts: Facts) -> DoctorCheck:
     return _check(profile.name, "device-class", "pass", f"DeviceClass {', '.join(wanted)} exists")
 
 
+def _choice_name(index: int, choice: DeviceAlternative) -> str:
+    which = "its own choice" if index == 0 else f"alternative {index}"
+    return f"{which} ({choice.device_class_name})"
+
+
+def _published_devices(profile: GpuProfileConfig, facts: Facts) -> DoctorCheck | None:
+    """Does any published device satisfy the profile's class and selectors, choice by
+    choice? Devices held by claims count too: this is about the profile, not the moment."""
+    if facts.slices is None:
+        return _cannot_read(profile.name, "devices", "ResourceSlices", facts)
+    if facts.device_classes is None:
+        # The device-class check already says that the classes cannot be read.
+        return None
+    classes = {
+        str(c["metadata"]["name"]): devices.strip_device_class(c) for c in facts.device_classes
+    }
+    counts = devices.count_profile(
+        profile, devices.inventory(facts.slices), set(), classes, None, devices.Matcher()
+    )
+    choices = profile.choices()
+    unjudged = [_choice_name(c.alternative, choices[c.alternative]) for c in counts if c.unjudged]
+    matched = [c for c in counts if c.matching > 0]
+    if not matched:
+        if unjudged:
+            return _check(
+                profile.name,
+                "devices",
+                "warn",
+                f"whether a published device matches {profile.name} is unknown: the "
+                f"controller cannot evaluate a selector of {', '.join(unjudged)}, so its free "
+                "devices are not counted either",
+                "use only what the controller evaluates in selectors: attributes, capacities, "
+                "quantity(), semver(), compareTo, isGreaterThan and isLessThan",
+            )
+        return _check(
+            profile.name,
+            "devices",
+            "fail",
+            f"no published device matches {profile.name}: no ResourceSlice has a device that "
+            "satisfies its DeviceClass and selectors, so its boxes wait forever",
+            "install or repair the DRA driver on the GPU nodes, or correct the profile's "
+            "deviceClassName and selectors (kubectl get resourceslices -o yaml shows the "
+            "published attributes and capacities)",
+        )
+    found = ", ".join(
+        f"{_choice_name(c.alternative, choices[c.alternative])}: {c.matching}" for c in matched
+    )
+    idle = [
+        _choice_name(c.alternative, choices[c.alternative])
+        for c in counts
+        if c.matching == 0 and not c.unjudged
+    ]
+    if idle or unjudged:
+        problems = []
+        if idle:
+            verb = "matches" if len(idle) == 1 else "match"
+            problems.append(f"{', '.join(idle)} {verb} no published device")
+        if unjudged:
+            problems.append(f"the controller cannot evaluate a selector of {', '.join(unjudged)}")
+        return _check(
+            profile.name,
+            "devices",
+            "warn",
+            f"published devices match {profile.name} ({found}), but {'; '.join(problems)}",
+            "correct or remove the choices that match nothing",
+        )
+    return _check(
+        profile.name, "devices", "pass", f"published devices match {profile.name}: {found}"
+    )
+
+
 def _claim_template(profile: GpuProfileConfig, facts: Facts) -> DoctorCheck:
     if profile.name not in facts.claim_refusals:
         return _check(
@@ -526,6 +618,9 @@ def _profile_checks(
     if resource is None:
         found.append(_device_classes(profile, facts))
         found.append(_claim_template(profile, facts))
+        published = _published_devices(profile, facts)
+        if published is not None:
+            found.append(published)
     elif facts.nodes is None:
         found.append(_cannot_read(profile.name, "resource", "nodes", facts))
     else:
@@ -608,7 +703,7 @@ def _permissions(settings: Settings, facts: Facts) -> list[DoctorCheck]:
         feature = (
             "availability reports unknown"
             if settings.availability.enabled
-            and any(p.resource in ("nodes", "pods") and not p.namespaced for p in optional)
+            and any(p.resource in COUNTED_FROM and not p.namespaced for p in optional)
             else "some doctor checks cannot run"
         )
         found.append(

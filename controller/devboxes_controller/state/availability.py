@@ -9,6 +9,11 @@ at a cost that does not grow with the cluster, and every ``RECOUNT_SECONDS`` a f
 from the cached objects checks them. A burst of watch events is coalesced into one
 computation over the nodes; listeners hear only real changes.
 
+Free DRA devices come from three more cluster-wide watches, of ResourceSlices,
+ResourceClaims and DeviceClasses (:mod:`..placement.devices`), counted afresh at each
+computation. They are apart from the node and pod watches: a cluster that does not serve
+DRA, or a controller that may not read it, still has its nodes counted.
+
 None of this affects readiness: a controller that may not read nodes or pods reports
 availability as unknown, with the reason, and serves everything else as before.
 """
@@ -29,7 +34,7 @@ from devboxes_sdk.models import GpuAvailability, Preset, ProfileAvailability
 
 from ..config.settings import PresetSettings, Settings
 from ..k8s.kube import Obj
-from ..placement import capacity
+from ..placement import capacity, devices
 from .bodies import Body, body
 from .cache import Informer
 from .metrics import METRICS
@@ -61,6 +66,8 @@ class _Observed:
     usage: dict[str, dict[str, Decimal]] = field(default_factory=dict)
     runtime_classes: dict[str, Obj] = field(default_factory=dict)
     reason: str | None = None
+    # What DRA drivers publish and claims hold, or why it cannot be read.
+    published: devices.Published | str = LOADING
 
 
 class Availability:
@@ -81,6 +88,7 @@ class Availability:
         self._observed = _Observed(
             at=datetime.now(UTC), reason=LOADING if self.enabled else DISABLED
         )
+        self._matcher = devices.Matcher()
         self._current = self._compute(self._observed)
         self._body = body(self._current.model_dump_json().encode())
         # Written by the two watch threads inside their caches' locks, read by this one.
@@ -117,11 +125,46 @@ class Availability:
             self.informers = (self._nodes, self._pods)
             if self._runtime_classes is not None:
                 self.informers += (self._runtime_classes,)
+        self._device_listeners: list[Callable[[], None]] = []
+        # The published devices are watched once, for the counts and for the box store,
+        # which reports the product and memory of a DRA box's device.
+        resource = client.ResourceV1Api(api)
+        self.slices: Informer | None = None
+        if self.enabled or settings.gpu.uses_dra:
+            self.slices = Informer(
+                "resourceslices",
+                resource.list_resource_slice,
+                None,
+                strip=devices.strip_slice,
+                on_update=self._devices_updated,
+            )
+        # Apart from ``informers``: a cluster without DRA still has its nodes counted.
+        self.device_informers: tuple[Informer, ...] = ()
+        if self.enabled and self.slices is not None:
+            claims = Informer(
+                "resourceclaims (all namespaces)",
+                resource.list_resource_claim_for_all_namespaces,
+                None,
+                strip=devices.strip_claim,
+                on_update=self.kick,
+            )
+            classes = Informer(
+                "deviceclasses",
+                resource.list_device_class,
+                None,
+                strip=devices.strip_device_class,
+                on_update=self.kick,
+            )
+            self.device_informers = (self.slices, claims, classes)
+        # Without the counts, the box store still needs the slices.
+        self._device_watches = self.device_informers or ((self.slices,) if self.slices else ())
         self._thread = threading.Thread(target=self._run, name="availability", daemon=True)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
         for informer in self.informers:
+            informer.start()
+        for informer in self._device_watches:
             informer.start()
         self._thread.start()
         self.kick()
@@ -131,6 +174,8 @@ class Availability:
         self._dirty.set()
         for informer in self.informers:
             informer.stop()
+        for informer in self._device_watches:
+            informer.stop()
 
     def add_listener(self, listener: Callable[[], None]) -> None:
         """Called from the availability thread whenever a profile's counts change."""
@@ -139,6 +184,15 @@ class Availability:
     def kick(self) -> None:
         """Something the counts depend on changed: recompute soon (coalesced)."""
         self._dirty.set()
+
+    def add_device_listener(self, listener: Callable[[], None]) -> None:
+        """Called from the slices' watch thread whenever the published devices change."""
+        self._device_listeners.append(listener)
+
+    def _devices_updated(self) -> None:
+        self.kick()
+        for listener in self._device_listeners:
+            listener()
 
     # -- reading -----------------------------------------------------------------------------
     def current(self, preset: Preset | None = None) -> GpuAvailability:
@@ -201,9 +255,9 @@ class Availability:
         return found
 
     # -- computing ---------------------------------------------------------------------------
-    def _reason(self) -> str | None:
+    def _reason(self, informers: tuple[Informer, ...] | None = None) -> str | None:
         """Why the counts cannot be known now, or None."""
-        for informer in self.informers:
+        for informer in self.informers if informers is None else informers:
             if informer.synced.is_set():
                 continue
             failure = informer.failure
@@ -213,6 +267,14 @@ class Availability:
                 return UNREACHABLE.format(kind=informer.kind, error=type(failure).__name__)
             return LOADING
         return None
+
+    def _published(self) -> devices.Published | str:
+        """What the DRA watches hold, or why they cannot be read (only while enabled)."""
+        reason = self._reason(self.device_informers)
+        if reason is not None:
+            return reason
+        slices, claims, classes = self.device_informers
+        return devices.Published(slices.all(), claims.all(), classes.all())
 
     def _observe(self) -> _Observed:
         if not self.enabled:
@@ -226,6 +288,7 @@ class Availability:
             nodes=self._nodes.all(),
             usage=self._usage(),
             runtime_classes={rc["metadata"]["name"]: rc for rc in runtime_classes},
+            published=self._published(),
         )
 
     def _usage(self) -> dict[str, capacity.Usage]:
@@ -239,7 +302,7 @@ class Availability:
         waiting = self._waiting()
         if observed.reason is not None:
             return capacity.unknown(profiles, observed.reason, waiting, observed.at)
-        return capacity.availability(
+        counted = capacity.availability(
             profiles,
             observed.nodes,
             observed.usage,
@@ -247,6 +310,16 @@ class Availability:
             observed.at,
             preset,
             observed.runtime_classes,
+        )
+        return devices.with_devices(
+            profiles,
+            counted,
+            observed.published,
+            observed.nodes,
+            observed.runtime_classes,
+            self._matcher,
+            observed.usage,
+            preset,
         )
 
     def _checked_recount(self) -> None:

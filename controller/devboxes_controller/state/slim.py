@@ -177,30 +177,6 @@ def resource_claim(obj: Obj) -> Obj:
     return slim
 
 
-def resource_slice(obj: Obj) -> Obj:
-    """Driver, pool and, per device, what a box reports of the device it got: its product
-    name and memory."""
-    spec = obj.get("spec") or {}
-    devices = []
-    for device in spec.get("devices") or []:
-        kept: Obj = {"name": device.get("name")}
-        product = (device.get("attributes") or {}).get("productName")
-        if product:
-            kept["attributes"] = {"productName": _pick(product, ("string",))}
-        memory = (device.get("capacity") or {}).get("memory")
-        if memory:
-            kept["capacity"] = {"memory": _pick(memory, ("value",))}
-        devices.append(kept)
-    return {
-        "metadata": _metadata(obj),
-        "spec": {
-            "driver": _word(spec.get("driver")),
-            "pool": _pick(spec.get("pool"), ("name",)),
-            "devices": devices,
-        },
-    }
-
-
 def event(obj: Obj) -> Obj:
     """Which object it is about and why; what was said and when only for a failed pod
     creation, the one kind of Event status reports from (most Events are about progress)."""

@@ -149,13 +149,6 @@ class BoxStore:
                 selector,
                 strip=slim.resource_claim,
             )
-            self._slices = Informer(
-                "resourceslices",
-                resource.list_resource_slice,
-                None,
-                strip=slim.resource_slice,
-                on_update=self._devices_changed,
-            )
             dra = (self._claim_templates, self._resource_claims)
         self._informers = (
             self._deployments,
@@ -169,19 +162,19 @@ class BoxStore:
         # Not among ``informers``: readiness never depends on the cluster-wide watches.
         self.availability = Availability(settings, api, self.waiting_counts)
         self.availability.add_listener(self._availability_changed)
+        # The published devices: one watch, the availability's.
+        if settings.gpu.uses_dra:
+            self._slices = self.availability.slices
+            self.availability.add_device_listener(self._devices_changed)
 
     def start(self) -> None:
         for informer in self._informers:
             informer.start()
-        if self._slices is not None:
-            self._slices.start()
         self.availability.start()
 
     def stop(self) -> None:
         for informer in self._informers:
             informer.stop()
-        if self._slices is not None:
-            self._slices.stop()
         self.availability.stop()
 
     def deployment(self, name: str) -> Obj | None:
