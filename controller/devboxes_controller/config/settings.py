@@ -1229,7 +1229,13 @@ def _check_issuer(value: str) -> str:
 IssuerUrl = Annotated[
     StrictStr,
     AfterValidator(_check_issuer),
-    WithJsonSchema({"type": "string", "pattern": "^https?://", "maxLength": MAX_ISSUER_LENGTH}),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "pattern": r"^(https://|http://(127\.0\.0\.1|localhost|\[::1\])(:[0-9]+)?(/|$))",
+            "maxLength": MAX_ISSUER_LENGTH,
+        }
+    ),
 ]
 ClaimName = Annotated[StrictStr, StringConstraints(min_length=1, max_length=256)]
 ClientId = Annotated[StrictStr, StringConstraints(min_length=1, max_length=256)]
