@@ -57,11 +57,26 @@ class OidcVerifier:
         self._admin_groups = frozenset(admin_groups)
         self._client = client or httpx.AsyncClient(timeout=HTTP_TIMEOUT_SECONDS)
         self._keys: dict[str, jwt.PyJWK] = {}
+        self._discovery: dict[str, Any] | None = None
         self._fetched_at: float | None = None
         self._lock = asyncio.Lock()
 
     async def aclose(self) -> None:
         await self._client.aclose()
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        return self._client
+
+    async def endpoint(self, name: str) -> str:
+        """One URL of the issuer's discovery document, such as ``token_endpoint``."""
+        if self._discovery is None:
+            await self._refresh(self._fetched_at)
+        assert self._discovery is not None
+        url = self._discovery.get(name)
+        if not isinstance(url, str):
+            raise IdentityUnavailable(f"the OIDC issuer {self.issuer} publishes no {name}")
+        return url
 
     async def identify(self, token: str) -> Identity | None:
         try:
@@ -167,6 +182,7 @@ class OidcVerifier:
             if not isinstance(jwks_uri, str):
                 raise IdentityUnavailable(f"the OIDC issuer {self.issuer} publishes no jwks_uri")
             self._keys = self._parse_keys(await self._get_json(jwks_uri))
+            self._discovery = discovery
             self._fetched_at = time.monotonic()
 
     def _parse_keys(self, jwks: Mapping[str, Any]) -> dict[str, jwt.PyJWK]:
