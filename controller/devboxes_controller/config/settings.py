@@ -1253,8 +1253,8 @@ class OidcSettings(_Model):
     username_claim: ClaimName = "preferred_username"
     # The claim that lists the person's groups; a token without it has no groups.
     groups_claim: ClaimName = "groups"
-    # The public client (no secret; device flow or PKCE) that `devbox login` uses; unset,
-    # `devbox login` says the controller offers no login.
+    # The public client (no secret; code flow with PKCE) that `devbox login --oidc` uses;
+    # unset, the controller offers no such login.
     cli_client_id: ClientId | None = None
 
 
