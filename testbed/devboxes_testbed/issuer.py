@@ -77,13 +77,16 @@ class Issuer:
     def start(self) -> Issuer:
         binary = ensure_issuer()
         self.workdir.mkdir(parents=True, exist_ok=True)
-        people_file = self.workdir / "issuer-people.json"
+        people_file = self.people_file
         people = {
             p.username: {"password": self.passwords[p.username], "groups": list(p.groups)}
             for p in self.people
         }
-        people_file.write_text(json.dumps(people))
-        os.chmod(people_file, 0o600)
+        # Created 0600: the file holds the passwords.
+        descriptor = os.open(people_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "w") as out:
+            json.dump(people, out)
+        people_file.chmod(0o600)
         command = [
             str(binary),
             f"--listen=127.0.0.1:{self.port}",
@@ -91,13 +94,13 @@ class Issuer:
             f"--client-id={CLI_CLIENT_ID}",
             f"--token-lifetime={self.lifetime}",
         ]
-        log = (self.workdir / "issuer.log").open("a")
-        self._process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True)
+        with self.log.open("a") as log:
+            self._process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True)
         assert self._process.stdout is not None
         first = self._process.stdout.readline().split()
         if first[:1] != ["listening"]:
             self.stop()
-            raise TestbedError(f"the issuer did not start; see {self.workdir / 'issuer.log'}")
+            raise TestbedError(f"the issuer did not start; see {self.log}")
         self.port = int(first[1].rsplit(":", 1)[1])
         self._wait_ready()
         return self
@@ -112,6 +115,19 @@ class Issuer:
                 pass
             time.sleep(0.05)
         raise TestbedError(f"the issuer at {self.url} did not answer within {START_SECONDS}s")
+
+    def exit_code(self) -> int | None:
+        """The provider process's exit code once it has exited unasked, else None."""
+        return None if self._process is None else self._process.poll()
+
+    @property
+    def people_file(self) -> Path:
+        """The provider's people with their passwords (mode 0600), to log in by hand."""
+        return self.workdir / "issuer-people.json"
+
+    @property
+    def log(self) -> Path:
+        return self.workdir / "issuer.log"
 
     def stop(self) -> None:
         if self._process is None:
