@@ -243,6 +243,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="with --oidc: print the URL to open instead of opening a browser",
     )
+    login.add_argument(
+        "--device",
+        action="store_true",
+        help="with --oidc: log in from a browser anywhere with a one-time code (for SSH "
+        "sessions and remote terminals)",
+    )
     add("whoami", "show who the token belongs to", _cmd_whoami)
 
     gpu = commands.add_parser(
@@ -544,8 +550,8 @@ def _cmd_login(args: argparse.Namespace) -> int:
     url = normalize_url(url)
     if args.oidc:
         return _oidc_login(args, url)
-    if args.no_browser:
-        raise UsageError("--no-browser goes with --oidc")
+    if args.no_browser or args.device:
+        raise UsageError(f"{'--device' if args.device else '--no-browser'} goes with --oidc")
     raw_token = args.token if args.token is not None else _read_token(url)
     token = normalize_token(raw_token, "--token" if args.token is not None else "the prompt")
     with Client(url, token) as client:
@@ -569,8 +575,21 @@ def _oidc_login(args: argparse.Namespace, url: str) -> int:
         print("Open this URL to log in:", file=sys.stderr)
         print(f"  {authorize_url}", file=sys.stderr, flush=True)
 
-    opener = None if args.no_browser else webbrowser.open
-    result = oidc_login.login(url, show, opener)
+    def show_code(page: str, code: str, filled_in: str | None) -> None:
+        # The issuer wrote these: shown without any terminal control characters.
+        clean = _render.clean
+        print(f"Open {clean(page)} in a browser and enter the code {clean(code)}", file=sys.stderr)
+        if filled_in:
+            print(f"  (or open {clean(filled_in)})", file=sys.stderr)
+        print("Waiting for the login ...", file=sys.stderr, flush=True)
+
+    if args.device:
+        if args.no_browser:
+            raise UsageError("--device opens no browser already; leave out --no-browser")
+        result = oidc_login.device_login(url, show_code)
+    else:
+        opener = None if args.no_browser else webbrowser.open
+        result = oidc_login.login(url, show, opener)
     path = config_path()
     write_config(path, url, result.token)
     groups = ", ".join(_render.clean(g) for g in result.groups) or "none"

@@ -1,5 +1,7 @@
 """Log in through the controller's OpenID Connect issuer: the authorization code flow with
-PKCE and a loopback redirect (RFC 8252), on the routes the Devboxes CLI uses.
+PKCE and a loopback redirect (RFC 8252), on the routes the Devboxes CLI uses; or, where no
+browser runs on this machine (an SSH session, a JupyterHub terminal), the device flow
+(RFC 8628), through the controller too.
 
 The browser visits ``<url>/auth/cli/authorize``, which sends it on to the issuer; after
 the person logs in there, the issuer sends the browser back to a one-shot HTTP server on
@@ -14,6 +16,7 @@ import hashlib
 import hmac
 import secrets
 import threading
+import time
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,6 +32,8 @@ from devboxes_sdk.models import API_PREFIX
 
 AUTHORIZE_PATH = "/auth/cli/authorize"
 TOKEN_PATH = f"{API_PREFIX}/auth/cli/token"
+DEVICE_PATH = f"{API_PREFIX}/auth/cli/device"
+DEVICE_GRANT = "urn:ietf:params:oauth:grant-type:device_code"
 CALLBACK_PATH = "/callback"
 # The Devboxes CLI's client name; the controller asks its issuer as its own client.
 CLIENT_ID = "devbox-cli"
@@ -143,6 +148,36 @@ def login(
     return _redeem(url, callback.code, verifier, redirect_uri)
 
 
+def device_login(url: str, show: Callable[[str, str, str | None], None]) -> LoginResult:
+    """Log in by the device flow (RFC 8628): ``show`` receives the page to open, anywhere,
+    the code to enter there and, when the issuer has one, a page with the code filled in.
+    Polls until the person approves, refuses, or the code expires."""
+    started = _answer(_post(url, DEVICE_PATH, {"client_id": CLIENT_ID}))
+    try:
+        device_code, page = str(started["device_code"]), str(started["verification_uri"])
+        user_code = str(started["user_code"])
+        expires_in, interval = float(started["expires_in"]), float(started.get("interval", 5))
+    except (KeyError, TypeError, ValueError):
+        raise ApiError(200, "the device login answer lacks a code or a page to open") from None
+    # Never faster than once a second, whatever the answer says.
+    interval = max(interval, 1.0)
+    filled_in = started.get("verification_uri_complete")
+    show(page, user_code, filled_in if isinstance(filled_in, str) else None)
+    deadline = time.monotonic() + expires_in
+    body = {"grant_type": DEVICE_GRANT, "device_code": device_code, "client_id": CLIENT_ID}
+    while time.monotonic() + interval < deadline:
+        time.sleep(interval)
+        response = _post(url, TOKEN_PATH, body)
+        if response.status_code == 202:
+            if _answer(response).get("status") == "slow_down":
+                interval += 5
+            continue
+        return _result(_answer(response))
+    raise LoginFailed(
+        f"the code was not approved within {expires_in:g} seconds; run devbox login again"
+    )
+
+
 def _redeem(url: str, code: str, verifier: str, redirect_uri: str) -> LoginResult:
     body = {
         "grant_type": "authorization_code",
@@ -151,9 +186,13 @@ def _redeem(url: str, code: str, verifier: str, redirect_uri: str) -> LoginResul
         "client_id": CLIENT_ID,
         "redirect_uri": redirect_uri,
     }
+    return _result(_answer(_post(url, TOKEN_PATH, body)))
+
+
+def _post(url: str, path: str, body: dict[str, str]) -> requests.Response:
     try:
         response = requests.post(
-            url + TOKEN_PATH,
+            url + path,
             json=body,
             headers={"Accept": "application/json", "User-Agent": _USER_AGENT},
             timeout=30,
@@ -162,11 +201,19 @@ def _redeem(url: str, code: str, verifier: str, redirect_uri: str) -> LoginResul
     except requests.RequestException as error:
         reason = _describe_connection_error(error, urlsplit(url).hostname or "")
         raise Unavailable(None, f"cannot reach the Devboxes API at {url}: {reason}") from None
-    if response.status_code != 200:
-        raise _error(url, response, TOKEN_PATH)
+    if response.status_code not in (200, 202):
+        raise _error(url, response, path)
+    return response
+
+
+def _answer(response: requests.Response) -> dict[str, Any]:
     answer = decode(response)
     if not isinstance(answer, dict):
-        raise ApiError(200, "the login answer is not a JSON object")
+        raise ApiError(response.status_code, "the login answer is not a JSON object")
+    return answer
+
+
+def _result(answer: dict[str, Any]) -> LoginResult:
     token, user, groups = (answer.get(k) for k in ("access_token", "user", "groups"))
     if not isinstance(token, str) or not isinstance(user, str) or not isinstance(groups, list):
         raise ApiError(200, "the login answer lacks access_token, user or groups")

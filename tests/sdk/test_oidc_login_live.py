@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import stat
 import subprocess
 import tomllib
@@ -221,3 +222,83 @@ def test_an_issuer_that_is_down_is_a_503_naming_it(process: Controller, issuer: 
     assert answer.json()["detail"] == (
         f"the OIDC issuer {issuer.url} cannot be reached (ConnectError); try again later"
     )
+
+
+DEVICE_PROMPT = re.compile(r"^Open (\S+) in a browser and enter the code (\S+)$")
+
+
+def test_device_login_is_approved_from_a_browser_anywhere(
+    process: Controller, issuer: Issuer, tmp_path: Path
+) -> None:
+    config = tmp_path / "config.toml"
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("DEVBOX_")},
+        "DEVBOX_CONFIG": str(config),
+    }
+    cli = subprocess.Popen(
+        [DEVBOX_SCRIPT, "login", "--oidc", "--device", "--url", process.url],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert cli.stderr is not None
+        prompt = DEVICE_PROMPT.match(cli.stderr.readline().rstrip("\n"))
+        assert prompt is not None
+        page, code = prompt.groups()
+        assert page == f"{issuer.url}/device"
+        assert cli.stderr.readline() == f"  (or open {page}?user_code={code})\n"
+        assert cli.stderr.readline() == "Waiting for the login ...\n"
+        issuer.approve_device(code, "bob")
+        out, err = cli.communicate(timeout=60)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.communicate()
+    assert (cli.returncode, err) == (0, "")
+    assert out.splitlines()[0] == f"Logged in to {process.url} as bob (oidc; groups: vision)."
+    assert stat.S_IMODE(config.stat().st_mode) == 0o600
+
+
+def test_the_device_routes_say_pending_until_approved(process: Controller, issuer: Issuer) -> None:
+    started = httpx.post(f"{process.url}/api/v1/auth/cli/device", timeout=10)
+    assert started.status_code == 200, started.text
+    device = started.json()
+    assert set(device) >= {"device_code", "user_code", "verification_uri", "expires_in"}
+    poll = {
+        "grant_type": "urn:ietf:params:oauth:grant-type:device_code",
+        "device_code": device["device_code"],
+    }
+    token = f"{process.url}/api/v1/auth/cli/token"
+    pending = httpx.post(token, json=poll, timeout=10)
+    assert pending.status_code == 202
+    assert pending.json()["status"] in ("authorization_pending", "slow_down")
+    issuer.approve_device(device["user_code"], "alice")
+    approved = httpx.post(token, json=poll, timeout=10)
+    assert approved.status_code == 200, approved.text
+    assert (approved.json()["user"], approved.json()["groups"]) == ("alice", ["ml"])
+    unknown = httpx.post(token, json={**poll, "device_code": "no-such-code"}, timeout=10)
+    assert unknown.status_code == 400
+    assert unknown.json()["detail"].startswith("the issuer refused the login:")
+
+
+def test_device_and_no_browser_go_with_oidc(tmp_path: Path) -> None:
+    # Refused before any request: no server listens there.
+    env = {"DEVBOX_CONFIG": str(tmp_path / "config.toml"), "PATH": os.environ["PATH"]}
+    for flags, message in [
+        (["--device"], "--device goes with --oidc"),
+        (["--no-browser"], "--no-browser goes with --oidc"),
+        (["--oidc", "--device", "--no-browser"], "--device opens no browser already"),
+        (["--oidc", "--token", "x" * 40], "--oidc and --token cannot be combined"),
+    ]:
+        done = subprocess.run(
+            [DEVBOX_SCRIPT, "login", "--url", "http://127.0.0.1:9", *flags],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 2, done.stderr
+        assert message in done.stderr

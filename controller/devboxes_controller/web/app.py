@@ -43,7 +43,7 @@ from .api import (
     router,
 )
 from .auth import IDENTITY_STATE, require_operator
-from .cli_login import TOKEN_PATH as CLI_TOKEN_PATH
+from .cli_login import LOGIN_PATHS as CLI_LOGIN_PATHS
 from .cli_login import router as cli_login_router
 from .dashboard import mount_dashboard, set_session_cookie
 from .ingest import MAX_REPORT_BYTES, RateLimiter, is_activity_route
@@ -62,7 +62,7 @@ MAX_BODY_BYTES = 8192
 def _needs_operator(path: str) -> bool:
     # The activity route authenticates each box's agent itself, and refuses the operator.
     # The CLI's login redeems a code with its PKCE verifier, before it has a credential.
-    if is_activity_route(path) or path == CLI_TOKEN_PATH:
+    if is_activity_route(path) or path in CLI_LOGIN_PATHS:
         return False
     return path.startswith("/api/") or path in ("/metrics", "/openapi.json")
 

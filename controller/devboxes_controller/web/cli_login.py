@@ -8,6 +8,12 @@ redeems them at the issuer and checks the access token as it will check every re
 so a misconfiguration shows at login rather than at the first command. Neither route
 needs a credential: the PKCE verifier, which never leaves the CLI before the redemption,
 is the proof.
+
+Where no browser runs beside the CLI (an SSH session, a notebook's terminal), the device
+flow (RFC 8628) goes through the controller too: ``/api/v1/auth/cli/device`` starts it at
+the issuer, the person enters the code shown on any browser, and the CLI polls the token
+route with the device code, answered 202 until the person approves; the device code,
+worth nothing until the person approves it at the issuer, is the proof there.
 """
 
 from __future__ import annotations
@@ -19,8 +25,8 @@ from typing import Annotated, Any
 
 import httpx
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import RedirectResponse
-from pydantic import BaseModel, ConfigDict
+from fastapi.responses import JSONResponse, RedirectResponse
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from devboxes_sdk.models import API_PREFIX
 
@@ -32,6 +38,10 @@ from .people import IdentityUnavailable
 
 AUTHORIZE_PATH = "/auth/cli/authorize"
 TOKEN_PATH = f"{API_PREFIX}/auth/cli/token"
+DEVICE_PATH = f"{API_PREFIX}/auth/cli/device"
+DEVICE_GRANT = "urn:ietf:params:oauth:grant-type:device_code"
+# Under /api/v1 but before the CLI has a credential.
+LOGIN_PATHS = (TOKEN_PATH, DEVICE_PATH)
 CALLBACK_PATH = "/callback"
 SCOPE = "openid profile"
 # RFC 7636: 43 to 128 characters of the unreserved set.
@@ -50,16 +60,32 @@ class BadLogin(ApiProblem):
 
 
 class CliTokenRequest(BaseModel):
-    """What the CLI posts to redeem its code (the Devboxes CLI's field names)."""
+    """What the CLI posts to redeem its code (the Devboxes CLI's field names), or to ask
+    whether its device login was approved."""
 
     model_config = ConfigDict(extra="ignore")
 
     grant_type: str = "authorization_code"
-    code: str
-    code_verifier: str
-    redirect_uri: str
+    code: str | None = None
+    code_verifier: str | None = None
+    redirect_uri: str | None = None
+    device_code: str | None = None
     # The CLI's name for itself; the issuer is always asked as the configured client.
     client_id: str | None = None
+
+
+class DeviceLogin(BaseModel):
+    """A device login under way (RFC 8628): the person opens ``verification_uri`` and
+    enters ``user_code``; the CLI polls with ``device_code`` every ``interval`` seconds."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    device_code: str
+    user_code: str
+    verification_uri: str
+    verification_uri_complete: str | None = None
+    expires_in: int
+    interval: int = 5
 
 
 class CliTokenResponse(BaseModel):
@@ -147,32 +173,41 @@ async def authorize(
     return RedirectResponse(f"{endpoint}{separator}{query}", status_code=302)
 
 
-@router.post(TOKEN_PATH, include_in_schema=False)
-async def token(request: Request, body: CliTokenRequest) -> CliTokenResponse:
+@router.post(DEVICE_PATH, include_in_schema=False)
+async def device(request: Request) -> DeviceLogin:
     _, client_id, verifier = login_settings(request)
-    if body.grant_type != "authorization_code":
-        raise BadLogin("grant_type must be authorization_code")
-    if not _CODE.fullmatch(body.code):
-        raise BadLogin("code must be the code the issuer sent to the CLI's redirect_uri")
-    if not _PKCE.fullmatch(body.code_verifier):
-        raise BadLogin("code_verifier must be 43 to 128 characters (RFC 7636)")
-    form = {
-        "grant_type": "authorization_code",
-        "code": body.code,
-        "code_verifier": body.code_verifier,
-        "redirect_uri": _loopback_redirect(body.redirect_uri),
-        "client_id": client_id,
-    }
-    endpoint = await verifier.endpoint("token_endpoint")
+    endpoint = await verifier.published("device_authorization_endpoint")
+    if endpoint is None:
+        raise ApiProblem(
+            404,
+            f"the OIDC issuer {verifier.issuer} offers no device login; "
+            "use devbox login --oidc without --device",
+        )
+    started = await _post(verifier, endpoint, {"client_id": client_id, "scope": SCOPE})
+    if started.status_code != 200:
+        raise ApiProblem(
+            502, f"the issuer refused to start a device login: {_issuer_error(_json(started))}"
+        )
     try:
-        answer = await verifier.client.post(endpoint, data=form)
-    except httpx.HTTPError as error:
-        raise IdentityUnavailable(
-            f"the OIDC issuer {verifier.issuer} cannot be reached ({type(error).__name__}); "
-            "try again later"
+        return DeviceLogin.model_validate(_json(started))
+    except ValidationError:
+        raise ApiProblem(
+            502, f"the OIDC issuer {verifier.issuer} answered the device login incompletely"
         ) from None
+
+
+@router.post(TOKEN_PATH, include_in_schema=False, response_model=None)
+async def token(request: Request, body: CliTokenRequest) -> CliTokenResponse | JSONResponse:
+    _, client_id, verifier = login_settings(request)
+    form = {"grant_type": body.grant_type, "client_id": client_id, **_grant(body)}
+    endpoint = await verifier.endpoint("token_endpoint")
+    answer = await _post(verifier, endpoint, form)
     redeemed = _json(answer)
     if answer.status_code != 200:
+        error = redeemed.get("error")
+        if body.grant_type == DEVICE_GRANT and error in ("authorization_pending", "slow_down"):
+            # RFC 8628: keep polling, five seconds slower after slow_down.
+            return JSONResponse({"status": error}, status_code=202)
         raise BadLogin(f"the issuer refused the login: {_issuer_error(redeemed)}")
     access_token = redeemed.get("access_token")
     if not isinstance(access_token, str):
@@ -197,6 +232,35 @@ async def token(request: Request, body: CliTokenRequest) -> CliTokenResponse:
         user=person.user,
         groups=list(person.groups),
     )
+
+
+def _grant(body: CliTokenRequest) -> dict[str, str]:
+    """The grant's own fields for the issuer, checked."""
+    if body.grant_type == DEVICE_GRANT:
+        if body.device_code is None or not _CODE.fullmatch(body.device_code):
+            raise BadLogin("device_code must be the one /api/v1/auth/cli/device answered")
+        return {"device_code": body.device_code}
+    if body.grant_type != "authorization_code":
+        raise BadLogin(f"grant_type must be authorization_code or {DEVICE_GRANT}")
+    if body.code is None or not _CODE.fullmatch(body.code):
+        raise BadLogin("code must be the code the issuer sent to the CLI's redirect_uri")
+    if body.code_verifier is None or not _PKCE.fullmatch(body.code_verifier):
+        raise BadLogin("code_verifier must be 43 to 128 characters (RFC 7636)")
+    return {
+        "code": body.code,
+        "code_verifier": body.code_verifier,
+        "redirect_uri": _loopback_redirect(body.redirect_uri or ""),
+    }
+
+
+async def _post(verifier: OidcVerifier, url: str, form: dict[str, str]) -> httpx.Response:
+    try:
+        return await verifier.client.post(url, data=form)
+    except httpx.HTTPError as error:
+        raise IdentityUnavailable(
+            f"the OIDC issuer {verifier.issuer} cannot be reached ({type(error).__name__}); "
+            "try again later"
+        ) from None
 
 
 def _json(answer: httpx.Response) -> dict[str, Any]:

@@ -70,13 +70,19 @@ class OidcVerifier:
 
     async def endpoint(self, name: str) -> str:
         """One URL of the issuer's discovery document, such as ``token_endpoint``."""
+        url = await self.published(name)
+        if url is None:
+            raise IdentityUnavailable(f"the OIDC issuer {self.issuer} publishes no {name}")
+        return url
+
+    async def published(self, name: str) -> str | None:
+        """One URL of the issuer's discovery document, or None for a feature the issuer
+        does not offer (``device_authorization_endpoint`` is optional, say)."""
         if self._discovery is None:
             await self._refresh(self._fetched_at)
         assert self._discovery is not None
         url = self._discovery.get(name)
-        if not isinstance(url, str):
-            raise IdentityUnavailable(f"the OIDC issuer {self.issuer} publishes no {name}")
-        return url
+        return url if isinstance(url, str) else None
 
     async def identify(self, token: str) -> Identity | None:
         try:
