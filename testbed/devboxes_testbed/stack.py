@@ -11,6 +11,7 @@ import secrets
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from .cluster import (
     start_component,
 )
 from .controller import Controller, example_settings
+from .errors import TestbedError
 from .issuer import CLI_CLIENT_ID, DEMO_PEOPLE, Issuer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,6 +38,29 @@ AMD_TOLERATION = {"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSched
 ADMIN_GROUP = "gpu-admins"
 # Long enough for a working day on the stack without logging in again.
 ACCESS_LIFETIME = "12h"
+
+
+def merge_people(path: Path, tokens: Mapping[str, str]) -> None:
+    """Add these people's bearer tokens, by name, to the people file, keeping the entries
+    already there: each identity provider the stack starts adds its own. The file is
+    readable by its owner only from its first byte, and replaced whole, so a reader never
+    sees half of it."""
+    people: dict[str, str] = {}
+    if path.exists():
+        try:
+            found = json.loads(path.read_text())
+        except (OSError, ValueError) as error:
+            raise TestbedError(f"cannot read {path} ({error}); remove it") from None
+        if not isinstance(found, dict) or not all(isinstance(v, str) for v in found.values()):
+            raise TestbedError(f"{path} is not a JSON object of names and tokens; remove it")
+        people.update(found)
+    people.update(tokens)
+    partial = path.with_name(f".{path.name}.partial")
+    partial.unlink(missing_ok=True)
+    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as out:
+        json.dump(people, out, indent=1)
+    partial.replace(path)
 
 
 @dataclass
@@ -110,10 +135,7 @@ class Stack:
         """Each demo person's bearer token, so a newcomer can act as each at once."""
         assert self.issuer is not None
         tokens = {p.username: self.issuer.token_for(p.username) for p in DEMO_PEOPLE}
-        descriptor = os.open(self.people_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(descriptor, "w") as out:
-            json.dump(tokens, out, indent=1)
-        self.people_file.chmod(0o600)
+        merge_people(self.people_file, tokens)
 
     def _controller(self, logs: Path) -> Controller:
         # JupyterLab reads the operator token from this file.
