@@ -33,7 +33,7 @@ from devboxes_sdk.models import API_PREFIX
 from ..config.settings import OidcSettings
 from ..k8s.kube import ApiProblem
 from .auth import Unauthorized
-from .oidc import OidcVerifier, oidc_verifier
+from .oidc import OidcVerifier
 from .people import IdentityUnavailable
 
 AUTHORIZE_PATH = "/auth/cli/authorize"
@@ -102,17 +102,14 @@ def login_settings(request: Request) -> tuple[OidcSettings, str, OidcVerifier]:
     """The OIDC settings, the CLI's client ID and the issuer's verifier, or a 404 saying
     why this controller offers no login."""
     oidc = request.app.state.store.settings.auth.oidc
-    if oidc is None or oidc.cli_client_id is None:
+    # The verifier that checks every request's token: the login shares its cached keys.
+    verifier = next((v for v in request.app.state.verifiers if isinstance(v, OidcVerifier)), None)
+    if oidc is None or oidc.cli_client_id is None or verifier is None:
         raise ApiProblem(
             404,
             "this controller offers no OIDC login (auth.oidc.cliClientId is not set); "
             "use a token: devbox login --token",
         )
-    verifier: OidcVerifier | None = getattr(request.app.state, "cli_login_verifier", None)
-    if verifier is None:
-        verifier = oidc_verifier(request.app.state.store.settings)
-        assert verifier is not None
-        request.app.state.cli_login_verifier = verifier
     return oidc, oidc.cli_client_id, verifier
 
 
