@@ -15,12 +15,13 @@ import re
 import shutil
 import sys
 import threading
+import webbrowser
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, NoReturn, TextIO
 
-from devboxes_sdk import _render
+from devboxes_sdk import _render, oidc_login
 from devboxes_sdk._completion import (
     BOXES,
     IMAGES,
@@ -233,7 +234,23 @@ def build_parser() -> argparse.ArgumentParser:
         sub.set_defaults(handler=handler, prog=sub.prog)
         return sub
 
-    add("login", "check a URL and token and save them to the config file", _cmd_login)
+    login = add("login", "check a URL and token and save them to the config file", _cmd_login)
+    login.add_argument(
+        "--oidc",
+        action="store_true",
+        help="log in through the server's identity provider in a browser instead of giving a token",
+    )
+    login.add_argument(
+        "--no-browser",
+        action="store_true",
+        help="with --oidc: print the URL to open instead of opening a browser",
+    )
+    login.add_argument(
+        "--device",
+        action="store_true",
+        help="with --oidc: log in from a browser anywhere with a one-time code (for SSH "
+        "sessions and remote terminals)",
+    )
     add("whoami", "show who the token belongs to", _cmd_whoami)
 
     gpu = commands.add_parser(
@@ -555,6 +572,10 @@ def _cmd_login(args: argparse.Namespace) -> int:
     if not url:
         raise UsageError("login needs --url URL, the address of your Devboxes server")
     url = normalize_url(url)
+    if args.oidc:
+        return _oidc_login(args, url)
+    if args.no_browser or args.device:
+        raise UsageError(f"{'--device' if args.device else '--no-browser'} goes with --oidc")
     raw_token = args.token if args.token is not None else _read_token(url)
     token = normalize_token(raw_token, "--token" if args.token is not None else "the prompt")
     with Client(url, token) as client:
@@ -565,6 +586,49 @@ def _cmd_login(args: argparse.Namespace) -> int:
         _print_json({"url": url, "user": me.user, "mode": me.mode, "config": str(path)})
     else:
         print(f"Logged in to {url} as {_render.clean(me.user)}.")
+        print(f"Configuration saved to {path} (readable only by you).")
+    return EXIT_OK
+
+
+def _oidc_login(args: argparse.Namespace, url: str) -> int:
+    if args.token is not None:
+        raise UsageError("--oidc and --token cannot be combined: --oidc gets the token")
+
+    def show(authorize_url: str) -> None:
+        # The URL holds no secret: a PKCE challenge and a state, both of this login only.
+        print("Open this URL to log in:", file=sys.stderr)
+        print(f"  {authorize_url}", file=sys.stderr, flush=True)
+
+    def show_code(page: str, code: str, filled_in: str | None) -> None:
+        # The issuer wrote these: shown without any terminal control characters.
+        clean = _render.clean
+        print(f"Open {clean(page)} in a browser and enter the code {clean(code)}", file=sys.stderr)
+        if filled_in:
+            print(f"  (or open {clean(filled_in)})", file=sys.stderr)
+        print("Waiting for the login ...", file=sys.stderr, flush=True)
+
+    if args.device:
+        if args.no_browser:
+            raise UsageError("--device opens no browser already; leave out --no-browser")
+        result = oidc_login.device_login(url, show_code)
+    else:
+        opener = None if args.no_browser else webbrowser.open
+        result = oidc_login.login(url, show, opener)
+    path = config_path()
+    write_config(path, url, result.token)
+    groups = ", ".join(_render.clean(g) for g in result.groups) or "none"
+    if args.json:
+        _print_json(
+            {
+                "url": url,
+                "user": result.user,
+                "mode": "oidc",
+                "groups": list(result.groups),
+                "config": str(path),
+            }
+        )
+    else:
+        print(f"Logged in to {url} as {_render.clean(result.user)} (oidc; groups: {groups}).")
         print(f"Configuration saved to {path} (readable only by you).")
     return EXIT_OK
 

@@ -16,14 +16,16 @@ from typing import Any
 import pytest
 from devboxes_testbed.cluster import Testbed
 from devboxes_testbed.controller import Controller, example_settings
+from devboxes_testbed.issuer import Issuer
 from support import REPO, Api, StartController, running_testbed, wait_for
 
 # The namespace the session's controller serves.
 SESSION_NAMESPACE = "devboxes-session"
 
-# Fixtures that start a testbed: a test that uses one, directly or through another
-# fixture, is marked ``testbed`` so that ``make test-unit`` leaves it out.
-TESTBED_FIXTURES = {"testbed", "fault_testbed", "real_testbed", "dra_testbed"}
+# Fixtures that start a testbed or one of its programs built from Go: a test that uses
+# one, directly or through another fixture, is marked ``testbed`` so that
+# ``make test-unit`` leaves it out.
+TESTBED_FIXTURES = {"testbed", "fault_testbed", "real_testbed", "dra_testbed", "issuer"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -43,6 +45,14 @@ def dra_testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
         yield bed
     finally:
         bed.stop()
+
+
+@pytest.fixture(scope="module")
+def issuer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Issuer]:
+    """A real OpenID provider on loopback with the demo people (alice in ml, bob in vision,
+    olivia in gpu-admins); ``issuer.token_for(name)`` logs in as one of them."""
+    with Issuer(tmp_path_factory.mktemp("issuer")) as provider:
+        yield provider
 
 
 @pytest.fixture(scope="session")

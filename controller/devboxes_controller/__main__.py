@@ -169,6 +169,7 @@ def serve(args: argparse.Namespace) -> int:
     from .web.app import create_app
     from .web.auth import TokenError, load_token
     from .web.connections import allow_open_files, server_options
+    from .web.oidc import oidc_verifier
     from .web.readiness import Readiness
 
     try:
@@ -202,6 +203,9 @@ def serve(args: argparse.Namespace) -> int:
         can_lead=lambda: readiness.problem() is None,
     )
     reconciler = Reconciler(store, lifecycle, elector)
+    # People with a token of the configured OpenID Connect issuer, beside the operator.
+    oidc = oidc_verifier(settings)
+    verifiers = [] if oidc is None else [oidc]
 
     async def background() -> AsyncIterator[None]:
         probe.start()
@@ -220,8 +224,10 @@ def serve(args: argparse.Namespace) -> int:
             store.stop()
             lifecycle.stop()
             probe.stop()
+            for verifier in verifiers:
+                await verifier.aclose()
 
-    app = create_app(store, lifecycle, token, readiness, ended, background)
+    app = create_app(store, lifecycle, token, readiness, ended, background, verifiers=verifiers)
     host, port = args.listen
     log = logging.getLogger(__name__)
     log.info(
@@ -231,6 +237,7 @@ def serve(args: argparse.Namespace) -> int:
             "listen": f"{host}:{port}",
             "identity": identity,
             "gpu_enabled": settings.gpu.enabled,
+            "oidc_issuer": oidc.issuer if oidc is not None else None,
         },
     )
     connections = settings.connections

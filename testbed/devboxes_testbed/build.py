@@ -32,6 +32,7 @@ HELM_VERSION = "v3.21.4"
 CONTAINERD_VERSION = "v2.2.9"
 RUNC_VERSION = "v1.4.4"
 CNI_PLUGINS_VERSION = "v1.9.1"
+ZITADEL_OIDC_VERSION = "v3.52.0"
 
 
 @dataclass(frozen=True)
@@ -252,23 +253,53 @@ def _build_missing(
     for index, target in enumerate(missing, 1):
         started = time.monotonic()
         log(f"[{index}/{len(missing)}] go build {target.name} ...")
-        (directory / target.path).parent.mkdir(parents=True, exist_ok=True)
-        partial = directory / f".{target.name}.partial"
-        command = [go, "build", "-trimpath", "-o", str(partial)]
-        command += ["-ldflags", " ".join(("-s", "-w", *target.ldflags))]
-        if target.tags:
-            command += ["-tags", ",".join(target.tags)]
-        command.append(target.package)
-        env = {**os.environ, "CGO_ENABLED": "1" if target.cgo else "0", "GOFLAGS": "-mod=mod"}
-        result = subprocess.run(
-            command, cwd=GO_DIR / target.module, env=env, capture_output=True, text=True
-        )
-        if result.returncode != 0:
-            tail = "\n".join(result.stderr.strip().splitlines()[-15:])
-            raise TestbedError(f"building {target.name} failed:\n{tail}")
-        partial.rename(directory / target.path)
+        _build(go, directory, target)
         log(f"[{index}/{len(missing)}] {target.name} built in {time.monotonic() - started:.0f}s")
     _copy_kwok_stages(go, directory)
+
+
+def _build(go: str, directory: Path, target: Target) -> None:
+    (directory / target.path).parent.mkdir(parents=True, exist_ok=True)
+    partial = directory / f".{target.name}.partial"
+    command = [go, "build", "-trimpath", "-o", str(partial)]
+    command += ["-ldflags", " ".join(("-s", "-w", *target.ldflags))]
+    if target.tags:
+        command += ["-tags", ",".join(target.tags)]
+    command.append(target.package)
+    env = {**os.environ, "CGO_ENABLED": "1" if target.cgo else "0", "GOFLAGS": "-mod=mod"}
+    result = subprocess.run(
+        command, cwd=GO_DIR / target.module, env=env, capture_output=True, text=True
+    )
+    if result.returncode != 0:
+        tail = "\n".join(result.stderr.strip().splitlines()[-15:])
+        raise TestbedError(f"building {target.name} failed:\n{tail}")
+    partial.rename(directory / target.path)
+
+
+# The OpenID provider (testbed/go/issuer) is cached under a key of its own, so that a
+# change to it never rebuilds Kubernetes and a Kubernetes pin never rebuilds it.
+ISSUER = Target("issuer", "issuer", ".")
+
+
+def ensure_issuer(log: Callable[[str], None] = print) -> Path:
+    """Build the testbed's OpenID provider if its cached binary is missing; return its path."""
+    go = go_binary()
+    digest = hashlib.sha256(go_version(go).encode())
+    module_dir = GO_DIR / ISSUER.module
+    for path in sorted(p for p in module_dir.rglob("*") if p.is_file()):
+        digest.update(str(path.relative_to(module_dir)).encode())
+        digest.update(path.read_bytes())
+    directory = cache_root() / f"issuer-{digest.hexdigest()[:12]}"
+    binary = directory / ISSUER.path
+    if binary.is_file():
+        return binary
+    directory.mkdir(parents=True, exist_ok=True)
+    with (directory / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not binary.is_file():
+            log(f"go build {ISSUER.name} into {directory} ...")
+            _build(go, directory, ISSUER)
+    return binary
 
 
 _STAGING = re.compile(r"^\s*(k8s\.io/[\w.-]+)\s+=>\s+\./staging/", re.MULTILINE)
@@ -320,6 +351,8 @@ def pin() -> None:
         subprocess.run([go, "get", "-tool", *module_tools], cwd=directory, check=True)
     kubelet_api = f"k8s.io/kubelet@{staging_version}"
     subprocess.run([go, "get", kubelet_api], cwd=GO_DIR / "fakegpu", check=True)
-    for module in ("kubernetes", "pause", "fakegpu", *grouped):
+    oidc = f"github.com/zitadel/oidc/v3@{ZITADEL_OIDC_VERSION}"
+    subprocess.run([go, "get", oidc], cwd=GO_DIR / ISSUER.module, check=True)
+    for module in ("kubernetes", "pause", "fakegpu", ISSUER.module, *grouped):
         subprocess.run([go, "mod", "tidy"], cwd=GO_DIR / module, check=True)
     print("pinned; commit testbed/go/*/go.mod and go.sum", file=sys.stderr)

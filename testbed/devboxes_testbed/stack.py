@@ -1,13 +1,17 @@
-"""Everything `make up` runs: the testbed cluster with its real node, the controller with
-example GPU profiles, and JupyterLab with the Devboxes extension pointed at that
-controller, its devbox kernels logging in to boxes with a key made for the stack."""
+"""Everything `make up` runs: the testbed cluster with its real node, an OpenID provider
+with demo people, the controller with example GPU profiles trusting that provider, and
+JupyterLab with the Devboxes extension pointed at that controller, its devbox kernels
+logging in to boxes with a key made for the stack."""
 
 from __future__ import annotations
 
+import json
+import os
 import secrets
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,12 +26,41 @@ from .cluster import (
     start_component,
 )
 from .controller import Controller, example_settings
+from .errors import TestbedError
+from .issuer import CLI_CLIENT_ID, DEMO_PEOPLE, Issuer
 
 REPO = Path(__file__).resolve().parents[2]
 NAMESPACE = "devboxes"
 AUTHORIZED_KEYS = "devbox-keys"  # the Secret boxes take their login keys from
 # testbed/nodes-up.yaml taints the AMD pool so that CPU boxes stay off it.
 AMD_TOLERATION = {"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+# The demo people's group whose members act on every box.
+ADMIN_GROUP = "gpu-admins"
+# Long enough for a working day on the stack without logging in again.
+ACCESS_LIFETIME = "12h"
+
+
+def merge_people(path: Path, tokens: Mapping[str, str]) -> None:
+    """Add these people's bearer tokens, by name, to the people file, keeping the entries
+    already there: each identity provider the stack starts adds its own. The file is
+    readable by its owner only from its first byte, and replaced whole, so a reader never
+    sees half of it."""
+    people: dict[str, str] = {}
+    if path.exists():
+        try:
+            found = json.loads(path.read_text())
+        except (OSError, ValueError) as error:
+            raise TestbedError(f"cannot read {path} ({error}); remove it") from None
+        if not isinstance(found, dict) or not all(isinstance(v, str) for v in found.values()):
+            raise TestbedError(f"{path} is not a JSON object of names and tokens; remove it")
+        people.update(found)
+    people.update(tokens)
+    partial = path.with_name(f".{path.name}.partial")
+    partial.unlink(missing_ok=True)
+    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as out:
+        json.dump(people, out, indent=1)
+    partial.replace(path)
 
 
 @dataclass
@@ -38,6 +71,7 @@ class Stack:
     controller_token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
     jupyter_token: str = field(default_factory=lambda: secrets.token_hex(24))
     controller: Controller | None = None
+    issuer: Issuer | None = None
     services: list[Component] = field(default_factory=list)
 
     @property
@@ -82,7 +116,26 @@ class Stack:
         for profile in settings["gpu"]["profiles"]:
             if profile.get("resourceName") == "amd.com/gpu":
                 profile["tolerations"] = [*profile.get("tolerations", []), AMD_TOLERATION]
+        if self.issuer is not None:
+            settings["auth"] = {
+                "adminGroups": [ADMIN_GROUP],
+                "oidc": {
+                    "issuer": self.issuer.url,
+                    "audience": CLI_CLIENT_ID,
+                    "cliClientId": CLI_CLIENT_ID,
+                },
+            }
         return settings
+
+    @property
+    def people_file(self) -> Path:
+        return self.state_dir / "people.json"
+
+    def _write_people(self) -> None:
+        """Each demo person's bearer token, so a newcomer can act as each at once."""
+        assert self.issuer is not None
+        tokens = {p.username: self.issuer.token_for(p.username) for p in DEMO_PEOPLE}
+        merge_people(self.people_file, tokens)
 
     def _controller(self, logs: Path) -> Controller:
         # JupyterLab reads the operator token from this file.
@@ -137,9 +190,12 @@ class Stack:
             self._authorize_keys()
             logs = self.state_dir / "logs"
             logs.mkdir(parents=True, exist_ok=True)
+            self.issuer = Issuer(self.state_dir / "issuer", lifetime=ACCESS_LIFETIME).start()
+            self.testbed.log(f"  OpenID provider ready on {self.issuer.discovery_url}")
             self.controller = self._controller(logs)
             self.controller.start()
             self.testbed.log(f"  devboxes-controller ready on {self.controller_url}/ready")
+            self._write_people()
             jupyter = self._jupyter(logs)
             self.services.append(jupyter)
             start_component(jupyter, self.testbed.log)
@@ -151,6 +207,8 @@ class Stack:
         """Whatever the stack started that has exited: a cluster component, the
         controller or JupyterLab."""
         found = [*self.testbed.exited(), *exits(self.services)]
+        if self.issuer is not None and (code := self.issuer.exit_code()) is not None:
+            found.append(Exit("issuer", code, self.issuer.log))
         process = self.controller.process if self.controller is not None else None
         if process is not None and (code := process.poll()) is not None:
             assert self.controller is not None
@@ -162,6 +220,9 @@ class Stack:
             service.stop()
         if self.controller is not None:
             self.controller.stop()
+        if self.issuer is not None:
+            self.issuer.stop()
+        self.people_file.unlink(missing_ok=True)
         self.testbed.stop()
 
     def env(self) -> dict[str, str]:
@@ -189,6 +250,13 @@ class Stack:
                 f"  Devboxes API     {self.controller_url}   (dashboard: {self.controller_url}"
                 "/dashboard)",
                 f"  JupyterLab       {self.jupyter_url}",
+                f"  OpenID provider  {self.issuer.url if self.issuer else '-'}   (people: "
+                + ", ".join(f"{p.username} in {', '.join(p.groups)}" for p in DEMO_PEOPLE)
+                + f"; {ADMIN_GROUP} are admins)",
+                f"  people's tokens  {self.people_file}",
+                "  their passwords  "
+                + (str(self.issuer.people_file) if self.issuer else "-")
+                + "   (for devbox login --oidc)",
                 f"  environment      source {env_file}   (KUBECONFIG, DEVBOX_URL, DEVBOX_TOKEN,"
                 " JUPYTER_URL)",
                 "  Ctrl-C stops everything.",

@@ -175,6 +175,12 @@ def images(*profiles: dict[str, Any]) -> dict[str, Any]:
 # (id, values without the token, substring of Helm's error, does the controller check it?)
 REFUSED: list[tuple[str, dict[str, Any], str, bool]] = [
     (
+        "oidc-plain-http-issuer",
+        {"controller": {"auth": {"oidc": {"issuer": "http://id.example.com", "audience": "a"}}}},
+        "/controller/auth/oidc/issuer",
+        True,
+    ),
+    (
         "image-profile-latest",
         images({**SIDECAR_IMAGE, "image": "example/web:latest"}),
         "/controller/images/profiles/0/image",
@@ -429,6 +435,23 @@ def test_image_profiles_reach_the_controller_unchanged(render: Render) -> None:
         SIDECAR_IMAGE,
         WORKSPACE_IMAGE,
     ]
+
+
+def test_oidc_settings_reach_the_controller_unchanged(render: Render) -> None:
+    oidc = {
+        "issuer": "https://id.example.com/realms/ml",
+        "audience": "devboxes",
+        "usernameClaim": "email",
+        "groupsClaim": "roles",
+        "cliClientId": "devbox-cli",
+    }
+    values = {"controller": {"auth": {"adminGroups": ["gpu-admins"], "oidc": oidc}}}
+    result = render(with_token(values))
+    assert result.returncode == 0, result.stderr
+    auth = settings_from_mapping(rendered_settings(objects(result))).auth
+    assert auth.admin_groups == ["gpu-admins"]
+    assert auth.oidc is not None
+    assert auth.oidc.model_dump(by_alias=True) == oidc
 
 
 def controller_token_env(docs: list[dict[str, Any]]) -> dict[str, Any]:

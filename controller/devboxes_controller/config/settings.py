@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import re
+import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal, Self, TypeVar, get_args, get_origin
 
@@ -1241,11 +1242,72 @@ class LimitSettings(_Model):
         return bool(self.groups or self.per_person.boxes is not None or self.per_person.devices)
 
 
+_LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")
+MAX_ISSUER_LENGTH = 2048
+
+
+def _check_issuer(value: str) -> str:
+    if len(value) > MAX_ISSUER_LENGTH:
+        raise fail(f"must be at most {MAX_ISSUER_LENGTH} characters")
+    try:
+        parts = urllib.parse.urlsplit(value)
+        host = parts.hostname
+    except ValueError as error:
+        raise fail(f"{value!r} is not a URL: {error}") from None
+    if parts.username is not None or parts.password is not None:
+        # Not quoted: the value holds a secret.
+        raise fail("must not carry credentials (user:password@)")
+    if parts.scheme not in ("https", "http") or not host:
+        raise fail(f"{value!r} is not an issuer URL: use https://<host>[/<path>]")
+    if parts.scheme == "http" and host not in _LOOPBACK_HOSTS:
+        raise fail(
+            f"{value!r} must use https: tokens and keys from a plain-HTTP issuer can be "
+            "forged on the way (plain http is allowed for a loopback host only)"
+        )
+    if parts.query or parts.fragment:
+        raise fail(f"{value!r} must not carry a query or a fragment")
+    return value
+
+
+# Compared character for character with the tokens' iss claim, as OpenID Connect asks.
+IssuerUrl = Annotated[
+    StrictStr,
+    AfterValidator(_check_issuer),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "pattern": r"^(https://|http://(127\.0\.0\.1|localhost|\[::1\])(:[0-9]+)?(/|$))",
+            "maxLength": MAX_ISSUER_LENGTH,
+        }
+    ),
+]
+ClaimName = Annotated[StrictStr, StringConstraints(min_length=1, max_length=256)]
+ClientId = Annotated[StrictStr, StringConstraints(min_length=1, max_length=256)]
+
+
+class OidcSettings(_Model):
+    """People who bring a JWT access token from one OpenID Connect issuer."""
+
+    # Exactly as the issuer writes it in its tokens' iss claim (mind a trailing slash);
+    # its discovery document is read from <issuer>/.well-known/openid-configuration.
+    issuer: IssuerUrl
+    # The value a token's aud claim must hold: with most issuers, the client ID.
+    audience: ClientId
+    # The claim whose value is the person's username; it must be a non-empty string.
+    username_claim: ClaimName = "preferred_username"
+    # The claim that lists the person's groups; a token without it has no groups.
+    groups_claim: ClaimName = "groups"
+    # The public client (no secret; code flow with PKCE) that `devbox login --oidc` uses;
+    # unset, the controller offers no such login.
+    cli_client_id: ClientId | None = None
+
+
 class AuthSettings(_Model):
     """Who may call the API besides the operator token, and who among them is an admin."""
 
     # People in any of these groups see and act on every box, as the operator token does.
     admin_groups: list[GroupName] = Field(default_factory=list, max_length=64)
+    oidc: OidcSettings | None = None
 
 
 class Settings(_Model):

@@ -45,6 +45,8 @@ from .api import (
     router,
 )
 from .auth import IDENTITY_STATE, authenticate
+from .cli_login import LOGIN_PATHS as CLI_LOGIN_PATHS
+from .cli_login import router as cli_login_router
 from .dashboard import mount_dashboard, set_session_cookie
 from .ingest import MAX_REPORT_BYTES, RateLimiter, is_activity_route
 from .ingest import router as ingest_router
@@ -62,7 +64,8 @@ MAX_BODY_BYTES = 8192
 
 def _needs_identity(path: str) -> bool:
     # The activity route authenticates each box's agent itself, and refuses the operator.
-    if is_activity_route(path):
+    # The CLI's login redeems a code with its PKCE verifier, before it has a credential.
+    if is_activity_route(path) or path in CLI_LOGIN_PATHS:
         return False
     return path.startswith("/api/") or path in ("/metrics", "/openapi.json")
 
@@ -370,6 +373,7 @@ def create_app(
     app.state.capabilities = body(store.settings.capabilities().model_dump_json().encode())
     app.include_router(router)
     app.include_router(ingest_router)
+    app.include_router(cli_login_router)
     app.state.activity_limiter = RateLimiter()
     mount_dashboard(app, store, ended)
     _install_handlers(app)
