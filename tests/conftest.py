@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from devboxes_testbed.cluster import Testbed
 from devboxes_testbed.controller import Controller, example_settings
+from devboxes_testbed.hub import Hub
 from support import REPO, Api, StartController, running_testbed, wait_for
 
 # The namespace the session's controller serves.
@@ -43,6 +44,18 @@ def dra_testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
         yield bed
     finally:
         bed.stop()
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
+    """A real JupyterHub of the module's own, with alice (group ml), bob (vision) and
+    olivia (gpu-admins); no Kubernetes."""
+    started = Hub(tmp_path_factory.mktemp("hub"))
+    started.start(log=lambda message: None)
+    try:
+        yield started
+    finally:
+        started.stop()
 
 
 @pytest.fixture(scope="session")

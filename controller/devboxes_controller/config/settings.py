@@ -72,6 +72,7 @@ from .formats import (
     PortName,
     Quantity,
     ResourceName,
+    UrlWithoutCredentials,
     is_quantity,
     quantity_value,
 )
@@ -1197,11 +1198,31 @@ class IdleSettings(_Model):
 GroupName = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 
 
+MAX_HUB_CACHE_SECONDS = 300
+
+
+class HubSettings(_Model):
+    """A JupyterHub whose people's tokens the API accepts (docs/operator-guide.md)."""
+
+    # The hub's REST API, as single-user servers see it in JUPYTERHUB_API_URL,
+    # e.g. http://hub.jhub.svc:8081/hub/api.
+    api_url: UrlWithoutCredentials
+    # How long the hub's answer about a token is trusted; a token the hub revokes keeps
+    # working for at most this long.
+    cache_seconds: Annotated[
+        int,
+        BeforeValidator(_whole_number),
+        AfterValidator(_int_range(1, MAX_HUB_CACHE_SECONDS)),
+        _integers(1, MAX_HUB_CACHE_SECONDS),
+    ] = 30
+
+
 class AuthSettings(_Model):
     """Who may call the API besides the operator token, and who among them is an admin."""
 
     # People in any of these groups see and act on every box, as the operator token does.
     admin_groups: list[GroupName] = Field(default_factory=list, max_length=64)
+    hub: HubSettings | None = None
 
 
 class Settings(_Model):
