@@ -21,6 +21,8 @@ REPO = Path(__file__).resolve().parents[2]
 STATE = REPO / ".devboxes"
 ENV_FILE = STATE / "env"
 PID_FILE = STATE / "up.pid"
+# Each person's bearer token, by name, so that one can act as several people at once.
+PEOPLE_FILE = STATE / "people.json"
 
 
 def write_env(values: dict[str, str]) -> None:
@@ -29,6 +31,16 @@ def write_env(values: dict[str, str]) -> None:
     lines = [f"export {key}={value!r}" for key, value in values.items()]
     ENV_FILE.write_text("\n".join(lines) + "\n")
     ENV_FILE.chmod(0o600)
+
+
+def write_people(people: dict[str, str]) -> None:
+    """Write the people file, readable by its owner only from its first byte."""
+    STATE.mkdir(parents=True, exist_ok=True)
+    PEOPLE_FILE.unlink(missing_ok=True)
+    descriptor = os.open(PEOPLE_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+        json.dump(people, handle, indent=1)
+        handle.write("\n")
 
 
 @contextlib.contextmanager
@@ -56,8 +68,9 @@ def up(pool_file: Path) -> None:
     try:
         with _terminate_as_interrupt():
             stack.start()
+            write_people(stack.people)
             write_env(stack.env())
-            print(stack.summary(ENV_FILE), flush=True)
+            print(stack.summary(ENV_FILE, PEOPLE_FILE), flush=True)
             # A part that dies takes the stack down with a message: half a stack that
             # looks up is worse than none.
             dead = wait_for_exit(stack.exited)
@@ -69,6 +82,7 @@ def up(pool_file: Path) -> None:
     finally:
         stack.stop()
         ENV_FILE.unlink(missing_ok=True)
+        PEOPLE_FILE.unlink(missing_ok=True)
         PID_FILE.unlink(missing_ok=True)
         print("stopped", flush=True)
     if dead:

@@ -75,7 +75,7 @@ def _config(hub: Hub) -> str:
 
 @dataclass
 class Hub:
-    """One JupyterHub (and its proxy) in ``workdir``.
+    """One JupyterHub (and its proxy) in ``workdir``, fresh at every start.
 
     ``controller_url``, when given, is the controller the people's Jupyter extension talks
     to. ``api_url`` is what the controller's ``auth.hub.apiUrl`` names.
@@ -102,12 +102,18 @@ class Hub:
     def log(self) -> Path:
         return self.workdir / "jupyterhub.log"
 
+    def pick_ports(self) -> None:
+        """Choose the hub's ports now, so that ``api_url`` is known before it starts."""
+        for name in ("hub", "public", "proxy_api"):
+            self.ports.setdefault(name, free_port())
+
     def start(self, log: Callable[[str], None] = print) -> None:
         if not PROXY.exists():
             raise TestbedError(f"the hub's proxy is missing ({PROXY}); run 'make node-deps'")
         self.workdir.mkdir(parents=True, exist_ok=True)
-        for name in ("hub", "public", "proxy_api"):
-            self.ports[name] = free_port()
+        # A fresh hub: no person keeps a token of an earlier run.
+        (self.workdir / "jupyterhub.sqlite").unlink(missing_ok=True)
+        self.pick_ports()
         config = self.workdir / "jupyterhub_config.py"
 
         def argv() -> list[str]:
@@ -169,3 +175,8 @@ class Hub:
 
     def stop_server(self, username: str) -> None:
         self.request("DELETE", f"/users/{username}/server")
+
+
+def hub_people(hub: Hub) -> dict[str, str]:
+    """A new hub token of each person, by name: what each may present to the controller."""
+    return {name: hub.token_for(name) for name in PEOPLE}

@@ -1,6 +1,7 @@
 """Everything `make up` runs: the testbed cluster with its real node, the controller with
-example GPU profiles, and JupyterLab with the Devboxes extension pointed at that
-controller, its devbox kernels logging in to boxes with a key made for the stack."""
+example GPU profiles, JupyterLab with the Devboxes extension pointed at that controller,
+its devbox kernels logging in to boxes with a key made for the stack, and a JupyterHub
+whose people act as themselves."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from .cluster import (
     start_component,
 )
 from .controller import Controller, example_settings
+from .hub import ADMIN_GROUP, PEOPLE, Hub, hub_people
 
 REPO = Path(__file__).resolve().parents[2]
 NAMESPACE = "devboxes"
@@ -39,6 +41,9 @@ class Stack:
     jupyter_token: str = field(default_factory=lambda: secrets.token_hex(24))
     controller: Controller | None = None
     services: list[Component] = field(default_factory=list)
+    hub: Hub | None = None
+    # Each person's bearer token, by name.
+    people: dict[str, str] = field(default_factory=dict)
 
     @property
     def controller_url(self) -> str:
@@ -82,6 +87,8 @@ class Stack:
         for profile in settings["gpu"]["profiles"]:
             if profile.get("resourceName") == "amd.com/gpu":
                 profile["tolerations"] = [*profile.get("tolerations", []), AMD_TOLERATION]
+        assert self.hub is not None, "the hub's ports are chosen before the controller starts"
+        settings["auth"] = {"adminGroups": [ADMIN_GROUP], "hub": {"apiUrl": self.hub.api_url}}
         return settings
 
     def _controller(self, logs: Path) -> Controller:
@@ -137,9 +144,15 @@ class Stack:
             self._authorize_keys()
             logs = self.state_dir / "logs"
             logs.mkdir(parents=True, exist_ok=True)
+            # The controller's settings name the hub, the hub's servers the controller.
+            self.hub = Hub(self.state_dir / "hub")
+            self.hub.pick_ports()
             self.controller = self._controller(logs)
             self.controller.start()
             self.testbed.log(f"  devboxes-controller ready on {self.controller_url}/ready")
+            self.hub.controller_url = self.controller_url
+            self.hub.start(self.testbed.log)
+            self.people = hub_people(self.hub)
             jupyter = self._jupyter(logs)
             self.services.append(jupyter)
             start_component(jupyter, self.testbed.log)
@@ -149,8 +162,9 @@ class Stack:
 
     def exited(self) -> list[Exit]:
         """Whatever the stack started that has exited: a cluster component, the
-        controller or JupyterLab."""
-        found = [*self.testbed.exited(), *exits(self.services)]
+        controller, JupyterLab or the hub."""
+        hub = [self.hub.component] if self.hub is not None and self.hub.component else []
+        found = [*self.testbed.exited(), *exits([*self.services, *hub])]
         process = self.controller.process if self.controller is not None else None
         if process is not None and (code := process.poll()) is not None:
             assert self.controller is not None
@@ -160,6 +174,8 @@ class Stack:
     def stop(self) -> None:
         for service in reversed(self.services):
             service.stop()
+        if self.hub is not None:
+            self.hub.stop()
         if self.controller is not None:
             self.controller.stop()
         self.testbed.stop()
@@ -172,7 +188,7 @@ class Stack:
             "JUPYTER_URL": self.jupyter_url,
         }
 
-    def summary(self, env_file: Path) -> str:
+    def summary(self, env_file: Path, people_file: Path) -> str:
         node = self.testbed.real_node
         where = (
             f"  Real node        {node.name} at {node.address}: CPU boxes and NVIDIA L4 boxes"
@@ -189,8 +205,18 @@ class Stack:
                 f"  Devboxes API     {self.controller_url}   (dashboard: {self.controller_url}"
                 "/dashboard)",
                 f"  JupyterLab       {self.jupyter_url}",
+                *self._hub_summary(people_file),
                 f"  environment      source {env_file}   (KUBECONFIG, DEVBOX_URL, DEVBOX_TOKEN,"
                 " JUPYTER_URL)",
                 "  Ctrl-C stops everything.",
             ]
         )
+
+    def _hub_summary(self, people_file: Path) -> list[str]:
+        if self.hub is None:
+            return []
+        people = ", ".join(f"{name} ({group})" for name, group in PEOPLE.items())
+        return [
+            f"  JupyterHub       {self.hub.url}   (log in as {people}, any password)",
+            f"  people           {people_file}   (each person's bearer token, by name)",
+        ]
