@@ -5,11 +5,13 @@ A single-user server's ``JUPYTERHUB_API_TOKEN``, like every hub token, may ask t
 its own. Answers are cached by a digest of the token, never the token itself: a person's
 answer for ``auth.hub.cacheSeconds``, a refusal for a few seconds at most, so that a
 revoked token stops working soon and a bad token cannot make the controller ask the hub
-on every request.
+on every request. Requests with the same token that arrive while the hub is being asked
+about it wait for that one answer, as a Lab's first requests do.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import re
 import time
@@ -62,6 +64,7 @@ class HubVerifier:
         self.hub_requests = 0
         self._clock = clock
         self._cache: OrderedDict[bytes, _Answer] = OrderedDict()
+        self._asking: dict[bytes, asyncio.Task[Identity | str | None]] = {}
         self._client = httpx.AsyncClient(
             timeout=HUB_TIMEOUT_SECONDS, transport=transport, follow_redirects=False
         )
@@ -78,10 +81,25 @@ class HubVerifier:
         if cached is not None and cached.expires > now:
             self._cache.move_to_end(key)
             return _result(cached.identity)
+        asking = self._asking.get(key)
+        if asking is None:
+            asking = asyncio.ensure_future(self._ask_and_remember(key, token))
+            self._asking[key] = asking
+            asking.add_done_callback(lambda done: self._forget(key, done))
+        # A caller that goes away leaves the question to the others.
+        return _result(await asyncio.shield(asking))
+
+    async def _ask_and_remember(self, key: bytes, token: str) -> Identity | str | None:
         answer = await self._ask(token)
         keep = self.cache_seconds if isinstance(answer, Identity) else REFUSAL_SECONDS
-        self._remember(key, _Answer(now + min(keep, self.cache_seconds), answer))
-        return _result(answer)
+        self._remember(key, _Answer(self._clock() + min(keep, self.cache_seconds), answer))
+        return answer
+
+    def _forget(self, key: bytes, done: asyncio.Task[Identity | str | None]) -> None:
+        self._asking.pop(key, None)
+        if not done.cancelled():
+            # Retrieved here, so that a question nobody waits for any more logs nothing.
+            done.exception()
 
     def _remember(self, key: bytes, answer: _Answer) -> None:
         self._cache[key] = answer

@@ -115,6 +115,24 @@ def test_the_cache_answers_again_without_the_hub_until_it_expires(hub: Hub) -> N
     assert asked(hub, "bob") - before == 2
 
 
+def test_requests_with_one_token_at_once_ask_the_hub_once(hub: Hub) -> None:
+    token = hub.token_for("olivia")
+    before = asked(hub, "olivia")
+
+    async def scenario() -> list[Identity | None]:
+        checker = verifier(hub)
+        try:
+            answers = await asyncio.gather(*(checker.identify(token) for _ in range(10)))
+            assert checker.hub_requests == 1
+            return list(answers)
+        finally:
+            await checker.aclose()
+
+    assert run(scenario) == [Identity("olivia", "hub", ("gpu-admins",))] * 10
+    wait_for(lambda: asked(hub, "olivia") - before >= 1, timeout=10)
+    assert asked(hub, "olivia") - before == 1
+
+
 def test_a_revoked_token_stops_working_when_its_answer_expires(hub: Hub) -> None:
     token = hub.token_for("alice", note="to be revoked")
     clock = Clock()
