@@ -47,7 +47,9 @@ class _Answer:
 class HubVerifier:
     """Implements :class:`.people.Verifier` for one JupyterHub.
 
-    ``hub_requests`` counts the questions put to the hub, for tests and benchmarks.
+    ``hub_requests`` counts the questions put to the hub, for tests and benchmarks;
+    ``clock`` is the time the cache goes by, so that they need not wait for it. Its
+    connections to the hub stay open until ``aclose``.
     """
 
     def __init__(
@@ -55,7 +57,6 @@ class HubVerifier:
         api_url: str,
         cache_seconds: float,
         admin_groups: Iterable[str] = (),
-        transport: httpx.AsyncBaseTransport | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.api_url = api_url.rstrip("/")
@@ -65,9 +66,7 @@ class HubVerifier:
         self._clock = clock
         self._cache: OrderedDict[bytes, _Answer] = OrderedDict()
         self._asking: dict[bytes, asyncio.Task[Identity | str | None]] = {}
-        self._client = httpx.AsyncClient(
-            timeout=HUB_TIMEOUT_SECONDS, transport=transport, follow_redirects=False
-        )
+        self._client = httpx.AsyncClient(timeout=HUB_TIMEOUT_SECONDS, follow_redirects=False)
 
     def __repr__(self) -> str:
         return f"HubVerifier(api_url={self.api_url!r}, cache_seconds={self.cache_seconds!r})"
