@@ -229,3 +229,20 @@ def test_settings_name_the_hub_and_bound_the_cache() -> None:
         "auth.hub.apiUrl: must not carry a user name or password: messages show this URL",
         "auth.hub.cacheSeconds: must be between 1 and 300, got 301",
     ]
+
+
+@pytest.mark.parametrize(
+    ("api_url", "violation"),
+    [
+        ("http://hub:99999/hub/api", "the port must be between 1 and 65535, got 99999"),
+        ("http://:8081/hub/api", "'http://:8081/hub/api' names no host"),
+        ("http://xn--/hub/api", "'http://xn--/hub/api' does not name a usable host"),
+    ],
+)
+def test_an_api_url_the_controller_cannot_ask_stops_it_at_start(
+    api_url: str, violation: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        settings_from_mapping({"auth": {"hub": {"apiUrl": api_url}}})
+    [found] = caught.value.violations
+    assert found.startswith(f"auth.hub.apiUrl: {violation}")
