@@ -169,6 +169,7 @@ def serve(args: argparse.Namespace) -> int:
     from .web.app import create_app
     from .web.auth import TokenError, load_token
     from .web.connections import allow_open_files, server_options
+    from .web.hub import hub_verifier
     from .web.readiness import Readiness
 
     try:
@@ -202,6 +203,7 @@ def serve(args: argparse.Namespace) -> int:
         can_lead=lambda: readiness.problem() is None,
     )
     reconciler = Reconciler(store, lifecycle, elector)
+    hub = hub_verifier(settings)
 
     async def background() -> AsyncIterator[None]:
         probe.start()
@@ -220,8 +222,18 @@ def serve(args: argparse.Namespace) -> int:
             store.stop()
             lifecycle.stop()
             probe.stop()
+            if hub is not None:
+                await hub.aclose()
 
-    app = create_app(store, lifecycle, token, readiness, ended, background)
+    app = create_app(
+        store,
+        lifecycle,
+        token,
+        readiness,
+        ended,
+        background,
+        verifiers=[] if hub is None else [hub],
+    )
     host, port = args.listen
     log = logging.getLogger(__name__)
     log.info(
@@ -231,6 +243,7 @@ def serve(args: argparse.Namespace) -> int:
             "listen": f"{host}:{port}",
             "identity": identity,
             "gpu_enabled": settings.gpu.enabled,
+            "hub": None if hub is None else hub.api_url,
         },
     )
     connections = settings.connections
