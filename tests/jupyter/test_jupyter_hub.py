@@ -18,19 +18,24 @@ from devboxes_controller.web.hub import HubVerifier
 from devboxes_controller.web.people import Identity
 from devboxes_testbed.hub import Hub
 
+WHOAMI = "/api/v1/whoami"
+ALICE_WHOAMI = {"user": "alice", "mode": "hub", "groups": ["ml"], "admin": False}
+
 
 class Recorder:
-    """A loopback stand-in for the controller: answers an empty box list and keeps the
-    Authorization header of every request."""
+    """A loopback stand-in for the controller: answers whoami as alice's and every other
+    read with an empty box list, and keeps the path and Authorization header of every
+    request."""
 
     def __init__(self) -> None:
-        self.seen: list[str | None] = []
+        self.seen: list[tuple[str, str | None]] = []
         recorder = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                recorder.seen.append(self.headers.get("Authorization"))
-                payload = json.dumps({"items": []}).encode()
+                recorder.seen.append((self.path, self.headers.get("Authorization")))
+                answer = ALICE_WHOAMI if self.path == WHOAMI else {"items": []}
+                payload = json.dumps(answer).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(payload)))
@@ -78,8 +83,13 @@ def test_alices_lab_acts_as_alice(hub_with_controller: Hub, recorder: Recorder) 
     )
     assert response.status_code == 200, response.text
     assert response.json() == {"items": []}
-    assert len(recorder.seen) == 1
-    scheme, _, presented = (recorder.seen[0] or "").partition(" ")
+    # As it starts, the server asks whose its token is (and what the controller offers)
+    # to offer devbox kernels; the sidebar's list is the one request of the test's own.
+    paths = [path for path, _ in recorder.seen]
+    assert WHOAMI in paths
+    assert paths.count("/api/v1/devboxes") == 1
+    assert len({header for _, header in recorder.seen}) == 1
+    scheme, _, presented = (recorder.seen[0][1] or "").partition(" ")
     assert scheme == "Bearer"
     # The server's own token from the hub, not the token the browser used.
     assert presented not in ("", alice)
