@@ -44,7 +44,13 @@ NODE_DEPS := jupyter_ext/node_modules/.package-lock.json
 $(NODE_DEPS): jupyter_ext/package.json jupyter_ext/package-lock.json
 	cd jupyter_ext && npm ci --no-audit --no-fund
 
-node-deps: $(NODE_DEPS)
+# The proxy of the testbed's JupyterHub (configurable-http-proxy), for the hub tests and
+# `make up`.
+HUB_DEPS := testbed/hub/node_modules/.package-lock.json
+$(HUB_DEPS): testbed/hub/package.json testbed/hub/package-lock.json
+	cd testbed/hub && npm ci --no-audit --no-fund
+
+node-deps: $(NODE_DEPS) $(HUB_DEPS)
 
 # Skip reasons and the 30 slowest tests are printed on every run.
 PYTEST := $(VENV)/bin/pytest -q -p no:cacheprovider -rs --durations=30
@@ -73,7 +79,7 @@ check-clean:
 	@git status --porcelain | diff -u $(VENV)/.status-before - >/dev/null || { \
 	  echo "make test changed the checkout:"; git status --porcelain | diff $(VENV)/.status-before - | grep '^[<>]'; exit 1; }
 
-up: $(STAMP) testbed
+up: $(STAMP) testbed node-deps
 	$(TESTBED) up
 
 down: $(STAMP)

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from devboxes_testbed.cluster import Testbed
 from devboxes_testbed.controller import Controller, example_settings
+from devboxes_testbed.hub import Hub
 from devboxes_testbed.issuer import Issuer
 from support import REPO, Api, StartController, running_testbed, wait_for
 
@@ -53,6 +54,18 @@ def issuer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Issuer]:
     olivia in gpu-admins); ``issuer.token_for(name)`` logs in as one of them."""
     with Issuer(tmp_path_factory.mktemp("issuer")) as provider:
         yield provider
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
+    """A real JupyterHub of the module's own, with alice (group ml), bob (vision) and
+    olivia (gpu-admins); no Kubernetes."""
+    started = Hub(tmp_path_factory.mktemp("hub"))
+    started.start(log=lambda message: None)
+    try:
+        yield started
+    finally:
+        started.stop()
 
 
 @pytest.fixture(scope="session")

@@ -169,7 +169,9 @@ def serve(args: argparse.Namespace) -> int:
     from .web.app import create_app
     from .web.auth import TokenError, load_token
     from .web.connections import allow_open_files, server_options
+    from .web.hub import hub_verifier
     from .web.oidc import oidc_verifier
+    from .web.people import Verifier
     from .web.readiness import Readiness
 
     try:
@@ -203,9 +205,11 @@ def serve(args: argparse.Namespace) -> int:
         can_lead=lambda: readiness.problem() is None,
     )
     reconciler = Reconciler(store, lifecycle, elector)
-    # People with a token of the configured OpenID Connect issuer, beside the operator.
+    # People with a token of the configured OpenID Connect issuer or JupyterHub, beside
+    # the operator.
     oidc = oidc_verifier(settings)
-    verifiers = [] if oidc is None else [oidc]
+    hub = hub_verifier(settings)
+    verifiers: list[Verifier] = [v for v in (oidc, hub) if v is not None]
 
     async def background() -> AsyncIterator[None]:
         probe.start()
@@ -238,6 +242,7 @@ def serve(args: argparse.Namespace) -> int:
             "identity": identity,
             "gpu_enabled": settings.gpu.enabled,
             "oidc_issuer": oidc.issuer if oidc is not None else None,
+            "hub": None if hub is None else hub.api_url,
         },
     )
     connections = settings.connections

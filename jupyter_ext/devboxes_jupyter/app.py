@@ -24,6 +24,8 @@ from devboxes_sdk.errors import ConfigurationError, DevboxesError
 # Long enough for a refused call and its retries; a server that stops never waits longer.
 WATCHER_STOP_SECONDS = 10.0
 TOKEN_COPY = "devboxes-token"  # noqa: S105 - a file name, not a secret
+# What a JupyterHub gives the single-user servers it starts: their person's token.
+HUB_TOKEN_ENV = "JUPYTERHUB_API_TOKEN"  # noqa: S105 - a variable's name, not a secret
 
 
 def kernel_problem(config: Config) -> str | None:
@@ -81,6 +83,14 @@ class DevboxesJupyterApp(ExtensionApp):
         "needs no restart). Used when token is empty.",
     ).tag(config=True)
 
+    hub_token = Bool(
+        False,
+        help="In a JupyterHub single-user server: present this person's own hub token "
+        "(JUPYTERHUB_API_TOKEN) to the controller instead of an operator token, so that the "
+        "controller knows who asks (its auth.hub names the hub). token and token_file stay "
+        "empty.",
+    ).tag(config=True)
+
     request_timeout = Float(
         30.0,
         help="Seconds to wait for the controller on each request (a server-side wait "
@@ -131,17 +141,32 @@ class DevboxesJupyterApp(ExtensionApp):
             raise TraitError("max_workers must be at least 1")
         return value
 
+    def _person_token(self) -> str:
+        """This person's hub token, when hub_token asks for it."""
+        if self.token or self.token_file:
+            raise ConfigurationError(
+                "hub_token presents this person's hub token: leave token and token_file empty"
+            )
+        token = os.environ.get(HUB_TOKEN_ENV, "").strip()
+        if not token:
+            raise ConfigurationError(
+                f"hub_token is set but {HUB_TOKEN_ENV} is not: this server was not started "
+                "by a JupyterHub"
+            )
+        return token
+
     def initialize_settings(self) -> None:
+        token = self._person_token() if self.hub_token else self.token
         self._factory = ClientFactory(
             controller_url=self.controller_url,
-            token=self.token,
+            token=token,
             token_file=self.token_file,
             timeout=self.request_timeout,
         )
         self._executor = ThreadPoolExecutor(
             max_workers=self.max_workers, thread_name_prefix="devboxes-api"
         )
-        self._export_to_kernels()
+        self._export_to_kernels(token)
         self._kernel_dir = self._offer_kernels() if self.devbox_kernels else None
         if self._kernel_dir is None and self.devbox_kernels:
             self.log.warning("devboxes: no devbox kernels are offered: %s", self._kernel_problem)
@@ -158,29 +183,34 @@ class DevboxesJupyterApp(ExtensionApp):
         )
         # The URL itself is not logged: a misconfigured one could carry credentials.
         source = "controller_url" if self.controller_url else "DEVBOX_URL or the SDK configuration"
-        self.log.info("Devboxes extension loaded; controller URL from %s", source)
+        self.log.info(
+            "Devboxes extension loaded; controller URL from %s; %s",
+            source,
+            f"acting as this person with {HUB_TOKEN_ENV}" if self.hub_token else "operator token",
+        )
 
-    def _export_to_kernels(self) -> None:
+    def _export_to_kernels(self, token: str) -> None:
         """Put the controller URL and a token file into the server's environment.
 
         Kernels (and terminals) inherit the server's environment, so ``Client()`` in a
         notebook reaches the same controller as the extension with no setup. The token
         travels as a file path, never as a value: a token file rotated on disk reaches
         the next ``Client()``. Anyone who can run code on this Jupyter server can
-        therefore use the operator token; that is the single-operator trust model.
+        therefore use its token: the operator token in the single-operator trust model,
+        the person's own hub token with ``hub_token``.
         """
         self._saved_env = {key: os.environ.get(key) for key in (ENV_URL, ENV_TOKEN, ENV_TOKEN_FILE)}
         self._token_copy: Path | None = None
         if self.controller_url:
             os.environ[ENV_URL] = self.controller_url.strip()
-        if self.token:
+        if token:
             assert self.serverapp is not None, "settings are initialized by a server"
             runtime = Path(self.serverapp.runtime_dir)
             runtime.mkdir(parents=True, exist_ok=True)
             self._token_copy = runtime / f"{TOKEN_COPY}-{os.getpid()}"
             descriptor = os.open(self._token_copy, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-                handle.write(self.token.strip())
+                handle.write(token.strip())
             token_file = str(self._token_copy)
         elif self.token_file:
             token_file = str(Path(self.token_file.strip()).expanduser().absolute())

@@ -1,7 +1,7 @@
 """Everything `make up` runs: the testbed cluster with its real node, an OpenID provider
-with demo people, the controller with example GPU profiles trusting that provider, and
-JupyterLab with the Devboxes extension pointed at that controller, its devbox kernels
-logging in to boxes with a key made for the stack."""
+and a JupyterHub with the same demo people, the controller with example GPU profiles
+trusting both, and JupyterLab with the Devboxes extension pointed at that controller, its
+devbox kernels logging in to boxes with a key made for the stack."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ from .cluster import (
 )
 from .controller import Controller, example_settings
 from .errors import TestbedError
+from .hub import PEOPLE, Hub
 from .issuer import CLI_CLIENT_ID, DEMO_PEOPLE, Issuer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -73,6 +74,7 @@ class Stack:
     controller: Controller | None = None
     issuer: Issuer | None = None
     services: list[Component] = field(default_factory=list)
+    hub: Hub | None = None
 
     @property
     def controller_url(self) -> str:
@@ -116,15 +118,17 @@ class Stack:
         for profile in settings["gpu"]["profiles"]:
             if profile.get("resourceName") == "amd.com/gpu":
                 profile["tolerations"] = [*profile.get("tolerations", []), AMD_TOLERATION]
-        if self.issuer is not None:
-            settings["auth"] = {
-                "adminGroups": [ADMIN_GROUP],
-                "oidc": {
-                    "issuer": self.issuer.url,
-                    "audience": CLI_CLIENT_ID,
-                    "cliClientId": CLI_CLIENT_ID,
-                },
-            }
+        assert self.issuer is not None, "the issuer starts before the controller"
+        assert self.hub is not None, "the hub's ports are chosen before the controller starts"
+        settings["auth"] = {
+            "adminGroups": [ADMIN_GROUP],
+            "oidc": {
+                "issuer": self.issuer.url,
+                "audience": CLI_CLIENT_ID,
+                "cliClientId": CLI_CLIENT_ID,
+            },
+            "hub": {"apiUrl": self.hub.api_url},
+        }
         return settings
 
     @property
@@ -192,10 +196,15 @@ class Stack:
             logs.mkdir(parents=True, exist_ok=True)
             self.issuer = Issuer(self.state_dir / "issuer", lifetime=ACCESS_LIFETIME).start()
             self.testbed.log(f"  OpenID provider ready on {self.issuer.discovery_url}")
+            # The controller's settings name the hub, the hub's servers the controller.
+            self.hub = Hub(self.state_dir / "hub")
+            self.hub.pick_ports()
             self.controller = self._controller(logs)
             self.controller.start()
             self.testbed.log(f"  devboxes-controller ready on {self.controller_url}/ready")
             self._write_people()
+            self.hub.controller_url = self.controller_url
+            self.hub.start(self.testbed.log)
             jupyter = self._jupyter(logs)
             self.services.append(jupyter)
             start_component(jupyter, self.testbed.log)
@@ -205,8 +214,9 @@ class Stack:
 
     def exited(self) -> list[Exit]:
         """Whatever the stack started that has exited: a cluster component, the
-        controller or JupyterLab."""
-        found = [*self.testbed.exited(), *exits(self.services)]
+        controller, JupyterLab, the hub or the OpenID provider."""
+        hub = [self.hub.component] if self.hub is not None and self.hub.component else []
+        found = [*self.testbed.exited(), *exits([*self.services, *hub])]
         if self.issuer is not None and (code := self.issuer.exit_code()) is not None:
             found.append(Exit("issuer", code, self.issuer.log))
         process = self.controller.process if self.controller is not None else None
@@ -218,6 +228,8 @@ class Stack:
     def stop(self) -> None:
         for service in reversed(self.services):
             service.stop()
+        if self.hub is not None:
+            self.hub.stop()
         if self.controller is not None:
             self.controller.stop()
         if self.issuer is not None:
@@ -257,8 +269,15 @@ class Stack:
                 "  their passwords  "
                 + (str(self.issuer.people_file) if self.issuer else "-")
                 + "   (for devbox login --oidc)",
+                *self._hub_summary(),
                 f"  environment      source {env_file}   (KUBECONFIG, DEVBOX_URL, DEVBOX_TOKEN,"
                 " JUPYTER_URL)",
                 "  Ctrl-C stops everything.",
             ]
         )
+
+    def _hub_summary(self) -> list[str]:
+        if self.hub is None:
+            return []
+        people = ", ".join(f"{name} ({group})" for name, group in PEOPLE.items())
+        return [f"  JupyterHub       {self.hub.url}   (log in as {people}, any password)"]

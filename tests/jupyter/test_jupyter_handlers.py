@@ -459,6 +459,56 @@ class TestTokenFile:
         assert controller.requests == []
 
 
+HUB_TOKEN = "0123456789abcdef0123456789abcdef"
+
+
+class TestHubToken:
+    @pytest.fixture
+    def extension_config(self, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+        monkeypatch.setenv("JUPYTERHUB_API_TOKEN", HUB_TOKEN)
+        return {"hub_token": True, "request_timeout": 5.0}
+
+    async def test_the_controller_is_sent_the_persons_hub_token(
+        self, jp_fetch: Fetch, controller: RecordingController
+    ) -> None:
+        controller.answers[("GET", "/api/v1/devboxes")] = (200, {"items": []})
+        response = await jp_fetch("devboxes", "api", "devboxes")
+        assert [seen.authorization for seen in controller.requests] == [f"Bearer {HUB_TOKEN}"]
+        assert HUB_TOKEN not in response.body.decode()
+
+
+@pytest.mark.parametrize(
+    ("environ", "config", "problem"),
+    [
+        (
+            {},
+            {},
+            "hub_token is set but JUPYTERHUB_API_TOKEN is not: this server was not started by "
+            "a JupyterHub",
+        ),
+        (
+            {"JUPYTERHUB_API_TOKEN": HUB_TOKEN},
+            {"token": SECRET},
+            "hub_token presents this person's hub token: leave token and token_file empty",
+        ),
+    ],
+)
+def test_a_hub_token_that_cannot_be_had_is_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch, environ: dict[str, str], config: dict[str, str], problem: str
+) -> None:
+    from devboxes_jupyter.app import DevboxesJupyterApp
+
+    from devboxes_sdk.errors import ConfigurationError
+
+    monkeypatch.delenv("JUPYTERHUB_API_TOKEN", raising=False)
+    for key, value in environ.items():
+        monkeypatch.setenv(key, value)
+    app = DevboxesJupyterApp(hub_token=True, **config)
+    with pytest.raises(ConfigurationError) as caught:
+        app.initialize_settings()
+    assert str(caught.value) == problem
+
+
 class TestNotConfigured:
     @pytest.fixture
     def jp_server_config(self) -> dict[str, Any]:

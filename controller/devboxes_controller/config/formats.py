@@ -339,3 +339,27 @@ HttpUrl = Annotated[
     AfterValidator(_check_url),
     _string({"maxLength": MAX_URL_LENGTH, "pattern": _URL_RE.pattern}),
 ]
+
+
+_CREDENTIALS_RE = re.compile(r"^[a-z]+://[^/@]*@")
+
+
+def _check_url_without_credentials(value: str) -> str:
+    value = _check_url(value)
+    if _CREDENTIALS_RE.match(value):
+        raise fail("must not carry a user name or password: messages show this URL")
+    return value
+
+
+# An HttpUrl that messages and logs may show.
+UrlWithoutCredentials = Annotated[
+    StrictStr,
+    AfterValidator(_check_url_without_credentials),
+    _string(
+        {
+            "maxLength": MAX_URL_LENGTH,
+            "pattern": _URL_RE.pattern,
+            "not": {"pattern": _CREDENTIALS_RE.pattern},
+        }
+    ),
+]

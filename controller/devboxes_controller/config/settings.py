@@ -26,6 +26,7 @@ import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal, Self, TypeVar, get_args, get_origin
 
+import httpx
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -73,6 +74,7 @@ from .formats import (
     PortName,
     Quantity,
     ResourceName,
+    UrlWithoutCredentials,
     is_quantity,
     quantity_value,
 )
@@ -1302,12 +1304,49 @@ class OidcSettings(_Model):
     cli_client_id: ClientId | None = None
 
 
+MAX_HUB_CACHE_SECONDS = 300
+
+
+def _hub_address(value: str) -> str:
+    """A URL the controller can ask, checked as its HTTP client reads it, so that a host
+    or port it cannot use stops the controller at start instead of failing each request."""
+    try:
+        url = httpx.URL(value)
+        # The host is decoded only when read.
+        host, port = url.host, url.port
+    except (httpx.InvalidURL, ValueError) as err:
+        raise fail(f"{value!r} does not name a usable host: {err}") from None
+    if not host:
+        raise fail(f"{value!r} names no host")
+    if port is not None and not 0 < port < 65536:
+        raise fail(f"the port must be between 1 and 65535, got {port}")
+    return value
+
+
+class HubSettings(_Model):
+    """A JupyterHub whose people's tokens the API accepts (docs/operator-guide.md)."""
+
+    # The hub's REST API, as single-user servers see it in JUPYTERHUB_API_URL,
+    # e.g. http://hub.jhub.svc:8081/hub/api.
+    api_url: Annotated[UrlWithoutCredentials, AfterValidator(_hub_address)]
+    # How long the hub's answer about a token is trusted; a token the hub revokes keeps
+    # working for at most this long.
+    cache_seconds: Annotated[
+        int,
+        BeforeValidator(_whole_number),
+        AfterValidator(_int_range(1, MAX_HUB_CACHE_SECONDS)),
+        _integers(1, MAX_HUB_CACHE_SECONDS),
+    ] = 30
+
+
 class AuthSettings(_Model):
     """Who may call the API besides the operator token, and who among them is an admin."""
 
     # People in any of these groups see and act on every box, as the operator token does.
     admin_groups: list[GroupName] = Field(default_factory=list, max_length=64)
     oidc: OidcSettings | None = None
+
+    hub: HubSettings | None = None
 
 
 class Settings(_Model):

@@ -42,3 +42,6 @@ class Verifier(Protocol):
     """
 
     async def identify(self, token: str) -> Identity | None: ...
+
+    async def aclose(self) -> None:
+        """Close the provider's connections, when the controller stops."""
