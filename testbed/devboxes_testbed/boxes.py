@@ -1,9 +1,10 @@
 """Stopped boxes written straight to the apiserver as the controller renders them.
 
-A stopped box is its home claim, its SSH Service and its Deployment at zero replicas: no
-pod is scheduled, so thousands of them cost only their objects, and the controller finds
-nothing to repair. Lists, filters and paging then have real boxes to answer about without
-the minutes that starting them would take.
+A stopped box is its home claim and its Deployment at zero replicas; it holds no SSH
+Service (stop deletes it). No pod is scheduled and no node port is taken, so thousands of
+them cost only their objects, and the controller finds nothing to repair or remove.
+Lists, filters and paging then have real boxes to answer about without the minutes that
+starting them would take.
 """
 
 from __future__ import annotations
@@ -45,7 +46,6 @@ def write_stopped(
             gpu=gpu,
         )
         core.create_namespaced_persistent_volume_claim(namespace, render.render_pvc(spec, parsed))
-        core.create_namespaced_service(namespace, render.render_service(spec, parsed))
         deployment = render.render_deployment(spec, parsed, replicas=0)
         apps.create_namespaced_deployment(namespace, deployment)
 
