@@ -102,14 +102,18 @@ def run(args: argparse.Namespace, log: Callable[[str], None]) -> None:
         url = f"{controller.url}/api/v1/devboxes"
 
         def counted(params: dict[str, Any]) -> int:
-            return items_and_token(timed(session, url, params)[1])[0]
+            try:
+                return items_and_token(timed(session, url, params)[1])[0]
+            except requests.ConnectionError:
+                # The server closed the idle keep-alive connection as this request went.
+                return items_and_token(timed(session, url, params)[1])[0]
 
         def wait_counts(boxes: int, ready: int, timeout: float) -> float:
             started = time.monotonic()
             while counted({}) < boxes or counted({"state": "ready"}) < ready:
                 if time.monotonic() - started > timeout:
                     raise SystemExit(f"the controller did not list {boxes} boxes, {ready} ready")
-                time.sleep(5)
+                time.sleep(3)
             return time.monotonic() - started
 
         idle_rss = settled_rss_mib(controller.pid)
