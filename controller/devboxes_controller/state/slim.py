@@ -21,6 +21,7 @@ import sys
 from typing import Any
 
 from ..box import template
+from ..box.ownership import ANNOTATION_OWNER
 from ..box.render import ANNOTATION_PREFIX, LABEL_BOX, LABEL_COMPONENT, LABEL_GPU_PROFILE
 from ..box.status import FAILED_CREATE
 from ..k8s.kube import Obj
@@ -147,6 +148,9 @@ def persistent_volume_claim(obj: Obj) -> Obj:
     slim: Obj = {
         "metadata": _metadata(obj, "creationTimestamp", labels=(LABEL_COMPONENT, LABEL_GPU_PROFILE))
     }
+    owner = ((obj.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_OWNER)
+    if owner is not None:
+        slim["metadata"]["annotations"] = {ANNOTATION_OWNER: owner}
     if requested is not None:
         slim["spec"] = {"resources": {"requests": {"storage": requested}}}
     if capacity is not None:

@@ -314,7 +314,7 @@ class BoxStore:
         """Called with the status lock held."""
         self._status[box.name] = box
         self._status_body[box.name] = body(box.model_dump_json().encode())
-        self._index.put(box.name, box.state.value, box.gpu.profile if box.gpu else CPU)
+        self._index.put(box.name, box.owner, box.state.value, box.gpu.profile if box.gpu else CPU)
         self._list_body = None
 
     def _announce(self, names: set[str]) -> None:
@@ -357,16 +357,18 @@ class BoxStore:
         if event is not None:
             event.set()
 
-    def get(self, name: str) -> Devbox:
+    def get(self, name: str, owner: str | None = None) -> Devbox:
+        """The box, when it is ``owner``'s (any box's when None): another person's box is
+        as absent as one that does not exist."""
         box = self._status.get(name)
-        if box is None:
+        if box is None or (owner is not None and box.owner != owner):
             raise NotFound(f"devbox '{name}' not found")
         return box
 
-    def get_body(self, name: str) -> Body:
+    def get_body(self, name: str, owner: str | None = None) -> Body:
         """The get response body, kept current by the watches."""
         answer = self._status_body.get(name)
-        if answer is None:
+        if answer is None or (owner is not None and self._status[name].owner != owner):
             raise NotFound(f"devbox '{name}' not found")
         return answer
 
@@ -376,26 +378,34 @@ class BoxStore:
         parts = [self._status_body[b.name].data for b in order]
         return body(b'{"items":[' + b",".join(parts) + b"]}", compress=True)
 
-    def list_body(self) -> Body:
-        """The list response body, assembled from the per-box bodies once per change."""
+    def list_body(self, owner: str | None = None) -> Body:
+        """The list response body, assembled from the per-box bodies once per change; only
+        ``owner``'s boxes when given."""
+        if owner is not None:
+            return self.filtered_body(None, None, owner)
         with self._status_lock:
             if self._list_body is None:
                 self._list_body = self._newest_first(list(self._status.values()))
             return self._list_body
 
-    def filtered_body(self, state: str | None, profile: str | None) -> Body:
-        """The list response body of the boxes in this state and of this profile."""
+    def filtered_body(self, state: str | None, profile: str | None, owner: str | None) -> Body:
+        """The list response body of the boxes of this owner, in this state and of this
+        profile (``None``: any)."""
         with self._status_lock:
-            names = self._index.names(state, profile)
+            names = self._index.names((owner, state, profile))
             return self._newest_first([self._status[name] for name in names])
 
     def page(
-        self, state: str | None, profile: str | None, after: str, limit: int | None
+        self,
+        key: tuple[str | None, str | None, str | None],
+        after: str,
+        limit: int | None,
     ) -> tuple[list[bytes], str | None]:
-        """The bodies of up to ``limit`` boxes named after ``after``, in name order, and
-        the name to continue after when more boxes follow."""
+        """The bodies of up to ``limit`` boxes of the ``(owner, state, profile)`` filter
+        named after ``after``, in name order, and the name to continue after when more
+        boxes follow."""
         with self._status_lock:
-            page = self._index.page(state, profile, after, limit)
+            page = self._index.page(key, after, limit)
             parts = [self._status_body[name].data for name in page.names]
         return parts, page.names[-1] if page.more else None
 
@@ -410,12 +420,12 @@ class BoxStore:
             totals[box.state.value] += 1
         return totals
 
-    async def wait_settled(self, name: str, timeout: float) -> Devbox:
+    async def wait_settled(self, name: str, timeout: float, owner: str | None = None) -> Devbox:
         """Until the box is ready or degraded, or the timeout passes; no polling, no thread."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
-            box = self.get(name)
+            box = self.get(name, owner)
             remaining = deadline - loop.time()
             if box.state in SETTLED or remaining <= 0:
                 return box
@@ -423,4 +433,4 @@ class BoxStore:
             try:
                 await asyncio.wait_for(event.wait(), remaining)
             except TimeoutError:
-                return self.get(name)
+                return self.get(name, owner)
