@@ -1,20 +1,21 @@
 """Ten thousand boxes on one controller: memory, a cold start beside them, list latency.
 
 It starts a scale testbed (testbed/nodes-scale.yaml) and this checkout's controller,
-then, with box names spread over ``--prefixes`` prefixes (``team00-`` to ``team99-``, the
-stand-in for owners):
+then, with box names spread over ``--prefixes`` prefixes (``team00-`` to ``team99-``):
 
 1. creates ``--running`` boxes through the API (preset small, no GPU) and waits until
    every one is ready; the controller's resident memory is read then;
 2. writes the rest of ``--boxes`` straight to the apiserver as stopped boxes, rendered by
    the controller's own ``box.render`` (``devboxes_testbed.boxes.write_stopped``: a home
-   claim and a Deployment at zero replicas, one in ten of the nvidia-l4 profile), which
+   claim and a Deployment at zero replicas, one in ten of the nvidia-l4 profile, each
+   owned by the person its prefix names), which
    takes minutes where creating and stopping them through the API would take hours. It
    checks that the controller reads them back as normal boxes: every one listed as
    stopped, a written box's body the same as that of a box stopped through the API (but
-   for its name and times), and not one write from the controller meanwhile (nothing to
+   for its name, owner and times), and not one write from the controller meanwhile (nothing to
    repair, no Service to remove). The memory is read again;
-3. times the whole list, ``state=ready``, ``profile=nvidia-l4`` and a page of 500 (the
+3. times the whole list, ``state=ready``, ``profile=nvidia-l4``, one owner's boxes
+   (``owner=team07``) and a page of 500 (the
    first and one from the middle), ``--samples`` sequential keep-alive requests each,
    asking for gzip;
 4. stops that controller and starts a fresh one beside the boxes: the seconds from
@@ -47,8 +48,11 @@ REPO = Path(__file__).resolve().parent.parent
 GPU_EVERY = 10
 # Boxes written per call of write_stopped, so that progress shows.
 BATCH = 1000
-# What may differ between two stopped boxes of the same preset that are the same box.
-OWN_FIELDS = {"name", "created_at", "expires_at"}
+# What may differ between two stopped boxes of the same preset that are the same box; the
+# reference box is the operator's, a written one its prefix's.
+OWN_FIELDS = {"name", "created_at", "expires_at", "owner"}
+# The owner whose list is timed: one of the prefixes.
+OWNER = "team07"
 
 
 def status_kib(pid: int, field: str) -> int:
@@ -80,6 +84,11 @@ def metric_sum(session: requests.Session, url: str, name: str) -> float:
 def names(prefixes: int, count: int, kind: str) -> list[str]:
     """``count`` box names spread evenly over the prefixes: team07-run-0003."""
     return [f"team{i % prefixes:02d}-{kind}-{i // prefixes:04d}" for i in range(count)]
+
+
+def prefix_owner(name: str) -> str:
+    """The owner of a written box: its name's prefix (team07-box-0003: team07)."""
+    return name.split("-", 1)[0]
 
 
 def run(args: argparse.Namespace, log: Callable[[str], None]) -> None:
@@ -137,8 +146,10 @@ def run(args: argparse.Namespace, log: Callable[[str], None]) -> None:
         started = time.monotonic()
         for first in range(0, len(stopped), BATCH):
             batch = stopped[first : first + BATCH]
-            write_stopped(kube, settings, [n for n in batch if n not in gpu])
-            write_stopped(kube, settings, [n for n in batch if n in gpu], "nvidia-l4")
+            write_stopped(kube, settings, [n for n in batch if n not in gpu], owner=prefix_owner)
+            write_stopped(
+                kube, settings, [n for n in batch if n in gpu], "nvidia-l4", owner=prefix_owner
+            )
             log(f"  {first + len(batch)} stopped boxes written, {time.monotonic() - started:.0f}s")
         written = time.monotonic() - started
         wait_counts(args.boxes + 1, len(running), args.settle_timeout)
@@ -186,6 +197,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None]) -> None:
             "whole list": {},
             "state=ready": {"state": "ready"},
             "profile=nvidia-l4": {"profile": "nvidia-l4"},
+            f"owner={OWNER}": {"owner": OWNER},
             f"page of {PAGE}, first": {"limit": PAGE},
             f"page of {PAGE}, middle": middle,
         }

@@ -9,7 +9,7 @@ starting them would take.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -27,8 +27,10 @@ def write_stopped(
     names: Iterable[str],
     profile: str | None = None,
     workers: int = 8,
+    owner: Callable[[str], str | None] | None = None,
 ) -> None:
-    """Create a stopped box of each name, of this GPU profile (None: a CPU box)."""
+    """Create a stopped box of each name, of this GPU profile (None: a CPU box), owned by
+    ``owner(name)`` (the operator's when None)."""
     parsed = settings_from_mapping(settings)
     gpu = parsed.gpu.resolve(GpuRequest(profile=profile)) if profile is not None else None
     apps = client.AppsV1Api(api_client)
@@ -44,6 +46,7 @@ def write_stopped(
             repository=None,
             expires_at=expires,
             gpu=gpu,
+            owner=owner(name) if owner is not None else None,
         )
         core.create_namespaced_persistent_volume_claim(namespace, render.render_pvc(spec, parsed))
         deployment = render.render_deployment(spec, parsed, replicas=0)
