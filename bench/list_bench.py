@@ -3,7 +3,7 @@
 It starts a testbed (testbed/nodes.yaml) and this checkout's controller, creates
 ``--running`` boxes through the API and waits until they are ready, then writes the
 rest of ``--boxes`` straight to the apiserver as stopped boxes (their Deployments at zero
-replicas, with their claims and Services, rendered as the controller renders them; one in
+replicas, with their claims, rendered as the controller renders them; one in
 ten of the nvidia-l4 profile):
 thousands of boxes in minutes, with no pod to schedule. Then, with one client sending
 ``--samples`` sequential keep-alive requests per case, it measures:

@@ -1,14 +1,15 @@
 """Stopped boxes written straight to the apiserver as the controller renders them.
 
-A stopped box is its home claim, its SSH Service and its Deployment at zero replicas: no
-pod is scheduled, so thousands of them cost only their objects, and the controller finds
-nothing to repair. Lists, filters and paging then have real boxes to answer about without
-the minutes that starting them would take.
+A stopped box is its home claim and its Deployment at zero replicas; it holds no SSH
+Service (stop deletes it). No pod is scheduled and no node port is taken, so thousands of
+them cost only their objects, and the controller finds nothing to repair or remove.
+Lists, filters and paging then have real boxes to answer about without the minutes that
+starting them would take.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -26,8 +27,10 @@ def write_stopped(
     names: Iterable[str],
     profile: str | None = None,
     workers: int = 8,
+    owner: Callable[[str], str | None] | None = None,
 ) -> None:
-    """Create a stopped box of each name, of this GPU profile (None: a CPU box)."""
+    """Create a stopped box of each name, of this GPU profile (None: a CPU box), owned by
+    ``owner(name)`` (the operator's when None)."""
     parsed = settings_from_mapping(settings)
     gpu = parsed.gpu.resolve(GpuRequest(profile=profile)) if profile is not None else None
     apps = client.AppsV1Api(api_client)
@@ -43,9 +46,9 @@ def write_stopped(
             repository=None,
             expires_at=expires,
             gpu=gpu,
+            owner=owner(name) if owner is not None else None,
         )
         core.create_namespaced_persistent_volume_claim(namespace, render.render_pvc(spec, parsed))
-        core.create_namespaced_service(namespace, render.render_service(spec, parsed))
         deployment = render.render_deployment(spec, parsed, replicas=0)
         apps.create_namespaced_deployment(namespace, deployment)
 

@@ -21,7 +21,7 @@ from kubernetes import client
 from devboxes_sdk.labels import accelerator_label
 from devboxes_sdk.models import ActivityReport, DeleteResult, Devbox, DevboxCreate
 
-from ..box import activity, idempotency, ownership, render, status, template
+from ..box import activity, idempotency, ownership, render, ssh_port, status, template
 from ..config.formats import quantity_value
 from ..config.settings import (
     ACTIVITY_SIDECAR,
@@ -281,18 +281,81 @@ class Lifecycle:
 
     def ensure_service(self, spec: render.BoxSpec, deployment: Obj) -> bool:
         """True when this call created the Service."""
-        if self.store.service(spec.name) is not None:
+        service = self.store.service(spec.name)
+        if service is not None and not service["metadata"].get("deletionTimestamp"):
             return False
         return self._apply_service(render.render_service(spec, self.settings), deployment)
 
     def _apply_service(self, service: Obj, deployment: Obj) -> bool:
+        """Create the box's SSH Service, on the node port recorded when it stopped if it
+        has one and that port is still free."""
         service["metadata"]["ownerReferences"] = _owned_by(deployment)
+        port = ssh_port.recorded(deployment) if self._node_ports else None
         try:
-            kube.call(self._core.create_namespaced_service, self.namespace, service)
+            if port is None:
+                kube.call(self._core.create_namespaced_service, self.namespace, service)
+            else:
+                self._create_on_port(service, port, deployment)
         except Conflict:
             return False
         METRICS.writes.labels("create").inc()
         return True
+
+    @property
+    def _node_ports(self) -> bool:
+        """Whether users reach boxes on node ports, which are then worth keeping."""
+        return self.settings.ssh.service_type == "NodePort"
+
+    def _create_on_port(self, service: Obj, port: int, deployment: Obj) -> None:
+        try:
+            kube.call(
+                self._core.create_namespaced_service,
+                self.namespace,
+                ssh_port.asking_for(service, port),
+            )
+            return
+        except ApiProblem as err:
+            # Taken by another Service while the box was stopped, or outside a range the
+            # operator changed: any free port beats no SSH at all.
+            if err.status != 422:
+                raise
+        created = kube.call(self._core.create_namespaced_service, self.namespace, service)
+        moved_to = ssh_port.node_port(created)
+        self.record(
+            deployment,
+            "SshPortChanged",
+            f"SSH node port {port} was taken while the box was stopped; "
+            f"it now has node port {moved_to}, and its ssh command changed",
+        )
+        log.info(
+            "box ssh port changed",
+            extra={"box": render.box_name_of(deployment), "was": port, "now": moved_to},
+        )
+
+    def release_service(self, name: str) -> bool:
+        """Delete a stopped box's SSH Service, which frees its node port; True when this
+        call deleted it."""
+        deleted = self._delete(
+            self._core.delete_namespaced_service, render.object_names(name).service
+        )
+        # So that the answer to the stop, and a start right after it, see it gone.
+        self.store.has_forgotten_service(name)
+        return deleted
+
+    def _keep_ssh_port(self, name: str, annotations: dict[str, Any]) -> None:
+        """Add the box's node port to the annotations a stop writes, for the next start."""
+        port = ssh_port.node_port(self.store.service(name))
+        if port is not None and self._node_ports:
+            annotations[ssh_port.ANNOTATION_SSH_NODE_PORT] = str(port)
+
+    def keep_ssh_port(self, name: str, deployment: Obj) -> int | None:
+        """Record a stopped box's node port before its Service goes; the port kept."""
+        annotations: dict[str, Any] = {}
+        self._keep_ssh_port(name, annotations)
+        port = annotations.get(ssh_port.ANNOTATION_SSH_NODE_PORT)
+        if port is not None and ssh_port.recorded(deployment) != int(port):
+            self._patch(name, {"metadata": {"annotations": annotations}})
+        return int(port) if port is not None else None
 
     def ensure_claim_template(self, spec: render.BoxSpec, deployment: Obj) -> bool:
         """True when this call created the DRA box's ResourceClaimTemplate. Without a
@@ -372,13 +435,12 @@ class Lifecycle:
     def stop_idle(self, name: str, limit: timedelta) -> Devbox:
         """Stop a box nobody used for ``limit``, like a TTL expiry."""
         minutes = activity.minutes_text(limit)
+        annotations = {activity.ANNOTATION_IDLE_STOPPED: minutes}
+        self._keep_ssh_port(name, annotations)
         updated = self._patch(
-            name,
-            {
-                "metadata": {"annotations": {activity.ANNOTATION_IDLE_STOPPED: minutes}},
-                "spec": {"replicas": 0},
-            },
+            name, {"metadata": {"annotations": annotations}, "spec": {"replicas": 0}}
         )
+        self.release_service(name)
         self.record(updated, "IdleStopped", f"Stopped after {minutes} min idle; storage kept")
         log.info("box stopped for idleness", extra={"box": name, "minutes": minutes})
         return self._current(name, updated)
@@ -428,6 +490,10 @@ class Lifecycle:
         if stopped:
             # The release's changes go in before the pod exists, so it starts with them.
             self.rebuild_if_changed(deployment)
+        # The Service before the pod: a running box without one would look broken to the
+        # reconciler, which repairs it.
+        self.ensure_storage(spec)
+        self.ensure_service(spec, deployment)
         expires = self.clock() + timedelta(hours=spec.ttl_hours)
         updated = self._patch(
             name,
@@ -445,8 +511,6 @@ class Lifecycle:
                 "spec": {"replicas": 1},
             },
         )
-        self.ensure_storage(spec)
-        self.ensure_service(spec, updated)
         self.ensure_claim_template(spec, updated)
         self.ensure_activity_secret(updated)
         self.record(
@@ -475,14 +539,16 @@ class Lifecycle:
     def stop_box(
         self, name: str, expired_at: datetime | None = None, scope: str | None = None
     ) -> Devbox:
-        """Replicas 0; the claim, the snapshot and the TTL annotation stay."""
+        """Replicas 0 and no Service; the claim, the snapshot and the TTL annotation stay."""
         self._deployment(name, scope)
         annotations: dict[str, Any] = {}
         if expired_at is not None:
             annotations[render.ANNOTATION_EXPIRED_AT] = format_timestamp(expired_at)
+        self._keep_ssh_port(name, annotations)
         updated = self._patch(
             name, {"metadata": {"annotations": annotations}, "spec": {"replicas": 0}}
         )
+        self.release_service(name)
         if expired_at is not None:
             self.record(updated, "Expired", "Stopped: its time to live ran out; storage kept")
         else:

@@ -3,8 +3,9 @@ repair, renewing activity credentials after a key rotation, and rebuilding stopp
 boxes for the release.
 
 Each pass reads the caches, stops boxes whose deadline has passed and recreates a
-missing claim, Service or DRA ResourceClaimTemplate from the Deployment's pinned
-snapshot. Passes are idempotent;
+missing claim, Service (of a running box) or DRA ResourceClaimTemplate from the
+Deployment's pinned snapshot. A stopped box holds no Service: one left from a release
+that kept them is removed, its node port recorded for the next start. Passes are idempotent;
 they run when a box changes, when the next deadline arrives, and on a short resync.
 """
 
@@ -112,22 +113,23 @@ class Reconciler:
             return None
         created = parse_timestamp(deployment["metadata"]["creationTimestamp"])
         if now - created >= REPAIR_GRACE:
-            self._repair(name, spec, deployment)
+            self._repair(name, spec, deployment, running)
             if activity.credential_outdated(deployment, self._lifecycle.activity_key):
                 self._lifecycle.renew_activity_secret(name, deployment)
         if not running:
+            self._release_service(name, deployment, now)
             # A stopped box has no pod to disturb: it follows the release at once.
             self._lifecycle.rebuild_if_changed(deployment)
             return None
         return min(spec.expires_at, idle_stop) if idle_stop is not None else spec.expires_at
 
-    def _repair(self, name: str, spec: render.BoxSpec, deployment: Obj) -> None:
+    def _repair(self, name: str, spec: render.BoxSpec, deployment: Obj, running: bool) -> None:
         # Only what this pass created counts: until the watch delivers an object written
         # by the pass before, the cache still misses it, and recreating it finds it there.
         repaired = []
         if self._store.claim(name) is None and self._lifecycle.ensure_storage(spec):
             repaired.append("PersistentVolumeClaim")
-        if self._lifecycle.ensure_service(spec, deployment):
+        if running and self._lifecycle.ensure_service(spec, deployment):
             repaired.append("Service")
         if self._lifecycle.ensure_claim_template(spec, deployment):
             repaired.append("ResourceClaimTemplate")
@@ -138,3 +140,24 @@ class Reconciler:
                 deployment, "Repaired", f"Recreated missing {', '.join(repaired)}"
             )
             log.info("box repaired", extra={"box": name, "objects": repaired})
+
+    def _release_service(self, name: str, deployment: Obj, now: datetime) -> None:
+        """Remove the Service of a stopped box, as a stop does: boxes stopped by a
+        release that kept their Services give their node ports back."""
+        service = self._store.service(name)
+        if service is None or service["metadata"].get("deletionTimestamp"):
+            return
+        made = service["metadata"].get("creationTimestamp")
+        # A start makes the Service just before it scales the box up.
+        if made is None or now - parse_timestamp(made) < REPAIR_GRACE:
+            return
+        current = self._store.deployment(name)
+        if current is None or (current.get("spec") or {}).get("replicas", 1) != 0:
+            return
+        port = self._lifecycle.keep_ssh_port(name, current)
+        if self._lifecycle.release_service(name):
+            kept = f"; node port {port} is kept for its next start" if port else ""
+            self._lifecycle.record(
+                current, "ServiceRemoved", f"Removed the SSH Service of the stopped box{kept}"
+            )
+            log.info("stopped box's service removed", extra={"box": name, "node_port": port})

@@ -123,10 +123,11 @@ def pod(obj: Obj) -> Obj:
 
 
 def service(obj: Obj) -> Obj:
-    """The SSH port and where it is reached: node port or load balancer address."""
+    """The SSH port and where it is reached: node port or load balancer address; its age,
+    so that the reconciler leaves alone the Service a start is making."""
     spec = obj.get("spec") or {}
     slim: Obj = {
-        "metadata": _metadata(obj),
+        "metadata": _metadata(obj, "creationTimestamp"),
         "spec": {"ports": [_pick(p, ("port", "nodePort")) for p in spec.get("ports") or []]},
     }
     ingress = ((obj.get("status") or {}).get("loadBalancer") or {}).get("ingress")

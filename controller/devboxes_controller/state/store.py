@@ -215,6 +215,10 @@ class BoxStore:
         """Wait briefly until the cache no longer holds the box's Deployment."""
         return self._deployments.wait_for_absence(render.object_names(name).deployment)
 
+    def has_forgotten_service(self, name: str) -> bool:
+        """Wait briefly until the cache no longer holds the box's SSH Service, or sees it go."""
+        return self._services.wait_for_absence(render.object_names(name).service)
+
     def has_forgotten_claim(self, name: str) -> bool:
         """Wait briefly until the cache no longer holds the box's home claim, or sees it go."""
         return self._pvcs.wait_for_absence(render.object_names(name).pvc)

@@ -4,6 +4,11 @@ The page talks to ``/api/v1`` like any other client, authenticated by the sessio
 and the session's CSRF value. Box updates are pushed from the watch cache over
 Server-Sent Events: the stream sends every box once, then each box again whenever the
 watches recompute its status; likewise the GPU availability (event ``availability``).
+
+A stream holds no queue of its own: changes are coalesced into the set of boxes to send,
+and the stream waits while the connection's send buffer is full. A reader that leaves one
+event untaken for ``SLOW_READER_SECONDS`` is told to reconnect (event ``reconnect``) and
+its stream ends; its browser opens a new one, which starts with a fresh snapshot.
 """
 
 from __future__ import annotations
@@ -13,7 +18,9 @@ import html
 import json
 import logging
 import re
-from collections.abc import AsyncIterator, Callable
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from contextlib import aclosing
 from pathlib import Path
 from typing import Annotated
 from urllib.parse import parse_qs, urlsplit
@@ -48,6 +55,13 @@ HOME = "/dashboard"
 LOGIN = "/dashboard/login"
 MAX_FORM_BYTES = 4096
 KEEPALIVE_SECONDS = 20.0
+# Longer than a browser on a slow link takes for a snapshot of thousands of boxes; a
+# stream stuck this long behind one event is a reader that no longer reads.
+SLOW_READER_SECONDS = 10.0
+RECONNECT_HINT = (
+    b"retry: 3000\nevent: reconnect\n"
+    b'data: {"reason": "this stream was read too slowly; reconnect for a fresh snapshot"}\n\n'
+)
 SAFE_NEXT = re.compile(r"/dashboard(/[A-Za-z0-9_~-][A-Za-z0-9._~-]*)*/?")
 LOGIN_REFUSED = "That token was not accepted."
 SIGNED_OUT_HERE_ONLY = (
@@ -291,7 +305,7 @@ async def _stream(
     broadcaster: Broadcaster,
     subscriber: Subscriber,
     scope: str | None,
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes]:
     """Box changes as the caller may see them: every box (``scope`` None, an admin's
     unfiltered stream), else only ``scope``'s own; a box that leaves the caller's sight is
     reported removed."""
@@ -334,6 +348,23 @@ async def _stream(
         broadcaster.unsubscribe(subscriber)
 
 
+async def paced(chunks: AsyncGenerator[bytes]) -> AsyncIterator[bytes]:
+    """The chunks, until one takes the reader longer than SLOW_READER_SECONDS: then the
+    reconnect hint, and the end of the stream.
+
+    The server sends a chunk between this generator's yield and its resumption, waiting
+    while the connection's send buffer is full, so that time is how long the reader took.
+    """
+    async with aclosing(chunks):
+        async for chunk in chunks:
+            offered = time.monotonic()
+            yield chunk
+            if time.monotonic() - offered > SLOW_READER_SECONDS:
+                log.info("slow event-stream reader told to reconnect")
+                yield RECONNECT_HINT
+                return
+
+
 @router.get("/dashboard/events")
 async def events(
     request: Request,
@@ -348,7 +379,7 @@ async def events(
     # Subscribe before the snapshot is taken, so no change between the two is lost.
     subscriber = broadcaster.subscribe()
     return StreamingResponse(
-        _stream(request, store, broadcaster, subscriber, scope),
+        paced(_stream(request, store, broadcaster, subscriber, scope)),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )

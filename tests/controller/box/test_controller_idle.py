@@ -197,6 +197,13 @@ def test_idle_boxes_stop_busy_and_silent_ones_keep_running(
     assert quiet["message"] == f"Stopped after {WINDOW_MINUTES:g} min idle; start to continue."
     assert quiet["activity"] is None
     assert wait_for(lambda: events(kube, namespace, "quiet", "IdleStopped"), timeout=15)
+    # Like any stop, an idle stop frees the box's node port and keeps it for its next start.
+    services = client.CoreV1Api(kube).list_namespaced_service(namespace).items
+    assert "devbox-quiet-ssh" not in [s.metadata.name for s in services]
+    annotations = (
+        client.AppsV1Api(kube).read_namespaced_deployment("devbox-quiet", namespace)
+    ).metadata.annotations
+    assert annotations["devboxes.io/ssh-node-port"].isdigit()
 
     busy = box(process, "busy")
     assert busy["state"] != "stopped", busy

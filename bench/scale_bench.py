@@ -1,0 +1,263 @@
+"""Ten thousand boxes on one controller: memory, a cold start beside them, list latency.
+
+It starts a scale testbed (testbed/nodes-scale.yaml) and this checkout's controller,
+then, with box names spread over ``--prefixes`` prefixes (``team00-`` to ``team99-``):
+
+1. creates ``--running`` boxes through the API (preset small, no GPU) and waits until
+   every one is ready; the controller's resident memory is read then;
+2. writes the rest of ``--boxes`` straight to the apiserver as stopped boxes, rendered by
+   the controller's own ``box.render`` (``devboxes_testbed.boxes.write_stopped``: a home
+   claim and a Deployment at zero replicas, one in ten of the nvidia-l4 profile, each
+   owned by the person its prefix names), which
+   takes minutes where creating and stopping them through the API would take hours. It
+   checks that the controller reads them back as normal boxes: every one listed as
+   stopped, a written box's body the same as that of a box stopped through the API (but
+   for its name, owner and times), and not one write from the controller meanwhile (nothing to
+   repair, no Service to remove). The memory is read again;
+3. times the whole list, ``state=ready``, ``profile=nvidia-l4``, one owner's boxes
+   (``owner=team07``) and a page of 500 (the
+   first and one from the middle), ``--samples`` sequential keep-alive requests each,
+   asking for gzip;
+4. stops that controller and starts a fresh one beside the boxes: the seconds from
+   process start to ``/ready``, its peak resident memory (``VmHWM``) then, and its
+   resident memory once settled (``--settle`` seconds later).
+
+    PYTHONPATH=testbed .venv/bin/python bench/scale_bench.py --results
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import record
+import requests
+from api_bench import create_boxes, percentile
+from devboxes_testbed.api import Api
+from devboxes_testbed.boxes import write_stopped
+from devboxes_testbed.controller import Controller, example_settings
+from list_bench import PAGE, items_and_token, measure, timed
+
+REPO = Path(__file__).resolve().parent.parent
+GPU_EVERY = 10
+# Boxes written per call of write_stopped, so that progress shows.
+BATCH = 1000
+# What may differ between two stopped boxes of the same preset that are the same box; the
+# reference box is the operator's, a written one its prefix's.
+OWN_FIELDS = {"name", "created_at", "expires_at", "owner"}
+# The owner whose list is timed: one of the prefixes.
+OWNER = "team07"
+
+
+def status_kib(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1])
+    raise SystemExit(f"no {field} for pid {pid}")
+
+
+def settled_rss_mib(pid: int, samples: int = 5, interval: float = 2.0) -> float:
+    """The median of a few readings of the resident memory, so one allocation burst does
+    not decide the figure."""
+    readings = []
+    for _ in range(samples):
+        readings.append(status_kib(pid, "VmRSS") / 1024)
+        time.sleep(interval)
+    return statistics.median(readings)
+
+
+def metric_sum(session: requests.Session, url: str, name: str) -> float:
+    text = session.get(f"{url}/metrics", timeout=60).text
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(name) and not line.startswith("#")
+    )
+
+
+def names(prefixes: int, count: int, kind: str) -> list[str]:
+    """``count`` box names spread evenly over the prefixes: team07-run-0003."""
+    return [f"team{i % prefixes:02d}-{kind}-{i // prefixes:04d}" for i in range(count)]
+
+
+def prefix_owner(name: str) -> str:
+    """The owner of a written box: its name's prefix (team07-box-0003: team07)."""
+    return name.split("-", 1)[0]
+
+
+def run(args: argparse.Namespace, log: Callable[[str], None]) -> None:
+    from devboxes_testbed.cluster import Testbed
+    from kubernetes import client
+
+    workdir = Path(tempfile.mkdtemp(prefix="devboxes-scale-"))
+    log(f"starting a testbed in {workdir} ...")
+    bed = Testbed(workdir / "testbed", REPO / "testbed" / "nodes-scale.yaml")
+    bed.start()
+    controller = None
+    try:
+        kube = bed.api_client()
+        client.CoreV1Api(kube).create_namespace({"metadata": {"name": args.namespace}})
+        settings = example_settings(args.namespace)
+        controller = Controller(bed.kubeconfig, settings, workdir, lease_seconds=None).start()
+        api = Api(controller.url, controller.token)
+        session = requests.Session()
+        session.headers.update({**controller.headers(), "Accept-Encoding": "gzip"})
+        url = f"{controller.url}/api/v1/devboxes"
+
+        def counted(params: dict[str, Any]) -> int:
+            try:
+                return items_and_token(timed(session, url, params)[1])[0]
+            except requests.ConnectionError:
+                # The server closed the idle keep-alive connection as this request went.
+                return items_and_token(timed(session, url, params)[1])[0]
+
+        def wait_counts(boxes: int, ready: int, timeout: float) -> float:
+            started = time.monotonic()
+            while counted({}) < boxes or counted({"state": "ready"}) < ready:
+                if time.monotonic() - started > timeout:
+                    raise SystemExit(f"the controller did not list {boxes} boxes, {ready} ready")
+                time.sleep(3)
+            return time.monotonic() - started
+
+        idle_rss = settled_rss_mib(controller.pid)
+        running = names(args.prefixes, args.running, "run")
+        log(f"creating {len(running)} boxes through the API ...")
+        started = time.monotonic()
+        create_boxes(api, running, args.workers)
+        created = time.monotonic() - started
+        waited = wait_counts(len(running), len(running), args.settle_timeout)
+        log(f"  created in {created:.0f}s, all ready {waited:.0f}s later")
+        rss_running = settled_rss_mib(controller.pid)
+
+        # A box stopped through the API, to compare a written one with.
+        reference = "team00-check-0000"
+        api.ok("POST", "/devboxes", json={"name": reference})
+        api.ok("POST", f"/devboxes/{reference}/stop")
+        writes_before = metric_sum(session, controller.url, "devboxes_kubernetes_writes_total")
+
+        stopped = names(args.prefixes, args.boxes - args.running, "box")
+        gpu = set(stopped[::GPU_EVERY])
+        started = time.monotonic()
+        for first in range(0, len(stopped), BATCH):
+            batch = stopped[first : first + BATCH]
+            write_stopped(kube, settings, [n for n in batch if n not in gpu], owner=prefix_owner)
+            write_stopped(
+                kube, settings, [n for n in batch if n in gpu], "nvidia-l4", owner=prefix_owner
+            )
+            log(f"  {first + len(batch)} stopped boxes written, {time.monotonic() - started:.0f}s")
+        written = time.monotonic() - started
+        wait_counts(args.boxes + 1, len(running), args.settle_timeout)
+        log(
+            f"all {args.boxes + 1} boxes listed "
+            f"{time.monotonic() - started:.0f}s after the first write"
+        )
+
+        # Read back as normal boxes: listed as stopped, and a written box's body is the
+        # API-stopped one's but for its own name and times.
+        listed_stopped = counted({"state": "stopped"})
+        mine = api.ok("GET", f"/devboxes/{stopped[1]}").json()
+        theirs = api.ok("GET", f"/devboxes/{reference}").json()
+        differ = sorted(
+            k for k in (mine.keys() | theirs.keys()) - OWN_FIELDS if mine.get(k) != theirs.get(k)
+        )
+        # Two reconcile passes over every box, at least, before the writes are counted.
+        time.sleep(15)
+        writes = metric_sum(session, controller.url, "devboxes_kubernetes_writes_total")
+        api.ok("DELETE", f"/devboxes/{reference}", params={"purge": "true"})
+        rss_all = settled_rss_mib(controller.pid)
+
+        print(f"boxes: {args.boxes} ({args.running} running, created through the API; ")
+        print(f"  {len(stopped)} stopped, {len(gpu)} of them nvidia-l4, written straight)")
+        print(f"names over {args.prefixes} prefixes; {args.samples} samples per case\n")
+        print(f"running boxes created in {created:.0f}s, all ready {waited:.0f}s later")
+        print(f"stopped boxes written in {written:.0f}s ({len(stopped) / written:.1f} per second)")
+        print("read back as normal boxes:")
+        print(f"  listed as stopped: {listed_stopped} (the written ones and the reference)")
+        print(f"  fields of a written box that differ from an API-stopped one: {differ}")
+        print(f"  controller writes while and after they were written: {writes - writes_before:g}")
+        print()
+        print("controller RSS (median of 5 readings 2 s apart)")
+        print(f"  no boxes                 {idle_rss:7.1f} MiB")
+        print(f"  {args.running:>5} running          {rss_running:7.1f} MiB")
+        print(f"  {args.boxes:>5} boxes            {rss_all:7.1f} MiB")
+        slope = (rss_all - rss_running) * 1024 / len(stopped)
+        print(f"  slope {args.running} -> {args.boxes}: {slope:.1f} KiB per box")
+        print()
+
+        middle: dict[str, Any] = {"limit": PAGE}
+        for _ in range(args.boxes // PAGE // 2):
+            middle = {"limit": PAGE, "continue": items_and_token(timed(session, url, middle)[1])[1]}
+        cases: dict[str, dict[str, Any]] = {
+            "whole list": {},
+            "state=ready": {"state": "ready"},
+            "profile=nvidia-l4": {"profile": "nvidia-l4"},
+            f"owner={OWNER}": {"owner": OWNER},
+            f"page of {PAGE}, first": {"limit": PAGE},
+            f"page of {PAGE}, middle": middle,
+        }
+        print(f"{'case':<24} {'items':>6} {'bytes':>9} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8}")
+        for label, params in cases.items():
+            latencies, size = measure(args.samples, lambda p=params: timed(session, url, p))
+            count = counted(params)
+            p50, p90 = percentile(latencies, 50), percentile(latencies, 90)
+            p99 = percentile(latencies, 99)
+            print(f"{label:<24} {count:>6} {size:>9} {p50:>8.1f} {p90:>8.1f} {p99:>8.1f}")
+        print()
+
+        controller.stop()
+        log("starting a fresh controller beside the boxes ...")
+        started = time.monotonic()
+        cold = Controller(bed.kubeconfig, settings, workdir, lease_seconds=None)
+        controller = cold.start(timeout=args.settle_timeout)
+        to_ready = time.monotonic() - started
+        peak_at_ready = status_kib(cold.pid, "VmHWM") / 1024
+        rss_at_ready = status_kib(cold.pid, "VmRSS") / 1024
+        fresh = Api(cold.url, cold.token)
+        listed = len(fresh.ok("GET", "/devboxes").json()["items"])
+        time.sleep(args.settle)
+        steady = settled_rss_mib(cold.pid)
+        peak = status_kib(cold.pid, "VmHWM") / 1024
+        print(f"cold start beside {listed} boxes (listed by the fresh controller at /ready)")
+        print(f"  process start -> /ready   {to_ready:.1f} s")
+        print(
+            f"  RSS at /ready             {rss_at_ready:.1f} MiB (peak so far {peak_at_ready:.1f})"
+        )
+        print(f"  RSS {args.settle:.0f} s later          {steady:.1f} MiB")
+        print(f"  peak RSS (VmHWM)          {peak:.1f} MiB, {peak / steady:.2f}x steady")
+    finally:
+        if controller is not None:
+            controller.stop()
+        bed.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--boxes", type=int, default=10000, help="boxes in all")
+    parser.add_argument("--running", type=int, default=1000, help="of them, created and ready")
+    parser.add_argument("--prefixes", type=int, default=100, help="name prefixes")
+    parser.add_argument("--samples", type=int, default=30)
+    parser.add_argument("--workers", type=int, default=8, help="clients creating boxes")
+    parser.add_argument("--settle", type=float, default=30, help="seconds after a cold start")
+    parser.add_argument("--settle-timeout", type=float, default=1800)
+    parser.add_argument("--namespace", default="devboxes-scale")
+    record.add_arguments(parser)
+    args = parser.parse_args(argv)
+    if not 0 < args.running < args.boxes:
+        parser.error("--running must be between 1 and --boxes")
+
+    def log(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    with record.recording("scale_bench", args):
+        run(args, log)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
