@@ -1,0 +1,201 @@
+"""People on the testbed: a real OpenID provider's tokens for alice and bob (group ml and
+vision) and olivia (gpu-admins), against a real controller. Every route answers someone
+else's box as if it were absent; limits hold on create and start; keys stay per person."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from devboxes_controller.box.ownership import LABEL_OWNER
+from devboxes_controller.box.render import object_names
+from devboxes_testbed.controller import Controller, example_settings
+from devboxes_testbed.issuer import CLI_CLIENT_ID, Issuer
+from support import StartController
+
+from devboxes_sdk.models import API_PREFIX
+
+OWNED = "first-box"
+ABSENT = "nobody-here"
+
+
+class Person:
+    """One person's bearer token against one controller."""
+
+    def __init__(self, controller: Controller, token: str) -> None:
+        self.base = controller.url + API_PREFIX
+        self.session = requests.Session()
+        self.session.headers["Authorization"] = f"Bearer {token}"
+
+    def __call__(self, method: str, path: str, **kwargs: Any) -> requests.Response:
+        return self.session.request(method, self.base + path, timeout=60, **kwargs)
+
+
+def _settings(issuer: Issuer, namespace: str, limits: dict[str, Any] | None) -> dict[str, Any]:
+    settings = example_settings(namespace)
+    settings["auth"] = {
+        "adminGroups": ["gpu-admins"],
+        "oidc": {"issuer": issuer.url, "audience": CLI_CLIENT_ID},
+    }
+    if limits is not None:
+        settings["limits"] = limits
+    return settings
+
+
+@pytest.fixture
+def people(
+    start_controller: StartController, issuer: Issuer, namespace: str, request: Any
+) -> Iterator[dict[str, Person]]:
+    limits = getattr(request, "param", None)
+    controller = start_controller(_settings(issuer, namespace, limits))
+    found = {name: Person(controller, issuer.token_for(name)) for name in ("alice", "bob")}
+    found["olivia"] = Person(controller, issuer.token_for("olivia"))
+    found["operator"] = Person(controller, controller.token)
+    yield found
+    for person in found.values():
+        person.session.close()
+
+
+# Every route that names a box or a volume, as someone else would call it.
+NAMED_ROUTES = [
+    ("GET", "/devboxes/{name}", {}),
+    ("GET", "/devboxes/{name}", {"params": {"wait": "ready", "timeout": "1"}}),
+    ("POST", "/devboxes/{name}/start", {}),
+    ("POST", "/devboxes/{name}/stop", {}),
+    ("POST", "/devboxes/{name}/extend", {"json": {"hours": 1}}),
+    ("DELETE", "/devboxes/{name}", {}),
+    ("DELETE", "/devboxes/{name}", {"params": {"purge": "true"}}),
+    ("DELETE", "/volumes/{name}", {}),
+]
+
+
+def _without_name(response: requests.Response, name: str) -> tuple[int, str]:
+    return response.status_code, response.text.replace(name, "NAME")
+
+
+def test_every_route_answers_someone_elses_box_as_if_it_were_absent(
+    people: dict[str, Person],
+) -> None:
+    alice, bob, olivia = people["alice"], people["bob"], people["olivia"]
+    made = alice("POST", "/devboxes", json={"name": OWNED, "ttl_hours": 1})
+    assert made.status_code == 201, made.text
+    assert made.json()["owner"] == "alice"
+
+    for method, path, kwargs in NAMED_ROUTES:
+        theirs = bob(method, path.format(name=OWNED), **kwargs)
+        nothing = bob(method, path.format(name=ABSENT), **kwargs)
+        assert theirs.status_code == 404, (method, path, theirs.text)
+        # Not even the wording tells an owned box from an absent one.
+        assert _without_name(theirs, OWNED) == _without_name(nothing, ABSENT), (method, path)
+
+    listed = bob("GET", "/devboxes").json()["items"]
+    assert OWNED not in {box["name"] for box in listed}
+    assert OWNED not in {v["name"] for v in bob("GET", "/volumes").json()["items"]}
+    refused = bob("GET", "/devboxes", params={"owner": "alice"})
+    assert refused.status_code == 403, refused.text
+    assert "only admins" in refused.json()["detail"]
+    metrics = bob.session.get(bob.base.removesuffix(API_PREFIX) + "/metrics", timeout=60)
+    assert metrics.status_code == 403
+    # A name is unique in the cluster: taken, without saying by whom.
+    taken = bob("POST", "/devboxes", json={"name": OWNED, "ttl_hours": 1})
+    assert taken.status_code == 409
+    assert "alice" not in taken.text.replace(OWNED, "NAME")
+
+    # Nothing bob tried changed alice's box.
+    mine = alice("GET", f"/devboxes/{OWNED}")
+    assert mine.status_code == 200
+    assert mine.json()["state"] != "stopped"
+
+    # An admin group sees everyone's, and may narrow to one person.
+    assert olivia("GET", f"/devboxes/{OWNED}").status_code == 200
+    only_alice = olivia("GET", "/devboxes", params={"owner": "alice"}).json()["items"]
+    assert [box["name"] for box in only_alice] == [OWNED]
+    whoami = olivia("GET", "/whoami").json()
+    assert (whoami["user"], whoami["mode"], whoami["admin"]) == ("olivia", "oidc", True)
+    assert people["operator"]("GET", f"/devboxes/{OWNED}").json()["owner"] == "alice"
+    assert alice("DELETE", f"/devboxes/{OWNED}", params={"purge": "true"}).status_code == 200
+
+
+def test_a_box_and_its_objects_carry_the_owner(
+    people: dict[str, Person], kube: Any, namespace: str
+) -> None:
+    from kubernetes import client
+
+    alice = people["alice"]
+    assert alice("POST", "/devboxes", json={"name": OWNED, "ttl_hours": 1}).status_code == 201
+    names = object_names(OWNED)
+    deployment = client.AppsV1Api(kube).read_namespaced_deployment(names.deployment, namespace)
+    claim = client.CoreV1Api(kube).read_namespaced_persistent_volume_claim(names.pvc, namespace)
+    for metadata in (deployment.metadata, deployment.spec.template.metadata, claim.metadata):
+        assert metadata.labels[LABEL_OWNER] == "alice"
+    assert alice("DELETE", f"/devboxes/{OWNED}", params={"purge": "true"}).status_code == 200
+
+
+LIMITS = {
+    "perPerson": {"boxes": 2, "devices": {"nvidia.com/gpu": 1}},
+    "groups": {"vision": {"presets": ["small"], "maxTtlHours": 4}},
+}
+
+
+@pytest.mark.parametrize("people", [LIMITS], indirect=True)
+def test_limits_hold_on_create_and_start_and_not_for_the_operator(
+    people: dict[str, Person],
+) -> None:
+    alice, bob, operator = people["alice"], people["bob"], people["operator"]
+    gpu = {"gpu": {"profile": "nvidia-l4"}, "ttl_hours": 1}
+    assert alice("POST", "/devboxes", json={"name": "al-gpu", **gpu}).status_code == 201
+    second = alice("POST", "/devboxes", json={"name": "al-gpu2", **gpu})
+    assert second.status_code == 409
+    assert "hold 1 nvidia.com/gpu, this box needs 1, and the limit is 1" in second.json()["detail"]
+    assert alice("POST", "/devboxes", json={"name": "al-cpu", "ttl_hours": 1}).status_code == 201
+    third = alice("POST", "/devboxes", json={"name": "al-cpu2", "ttl_hours": 1})
+    assert third.status_code == 409
+    assert "you have 2 boxes, and the limit is 2" in third.json()["detail"]
+
+    # A stopped box holds no device: another may start, and the first may not start again
+    # while it runs.
+    assert alice("POST", "/devboxes/al-gpu/stop").status_code == 200
+    assert alice("DELETE", "/devboxes/al-cpu").status_code == 200
+    assert alice("POST", "/devboxes", json={"name": "al-gpu2", **gpu}).status_code == 201
+    again = alice("POST", "/devboxes/al-gpu/start")
+    assert again.status_code == 409
+    assert "stop a box first" in again.json()["detail"]
+
+    # Group bounds: bob's group allows small boxes for at most four hours.
+    large = bob("POST", "/devboxes", json={"name": "bo-large", "preset": "large", "ttl_hours": 1})
+    assert large.status_code == 422
+    assert "preset large is not allowed for your groups (vision)" in large.text
+    long = bob("POST", "/devboxes", json={"name": "bo-long", "ttl_hours": 5})
+    assert long.status_code == 422
+    assert "must be at most 4" in long.text
+    # Alice's boxes do not count against bob.
+    assert bob("POST", "/devboxes", json={"name": "bo-gpu", **gpu}).status_code == 201
+    # The operator token has no limits.
+    assert operator("POST", "/devboxes", json={"name": "op-gpu", **gpu}).status_code == 201
+    assert operator("POST", "/devboxes", json={"name": "op-gpu2", **gpu}).status_code == 201
+    doctor = operator("GET", "/gpu/doctor").json()
+    line = next(c for c in doctor["checks"] if c["check"] == "limits")
+    assert "each person: at most 2 boxes, 1 nvidia.com/gpu running" in line["message"]
+
+
+def test_ssh_keys_are_each_persons_own(people: dict[str, Person], tmp_path: Path) -> None:
+    alice, bob, operator = people["alice"], people["bob"], people["operator"]
+    key = tmp_path / "id_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    public = key.with_suffix(".pub").read_text().strip()
+    added = alice("POST", "/keys", json={"key": public})
+    assert added.status_code == 201, added.text
+    fingerprint = added.json()["fingerprint"]
+    assert [k["fingerprint"] for k in alice("GET", "/keys").json()["items"]] == [fingerprint]
+    assert bob("GET", "/keys").json()["items"] == []
+    # Bob cannot remove alice's key: to him it does not exist.
+    assert bob("DELETE", "/keys", params={"fingerprint": fingerprint}).status_code == 404
+    # The operator token has no keys of its own: it lists none and may add none.
+    assert operator("GET", "/keys").json()["items"] == []
+    assert operator("POST", "/keys", json={"key": public}).status_code == 409
+    assert alice("DELETE", "/keys", params={"fingerprint": fingerprint}).status_code == 200
+    assert alice("GET", "/keys").json()["items"] == []
