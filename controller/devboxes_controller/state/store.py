@@ -374,12 +374,24 @@ class BoxStore:
     def list_body(self, owner: str | None = None) -> Body:
         """The list response body, assembled from the per-box bodies once per change; only
         ``owner``'s boxes when given."""
-        if owner is not None:
-            return self.filtered_body(None, None, owner)
         with self._status_lock:
-            if self._list_body is None:
-                self._list_body = self._newest_first(list(self._status.values()))
-            return self._list_body
+            return self._listed(owner)
+
+    def listing(self, owner: str | None = None) -> tuple[Body, set[str]]:
+        """The list body of ``owner``'s boxes (every box's when None) and the names in it,
+        read together."""
+        with self._status_lock:
+            return self._listed(owner), set(self._index.names((owner, None, None)))
+
+    def _listed(self, owner: str | None) -> Body:
+        """Called with the status lock held."""
+        if owner is not None:
+            return self._newest_first(
+                [self._status[n] for n in self._index.names((owner, None, None))]
+            )
+        if self._list_body is None:
+            self._list_body = self._newest_first(list(self._status.values()))
+        return self._list_body
 
     def filtered_body(self, state: str | None, profile: str | None, owner: str | None) -> Body:
         """The list response body of the boxes of this owner, in this state and of this

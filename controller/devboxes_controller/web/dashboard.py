@@ -312,12 +312,16 @@ async def _stream(
     sessions = _sessions(request)
     cookie = request.cookies.get(COOKIE)
     try:
-        snapshot = store.list_body(scope).data.decode()
         # Only boxes this stream has shown are reported as removed: the watches may see a
         # new box's other objects before its Deployment.
-        shown = {box["name"] for box in json.loads(snapshot)["items"]}
+        listing, shown = store.listing(scope)
         yield b"retry: 3000\n\n"
-        yield _event("snapshot", snapshot)
+        # The list body itself is one chunk, never copied: every admin's stream sends the
+        # same cached bytes, and none keeps them once sent.
+        yield b"event: snapshot\ndata: "
+        yield listing.data
+        del listing
+        yield b"\n\n"
         yield _event("availability", store.availability.current().model_dump_json())
         while True:
             try:
