@@ -160,6 +160,7 @@ def serve(args: argparse.Namespace) -> int:
 
     from .box.activity import activity_key
     from .control.lifecycle import Lifecycle
+    from .control.queue import Gatekeeper
     from .control.reconciler import Reconciler
     from .k8s import kube
     from .k8s.lease import LeaderElector
@@ -202,6 +203,7 @@ def serve(args: argparse.Namespace) -> int:
         can_lead=lambda: readiness.problem() is None,
     )
     reconciler = Reconciler(store, lifecycle, elector)
+    gatekeeper = Gatekeeper(store, api, elector)
 
     async def background() -> AsyncIterator[None]:
         probe.start()
@@ -209,9 +211,11 @@ def serve(args: argparse.Namespace) -> int:
         ended.start()
         elector.start()
         reconciler.start()
+        gatekeeper.start()
         try:
             yield
         finally:
+            gatekeeper.stop()
             reconciler.stop()
             stopper = threading.Thread(target=elector.stop)
             stopper.start()

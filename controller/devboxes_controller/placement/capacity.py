@@ -23,6 +23,7 @@ from devboxes_sdk.models import GpuAvailability, ProfileAvailability
 from ..config.formats import quantity_value
 from ..config.settings import GpuProfileConfig, PresetSettings
 from ..k8s.kube import Obj
+from . import queue
 
 Usage = dict[str, Decimal]
 
@@ -269,6 +270,10 @@ class Totals:
 
     def remove_node(self, node: Obj) -> None:
         _replace(self._nodes, self.allocatable, uid(node), None)
+
+    def placed(self, uids: Iterable[str]) -> frozenset[str]:
+        """Those of these pods whose requests ``used`` counts."""
+        return frozenset(u for u in uids if u in self._pods)
 
     def usage(self) -> dict[str, Usage]:
         """A copy of ``used`` that later changes leave alone."""
@@ -546,32 +551,33 @@ def ordinal(number: int) -> str:
 
 @dataclass(frozen=True)
 class Queued:
-    """A GPU box whose pod the scheduler cannot place yet."""
+    """A GPU box whose pod waits for a device, with its entry in its device's line.
+
+    ``exact``: the line is kept by the queue's gate (profiles of an extended resource), so
+    its place is who gets the next device; otherwise (DRA profiles) the scheduler picks and
+    the place is an estimate. ``taken``: let through for a free device, the pod found it
+    taken by a pod that is not a box.
+    """
 
     profile: str
     display_name: str
-    since: str
+    waiter: queue.Waiter
+    exact: bool = True
+    taken: bool = False
 
 
-def places_in_line(queued: Mapping[str, Queued], profile: str) -> list[str]:
-    """The boxes waiting for ``profile``, oldest pod first (then by name).
-
-    This is an estimate of who gets the next device: kube-scheduler retries pending pods
-    by priority and then by a queue time it resets after every failed attempt, so a freed
-    device may go to any of them.
-    """
-    return [
-        name
-        for _, name in sorted(
-            (entry.since, name) for name, entry in queued.items() if entry.profile == profile
-        )
-    ]
+TAKEN = (
+    "Waiting for a free {display_name}: a pod that is not a box took the one this box was "
+    "let through for; {place} in line for the next"
+)
 
 
-def waiting_summary(display_name: str, entry: ProfileAvailability | None, position: int) -> str:
-    """Why a GPU box waits, in one line: its profile's free count and its estimated place
-    in line."""
-    line = f"{ordinal(position)} in line (estimate)"
+def waiting_summary(queued: Queued, entry: ProfileAvailability | None, place: int) -> str:
+    """Why a GPU box waits, in one line: its profile's free count and its place in line."""
+    display_name = queued.display_name
+    if queued.taken:
+        return TAKEN.format(display_name=display_name, place=ordinal(place))
+    line = f"{ordinal(place)} in line" + ("" if queued.exact else " (estimate)")
     if entry is None or entry.capacity is None:
         return f"Waiting for a free {display_name}, {line}"
     if entry.capacity == 0 and entry.reason:

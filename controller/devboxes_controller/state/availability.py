@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -61,6 +61,17 @@ class _Observed:
     usage: dict[str, dict[str, Decimal]] = field(default_factory=dict)
     runtime_classes: dict[str, Obj] = field(default_factory=dict)
     reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """The nodes and what bound pods use on each at one moment; ``placed``: which of the
+    pods asked about that use counts."""
+
+    nodes: list[Obj]
+    usage: dict[str, capacity.Usage]
+    placed: frozenset[str]
+    runtime_classes: dict[str, Obj]
 
 
 class Availability:
@@ -155,6 +166,17 @@ class Availability:
 
     def profile(self, name: str) -> ProfileAvailability | None:
         return self._current.profile(name)
+
+    def cluster(self, pods: Iterable[str]) -> Cluster | None:
+        """One consistent reading of the nodes and of what bound pods use, with which of
+        the ``pods`` (uids) that use counts; None while the cluster cannot be read."""
+        if not self.enabled or self._reason() is not None:
+            return None
+        with self._nodes.paused(), self._pods.paused(), self._totals_lock:
+            nodes, usage = self._nodes.all(), self._totals.usage()
+            placed = self._totals.placed(pods)
+        runtime_classes = self._runtime_classes.all() if self._runtime_classes else []
+        return Cluster(nodes, usage, placed, {rc["metadata"]["name"]: rc for rc in runtime_classes})
 
     # -- running totals ----------------------------------------------------------------------
     def _pod_changed(self, old: Obj | None, new: Obj | None) -> None:
