@@ -27,7 +27,7 @@ from kubernetes import client
 
 from devboxes_sdk.models import GpuAvailability, Preset, ProfileAvailability
 
-from ..config.settings import PresetSettings, Settings
+from ..config.settings import GpuProfileConfig, PresetSettings, Settings
 from ..k8s.kube import Obj
 from ..placement import capacity
 from .bodies import Body, body
@@ -177,6 +177,23 @@ class Availability:
             placed = self._totals.placed(pods)
         runtime_classes = self._runtime_classes.all() if self._runtime_classes else []
         return Cluster(nodes, usage, placed, {rc["metadata"]["name"]: rc for rc in runtime_classes})
+
+    def holding(self, resource: str) -> list[Obj]:
+        """The pods that are not boxes holding some ``resource``; none while the cluster
+        cannot be read."""
+        if not self.enabled or self._reason() is not None:
+            return []
+        with self._totals_lock:
+            return capacity.holding(self._totals.holding_devices(), resource)
+
+    def on_nodes_of(self, profile: GpuProfileConfig, pods: list[Obj]) -> list[str]:
+        """``namespace/name`` of those of ``pods`` bound to a node the profile's boxes
+        could use. Only the pods' own nodes are looked at: there are few of them."""
+        nodes = [self._nodes.get(name) for name in {p.get("nodeName") for p in pods} if name]
+        runtime_classes = self._runtime_classes.all() if self._runtime_classes else []
+        where = capacity.placement(profile, {rc["metadata"]["name"]: rc for rc in runtime_classes})
+        eligible, _ = capacity.eligible_nodes(profile, where, [n for n in nodes if n is not None])
+        return capacity.pod_names(pods, {capacity.node_name(n) for n in eligible})
 
     # -- running totals ----------------------------------------------------------------------
     def _pod_changed(self, old: Obj | None, new: Obj | None) -> None:

@@ -17,7 +17,7 @@ from kubernetes import client
 from devboxes_sdk.models import Devbox, DevboxState
 
 from ..box import render, status
-from ..config.settings import Settings
+from ..config.settings import Settings, SnapshotError
 from ..k8s import kube
 from ..k8s.kube import NotFound, Obj
 from ..placement import capacity, queue
@@ -377,12 +377,26 @@ class BoxStore:
         for name, place in places.items():
             queued = self._queued[name]
             entry = self.availability.profile(queued.profile)
-            summary = capacity.waiting_summary(queued, entry, place)
+            others = self._others_holding(queued) if queued.exact else []
+            summary = capacity.waiting_summary(queued, entry, place, others)
             box = self._status.get(name)
             if box is not None and box.summary != summary:
                 self._store(box.model_copy(update={"summary": summary}))
                 touched.add(name)
         return touched
+
+    def _others_holding(self, queued: capacity.Queued) -> list[str]:
+        """The pods that are not boxes holding devices the box could use, by name."""
+        pods = self.availability.holding(queued.waiter.resource)
+        # Most clusters have none: then the box's pinned profile is not even read.
+        if not pods:
+            return []
+        deployment = self._deployments.get(render.object_names(queued.waiter.box).deployment)
+        try:
+            profile = render.spec_from_deployment(deployment).gpu if deployment else None
+        except SnapshotError:
+            return []
+        return self.availability.on_nodes_of(profile, pods) if profile else []
 
     def line(self) -> tuple[list[queue.Waiter], list[queue.Holder]]:
         """The boxes waiting for a device and the boxes holding one, as the caches show."""

@@ -220,10 +220,55 @@ def test_waiting_summaries() -> None:
         capacity.waiting_summary(_queued(), unknown, 3)
         == "Waiting for a free NVIDIA L4, 3rd in line"
     )
-    assert capacity.waiting_summary(_queued(taken=True), full, 1) == (
+    taken = _queued(taken=True)
+    assert capacity.waiting_summary(taken, full, 1) == (
         "Waiting for a free NVIDIA L4: a pod that is not a box took the one this box was "
         "let through for; 1st in line for the next"
     )
+    # Pods that are not boxes holding devices the box could use are named.
+    assert capacity.waiting_summary(taken, full, 2, ["ml/train"]) == (
+        "Waiting for a free NVIDIA L4: a pod that is not a box took the one this box was "
+        "let through for; 2nd in line for the next; devices held by a pod that is not a "
+        "box: ml/train"
+    )
+    many = [f"ml/job-{i}" for i in range(5)]
+    assert capacity.waiting_summary(_queued(), full, 1, many) == (
+        "Waiting for a free NVIDIA L4: 0 of 2 free, 1st in line; devices held by pods that "
+        "are not boxes: ml/job-0, ml/job-1, ml/job-2 and 2 more"
+    )
+    # A profile no node can serve says so, whoever holds what.
+    assert capacity.waiting_summary(_queued(), nothing, 1, many) == capacity.NO_SELECTOR_MATCH
+
+
+def test_the_pods_that_are_not_boxes_holding_a_device() -> None:
+    def stripped(name: str, node: str | None, gpus: str, phase: str = "Running") -> Any:
+        found = pod(node, {"nvidia.com/gpu": gpus}, phase)
+        found["metadata"].update(name=name, namespace="ml")
+        return found
+
+    box = capacity.strip_pod(
+        {
+            "metadata": {"name": "b", "namespace": "boxes", "labels": {"devboxes.io/box": "b"}},
+            "spec": {
+                "nodeName": "l4-0",
+                "containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": 1}}}],
+            },
+            "status": {"phase": "Running"},
+        }
+    )
+    pods = [
+        box,
+        stripped("train", "l4-0", "1"),
+        stripped("cpu-only", "l4-0", "0"),
+        stripped("elsewhere", "a100-0", "1"),
+        stripped("pending", None, "1"),
+        stripped("done", "l4-1", "1", phase="Succeeded"),
+        stripped("eval", "l4-1", "2"),
+    ]
+    holding = capacity.holding(pods, "nvidia.com/gpu")
+    assert capacity.pod_names(holding, {"l4-0", "l4-1"}) == ["ml/eval", "ml/train"]
+    assert capacity.pod_names(holding, {"a100-0"}) == ["ml/elsewhere"]
+    assert capacity.holding(pods, "amd.com/gpu") == []
 
 
 def test_a_claim_still_binding_is_not_a_blocked_schedule() -> None:
