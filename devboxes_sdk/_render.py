@@ -17,7 +17,9 @@ from devboxes_sdk.models import (
     ImageAllocation,
     ImageCapabilities,
     ImagePort,
+    SshKey,
     Volume,
+    WhoAmI,
 )
 
 BOX_HEADERS = ("NAME", "STATE", "SIZE", "AUTO-STOP", "ACCELERATOR", "SSH")
@@ -25,6 +27,7 @@ PROFILE_HEADERS = ("PROFILE", "NAME", "COUNT", "RESOURCE", "FREE", "WAITING", "D
 IMAGE_HEADERS = ("PROFILE", "NAME", "MODE", "PORTS", "DESCRIPTION")
 DOCTOR_HEADERS = ("VERDICT", "PROFILE", "CHECK", "FINDING")
 VOLUME_HEADERS = ("NAME", "SIZE", "CREATED", "LAST PROFILE", "CLAIM")
+KEY_HEADERS = ("FINGERPRINT", "TYPE", "COMMENT", "ADDED")
 EMPTY = "-"
 
 # Server-supplied text (messages, names) is shown in a terminal; control characters
@@ -98,15 +101,25 @@ def box_row(box: Devbox, now: datetime) -> tuple[str, ...]:
     )
 
 
-def boxes_table(boxes: Sequence[Devbox], now: datetime) -> str:
-    """The list of boxes; a REASON column (each box's summary) when any box is starting or
-    degraded, the states that have one."""
-    if not any(box.summary for box in boxes):
-        return table(BOX_HEADERS, (box_row(box, now) for box in boxes))
-    return table(
-        (*BOX_HEADERS, "REASON"),
-        ((*box_row(box, now), box.summary or EMPTY) for box in boxes),
-    )
+def shows_owners(boxes: Iterable[Devbox], me: WhoAmI) -> bool:
+    """Whether a list needs an OWNER column: an admin's list can hold anyone's boxes, and
+    a box owned by someone else is worth naming even when the caller is not an admin."""
+    return me.admin or any(box.owner != me.user for box in boxes)
+
+
+def boxes_table(boxes: Sequence[Devbox], now: datetime, *, owners: bool = False) -> str:
+    """The list of boxes; an OWNER column after the name when ``owners``, and a REASON
+    column (each box's summary) when any box is starting or degraded, the states that
+    have one."""
+    headers: tuple[str, ...] = BOX_HEADERS
+    rows = [box_row(box, now) for box in boxes]
+    if owners:
+        headers = (headers[0], "OWNER", *headers[1:])
+        rows = [(row[0], box.owner, *row[1:]) for row, box in zip(rows, boxes, strict=True)]
+    if any(box.summary for box in boxes):
+        headers = (*headers, "REASON")
+        rows = [(*row, box.summary or EMPTY) for row, box in zip(rows, boxes, strict=True)]
+    return table(headers, rows)
 
 
 def free_text(availability: GpuAvailability | None, name: str) -> tuple[str, str]:
@@ -203,6 +216,16 @@ def volumes_table(volumes: Iterable[Volume], now: datetime) -> str:
     )
 
 
+def keys_table(keys: Iterable[SshKey]) -> str:
+    return table(
+        KEY_HEADERS,
+        (
+            (key.fingerprint, key.algorithm, key.comment or EMPTY, key.added_at.date().isoformat())
+            for key in keys
+        ),
+    )
+
+
 def activity_text(box: Devbox, now: datetime) -> str:
     """``idle for 23m; stops in 37m``, ``active``, or why nothing is known."""
     activity = box.activity
@@ -244,6 +267,7 @@ def box_details(box: Devbox, now: datetime) -> str:
         )
     fields = [
         ("Name", box.name),
+        ("Owner", box.owner),
         ("State", box.state.value),
         ("Summary", box.summary or EMPTY),
         ("Message", box.message or EMPTY),

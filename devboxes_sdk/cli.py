@@ -62,6 +62,8 @@ from devboxes_sdk.models import (
     normalize_repository,
 )
 
+# A .pub file is one line; anything much longer is not one.
+MAX_KEY_FILE_BYTES = 16384
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -317,6 +319,9 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         PROFILES,
     )
+    listing.add_argument(
+        "--owner", metavar="USER", help="only this person's boxes (admins; others see their own)"
+    )
 
     status = add("status", "show every detail of one box", _cmd_status)
     _box_argument(status)
@@ -356,6 +361,25 @@ def build_parser() -> argparse.ArgumentParser:
     purge.add_argument("name", type=_box_name, metavar="NAME")
     purge.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     purge.set_defaults(handler=_cmd_volume_purge, prog=purge.prog)
+
+    keys = add("keys", "list your SSH public keys, which all your boxes accept", _cmd_keys)
+    key_commands = keys.add_subparsers(dest="key_command", metavar="COMMAND")
+    key_add = key_commands.add_parser(
+        "add",
+        help="add a public key: a .pub file, or - for standard input",
+        description="add a public key: a .pub file, or - for standard input",
+        parents=[common],
+    )
+    key_add.add_argument("file", metavar="FILE", help="e.g. ~/.ssh/id_ed25519.pub, or -")
+    key_add.set_defaults(handler=_cmd_key_add, prog=key_add.prog)
+    key_remove = key_commands.add_parser(
+        "remove",
+        help="remove a key by its fingerprint (see: devbox keys)",
+        description="remove a key by its fingerprint (see: devbox keys)",
+        parents=[common],
+    )
+    key_remove.add_argument("fingerprint", metavar="FINGERPRINT", help="SHA256:... as listed")
+    key_remove.set_defaults(handler=_cmd_key_remove, prog=key_remove.prog)
 
     ssh = add("ssh", "open an SSH session to a ready box", _cmd_ssh)
     _box_argument(ssh)
@@ -551,7 +575,11 @@ def _cmd_whoami(args: argparse.Namespace) -> int:
             _print_json(client.request_json("GET", f"{API_PREFIX}/whoami"))
             return EXIT_OK
         me = client.whoami()
-        print(f"{_render.clean(me.user)} ({_render.clean(me.mode)}) at {client.url}")
+    print(f"{_render.clean(me.user)} ({_render.clean(me.mode)}) at {client.url}")
+    if me.groups:
+        print(f"groups: {', '.join(_render.clean(group) for group in me.groups)}")
+    if me.admin:
+        print("admin: sees and acts on every box")
     return EXIT_OK
 
 
@@ -689,18 +717,23 @@ def _cmd_create(args: argparse.Namespace) -> int:
 def _cmd_list(args: argparse.Namespace) -> int:
     _names_or_json(args)
     with _client(args) as client:
-        filters = {k: v for k, v in (("state", args.state), ("profile", args.profile)) if v}
+        wanted = (("state", args.state), ("profile", args.profile), ("owner", args.owner))
+        filters = {k: v for k, v in wanted if v}
         if args.json:
             _print_json(client.request_json("GET", f"{API_PREFIX}/devboxes", params=filters))
             return EXIT_OK
-        boxes = client.list(state=args.state, profile=args.profile, page_size=DEFAULT_PAGE_SIZE)
-    if args.quiet:
-        for box in boxes:
-            print(box.name)
-    elif not boxes:
-        print("No devboxes yet. Create one with: devbox create NAME")
-    else:
-        print(_render.boxes_table(boxes, _now()))
+        boxes = client.list(
+            state=args.state, profile=args.profile, owner=args.owner, page_size=DEFAULT_PAGE_SIZE
+        )
+        if args.quiet:
+            for box in boxes:
+                print(box.name)
+            return EXIT_OK
+        if not boxes:
+            print("No devboxes yet. Create one with: devbox create NAME")
+            return EXIT_OK
+        owners = _render.shows_owners(boxes, client.whoami())
+    print(_render.boxes_table(boxes, _now(), owners=owners))
     return EXIT_OK
 
 
@@ -829,6 +862,56 @@ def _cmd_volumes(args: argparse.Namespace) -> int:
     else:
         print(_render.volumes_table(volumes, _now()))
         print("\nPurge one with: devbox volumes purge NAME (its files cannot be recovered)")
+    return EXIT_OK
+
+
+def _cmd_keys(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        keys = client.keys.list()
+    if args.json:
+        _print_json([key.model_dump(mode="json") for key in keys])
+    elif not keys:
+        print("No SSH keys yet. Add one with: devbox keys add ~/.ssh/id_ed25519.pub")
+    else:
+        print(_render.keys_table(keys))
+    return EXIT_OK
+
+
+def _read_key(path: str) -> str:
+    if path == "-":
+        return sys.stdin.read(MAX_KEY_FILE_BYTES + 1)
+    try:
+        with open(os.path.expanduser(path), encoding="utf-8") as file:
+            text = file.read(MAX_KEY_FILE_BYTES + 1)
+    except OSError as err:
+        raise UsageError(f"cannot read {path}: {err.strerror}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{path} is not a text file; give the .pub file of a key") from None
+    if "PRIVATE KEY" in text:
+        raise UsageError(f"{path} is a private key; give its .pub file and keep this one secret")
+    return text
+
+
+def _cmd_key_add(args: argparse.Namespace) -> int:
+    text = _read_key(args.file)
+    with _client(args) as client:
+        key = client.keys.add(text)
+    if args.json:
+        _print_json(key.model_dump(mode="json"))
+    else:
+        print(
+            f"Added {key.fingerprint} ({key.algorithm}); your boxes accept it from the next login."
+        )
+    return EXIT_OK
+
+
+def _cmd_key_remove(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        key = client.keys.remove(args.fingerprint)
+    if args.json:
+        _print_json(key.model_dump(mode="json"))
+    else:
+        print(f"Removed {key.fingerprint}.")
     return EXIT_OK
 
 

@@ -59,8 +59,10 @@ def _name_or_error(name: str) -> str:
         raise ValidationError([FieldError(loc=["name"], msg=str(error))], local=True) from None
 
 
-def _filters(state: models.DevboxState | str | None, profile: str | None) -> dict[str, str]:
-    wanted = {"state": state, "profile": profile}
+def _filters(
+    state: models.DevboxState | str | None, profile: str | None, owner: str | None
+) -> dict[str, str]:
+    wanted = {"state": state, "profile": profile, "owner": owner}
     return {key: str(value) for key, value in wanted.items() if value is not None}
 
 
@@ -227,6 +229,34 @@ class GpuNamespace:
         return self._client._http.get_model(f"{API_PREFIX}/gpu/doctor", models.DoctorReport)
 
 
+class KeysNamespace:
+    """``client.keys``: the caller's SSH public keys, which every box of theirs accepts."""
+
+    __slots__ = ("_client",)
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def list(self) -> builtins.list[models.SshKey]:
+        return self._client._http.get_model(f"{API_PREFIX}/keys", models.SshKeyList).items
+
+    def add(self, key: str) -> models.SshKey:
+        """Add one public key: a line of a ``.pub`` file (``ssh-ed25519 AAAA... comment``)."""
+        try:
+            body = models.SshKeyAdd(key=key)
+        except PydanticValidationError as error:
+            raise ValidationError.from_pydantic(error) from None
+        response = self._client._http.request("POST", f"{API_PREFIX}/keys", body=body.model_dump())
+        return parse(models.SshKey, decode(response), response.status_code)
+
+    def remove(self, fingerprint: str) -> models.SshKey:
+        """Remove the key with this fingerprint (``SHA256:...``, as listed)."""
+        response = self._client._http.request(
+            "DELETE", f"{API_PREFIX}/keys", params={"fingerprint": fingerprint}
+        )
+        return parse(models.SshKey, decode(response), response.status_code)
+
+
 class Client:
     """A connection to one Devboxes API.
 
@@ -249,6 +279,7 @@ class Client:
         settings = resolve(url, token)
         self._http = Transport(settings.url, settings.token, float(timeout), session)
         self.gpu = GpuNamespace(self)
+        self.keys = KeysNamespace(self)
 
     @property
     def url(self) -> str:
@@ -341,18 +372,20 @@ class Client:
         *,
         state: models.DevboxState | str | None = None,
         profile: str | None = None,
+        owner: str | None = None,
         page_size: int | None = None,
     ) -> builtins.list[Devbox]:
-        """Every box, newest first; only those in ``state`` and of ``profile`` (a GPU
-        profile's name, or ``"cpu"``) when given.
+        """Every box the caller may see, newest first; only those in ``state``, of
+        ``profile`` (a GPU profile's name, or ``"cpu"``) and of ``owner`` (admins only,
+        for another person) when given.
 
         Without ``page_size`` the list comes in one answer, revalidated with its entity
         tag when asked for again; with it, page by page as :meth:`iter_boxes` fetches it.
         """
         if page_size is not None:
-            boxes = self.iter_boxes(state=state, profile=profile, page_size=page_size)
+            boxes = self.iter_boxes(state=state, profile=profile, owner=owner, page_size=page_size)
             return sorted(boxes, key=lambda box: (box.created_at, box.name), reverse=True)
-        query = urlencode(_filters(state, profile))
+        query = urlencode(_filters(state, profile, owner))
         data, status = self._http.read(f"{API_PREFIX}/devboxes" + (f"?{query}" if query else ""))
         parsed = parse(_Boxes, data, status)
         return [box._bind(self, raw) for box, raw in zip(parsed.items, data["items"], strict=True)]
@@ -362,6 +395,7 @@ class Client:
         *,
         state: models.DevboxState | str | None = None,
         profile: str | None = None,
+        owner: str | None = None,
         page_size: int = DEFAULT_PAGE_SIZE,
     ) -> Iterator[Devbox]:
         """Every box (filtered as for :meth:`list`) in name order, fetching the next page
@@ -374,7 +408,7 @@ class Client:
         """
         if not 1 <= page_size <= MAX_LIST_LIMIT:
             raise ValueError(f"page_size must be between 1 and {MAX_LIST_LIMIT}")
-        filters = _filters(state, profile)
+        filters = _filters(state, profile, owner)
         path = f"{API_PREFIX}/devboxes"
         token: str | None = None
         # Names up to this one were yielded before the list started again.

@@ -274,6 +274,8 @@ class Devbox(_Response):
     state: DevboxState
     preset: str
     created_at: AwareDatetime
+    # The person the box belongs to; "operator" for boxes made with the operator token.
+    owner: str = "operator"
     expires_at: AwareDatetime | None = None
     repository: str | None = None
     ssh_host: str | None = None
@@ -361,6 +363,8 @@ class ActivityReport(_Request):
 
 # The most boxes one page of ``GET /api/v1/devboxes`` holds.
 MAX_LIST_LIMIT = 1000
+# The longest user name an identity provider may give a person.
+MAX_USER_LENGTH = 256
 
 
 class DevboxList(_Response):
@@ -397,6 +401,7 @@ class Volume(_Response):
     size: str | None = None
     created_at: AwareDatetime
     last_profile: str | None = None
+    owner: str = "operator"
 
 
 class VolumeList(_Response):
@@ -409,7 +414,33 @@ class WhoAmI(_Response):
     """Body of ``GET /api/v1/whoami``."""
 
     user: str
+    # How the caller proved who they are: operator, hub, oidc, browser-session, cli-bearer.
     mode: str
+    groups: list[str] = Field(default_factory=list)
+    # Admins see and act on every box; people see only their own.
+    admin: bool = False
+
+
+class SshKeyAdd(_Request):
+    """Body of ``POST /api/v1/keys``: one line of a ``.pub`` file."""
+
+    key: Annotated[str, Field(max_length=16384)]
+
+
+class SshKey(_Response):
+    """One of a person's SSH public keys; every box of theirs accepts it for logins."""
+
+    # As ``ssh-keygen -l`` shows it, e.g. ``SHA256:FRANtL/pZZX1...``.
+    fingerprint: str
+    algorithm: str
+    comment: str | None = None
+    added_at: AwareDatetime
+
+
+class SshKeyList(_Response):
+    """Body of ``GET /api/v1/keys``: the caller's keys, oldest first."""
+
+    items: list[SshKey]
 
 
 class FieldError(_Response):

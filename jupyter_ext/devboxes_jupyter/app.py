@@ -15,10 +15,11 @@ from traitlets.config import Config
 from devboxes_jupyter.client_factory import ClientFactory
 from devboxes_jupyter.handlers import EXECUTOR_SETTING, FACTORY_SETTING, WATCHER_SETTING, routes
 from devboxes_jupyter.kernelspecs import write_kernelspecs
-from devboxes_jupyter.provisioner import DevboxKernelProvisioner, key_problem
+from devboxes_jupyter.provisioner import NO_KEY, DevboxKernelProvisioner, key_problem
 from devboxes_jupyter.watcher import Watcher
+from devboxes_sdk.client import Client
 from devboxes_sdk.config import ENV_TOKEN, ENV_TOKEN_FILE, ENV_URL, resolve
-from devboxes_sdk.errors import ConfigurationError
+from devboxes_sdk.errors import ConfigurationError, DevboxesError
 
 # Long enough for a refused call and its retries; a server that stops never waits longer.
 WATCHER_STOP_SECONDS = 10.0
@@ -30,16 +31,25 @@ def kernel_problem(config: Config) -> str | None:
 
     Checked as a kernel's start checks it: the provisioner's key setting as this server's
     configuration gives it, and the controller as ``Client()`` finds it in this process
-    (after the export to kernels). A tile that can only fail is better not offered.
+    (after the export to kernels). Without a key setting, kernels make their own key,
+    which only a person's token can add: the controller says whose the token is. A tile
+    that can only fail is better not offered.
     """
-    problem = key_problem(DevboxKernelProvisioner(config=config).ssh_key_file)
+    key_file = DevboxKernelProvisioner(config=config).ssh_key_file
+    problem = key_problem(key_file)
     if problem is not None:
         return problem
     try:
         resolve()
     except ConfigurationError as error:
         return f"no Devboxes controller for them: {error}"
-    return None
+    if key_file:
+        return None
+    try:
+        mode = Client().whoami().mode
+    except DevboxesError as error:
+        return f"the controller could not say whose its token is: {error}"
+    return NO_KEY if mode == "operator" else None
 
 
 class DevboxesJupyterApp(ExtensionApp):

@@ -114,6 +114,15 @@ class CapabilitiesHandler(DevboxesHandler):
         await self._respond(lambda client: client.capabilities().model_dump(mode="json"))
 
 
+class WhoAmIHandler(DevboxesHandler):
+    """Whom the controller takes this server's requests for, so the sidebar can say so."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        await self._respond(lambda client: client.whoami().model_dump(mode="json"))
+
+
 class DevboxCollectionHandler(DevboxesHandler):
     @web.authenticated
     @authorized
@@ -235,6 +244,7 @@ def routes() -> list[tuple[str, type[DevboxesHandler]]]:
     """Every route of the extension, relative to the server's base URL."""
     return [
         (f"{API_ROOT}/capabilities", CapabilitiesHandler),
+        (f"{API_ROOT}/whoami", WhoAmIHandler),
         (f"{API_ROOT}/watch", WatchHandler),
         (f"{API_ROOT}/kernels/(?P<kernel_id>[^/]+)", KernelProgressHandler),
         (f"{API_ROOT}/devboxes", DevboxCollectionHandler),

@@ -14,9 +14,11 @@ Devboxes extension resolves to the extension's controller (see ``app.py``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import getpass
 import hashlib
 import json
+import os
 import re
 import shlex
 import shutil
@@ -38,7 +40,7 @@ from traitlets import Enum, Float, Int, Unicode
 from devboxes_jupyter import progress
 from devboxes_sdk import models
 from devboxes_sdk.client import Client, Devbox
-from devboxes_sdk.errors import BoxNotReady, DevboxesError, NotFound
+from devboxes_sdk.errors import BoxNotReady, Conflict, DevboxesError, NotFound
 from devboxes_sdk.labels import CPU_ONLY, reason, status_line
 
 PROVISIONER_NAME = "devboxes"
@@ -49,6 +51,12 @@ _ERROR = "DEVBOXES-ERROR"
 _CHANNELS = {"shell_port": 1, "iopub_port": 2, "stdin_port": 3, "control_port": 4, "hb_port": 5}
 _NAME_LIMIT = 40
 _SSH_BANNER_SECONDS = 60
+# The kernels' own key in <Jupyter data dir>/devboxes, made when ssh_key_file is empty.
+OWN_KEY = "kernel_ed25519"
+NO_KEY = (
+    "no SSH key configured for devbox kernels: set c.DevboxKernelProvisioner.ssh_key_file "
+    "in jupyter_server_config.py (the operator token has no keys of its own)"
+)
 # The program that starts the kernel on the box (see kernel_bootstrap.py), sent as text.
 _BOOTSTRAP = (files("devboxes_jupyter") / "kernel_bootstrap.py").read_text()
 
@@ -95,16 +103,54 @@ def running_message(box: Devbox) -> str:
 
 
 def key_problem(ssh_key_file: str) -> str | None:
-    """Why ``ssh_key_file`` cannot log in to boxes, or None when it names a file."""
+    """Why ``ssh_key_file`` cannot log in to boxes, or None when it names a file or is
+    empty (the kernels' own key, see ``own_key``)."""
     if not ssh_key_file:
-        return (
-            "no SSH key configured for devbox kernels: set "
-            "c.DevboxKernelProvisioner.ssh_key_file in jupyter_server_config.py"
-        )
+        return None
     key = Path(ssh_key_file).expanduser()
     if not key.is_file():
         return f"the SSH key {key} (DevboxKernelProvisioner.ssh_key_file) is missing"
     return None
+
+
+def fingerprint(public_key: Path) -> str:
+    """``SHA256:...`` of a public key file, as ``ssh-keygen -l`` and the controller give it."""
+    listed = subprocess.run(
+        ["ssh-keygen", "-l", "-E", "sha256", "-f", str(public_key)],
+        capture_output=True,
+        text=True,
+        timeout=15,
+        check=True,
+    )
+    return listed.stdout.split()[1]
+
+
+def own_key(client: Client, directory: Path) -> Path:
+    """The private key this server's kernels log in with when none is configured.
+
+    Made here once (ed25519, mode 0600) and added to the caller's SSH keys at the
+    controller when it is not among them, so every box of this person accepts it and no
+    operator key is needed. The operator token has no keys of its own.
+    """
+    whoami = client.whoami()
+    if whoami.mode == "operator":
+        raise DevboxesError(NO_KEY)
+    private = directory / OWN_KEY
+    if not private.is_file():
+        directory.mkdir(parents=True, exist_ok=True)
+        comment = f"devbox-kernels-{whoami.user}"
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(private), "-C", comment],
+            capture_output=True,
+            timeout=30,
+            check=True,
+        )
+    public = private.with_name(OWN_KEY + ".pub")
+    if fingerprint(public) not in {key.fingerprint for key in client.keys.list()}:
+        # Conflict: another kernel of this server added it meanwhile.
+        with contextlib.suppress(Conflict):
+            client.keys.add(public.read_text(encoding="utf-8").strip())
+    return private
 
 
 def _last_line(text: str) -> str:
@@ -120,7 +166,9 @@ class DevboxKernelProvisioner(LocalProvisioner):
     ssh_key_file = Unicode(
         "",
         help="Private key that logs in to boxes (its public half must be among the keys "
-        "boxes are created with). Required.",
+        "boxes are created with). Empty: a key of the kernels' own, made in the Jupyter data "
+        "dir and added to the caller's keys at the controller (needs a person's token, "
+        "not the operator token).",
     ).tag(config=True)
 
     ssh_user = Unicode(
@@ -168,10 +216,15 @@ class DevboxKernelProvisioner(LocalProvisioner):
     _control_dir: Path | None = None
     # The kernel's socket directory on the box, which the forwards point into.
     _remote_home: str | None = None
+    # The private key logins use, found before the box is asked for.
+    _key_path: Path | None = None
 
     @property
     def box_name(self) -> str:
-        return box_name(self.owner or getpass.getuser(), self.profile or None)
+        # In a JupyterHub every person's server may run as one system user: the hub's
+        # name for the person keeps their boxes apart.
+        owner = self.owner or os.environ.get("JUPYTERHUB_USER") or getpass.getuser()
+        return box_name(owner, self.profile or None)
 
     def _report(self, phase: str, message: str) -> None:
         self.log.info("devbox kernel %s (%s): %s", self.kernel_id, self.box_name, message)
@@ -260,7 +313,7 @@ class DevboxKernelProvisioner(LocalProvisioner):
         return [
             "ssh",
             "-i",
-            str(Path(self.ssh_key_file).expanduser()),
+            str(self._key_path),
             "-p",
             str(self._box.ssh_port),
             "-S",
@@ -297,17 +350,25 @@ class DevboxKernelProvisioner(LocalProvisioner):
         return check.returncode == 0
 
     def _key(self) -> Path:
-        """The private key kernels log in with; its absence fails the start before a box
+        """The private key kernels log in with; a missing one fails the start before a box
         is created or started for nothing."""
         problem = key_problem(self.ssh_key_file)
         if problem is not None:
             raise self._fail(problem)
-        return Path(self.ssh_key_file).expanduser()
+        if self.ssh_key_file:
+            return Path(self.ssh_key_file).expanduser()
+        try:
+            return own_key(Client(), Path(jupyter_data_dir()) / "devboxes")
+        except DevboxesError as error:
+            raise self._fail(str(error)) from None
+        except (OSError, subprocess.SubprocessError) as error:
+            raise self._fail(f"the kernels' own SSH key could not be made: {error}") from None
 
     def _open_master(self, forget_host_key: bool) -> None:
         """One authenticated connection that the kernel session and forwards share."""
         assert self._box is not None
-        self._key()
+        if self._key_path is None:
+            self._key_path = self._key()
         known = self._known_hosts()
         known.parent.mkdir(parents=True, exist_ok=True)
         if forget_host_key and known.exists():
@@ -432,7 +493,7 @@ class DevboxKernelProvisioner(LocalProvisioner):
 
     async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
         self._report("starting", f"preparing box {self.box_name}")
-        self._key()
+        self._key_path = await asyncio.to_thread(self._key)
         try:
             box, created = await asyncio.to_thread(self._ready_box)
         except DevboxKernelError:

@@ -17,6 +17,7 @@ export type ProfileAvailability = Schemas['ProfileAvailability'];
 export type Devbox = Schemas['Devbox'];
 export type DevboxCreate = Schemas['DevboxCreate'];
 export type DeleteResult = Schemas['DeleteResult'];
+export type WhoAmI = Schemas['WhoAmI'];
 type FieldError = Schemas['FieldError'];
 
 /** The presets a create may name, in the order the API lists them. */
@@ -112,6 +113,11 @@ async function request<T>(
 
 export function getCapabilities(): Promise<Capabilities> {
   return request<Capabilities>('capabilities');
+}
+
+/** Whom the controller takes this Jupyter server's requests for. */
+export function getWhoAmI(): Promise<WhoAmI> {
+  return request<WhoAmI>('whoami');
 }
 
 /**

@@ -21,6 +21,7 @@ import {
   DevboxesApiError,
   dismissKernel,
   getCapabilities,
+  getWhoAmI,
   IKernelProgress,
   IView,
   PRESETS,
@@ -45,6 +46,8 @@ import {
 const WATCH_SECONDS = 25;
 /** Pause before watching again after the server could not answer. */
 const RETRY_MS = 5000;
+/** The name whoami gives the operator's token, whose boxes belong to no one in particular. */
+const OPERATOR = 'operator';
 
 function element<K extends keyof HTMLElementTagNameMap>(
   tag: K,
@@ -128,6 +131,7 @@ export class DevboxSidebar extends Widget {
   private readonly staleDetail: HTMLElement;
   private readonly kernelList: HTMLElement;
   private readonly boxList: HTMLElement;
+  private readonly userLine: HTMLElement;
   private capabilities: Capabilities | null = null;
   private view: IView | null = null;
   private readonly expanded = new Set<string>();
@@ -230,10 +234,11 @@ export class DevboxSidebar extends Widget {
     this.fillEnvironments();
 
     const header = element('header', { class: 'jp-Devboxes-header' });
-    header.append(
-      element('h2', { class: 'jp-Devboxes-title' }, 'Devboxes'),
-      button(addIcon, 'New box', 'devbox-new', () => this.toggleForm())
-    );
+    this.userLine = element('span', { class: 'jp-Devboxes-user', 'data-testid': 'devbox-user' });
+    this.userLine.hidden = true;
+    const heading = element('div', { class: 'jp-Devboxes-heading' });
+    heading.append(element('h2', { class: 'jp-Devboxes-title' }, 'Devboxes'), this.userLine);
+    header.append(heading, button(addIcon, 'New box', 'devbox-new', () => this.toggleForm()));
     this.statusLine = element('div', {
       class: 'jp-Devboxes-statusLine',
       'data-testid': 'devbox-watch-status',
@@ -259,6 +264,7 @@ export class DevboxSidebar extends Widget {
     this.statusBox.append(this.statusLine, this.staleDetail);
     this.node.append(header, this.statusBox, this.form, this.kernelList, this.boxList);
     void this.loadCapabilities();
+    void this.showUser();
     void this.follow();
   }
 
@@ -273,6 +279,25 @@ export class DevboxSidebar extends Widget {
       this.showForm();
     } else {
       this.form.hidden = true;
+    }
+  }
+
+  /**
+   * Names the person this Lab acts as, whose boxes the list holds; nothing for the
+   * operator's token, which is no one in particular. Without an answer the line stays
+   * empty: the list and its errors say what matters.
+   */
+  private async showUser(): Promise<void> {
+    let user: string;
+    try {
+      user = (await getWhoAmI()).user;
+    } catch {
+      return;
+    }
+    if (user !== OPERATOR) {
+      this.userLine.textContent = `as ${user}`;
+      this.userLine.title = `The boxes of ${user}`;
+      this.userLine.hidden = false;
     }
   }
 

@@ -111,6 +111,11 @@ export interface components {
              */
             created_at: string;
             /**
+             * Owner
+             * @default operator
+             */
+            owner: string;
+            /**
              * Expires At
              * @default null
              */

@@ -34,6 +34,7 @@ WORKSPACE_FILES = {
     "devbox-gpu-check": "/usr/local/bin/devbox-gpu-check",
     "devbox-gpu-sampler": "/usr/local/bin/devbox-gpu-sampler",
     "devbox-activity-agent": "/usr/local/bin/devbox-activity-agent",
+    "devbox-person-keys": "/usr/local/bin/devbox-person-keys",
 }
 SUITE = "bookworm"
 MIRRORS = (

@@ -57,7 +57,7 @@ def check(case: Any, controller: Controller) -> None:
         # keys repeat. A key that breaks the rule is left as generated.
         case.headers[IDEMPOTENCY_HEADER] = uuid.uuid4().hex
     token = (case.query or {}).get("continue")
-    filters = [(case.query or {}).get(name) for name in ("state", "profile")]
+    filters = [(case.query or {}).get(name) for name in ("state", "profile", "owner")]
     if isinstance(token, str) and all(f is None or isinstance(f, str) for f in filters):
         # A generated continue token is never one a controller signed, and is refused by
         # design (the paging tests cover it): send one signed for the case's own filters.

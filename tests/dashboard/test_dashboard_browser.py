@@ -1,8 +1,8 @@
 """The dashboard in a real headless Chromium against a controller on the testbed.
 
 Login, the accelerator selector, live scheduling status pushed over the event stream,
-stop, delete with purge, and the layout of an 800 px window. Screenshots land in
-``test-artifacts/dashboard/``.
+stop, delete with purge, the owner column and filter, and the layout of an 800 px window.
+Screenshots land in ``test-artifacts/dashboard/``.
 """
 
 from __future__ import annotations
@@ -162,6 +162,8 @@ def test_dashboard_in_chromium(start_controller: StartController, kube: Any, chr
         expect(first_row.locator(".col-autostop")).to_have_text(re.compile(r"^in 23 h \d+ min$"))
         expect(first_row.locator(".col-state")).to_have_text("ready", timeout=READY_MS)
         expect(first_row.locator(".col-ssh")).to_contain_text("ssh")
+        # Each box names its owner: the operator's token made this one.
+        expect(first_row.locator(".col-owner")).to_have_text("operator")
 
         create_l4(second)
         second_row = page.locator(f'tr[data-box="{second}"]')
@@ -209,6 +211,17 @@ def test_dashboard_in_chromium(start_controller: StartController, kube: Any, chr
         names = {box["name"] for box in api.call("GET", "/devboxes")["items"]}
         assert second not in names
         assert first in names
+
+        # The operator is an admin and may narrow the list to one owner; the page opens its
+        # stream again for that owner alone and keeps the owner's boxes live.
+        owner_filter = page.get_by_label("Owner", exact=True)
+        expect(owner_filter.locator("option")).to_have_text(["Everyone", "operator"])
+        owner_filter.select_option("operator")
+        expect(page.locator("#connection")).to_have_text("Live")
+        expect(first_row.locator(".col-owner")).to_have_text("operator")
+        first_row.get_by_role("button", name=f"Start {first}").click()
+        expect(first_row.locator(".col-state")).not_to_have_text("stopped")
+        shot(page, "dashboard-owner-filter")
 
         assert not [p for p in problems if "Content Security Policy" in p], problems
     finally:

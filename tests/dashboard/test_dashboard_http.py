@@ -374,6 +374,36 @@ def test_events_push_box_changes(
         assert kind == "removed"
 
 
+def test_events_narrowed_to_an_owner_show_only_that_owners_boxes(
+    controller: Controller, signed_in: tuple[requests.Session, str]
+) -> None:
+    browser, _ = signed_in
+    name = box_name()
+    api = f"{controller.url}/api/v1/devboxes"
+    created = requests.post(api, json={"name": name}, headers=controller.headers(), timeout=30)
+    assert created.status_code == 201, created.text
+    try:
+        assert created.json()["owner"] == "operator"
+        for owner, shown in (("operator", True), ("nobody-else", False)):
+            with browser.get(
+                f"{controller.url}/dashboard/events",
+                params={"owner": owner},
+                stream=True,
+                timeout=60,
+            ) as stream:
+                assert stream.status_code == 200
+                kind, snapshot = next(_events(stream))
+            assert kind == "snapshot"
+            assert {box["owner"] for box in snapshot["items"]} <= {owner}
+            assert (name in {box["name"] for box in snapshot["items"]}) is shown
+        refused = browser.get(f"{controller.url}/dashboard/events?owner=", timeout=10)
+        assert refused.status_code == 422
+    finally:
+        requests.delete(
+            f"{api}/{name}", params={"purge": "true"}, headers=controller.headers(), timeout=60
+        )
+
+
 def test_a_session_works_on_every_replica_and_survives_a_restart(
     start_controller: StartController,
 ) -> None:

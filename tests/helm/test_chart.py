@@ -652,7 +652,7 @@ EXPECTED_RULES = {
     ("", "persistentvolumeclaims"): {"get", "list", "watch", "create", "patch", "delete"},
     ("", "events"): {"list", "watch", "create"},
     ("", "secrets"): {"create", "patch"},
-    ("", "configmaps"): {"list", "watch", "create", "patch"},
+    ("", "configmaps"): {"get", "list", "watch", "create", "patch", "update"},
     ("coordination.k8s.io", "leases"): {"get", "create", "update"},
     ("", "resourcequotas"): {"list"},
     ("", "limitranges"): {"list"},

@@ -47,6 +47,7 @@ BOX = {
 # handler classes behind the routes stay free to change.
 ROUTES: dict[tuple[str, str], tuple[str, str] | None] = {
     ("GET", "/capabilities"): ("GET", "/api/v1/capabilities"),
+    ("GET", "/whoami"): ("GET", "/api/v1/whoami"),
     ("GET", "/watch"): None,
     ("GET", "/devboxes"): ("GET", "/api/v1/devboxes"),
     ("POST", "/devboxes"): ("POST", "/api/v1/devboxes"),
@@ -58,6 +59,7 @@ ROUTES: dict[tuple[str, str], tuple[str, str] | None] = {
 PATHS = sorted({path for _, path in ROUTES})
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 CAPABILITIES = {"gpu": {"enabled": False, "default_profile": None, "profiles": []}}
+WHOAMI = {"user": "ada", "mode": "hub", "groups": ["ml"], "admin": False}
 DELETED = {"name": "atlas", "purged": False, "message": "devbox atlas deleted; volume kept"}
 
 
@@ -153,6 +155,8 @@ def _answer(method: str, path: str) -> tuple[int, Any]:
     """What the stand-in controller answers to one call of the Devboxes API."""
     if path.endswith("/capabilities"):
         return 200, CAPABILITIES
+    if path.endswith("/whoami"):
+        return 200, WHOAMI
     if path == "/api/v1/devboxes":
         return (201, BOX) if method == "POST" else (200, {"items": [BOX]})
     return (200, DELETED) if method == "DELETE" else (200, BOX)
@@ -190,6 +194,8 @@ async def test_each_route_answers_with_its_controller_call(
     if body is CAPABILITIES:
         # A controller without image profiles: the SDK reads that as none on offer.
         assert answered == {**CAPABILITIES, "images": {"enabled": False, "profiles": []}}
+    elif body is WHOAMI:
+        assert answered == WHOAMI
     else:
         assert (answered["items"][0] if "items" in body else answered)["name"] == "atlas"
 

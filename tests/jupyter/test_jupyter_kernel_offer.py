@@ -22,11 +22,12 @@ def no_controller(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.usefixtures("no_controller")
-def test_kernels_need_a_key_file_and_then_a_controller(
+def test_kernels_need_a_configured_key_to_exist_and_then_a_controller(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     config = Config()
-    assert (kernel_problem(config) or "").startswith("no SSH key configured for devbox kernels")
+    # No key configured: kernels make their own, so only the controller is missing.
+    assert (kernel_problem(config) or "").startswith("no Devboxes controller for them")
 
     key = tmp_path / "id_ed25519"
     config.DevboxKernelProvisioner.ssh_key_file = str(key)

@@ -157,6 +157,11 @@ def test_timeout_shows_the_place_in_line_and_how_to_cancel(
     status = devbox(controller_env, "status", "cli-l4-c")
     assert "nodes are available: " in status.stdout
     assert "Insufficient nvidia.com/gpu" in status.stdout
+    assert re.search(r"^Owner: +operator$", status.stdout, re.MULTILINE), status.stdout
+    # The operator token is an admin's: the list names each box's owner.
+    listed = devbox(controller_env, "list").stdout.splitlines()
+    assert listed[0].split()[:3] == ["NAME", "OWNER", "STATE"]
+    assert next(line for line in listed if line.startswith("cli-l4-a ")).split()[1] == "operator"
 
     cancelled = devbox(controller_env, "delete", "cli-l4-c")
     assert cancelled.returncode == 0, cancelled.stderr

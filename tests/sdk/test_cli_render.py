@@ -170,6 +170,49 @@ def test_boxes_table_gains_a_reason_column_when_a_box_waits(client: Client) -> N
     assert lines[2].endswith(f"  {waiting}")
 
 
+def test_boxes_table_names_owners_after_the_box_with_the_reason_last(client: Client) -> None:
+    boxes = [
+        make_box(client, name="mine", owner="ada", gpu=None, ssh_command=None),
+        make_box(
+            client, name="theirs", owner="grace", state="starting", gpu=None, summary="Pulling"
+        ),
+    ]
+    lines = render.boxes_table(boxes, NOW, owners=True).splitlines()
+    assert lines[0].split() == [
+        "NAME",
+        "OWNER",
+        "STATE",
+        "SIZE",
+        "AUTO-STOP",
+        "ACCELERATOR",
+        "SSH",
+        "REASON",
+    ]
+    assert lines[1].startswith("mine    ada    ready")
+    assert lines[2].startswith("theirs  grace  starting")
+    assert lines[2].endswith("  Pulling")
+    assert "OWNER" not in render.boxes_table(boxes, NOW)
+
+
+@pytest.mark.parametrize(
+    ("owners", "me", "shown"),
+    [
+        # A person's own list: every box is theirs, so the column would repeat their name.
+        (["ada", "ada"], models.WhoAmI(user="ada", mode="oidc"), False),
+        # An admin's list can hold anyone's boxes, even when this page holds only theirs.
+        (["ada"], models.WhoAmI(user="ada", mode="oidc", admin=True), True),
+        (["ada"], models.WhoAmI(user="operator", mode="operator", admin=True), True),
+        # A box of someone else's is named whoever lists it.
+        (["ada", "grace"], models.WhoAmI(user="ada", mode="oidc"), True),
+    ],
+)
+def test_the_owner_column_appears_for_admins_or_boxes_of_others(
+    client: Client, owners: list[str], me: models.WhoAmI, shown: bool
+) -> None:
+    boxes = [make_box(client, name=f"box-{i}", owner=owner) for i, owner in enumerate(owners)]
+    assert render.shows_owners(boxes, me) is shown
+
+
 def test_profiles_table_marks_default() -> None:
     assert render.profiles_table(make_catalog(), None).splitlines() == [
         "PROFILE              NAME              COUNT  RESOURCE                FREE  WAITING  "
@@ -252,8 +295,10 @@ def test_box_details_lists_every_field(client: Client) -> None:
         repository="octo/repo",
         storage_size="30Gi",
         restarts=2,
+        owner="ada",
     )
     lines = dict(line.split(":", 1) for line in render.box_details(box, NOW).splitlines())
+    assert lines["Owner"].strip() == "ada"
     assert lines["State"].strip() == "starting"
     assert lines["Message"].strip().endswith("3 Insufficient nvidia.com/gpu.")
     assert lines["Accelerator"].strip() == "NVIDIA L4 · 1 × nvidia.com/gpu"

@@ -29,6 +29,7 @@ from ..config.settings import (
     SnapshotError,
 )
 from ..k8s.timestamps import format_timestamp, parse_timestamp
+from . import ownership, sshkeys
 
 LABEL_BOX = "devboxes.io/box"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -51,6 +52,7 @@ ANNOTATION_GPU_SNAPSHOT = ANNOTATION_PREFIX + "gpu-profile-snapshot"
 ANNOTATION_GPU_PROFILE = ANNOTATION_PREFIX + "gpu-profile"
 ANNOTATION_GPU_RESOURCE = ANNOTATION_PREFIX + "gpu-resource"
 ANNOTATION_GPU_COUNT = ANNOTATION_PREFIX + "gpu-count"
+ANNOTATION_GPU_DEVICE_CLASS = ANNOTATION_PREFIX + "gpu-device-class"
 ANNOTATION_IMAGE_SNAPSHOT = ANNOTATION_PREFIX + "image-profile-snapshot"
 ANNOTATION_IMAGE_PROFILE = ANNOTATION_PREFIX + "image-profile"
 ANNOTATION_PRESET = ANNOTATION_PREFIX + "preset"
@@ -140,6 +142,8 @@ class BoxSpec:
     # None for a new box: rendered from the settings, then pinned.
     pinned: PinnedMain | None = None
     image: ImageProfileConfig | None = None
+    # The person the box belongs to; None for the operator's boxes.
+    owner: str | None = None
 
 
 def canonical_json(value: Any) -> str:
@@ -175,6 +179,16 @@ def labels(box: str, component: str) -> dict[str, str]:
     }
 
 
+def person_labels(owner: str, component: str) -> dict[str, str]:
+    """The labels of an object that belongs to a person rather than to one box."""
+    return {
+        LABEL_NAME: APP_NAME,
+        LABEL_COMPONENT: component,
+        LABEL_MANAGED_BY: MANAGER,
+        **ownership.marks(owner)[0],
+    }
+
+
 def box_selector(box: str) -> dict[str, str]:
     """The pod selector of a box's Deployment and Service."""
     return {LABEL_BOX: box}
@@ -187,8 +201,18 @@ def box_name_of(obj: dict[str, Any]) -> str | None:
     return name if isinstance(name, str) and name else None
 
 
-def _metadata(name: str, settings: Settings, box: str, component: str) -> dict[str, Any]:
+def _box_metadata(name: str, settings: Settings, box: str, component: str) -> dict[str, Any]:
     return {"name": name, "namespace": settings.namespace, "labels": labels(box, component)}
+
+
+def _metadata(spec: BoxSpec, name: str, settings: Settings, component: str) -> dict[str, Any]:
+    """Name, namespace, the box's labels and its owner's marks."""
+    metadata = _box_metadata(name, settings, spec.name, component)
+    owner_labels, owner_annotations = ownership.marks(spec.owner)
+    metadata["labels"].update(owner_labels)
+    if owner_annotations:
+        metadata["annotations"] = owner_annotations
+    return metadata
 
 
 def render_pvc(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
@@ -199,7 +223,7 @@ def render_pvc(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
     }
     if settings.storage_class_name is not None:
         pvc_spec["storageClassName"] = settings.storage_class_name
-    metadata = _metadata(object_names(spec.name).pvc, settings, spec.name, COMPONENT_HOME)
+    metadata = _metadata(spec, object_names(spec.name).pvc, settings, COMPONENT_HOME)
     if spec.gpu is not None:
         metadata["labels"][LABEL_GPU_PROFILE] = spec.gpu.name
     return {
@@ -214,7 +238,7 @@ def render_service(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _metadata(object_names(spec.name).service, settings, spec.name, COMPONENT_SSH),
+        "metadata": _metadata(spec, object_names(spec.name).service, settings, COMPONENT_SSH),
         "spec": {
             "type": settings.ssh.service_type,
             "selector": box_selector(spec.name),
@@ -281,7 +305,7 @@ def render_claim_template(spec: BoxSpec, settings: Settings) -> dict[str, Any] |
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",
-        "metadata": _metadata(name, settings, spec.name, COMPONENT_GPU),
+        "metadata": _metadata(spec, name, settings, COMPONENT_GPU),
         "spec": {
             "metadata": {"labels": labels(spec.name, COMPONENT_GPU)},
             "spec": {"devices": {"requests": [request]}},
@@ -355,7 +379,12 @@ def _main_container(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
             {"name": HOME_VOLUME, "mountPath": HOME_MOUNT_PATH},
             *(
                 [{"name": KEYS_VOLUME, "mountPath": KEYS_MOUNT_PATH, "readOnly": True}]
-                if settings.ssh.authorized_keys_secret
+                if _operator_keys(spec, settings)
+                else []
+            ),
+            *(
+                [{"name": sshkeys.VOLUME, "mountPath": sshkeys.MOUNT_PATH, "readOnly": True}]
+                if ownership.person(spec.owner) is not None
                 else []
             ),
             *(
@@ -483,6 +512,25 @@ def _gpu_samples_volume() -> dict[str, Any]:
     return {"name": GPU_SAMPLES_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}
 
 
+def _operator_keys(spec: BoxSpec, settings: Settings) -> bool:
+    """The operator's keys open the operator's boxes only: a person's box trusts the keys
+    that person added, so one leaked operator key does not open every box."""
+    return bool(settings.ssh.authorized_keys_secret) and ownership.person(spec.owner) is None
+
+
+def _person_keys_volume(owner: str) -> dict[str, Any]:
+    # Optional: a person who has not added a key yet has no ConfigMap, and the box starts.
+    return {
+        "name": sshkeys.VOLUME,
+        "configMap": {
+            "name": sshkeys.config_map_name(owner),
+            "items": [{"key": sshkeys.AUTHORIZED_KEYS, "path": sshkeys.AUTHORIZED_KEYS}],
+            "defaultMode": 0o444,
+            "optional": True,
+        },
+    }
+
+
 def _activity_volume(spec: BoxSpec) -> dict[str, Any]:
     return {
         "name": ACTIVITY_VOLUME,
@@ -501,7 +549,9 @@ def render_activity_secret(box: str, settings: Settings, credential: str) -> dic
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": _metadata(object_names(box).activity_secret, settings, box, COMPONENT_ACTIVITY),
+        "metadata": _box_metadata(
+            object_names(box).activity_secret, settings, box, COMPONENT_ACTIVITY
+        ),
         "type": "Opaque",
         "stringData": {ACTIVITY_CREDENTIAL_KEY: credential},
     }
@@ -542,7 +592,12 @@ def _pod_spec(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
                         },
                     }
                 ]
-                if settings.ssh.authorized_keys_secret
+                if _operator_keys(spec, settings)
+                else []
+            ),
+            *(
+                [_person_keys_volume(owner)]
+                if (owner := ownership.person(spec.owner)) is not None
                 else []
             ),
             *([_activity_volume(spec)] if _reports_activity(spec, settings) else []),
@@ -611,6 +666,8 @@ def _annotations(spec: BoxSpec) -> dict[str, str]:
         annotations[ANNOTATION_GPU_PROFILE] = spec.gpu.name
         if spec.gpu.resource_name is not None:
             annotations[ANNOTATION_GPU_RESOURCE] = spec.gpu.resource_name
+        if spec.gpu.device_class_name is not None:
+            annotations[ANNOTATION_GPU_DEVICE_CLASS] = spec.gpu.device_class_name
         annotations[ANNOTATION_GPU_COUNT] = str(spec.gpu.count)
     if spec.image is not None:
         annotations[ANNOTATION_IMAGE_SNAPSHOT] = spec.image.snapshot_json()
@@ -621,14 +678,20 @@ def _annotations(spec: BoxSpec) -> dict[str, str]:
 def render_deployment(spec: BoxSpec, settings: Settings, replicas: int = 1) -> dict[str, Any]:
     """The box's Deployment; its annotations pin the preset, the TTL and the GPU and
     image profiles."""
-    template_metadata: dict[str, Any] = {"labels": labels(spec.name, COMPONENT_WORKSPACE)}
+    # The pod carries its owner's marks too: the queue and the limits count pods by person.
+    owner_labels, owner_annotations = ownership.marks(spec.owner)
+    template_metadata: dict[str, Any] = {
+        "labels": {**labels(spec.name, COMPONENT_WORKSPACE), **owner_labels}
+    }
+    pod_annotations = dict(owner_annotations)
     if spec.gpu is not None:
-        template_metadata["annotations"] = {ANNOTATION_GPU_PROFILE: spec.gpu.name}
-    metadata = _metadata(
-        object_names(spec.name).deployment, settings, spec.name, COMPONENT_WORKSPACE
-    )
+        pod_annotations[ANNOTATION_GPU_PROFILE] = spec.gpu.name
+    if pod_annotations:
+        template_metadata["annotations"] = pod_annotations
+    metadata = _metadata(spec, object_names(spec.name).deployment, settings, COMPONENT_WORKSPACE)
     template = {"metadata": template_metadata, "spec": _pod_spec(spec, settings)}
     metadata["annotations"] = {
+        **metadata.get("annotations", {}),
         **_annotations(spec),
         ANNOTATION_PINNED_MAIN: _pinned_main(template).to_json(),
         ANNOTATION_TEMPLATE: canonical_json(template_hashes(template)),
@@ -703,6 +766,7 @@ def spec_from_deployment(deployment: dict[str, Any]) -> BoxSpec:
             raise SnapshotError(f"box {name!r}: {exc}") from None
     repository = annotations.get(ANNOTATION_REPOSITORY)
     pinned_text = annotations.get(ANNOTATION_PINNED_MAIN)
+    owner = ownership.owner_of(deployment)
     return BoxSpec(
         name=name,
         preset=preset,
@@ -712,6 +776,7 @@ def spec_from_deployment(deployment: dict[str, Any]) -> BoxSpec:
         gpu=gpu,
         pinned=None if pinned_text is None else _read_pinned(name, pinned_text),
         image=image,
+        owner=ownership.person(owner),
     )
 
 

@@ -25,7 +25,7 @@ from devboxes_sdk.models import (
 from ..config.settings import GpuProfileConfig, ImageProfileConfig, Settings, SnapshotError
 from ..k8s.kube import Obj
 from ..k8s.timestamps import parse_timestamp
-from . import activity, render, template
+from . import activity, ownership, render, template
 
 STOPPED = "Stopped; storage is kept. Start it to continue."
 EXPIRED = "Stopped when its time to live ran out at {at}; storage is kept."
@@ -390,6 +390,7 @@ def derive(objects: BoxObjects, settings: Settings, now: datetime) -> Devbox:
         state=state,
         preset=annotations.get(render.ANNOTATION_PRESET, "small"),
         created_at=_parse_time(metadata.get("creationTimestamp")) or now,
+        owner=ownership.owner_of(deployment),
         expires_at=_parse_time(annotations.get(render.ANNOTATION_EXPIRES_AT)),
         repository=annotations.get(render.ANNOTATION_REPOSITORY) or None,
         ssh_host=host if show_ssh else None,

@@ -1195,6 +1195,50 @@ class IdleSettings(_Model):
 
 
 GroupName = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+MAX_LIMITED_BOXES = 100_000
+MAX_LIMITED_DEVICES = 100_000
+MAX_LIMITED_GROUPS = 256
+LimitCount = Annotated[
+    int,
+    BeforeValidator(_whole_number),
+    AfterValidator(_int_range(0, MAX_LIMITED_BOXES)),
+    _integers(0, MAX_LIMITED_BOXES),
+]
+# A device limit is keyed by what profiles request: an extended resource name or a DRA
+# device class name.
+DeviceKey = Annotated[str, StringConstraints(min_length=1, max_length=253)]
+
+
+class Quota(_Model):
+    """How much one person, or one group's members together, may hold."""
+
+    # Boxes that exist, running or stopped.
+    boxes: LimitCount | None = None
+    # Devices held by running boxes, by resource name or DRA device class name.
+    devices: dict[DeviceKey, LimitCount] = Field(default_factory=dict, max_length=64)
+
+
+class GroupLimits(Quota):
+    """A group's quota, and what its members may ask for."""
+
+    # The presets members may create boxes with; None: any.
+    presets: list[Preset] | None = Field(default=None, min_length=1)
+    # The longest time to live members may ask for; None: ttl.maxHours.
+    max_ttl_hours: Annotated[StrictInt, Field(ge=1)] | None = None
+
+
+class LimitSettings(_Model):
+    """Per-person and per-group limits, checked on create and start. The operator token has
+    none."""
+
+    per_person: Quota = Field(default_factory=Quota)
+    groups: dict[GroupName, GroupLimits] = Field(
+        default_factory=dict, max_length=MAX_LIMITED_GROUPS
+    )
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.groups or self.per_person.boxes is not None or self.per_person.devices)
 
 
 class AuthSettings(_Model):
@@ -1221,10 +1265,13 @@ class Settings(_Model):
     idle: IdleSettings = Field(default_factory=IdleSettings)
     connections: ConnectionSettings = Field(default_factory=ConnectionSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
+    limits: LimitSettings = Field(default_factory=LimitSettings)
 
     @classmethod
     def _rules(cls, raw: Mapping[str, Any]) -> list[Violation]:
-        found: list[Violation] = _idle_profile_rules(raw) + _accelerator_rules(raw)
+        found: list[Violation] = (
+            _idle_profile_rules(raw) + _accelerator_rules(raw) + _limit_rules(raw)
+        )
         presets = _lookup(raw, "presets")
         if isinstance(presets, Mapping):
             missing = [p for p in PRESETS if p not in presets]
@@ -1251,6 +1298,50 @@ class Settings(_Model):
     def capabilities(self) -> Capabilities:
         """Discovery: the GPU and image catalogs as users may see them."""
         return Capabilities(gpu=self.gpu.capabilities(), images=self.images.capabilities())
+
+
+def _limit_rules(raw: Mapping[str, Any]) -> list[Violation]:
+    """Device limits name what some profile requests; no group may outlast ttl.maxHours."""
+    limits = _lookup(raw, "limits")
+    if not isinstance(limits, Mapping):
+        return []
+    gpu = _lookup(raw, "gpu")
+    profiles = _lookup(gpu, "profiles") if isinstance(gpu, Mapping) else None
+    requested = {
+        key
+        for profile in (profiles if isinstance(profiles, list) else [])
+        if isinstance(profile, Mapping)
+        for key in (_lookup(profile, "resource_name"), _lookup(profile, "device_class_name"))
+        if isinstance(key, str)
+    }
+    offered = ", ".join(sorted(requested)) or "none"
+    ttl = _lookup(raw, "ttl")
+    max_hours = _lookup(ttl, "max_hours") if isinstance(ttl, Mapping) else None
+    max_hours = 168 if max_hours is None else max_hours
+    quotas: list[tuple[Loc, object]] = [(("limits", "perPerson"), _lookup(limits, "per_person"))]
+    groups = _lookup(limits, "groups")
+    if isinstance(groups, Mapping):
+        quotas += [(("limits", "groups", str(name)), quota) for name, quota in groups.items()]
+    found: list[Violation] = []
+    for loc, quota in quotas:
+        if not isinstance(quota, Mapping):
+            continue
+        devices = _lookup(quota, "devices")
+        found += [
+            (
+                (*loc, "devices", str(key)),
+                f"no GPU profile requests {key!r} (profiles request: {offered})",
+            )
+            for key in (devices if isinstance(devices, Mapping) else {})
+            if key not in requested
+        ]
+        hours = _lookup(quota, "max_ttl_hours")
+        numbers = all(isinstance(v, int) and not isinstance(v, bool) for v in (hours, max_hours))
+        if numbers and hours > max_hours:
+            found.append(
+                ((*loc, "maxTtlHours"), f"{hours} must not exceed ttl.maxHours ({max_hours})")
+            )
+    return found
 
 
 def _idle_profile_rules(raw: Mapping[str, Any]) -> list[Violation]:

@@ -8,7 +8,9 @@ response to a write waits (briefly) until the store has seen it.
 
 from __future__ import annotations
 
+import json
 import logging
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
@@ -19,7 +21,7 @@ from kubernetes import client
 from devboxes_sdk.labels import accelerator_label
 from devboxes_sdk.models import ActivityReport, DeleteResult, Devbox, DevboxCreate
 
-from ..box import activity, idempotency, render, status, template
+from ..box import activity, idempotency, ownership, render, status, template
 from ..config.formats import quantity_value
 from ..config.settings import (
     ACTIVITY_SIDECAR,
@@ -31,6 +33,7 @@ from ..config.settings import (
 from ..k8s import kube
 from ..k8s.kube import RETRY_AFTER_SECONDS, ApiProblem, Conflict, NotFound, Obj, rule_broken
 from ..k8s.timestamps import format_timestamp
+from ..placement import limits
 from ..state.metrics import METRICS
 from ..state.store import BoxStore
 
@@ -51,6 +54,7 @@ class Lifecycle:
         self._apps = client.AppsV1Api(api)
         self._resource = client.ResourceV1Api(api)
         self._events = ThreadPoolExecutor(max_workers=1, thread_name_prefix="k8s-events")
+        self._limits_lock = threading.Lock()
 
     def stop(self) -> None:
         self._events.shutdown(wait=False)
@@ -85,7 +89,7 @@ class Lifecycle:
 
         self._events.submit(send)
 
-    def validate(self, request: DevboxCreate) -> render.BoxSpec:
+    def validate(self, request: DevboxCreate, owner: str | None = None) -> render.BoxSpec:
         """Every rule, before any write: TTL bound, preset, the GPU and image profiles."""
         ttl = self.settings.ttl
         if request.ttl_hours > ttl.max_hours:
@@ -108,18 +112,49 @@ class Lifecycle:
             expires_at=self.clock() + timedelta(hours=request.ttl_hours),
             gpu=profile,
             image=image,
+            owner=owner,
         )
 
-    def create(self, request: DevboxCreate, key: str | None = None) -> Devbox:
-        """A new box; with the client's idempotency ``key``, a retry of a create that
-        already made the box answers that box instead of a conflict."""
-        spec = self.validate(request)
+    def create(
+        self, request: DevboxCreate, key: str | None = None, asker: limits.Asker | None = None
+    ) -> Devbox:
+        """A new box of ``asker`` (None: the operator's), within their limits; with the
+        client's idempotency ``key``, a retry of a create that already made the box answers
+        that box instead of a conflict."""
+        owner = asker.person if asker is not None else None
+        spec = self.validate(request, owner)
+        if asker is None or not self.settings.limits.enabled:
+            return self._create(spec, request, key, None)
+        limits.check_request(self.settings.limits, asker, spec.preset, spec.ttl_hours)
+        # Checked and written under one lock, so that two creates of one replica cannot
+        # both take the last place.
+        with self._limits_lock:
+            ask = limits.Ask(asker, new_box=True, device=_device(spec), count=_count(spec))
+            existing = self.store.deployment(spec.name)
+            if existing is None:
+                limits.check_quota(self.settings.limits, ask, self._holdings())
+            return self._create(spec, request, key, asker)
+
+    def _holdings(self) -> list[limits.Holding]:
+        return [limits.holding(deployment) for deployment in self.store.deployments()]
+
+    def _create(
+        self,
+        spec: render.BoxSpec,
+        request: DevboxCreate,
+        key: str | None,
+        asker: limits.Asker | None,
+    ) -> Devbox:
+        owner = spec.owner
         names = render.object_names(spec.name)
         made_by = idempotency.CreateRequest.of(key, request) if key is not None else None
         existing = self.store.deployment(spec.name)
         if existing is not None:
-            return self._created_before(spec.name, existing, made_by)
+            return self._created_before(spec.name, existing, made_by, owner)
         claim = self.store.claim(spec.name)
+        if claim is not None and ownership.owner_of(claim) != (owner or ownership.OPERATOR):
+            # Another person's retained home volume: theirs to reuse or purge, never ours.
+            raise Conflict(f"the name '{spec.name}' is taken; choose another")
         if claim is not None and claim["metadata"].get("deletionTimestamp"):
             raise Conflict(
                 f"the home volume {names.pvc} of a purged devbox '{spec.name}' is still being "
@@ -134,6 +169,10 @@ class Lifecycle:
             # In the same write as the box, so that no retry can see one without the other.
             wanted_deployment["metadata"]["annotations"][idempotency.ANNOTATION_CREATE_REQUEST] = (
                 made_by.annotation()
+            )
+        if asker is not None:
+            wanted_deployment["metadata"]["annotations"][ownership.ANNOTATION_OWNER_GROUPS] = (
+                _groups_record(self.settings, asker)
             )
         wanted_service = render.render_service(spec, self.settings)
         # The claim first: until it exists the scheduler refuses the pod with a confusing
@@ -158,7 +197,7 @@ class Lifecycle:
                     f"devbox '{spec.name}' was deleted while this create was being made; "
                     "send the create again to make a new box"
                 ) from None
-            return self._created_before(spec.name, existing, made_by)
+            return self._created_before(spec.name, existing, made_by, owner)
         METRICS.writes.labels("create").inc()
         self._apply_service(wanted_service, deployment)
         self._apply_claim_template(spec, deployment)
@@ -177,11 +216,16 @@ class Lifecycle:
         return self._current(spec.name, deployment)
 
     def _created_before(
-        self, name: str, existing: Obj, made_by: idempotency.CreateRequest | None
+        self,
+        name: str,
+        existing: Obj,
+        made_by: idempotency.CreateRequest | None,
+        owner: str | None,
     ) -> Devbox:
         """The box as it is now when this request created it on an earlier try; else the
         name is taken."""
-        if made_by is None or not made_by.made(existing):
+        mine = ownership.owner_of(existing) == (owner or ownership.OPERATOR)
+        if made_by is None or not mine or not made_by.made(existing):
             raise Conflict(f"devbox '{name}' already exists")
         return self._current(name, existing)
 
@@ -339,9 +383,11 @@ class Lifecycle:
         log.info("box stopped for idleness", extra={"box": name, "minutes": minutes})
         return self._current(name, updated)
 
-    def _deployment(self, name: str) -> Obj:
+    def _deployment(self, name: str, scope: str | None = None) -> Obj:
+        """The box's Deployment, when the box is ``scope``'s (any box's when None):
+        another person's box is as absent as one that does not exist."""
         deployment = self.store.deployment(name)
-        if deployment is None:
+        if deployment is None or not ownership.visible(deployment, scope):
             raise NotFound(f"devbox '{name}' not found")
         return deployment
 
@@ -356,14 +402,30 @@ class Lifecycle:
         self.store.has_seen(updated)
         return updated
 
-    def start_box(self, name: str) -> Devbox:
-        """Replicas 1 and a renewed TTL, from the pinned snapshot; storage and Service repaired."""
-        deployment = self._deployment(name)
+    def start_box(
+        self, name: str, scope: str | None = None, asker: limits.Asker | None = None
+    ) -> Devbox:
+        """Replicas 1 and a renewed TTL, from the pinned snapshot; storage and Service
+        repaired. A person's start stays within the limits of the box's owner."""
+        if asker is None or not self.settings.limits.enabled:
+            return self._start(name, scope, None)
+        with self._limits_lock:
+            return self._start(name, scope, asker)
+
+    def _start(self, name: str, scope: str | None, asker: limits.Asker | None) -> Devbox:
+        deployment = self._deployment(name, scope)
         try:
             spec = render.spec_from_deployment(deployment)
         except SnapshotError as err:
             raise Conflict(f"devbox '{name}' cannot be started: {err}") from None
-        if (deployment.get("spec") or {}).get("replicas", 1) == 0:
+        stopped = (deployment.get("spec") or {}).get("replicas", 1) == 0
+        groups: dict[str, str] = {}
+        if asker is not None and stopped and spec.owner == asker.person:
+            ask = limits.Ask(asker, new_box=False, device=_device(spec), count=_count(spec))
+            others = [d for d in self.store.deployments() if d is not deployment]
+            limits.check_quota(self.settings.limits, ask, [limits.holding(d) for d in others])
+            groups[ownership.ANNOTATION_OWNER_GROUPS] = _groups_record(self.settings, asker)
+        if stopped:
             # The release's changes go in before the pod exists, so it starts with them.
             self.rebuild_if_changed(deployment)
         expires = self.clock() + timedelta(hours=spec.ttl_hours)
@@ -372,6 +434,7 @@ class Lifecycle:
             {
                 "metadata": {
                     "annotations": {
+                        **groups,
                         render.ANNOTATION_EXPIRES_AT: format_timestamp(expires),
                         render.ANNOTATION_EXPIRED_AT: None,
                         # A new pod: what the last one's agent said no longer holds.
@@ -409,9 +472,11 @@ class Lifecycle:
         log.info("box rebuilt", extra={"box": name, "changes": changed})
         return updated
 
-    def stop_box(self, name: str, expired_at: datetime | None = None) -> Devbox:
+    def stop_box(
+        self, name: str, expired_at: datetime | None = None, scope: str | None = None
+    ) -> Devbox:
         """Replicas 0; the claim, the snapshot and the TTL annotation stay."""
-        self._deployment(name)
+        self._deployment(name, scope)
         annotations: dict[str, Any] = {}
         if expired_at is not None:
             annotations[render.ANNOTATION_EXPIRED_AT] = format_timestamp(expired_at)
@@ -424,11 +489,15 @@ class Lifecycle:
             self.record(updated, "Stopped", "Stopped on request; storage kept")
         return self._current(name, updated)
 
-    def delete(self, name: str, purge: bool) -> DeleteResult:
+    def delete(self, name: str, purge: bool, scope: str | None = None) -> DeleteResult:
         """Compute and Service go; the home claim stays unless ``purge``."""
         names = render.object_names(name)
         deployment = self.store.deployment(name)
         claim = self.store.claim(name)
+        if deployment is not None and not ownership.visible(deployment, scope):
+            deployment = claim = None
+        if claim is not None and not ownership.visible(claim, scope):
+            claim = None
         if deployment is None and not (purge and claim is not None):
             raise NotFound(f"devbox '{name}' not found")
         for function, object_name in (
@@ -467,9 +536,9 @@ class Lifecycle:
             self.store.has_forgotten_claim(name)
         return deleted
 
-    def extend_box(self, name: str, hours: int) -> Devbox:
+    def extend_box(self, name: str, hours: int, scope: str | None = None) -> Devbox:
         """Push a running box's deadline back, never beyond ``ttl.maxHours`` from now."""
-        deployment = self._deployment(name)
+        deployment = self._deployment(name, scope)
         if (deployment.get("spec") or {}).get("replicas", 1) == 0:
             raise Conflict(f"devbox '{name}' is stopped; start it, which renews its time to live")
         try:
@@ -518,6 +587,21 @@ class Lifecycle:
             f"Extended by {hours} h; stops automatically at {stamp}",
         )
         return self._current(name, updated)
+
+
+def _device(spec: render.BoxSpec) -> str | None:
+    """What a box's devices are counted by in the limits."""
+    if spec.gpu is None:
+        return None
+    return spec.gpu.resource_name or spec.gpu.device_class_name
+
+
+def _count(spec: render.BoxSpec) -> int:
+    return spec.gpu.count if spec.gpu is not None else 0
+
+
+def _groups_record(settings: Settings, asker: limits.Asker) -> str:
+    return json.dumps(limits.limited_groups(settings.limits, asker.groups))
 
 
 def _owned_by(deployment: Obj) -> list[Obj]:

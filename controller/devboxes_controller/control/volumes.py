@@ -11,7 +11,7 @@ import logging
 
 from devboxes_sdk.models import DeleteResult, Volume, VolumeList
 
-from ..box import render
+from ..box import ownership, render
 from ..k8s.kube import Conflict, NotFound, Obj
 from ..k8s.timestamps import parse_timestamp
 from ..state.store import BoxStore
@@ -31,6 +31,7 @@ def _volume(claim: Obj, box: str) -> Volume:
         size=str(size) if size else None,
         created_at=parse_timestamp(metadata["creationTimestamp"]),
         last_profile=(metadata.get("labels") or {}).get(render.LABEL_GPU_PROFILE) or None,
+        owner=ownership.owner_of(claim),
     )
 
 
@@ -49,26 +50,30 @@ def _retained_claim(store: BoxStore, claim: Obj) -> str | None:
     return box
 
 
-def retained(store: BoxStore) -> VolumeList:
-    """Every home claim without a box, oldest first."""
+def retained(store: BoxStore, scope: str | None = None) -> VolumeList:
+    """Every home claim without a box of ``scope`` (everyone's when None), oldest first."""
     found = []
     for claim in store.claims():
         box = _retained_claim(store, claim)
-        if box is not None:
+        if box is not None and ownership.visible(claim, scope):
             found.append(_volume(claim, box))
     found.sort(key=lambda v: (v.created_at, v.name))
     return VolumeList(items=found)
 
 
-def purge(lifecycle: Lifecycle, name: str) -> DeleteResult:
-    """Delete the retained home volume of ``name``; a box that still exists keeps its own."""
+def purge(lifecycle: Lifecycle, name: str, scope: str | None = None) -> DeleteResult:
+    """Delete the retained home volume of ``name``; a box that still exists keeps its own.
+    Another person's volume (``scope`` set) is as absent as one that does not exist."""
     pvc = render.object_names(name).pvc
     store = lifecycle.store
-    if store.deployment(name) is not None:
+    claim = store.claim(name)
+    if claim is not None and not ownership.visible(claim, scope):
+        claim = None
+    deployment = store.deployment(name)
+    if deployment is not None and ownership.visible(deployment, scope):
         raise Conflict(
             f"devbox '{name}' still exists and uses {pvc}; delete the box with purge instead"
         )
-    claim = store.claim(name)
     if claim is None or _retained_claim(store, claim) is None or not lifecycle.purge_claim(name):
         raise NotFound(f"no retained home volume for '{name}'")
     log.info("volume purged", extra={"box": name})

@@ -21,7 +21,7 @@ from devboxes_sdk.models import PRESETS, DoctorCheck, DoctorReport, DoctorVerdic
 
 from ..box import render
 from ..config.formats import is_digest
-from ..config.settings import GpuProfileConfig, ImageProfileConfig, Settings
+from ..config.settings import GpuProfileConfig, ImageProfileConfig, Quota, Settings
 from ..k8s import kube
 from ..k8s.kube import ApiProblem, Obj
 from . import admission, capacity
@@ -64,7 +64,7 @@ PERMISSIONS: tuple[Permission, ...] = (
     *_grant("", "persistentvolumeclaims", "get list watch create patch delete"),
     *_grant("", "events", "list watch create"),
     *_grant("", "secrets", "create patch"),
-    *_grant("", "configmaps", "list watch create patch"),
+    *_grant("", "configmaps", "get list watch create patch update"),
     *_grant("coordination.k8s.io", "leases", "get create update"),
     *_grant("resource.k8s.io", "resourceclaimtemplates", "list watch create"),
     *_grant("resource.k8s.io", "resourceclaims", "list watch"),
@@ -624,6 +624,41 @@ def _permissions(settings: Settings, facts: Facts) -> list[DoctorCheck]:
     return found
 
 
+def _quota_text(quota: Quota) -> list[str]:
+    parts = [f"{quota.boxes} boxes"] if quota.boxes is not None else []
+    parts += [f"{count} {device} running" for device, count in sorted(quota.devices.items())]
+    return parts
+
+
+def _limits(settings: Settings) -> DoctorCheck:
+    """What the limits are, in one line, for an operator checking what people meet."""
+    limits = settings.limits
+    if not limits.enabled:
+        return _check(
+            None,
+            "limits",
+            "pass",
+            "no limits: each person may hold any number of boxes and devices",
+        )
+    parts = []
+    person = _quota_text(limits.per_person)
+    if person:
+        parts.append(f"each person: at most {', '.join(person)}")
+    for name, group in sorted(limits.groups.items()):
+        bounds = _quota_text(group)
+        if group.presets is not None:
+            bounds.append(f"presets {'/'.join(group.presets)}")
+        if group.max_ttl_hours is not None:
+            bounds.append(f"time to live up to {group.max_ttl_hours} h")
+        parts.append(f"group {name}: {', '.join(bounds) or 'no bounds'}")
+    return _check(
+        None,
+        "limits",
+        "pass",
+        "; ".join(parts) + " (checked on create and start; the operator token has no limits)",
+    )
+
+
 def _ssh_keys(settings: Settings) -> DoctorCheck:
     secret = settings.ssh.authorized_keys_secret
     namespace = settings.namespace
@@ -632,7 +667,8 @@ def _ssh_keys(settings: Settings) -> DoctorCheck:
             None,
             "ssh-keys",
             "warn",
-            "no SSH keys are configured: boxes accept no login",
+            "no operator SSH keys are configured: boxes made with the operator token accept "
+            "no login (people's boxes accept the keys each person adds with devbox keys add)",
             "put the public keys that may log in under the key authorized_keys of a Secret in "
             f"namespace {namespace} (kubectl -n {namespace} create secret generic "
             "devbox-ssh-keys --from-file=authorized_keys=KEYS_FILE) and set "
@@ -701,6 +737,7 @@ def diagnose(settings: Settings, facts: Facts) -> DoctorReport:
         *_permissions(settings, facts),
         _ssh_keys(settings),
         _ssh_host(settings),
+        _limits(settings),
     ]
     if not settings.gpu.enabled:
         checks.append(

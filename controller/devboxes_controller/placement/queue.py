@@ -7,13 +7,13 @@ resource. Its order, the same for the place a box reports and for the lifting:
 
 1. boxes already let through (gate lifted) and not yet placed: they take the next device
    they fit, whatever the order of the rest;
-2. then the box whose owner holds the fewest devices of that resource (devices held or let
-   through);
+2. then the box whose owner (``box.ownership.owner_of`` of its pod) holds the
+   fewest devices of that resource (devices held or let through);
 3. then the box that has waited longest (its pod's creation: when it was created or last
    started);
 4. then the box name.
 
-A box whose owner is not recorded counts under the empty name, as one person.
+The boxes made with the operator token all belong to the operator, one person.
 """
 
 from __future__ import annotations
@@ -24,8 +24,6 @@ from decimal import Decimal
 
 from ..box.render import QUEUE_GATE
 from ..k8s.kube import Obj
-
-OWNER = "devboxes.io/owner"
 
 Usage = dict[str, Decimal]
 
@@ -54,15 +52,6 @@ class Holder:
     owner: str
     resource: str
     count: int
-
-
-def owner_of(pod: Obj) -> str:
-    """The owner the pod's annotations record; the empty name when they record none."""
-    annotations = (pod.get("metadata") or {}).get("annotations")
-    if not isinstance(annotations, Mapping):
-        return ""
-    owner = annotations.get(OWNER)
-    return owner if isinstance(owner, str) else ""
 
 
 def gated(pod: Obj) -> bool:

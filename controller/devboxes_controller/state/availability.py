@@ -94,6 +94,7 @@ class Availability:
         )
         self._current = self._compute(self._observed)
         self._body = body(self._current.model_dump_json().encode())
+        self._others: frozenset[tuple[str, str, str]] = frozenset()
         # Written by the two watch threads inside their caches' locks, read by this one.
         self._totals = capacity.Totals()
         self._totals_lock = threading.Lock()
@@ -298,13 +299,30 @@ class Availability:
             log.exception("availability recount failed")
 
     def refresh(self) -> bool:
-        """Recompute now; True when any profile's counts changed."""
+        """Recompute now; True when any profile's counts changed, or which pods that are
+        not boxes hold devices where (waiting boxes name them)."""
         observed = self._observe()
         computed = self._compute(observed)
-        changed = computed.profiles != self._current.profiles
-        self._observed, self._current = observed, computed
+        others = self._others_holding()
+        changed = computed.profiles != self._current.profiles or others != self._others
+        self._observed, self._current, self._others = observed, computed, others
         self._body = body(computed.model_dump_json().encode())
         return changed
+
+    def _others_holding(self) -> frozenset[tuple[str, str, str]]:
+        """(namespace, name, node) of every pod that is not a box's and holds a device: one
+        may take a device over as another gives it back, the counts staying the same."""
+        with self._totals_lock:
+            pods = self._totals.holding_devices()
+        return frozenset(
+            (
+                str(p["metadata"].get("namespace")),
+                str(p["metadata"].get("name")),
+                str(p["nodeName"]),
+            )
+            for p in pods
+            if not p.get("box")
+        )
 
     def _run(self) -> None:
         recount_at = time.monotonic() + RECOUNT_SECONDS

@@ -1,8 +1,9 @@
-"""Box names in name order, kept per state and per profile so that a filtered or paged
+"""Box names in name order, kept per owner, state and profile so that a filtered or paged
 list is a lookup and a slice, never a scan of every box.
 
-Each box sits in four sorted lists: all boxes, its state's, its profile's, and its
-state-and-profile's. A list's key is ``(state, profile)`` with ``None`` meaning "any".
+Each box sits in eight sorted lists: one for every combination of its owner, its state and
+its profile, each either named or left open. A list's key is ``(owner, state, profile)``
+with ``None`` meaning "any".
 Name order is what makes paging stable: a box's name never changes, so "the names after
 the last one I saw" picks up exactly where the previous page ended, whatever was created
 or deleted in between.
@@ -16,7 +17,8 @@ from dataclasses import dataclass
 # The profile of a box without a GPU.
 CPU = "cpu"
 
-Key = tuple[str | None, str | None]
+Key = tuple[str | None, str | None, str | None]
+Place = tuple[str, str, str]
 
 
 @dataclass(frozen=True)
@@ -26,8 +28,9 @@ class Page:
     more: bool
 
 
-def _keys(state: str, profile: str) -> tuple[Key, ...]:
-    return ((None, None), (state, None), (None, profile), (state, profile))
+def _keys(place: Place) -> list[Key]:
+    owner, state, profile = place
+    return [(o, s, p) for o in (None, owner) for s in (None, state) for p in (None, profile)]
 
 
 class BoxIndex:
@@ -35,44 +38,48 @@ class BoxIndex:
 
     def __init__(self) -> None:
         self._lists: dict[Key, list[str]] = {}
-        self._placed: dict[str, tuple[str, str]] = {}
+        self._placed: dict[str, Place] = {}
 
-    def put(self, name: str, state: str, profile: str) -> None:
-        """Record the box's current state and profile, moving it between lists if they
-        changed."""
+    def put(self, name: str, owner: str, state: str, profile: str) -> None:
+        """Record the box's owner, current state and profile, moving it between lists if
+        they changed."""
         placed = self._placed.get(name)
-        if placed == (state, profile):
+        if placed == (owner, state, profile):
             return
         if placed is not None:
             self.remove(name)
-        self._placed[name] = (state, profile)
-        for key in _keys(state, profile):
+        self._placed[name] = (owner, state, profile)
+        for key in _keys((owner, state, profile)):
             insort(self._lists.setdefault(key, []), name)
 
     def remove(self, name: str) -> None:
         placed = self._placed.pop(name, None)
         if placed is None:
             return
-        for key in _keys(*placed):
+        for key in _keys(placed):
             names = self._lists[key]
             del names[bisect_left(names, name)]
             if not names:
                 del self._lists[key]
 
-    def names(self, state: str | None, profile: str | None) -> list[str]:
-        return list(self._lists.get((state, profile), ()))
+    def names(self, key: Key) -> list[str]:
+        return list(self._lists.get(key, ()))
 
-    def page(self, state: str | None, profile: str | None, after: str, limit: int | None) -> Page:
+    def page(self, key: Key, after: str, limit: int | None) -> Page:
         """Up to ``limit`` names greater than ``after`` (every name when ``after`` is
         empty), in name order."""
-        names = self._lists.get((state, profile), [])
+        names = self._lists.get(key, [])
         start = bisect_right(names, after)
         end = len(names) if limit is None else min(start + limit, len(names))
         return Page(names[start:end], end < len(names))
 
     def profiles(self) -> set[str]:
         """The profiles some box has now."""
-        return {profile for state, profile in self._lists if state is None and profile is not None}
+        return {
+            profile
+            for owner, state, profile in self._lists
+            if owner is None and state is None and profile is not None
+        }
 
     def __len__(self) -> int:
         return len(self._placed)

@@ -21,10 +21,10 @@ import sys
 from typing import Any
 
 from ..box import template
+from ..box.ownership import ANNOTATION_OWNER
 from ..box.render import ANNOTATION_PREFIX, LABEL_BOX, LABEL_COMPONENT, LABEL_GPU_PROFILE
 from ..box.status import FAILED_CREATE
 from ..k8s.kube import Obj
-from ..placement import queue
 
 
 def _pick(source: Any, keys: tuple[str, ...]) -> Obj:
@@ -108,9 +108,9 @@ def pod(obj: Obj) -> Obj:
     its uid, which owns a DRA box's claim; its scheduling gates and owner, which place it
     in the line for a device."""
     slim: Obj = {"metadata": _metadata(obj, "uid", "creationTimestamp")}
-    owner = ((obj.get("metadata") or {}).get("annotations") or {}).get(queue.OWNER)
+    owner = ((obj.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_OWNER)
     if owner is not None:
-        slim["metadata"]["annotations"] = {queue.OWNER: owner}
+        slim["metadata"]["annotations"] = {ANNOTATION_OWNER: owner}
     spec = obj.get("spec") or {}
     slim_spec: Obj = {}
     if spec.get("nodeName"):
@@ -156,6 +156,9 @@ def persistent_volume_claim(obj: Obj) -> Obj:
     slim: Obj = {
         "metadata": _metadata(obj, "creationTimestamp", labels=(LABEL_COMPONENT, LABEL_GPU_PROFILE))
     }
+    owner = ((obj.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_OWNER)
+    if owner is not None:
+        slim["metadata"]["annotations"] = {ANNOTATION_OWNER: owner}
     if requested is not None:
         slim["spec"] = {"resources": {"requests": {"storage": requested}}}
     if capacity is not None:

@@ -16,7 +16,7 @@ from kubernetes import client
 
 from devboxes_sdk.models import Devbox, DevboxState
 
-from ..box import render, status
+from ..box import ownership, render, status
 from ..config.settings import Settings, SnapshotError
 from ..k8s import kube
 from ..k8s.kube import NotFound, Obj
@@ -52,14 +52,15 @@ def _box_from_event(event: Obj) -> str | None:
 
 
 def _line_entry(
-    name: str, objects: status.BoxObjects, box: Devbox
+    name: str, objects: status.BoxObjects, box: Devbox, gate: bool
 ) -> tuple[capacity.Queued | None, queue.Holder | None]:
-    """The box's entry in the line for its device, and what it holds of it."""
+    """The box's entry in the line for its device, and what it holds of it; ``gate``:
+    whether boxes of extended resources are rendered with the queue's gate."""
     gpu = box.gpu
     pod = status.current_pod(objects.pods)
     if gpu is None or pod is None or (objects.deployment.get("spec") or {}).get("replicas") == 0:
         return None, None
-    owner = queue.owner_of(pod)
+    owner = ownership.owner_of(pod)
     gated = queue.gated(pod)
     resource = gpu.resource_name
     holding = None
@@ -76,12 +77,12 @@ def _line_entry(
     # A DRA profile has no gate: its boxes form a line of their own, ordered the same way.
     line = resource if resource is not None else f"dra:{gpu.profile}"
     waiter = queue.Waiter(name, pod["metadata"]["name"], owner, line, gpu.count, since, gated)
+    # Without the gate the scheduler picks: the place is an estimate and nothing is taken.
+    exact = gate and resource is not None
     taken = (
-        resource is not None
-        and not gated
-        and f"Insufficient {resource}" in (status.scheduling_detail(pod) or "")
+        exact and not gated and f"Insufficient {resource}" in (status.scheduling_detail(pod) or "")
     )
-    queued = capacity.Queued(gpu.profile, gpu.display_name, waiter, resource is not None, taken)
+    queued = capacity.Queued(gpu.profile, gpu.display_name, waiter, exact, taken)
     return queued, holding
 
 
@@ -329,7 +330,8 @@ class BoxStore:
                 self._list_body = None
             else:
                 box = status.derive(objects, self.settings, self.clock())
-                queued, holding = _line_entry(name, objects, box)
+                gate = self.settings.availability.enabled
+                queued, holding = _line_entry(name, objects, box, gate)
                 if queued is not None:
                     self._queued[name] = queued
                 if holding is not None:
@@ -349,7 +351,7 @@ class BoxStore:
         """Called with the status lock held."""
         self._status[box.name] = box
         self._status_body[box.name] = body(box.model_dump_json().encode())
-        self._index.put(box.name, box.state.value, box.gpu.profile if box.gpu else CPU)
+        self._index.put(box.name, box.owner, box.state.value, box.gpu.profile if box.gpu else CPU)
         self._list_body = None
 
     def _announce(self, names: set[str]) -> None:
@@ -413,16 +415,18 @@ class BoxStore:
         if event is not None:
             event.set()
 
-    def get(self, name: str) -> Devbox:
+    def get(self, name: str, owner: str | None = None) -> Devbox:
+        """The box, when it is ``owner``'s (any box's when None): another person's box is
+        as absent as one that does not exist."""
         box = self._status.get(name)
-        if box is None:
+        if box is None or (owner is not None and box.owner != owner):
             raise NotFound(f"devbox '{name}' not found")
         return box
 
-    def get_body(self, name: str) -> Body:
+    def get_body(self, name: str, owner: str | None = None) -> Body:
         """The get response body, kept current by the watches."""
         answer = self._status_body.get(name)
-        if answer is None:
+        if answer is None or (owner is not None and self._status[name].owner != owner):
             raise NotFound(f"devbox '{name}' not found")
         return answer
 
@@ -432,26 +436,34 @@ class BoxStore:
         parts = [self._status_body[b.name].data for b in order]
         return body(b'{"items":[' + b",".join(parts) + b"]}", compress=True)
 
-    def list_body(self) -> Body:
-        """The list response body, assembled from the per-box bodies once per change."""
+    def list_body(self, owner: str | None = None) -> Body:
+        """The list response body, assembled from the per-box bodies once per change; only
+        ``owner``'s boxes when given."""
+        if owner is not None:
+            return self.filtered_body(None, None, owner)
         with self._status_lock:
             if self._list_body is None:
                 self._list_body = self._newest_first(list(self._status.values()))
             return self._list_body
 
-    def filtered_body(self, state: str | None, profile: str | None) -> Body:
-        """The list response body of the boxes in this state and of this profile."""
+    def filtered_body(self, state: str | None, profile: str | None, owner: str | None) -> Body:
+        """The list response body of the boxes of this owner, in this state and of this
+        profile (``None``: any)."""
         with self._status_lock:
-            names = self._index.names(state, profile)
+            names = self._index.names((owner, state, profile))
             return self._newest_first([self._status[name] for name in names])
 
     def page(
-        self, state: str | None, profile: str | None, after: str, limit: int | None
+        self,
+        key: tuple[str | None, str | None, str | None],
+        after: str,
+        limit: int | None,
     ) -> tuple[list[bytes], str | None]:
-        """The bodies of up to ``limit`` boxes named after ``after``, in name order, and
-        the name to continue after when more boxes follow."""
+        """The bodies of up to ``limit`` boxes of the ``(owner, state, profile)`` filter
+        named after ``after``, in name order, and the name to continue after when more
+        boxes follow."""
         with self._status_lock:
-            page = self._index.page(state, profile, after, limit)
+            page = self._index.page(key, after, limit)
             parts = [self._status_body[name].data for name in page.names]
         return parts, page.names[-1] if page.more else None
 
@@ -466,12 +478,12 @@ class BoxStore:
             totals[box.state.value] += 1
         return totals
 
-    async def wait_settled(self, name: str, timeout: float) -> Devbox:
+    async def wait_settled(self, name: str, timeout: float, owner: str | None = None) -> Devbox:
         """Until the box is ready or degraded, or the timeout passes; no polling, no thread."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
-            box = self.get(name)
+            box = self.get(name, owner)
             remaining = deadline - loop.time()
             if box.state in SETTLED or remaining <= 0:
                 return box
@@ -479,4 +491,4 @@ class BoxStore:
             try:
                 await asyncio.wait_for(event.wait(), remaining)
             except TimeoutError:
-                return self.get(name)
+                return self.get(name, owner)

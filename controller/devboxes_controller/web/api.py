@@ -16,6 +16,7 @@ from devboxes_sdk.models import (
     API_PREFIX,
     IDEMPOTENCY_HEADER,
     MAX_LIST_LIMIT,
+    MAX_USER_LENGTH,
     MAX_WAIT_SECONDS,
     NAME_INPUT_PATTERN,
     WAIT_HEADER,
@@ -30,22 +31,28 @@ from devboxes_sdk.models import (
     ErrorBody,
     GpuAvailability,
     Preset,
+    SshKey,
+    SshKeyAdd,
+    SshKeyList,
     VolumeList,
     WhoAmI,
     normalize_name,
 )
 
 from ..box import idempotency
+from ..box.ownership import OPERATOR
 from ..config.settings import CPU_ACCELERATOR, ImageProfileConfig, Settings
 from ..control import volumes
+from ..control.keys import Keys
 from ..control.lifecycle import Lifecycle
 from ..k8s.kube import rule_broken
-from ..placement import doctor
+from ..placement import doctor, limits
 from ..state.bodies import Body, body, respond
 from ..state.index import CPU
 from ..state.store import BoxStore
-from .auth import operator
+from .auth import admin, caller, owner_scope
 from .paging import ListTokens, Position
+from .people import Identity
 from .writes import WritePool
 
 Responses = dict[int | str, dict[str, Any]]
@@ -68,7 +75,8 @@ CONDITIONAL: Responses = {
     304: {"description": "Not Modified: the client's If-None-Match names this version"}
 }
 
-Operator = Annotated[str, Depends(operator)]
+Caller = Annotated[Identity, Depends(caller)]
+Admin = Annotated[Identity, Depends(admin)]
 # The pattern is documented, not enforced here: upper-case ASCII is folded by
 # normalize_name, which then enforces the rule with a message naming it.
 BoxName = Annotated[str, Path(json_schema_extra={"pattern": NAME_INPUT_PATTERN})]
@@ -102,6 +110,11 @@ async def _writes(request: Request) -> WritePool:
     return writes
 
 
+async def _keys(request: Request) -> Keys:
+    keys: Keys = request.app.state.keys
+    return keys
+
+
 async def _tokens(request: Request) -> ListTokens:
     tokens: ListTokens = request.app.state.list_tokens
     return tokens
@@ -111,6 +124,18 @@ StoreDep = Annotated[BoxStore, Depends(_store)]
 TokensDep = Annotated[ListTokens, Depends(_tokens)]
 LifecycleDep = Annotated[Lifecycle, Depends(_lifecycle)]
 WritesDep = Annotated[WritePool, Depends(_writes)]
+KeysDep = Annotated[Keys, Depends(_keys)]
+
+
+def _owner(identity: Identity) -> str | None:
+    """The owner a box the caller creates records; None for the operator's."""
+    return None if identity.user == OPERATOR else identity.user
+
+
+def _asker(identity: Identity) -> limits.Asker | None:
+    """The person whose limits a create or start counts against; None for the operator."""
+    owner = _owner(identity)
+    return None if owner is None else limits.Asker(owner, frozenset(identity.groups))
 
 
 def _name(name: str) -> str:
@@ -214,12 +239,17 @@ def _accelerator_rule(profile: ImageProfileConfig, settings: Settings) -> dict[s
 
 
 @router.get("/whoami")
-async def whoami(user: Operator) -> WhoAmI:
-    return WhoAmI(user=user, mode="token")
+async def whoami(identity: Caller) -> WhoAmI:
+    return WhoAmI(
+        user=identity.user,
+        mode=identity.mode,
+        groups=list(identity.groups),
+        admin=identity.admin,
+    )
 
 
 @router.get("/capabilities", response_model=Capabilities, responses=CONDITIONAL)
-async def capabilities(request: Request, _: Operator) -> Response:
+async def capabilities(request: Request, _: Caller) -> Response:
     answer: Body = request.app.state.capabilities
     return respond(request, answer)
 
@@ -231,7 +261,7 @@ async def capabilities(request: Request, _: Operator) -> Response:
 )
 async def gpu_availability(
     request: Request,
-    _: Operator,
+    _: Caller,
     store: StoreDep,
     preset: Annotated[
         Preset | None,
@@ -242,7 +272,7 @@ async def gpu_availability(
 
 
 @router.get("/gpu/doctor", responses=_errors(503))
-async def gpu_doctor(_: Operator, lifecycle: LifecycleDep, writes: WritesDep) -> DoctorReport:
+async def gpu_doctor(_: Caller, lifecycle: LifecycleDep, writes: WritesDep) -> DoctorReport:
     # The checks read the apiserver, so they run off the event loop like a write does.
     return await writes.run(doctor.examine, lifecycle.settings, lifecycle.api)
 
@@ -259,11 +289,11 @@ def _profile(store: BoxStore, profile: str) -> str:
 @router.get(
     "/devboxes",
     response_model=DevboxList,
-    responses={**CONDITIONAL, **_errors(400, 410, 422)},
+    responses={**CONDITIONAL, **_errors(400, 403, 410, 422)},
 )
 async def list_devboxes(
     request: Request,
-    _: Operator,
+    identity: Caller,
     store: StoreDep,
     tokens: TokensDep,
     limit: Annotated[
@@ -285,17 +315,26 @@ async def list_devboxes(
     profile: Annotated[
         str | None, Query(description=f"Only boxes of this GPU profile, or '{CPU}'")
     ] = None,
+    owner: Annotated[
+        str | None,
+        Query(
+            min_length=1,
+            max_length=MAX_USER_LENGTH,
+            description="Only this person's boxes; people other than admins see only their own",
+        ),
+    ] = None,
 ) -> Response:
     wanted = state.value if state is not None else None
     if profile is not None:
         profile = _profile(store, profile)
+    whose = owner_scope(identity, owner)
     if limit is None and continue_ is None:
         if wanted is None and profile is None:
-            return respond(request, store.list_body())
-        return respond(request, store.filtered_body(wanted, profile))
-    after = tokens.read(continue_, wanted, profile).after if continue_ is not None else ""
-    parts, last = store.page(wanted, profile, after, limit)
-    following = tokens.issue(Position(last, wanted, profile)) if last is not None else None
+            return respond(request, store.list_body(whose))
+        return respond(request, store.filtered_body(wanted, profile, whose))
+    after = tokens.read(continue_, whose, wanted, profile).after if continue_ is not None else ""
+    parts, last = store.page((whose, wanted, profile), after, limit)
+    following = tokens.issue(Position(last, wanted, profile, whose)) if last is not None else None
     tail = f'],"continue":{json.dumps(following)}}}'.encode()
     return respond(request, body(b'{"items":[' + b",".join(parts) + tail, compress=True))
 
@@ -303,20 +342,20 @@ async def list_devboxes(
 @router.post("/devboxes", status_code=201, responses={**WITH_BODY, **WRITES})
 async def create_devbox(
     body: DevboxCreate,
-    _: Operator,
+    identity: Caller,
     lifecycle: LifecycleDep,
     writes: WritesDep,
     key: IdempotencyKey = None,
 ) -> Devbox:
     checked = idempotency.check_key(key) if key is not None else None
-    return await writes.run(lifecycle.create, body, checked)
+    return await writes.run(lifecycle.create, body, checked, _asker(identity))
 
 
 @router.get("/devboxes/{name}", response_model=Devbox, responses={**CONDITIONAL, **NAMED})
 async def get_devbox(
     request: Request,
     name: BoxName,
-    _: Operator,
+    identity: Caller,
     store: StoreDep,
     wait: Annotated[
         Literal["ready"] | None,
@@ -328,8 +367,8 @@ async def get_devbox(
 ) -> Response:
     name = _name(name)
     if wait is None:
-        return respond(request, store.get_body(name))
-    box = await store.wait_settled(name, timeout)
+        return respond(request, store.get_body(name, identity.scope))
+    box = await store.wait_settled(name, timeout, identity.scope)
     return Response(
         box.model_dump_json(), media_type="application/json", headers={WAIT_HEADER: wait}
     )
@@ -337,39 +376,77 @@ async def get_devbox(
 
 @router.post("/devboxes/{name}/start", responses={**NAMED, **WRITES})
 async def start_devbox(
-    name: BoxName, _: Operator, lifecycle: LifecycleDep, writes: WritesDep
+    name: BoxName, identity: Caller, lifecycle: LifecycleDep, writes: WritesDep
 ) -> Devbox:
-    return await writes.run(lifecycle.start_box, _name(name))
+    return await writes.run(
+        lifecycle.start_box, _name(name), scope=identity.scope, asker=_asker(identity)
+    )
 
 
 @router.post("/devboxes/{name}/stop", responses={**NAMED, **WRITES})
 async def stop_devbox(
-    name: BoxName, _: Operator, lifecycle: LifecycleDep, writes: WritesDep
+    name: BoxName, identity: Caller, lifecycle: LifecycleDep, writes: WritesDep
 ) -> Devbox:
-    return await writes.run(lifecycle.stop_box, _name(name))
+    return await writes.run(lifecycle.stop_box, _name(name), scope=identity.scope)
 
 
 @router.delete("/devboxes/{name}", responses={**NAMED, **WRITES})
 async def delete_devbox(
-    name: BoxName, _: Operator, lifecycle: LifecycleDep, writes: WritesDep, purge: bool = False
+    name: BoxName,
+    identity: Caller,
+    lifecycle: LifecycleDep,
+    writes: WritesDep,
+    purge: bool = False,
 ) -> DeleteResult:
-    return await writes.run(lifecycle.delete, _name(name), purge)
+    return await writes.run(lifecycle.delete, _name(name), purge, scope=identity.scope)
 
 
 @router.post("/devboxes/{name}/extend", responses={**NAMED, **WITH_BODY, **WRITES})
 async def extend_devbox(
-    name: BoxName, body: DevboxExtend, _: Operator, lifecycle: LifecycleDep, writes: WritesDep
+    name: BoxName,
+    body: DevboxExtend,
+    identity: Caller,
+    lifecycle: LifecycleDep,
+    writes: WritesDep,
 ) -> Devbox:
-    return await writes.run(lifecycle.extend_box, _name(name), body.hours)
+    return await writes.run(lifecycle.extend_box, _name(name), body.hours, scope=identity.scope)
 
 
 @router.get("/volumes")
-async def list_volumes(_: Operator, store: StoreDep) -> VolumeList:
-    return volumes.retained(store)
+async def list_volumes(identity: Caller, store: StoreDep) -> VolumeList:
+    return volumes.retained(store, identity.scope)
 
 
 @router.delete("/volumes/{name}", responses={**NAMED, **WRITES})
 async def purge_volume(
-    name: BoxName, _: Operator, lifecycle: LifecycleDep, writes: WritesDep
+    name: BoxName, identity: Caller, lifecycle: LifecycleDep, writes: WritesDep
 ) -> DeleteResult:
-    return await writes.run(volumes.purge, lifecycle, _name(name))
+    return await writes.run(volumes.purge, lifecycle, _name(name), identity.scope)
+
+
+# A person's SSH keys: read and written on the apiserver, off the event loop.
+@router.get("/keys", responses=_errors(503))
+async def list_keys(identity: Caller, keys: KeysDep, writes: WritesDep) -> SshKeyList:
+    return await writes.run(keys.listed, _owner(identity))
+
+
+@router.post("/keys", status_code=201, responses={**WITH_BODY, **WRITES})
+async def add_key(body: SshKeyAdd, identity: Caller, keys: KeysDep, writes: WritesDep) -> SshKey:
+    return await writes.run(keys.add, _owner(identity), body.key)
+
+
+@router.delete("/keys", responses={**_errors(404, 409, 422), **WRITES})
+async def remove_key(
+    identity: Caller,
+    keys: KeysDep,
+    writes: WritesDep,
+    fingerprint: Annotated[
+        str,
+        Query(
+            min_length=1,
+            max_length=128,
+            description="The key's fingerprint as listed, e.g. SHA256:FRANtL/pZZX1BIm1...",
+        ),
+    ],
+) -> SshKey:
+    return await writes.run(keys.remove, _owner(identity), fingerprint)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -25,6 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from devboxes_sdk.models import Health, field_errors, normalize_name
 
+from ..control.keys import Keys
 from ..control.lifecycle import Lifecycle
 from ..k8s.kube import ApiProblem, Invalid, NotFound
 from ..state.bodies import Body, body, respond
@@ -34,7 +35,8 @@ from ..state.store import BoxStore
 from .api import (
     TITLE,
     VERSION,
-    Operator,
+    Admin,
+    Caller,
     capabilities,
     contract,
     describe_settings,
@@ -42,11 +44,12 @@ from .api import (
     list_devboxes,
     router,
 )
-from .auth import IDENTITY_STATE, require_operator
+from .auth import IDENTITY_STATE, authenticate
 from .dashboard import mount_dashboard, set_session_cookie
 from .ingest import MAX_REPORT_BYTES, RateLimiter, is_activity_route
 from .ingest import router as ingest_router
 from .paging import ListTokens
+from .people import Identity, Verifier
 from .readiness import Readiness
 from .writes import WritePool
 
@@ -57,7 +60,7 @@ API_CSP = b"default-src 'none'; frame-ancestors 'none'"
 MAX_BODY_BYTES = 8192
 
 
-def _needs_operator(path: str) -> bool:
+def _needs_identity(path: str) -> bool:
     # The activity route authenticates each box's agent itself, and refuses the operator.
     if is_activity_route(path):
         return False
@@ -82,9 +85,9 @@ class RequestGuard:
             await self.app(scope, receive, send)
             return
         request = Request(scope)
-        if _needs_operator(scope["path"]):
+        if _needs_identity(scope["path"]):
             try:
-                identity = require_operator(request)
+                identity = await authenticate(request)
             except ApiProblem as refused:
                 await _problem_response(refused)(scope, receive, send)
                 return
@@ -285,8 +288,13 @@ class ReadFastPath:
         }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "GET" and not scope["query_string"]:
-            found = self._answer(scope["path"])
+        identity = scope.get("state", {}).get(IDENTITY_STATE) if scope["type"] == "http" else None
+        if (
+            isinstance(identity, Identity)
+            and scope["method"] == "GET"
+            and not scope["query_string"]
+        ):
+            found = self._answer(scope["path"], identity.scope)
             if found is not None:
                 route, answer = found
                 scope["route"] = self._routes[route]
@@ -294,17 +302,19 @@ class ReadFastPath:
                 return
         await self.app(scope, receive, send)
 
-    def _answer(self, path: str) -> tuple[str, Body] | None:
+    def _answer(self, path: str, owner: str | None) -> tuple[str, Body] | None:
+        """The answer of a read without a query, for a caller who sees ``owner``'s boxes
+        (every box when None)."""
         if path == CAPABILITIES_PATH:
             return CAPABILITIES_PATH, self._state.capabilities
         store: BoxStore = self._state.store
         if path == LIST_PATH:
-            return LIST_PATH, store.list_body()
+            return LIST_PATH, store.list_body(owner)
         name = path.removeprefix(LIST_PATH + "/")
         if name == path or "/" in name:
             return None
         try:
-            return BOX_PATH, store.get_body(normalize_name(name))
+            return BOX_PATH, store.get_body(normalize_name(name), owner)
         except (ValueError, NotFound):
             return None
 
@@ -324,6 +334,7 @@ def create_app(
     readiness: Readiness,
     ended: SharedEndedSessions,
     background: Callable[[], AsyncIterator[None]] | None = None,
+    verifiers: Sequence[Verifier] = (),
 ) -> FastAPI:
     """The ASGI app. ``background`` starts and stops the watches and the reconciler."""
     writes = WritePool(readiness.write_problem)
@@ -350,7 +361,10 @@ def create_app(
     )
     app.state.store = store
     app.state.lifecycle = lifecycle
+    app.state.keys = Keys(lifecycle.api, store.settings.namespace, store.clock)
     app.state.token = token
+    app.state.verifiers = tuple(verifiers)
+    app.state.admin_groups = frozenset(store.settings.auth.admin_groups)
     app.state.list_tokens = ListTokens(token)
     app.state.writes = writes
     app.state.capabilities = body(store.settings.capabilities().model_dump_json().encode())
@@ -373,13 +387,13 @@ def create_app(
         return JSONResponse({"status": "not ready", "detail": problem}, status_code=503)
 
     @app.get("/metrics", include_in_schema=False)
-    async def metrics(_: Operator) -> Response:
+    async def metrics(_: Admin) -> Response:
         for state, count in store.counts().items():
             METRICS.boxes.labels(state).set(count)
         return Response(generate_latest(METRICS.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/openapi.json", include_in_schema=False)
-    async def openapi(_: Operator) -> JSONResponse:
+    async def openapi(_: Caller) -> JSONResponse:
         if app.openapi_schema is None:
             app.openapi_schema = describe_settings(contract(), store.settings)
         return JSONResponse(app.openapi_schema)

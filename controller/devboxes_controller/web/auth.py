@@ -1,22 +1,26 @@
-"""Who may call the API: the operator bearer token, or a dashboard session.
+"""Who may call the API: the operator bearer token, a dashboard session, or a person whose
+token an identity provider (JupyterHub, an OIDC issuer) vouches for.
 
-Both secrets are compared in constant time. A session may read freely; a mutation made
-with a session must also carry the session's CSRF value in ``X-Devboxes-CSRF``.
+The operator's secrets are compared in constant time. A session may read freely; a mutation
+made with a session must also carry the session's CSRF value in ``X-Devboxes-CSRF``.
 """
 
 from __future__ import annotations
 
 import hmac
 import os
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from fastapi import Request
 
+from ..box.ownership import OPERATOR
 from ..k8s.kube import ApiProblem
+from .people import Identity, Verifier
 from .sessions import COOKIE, CSRF_HEADER, SAFE_METHODS, SessionStore, csrf_matches
 
 MIN_TOKEN_LENGTH = 32
-OPERATOR = "operator"
 # Where the request guard leaves the caller's identity in the request's state, so that
 # the routes' dependency does not authenticate the same request twice.
 IDENTITY_STATE = "devboxes_identity"
@@ -64,15 +68,40 @@ def bearer(request: Request) -> str | None:
     return value.strip()
 
 
-def require_operator(request: Request) -> str:
-    """FastAPI dependency: the caller's identity, or 401."""
-    expected: str = request.app.state.token
+OPERATOR_IDENTITY = Identity(user=OPERATOR, mode="operator", admin=True)
+# A dashboard session is made from the operator token, so it acts as the operator.
+SESSION_IDENTITY = Identity(user=OPERATOR, mode="browser-session", admin=True)
+
+
+def with_admin_groups(identity: Identity, admin_groups: frozenset[str]) -> Identity:
+    """A person in one of the operator's admin groups is an admin."""
+    if admin_groups.isdisjoint(identity.groups):
+        return identity
+    return replace(identity, admin=True)
+
+
+async def authenticate(request: Request) -> Identity:
+    """Who the request speaks for, or 401 (403 for a session's mutation without its CSRF
+    value, 503 when the identity provider that would vouch for a token cannot be asked).
+
+    The operator token is checked first; any other bearer token is offered to each
+    configured identity provider in turn.
+    """
+    state = request.app.state
     presented = bearer(request)
     if presented is not None:
-        if token_matches(presented, expected):
-            return OPERATOR
+        if token_matches(presented, state.token):
+            return OPERATOR_IDENTITY
+        verifiers: Sequence[Verifier] = getattr(state, "verifiers", ())
+        for verifier in verifiers:
+            identity = await verifier.identify(presented)
+            if identity is None:
+                continue
+            if identity.user == OPERATOR:
+                raise Unauthorized(f"the name '{OPERATOR}' is reserved for the operator token")
+            return with_admin_groups(identity, getattr(state, "admin_groups", frozenset()))
         raise Unauthorized("invalid token")
-    sessions: SessionStore | None = getattr(request.app.state, "sessions", None)
+    sessions: SessionStore | None = getattr(state, "sessions", None)
     cookie = request.cookies.get(COOKIE)
     if sessions is not None and cookie is not None:
         session = sessions.lookup(cookie)
@@ -85,15 +114,29 @@ def require_operator(request: Request) -> str:
             session, request.headers.get(CSRF_HEADER)
         ):
             raise Forbidden(f"missing or wrong {CSRF_HEADER} header")
-        return OPERATOR
+        return SESSION_IDENTITY
     raise Unauthorized()
 
 
-async def operator(request: Request) -> str:
-    """FastAPI dependency: the identity the request guard established, else checked here.
-
-    Async on purpose: FastAPI runs a plain function dependency on a worker thread, a
-    thread handoff per request for what is a dictionary lookup.
-    """
+async def caller(request: Request) -> Identity:
+    """FastAPI dependency: the identity the request guard established, else checked here."""
     identity = request.scope.get("state", {}).get(IDENTITY_STATE)
-    return str(identity) if identity is not None else require_operator(request)
+    return identity if isinstance(identity, Identity) else await authenticate(request)
+
+
+def owner_scope(identity: Identity, owner: str | None) -> str | None:
+    """Whose boxes a listing asked for ``owner``'s shows: an admin may name anyone, others
+    only themselves; without ``owner``, what the caller sees."""
+    if owner is None:
+        return identity.scope
+    if not identity.admin and owner != identity.user:
+        raise Forbidden("only admins may list another person's boxes")
+    return owner
+
+
+async def admin(request: Request) -> Identity:
+    """FastAPI dependency: an admin, else 403."""
+    identity = await caller(request)
+    if not identity.admin:
+        raise Forbidden("only admins may do this")
+    return identity

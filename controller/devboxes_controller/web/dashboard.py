@@ -18,13 +18,16 @@ from pathlib import Path
 from typing import Annotated
 from urllib.parse import parse_qs, urlsplit
 
-from fastapi import APIRouter, Depends, FastAPI, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, Query, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse, StreamingResponse
+
+from devboxes_sdk.models import MAX_USER_LENGTH
 
 from ..k8s.kube import ApiProblem
 from ..state.ended_sessions import SharedEndedSessions
 from ..state.store import BoxStore
-from .auth import operator, token_matches
+from .auth import caller, owner_scope, token_matches
+from .people import Identity
 from .sessions import COOKIE, SessionsLoading, SessionStore, csrf_matches
 from .writes import WritePool
 
@@ -283,12 +286,19 @@ def _event(kind: str, data: str) -> bytes:
 
 
 async def _stream(
-    request: Request, store: BoxStore, broadcaster: Broadcaster, subscriber: Subscriber
+    request: Request,
+    store: BoxStore,
+    broadcaster: Broadcaster,
+    subscriber: Subscriber,
+    scope: str | None,
 ) -> AsyncIterator[bytes]:
+    """Box changes as the caller may see them: every box (``scope`` None, an admin's
+    unfiltered stream), else only ``scope``'s own; a box that leaves the caller's sight is
+    reported removed."""
     sessions = _sessions(request)
     cookie = request.cookies.get(COOKIE)
     try:
-        snapshot = store.list_body().data.decode()
+        snapshot = store.list_body(scope).data.decode()
         # Only boxes this stream has shown are reported as removed: the watches may see a
         # new box's other objects before its Deployment.
         shown = {box["name"] for box in json.loads(snapshot)["items"]}
@@ -312,7 +322,7 @@ async def _stream(
                 yield _event("availability", store.availability.current().model_dump_json())
             for name in names:
                 try:
-                    box = store.get(name)
+                    box = store.get(name, scope)
                 except ApiProblem:
                     if name in shown:
                         shown.discard(name)
@@ -325,13 +335,20 @@ async def _stream(
 
 
 @router.get("/dashboard/events")
-async def events(request: Request, _: Annotated[str, Depends(operator)]) -> Response:
+async def events(
+    request: Request,
+    identity: Annotated[Identity, Depends(caller)],
+    owner: Annotated[str | None, Query(min_length=1, max_length=MAX_USER_LENGTH)] = None,
+) -> Response:
+    """The stream of box changes; ``owner`` narrows it to one person's boxes, as the
+    list route's filter of the same name does."""
+    scope = owner_scope(identity, owner)
     store: BoxStore = request.app.state.store
     broadcaster: Broadcaster = request.app.state.broadcaster
     # Subscribe before the snapshot is taken, so no change between the two is lost.
     subscriber = broadcaster.subscribe()
     return StreamingResponse(
-        _stream(request, store, broadcaster, subscriber),
+        _stream(request, store, broadcaster, subscriber, scope),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )

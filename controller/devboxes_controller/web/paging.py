@@ -52,6 +52,11 @@ class Position:
     after: str
     state: str | None
     profile: str | None
+    owner: str | None = None
+
+    @property
+    def filters(self) -> tuple[str | None, str | None, str | None]:
+        return (self.owner, self.state, self.profile)
 
 
 def _b64(data: bytes) -> str:
@@ -62,8 +67,9 @@ def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
-def _describe(state: str | None, profile: str | None) -> str:
-    filters = [f"{k}={v}" for k, v in (("state", state), ("profile", profile)) if v is not None]
+def _describe(owner: str | None, state: str | None, profile: str | None) -> str:
+    named = (("owner", owner), ("state", state), ("profile", profile))
+    filters = [f"{k}={v}" for k, v in named if v is not None]
     return ", ".join(filters) or "no filters"
 
 
@@ -85,12 +91,15 @@ class ListTokens:
             "a": position.after,
             "s": position.state,
             "p": position.profile,
+            "o": position.owner,
             "t": int(self._clock()),
         }
         payload = _b64(json.dumps(fields, separators=(",", ":")).encode())
         return f"{payload}.{self._mac(payload)}"
 
-    def read(self, token: str, state: str | None, profile: str | None) -> Position:
+    def read(
+        self, token: str, owner: str | None, state: str | None, profile: str | None
+    ) -> Position:
         """The position a token resumes at, if it continues a list with these filters."""
         payload, _, mac = token.partition(".")
         try:
@@ -108,11 +117,12 @@ class ListTokens:
         after, issued = fields.get("a"), fields.get("t")
         if not isinstance(after, str) or not isinstance(issued, int):
             raise BadToken("not a token this controller issued")
-        if (fields.get("s"), fields.get("p")) != (state, profile):
+        issued_for = (fields.get("o"), fields.get("s"), fields.get("p"))
+        if issued_for != (owner, state, profile):
             raise BadToken(
-                f"it continues a list with {_describe(fields.get('s'), fields.get('p'))}, "
-                f"not {_describe(state, profile)}; send the same filters with it"
+                f"it continues a list with {_describe(*issued_for)}, "
+                f"not {_describe(owner, state, profile)}; send the same filters with it"
             )
         if self._clock() - issued > TOKEN_TTL_SECONDS:
             raise ExpiredToken(f"it is older than {TOKEN_TTL_SECONDS // 60} minutes")
-        return Position(after, state, profile)
+        return Position(after, state, profile, owner)

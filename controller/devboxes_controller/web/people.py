@@ -19,6 +19,12 @@ class Identity:
     # Admins see and act on every box; people see only their own.
     admin: bool = False
 
+    @property
+    def scope(self) -> str | None:
+        """Whose boxes the caller sees and acts on: everyone's for an admin (None), else
+        only their own."""
+        return None if self.admin else self.user
+
 
 class IdentityUnavailable(ApiProblem):
     """The identity provider that would vouch for a token cannot be asked right now."""

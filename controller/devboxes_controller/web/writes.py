@@ -38,13 +38,13 @@ class WritePool:
         self._slots = threading.BoundedSemaphore(slots)
         self._deadline = deadline
 
-    async def run(self, function: Callable[..., T], *args: Any) -> T:
+    async def run(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         problem = self._problem()
         if problem is not None:
             raise Unavailable(f"Kubernetes API unavailable: {problem}")
         if not self._slots.acquire(blocking=False):
             raise Unavailable("too many changes in flight while Kubernetes is slow; retry shortly")
-        future: Future[T] = self._executor.submit(function, *args)
+        future: Future[T] = self._executor.submit(function, *args, **kwargs)
         future.add_done_callback(lambda _: self._slots.release())
         try:
             return await asyncio.wait_for(asyncio.wrap_future(future), self._deadline)

@@ -3,8 +3,9 @@ leader lets them through in the documented order, one per freed device.
 
 Each test brings its own kwok node with two devices of a resource no other test knows, and
 a controller whose one GPU profile asks for it, so nothing else takes or frees them. Boxes
-have no owner until the create path records one: the tests write the owner annotation into
-each box's pod template, as the controller will, and every new pod of the box carries it.
+the operator token creates belong to the operator: the tests record a person as the owner
+on the Deployment and its pod template, where a person's create puts the owner, and every
+new pod of the box carries it.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from devboxes_controller.box import render
-from devboxes_controller.placement import capacity, queue
+from devboxes_controller.box import ownership, render
+from devboxes_controller.placement import capacity
 from devboxes_testbed.controller import Controller, example_settings, without_gpu_profiles
 from devboxes_testbed.nodes import KWOK_ANNOTATION, POOL_LABEL
 from kubernetes import client
@@ -112,17 +113,19 @@ class Boxes:
 
     def owner(self, box: str) -> str | None:
         pod = self.pod(box)
-        return (pod.metadata.annotations or {}).get(queue.OWNER) if pod else None
+        return (pod.metadata.annotations or {}).get(ownership.ANNOTATION_OWNER) if pod else None
 
     def create(self, box: str, owner: str) -> None:
         """A box of ``owner``: created, its pod template given the owner, and its pod with
         the owner either gated or placed."""
         self.api.created(box, gpu={"profile": PROFILE})
         self.names.append(box)
+        labels, annotations = ownership.marks(owner)
+        marks = {"labels": labels, "annotations": annotations}
         self.apps.patch_namespaced_deployment(
             render.object_names(box).deployment,
             self.namespace,
-            {"spec": {"template": {"metadata": {"annotations": {queue.OWNER: owner}}}}},
+            {"metadata": marks, "spec": {"template": {"metadata": marks}}},
         )
         wait_for(lambda: self.owner(box) == owner and (self.gated(box) or self.bound(box)))
 
@@ -299,6 +302,7 @@ def test_a_new_leader_lifts_the_gates_in_the_same_order(
     assert boxes.gated("cat-1")
     assert boxes.gated("ann-3")
     boxes.places(["cat-1", "ann-3"])
-    api.call("POST", "/devboxes/ann-2/stop")
+    # Bob gives his back while Ann still holds one: Cat, holding none, is next.
+    api.call("POST", "/devboxes/bob-1/stop")
     wait_for(lambda: boxes.bound("cat-1"))
     assert boxes.gated("ann-3")

@@ -419,7 +419,11 @@ def cluster_checks(report: Any) -> dict[str, tuple[str, str, str | None]]:
 def test_doctor_warns_that_without_ssh_keys_nobody_logs_in() -> None:
     report = doctor.diagnose(settings_from_mapping({"namespace": "boxes"}), facts())
     verdict, message, fix = cluster_checks(report)["ssh-keys"]
-    assert (verdict, message) == ("warn", "no SSH keys are configured: boxes accept no login")
+    assert (verdict, message) == (
+        "warn",
+        "no operator SSH keys are configured: boxes made with the operator token accept no "
+        "login (people's boxes accept the keys each person adds with devbox keys add)",
+    )
     assert fix == (
         "put the public keys that may log in under the key authorized_keys of a Secret in "
         "namespace boxes (kubectl -n boxes create secret generic devbox-ssh-keys "

@@ -66,14 +66,6 @@ def test_places_count_per_resource_and_close_up_when_one_leaves() -> None:
     assert queue.places(rest, {}) == {"a": 1, "c": 2, "x": 1}
 
 
-def test_an_owner_is_read_defensively() -> None:
-    assert queue.owner_of({"metadata": {"annotations": {queue.OWNER: "ann"}}}) == "ann"
-    assert queue.owner_of({"metadata": {}}) == ""
-    assert queue.owner_of({"metadata": {"annotations": None}}) == ""
-    assert queue.owner_of({"metadata": {"annotations": {queue.OWNER: 7}}}) == ""
-    assert queue.owner_of({"metadata": {"annotations": ["not", "a", "map"]}}) == ""
-
-
 def test_only_our_gate_holds_a_pod() -> None:
     assert queue.gated({"spec": {"schedulingGates": [{"name": "devboxes.io/queue"}]}})
     assert not queue.gated({"spec": {"schedulingGates": [{"name": "example.com/other"}]}})

@@ -7,12 +7,14 @@ import random
 import pytest
 from devboxes_controller.state.index import CPU, BoxIndex
 
+Key = tuple[str | None, str | None, str | None]
 
-def _walk(index: BoxIndex, state: str | None, profile: str | None, limit: int) -> list[str]:
+
+def _walk(index: BoxIndex, key: Key, limit: int) -> list[str]:
     seen: list[str] = []
     after = ""
     while True:
-        page = index.page(state, profile, after, limit)
+        page = index.page(key, after, limit)
         seen += page.names
         if not page.more:
             return seen
@@ -21,27 +23,32 @@ def _walk(index: BoxIndex, state: str | None, profile: str | None, limit: int) -
 
 def test_each_filter_holds_exactly_its_boxes_in_name_order() -> None:
     index = BoxIndex()
-    index.put("b", "ready", "l4")
-    index.put("a", "stopped", CPU)
-    index.put("c", "ready", CPU)
-    assert index.names(None, None) == ["a", "b", "c"]
-    assert index.names("ready", None) == ["b", "c"]
-    assert index.names(None, CPU) == ["a", "c"]
-    assert index.names("ready", "l4") == ["b"]
-    assert index.names("degraded", None) == []
+    index.put("b", "alice", "ready", "l4")
+    index.put("a", "bob", "stopped", CPU)
+    index.put("c", "alice", "ready", CPU)
+    assert index.names((None, None, None)) == ["a", "b", "c"]
+    assert index.names((None, "ready", None)) == ["b", "c"]
+    assert index.names((None, None, CPU)) == ["a", "c"]
+    assert index.names((None, "ready", "l4")) == ["b"]
+    assert index.names((None, "degraded", None)) == []
+    assert index.names(("alice", None, None)) == ["b", "c"]
+    assert index.names(("alice", "ready", CPU)) == ["c"]
+    assert index.names(("bob", "ready", None)) == []
+    assert index.names(("carol", None, None)) == []
     assert index.profiles() == {CPU, "l4"}
     assert len(index) == 3
 
 
 def test_a_state_change_moves_the_box_and_a_removal_forgets_it() -> None:
     index = BoxIndex()
-    index.put("a", "starting", "l4")
-    index.put("a", "ready", "l4")
-    assert index.names("starting", None) == []
-    assert index.names("ready", "l4") == ["a"]
+    index.put("a", "alice", "starting", "l4")
+    index.put("a", "alice", "ready", "l4")
+    assert index.names((None, "starting", None)) == []
+    assert index.names(("alice", "ready", "l4")) == ["a"]
     index.remove("a")
     index.remove("a")
-    assert index.names(None, None) == []
+    assert index.names((None, None, None)) == []
+    assert index.names(("alice", None, None)) == []
     assert index.profiles() == set()
     assert len(index) == 0
 
@@ -49,44 +56,48 @@ def test_a_state_change_moves_the_box_and_a_removal_forgets_it() -> None:
 def test_pages_follow_each_other_and_the_last_says_no_more() -> None:
     index = BoxIndex()
     for name in "edcba":
-        index.put(name, "ready", CPU)
-    first = index.page(None, None, "", 2)
+        index.put(name, "alice", "ready", CPU)
+    everything: Key = (None, None, None)
+    first = index.page(everything, "", 2)
     assert (first.names, first.more) == (["a", "b"], True)
-    last = index.page(None, None, "d", 2)
+    last = index.page(everything, "d", 2)
     assert (last.names, last.more) == (["e"], False)
-    exact = index.page(None, None, "c", 2)
+    exact = index.page(everything, "c", 2)
     assert (exact.names, exact.more) == (["d", "e"], False)
-    assert index.page(None, None, "", None).names == list("abcde")
+    assert index.page(everything, "", None).names == list("abcde")
     # Resuming after a name that was deleted meanwhile starts at the next one.
     index.remove("b")
-    assert index.page(None, None, "b", 1).names == ["c"]
+    assert index.page(everything, "b", 1).names == ["c"]
 
 
 @pytest.mark.parametrize("seed", range(20))
 def test_paging_amid_creates_and_deletes_yields_every_lasting_box_exactly_once(seed: int) -> None:
     rng = random.Random(seed)
     index = BoxIndex()
-    states, profiles = ["ready", "stopped"], [CPU, "l4"]
-    alive: dict[str, tuple[str, str]] = {}
+    owners, states, profiles = ["alice", "bob"], ["ready", "stopped"], [CPU, "l4"]
+    alive: dict[str, tuple[str, str, str]] = {}
 
     def create() -> str:
         # A name drawn twice is a box that changed state or profile.
         name = f"box-{rng.randrange(10_000):04d}"
-        placed = (rng.choice(states), rng.choice(profiles))
+        placed = (rng.choice(owners), rng.choice(states), rng.choice(profiles))
         alive[name] = placed
         index.put(name, *placed)
         return name
 
     for _ in range(rng.randrange(0, 120)):
         create()
-    state = rng.choice([None, *states])
-    profile = rng.choice([None, *profiles])
+    key: Key = (
+        rng.choice([None, *owners]),
+        rng.choice([None, *states]),
+        rng.choice([None, *profiles]),
+    )
     at_start = set(alive)
     touched: set[str] = set()
     seen: list[str] = []
     after = ""
     while True:
-        page = index.page(state, profile, after, rng.randrange(1, 8))
+        page = index.page(key, after, rng.randrange(1, 8))
         seen += page.names
         if not page.more:
             break
@@ -104,8 +115,8 @@ def test_paging_amid_creates_and_deletes_yields_every_lasting_box_exactly_once(s
     lasting = {
         name
         for name in at_start - touched
-        if state in (None, alive[name][0]) and profile in (None, alive[name][1])
+        if all(wanted in (None, held) for wanted, held in zip(key, alive[name], strict=True))
     }
     assert lasting <= set(seen)
     assert set(seen) <= at_start | touched
-    assert _walk(index, state, profile, 3) == index.names(state, profile)
+    assert _walk(index, key, 3) == index.names(key)

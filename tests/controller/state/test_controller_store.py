@@ -93,13 +93,17 @@ def test_the_list_indexes_follow_a_box_from_its_first_event_to_its_deletion() ->
     store._changed_box(BOX)
     box = store.get(BOX)
     profile = box.gpu.profile if box.gpu is not None else "cpu"
-    assert store.page(box.state.value, profile, "", 10) == ([store.get_body(BOX).data], None)
-    assert store.page(None, None, BOX, 10) == ([], None)
-    assert store.filtered_body(None, profile).data == store.list_body().data
+    owned = (box.owner, box.state.value, profile)
+    assert store.page(owned, "", 10) == ([store.get_body(BOX).data], None)
+    assert store.page((None, None, None), BOX, 10) == ([], None)
+    assert store.page(("someone-else", None, None), "", 10) == ([], None)
+    assert store.filtered_body(None, profile, None).data == store.list_body().data
+    assert store.list_body(box.owner).data == store.list_body().data
+    assert store.list_body("someone-else").data == b'{"items":[]}'
     assert store.profiles() == {profile}
 
     store._deployments._remove(deployment["metadata"]["name"])
     store._changed_box(BOX)
-    assert store.page(None, None, "", 10) == ([], None)
-    assert store.filtered_body(box.state.value, None).data == b'{"items":[]}'
+    assert store.page((None, None, None), "", 10) == ([], None)
+    assert store.filtered_body(box.state.value, None, None).data == b'{"items":[]}'
     assert store.profiles() == set()

@@ -20,18 +20,22 @@ class Clock:
         return self.now
 
 
-def _refusal(tokens: ListTokens, token: str, state: str | None = None) -> ApiProblem:
+def _refusal(
+    tokens: ListTokens, token: str, state: str | None = None, owner: str | None = None
+) -> ApiProblem:
     with pytest.raises(ApiProblem) as caught:
-        tokens.read(token, state, None)
+        tokens.read(token, owner, state, None)
     return caught.value
 
 
 def test_a_token_resumes_after_its_name_on_any_replica_with_the_same_secret() -> None:
     clock = Clock()
-    token = ListTokens(SECRET, clock).issue(Position("box-7", "ready", "l4"))
+    token = ListTokens(SECRET, clock).issue(Position("box-7", "ready", "l4", "alice"))
     assert "=" not in token
     other_replica = ListTokens(SECRET, clock)
-    assert other_replica.read(token, "ready", "l4") == Position("box-7", "ready", "l4")
+    assert other_replica.read(token, "alice", "ready", "l4") == Position(
+        "box-7", "ready", "l4", "alice"
+    )
 
 
 @pytest.mark.parametrize("token", ["", "x", "not.base64!", "e30", "e30.", "W10.abc", "\u00e9.x"])
@@ -63,12 +67,21 @@ def test_a_token_of_other_filters_is_a_400_naming_both() -> None:
     assert "state=stopped" in problem.detail
 
 
+def test_a_persons_token_does_not_continue_another_persons_list() -> None:
+    tokens = ListTokens(SECRET)
+    token = tokens.issue(Position("a", None, None, "alice"))
+    problem = _refusal(tokens, token, owner="bob")
+    assert problem.status == 400
+    assert "owner=alice" in problem.detail
+    assert "owner=bob" in problem.detail
+
+
 def test_a_token_older_than_its_lifetime_is_a_410_saying_to_restart() -> None:
     clock = Clock()
     tokens = ListTokens(SECRET, clock)
     token = tokens.issue(Position("a", None, None))
     clock.now += TOKEN_TTL_SECONDS
-    assert tokens.read(token, None, None).after == "a"
+    assert tokens.read(token, None, None, None).after == "a"
     clock.now += 1
     problem = _refusal(tokens, token)
     assert problem.status == 410

@@ -349,7 +349,8 @@ import * as labels from "./labels.js";
     tr.dataset.box = box.name;
     const cells = {};
     for (const key of [
-      "name", "state", "accelerator", "environment", "preset", "autostop", "ssh", "message",
+      "name", "owner", "state", "accelerator", "environment", "preset", "autostop", "ssh",
+      "message",
     ]) {
       const cell = document.createElement(key === "name" ? "th" : "td");
       if (key === "name") cell.scope = "row";
@@ -372,6 +373,8 @@ import * as labels from "./labels.js";
     row.box = box;
     row.tr.dataset.state = box.state;
     row.cells.name.textContent = box.name;
+    row.cells.owner.textContent = box.owner;
+    knowOwner(box.owner);
     const badge = document.createElement("span");
     badge.className = "state state-" + box.state;
     badge.textContent = box.state;
@@ -417,8 +420,11 @@ import * as labels from "./labels.js";
 
   // A write's answer may reach the page after the stream has shown a newer state of the
   // box (the pod the scheduler could not place, say). While the stream is live it alone
-  // updates the rows it shows; the answer only adds a box the page has not shown yet.
+  // updates the rows it shows; the answer only adds a box the page has not shown yet, and
+  // none of another owner than the one the list is narrowed to.
   function showAnswer(box) {
+    const owner = $("owner-filter").value;
+    if (owner && box.owner !== owner) return;
     if (!rows.has(box.name) || $("connection").dataset.live !== "true") upsert(box);
   }
 
@@ -592,35 +598,66 @@ import * as labels from "./labels.js";
     }
   }
 
+  // -- the owner filter ----------------------------------------------------------------
+  // Offered to admins, who see everyone's boxes. The stream itself is narrowed to the
+  // chosen owner (its ?owner=), so the rows are the server's answer, not a hidden subset;
+  // the owners offered are those seen since the page opened, so choosing one keeps the rest.
+  const owners = new Set();
+
+  function knowOwner(owner) {
+    if (owners.has(owner)) return;
+    owners.add(owner);
+    const select = $("owner-filter");
+    const option = new Option(owner, owner);
+    const after = [...select.options].slice(1).find((o) => o.value > owner);
+    select.add(option, after || null);
+  }
+
+  async function offerOwnerFilter() {
+    const { ok, data } = await api("GET", "/whoami");
+    $("owner-field").hidden = !(ok && data.admin);
+  }
+
+  function chooseOwner() {
+    if (source) source.close();
+    announce("");
+    connect();
+  }
+
   // -- live updates --------------------------------------------------------------------
   // Seconds before the page opens a new stream after the browser gave one up for good.
   const RECONNECT_MS = 3000;
+  // The open stream, closed when the owner filter asks for another.
+  let source = null;
 
   function connect() {
-    const source = new EventSource("/dashboard/events");
+    const owner = $("owner-filter").value;
+    const stream = new EventSource(
+      "/dashboard/events" + (owner ? `?owner=${encodeURIComponent(owner)}` : ""));
+    source = stream;
     const status = $("connection");
-    source.addEventListener("open", () => { status.textContent = "Live"; status.dataset.live = "true"; });
+    stream.addEventListener("open", () => { status.textContent = "Live"; status.dataset.live = "true"; });
     // A deleted box may leave its volume behind, and a new box may take one back.
-    source.addEventListener("snapshot", (e) => {
+    stream.addEventListener("snapshot", (e) => {
       replaceAll(JSON.parse(e.data).items);
       // The whole list again: from here on it is current.
       setStale(false);
       loadVolumes().catch(() => undefined);
     });
-    source.addEventListener("box", (e) => {
+    stream.addEventListener("box", (e) => {
       setStale(false);
       const box = JSON.parse(e.data);
       const known = rows.has(box.name);
       upsert(box);
       if (!known) loadVolumes().catch(() => undefined);
     });
-    source.addEventListener("removed", (e) => {
+    stream.addEventListener("removed", (e) => {
       remove(JSON.parse(e.data).name);
       loadVolumes().catch(() => undefined);
     });
-    source.addEventListener("availability", (e) => showAvailability(JSON.parse(e.data)));
-    source.addEventListener("expired", () => { source.close(); toLogin(); });
-    source.addEventListener("error", async () => {
+    stream.addEventListener("availability", (e) => showAvailability(JSON.parse(e.data)));
+    stream.addEventListener("expired", () => { stream.close(); toLogin(); });
+    stream.addEventListener("error", async () => {
       status.textContent = "Reconnecting…";
       status.dataset.live = "false";
       setStale(true);
@@ -629,14 +666,15 @@ import * as labels from "./labels.js";
         await api("GET", "/whoami");
       } catch (err) {
         if (err.message === "session ended") {
-          source.close();
+          stream.close();
           return;
         }
         // No answer at all: the controller is down; the stream keeps trying.
       }
       // An answer other than a stream (a proxy's 502, a replica not ready yet) makes the
       // browser give up on the stream; a new one is opened until the controller is back.
-      if (source.readyState === EventSource.CLOSED) {
+      // A stream the owner filter replaced meanwhile stays closed.
+      if (stream.readyState === EventSource.CLOSED && source === stream) {
         setTimeout(connect, RECONNECT_MS);
       }
     });
@@ -661,6 +699,8 @@ import * as labels from "./labels.js";
     $("volume-confirm").addEventListener("input", refreshPurgeVolume);
     loadPresets().catch(() => undefined);
     loadCapabilities().catch(() => undefined);
+    offerOwnerFilter().catch(() => undefined);
+    $("owner-filter").addEventListener("change", chooseOwner);
     connect();
     setInterval(() => rows.forEach(fillAutoStop), 60000);
     // The notice says how old the list is, so it is written again while it shows.

@@ -1,0 +1,132 @@
+"""People's SSH public keys: listed, added and removed, one ConfigMap per person.
+
+Every box of the person mounts that ConfigMap, and the box's sshd reads it at each login,
+so a change counts for running boxes too (once the kubelet has refreshed the mount, within
+about a minute). Keys are read from the apiserver on request: they change rarely and are
+read rarely, so no watch is kept for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+from kubernetes import client
+
+from devboxes_sdk.models import SshKey, SshKeyList
+
+from ..box import render, sshkeys
+from ..k8s import kube
+from ..k8s.kube import Conflict, NotFound, Obj, Unavailable, rule_broken
+from ..k8s.timestamps import format_timestamp, parse_timestamp
+from ..state.metrics import METRICS
+
+# Two changes of one person's keys at once: each is retried on the other's write.
+ATTEMPTS = 4
+OPERATOR_HAS_NO_KEYS = (
+    "the operator token has no SSH keys of its own: the operator's boxes accept the keys "
+    "of the Secret that ssh.authorizedKeysSecret names; keys are added by people"
+)
+
+
+def _key(entry: sshkeys.Entry) -> SshKey:
+    parsed = entry.key()
+    return SshKey(
+        fingerprint=parsed.fingerprint,
+        algorithm=parsed.algorithm,
+        comment=parsed.comment,
+        added_at=parse_timestamp(entry.added_at),
+    )
+
+
+class Keys:
+    def __init__(
+        self, api: client.ApiClient, namespace: str, clock: Callable[[], datetime]
+    ) -> None:
+        self._core = client.CoreV1Api(api)
+        self._namespace = namespace
+        self._clock = clock
+
+    def _read(self, owner: str) -> Obj | None:
+        try:
+            return kube.call(
+                self._core.read_namespaced_config_map,
+                sshkeys.config_map_name(owner),
+                self._namespace,
+            )
+        except NotFound:
+            return None
+
+    def listed(self, owner: str | None) -> SshKeyList:
+        if owner is None:
+            return SshKeyList(items=[])
+        found = self._read(owner)
+        entries = sshkeys.entries_of(found) if found is not None else []
+        return SshKeyList(items=[_key(e) for e in entries])
+
+    def add(self, owner: str | None, text: str) -> SshKey:
+        if owner is None:
+            raise Conflict(OPERATOR_HAS_NO_KEYS)
+        try:
+            parsed = sshkeys.parse(text)
+        except sshkeys.KeyRejected as err:
+            raise rule_broken(["body", "key"], str(err)) from None
+
+        def added(entries: list[sshkeys.Entry]) -> list[sshkeys.Entry]:
+            if any(e.key().fingerprint == parsed.fingerprint for e in entries):
+                raise Conflict(f"the key {parsed.fingerprint} is already added")
+            if len(entries) >= sshkeys.MAX_KEYS_PER_PERSON:
+                raise Conflict(
+                    f"a person may have at most {sshkeys.MAX_KEYS_PER_PERSON} keys; "
+                    "remove one first"
+                )
+            return [*entries, sshkeys.Entry(parsed.line, format_timestamp(self._clock()))]
+
+        entries = self._change(owner, added)
+        return _key(entries[-1])
+
+    def remove(self, owner: str | None, fingerprint: str) -> SshKey:
+        if owner is None:
+            raise Conflict(OPERATOR_HAS_NO_KEYS)
+        removed: list[sshkeys.Entry] = []
+
+        def without(entries: list[sshkeys.Entry]) -> list[sshkeys.Entry]:
+            kept = [e for e in entries if e.key().fingerprint != fingerprint]
+            if len(kept) == len(entries):
+                raise NotFound(f"no key with fingerprint {fingerprint}")
+            removed[:] = [e for e in entries if e.key().fingerprint == fingerprint]
+            return kept
+
+        self._change(owner, without)
+        return _key(removed[0])
+
+    def _change(
+        self, owner: str, change: Callable[[list[sshkeys.Entry]], list[sshkeys.Entry]]
+    ) -> list[sshkeys.Entry]:
+        """Apply ``change`` to the person's keys, writing only over the version read."""
+        for _ in range(ATTEMPTS):
+            found = self._read(owner)
+            entries = change(sshkeys.entries_of(found) if found is not None else [])
+            wanted = sshkeys.render_config_map(
+                owner,
+                entries,
+                self._namespace,
+                render.person_labels(owner, sshkeys.COMPONENT_KEYS),
+            )
+            try:
+                if found is None:
+                    kube.call(self._core.create_namespaced_config_map, self._namespace, wanted)
+                    METRICS.writes.labels("create").inc()
+                else:
+                    wanted["metadata"]["resourceVersion"] = found["metadata"]["resourceVersion"]
+                    kube.call(
+                        self._core.replace_namespaced_config_map,
+                        wanted["metadata"]["name"],
+                        self._namespace,
+                        wanted,
+                    )
+                    METRICS.writes.labels("replace").inc()
+            except Conflict:
+                continue
+            return entries
+        raise Unavailable("the keys changed under several tries in a row; retry")

@@ -1,0 +1,134 @@
+"""Per-person and per-group limits: whether a create or a start stays within them.
+
+Pure: the holdings are read from the box caches by the caller. What counts:
+
+- boxes: every box that exists, running or stopped;
+- devices: the devices running boxes hold (their pinned profile's count), by the resource
+  name or DRA device class name the profile requests;
+- a group's holdings: the boxes whose owner was in the group when the box was last
+  created or started (the group is recorded on the box then).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..box import ownership, render
+from ..config.settings import GroupLimits, LimitSettings, Quota
+from ..k8s.kube import Conflict, rule_broken
+
+
+@dataclass(frozen=True)
+class Holding:
+    owner: str
+    groups: frozenset[str]
+    running: bool
+    device: str | None
+    count: int
+
+
+@dataclass(frozen=True)
+class Asker:
+    """The person a create or start is for, with the groups their provider gave."""
+
+    person: str
+    groups: frozenset[str]
+
+
+@dataclass(frozen=True)
+class Ask:
+    asker: Asker
+    # A create adds a box; a start only makes one run.
+    new_box: bool
+    device: str | None
+    count: int
+
+
+def limited_groups(limits: LimitSettings, groups: Iterable[str]) -> list[str]:
+    """The groups of ``groups`` that the limits name, in a stable order."""
+    return sorted(set(groups) & set(limits.groups))
+
+
+def holding(deployment: Mapping[str, Any]) -> Holding:
+    """What one box holds, from its Deployment's annotations."""
+    metadata = deployment.get("metadata") or {}
+    annotations = metadata.get("annotations") or {}
+    try:
+        recorded = json.loads(annotations.get(ownership.ANNOTATION_OWNER_GROUPS) or "[]")
+    except ValueError:
+        recorded = []
+    groups = (
+        frozenset(g for g in recorded if isinstance(g, str))
+        if isinstance(recorded, list)
+        else frozenset()
+    )
+    count_text = annotations.get(render.ANNOTATION_GPU_COUNT) or "0"
+    device = annotations.get(render.ANNOTATION_GPU_RESOURCE) or annotations.get(
+        render.ANNOTATION_GPU_DEVICE_CLASS
+    )
+    return Holding(
+        owner=ownership.owner_of(dict(deployment)),
+        groups=groups,
+        running=((deployment.get("spec") or {}).get("replicas", 1) or 0) != 0,
+        device=device,
+        count=int(count_text) if count_text.isdigit() else 0,
+    )
+
+
+def check_request(limits: LimitSettings, asker: Asker, preset: str, ttl_hours: int) -> None:
+    """The preset and TTL bounds of the asker's groups; Invalid (422) when broken."""
+    bounded = [(g, limits.groups[g]) for g in limited_groups(limits, asker.groups)]
+    preset_groups = [(g, q) for g, q in bounded if q.presets is not None]
+    if preset_groups and not any(preset in (q.presets or ()) for _, q in preset_groups):
+        allowed = sorted({p for _, q in preset_groups for p in q.presets or ()})
+        raise rule_broken(
+            ["body", "preset"],
+            f"preset {preset} is not allowed for your groups "
+            f"({', '.join(g for g, _ in preset_groups)}); allowed: {', '.join(allowed)}",
+        )
+    ttl_groups = [(g, q.max_ttl_hours) for g, q in bounded if q.max_ttl_hours is not None]
+    if ttl_groups:
+        longest = max(hours for _, hours in ttl_groups if hours is not None)
+        if ttl_hours > longest:
+            raise rule_broken(
+                ["body", "ttl_hours"],
+                f"must be at most {longest} for your groups "
+                f"({', '.join(g for g, _ in ttl_groups)})",
+                "less_than_equal",
+            )
+
+
+def _over(quota: Quota, held: list[Holding], ask: Ask, whose: str) -> str | None:
+    if ask.new_box and quota.boxes is not None and len(held) + 1 > quota.boxes:
+        return (
+            f"{whose} {len(held)} boxes, and the limit is {quota.boxes}; "
+            "delete a box first (its home volume can be kept)"
+        )
+    if ask.device is None or ask.device not in quota.devices:
+        return None
+    limit = quota.devices[ask.device]
+    running = sum(h.count for h in held if h.running and h.device == ask.device)
+    if running + ask.count > limit:
+        return (
+            f"{whose} running boxes that hold {running} {ask.device}, this box needs "
+            f"{ask.count}, and the limit is {limit}; stop a box first"
+        )
+    return None
+
+
+def check_quota(limits: LimitSettings, ask: Ask, holdings: Iterable[Holding]) -> None:
+    """Conflict (409) naming the limit a create or start would pass."""
+    everything = list(holdings)
+    mine = [h for h in everything if h.owner == ask.asker.person]
+    refusal = _over(limits.per_person, mine, ask, "you have")
+    for group in limited_groups(limits, ask.asker.groups):
+        if refusal is not None:
+            break
+        quota: GroupLimits = limits.groups[group]
+        members = [h for h in everything if group in h.groups]
+        refusal = _over(quota, members, ask, f"group {group}'s members have")
+    if refusal is not None:
+        raise Conflict(refusal)
