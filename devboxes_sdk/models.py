@@ -292,7 +292,7 @@ class Devbox(_Response):
     gpu: GpuAllocation | None = None
     image: ImageAllocation | None = None
     # One human line saying why a box that is not ready is not ready yet, e.g. "Waiting
-    # for a free NVIDIA L4: 0 of 2 free, 2nd in line (estimate)"; None when ready or stopped.
+    # for a free NVIDIA L4: 0 of 2 free, 2nd in line"; None when ready or stopped.
     summary: str | None = None
     # The scheduler's own sentence, verbatim, while it cannot place the box's pod.
     scheduling_detail: str | None = None

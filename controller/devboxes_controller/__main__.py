@@ -160,6 +160,7 @@ def serve(args: argparse.Namespace) -> int:
 
     from .box.activity import activity_key
     from .control.lifecycle import Lifecycle
+    from .control.queue import Gatekeeper
     from .control.reconciler import Reconciler
     from .k8s import kube
     from .k8s.lease import LeaderElector
@@ -205,6 +206,7 @@ def serve(args: argparse.Namespace) -> int:
         can_lead=lambda: readiness.problem() is None,
     )
     reconciler = Reconciler(store, lifecycle, elector)
+    gatekeeper = Gatekeeper(store, api, elector)
     # People with a token of the configured OpenID Connect issuer or JupyterHub, beside
     # the operator.
     oidc = oidc_verifier(settings)
@@ -217,9 +219,11 @@ def serve(args: argparse.Namespace) -> int:
         ended.start()
         elector.start()
         reconciler.start()
+        gatekeeper.start()
         try:
             yield
         finally:
+            gatekeeper.stop()
             reconciler.stop()
             stopper = threading.Thread(target=elector.stop)
             stopper.start()

@@ -66,6 +66,8 @@ ANNOTATION_EXPIRED_AT = ANNOTATION_PREFIX + "expired-at"
 ANNOTATION_PINNED_MAIN = ANNOTATION_PREFIX + "pinned-main"
 # A hash per part of the pod template as last written, to tell what a release changed.
 ANNOTATION_TEMPLATE = ANNOTATION_PREFIX + "template"
+# Holds a box pod that asks for a device back from the scheduler until its turn in line.
+QUEUE_GATE = "devboxes.io/queue"
 
 _PRESET_BY_NAME: dict[str, Preset] = {preset: preset for preset in PRESETS}
 
@@ -612,6 +614,9 @@ def _pod_spec(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
             pod["nodeSelector"] = dict(gpu.node_selector)
         if gpu.tolerations:
             pod["tolerations"] = [t.to_kubernetes() for t in gpu.tolerations]
+        # Only the leader's view of free devices lifts the gate: no view, no gate.
+        if not gpu.is_dra and settings.availability.enabled:
+            pod["schedulingGates"] = [{"name": QUEUE_GATE}]
         if gpu.is_dra:
             pod["resourceClaims"] = [
                 {

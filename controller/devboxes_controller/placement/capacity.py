@@ -12,7 +12,7 @@ MIG slices or time-slices all count the same way.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -20,9 +20,11 @@ from typing import Any
 
 from devboxes_sdk.models import GpuAvailability, ProfileAvailability
 
+from ..box.render import LABEL_BOX
 from ..config.formats import quantity_value
 from ..config.settings import GpuProfileConfig, PresetSettings
 from ..k8s.kube import Obj
+from . import queue
 
 Usage = dict[str, Decimal]
 
@@ -94,10 +96,11 @@ def _uid(metadata: Obj) -> Obj:
 
 
 def strip_pod(pod: Obj) -> Obj:
-    """The few fields of a pod that capacity needs, with its requests already summed."""
+    """The few fields of a pod that capacity needs, with its requests already summed;
+    ``box`` only for a box's pod, which a waiting box does not name as holding devices."""
     metadata = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
-    return {
+    stripped: Obj = {
         "metadata": {
             "name": metadata.get("name"),
             "namespace": metadata.get("namespace"),
@@ -108,6 +111,9 @@ def strip_pod(pod: Obj) -> Obj:
         "phase": (pod.get("status") or {}).get("phase"),
         "requests": {k: str(v) for k, v in pod_requests(spec).items()},
     }
+    if LABEL_BOX in (metadata.get("labels") or {}):
+        stripped["box"] = True
+    return stripped
 
 
 def strip_node(node: Obj) -> Obj:
@@ -228,6 +234,12 @@ def _replace(
         _apply(totals, new, 1)
 
 
+def is_device(resource: str) -> bool:
+    """Whether a resource is an extended one (a device): their names carry a domain,
+    the built-in ones (cpu, memory, hugepages-2Mi, ...) do not."""
+    return "/" in resource
+
+
 def uid(obj: Obj) -> str:
     return str(obj["metadata"]["uid"])
 
@@ -248,6 +260,8 @@ class Totals:
         self.allocatable: dict[str, Usage] = {}
         self._pods: dict[str, Contribution] = {}
         self._nodes: dict[str, Contribution] = {}
+        # The few pods that hold a device, so that naming them reads no other pod.
+        self._holding_devices: dict[str, Obj] = {}
 
     @classmethod
     def of(cls, nodes: Iterable[Obj], pods: Iterable[Obj]) -> Totals:
@@ -259,16 +273,30 @@ class Totals:
         return totals
 
     def put_pod(self, pod: Obj) -> None:
-        _replace(self._pods, self.used, uid(pod), pod_contribution(pod))
+        contribution = pod_contribution(pod)
+        _replace(self._pods, self.used, uid(pod), contribution)
+        if contribution is not None and any(map(is_device, contribution.amounts)):
+            self._holding_devices[uid(pod)] = pod
+        else:
+            self._holding_devices.pop(uid(pod), None)
 
     def remove_pod(self, pod: Obj) -> None:
         _replace(self._pods, self.used, uid(pod), None)
+        self._holding_devices.pop(uid(pod), None)
+
+    def holding_devices(self) -> list[Obj]:
+        """The bound, non-terminated pods that hold some device (extended resource)."""
+        return list(self._holding_devices.values())
 
     def put_node(self, node: Obj) -> None:
         _replace(self._nodes, self.allocatable, uid(node), node_contribution(node))
 
     def remove_node(self, node: Obj) -> None:
         _replace(self._nodes, self.allocatable, uid(node), None)
+
+    def placed(self, uids: Iterable[str]) -> frozenset[str]:
+        """Those of these pods whose requests ``used`` counts."""
+        return frozenset(u for u in uids if u in self._pods)
 
     def usage(self) -> dict[str, Usage]:
         """A copy of ``used`` that later changes leave alone."""
@@ -546,34 +574,74 @@ def ordinal(number: int) -> str:
 
 @dataclass(frozen=True)
 class Queued:
-    """A GPU box whose pod the scheduler cannot place yet."""
+    """A GPU box whose pod waits for a device, with its entry in its device's line.
+
+    ``exact``: the line is kept by the queue's gate (profiles of an extended resource), so
+    its place is who gets the next device; otherwise (DRA profiles) the scheduler picks and
+    the place is an estimate. ``taken``: let through for a free device, the pod found it
+    taken by a pod that is not a box.
+    """
 
     profile: str
     display_name: str
-    since: str
+    waiter: queue.Waiter
+    exact: bool = True
+    taken: bool = False
 
 
-def places_in_line(queued: Mapping[str, Queued], profile: str) -> list[str]:
-    """The boxes waiting for ``profile``, oldest pod first (then by name).
-
-    This is an estimate of who gets the next device: kube-scheduler retries pending pods
-    by priority and then by a queue time it resets after every failed attempt, so a freed
-    device may go to any of them.
-    """
-    return [
-        name
-        for _, name in sorted(
-            (entry.since, name) for name, entry in queued.items() if entry.profile == profile
-        )
-    ]
+TAKEN = (
+    "Waiting for a free {display_name}: a pod that is not a box took the one this box was "
+    "let through for; {place} in line for the next"
+)
+# Names beyond these are counted, not listed: the summary stays one short line.
+NAMED_HOLDERS = 3
 
 
-def waiting_summary(display_name: str, entry: ProfileAvailability | None, position: int) -> str:
-    """Why a GPU box waits, in one line: its profile's free count and its estimated place
-    in line."""
-    line = f"{ordinal(position)} in line (estimate)"
-    if entry is None or entry.capacity is None:
-        return f"Waiting for a free {display_name}, {line}"
-    if entry.capacity == 0 and entry.reason:
+def held_by(pods: Sequence[str]) -> str:
+    """The pods that are not boxes holding devices a box could use, by name."""
+    shown = ", ".join(pods[:NAMED_HOLDERS])
+    if len(pods) > NAMED_HOLDERS:
+        shown += f" and {len(pods) - NAMED_HOLDERS} more"
+    if len(pods) == 1:
+        return f"devices held by a pod that is not a box: {shown}"
+    return f"devices held by pods that are not boxes: {shown}"
+
+
+def holding(pods: Iterable[Obj], resource: str) -> list[Obj]:
+    """The stripped pods that are not boxes' (of any namespace), bound and not ended, that
+    hold some ``resource``."""
+    found = []
+    for pod in pods:
+        contribution = None if pod.get("box") else pod_contribution(pod)
+        if contribution is not None and contribution.amounts.get(resource, Decimal(0)) > 0:
+            found.append(pod)
+    return found
+
+
+def pod_names(pods: Iterable[Obj], nodes: Collection[str]) -> list[str]:
+    """``namespace/name`` of the stripped pods bound to one of ``nodes``, sorted."""
+    return sorted(
+        f"{p['metadata'].get('namespace')}/{p['metadata'].get('name')}"
+        for p in pods
+        if p.get("nodeName") in nodes
+    )
+
+
+def waiting_summary(
+    queued: Queued, entry: ProfileAvailability | None, place: int, others: Sequence[str] = ()
+) -> str:
+    """Why a GPU box waits, in one line: its profile's free count and its place in line,
+    then the pods that are not boxes (``others``) holding devices it could use."""
+    display_name = queued.display_name
+    line = f"{ordinal(place)} in line" + ("" if queued.exact else " (estimate)")
+    if queued.taken:
+        summary = TAKEN.format(display_name=display_name, place=ordinal(place))
+    elif entry is None or entry.capacity is None:
+        summary = f"Waiting for a free {display_name}, {line}"
+    elif entry.capacity == 0 and entry.reason:
         return entry.reason
-    return f"Waiting for a free {display_name}: {entry.available} of {entry.capacity} free, {line}"
+    else:
+        summary = (
+            f"Waiting for a free {display_name}: {entry.available} of {entry.capacity} free, {line}"
+        )
+    return f"{summary}; {held_by(others)}" if others else summary

@@ -67,7 +67,7 @@ def _grant(group: str, resource: str, verbs: str, **kwargs: Any) -> list[Permiss
 PERMISSIONS: tuple[Permission, ...] = (
     *_grant("apps", "deployments", "list watch create patch delete"),
     *_grant("apps", "replicasets", "list watch"),
-    *_grant("", "pods", "list watch"),
+    *_grant("", "pods", "list watch patch"),
     *_grant("", "services", "list watch create delete"),
     *_grant("", "persistentvolumeclaims", "get list watch create patch delete"),
     *_grant("", "events", "list watch create"),

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -32,7 +32,7 @@ from kubernetes import client
 
 from devboxes_sdk.models import GpuAvailability, Preset, ProfileAvailability
 
-from ..config.settings import PresetSettings, Settings
+from ..config.settings import GpuProfileConfig, PresetSettings, Settings
 from ..k8s.kube import Obj
 from ..placement import capacity, devices
 from .bodies import Body, body
@@ -70,6 +70,17 @@ class _Observed:
     published: devices.Published | str = LOADING
 
 
+@dataclass(frozen=True)
+class Cluster:
+    """The nodes and what bound pods use on each at one moment; ``placed``: which of the
+    pods asked about that use counts."""
+
+    nodes: list[Obj]
+    usage: dict[str, capacity.Usage]
+    placed: frozenset[str]
+    runtime_classes: dict[str, Obj]
+
+
 class Availability:
     """Per-profile counts of boxes that could start now, kept current by two watches."""
 
@@ -91,6 +102,7 @@ class Availability:
         self._matcher = devices.Matcher()
         self._current = self._compute(self._observed)
         self._body = body(self._current.model_dump_json().encode())
+        self._others: frozenset[tuple[str, str, str]] = frozenset()
         # Written by the two watch threads inside their caches' locks, read by this one.
         self._totals = capacity.Totals()
         self._totals_lock = threading.Lock()
@@ -209,6 +221,34 @@ class Availability:
 
     def profile(self, name: str) -> ProfileAvailability | None:
         return self._current.profile(name)
+
+    def cluster(self, pods: Iterable[str]) -> Cluster | None:
+        """One consistent reading of the nodes and of what bound pods use, with which of
+        the ``pods`` (uids) that use counts; None while the cluster cannot be read."""
+        if not self.enabled or self._reason() is not None:
+            return None
+        with self._nodes.paused(), self._pods.paused(), self._totals_lock:
+            nodes, usage = self._nodes.all(), self._totals.usage()
+            placed = self._totals.placed(pods)
+        runtime_classes = self._runtime_classes.all() if self._runtime_classes else []
+        return Cluster(nodes, usage, placed, {rc["metadata"]["name"]: rc for rc in runtime_classes})
+
+    def holding(self, resource: str) -> list[Obj]:
+        """The pods that are not boxes holding some ``resource``; none while the cluster
+        cannot be read."""
+        if not self.enabled or self._reason() is not None:
+            return []
+        with self._totals_lock:
+            return capacity.holding(self._totals.holding_devices(), resource)
+
+    def on_nodes_of(self, profile: GpuProfileConfig, pods: list[Obj]) -> list[str]:
+        """``namespace/name`` of those of ``pods`` bound to a node the profile's boxes
+        could use. Only the pods' own nodes are looked at: there are few of them."""
+        nodes = [self._nodes.get(name) for name in {p.get("nodeName") for p in pods} if name]
+        runtime_classes = self._runtime_classes.all() if self._runtime_classes else []
+        where = capacity.placement(profile, {rc["metadata"]["name"]: rc for rc in runtime_classes})
+        eligible, _ = capacity.eligible_nodes(profile, where, [n for n in nodes if n is not None])
+        return capacity.pod_names(pods, {capacity.node_name(n) for n in eligible})
 
     # -- running totals ----------------------------------------------------------------------
     def _pod_changed(self, old: Obj | None, new: Obj | None) -> None:
@@ -332,13 +372,30 @@ class Availability:
             log.exception("availability recount failed")
 
     def refresh(self) -> bool:
-        """Recompute now; True when any profile's counts changed."""
+        """Recompute now; True when any profile's counts changed, or which pods that are
+        not boxes hold devices where (waiting boxes name them)."""
         observed = self._observe()
         computed = self._compute(observed)
-        changed = computed.profiles != self._current.profiles
-        self._observed, self._current = observed, computed
+        others = self._others_holding()
+        changed = computed.profiles != self._current.profiles or others != self._others
+        self._observed, self._current, self._others = observed, computed, others
         self._body = body(computed.model_dump_json().encode())
         return changed
+
+    def _others_holding(self) -> frozenset[tuple[str, str, str]]:
+        """(namespace, name, node) of every pod that is not a box's and holds a device: one
+        may take a device over as another gives it back, the counts staying the same."""
+        with self._totals_lock:
+            pods = self._totals.holding_devices()
+        return frozenset(
+            (
+                str(p["metadata"].get("namespace")),
+                str(p["metadata"].get("name")),
+                str(p["nodeName"]),
+            )
+            for p in pods
+            if not p.get("box")
+        )
 
     def _run(self) -> None:
         recount_at = time.monotonic() + RECOUNT_SECONDS

@@ -105,11 +105,20 @@ def _container_status(container: Obj) -> Obj:
 
 def pod(obj: Obj) -> Obj:
     """Node, phase, readiness, the scheduler's words and the containers' waiting reasons;
-    its uid, which owns a DRA box's claim."""
+    its uid, which owns a DRA box's claim; its scheduling gates and owner, which place it
+    in the line for a device."""
     slim: Obj = {"metadata": _metadata(obj, "uid", "creationTimestamp")}
-    node = (obj.get("spec") or {}).get("nodeName")
-    if node:
-        slim["spec"] = {"nodeName": node}
+    owner = ((obj.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_OWNER)
+    if owner is not None:
+        slim["metadata"]["annotations"] = {ANNOTATION_OWNER: owner}
+    spec = obj.get("spec") or {}
+    slim_spec: Obj = {}
+    if spec.get("nodeName"):
+        slim_spec["nodeName"] = spec["nodeName"]
+    if spec.get("schedulingGates"):
+        slim_spec["schedulingGates"] = [_words(g, ("name",)) for g in spec["schedulingGates"]]
+    if slim_spec:
+        slim["spec"] = slim_spec
     status = obj.get("status") or {}
     slim_status = _words(status, ("phase", "reason"))
     if "message" in status:

@@ -16,11 +16,11 @@ from kubernetes import client
 
 from devboxes_sdk.models import Devbox, DevboxState
 
-from ..box import render, status
-from ..config.settings import Settings
+from ..box import ownership, render, status
+from ..config.settings import Settings, SnapshotError
 from ..k8s import kube
 from ..k8s.kube import NotFound, Obj
-from ..placement import capacity
+from ..placement import capacity, queue
 from . import slim
 from .availability import Availability
 from .bodies import Body, body
@@ -51,6 +51,41 @@ def _box_from_event(event: Obj) -> str | None:
     return "-".join(parts[: len(parts) - trim]) if len(parts) > trim else None
 
 
+def _line_entry(
+    name: str, objects: status.BoxObjects, box: Devbox, gate: bool
+) -> tuple[capacity.Queued | None, queue.Holder | None]:
+    """The box's entry in the line for its device, and what it holds of it; ``gate``:
+    whether boxes of extended resources are rendered with the queue's gate."""
+    gpu = box.gpu
+    pod = status.current_pod(objects.pods)
+    if gpu is None or pod is None or (objects.deployment.get("spec") or {}).get("replicas") == 0:
+        return None, None
+    owner = ownership.owner_of(pod)
+    gated = queue.gated(pod)
+    resource = gpu.resource_name
+    holding = None
+    if (
+        resource is not None
+        and not gated
+        and (pod.get("status") or {}).get("phase") not in capacity.TERMINATED_PHASES
+    ):
+        node = (pod.get("spec") or {}).get("nodeName")
+        holding = queue.Holder(pod["metadata"].get("uid", ""), node, owner, resource, gpu.count)
+    since = status.waiting_since(objects)
+    if since is None:
+        return None, holding
+    # A DRA profile has no gate: its boxes form a line of their own, ordered the same way.
+    line = resource if resource is not None else f"dra:{gpu.profile}"
+    waiter = queue.Waiter(name, pod["metadata"]["name"], owner, line, gpu.count, since, gated)
+    # Without the gate the scheduler picks: the place is an estimate and nothing is taken.
+    exact = gate and resource is not None
+    taken = (
+        exact and not gated and f"Insufficient {resource}" in (status.scheduling_detail(pod) or "")
+    )
+    queued = capacity.Queued(gpu.profile, gpu.display_name, waiter, exact, taken)
+    return queued, holding
+
+
 class BoxStore:
     """Cached objects and derived status of every box in one namespace."""
 
@@ -67,6 +102,7 @@ class BoxStore:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._changed: dict[str, asyncio.Event] = {}
         self._queued: dict[str, capacity.Queued] = {}
+        self._holding: dict[str, queue.Holder] = {}
         self._listeners: list[Callable[[str], None]] = []
         selector = render.MANAGED_SELECTOR
         ns = settings.namespace
@@ -283,6 +319,7 @@ class BoxStore:
             # view (a Deployment without its new pod) would stand until the next event.
             objects = self.objects(name)
             was = self._queued.pop(name, None)
+            was_holding = self._holding.pop(name, None)
             if objects is None:
                 self._status.pop(name, None)
                 self._status_body.pop(name, None)
@@ -290,14 +327,18 @@ class BoxStore:
                 self._list_body = None
             else:
                 box = status.derive(objects, self.settings, self.clock())
-                since = status.waiting_since(objects)
-                if since is not None and box.gpu is not None:
-                    gpu = box.gpu
-                    self._queued[name] = capacity.Queued(gpu.profile, gpu.display_name, since)
+                gate = self.settings.availability.enabled
+                queued, holding = _line_entry(name, objects, box, gate)
+                if queued is not None:
+                    self._queued[name] = queued
+                if holding is not None:
+                    self._holding[name] = holding
                 self._store(box)
-            now = self._queued.get(name)
-            profiles = {q.profile for q in (was, now) if q is not None}
-            touched = {name} | self._summarize(profiles)
+            now, now_holding = self._queued.get(name), self._holding.get(name)
+            lines = {q.waiter.resource for q in (was, now) if q is not None}
+            if was_holding != now_holding:
+                lines |= {h.resource for h in (was_holding, now_holding) if h is not None}
+            touched = {name} | self._summarize(lines)
         if was != now:
             self.availability.kick()
         METRICS.boxes_changed()
@@ -324,25 +365,46 @@ class BoxStore:
             counts[queued.profile] = counts.get(queued.profile, 0) + 1
         return counts
 
-    def _summarize(self, profiles: set[str]) -> set[str]:
-        """Give each waiting box of these profiles its place in line and the free count;
+    def _summarize(self, lines: set[str]) -> set[str]:
+        """Give each waiting box of these lines its place and its profile's free count;
         returns the boxes whose summary changed. Called with the status lock held."""
         touched: set[str] = set()
-        for profile in profiles:
-            entry = self.availability.profile(profile)
-            line = capacity.places_in_line(self._queued, profile)
-            for position, name in enumerate(line, start=1):
-                queued = self._queued[name]
-                summary = capacity.waiting_summary(queued.display_name, entry, position)
-                box = self._status.get(name)
-                if box is not None and box.summary != summary:
-                    self._store(box.model_copy(update={"summary": summary}))
-                    touched.add(name)
+        if not lines:
+            return touched
+        waiters = [q.waiter for q in self._queued.values() if q.waiter.resource in lines]
+        places = queue.places(waiters, queue.held(self._holding.values()))
+        for name, place in places.items():
+            queued = self._queued[name]
+            entry = self.availability.profile(queued.profile)
+            others = self._others_holding(queued) if queued.exact else []
+            summary = capacity.waiting_summary(queued, entry, place, others)
+            box = self._status.get(name)
+            if box is not None and box.summary != summary:
+                self._store(box.model_copy(update={"summary": summary}))
+                touched.add(name)
         return touched
+
+    def _others_holding(self, queued: capacity.Queued) -> list[str]:
+        """The pods that are not boxes holding devices the box could use, by name."""
+        pods = self.availability.holding(queued.waiter.resource)
+        # Most clusters have none: then the box's pinned profile is not even read.
+        if not pods:
+            return []
+        deployment = self._deployments.get(render.object_names(queued.waiter.box).deployment)
+        try:
+            profile = render.spec_from_deployment(deployment).gpu if deployment else None
+        except SnapshotError:
+            return []
+        return self.availability.on_nodes_of(profile, pods) if profile else []
+
+    def line(self) -> tuple[list[queue.Waiter], list[queue.Holder]]:
+        """The boxes waiting for a device and the boxes holding one, as the caches show."""
+        with self._status_lock:
+            return [q.waiter for q in self._queued.values()], list(self._holding.values())
 
     def _availability_changed(self) -> None:
         with self._status_lock:
-            touched = self._summarize({q.profile for q in self._queued.values()})
+            touched = self._summarize({q.waiter.resource for q in self._queued.values()})
         self._announce(touched)
 
     def _wake(self, name: str) -> None:

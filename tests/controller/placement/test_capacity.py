@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from devboxes_controller.box import status
 from devboxes_controller.config.settings import GpuProfileConfig, Settings, settings_from_mapping
-from devboxes_controller.placement import capacity, doctor
+from devboxes_controller.placement import capacity, doctor, queue
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 GPU_TAINT = {"key": "nvidia.com/gpu", "effect": "NoSchedule"}
@@ -196,42 +196,79 @@ def test_ordinals(position: int, text: str) -> None:
     assert capacity.ordinal(position) == text
 
 
+def _queued(exact: bool = True, taken: bool = False) -> capacity.Queued:
+    waiter = queue.Waiter("b", "b-pod", "", "nvidia.com/gpu", 1, "2030-01-01T00:00:00Z", True)
+    return capacity.Queued("nvidia-l4", "NVIDIA L4", waiter, exact, taken)
+
+
 def test_waiting_summaries() -> None:
     taken = [pod(f"l4-{i}", {"nvidia.com/gpu": "1"}) for i in range(2)]
     full = capacity.profile_availability(profile(), l4_nodes(), capacity.usage_by_node(taken), 3)
     assert (
-        capacity.waiting_summary("NVIDIA L4", full, 2)
+        capacity.waiting_summary(_queued(), full, 2)
+        == "Waiting for a free NVIDIA L4: 0 of 2 free, 2nd in line"
+    )
+    # A DRA profile's line is not held by the gate: the scheduler picks.
+    assert (
+        capacity.waiting_summary(_queued(exact=False), full, 2)
         == "Waiting for a free NVIDIA L4: 0 of 2 free, 2nd in line (estimate)"
     )
     nothing = count(profile(), [node("cpu", {})], [])
-    assert capacity.waiting_summary("NVIDIA L4", nothing, 1) == capacity.NO_SELECTOR_MATCH
+    assert capacity.waiting_summary(_queued(), nothing, 1) == capacity.NO_SELECTOR_MATCH
     unknown = capacity.unknown([profile()], "forbidden", {}, NOW).profiles[0]
     assert (
-        capacity.waiting_summary("NVIDIA L4", unknown, 3)
-        == "Waiting for a free NVIDIA L4, 3rd in line (estimate)"
+        capacity.waiting_summary(_queued(), unknown, 3)
+        == "Waiting for a free NVIDIA L4, 3rd in line"
     )
+    taken = _queued(taken=True)
+    assert capacity.waiting_summary(taken, full, 1) == (
+        "Waiting for a free NVIDIA L4: a pod that is not a box took the one this box was "
+        "let through for; 1st in line for the next"
+    )
+    # Pods that are not boxes holding devices the box could use are named.
+    assert capacity.waiting_summary(taken, full, 2, ["ml/train"]) == (
+        "Waiting for a free NVIDIA L4: a pod that is not a box took the one this box was "
+        "let through for; 2nd in line for the next; devices held by a pod that is not a "
+        "box: ml/train"
+    )
+    many = [f"ml/job-{i}" for i in range(5)]
+    assert capacity.waiting_summary(_queued(), full, 1, many) == (
+        "Waiting for a free NVIDIA L4: 0 of 2 free, 1st in line; devices held by pods that "
+        "are not boxes: ml/job-0, ml/job-1, ml/job-2 and 2 more"
+    )
+    # A profile no node can serve says so, whoever holds what.
+    assert capacity.waiting_summary(_queued(), nothing, 1, many) == capacity.NO_SELECTOR_MATCH
 
 
-def test_places_in_line_follow_pod_age_and_close_up_when_one_leaves() -> None:
-    def queued(profile: str, since: str) -> capacity.Queued:
-        return capacity.Queued(profile, "NVIDIA L4", since)
+def test_the_pods_that_are_not_boxes_holding_a_device() -> None:
+    def stripped(name: str, node: str | None, gpus: str, phase: str = "Running") -> Any:
+        found = pod(node, {"nvidia.com/gpu": gpus}, phase)
+        found["metadata"].update(name=name, namespace="ml")
+        return found
 
-    line = {
-        "qc": queued("nvidia-l4", "2030-01-01T00:00:03Z"),
-        "qa": queued("nvidia-l4", "2030-01-01T00:00:01Z"),
-        "qb": queued("nvidia-l4", "2030-01-01T00:00:02Z"),
-        "other": queued("nvidia-a100", "2030-01-01T00:00:00Z"),
-    }
-    assert capacity.places_in_line(line, "nvidia-l4") == ["qa", "qb", "qc"]
-    # Whichever box the scheduler serves first, the others keep their order and move up.
-    for leaving in ("qa", "qb", "qc"):
-        rest = {name: entry for name, entry in line.items() if name != leaving}
-        expected = [name for name in ("qa", "qb", "qc") if name != leaving]
-        assert capacity.places_in_line(rest, "nvidia-l4") == expected
-    # Pods created in the same second are ordered by name.
-    tied = {"zz": queued("nvidia-l4", "2030-01-01T00:00:01Z"), **line}
-    assert capacity.places_in_line(tied, "nvidia-l4") == ["qa", "zz", "qb", "qc"]
-    assert capacity.places_in_line(line, "amd-mi300") == []
+    box = capacity.strip_pod(
+        {
+            "metadata": {"name": "b", "namespace": "boxes", "labels": {"devboxes.io/box": "b"}},
+            "spec": {
+                "nodeName": "l4-0",
+                "containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": 1}}}],
+            },
+            "status": {"phase": "Running"},
+        }
+    )
+    pods = [
+        box,
+        stripped("train", "l4-0", "1"),
+        stripped("cpu-only", "l4-0", "0"),
+        stripped("elsewhere", "a100-0", "1"),
+        stripped("pending", None, "1"),
+        stripped("done", "l4-1", "1", phase="Succeeded"),
+        stripped("eval", "l4-1", "2"),
+    ]
+    holding = capacity.holding(pods, "nvidia.com/gpu")
+    assert capacity.pod_names(holding, {"l4-0", "l4-1"}) == ["ml/eval", "ml/train"]
+    assert capacity.pod_names(holding, {"a100-0"}) == ["ml/elsewhere"]
+    assert capacity.holding(pods, "amd.com/gpu") == []
 
 
 def test_a_claim_still_binding_is_not_a_blocked_schedule() -> None:

@@ -267,3 +267,20 @@ def test_any_sequence_of_events_keeps_the_totals_equal_to_a_recount(seed: int) -
         for preset in (None, small):
             served = capacity.availability(profiles, nodes, cache.totals.usage(), {}, NOW, preset)
             assert served == capacity.availability(profiles, nodes, counted, {}, NOW, preset)
+
+
+def test_totals_keep_the_pods_that_hold_a_device() -> None:
+    totals = capacity.Totals()
+    training = pod("train", "l4-0", {GPU: "1", "cpu": "2"})
+    totals.put_pod(training)
+    totals.put_pod(pod("web", "l4-0", {"cpu": "1", "memory": "1Gi"}))
+    totals.put_pod(pod("pending", None, {GPU: "1"}))
+    assert totals.holding_devices() == [training]
+    # It ends: it holds nothing any more.
+    totals.put_pod(pod("train", "l4-0", {GPU: "1", "cpu": "2"}, phase="Succeeded"))
+    assert totals.holding_devices() == []
+    totals.put_pod(training)
+    totals.remove_pod(training)
+    assert totals.holding_devices() == []
+    # A recount finds them too.
+    assert capacity.Totals.of([], [training]).holding_devices() == [training]

@@ -233,3 +233,30 @@ def test_a_recount_that_disagrees_is_logged_counted_and_adopted(
     ]
     assert free(counts) == (1, 2)
     assert counts.recount() == []
+
+
+def test_pods_that_are_not_boxes_taking_over_a_device_are_a_change_and_are_named(
+    served: tuple[availability.Availability, Apiserver, Apiserver],
+) -> None:
+    counts, nodes, pods = served
+    box = pod("box", "l4-0")
+    box["metadata"]["labels"] = {"devboxes.io/box": "box"}
+    nodes.items = [node("l4-0")]
+    pods.items = [box, pod("train", "l4-0")]
+    counts._nodes._relist()
+    counts._pods._relist()
+    assert counts.refresh()
+    assert free(counts) == (0, 2)
+    profile = settings().gpu.profile("nvidia-l4")
+    assert profile is not None
+    held = counts.holding(GPU)
+    assert [p["metadata"]["name"] for p in held] == ["train"]
+    assert counts.on_nodes_of(profile, held) == ["other/train"]
+    # The box gives its device back as another pod takes it: the counts stay, the holders
+    # change, and waiting boxes are told.
+    pods.items = [pod("train", "l4-0"), pod("eval", "l4-0")]
+    counts._pods._relist()
+    assert counts.refresh()
+    assert free(counts) == (0, 2)
+    assert counts.on_nodes_of(profile, counts.holding(GPU)) == ["other/eval", "other/train"]
+    assert not counts.refresh()

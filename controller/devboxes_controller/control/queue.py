@@ -1,0 +1,175 @@
+"""The line for devices kept as a promise, run only by the Lease holder: box pods that ask
+for a device wait behind the scheduling gate ``devboxes.io/queue``, and this loop lifts the
+gate of the box at the head of its device's line once a node it fits has the device free.
+
+Everything it decides from is in the caches: which boxes wait and hold devices (the box
+store) and what every pod of the cluster uses on every node (availability). It keeps no
+memory of its own, so a replica that takes the Lease goes on from the cluster as it is.
+Each pass is idempotent: lifting a gate already lifted changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+from decimal import Decimal
+
+from kubernetes import client
+
+from ..box import render
+from ..config.formats import quantity_value
+from ..config.settings import Settings, SnapshotError
+from ..k8s import kube
+from ..k8s.kube import ApiProblem, NotFound, Obj
+from ..k8s.lease import LeaderElector
+from ..placement import capacity, queue
+from ..state.availability import Cluster
+from ..state.store import BoxStore
+
+log = logging.getLogger(__name__)
+
+# A pass reads only the waiting boxes and the nodes: cheap enough to run often, so a
+# device freed by a change no listener reports is handed on within this.
+RESYNC_SECONDS = 1.0
+LIFT = {"spec": {"schedulingGates": [{"$patch": "delete", "name": render.QUEUE_GATE}]}}
+
+
+def free_room(cluster: Cluster) -> dict[str, capacity.Usage]:
+    """What each Ready, schedulable node has left of each resource it offers."""
+    room: dict[str, capacity.Usage] = {}
+    for node in cluster.nodes:
+        if not (capacity.node_ready(node) and capacity.node_schedulable(node)):
+            continue
+        name = capacity.node_name(node)
+        used = cluster.usage.get(name, {})
+        offered = (node.get("status") or {}).get("allocatable") or {}
+        room[name] = {r: capacity.allocatable(node, r) - used.get(r, Decimal(0)) for r in offered}
+    return room
+
+
+def demand(deployment: Obj, settings: Settings, cluster: Cluster) -> queue.Demand | None:
+    """What the box's pod takes from a node and the nodes that could ever hold it; None
+    for a box whose pinned profile is unreadable or not of an extended resource."""
+    try:
+        spec = render.spec_from_deployment(deployment)
+    except SnapshotError:
+        return None
+    profile = spec.gpu
+    if profile is None or profile.resource_name is None:
+        return None
+    preset = settings.preset(spec.preset)
+    needs = {
+        profile.resource_name: Decimal(profile.count),
+        "cpu": quantity_value(preset.cpu),
+        "memory": quantity_value(preset.memory_request),
+        capacity.PODS: Decimal(1),
+    }
+    where = capacity.placement(profile, cluster.runtime_classes)
+    eligible, _ = capacity.eligible_nodes(profile, where, cluster.nodes)
+    nodes = tuple(
+        capacity.node_name(n)
+        for n in eligible
+        if all(capacity.allocatable(n, r) >= amount for r, amount in needs.items())
+    )
+    return queue.Demand(needs, nodes)
+
+
+def reserve_unplaced(
+    room: dict[str, capacity.Usage], holders: Sequence[queue.Holder], placed: frozenset[str]
+) -> None:
+    """Keep the device of a pod the box caches show bound while the cluster-wide usage does
+    not count it yet: the two watches see the binding at slightly different moments."""
+    for holder in holders:
+        if holder.node is not None and holder.uid not in placed and holder.node in room:
+            free = room[holder.node]
+            free[holder.resource] = free.get(holder.resource, Decimal(0)) - holder.count
+
+
+class Gatekeeper:
+    """Lifts gates in line order while this replica holds the Lease."""
+
+    def __init__(self, store: BoxStore, api: client.ApiClient, elector: LeaderElector) -> None:
+        self._store = store
+        self._core = client.CoreV1Api(api)
+        self._elector = elector
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="queue", daemon=True)
+        store.add_listener(lambda _name: self._wake.set())
+        store.availability.add_listener(self._wake.set)
+        elector.add_listener(lambda _leading: self._wake.set())
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.clear()
+            if self._elector.is_leading():
+                try:
+                    self.lift_once()
+                except Exception:
+                    log.exception("queue pass failed")
+            self._wake.wait(RESYNC_SECONDS)
+
+    def lift_once(self) -> list[str]:
+        """Let through the boxes whose turn it is; their names."""
+        waiters, holders = self._store.line()
+        if not any(w.gated for w in waiters):
+            return []
+        cluster = self._store.availability.cluster(h.uid for h in holders)
+        if cluster is None:
+            return []
+        room = free_room(cluster)
+        reserve_unplaced(room, holders, cluster.placed)
+        demands: dict[str, queue.Demand] = {}
+        for waiter in waiters:
+            deployment = self._store.deployment(waiter.box)
+            found = demand(deployment, self._store.settings, cluster) if deployment else None
+            if found is not None:
+                demands[waiter.box] = found
+        holdings = queue.held(holders)
+        resources = sorted({w.resource for w in waiters if w.box in demands})
+        lines = [queue.line(waiters, r, holdings) for r in resources]
+        lifted = []
+        places = _places(lines)
+        for waiter in queue.to_lift(lines, demands, room):
+            if not self._elector.is_leading():
+                break
+            if self._lift(waiter, places):
+                lifted.append(waiter.box)
+        return lifted
+
+    def _lift(self, waiter: queue.Waiter, places: Mapping[str, int]) -> bool:
+        try:
+            kube.call(
+                self._core.patch_namespaced_pod,
+                waiter.pod,
+                self._store.settings.namespace,
+                LIFT,
+            )
+        except NotFound:
+            return False
+        except ApiProblem as err:
+            log.warning("queue gate not lifted", extra={"box": waiter.box, "error": err.detail})
+            return False
+        log.info(
+            "queue gate lifted",
+            extra={
+                "box": waiter.box,
+                "resource": waiter.resource,
+                "owner": waiter.owner,
+                "place": places.get(waiter.box),
+            },
+        )
+        return True
+
+
+def _places(lines: Sequence[Sequence[queue.Waiter]]) -> dict[str, int]:
+    return {w.box: place for line in lines for place, w in enumerate(line, start=1)}

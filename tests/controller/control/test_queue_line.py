@@ -1,0 +1,308 @@
+"""The line for a device on the real testbed: boxes wait behind the scheduling gate, and the
+leader lets them through in the documented order, one per freed device.
+
+Each test brings its own kwok node with two devices of a resource no other test knows, and
+a controller whose one GPU profile asks for it, so nothing else takes or frees them. Boxes
+the operator token creates belong to the operator: the tests record a person as the owner
+on the Deployment and its pod template, where a person's create puts the owner, and every
+new pod of the box carries it.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from devboxes_controller.box import ownership, render
+from devboxes_controller.placement import capacity
+from devboxes_testbed.controller import Controller, example_settings, without_gpu_profiles
+from devboxes_testbed.nodes import KWOK_ANNOTATION, POOL_LABEL
+from kubernetes import client
+from support import Api, StartController, wait_for, wait_for_value
+
+from devboxes_sdk.models import Devbox
+
+PROFILE = "queue-gpu"
+DISPLAY = "Queue GPU"
+LEASE = "devboxes-controller"
+# Rounds of one holder freeing its device and asking again: each hands a device on once.
+ROUNDS = 10
+# After its first failed attempt the scheduler holds a pod back this long at most before
+# a freed device wakes it: waited out, the pod that is not a box is first to try again.
+BACKOFF_SECONDS = 3
+
+
+class Pool:
+    """One kwok node offering two devices of a resource of its own."""
+
+    def __init__(self, kube: Any) -> None:
+        suffix = uuid.uuid4().hex[:8]
+        self.node = f"queue-{suffix}"
+        self.resource = f"example.com/queue-{suffix}"
+        self.core = client.CoreV1Api(kube)
+        offered = {"cpu": "32", "memory": "128Gi", "pods": "110", self.resource: "2"}
+        self.core.create_node(
+            {
+                "metadata": {
+                    "name": self.node,
+                    "annotations": {KWOK_ANNOTATION: "fake"},
+                    "labels": {POOL_LABEL: self.node, "type": "kwok"},
+                }
+            }
+        )
+        self.core.patch_node_status(
+            self.node, {"status": {"capacity": offered, "allocatable": offered}}
+        )
+
+    def settings(self, namespace: str) -> dict[str, Any]:
+        base = example_settings(namespace)
+        settings = without_gpu_profiles(base, *(p["name"] for p in base["gpu"]["profiles"]))
+        settings["gpu"]["profiles"] = [
+            {
+                "name": PROFILE,
+                "displayName": DISPLAY,
+                "resourceName": self.resource,
+                "count": 1,
+                "nodeSelector": {POOL_LABEL: self.node},
+            }
+        ]
+        settings["gpu"]["defaultProfile"] = PROFILE
+        return settings
+
+    def delete(self) -> None:
+        self.core.delete_node(self.node)
+
+
+@pytest.fixture
+def pool(kube: Any) -> Iterator[Pool]:
+    made = Pool(kube)
+    yield made
+    made.delete()
+
+
+class Boxes:
+    """The boxes of one test as the cluster shows them: their current pods."""
+
+    def __init__(self, api: Api, kube: Any, namespace: str) -> None:
+        self.api = api
+        self.namespace = namespace
+        self.core = client.CoreV1Api(kube)
+        self.apps = client.AppsV1Api(kube)
+        self.names: list[str] = []
+
+    def pod(self, box: str) -> Any:
+        """The box's pod that is not going away, or None."""
+        pods = self.core.list_namespaced_pod(
+            self.namespace, label_selector=f"{render.LABEL_BOX}={box}"
+        ).items
+        live = [p for p in pods if p.metadata.deletion_timestamp is None]
+        return live[0] if len(live) == 1 else None
+
+    def gated(self, box: str) -> bool:
+        pod = self.pod(box)
+        gates = [g.name for g in (pod.spec.scheduling_gates or [])] if pod else []
+        return render.QUEUE_GATE in gates
+
+    def bound(self, box: str) -> bool:
+        pod = self.pod(box)
+        return pod is not None and bool(pod.spec.node_name)
+
+    def owner(self, box: str) -> str | None:
+        pod = self.pod(box)
+        return (pod.metadata.annotations or {}).get(ownership.ANNOTATION_OWNER) if pod else None
+
+    def create(self, box: str, owner: str) -> None:
+        """A box of ``owner``: created, its pod template given the owner, and its pod with
+        the owner either gated or placed."""
+        self.api.created(box, gpu={"profile": PROFILE})
+        self.names.append(box)
+        labels, annotations = ownership.marks(owner)
+        marks = {"labels": labels, "annotations": annotations}
+        self.apps.patch_namespaced_deployment(
+            render.object_names(box).deployment,
+            self.namespace,
+            {"metadata": marks, "spec": {"template": {"metadata": marks}}},
+        )
+        wait_for(lambda: self.owner(box) == owner and (self.gated(box) or self.bound(box)))
+
+    def summary(self, box: str) -> str | None:
+        return Devbox.model_validate(self.api.box(box)).summary
+
+    def expected_line(self, leaving: str | None = None) -> list[str]:
+        """The documented order, from the cluster: fewest devices held by the owner, then
+        the oldest pod, then the name; as it will be once ``leaving`` gives its device back."""
+        boxes = [b for b in self.names if b != leaving]
+        pods = {box: self.pod(box) for box in boxes}
+        held = Counter(
+            self.owner(box) for box, pod in pods.items() if pod is not None and not self.gated(box)
+        )
+        waiting = [box for box in boxes if self.gated(box)]
+        return sorted(
+            waiting,
+            key=lambda b: (held[self.owner(b)], pods[b].metadata.creation_timestamp, b),
+        )
+
+    def places(self, line: list[str], free: int = 0) -> None:
+        """Each box of ``line`` reports its exact place."""
+        wanted = [
+            f"Waiting for a free {DISPLAY}: {free} of 2 free, {capacity.ordinal(i)} in line"
+            for i in range(1, len(line) + 1)
+        ]
+        wait_for_value(lambda: [self.summary(b) for b in line], wanted)
+
+
+def test_three_people_get_two_devices_in_the_promised_order(
+    start_controller: StartController, pool: Pool, kube: Any, namespace: str
+) -> None:
+    api = Api(start_controller(pool.settings(namespace)))
+    boxes = Boxes(api, kube, namespace)
+    # Ann and Bob take both devices.
+    for box, owner in (("ann-1", "ann"), ("bob-1", "bob")):
+        boxes.create(box, owner)
+        wait_for(lambda b=box: boxes.bound(b))
+    holders = ["ann-1", "bob-1"]
+    # Ann asks for a second one first, then Cat, then Bob: Cat holds none, so she goes
+    # ahead of Ann, who waited longer; Bob, holding one too, comes last.
+    for box, owner in (("ann-2", "ann"), ("cat-1", "cat"), ("bob-2", "bob")):
+        boxes.create(box, owner)
+        assert boxes.gated(box)
+    line = ["cat-1", "ann-2", "bob-2"]
+    assert boxes.expected_line() == line
+    boxes.places(line)
+    assert all(boxes.gated(b) for b in line)
+
+    for _ in range(ROUNDS):
+        # The holder of the longest standing frees its device.
+        leaving = holders.pop(0)
+        head, *rest = boxes.expected_line(leaving)
+        api.call("POST", f"/devboxes/{leaving}/stop")
+        wait_for(lambda b=head: boxes.bound(b))
+        assert all(boxes.gated(b) for b in rest), f"{head} took the device; {rest} wait"
+        holders.append(head)
+        # The head's owner now holds one more: the rest may change order behind it.
+        boxes.places(boxes.expected_line())
+        # It comes back and joins the end of the line its owner's holdings put it in.
+        api.call("POST", f"/devboxes/{leaving}/start")
+        wait_for(lambda b=leaving: boxes.gated(b))
+        boxes.places(boxes.expected_line())
+        assert sorted(holders) == sorted(b for b in boxes.names if boxes.bound(b))
+
+    # A pod that is not a box waits for the device too, ahead of the box by its priority
+    # (which takes no device from anyone): it gets the one freed, and the box that would
+    # have had it names it. Whether the box was let through before the scheduler gave
+    # the device away is a matter of milliseconds; either way it stays first in line.
+    scheduling = client.SchedulingV1Api(kube)
+    priority = f"{namespace}-urgent"
+    scheduling.create_priority_class(
+        {"metadata": {"name": priority}, "value": 1000000, "preemptionPolicy": "Never"}
+    )
+    try:
+        boxes.core.create_namespaced_pod(
+            namespace,
+            {
+                "metadata": {"name": "not-a-box"},
+                "spec": {
+                    "priorityClassName": priority,
+                    "nodeSelector": {POOL_LABEL: pool.node},
+                    "containers": [
+                        {
+                            "name": "work",
+                            "image": "busybox",
+                            "resources": {
+                                "requests": {pool.resource: "1"},
+                                "limits": {pool.resource: "1"},
+                            },
+                        }
+                    ],
+                },
+            },
+        )
+        wait_for(lambda: unschedulable(boxes.core, namespace, "not-a-box"))
+        time.sleep(BACKOFF_SECONDS)
+        leaving = holders.pop(0)
+        head, *rest = boxes.expected_line(leaving)
+        api.call("POST", f"/devboxes/{leaving}/stop")
+        wait_for(lambda: boxes.core.read_namespaced_pod("not-a-box", namespace).spec.node_name)
+        named = f"devices held by a pod that is not a box: {namespace}/not-a-box"
+        taken = (
+            f"Waiting for a free {DISPLAY}: a pod that is not a box took the one this box "
+            f"was let through for; 1st in line for the next; {named}"
+        )
+        held = f"Waiting for a free {DISPLAY}: 0 of 2 free, 1st in line; {named}"
+
+        def says_where_it_is() -> bool:
+            """the box names the pod: let through and not placed, or still at the gate"""
+            summary, gated = boxes.summary(head), boxes.gated(head)
+            return (summary == taken and not gated) or (summary == held and gated)
+
+        wait_for(says_where_it_is)
+        assert not boxes.bound(head)
+        assert all(boxes.gated(b) for b in rest)
+        # The next device freed is the box's.
+        boxes.core.delete_namespaced_pod("not-a-box", namespace, grace_period_seconds=0)
+        wait_for(lambda: boxes.bound(head))
+        assert all(boxes.gated(b) for b in rest)
+    finally:
+        scheduling.delete_priority_class(priority)
+
+
+def unschedulable(core: Any, namespace: str, name: str) -> bool:
+    """The scheduler has tried the pod and found no room for it."""
+    conditions = core.read_namespaced_pod(name, namespace).status.conditions or []
+    return any(c.type == "PodScheduled" and c.reason == "Unschedulable" for c in conditions)
+
+
+def lease_holder(kube: Any, namespace: str) -> str | None:
+    try:
+        lease = client.CoordinationV1Api(kube).read_namespaced_lease(LEASE, namespace)
+    except client.ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+    return lease.spec.holder_identity or None
+
+
+def test_a_new_leader_lifts_the_gates_in_the_same_order(
+    start_controller: StartController, pool: Pool, kube: Any, namespace: str
+) -> None:
+    settings = pool.settings(namespace)
+    first = start_controller(settings, lease_seconds=3)
+    second = start_controller(settings, lease_seconds=3)
+    by_identity: dict[str, Controller] = {first.identity: first, second.identity: second}
+    leader = wait_for(lambda: by_identity.get(lease_holder(kube, namespace) or ""))
+    follower = second if leader is first else first
+    api = Api(follower)
+    boxes = Boxes(api, kube, namespace)
+    # Ann holds both devices and asks for a third before Bob and Cat ask for one each:
+    # they hold none, so both go ahead of her.
+    for box in ("ann-1", "ann-2"):
+        boxes.create(box, "ann")
+        wait_for(lambda b=box: boxes.bound(b))
+    for box, owner in (("ann-3", "ann"), ("bob-1", "bob"), ("cat-1", "cat")):
+        boxes.create(box, owner)
+    line = ["bob-1", "cat-1", "ann-3"]
+    assert boxes.expected_line() == line
+    boxes.places(line)
+
+    # The leader dies holding the Lease; a device is freed before anyone leads again.
+    leader.stop(kill=True)
+    api.call("POST", "/devboxes/ann-1/stop")
+    wait_for(lambda: boxes.pod("ann-1") is None)
+    waited = all(boxes.gated(b) for b in line)
+    if lease_holder(kube, namespace) == leader.identity:
+        # Nobody led while the gates were read: the device stayed free and all waited.
+        assert waited
+    wait_for(lambda: lease_holder(kube, namespace) == follower.identity, timeout=30)
+    # The new leader knows the line only from the cluster, and goes on with it.
+    wait_for(lambda: boxes.bound("bob-1"))
+    assert boxes.gated("cat-1")
+    assert boxes.gated("ann-3")
+    boxes.places(["cat-1", "ann-3"])
+    # Bob gives his back while Ann still holds one: Cat, holding none, is next.
+    api.call("POST", "/devboxes/bob-1/stop")
+    wait_for(lambda: boxes.bound("cat-1"))
+    assert boxes.gated("ann-3")
