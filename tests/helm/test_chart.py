@@ -670,7 +670,7 @@ def test_a_settings_change_rolls_the_controller(render: Render) -> None:
 EXPECTED_RULES = {
     ("apps", "deployments"): {"list", "watch", "create", "patch", "delete"},
     ("apps", "replicasets"): {"list", "watch"},
-    ("", "pods"): {"list", "watch"},
+    ("", "pods"): {"list", "watch", "patch"},
     ("", "services"): {"list", "watch", "create", "delete"},
     ("", "persistentvolumeclaims"): {"get", "list", "watch", "create", "patch", "delete"},
     ("", "events"): {"list", "watch", "create"},
