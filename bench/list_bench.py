@@ -25,24 +25,18 @@ import argparse
 import gzip
 import json
 import sys
-import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import record
 import requests
 from api_bench import create_boxes, percentile
 from devboxes_testbed.api import Api
-from devboxes_testbed.boxes import write_stopped
-from devboxes_testbed.controller import Controller, example_settings
+from stopped_boxes import log, staged, write_boxes
 
-REPO = Path(__file__).resolve().parent.parent
 PAGE = 500
 GPU_EVERY = 10
-# Deployments written per call of write_stopped, so that progress shows.
-BATCH = 1000
 
 
 def timed(session: requests.Session, url: str, params: dict[str, Any]) -> tuple[float, bytes]:
@@ -59,6 +53,14 @@ def timed(session: requests.Session, url: str, params: dict[str, Any]) -> tuple[
 def items_and_token(data: bytes) -> tuple[int, str | None]:
     body = json.loads(gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data)
     return len(body["items"]), body.get("continue")
+
+
+def counted(session: requests.Session, url: str, params: dict[str, Any]) -> int:
+    try:
+        return items_and_token(timed(session, url, params)[1])[0]
+    except requests.ConnectionError:
+        # The server closed the idle keep-alive connection as this request went.
+        return items_and_token(timed(session, url, params)[1])[0]
 
 
 def walk(session: requests.Session, url: str) -> tuple[float, int, int]:
@@ -81,71 +83,67 @@ def measure(samples: int, call: Callable[[], tuple[float, bytes]]) -> tuple[list
     return [ms for ms, _ in runs], len(runs[-1][1])
 
 
-def run(args: argparse.Namespace, log: Callable[[str], None]) -> None:
-    from devboxes_testbed.cluster import Testbed
-    from kubernetes import client
+def time_cases(
+    session: requests.Session,
+    url: str,
+    boxes: int,
+    samples: int,
+    more: dict[str, dict[str, Any]],
+    quantiles: tuple[int, ...],
+) -> None:
+    """Print each case's items, bytes and latency quantiles: the whole list, state=ready,
+    profile=nvidia-l4, the ``more`` cases, and a page of PAGE, the first and one from the
+    middle of ``boxes``."""
+    middle: dict[str, Any] = {"limit": PAGE}
+    for _ in range(boxes // PAGE // 2):
+        middle = {"limit": PAGE, "continue": items_and_token(timed(session, url, middle)[1])[1]}
+    cases: dict[str, dict[str, Any]] = {
+        "whole list": {},
+        "state=ready": {"state": "ready"},
+        "profile=nvidia-l4": {"profile": "nvidia-l4"},
+        **more,
+        f"page of {PAGE}, first": {"limit": PAGE},
+        f"page of {PAGE}, middle": middle,
+    }
+    heads = "".join(f" {f'p{q} ms':>8}" for q in quantiles)
+    print(f"{'case':<24} {'items':>6} {'bytes':>9}{heads}")
+    for label, params in cases.items():
+        latencies, size = measure(samples, lambda p=params: timed(session, url, p))
+        count = counted(session, url, params)
+        figures = "".join(f" {percentile(latencies, q):>8.1f}" for q in quantiles)
+        print(f"{label:<24} {count:>6} {size:>9}{figures}")
 
-    workdir = Path(tempfile.mkdtemp(prefix="devboxes-list-"))
-    log(f"starting a testbed in {workdir} ...")
-    bed = Testbed(workdir / "testbed", REPO / "testbed" / "nodes.yaml")
-    bed.start()
-    controller = None
-    try:
-        kube = bed.api_client()
-        client.CoreV1Api(kube).create_namespace({"metadata": {"name": args.namespace}})
-        settings = example_settings(args.namespace)
-        controller = Controller(bed.kubeconfig, settings, workdir, lease_seconds=None).start()
+
+def run(args: argparse.Namespace) -> None:
+    with staged("list", "nodes.yaml", args.namespace) as stage:
+        controller = stage.controller
         api = Api(controller.url, controller.token)
         running = [f"run-{i:03d}" for i in range(args.running)]
         log(f"creating {len(running)} boxes through the API ...")
         create_boxes(api, running, 4)
         stopped = [f"box-{i:05d}" for i in range(args.boxes - args.running)]
-        gpu = set(stopped[::GPU_EVERY])
         started = time.monotonic()
-        for first in range(0, len(stopped), BATCH):
-            batch = stopped[first : first + BATCH]
-            write_stopped(kube, settings, [n for n in batch if n not in gpu])
-            write_stopped(kube, settings, [n for n in batch if n in gpu], "nvidia-l4")
-            log(f"  {first + len(batch)} stopped boxes written, {time.monotonic() - started:.0f}s")
+        write_boxes(stage, stopped, set(stopped[::GPU_EVERY]))
         session = requests.Session()
         session.headers.update({**controller.headers(), "Accept-Encoding": "gzip"})
         url = f"{controller.url}/api/v1/devboxes"
 
-        def counted(params: dict[str, Any]) -> int:
-            return items_and_token(timed(session, url, params)[1])[0]
-
         deadline = time.monotonic() + args.settle_timeout
-        while counted({}) < args.boxes or counted({"state": "ready"}) < args.running:
+        while (
+            counted(session, url, {}) < args.boxes
+            or counted(session, url, {"state": "ready"}) < args.running
+        ):
             if time.monotonic() > deadline:
                 raise SystemExit("the controller did not list every box, ready, in time")
             time.sleep(5)
         log(f"all {args.boxes} boxes listed after {time.monotonic() - started:.0f}s")
 
-        middle = {"limit": PAGE}
-        for _ in range(args.boxes // PAGE // 2):
-            middle = {"limit": PAGE, "continue": items_and_token(timed(session, url, middle)[1])[1]}
-        cases: dict[str, dict[str, Any]] = {
-            "whole list": {},
-            "state=ready": {"state": "ready"},
-            "profile=nvidia-l4": {"profile": "nvidia-l4"},
-            f"page of {PAGE}, first": {"limit": PAGE},
-            f"page of {PAGE}, middle": middle,
-        }
         print(f"boxes: {args.boxes} ({args.running} ready), samples per case: {args.samples}")
-        print(f"{'case':<24} {'items':>6} {'bytes':>9} {'p50 ms':>8} {'p90 ms':>8}")
-        for label, params in cases.items():
-            latencies, size = measure(args.samples, lambda p=params: timed(session, url, p))
-            count = counted(params)
-            p50, p90 = percentile(latencies, 50), percentile(latencies, 90)
-            print(f"{label:<24} {count:>6} {size:>9} {p50:>8.1f} {p90:>8.1f}")
+        time_cases(session, url, args.boxes, args.samples, {}, (50, 90))
         walks = [walk(session, url) for _ in range(args.walks)]
         _, boxes, pages = walks[-1]
         p50 = percentile([ms for ms, _, _ in walks], 50)
         print(f"walk of {pages} pages ({boxes} boxes): p50 {p50:.0f} ms over {args.walks} walks")
-    finally:
-        if controller is not None:
-            controller.stop()
-        bed.stop()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -161,11 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 < args.running < args.boxes:
         parser.error("--running must be between 1 and --boxes")
 
-    def log(message: str) -> None:
-        print(message, file=sys.stderr, flush=True)
-
     with record.recording("list_bench", args):
-        run(args, log)
+        run(args)
     return 0
 
 

@@ -28,48 +28,23 @@ then, with box names spread over ``--prefixes`` prefixes (``team00-`` to ``team9
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import tempfile
 import time
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
 
 import record
 import requests
-from api_bench import create_boxes, percentile
+from api_bench import create_boxes
 from devboxes_testbed.api import Api
-from devboxes_testbed.boxes import write_stopped
-from devboxes_testbed.controller import Controller, example_settings
-from list_bench import PAGE, items_and_token, measure, timed
+from devboxes_testbed.controller import Controller
+from list_bench import counted, time_cases
+from stopped_boxes import log, settled_rss_mib, staged, status_kib, write_boxes
 
-REPO = Path(__file__).resolve().parent.parent
 GPU_EVERY = 10
-# Boxes written per call of write_stopped, so that progress shows.
-BATCH = 1000
 # What may differ between two stopped boxes of the same preset that are the same box; the
 # reference box is the operator's, a written one its prefix's.
 OWN_FIELDS = {"name", "created_at", "expires_at", "owner"}
 # The owner whose list is timed: one of the prefixes.
 OWNER = "team07"
-
-
-def status_kib(pid: int, field: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(f"{field}:"):
-            return int(line.split()[1])
-    raise SystemExit(f"no {field} for pid {pid}")
-
-
-def settled_rss_mib(pid: int, samples: int = 5, interval: float = 2.0) -> float:
-    """The median of a few readings of the resident memory, so one allocation burst does
-    not decide the figure."""
-    readings = []
-    for _ in range(samples):
-        readings.append(status_kib(pid, "VmRSS") / 1024)
-        time.sleep(interval)
-    return statistics.median(readings)
 
 
 def metric_sum(session: requests.Session, url: str, name: str) -> float:
@@ -91,35 +66,20 @@ def prefix_owner(name: str) -> str:
     return name.split("-", 1)[0]
 
 
-def run(args: argparse.Namespace, log: Callable[[str], None]) -> None:
-    from devboxes_testbed.cluster import Testbed
-    from kubernetes import client
-
-    workdir = Path(tempfile.mkdtemp(prefix="devboxes-scale-"))
-    log(f"starting a testbed in {workdir} ...")
-    bed = Testbed(workdir / "testbed", REPO / "testbed" / "nodes-scale.yaml")
-    bed.start()
-    controller = None
-    try:
-        kube = bed.api_client()
-        client.CoreV1Api(kube).create_namespace({"metadata": {"name": args.namespace}})
-        settings = example_settings(args.namespace)
-        controller = Controller(bed.kubeconfig, settings, workdir, lease_seconds=None).start()
+def run(args: argparse.Namespace) -> None:
+    with staged("scale", "nodes-scale.yaml", args.namespace) as stage:
+        controller = stage.controller
         api = Api(controller.url, controller.token)
         session = requests.Session()
         session.headers.update({**controller.headers(), "Accept-Encoding": "gzip"})
         url = f"{controller.url}/api/v1/devboxes"
 
-        def counted(params: dict[str, Any]) -> int:
-            try:
-                return items_and_token(timed(session, url, params)[1])[0]
-            except requests.ConnectionError:
-                # The server closed the idle keep-alive connection as this request went.
-                return items_and_token(timed(session, url, params)[1])[0]
-
         def wait_counts(boxes: int, ready: int, timeout: float) -> float:
             started = time.monotonic()
-            while counted({}) < boxes or counted({"state": "ready"}) < ready:
+            while (
+                counted(session, url, {}) < boxes
+                or counted(session, url, {"state": "ready"}) < ready
+            ):
                 if time.monotonic() - started > timeout:
                     raise SystemExit(f"the controller did not list {boxes} boxes, {ready} ready")
                 time.sleep(3)
@@ -144,14 +104,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None]) -> None:
         stopped = names(args.prefixes, args.boxes - args.running, "box")
         gpu = set(stopped[::GPU_EVERY])
         started = time.monotonic()
-        for first in range(0, len(stopped), BATCH):
-            batch = stopped[first : first + BATCH]
-            write_stopped(kube, settings, [n for n in batch if n not in gpu], owner=prefix_owner)
-            write_stopped(
-                kube, settings, [n for n in batch if n in gpu], "nvidia-l4", owner=prefix_owner
-            )
-            log(f"  {first + len(batch)} stopped boxes written, {time.monotonic() - started:.0f}s")
-        written = time.monotonic() - started
+        written = write_boxes(stage, stopped, gpu, owner=prefix_owner)
         wait_counts(args.boxes + 1, len(running), args.settle_timeout)
         log(
             f"all {args.boxes + 1} boxes listed "
@@ -160,7 +113,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None]) -> None:
 
         # Read back as normal boxes: listed as stopped, and a written box's body is the
         # API-stopped one's but for its own name and times.
-        listed_stopped = counted({"state": "stopped"})
+        listed_stopped = counted(session, url, {"state": "stopped"})
         mine = api.ok("GET", f"/devboxes/{stopped[1]}").json()
         theirs = api.ok("GET", f"/devboxes/{reference}").json()
         differ = sorted(
@@ -190,31 +143,15 @@ def run(args: argparse.Namespace, log: Callable[[str], None]) -> None:
         print(f"  slope {args.running} -> {args.boxes}: {slope:.1f} KiB per box")
         print()
 
-        middle: dict[str, Any] = {"limit": PAGE}
-        for _ in range(args.boxes // PAGE // 2):
-            middle = {"limit": PAGE, "continue": items_and_token(timed(session, url, middle)[1])[1]}
-        cases: dict[str, dict[str, Any]] = {
-            "whole list": {},
-            "state=ready": {"state": "ready"},
-            "profile=nvidia-l4": {"profile": "nvidia-l4"},
-            f"owner={OWNER}": {"owner": OWNER},
-            f"page of {PAGE}, first": {"limit": PAGE},
-            f"page of {PAGE}, middle": middle,
-        }
-        print(f"{'case':<24} {'items':>6} {'bytes':>9} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8}")
-        for label, params in cases.items():
-            latencies, size = measure(args.samples, lambda p=params: timed(session, url, p))
-            count = counted(params)
-            p50, p90 = percentile(latencies, 50), percentile(latencies, 90)
-            p99 = percentile(latencies, 99)
-            print(f"{label:<24} {count:>6} {size:>9} {p50:>8.1f} {p90:>8.1f} {p99:>8.1f}")
+        owner = {f"owner={OWNER}": {"owner": OWNER}}
+        time_cases(session, url, args.boxes, args.samples, owner, (50, 90, 99))
         print()
 
         controller.stop()
         log("starting a fresh controller beside the boxes ...")
         started = time.monotonic()
-        cold = Controller(bed.kubeconfig, settings, workdir, lease_seconds=None)
-        controller = cold.start(timeout=args.settle_timeout)
+        cold = Controller(controller.kubeconfig, stage.settings, stage.workdir, lease_seconds=None)
+        stage.controller = cold.start(timeout=args.settle_timeout)
         to_ready = time.monotonic() - started
         peak_at_ready = status_kib(cold.pid, "VmHWM") / 1024
         rss_at_ready = status_kib(cold.pid, "VmRSS") / 1024
@@ -230,10 +167,6 @@ def run(args: argparse.Namespace, log: Callable[[str], None]) -> None:
         )
         print(f"  RSS {args.settle:.0f} s later          {steady:.1f} MiB")
         print(f"  peak RSS (VmHWM)          {peak:.1f} MiB, {peak / steady:.2f}x steady")
-    finally:
-        if controller is not None:
-            controller.stop()
-        bed.stop()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -251,11 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 < args.running < args.boxes:
         parser.error("--running must be between 1 and --boxes")
 
-    def log(message: str) -> None:
-        print(message, file=sys.stderr, flush=True)
-
     with record.recording("scale_bench", args):
-        run(args, log)
+        run(args)
     return 0
 
 

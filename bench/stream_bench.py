@@ -29,22 +29,16 @@ import json
 import re
 import socket
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import record
 import requests
 from api_bench import percentile
 from devboxes_testbed.api import Api
-from devboxes_testbed.boxes import write_stopped
-from devboxes_testbed.controller import Controller, example_settings
-from scale_bench import settled_rss_mib
+from stopped_boxes import log, settled_rss_mib, staged, write_boxes
 
-REPO = Path(__file__).resolve().parent.parent
-BATCH = 1000
 PREFIX = "box-"
 DROPPED = "slow event-stream reader told to reconnect"
 HINT = b"event: reconnect"
@@ -178,27 +172,13 @@ def summary(latencies: list[float], spreads: list[float], missing: int) -> str:
     )
 
 
-def run(args: argparse.Namespace, log: Callable[[str], None]) -> None:
-    from devboxes_testbed.cluster import Testbed
-    from kubernetes import client
-
-    workdir = Path(tempfile.mkdtemp(prefix="devboxes-stream-"))
-    log(f"starting a testbed in {workdir} ...")
-    bed = Testbed(workdir / "testbed", REPO / "testbed" / "nodes.yaml")
-    bed.start()
-    controller = None
-    try:
-        kube = bed.api_client()
-        client.CoreV1Api(kube).create_namespace({"metadata": {"name": args.namespace}})
-        settings = example_settings(args.namespace)
-        controller = Controller(bed.kubeconfig, settings, workdir, lease_seconds=None).start()
+def run(args: argparse.Namespace) -> None:
+    with staged("stream", "nodes.yaml", args.namespace) as stage:
+        controller = stage.controller
         api = Api(controller.url, controller.token)
         names = [f"{PREFIX}{i:05d}" for i in range(args.boxes)]
         started = time.monotonic()
-        for first in range(0, len(names), BATCH):
-            write_stopped(kube, settings, names[first : first + BATCH])
-            written = min(first + BATCH, len(names))
-            log(f"  {written} stopped boxes written, {time.monotonic() - started:.0f}s")
+        write_boxes(stage, names)
         while len(api.ok("GET", "/devboxes").json()["items"]) < args.boxes:
             time.sleep(3)
         log(f"  all {args.boxes} listed, {time.monotonic() - started:.0f}s")
@@ -273,10 +253,6 @@ def run(args: argparse.Namespace, log: Callable[[str], None]) -> None:
         print(f"controller RSS, no stream: {rss_none:.1f} MiB")
         print(f"controller RSS, {args.clients} streams open: {rss_open:.1f} MiB")
         print(f"controller RSS, and {len(stalled)} stalled readers: {rss_stalled:.1f} MiB")
-    finally:
-        if controller is not None:
-            controller.stop()
-        bed.stop()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -291,11 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 < 2 * args.samples <= args.boxes:
         parser.error("--boxes must hold two rounds of --samples")
 
-    def log(message: str) -> None:
-        print(message, file=sys.stderr, flush=True)
-
     with record.recording("stream_bench", args):
-        run(args, log)
+        run(args)
     return 0
 
 

@@ -1,0 +1,95 @@
+"""What the benches among thousands of boxes share: a testbed with this checkout's
+controller, stopped boxes written straight to the apiserver, and the controller's memory."""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from devboxes_testbed.boxes import write_stopped
+from devboxes_testbed.cluster import Testbed
+from devboxes_testbed.controller import Controller, example_settings
+from kubernetes import client
+
+REPO = Path(__file__).resolve().parent.parent
+# Boxes written per call of write_stopped, so that progress shows.
+BATCH = 1000
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+@dataclass
+class Stage:
+    """The testbed's apiserver client, the settings the controller runs with, and the
+    controller; a bench may stop it and put a fresh one in its place."""
+
+    kube: Any
+    settings: dict[str, Any]
+    workdir: Path
+    controller: Controller
+
+
+@contextmanager
+def staged(name: str, nodes: str, namespace: str) -> Iterator[Stage]:
+    """A testbed of ``testbed/<nodes>`` and a controller on ``namespace``, stopped on leaving."""
+    workdir = Path(tempfile.mkdtemp(prefix=f"devboxes-{name}-"))
+    log(f"starting a testbed in {workdir} ...")
+    bed = Testbed(workdir / "testbed", REPO / "testbed" / nodes)
+    bed.start()
+    stage = None
+    try:
+        kube = bed.api_client()
+        client.CoreV1Api(kube).create_namespace({"metadata": {"name": namespace}})
+        settings = example_settings(namespace)
+        controller = Controller(bed.kubeconfig, settings, workdir, lease_seconds=None).start()
+        stage = Stage(kube, settings, workdir, controller)
+        yield stage
+    finally:
+        if stage is not None:
+            stage.controller.stop()
+        bed.stop()
+
+
+def write_boxes(
+    stage: Stage,
+    names: list[str],
+    gpu: Collection[str] = (),
+    owner: Callable[[str], str | None] | None = None,
+) -> float:
+    """Write each name as a stopped box, those in ``gpu`` of the nvidia-l4 profile, logging
+    progress every BATCH; the seconds it took."""
+    started = time.monotonic()
+    for first in range(0, len(names), BATCH):
+        batch = names[first : first + BATCH]
+        cpu = [n for n in batch if n not in gpu]
+        write_stopped(stage.kube, stage.settings, cpu, owner=owner)
+        gpus = [n for n in batch if n in gpu]
+        write_stopped(stage.kube, stage.settings, gpus, "nvidia-l4", owner=owner)
+        log(f"  {first + len(batch)} stopped boxes written, {time.monotonic() - started:.0f}s")
+    return time.monotonic() - started
+
+
+def status_kib(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1])
+    raise SystemExit(f"no {field} for pid {pid}")
+
+
+def settled_rss_mib(pid: int, samples: int = 5, interval: float = 2.0) -> float:
+    """The median of a few readings of the resident memory, so one allocation burst does
+    not decide the figure."""
+    readings = []
+    for _ in range(samples):
+        readings.append(status_kib(pid, "VmRSS") / 1024)
+        time.sleep(interval)
+    return statistics.median(readings)
