@@ -1,4 +1,5 @@
-"""Helpers shared by the tests: polling, the controller's HTTP API, browsers, helm, kubeconfigs."""
+"""Helpers shared by the tests: polling, the controller's HTTP API, a box's Events and
+objects, the leader's Lease, browsers, helm, kubeconfigs."""
 
 from __future__ import annotations
 
@@ -8,20 +9,26 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 import requests
 import yaml
+from devboxes_controller.box import render
+from devboxes_controller.config.settings import GpuProfileConfig
 from devboxes_controller.k8s.kube import Unavailable
 from devboxes_controller.state.ended_sessions import Patch
 from devboxes_testbed import api
 from devboxes_testbed.controller import Controller
+from kubernetes import client
 
 from devboxes_sdk.models import IDEMPOTENCY_HEADER, GpuAvailability
 
 REPO = Path(__file__).resolve().parent.parent
+# The Lease the controllers of one namespace elect their leader with.
+LEASE = "devboxes-controller"
 
 
 def wait_for(predicate: Any, timeout: float = 60, interval: float = 0.2) -> Any:
@@ -43,6 +50,40 @@ def wait_for_value(read: Any, expected: Any, timeout: float = 60, interval: floa
         if time.monotonic() > deadline:
             pytest.fail(f"still {value!r} after {timeout}s, expected {expected!r}")
         time.sleep(interval)
+
+
+def event_messages(kube: Any, namespace: str, name: str, reason: str) -> list[str]:
+    """The messages of the box's Events of this reason, which name its Deployment."""
+    deployment = render.object_names(name).deployment
+    return [
+        str(e.message)
+        for e in client.CoreV1Api(kube).list_namespaced_event(namespace).items
+        if e.reason == reason and e.involved_object.name == deployment
+    ]
+
+
+def lease_holder(kube: Any, namespace: str) -> str | None:
+    """The identity of the namespace's leader; None before any controller took the Lease."""
+    try:
+        lease = client.CoordinationV1Api(kube).read_namespaced_lease(LEASE, namespace)
+    except client.ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+    holder = lease.spec.holder_identity
+    return str(holder) if holder else None
+
+
+def two_hour_spec(name: str, gpu: GpuProfileConfig | None = None) -> render.BoxSpec:
+    """A small box with two hours left, to write its objects as the controller renders them."""
+    return render.BoxSpec(
+        name=name,
+        preset="small",
+        ttl_hours=2,
+        repository=None,
+        expires_at=datetime.now(UTC) + timedelta(hours=2),
+        gpu=gpu,
+    )
 
 
 def wait_until_no_pod_requests(kube: Any, resource: str, timeout: float = 300) -> None:

@@ -21,7 +21,7 @@ from devboxes_controller.state import slim
 from devboxes_testbed import MIG
 from devboxes_testbed.controller import Controller, example_settings
 from kubernetes import client
-from support import StartController, wait_for
+from support import StartController, event_messages, wait_for
 
 WORKSPACE = Path(__file__).resolve().parents[3] / "workspace"
 AGENT = WORKSPACE / "devbox-activity-agent"
@@ -60,15 +60,6 @@ def report(
         headers=headers,
         json={"ssh_sessions": 0, "busy_kernels": 0, "gpu_utilization": 1} if body is None else body,
     )
-
-
-def events(kube: Any, namespace: str, name: str, reason: str) -> list[str]:
-    deployment = render.object_names(name).deployment
-    return [
-        str(e.message)
-        for e in client.CoreV1Api(kube).list_namespaced_event(namespace).items
-        if e.reason == reason and e.involved_object.name == deployment
-    ]
 
 
 class Agents:
@@ -196,7 +187,7 @@ def test_idle_boxes_stop_busy_and_silent_ones_keep_running(
     quiet = wait_for(stopped("quiet"), timeout=120)
     assert quiet["message"] == f"Stopped after {WINDOW_MINUTES:g} min idle; start to continue."
     assert quiet["activity"] is None
-    assert wait_for(lambda: events(kube, namespace, "quiet", "IdleStopped"), timeout=15)
+    assert wait_for(lambda: event_messages(kube, namespace, "quiet", "IdleStopped"), timeout=15)
     # Like any stop, an idle stop frees the box's node port and keeps it for its next start.
     services = client.CoreV1Api(kube).list_namespaced_service(namespace).items
     assert "devbox-quiet-ssh" not in [s.metadata.name for s in services]
@@ -217,7 +208,7 @@ def test_idle_boxes_stop_busy_and_silent_ones_keep_running(
     agents.utilization("busy", 3)
     wait_for(stopped("busy"), timeout=180)
     assert box(process, "silent")["state"] != "stopped"
-    assert not events(kube, namespace, "silent", "IdleStopped")
+    assert not event_messages(kube, namespace, "silent", "IdleStopped")
     for name in ("busy", "quiet", "silent", "cpu"):
         call(process, "DELETE", f"/devboxes/{name}", params={"purge": "true"})
 

@@ -14,9 +14,7 @@ from devboxes_controller.k8s.timestamps import format_timestamp
 from devboxes_testbed import MIG
 from devboxes_testbed.controller import Controller, example_settings
 from kubernetes import client
-from support import StartController, wait_for
-
-LEASE = "devboxes-controller"
+from support import StartController, lease_holder, two_hour_spec, wait_for
 
 
 def api_call(process: Controller, method: str, path: str, **kwargs: Any) -> Any:
@@ -68,17 +66,6 @@ def exists(read: Callable[..., Any], name: str, namespace: str) -> bool:
             return False
         raise
     return obj.metadata.deletion_timestamp is None
-
-
-def lease_holder(kube: Any, namespace: str) -> str | None:
-    try:
-        lease = client.CoordinationV1Api(kube).read_namespaced_lease(LEASE, namespace)
-    except client.ApiException as err:
-        if err.status == 404:
-            return None
-        raise
-    holder = lease.spec.holder_identity
-    return str(holder) if holder else None
 
 
 def expired_in_log(process: Controller, name: str) -> bool:
@@ -179,14 +166,7 @@ def test_create_interrupted_after_the_deployment_is_completed(
     """Only the Deployment was written, as if the controller died right after it."""
     process = start_controller()
     settings = settings_from_mapping(example_settings(namespace))
-    spec = render.BoxSpec(
-        name="half",
-        preset="small",
-        ttl_hours=2,
-        repository=None,
-        expires_at=datetime.now(UTC) + timedelta(hours=2),
-        gpu=settings.gpu.profile(MIG),
-    )
+    spec = two_hour_spec("half", settings.gpu.profile(MIG))
     client.AppsV1Api(kube).create_namespaced_deployment(
         namespace, render.render_deployment(spec, settings)
     )
@@ -229,14 +209,7 @@ def test_create_interrupted_after_the_claim_is_finished_by_the_next_create(
     """Only the claim was written: no box exists, and creating it again reuses the claim."""
     process = start_controller()
     settings = settings_from_mapping(example_settings(namespace))
-    spec = render.BoxSpec(
-        name="claimed",
-        preset="small",
-        ttl_hours=2,
-        repository=None,
-        expires_at=datetime.now(UTC) + timedelta(hours=2),
-        gpu=None,
-    )
+    spec = two_hour_spec("claimed")
     core = client.CoreV1Api(kube)
     claim = core.create_namespaced_persistent_volume_claim(
         namespace, render.render_pvc(spec, settings)

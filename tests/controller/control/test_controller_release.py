@@ -11,7 +11,7 @@ from devboxes_controller.box import render
 from devboxes_testbed import MIG, ROCM
 from devboxes_testbed.controller import Controller, example_settings, without_gpu_profiles
 from kubernetes import client
-from support import StartController, wait_for
+from support import StartController, event_messages, wait_for
 
 
 def call(process: Controller, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
@@ -46,15 +46,6 @@ def live_pod(kube: Any, namespace: str, name: str) -> dict[str, Any] | None:
     )
     live = [p for p in json.loads(pods.data)["items"] if not p["metadata"].get("deletionTimestamp")]
     return live[0] if len(live) == 1 else None
-
-
-def rebuilt_events(kube: Any, namespace: str, name: str) -> list[str]:
-    deployment = render.object_names(name).deployment
-    return [
-        str(e.message)
-        for e in client.CoreV1Api(kube).list_namespaced_event(namespace).items
-        if e.reason == "Rebuilt" and e.involved_object.name == deployment
-    ]
 
 
 def test_a_new_sidecar_reaches_stopped_boxes_at_once_and_running_ones_on_restart(
@@ -93,7 +84,7 @@ def test_a_new_sidecar_reaches_stopped_boxes_at_once_and_running_ones_on_restart
     assert template["spec"]["tolerations"] == before["parked"]["spec"]["tolerations"]
     assert any(
         "sidecar agent added" in m
-        for m in wait_for(lambda: rebuilt_events(kube, namespace, "parked"), timeout=15)
+        for m in wait_for(lambda: event_messages(kube, namespace, "parked", "Rebuilt"), timeout=15)
     )
     assert call(second, "GET", "/devboxes/parked")["restart_required"] is False
 

@@ -3,14 +3,13 @@ real testbed, through the controller's API and its reconciler."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from devboxes_controller.box import render, ssh_port
 from devboxes_controller.config.settings import settings_from_mapping
 from devboxes_testbed.controller import example_settings
 from kubernetes import client
-from support import Api, StartController, wait_for
+from support import Api, StartController, event_messages, two_hour_spec, wait_for
 
 
 def node_port(kube: Any, namespace: str, name: str) -> int | None:
@@ -33,15 +32,6 @@ def recorded_port(kube: Any, namespace: str, name: str) -> str | None:
         render.object_names(name).deployment, namespace
     )
     return (deployment.metadata.annotations or {}).get(ssh_port.ANNOTATION_SSH_NODE_PORT)
-
-
-def event_messages(kube: Any, namespace: str, name: str, reason: str) -> list[str]:
-    deployment = render.object_names(name).deployment
-    return [
-        str(e.message)
-        for e in client.CoreV1Api(kube).list_namespaced_event(namespace).items
-        if e.reason == reason and e.involved_object.name == deployment
-    ]
 
 
 def test_stop_frees_the_service_and_start_brings_it_back_on_the_same_port(
@@ -121,14 +111,7 @@ def test_a_stopped_box_that_kept_its_service_gives_it_back(
 ) -> None:
     """A box stopped by a release that kept the Services of stopped boxes."""
     settings = settings_from_mapping(example_settings(namespace))
-    spec = render.BoxSpec(
-        name="older",
-        preset="small",
-        ttl_hours=2,
-        repository=None,
-        expires_at=datetime.now(UTC) + timedelta(hours=2),
-        gpu=None,
-    )
+    spec = two_hour_spec("older")
     core = client.CoreV1Api(kube)
     core.create_namespaced_persistent_volume_claim(namespace, render.render_pvc(spec, settings))
     deployment = client.AppsV1Api(kube).create_namespaced_deployment(

@@ -15,7 +15,7 @@ from devboxes_controller.config.settings import settings_from_mapping
 from devboxes_testbed import MIG
 from devboxes_testbed.controller import Controller, example_settings
 from kubernetes import client
-from support import StartController, wait_for
+from support import StartController, event_messages, wait_for
 
 from devboxes_sdk import Client, Conflict, NotFound
 from devboxes_sdk.models import Devbox, VolumeList
@@ -58,15 +58,6 @@ def claim_uid(kube: Any, namespace: str, name: str) -> str | None:
             return None
         raise
     return None if claim.metadata.deletion_timestamp else str(claim.metadata.uid)
-
-
-def event_messages(kube: Any, namespace: str, name: str, reason: str) -> list[str]:
-    deployment = render.object_names(name).deployment
-    return [
-        str(e.message)
-        for e in client.CoreV1Api(kube).list_namespaced_event(namespace).items
-        if e.reason == reason and e.involved_object.name == deployment
-    ]
 
 
 def test_retained_volumes_are_listed_purged_by_name_and_reused(

@@ -22,13 +22,12 @@ from devboxes_controller.placement import capacity
 from devboxes_testbed.controller import Controller, example_settings, without_gpu_profiles
 from devboxes_testbed.nodes import KWOK_ANNOTATION, POOL_LABEL
 from kubernetes import client
-from support import Api, StartController, wait_for, wait_for_value
+from support import Api, StartController, lease_holder, wait_for, wait_for_value
 
 from devboxes_sdk.models import Devbox
 
 PROFILE = "queue-gpu"
 DISPLAY = "Queue GPU"
-LEASE = "devboxes-controller"
 # Rounds of one holder freeing its device and asking again: each hands a device on once.
 ROUNDS = 10
 # After its first failed attempt the scheduler holds a pod back this long at most before
@@ -254,16 +253,6 @@ def unschedulable(core: Any, namespace: str, name: str) -> bool:
     """The scheduler has tried the pod and found no room for it."""
     conditions = core.read_namespaced_pod(name, namespace).status.conditions or []
     return any(c.type == "PodScheduled" and c.reason == "Unschedulable" for c in conditions)
-
-
-def lease_holder(kube: Any, namespace: str) -> str | None:
-    try:
-        lease = client.CoordinationV1Api(kube).read_namespaced_lease(LEASE, namespace)
-    except client.ApiException as err:
-        if err.status == 404:
-            return None
-        raise
-    return lease.spec.holder_identity or None
 
 
 def test_a_new_leader_lifts_the_gates_in_the_same_order(
