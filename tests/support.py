@@ -4,11 +4,13 @@ objects, the leader's Lease, browsers, helm, kubeconfigs."""
 from __future__ import annotations
 
 import contextlib
+import http.server
+import json
 import socketserver
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
@@ -196,6 +198,24 @@ class Api(api.Api):
 
 
 ServerT = TypeVar("ServerT", bound=socketserver.BaseServer)
+
+
+class JsonHandler(http.server.BaseHTTPRequestHandler):
+    """A stub server's handler: it answers JSON and logs nothing, the tests read what it
+    recorded or what its client made of the answer."""
+
+    def send_json(self, status: int, value: Any, headers: Mapping[str, str] | None = None) -> None:
+        body = json.dumps(value).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        for name, header in (headers or {}).items():
+            self.send_header(name, header)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
 
 
 @contextlib.contextmanager

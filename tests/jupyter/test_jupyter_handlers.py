@@ -12,7 +12,7 @@ import socket
 import threading
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -21,6 +21,7 @@ import pytest
 from devboxes_jupyter import progress
 from devboxes_jupyter.handlers import API_ROOT
 from devboxes_jupyter.models import WatchView
+from support import JsonHandler
 from tornado.httpclient import HTTPResponse
 
 from devboxes_sdk.models import Devbox
@@ -82,7 +83,7 @@ class RecordingController:
 def controller() -> Iterator[RecordingController]:
     recorder = RecordingController(url="")
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(JsonHandler):
         def _answer(self) -> None:
             parts = urlsplit(self.path)
             recorder.requests.append(
@@ -99,17 +100,9 @@ def controller() -> Iterator[RecordingController]:
             status, body = recorder.answers.get(
                 (self.command, parts.path), (404, {"detail": "no such devbox"})
             )
-            payload = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
+            self.send_json(status, body)
 
         do_GET = do_POST = do_DELETE = _answer
-
-        def log_message(self, format: str, *args: Any) -> None:
-            return
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     recorder.url = f"http://127.0.0.1:{server.server_address[1]}"

@@ -5,18 +5,17 @@ hub verifier then knows as that person."""
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
 import requests
 from devboxes_controller.web.hub import HubVerifier
 from devboxes_controller.web.people import Identity
 from devboxes_testbed.hub import Hub
+from support import JsonHandler
 
 WHOAMI = "/api/v1/whoami"
 ALICE_WHOAMI = {"user": "alice", "mode": "hub", "groups": ["ml"], "admin": False}
@@ -31,19 +30,11 @@ class Recorder:
         self.seen: list[tuple[str, str | None]] = []
         recorder = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(JsonHandler):
             def do_GET(self) -> None:
                 recorder.seen.append((self.path, self.headers.get("Authorization")))
                 answer = ALICE_WHOAMI if self.path == WHOAMI else {"items": []}
-                payload = json.dumps(answer).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                return
+                self.send_json(200, answer)
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"

@@ -7,14 +7,12 @@ controller on the testbed through the ``controller_client`` fixture.
 from __future__ import annotations
 
 import http.server
-import json
 import uuid
-from typing import Any
 
 import pytest
 from devboxes_jupyter import labels
 from devboxes_jupyter.widgets import AcceleratorPicker, DevboxLauncher, DevboxTable
-from support import serving
+from support import JsonHandler, serving
 from traitlets import TraitError
 
 from devboxes_sdk import _transport, models
@@ -300,19 +298,11 @@ class _OneBox(http.server.ThreadingHTTPServer):
         super().__init__(("127.0.0.1", port), _OneBoxHandler)
 
 
-class _OneBoxHandler(http.server.BaseHTTPRequestHandler):
+class _OneBoxHandler(JsonHandler):
     def do_GET(self) -> None:
         box = {"name": "atlas", "state": "ready", "preset": "small",
                "created_at": "2026-12-02T08:00:00Z", "message": "Ready for SSH."}  # fmt: skip
-        body = json.dumps({"items": [box]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Quiet: the test reads the table."""
+        self.send_json(200, {"items": [box]})
 
 
 @pytest.mark.usefixtures("no_retry_wait")

@@ -4,12 +4,10 @@ small local server that refuses every write with 503 and records what it was sen
 from __future__ import annotations
 
 import http.server
-import json
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
-from support import serving
+from support import JsonHandler, serving
 
 from devboxes_sdk import Client, Unavailable
 from devboxes_sdk.models import IDEMPOTENCY_HEADER
@@ -23,22 +21,13 @@ class _BusyServer(http.server.ThreadingHTTPServer):
         self.seen: list[tuple[str, str | None]] = []
 
 
-class _BusyHandler(http.server.BaseHTTPRequestHandler):
+class _BusyHandler(JsonHandler):
     server: _BusyServer
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         self.server.seen.append((self.path, self.headers.get(IDEMPOTENCY_HEADER)))
-        body = json.dumps({"detail": "Kubernetes API unavailable"}).encode()
-        self.send_response(503)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Retry-After", "5")
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Quiet: the tests read what the server recorded."""
+        self.send_json(503, {"detail": "Kubernetes API unavailable"}, {"Retry-After": "5"})
 
 
 @pytest.fixture

@@ -4,13 +4,12 @@ and expires its tokens when told to."""
 from __future__ import annotations
 
 import http.server
-import json
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import pytest
-from support import serving
+from support import JsonHandler, serving
 
 from devboxes_sdk import Client, ListExpired
 
@@ -38,7 +37,7 @@ class _PagingServer(http.server.ThreadingHTTPServer):
         self.pages = True
 
 
-class _PagingHandler(http.server.BaseHTTPRequestHandler):
+class _PagingHandler(JsonHandler):
     server: _PagingServer
 
     def do_GET(self) -> None:
@@ -48,12 +47,7 @@ class _PagingHandler(http.server.BaseHTTPRequestHandler):
         if "continue" in query and self.server.expiries > 0:
             self.server.expiries -= 1
             status, answer = 410, {"detail": "the continue token has expired"}
-        body = json.dumps(answer).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        self.send_json(status, answer)
 
     def _answer(self, query: dict[str, list[str]]) -> dict[str, Any]:
         if not self.server.pages:
@@ -65,9 +59,6 @@ class _PagingHandler(http.server.BaseHTTPRequestHandler):
         page = names[:limit]
         following = page[-1] if len(names) > limit else None
         return {"items": [_box(name) for name in page], "continue": following}
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Quiet: the tests read what the server recorded."""
 
 
 @pytest.fixture

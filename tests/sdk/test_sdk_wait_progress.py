@@ -4,12 +4,10 @@ state or message does. Against a small local server that answers a scripted sequ
 from __future__ import annotations
 
 import http.server
-import json
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
-from support import serving
+from support import JsonHandler, serving
 
 from devboxes_sdk import Client
 from devboxes_sdk.models import Devbox
@@ -40,21 +38,13 @@ class _ScriptedServer(http.server.ThreadingHTTPServer):
         self.answers = list(SEQUENCE)
 
 
-class _ScriptedHandler(http.server.BaseHTTPRequestHandler):
+class _ScriptedHandler(JsonHandler):
     server: _ScriptedServer
 
     def do_GET(self) -> None:
         answers = self.server.answers
         box = answers.pop(0) if len(answers) > 1 else answers[0]
-        body = json.dumps(box).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Quiet: the test reads what the client reported."""
+        self.send_json(200, box)
 
 
 @pytest.fixture

@@ -7,14 +7,14 @@ from __future__ import annotations
 import base64
 import json
 import socket
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from http.server import HTTPServer
 from pathlib import Path
 from typing import Any
 
 import httpx
 from devboxes_testbed.controller import Controller, example_settings
 from devboxes_testbed.issuer import CLI_CLIENT_ID, Issuer
-from support import StartController, serving
+from support import JsonHandler, StartController, serving
 
 
 def _oidc(settings: dict[str, Any], issuer_url: str) -> dict[str, Any]:
@@ -116,7 +116,7 @@ def _closed_port() -> int:
     return port
 
 
-class _Discovery(BaseHTTPRequestHandler):
+class _Discovery(JsonHandler):
     """An issuer whose discovery document answers, but whose key set cannot be fetched."""
 
     def do_GET(self) -> None:
@@ -125,17 +125,9 @@ class _Discovery(BaseHTTPRequestHandler):
             return
         assert isinstance(self.server, HTTPServer)
         issuer = f"http://127.0.0.1:{self.server.server_port}"
-        body = json.dumps(
-            {"issuer": issuer, "jwks_uri": f"http://127.0.0.1:{_closed_port()}/keys"}
-        ).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return
+        self.send_json(
+            200, {"issuer": issuer, "jwks_uri": f"http://127.0.0.1:{_closed_port()}/keys"}
+        )
 
 
 def test_an_issuer_whose_keys_cannot_be_fetched_is_a_503(
