@@ -7,9 +7,13 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 from devboxes_sdk.client import Devbox
-from devboxes_sdk.labels import accelerator_label, auto_stop_label, status_line
+from devboxes_sdk.labels import (
+    accelerator_label,
+    allocated_label,
+    auto_stop_label,
+    status_line,
+)
 from devboxes_sdk.models import (
-    AllocatedDevice,
     DevboxState,
     DoctorReport,
     GpuAvailability,
@@ -243,18 +247,6 @@ def activity_text(box: Devbox, now: datetime) -> str:
     return f"{idle}; stops {relative_time(activity.stops_at, now)}"
 
 
-def allocated_text(devices: Iterable[AllocatedDevice]) -> str:
-    """``NVIDIA A100-SXM4-40GB (40Gi, alternative 1)``, one entry per allocated device."""
-    parts = []
-    for device in devices:
-        notes = [device.memory] if device.memory else []
-        if device.alternative:
-            notes.append(f"alternative {device.alternative}")
-        name = device.product or "unnamed device"
-        parts.append(f"{name} ({', '.join(notes)})" if notes else name)
-    return ", ".join(parts)
-
-
 def box_details(box: Devbox, now: datetime) -> str:
     """Every field of one box as aligned ``Key: value`` lines."""
     expires = EMPTY
@@ -276,7 +268,7 @@ def box_details(box: Devbox, now: datetime) -> str:
         ("GPU profile", box.gpu.profile if box.gpu else EMPTY),
         ("Image", image_text(box.image)),
         *(
-            [("Allocated", allocated_text(box.gpu.allocated))]
+            [("Allocated", allocated_label(box.gpu.allocated))]
             if box.gpu and box.gpu.allocated
             else []
         ),

@@ -8,10 +8,11 @@ Lab's sidebar and the dashboard say the same words in TypeScript
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Protocol
 
-from devboxes_sdk.models import DevboxState, ImageAllocation, ImageProfile
+from devboxes_sdk.models import AllocatedDevice, DevboxState, ImageAllocation, ImageProfile
 
 CPU_ONLY = "CPU only"
 # Spelled out so that no one "fixes" it into the letter x.
@@ -43,6 +44,19 @@ def accelerator_label(gpu: Accelerator | None) -> str:
     if gpu.resource_name is None:
         return f"{gpu.display_name} {DOT} {gpu.devices or f'{gpu.count} {TIMES} device'}"
     return f"{gpu.display_name} {DOT} {gpu.count} {TIMES} {gpu.resource_name}"
+
+
+def allocated_label(devices: Iterable[AllocatedDevice]) -> str:
+    """``NVIDIA A100-SXM4-40GB (40Gi, alternative 1)``: what a DRA box actually got, one
+    entry per allocated device; the profile's own device (alternative 0) is not marked."""
+    parts = []
+    for device in devices:
+        notes = [device.memory] if device.memory else []
+        if device.alternative:
+            notes.append(f"alternative {device.alternative}")
+        name = device.product or "unnamed device"
+        parts.append(f"{name} ({', '.join(notes)})" if notes else name)
+    return ", ".join(parts)
 
 
 DEFAULT_ENVIRONMENT = "Default workspace"

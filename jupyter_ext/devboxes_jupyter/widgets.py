@@ -22,6 +22,7 @@ from devboxes_sdk.client import Client, Devbox
 from devboxes_sdk.errors import BoxNotReady, DevboxesError, StartTimeout, ValidationError
 from devboxes_sdk.labels import (
     accelerator_label,
+    allocated_label,
     auto_stop_label,
     environment_label,
     reason,
@@ -269,13 +270,22 @@ def _action_button(label: str, icon: str, tooltip: str, disabled: bool) -> widge
     )
 
 
+def _accelerator_html(box: Devbox) -> str:
+    """The box's accelerator, and under it what a DRA box actually got, which its profile
+    may leave open (one of alternatives)."""
+    text = escape(accelerator_label(box.gpu))
+    if box.gpu is None or not box.gpu.allocated:
+        return text
+    return f"{text}<br>{_note_html(f'allocated {allocated_label(box.gpu.allocated)}')}"
+
+
 class _Row:
     """The widgets of one box in :class:`DevboxTable`."""
 
     def __init__(self, table: DevboxTable, box: Devbox, now: datetime) -> None:
         self.name = box.name
         self.state = widgets.HTML(escape(status_line(box.state, reason(box.summary, box.message))))
-        self.accelerator = widgets.HTML(escape(accelerator_label(box.gpu)))
+        self.accelerator = widgets.HTML(_accelerator_html(box))
         self.environment = widgets.HTML(escape(environment_label(box.image)))
         self.auto_stop = widgets.HTML(escape(auto_stop_label(box.state, box.expires_at, now)))
         stopped = box.state is models.DevboxState.STOPPED

@@ -4,9 +4,17 @@
  * dashboard shows too come from words.ts.
  */
 import { Devbox, GpuAvailability, GpuProfile } from './api';
-import { allocationLabel, autoStopLabel, environmentLabel, freeText, unitsLabel } from './words';
+import {
+  allocatedLabel,
+  allocationLabel,
+  autoStopLabel,
+  environmentLabel,
+  freeText,
+  unitsLabel
+} from './words';
 
 export {
+  allocatedLabel,
   allocationLabel,
   autoStopLabel,
   CPU_ONLY,
@@ -55,6 +63,10 @@ export function detail(devbox: Devbox): string[] {
     lines.push(devbox.scheduling_detail);
   }
   lines.push(`accelerator: ${allocationLabel(devbox.gpu)}`);
+  const allocated = allocatedLabel(devbox.gpu?.allocated);
+  if (allocated) {
+    lines.push(`allocated: ${allocated}`);
+  }
   lines.push(`environment: ${environmentLabel(devbox.image)}`);
   lines.push(`preset: ${devbox.preset}`);
   if (devbox.ssh_command) {

@@ -28,6 +28,7 @@ import {
   watch
 } from './api';
 import {
+  allocatedLabel,
   allocationLabel,
   autoStopLabel,
   CPU_NOTE,
@@ -590,6 +591,12 @@ export class DevboxSidebar extends Widget {
     );
     const facts = element('div', { class: 'jp-Devboxes-facts' });
     facts.append(element('span', {}, allocationLabel(box.gpu)));
+    // What a DRA box actually got, which its profile may leave open (one of alternatives).
+    const allocated = allocatedLabel(box.gpu?.allocated);
+    if (allocated) {
+      const testid = `devbox-row-allocated-${box.name}`;
+      facts.append(element('span', { 'data-testid': testid }, `allocated ${allocated}`));
+    }
     if (box.image) {
       facts.append(
         element('span', { 'data-testid': `devbox-row-environment-${box.name}` }, environmentLabel(box.image))

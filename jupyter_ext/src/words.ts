@@ -1,10 +1,10 @@
 /**
  * The display words the Lab's sidebar and the controller's dashboard share: how an
- * accelerator, its free count and a box's auto-stop time read. This file is their one
- * source: the dashboard's static/labels.js is generated from it (`make labels`), and
- * the Python words (devboxes_sdk/labels.py) are checked against both by
- * tests/jupyter/test_display_words.py. Pure functions over the API's plain data, so
- * that the generated JavaScript needs nothing else.
+ * accelerator, the devices a box got, its free count and a box's auto-stop time read.
+ * This file is their one source: the dashboard's static/labels.js is generated from it
+ * (`make labels`), and the Python words (devboxes_sdk/labels.py) are checked against
+ * both by tests/jupyter/test_display_words.py. Pure functions over the API's plain data,
+ * so that the generated JavaScript needs nothing else.
  */
 import type { components } from './openapi';
 
@@ -33,6 +33,26 @@ export function freeText(entry: Schemas['ProfileAvailability']): string {
   }
   const waiting = entry.waiting > 0 ? `, ${entry.waiting} waiting` : '';
   return ` — ${entry.available} of ${entry.capacity} free${waiting}`;
+}
+
+/**
+ * "NVIDIA A100-SXM4-40GB (40Gi, alternative 1)": what a DRA box actually got, one entry
+ * per allocated device; the profile's own device (alternative 0) is not marked. Empty
+ * for a box without allocated devices (not DRA, or not allocated yet).
+ */
+export function allocatedLabel(
+  devices: Schemas['AllocatedDevice'][] | null | undefined
+): string {
+  return (devices ?? [])
+    .map(device => {
+      const notes = device.memory ? [device.memory] : [];
+      if (device.alternative) {
+        notes.push(`alternative ${device.alternative}`);
+      }
+      const name = device.product || 'unnamed device';
+      return notes.length ? `${name} (${notes.join(', ')})` : name;
+    })
+    .join(', ');
 }
 
 /** The environment of a box created without an image profile: the operator's own image. */

@@ -49,6 +49,8 @@ def _config(hub: Hub) -> str:
         "ConfigurableHTTPProxy.api_url": f"http://127.0.0.1:{hub.ports['proxy_api']}",
         "ConfigurableHTTPProxy.command": [str(PROXY)],
         "ConfigurableHTTPProxy.auth_token": hub.proxy_token,
+        # Its default is the working directory: hubs started side by side would share it.
+        "ConfigurableHTTPProxy.pid_file": str(hub.workdir / "jupyterhub-proxy.pid"),
         "JupyterHub.db_url": f"sqlite:///{hub.workdir / 'jupyterhub.sqlite'}",
         "JupyterHub.cookie_secret": hub.cookie_secret,
         "JupyterHub.pid_file": str(hub.workdir / "jupyterhub.pid"),

@@ -77,6 +77,25 @@ FREE = [
     {"name": "a100-mig", "available": None, "capacity": None, "waiting": 0, "reason": "x"},
 ]
 
+# The devices a DRA box got: an alternative with its memory, one without a product or
+# memory, the profile's own device, and none yet.
+ALLOCATED: list[list[dict[str, Any]] | None] = [
+    [{"product": "NVIDIA A100-SXM4-40GB", "memory": "40Gi", "alternative": 1},
+     {"product": None, "memory": None, "alternative": 0}],
+    [{"product": "NVIDIA H100 80GB HBM3", "memory": "80Gi", "alternative": 0}],
+    [{"product": "AMD Instinct MI210", "memory": None, "alternative": 2}],
+    None,
+]  # fmt: skip
+
+# A ready DRA box whose profile's first choice was taken, for the sidebar's detail lines.
+DRA_BOX = {
+    "name": "h100-or-a100", "state": "ready", "preset": "small",
+    "created_at": "2026-12-01T08:00:00Z", "expires_at": None,
+    "gpu": {"profile": "h100-or-a100", "display_name": "NVIDIA H100 or A100", "kind": "dra",
+            "resource_name": None, "devices": "NVIDIA H100 80GB, else A100 40GB", "count": 1,
+            "allocated": ALLOCATED[0]},
+}  # fmt: skip
+
 # (summary, message): the one line a box gives for why it is not ready.
 REASONS = [
     {"summary": "Waiting for a free NVIDIA L4: 0 of 2 free, 2nd in line (estimate)",
@@ -109,6 +128,7 @@ function render(w) {
     cpu_only: w.CPU_ONLY,
     allocations: input.boxes.map(box => w.allocationLabel(box.gpu)),
     auto_stop: input.boxes.map(box => w.autoStopLabel(box, now)),
+    allocated: input.allocated.map(devices => w.allocatedLabel(devices)),
     units: input.profiles.map(profile => w.unitsLabel(profile)),
     free: input.free.map(entry => w.freeText(entry)),
     reasons: input.reasons.map(box => w.reason(box)),
@@ -125,6 +145,7 @@ import('data:text/javascript,' + encodeURIComponent(dashboardSource)).then(dashb
       ...render({ ...words, ...lab }),
       profiles: input.profiles.map(profile => lab.profileLabel(profile, null)),
       notes: [lab.GPU_DISABLED_NOTE, lab.CPU_NOTE],
+      dra_detail: lab.detail(input.dra_box),
     },
     dashboard: render(dashboard),
   }));
@@ -154,6 +175,12 @@ def _python() -> dict[str, Any]:
         "allocations": [labels.accelerator_label(box.gpu) for box in boxes],
         "auto_stop": [labels.auto_stop_label(box.state, box.expires_at, NOW) for box in boxes],
         "units": [labels.accelerator_label(profile) for profile in profiles],
+        "allocated": [
+            labels.allocated_label(
+                models.AllocatedDevice.model_validate(device) for device in devices or []
+            )
+            for devices in ALLOCATED
+        ],
         "profiles": [jupyter_labels.profile_label(profile) for profile in profiles],
         "notes": [jupyter_labels.GPU_DISABLED_NOTE, jupyter_labels.CPU_NOTE],
         # An empty reason is no text at all in TypeScript.
@@ -187,6 +214,8 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "boxes": _boxes(),
         "profiles": PROFILES,
         "free": FREE,
+        "allocated": ALLOCATED,
+        "dra_box": DRA_BOX,
         "reasons": REASONS,
         "images": IMAGES,
         "box_images": BOX_IMAGES,
@@ -224,6 +253,7 @@ def test_the_dashboard_labels_are_generated_from_the_lab_words() -> None:
         "allocations",
         "auto_stop",
         "units",
+        "allocated",
         "reasons",
         "stale",
         "default_environment",
@@ -262,6 +292,26 @@ def test_an_environment_says_whether_it_replaces_the_workspace_or_runs_beside_it
         "Web preview (beside the workspace)",
     ]
     assert _python()["environments"] == ["Default workspace", "Web preview"]
+
+
+def test_a_dra_box_names_the_devices_it_got_and_which_alternative() -> None:
+    assert _python()["allocated"] == [
+        "NVIDIA A100-SXM4-40GB (40Gi, alternative 1), unnamed device",
+        "NVIDIA H100 80GB HBM3 (80Gi)",
+        "AMD Instinct MI210 (alternative 2)",
+        "",
+    ]
+
+
+@needs_node
+def test_the_sidebar_details_of_a_dra_box_follow_its_accelerator_with_what_it_got(
+    rendered: dict[str, Any],
+) -> None:
+    lines = rendered["lab"]["dra_detail"]
+    accelerator = lines.index(
+        "accelerator: NVIDIA H100 or A100 \N{MIDDLE DOT} NVIDIA H100 80GB, else A100 40GB"
+    )
+    assert lines[accelerator + 1] == f"allocated: {_python()['allocated'][0]}"
 
 
 def test_the_auto_stop_words_cover_every_branch() -> None:

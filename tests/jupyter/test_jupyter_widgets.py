@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import http.server
 import uuid
+from typing import Any
 
 import pytest
 from devboxes_jupyter import labels
@@ -291,18 +292,23 @@ def test_table_reports_an_unreachable_controller() -> None:
     assert table.rows == {}
 
 
+ONE_BOX = {"name": "atlas", "state": "ready", "preset": "small",
+           "created_at": "2026-12-02T08:00:00Z", "message": "Ready for SSH."}  # fmt: skip
+
+
 class _OneBox(http.server.ThreadingHTTPServer):
     """A controller that lists one ready box, on a port it can be restarted on."""
 
-    def __init__(self, port: int = 0) -> None:
+    def __init__(self, port: int = 0, box: dict[str, Any] = ONE_BOX) -> None:
         super().__init__(("127.0.0.1", port), _OneBoxHandler)
+        self.box = box
 
 
 class _OneBoxHandler(JsonHandler):
+    server: _OneBox
+
     def do_GET(self) -> None:
-        box = {"name": "atlas", "state": "ready", "preset": "small",
-               "created_at": "2026-12-02T08:00:00Z", "message": "Ready for SSH."}  # fmt: skip
-        self.send_json(200, {"items": [box]})
+        self.send_json(200, {"items": [self.server.box]})
 
 
 @pytest.mark.usefixtures("no_retry_wait")
@@ -329,3 +335,18 @@ def test_table_marks_its_list_stale_with_actions_off_and_recovers() -> None:
         table.refresh()
         assert table.error.value == ""
         assert not table.rows["atlas"].stop_button.disabled
+
+
+def test_table_shows_what_a_dra_box_got_under_its_accelerator() -> None:
+    gpu = {"profile": "h100-or-a100", "display_name": "NVIDIA H100 or A100", "kind": "dra",
+           "resource_name": None, "devices": "NVIDIA H100 80GB, else A100 40GB", "count": 1,
+           "allocated": [{"product": "NVIDIA A100-SXM4-40GB", "memory": "40Gi",
+                          "alternative": 1}]}  # fmt: skip
+    with serving(_OneBox(box={**ONE_BOX, "gpu": gpu})) as server:
+        client = Client(
+            f"http://127.0.0.1:{server.server_port}", "one-box-token-0123456789abcdef0123"
+        )
+        table = DevboxTable(client)
+    accelerator, got = table.rows["atlas"].accelerator.value.split("<br>")
+    assert accelerator == "NVIDIA H100 or A100 \N{MIDDLE DOT} NVIDIA H100 80GB, else A100 40GB"
+    assert ">allocated NVIDIA A100-SXM4-40GB (40Gi, alternative 1)</span>" in got

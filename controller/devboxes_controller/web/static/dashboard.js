@@ -380,6 +380,14 @@ import * as labels from "./labels.js";
     badge.textContent = box.state;
     row.cells.state.replaceChildren(badge);
     row.cells.accelerator.textContent = labels.allocationLabel(box.gpu);
+    // What a DRA box actually got, which its profile may leave open (one of alternatives).
+    const allocated = labels.allocatedLabel(box.gpu && box.gpu.allocated);
+    if (allocated) {
+      const got = document.createElement("div");
+      got.className = "allocated";
+      got.textContent = "allocated " + allocated;
+      row.cells.accelerator.append(got);
+    }
     row.cells.environment.textContent = labels.environmentLabel(box.image);
     row.cells.preset.textContent = box.preset;
     fillAutoStop(row);

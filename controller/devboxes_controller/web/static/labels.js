@@ -19,6 +19,23 @@ export function freeText(entry) {
     const waiting = entry.waiting > 0 ? `, ${entry.waiting} waiting` : '';
     return ` — ${entry.available} of ${entry.capacity} free${waiting}`;
 }
+/**
+ * "NVIDIA A100-SXM4-40GB (40Gi, alternative 1)": what a DRA box actually got, one entry
+ * per allocated device; the profile's own device (alternative 0) is not marked. Empty
+ * for a box without allocated devices (not DRA, or not allocated yet).
+ */
+export function allocatedLabel(devices) {
+    return (devices !== null && devices !== void 0 ? devices : [])
+        .map(device => {
+        const notes = device.memory ? [device.memory] : [];
+        if (device.alternative) {
+            notes.push(`alternative ${device.alternative}`);
+        }
+        const name = device.product || 'unnamed device';
+        return notes.length ? `${name} (${notes.join(', ')})` : name;
+    })
+        .join(', ');
+}
 /** The environment of a box created without an image profile: the operator's own image. */
 export const DEFAULT_ENVIRONMENT = 'Default workspace';
 /**
