@@ -10,6 +10,7 @@ import socketserver
 import subprocess
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -23,7 +24,8 @@ from devboxes_controller.config.settings import GpuProfileConfig
 from devboxes_controller.k8s.kube import Unavailable
 from devboxes_controller.state.ended_sessions import Patch
 from devboxes_testbed import api
-from devboxes_testbed.controller import Controller
+from devboxes_testbed.controller import Controller, example_settings, without_gpu_profiles
+from devboxes_testbed.nodes import KWOK_ANNOTATION, POOL_LABEL
 from kubernetes import client
 
 from devboxes_sdk.models import IDEMPOTENCY_HEADER, GpuAvailability
@@ -329,3 +331,48 @@ class MemoryRecord:
                 self.entries.pop(key, None)
             else:
                 self.entries[key] = until
+
+
+class DevicePool:
+    """One kwok node offering ``devices`` devices of a resource of its own, and settings whose
+    one GPU profile asks for one of them: nothing else takes or frees them."""
+
+    PROFILE = "pool-gpu"
+    DISPLAY = "Pool GPU"
+
+    def __init__(self, kube: Any, devices: int) -> None:
+        suffix = uuid.uuid4().hex[:8]
+        self.node = f"pool-{suffix}"
+        self.resource = f"example.com/pool-{suffix}"
+        self.core = client.CoreV1Api(kube)
+        offered = {"cpu": "32", "memory": "128Gi", "pods": "110", self.resource: str(devices)}
+        self.core.create_node(
+            {
+                "metadata": {
+                    "name": self.node,
+                    "annotations": {KWOK_ANNOTATION: "fake"},
+                    "labels": {POOL_LABEL: self.node, "type": "kwok"},
+                }
+            }
+        )
+        self.core.patch_node_status(
+            self.node, {"status": {"capacity": offered, "allocatable": offered}}
+        )
+
+    def settings(self, namespace: str) -> dict[str, Any]:
+        base = example_settings(namespace)
+        settings = without_gpu_profiles(base, *(p["name"] for p in base["gpu"]["profiles"]))
+        settings["gpu"]["profiles"] = [
+            {
+                "name": self.PROFILE,
+                "displayName": self.DISPLAY,
+                "resourceName": self.resource,
+                "count": 1,
+                "nodeSelector": {POOL_LABEL: self.node},
+            }
+        ]
+        settings["gpu"]["defaultProfile"] = self.PROFILE
+        return settings
+
+    def delete(self) -> None:
+        self.core.delete_node(self.node)

@@ -11,7 +11,6 @@ new pod of the box carries it.
 from __future__ import annotations
 
 import time
-import uuid
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -19,15 +18,15 @@ from typing import Any
 import pytest
 from devboxes_controller.box import ownership, render
 from devboxes_controller.placement import capacity
-from devboxes_testbed.controller import Controller, example_settings, without_gpu_profiles
-from devboxes_testbed.nodes import KWOK_ANNOTATION, POOL_LABEL
+from devboxes_testbed.controller import Controller
+from devboxes_testbed.nodes import POOL_LABEL
 from kubernetes import client
-from support import Api, StartController, lease_holder, wait_for, wait_for_value
+from support import Api, DevicePool, StartController, lease_holder, wait_for, wait_for_value
 
 from devboxes_sdk.models import Devbox
 
-PROFILE = "queue-gpu"
-DISPLAY = "Queue GPU"
+PROFILE = DevicePool.PROFILE
+DISPLAY = DevicePool.DISPLAY
 # Rounds of one holder freeing its device and asking again: each hands a device on once.
 ROUNDS = 10
 # After its first failed attempt the scheduler holds a pod back this long at most before
@@ -35,50 +34,9 @@ ROUNDS = 10
 BACKOFF_SECONDS = 3
 
 
-class Pool:
-    """One kwok node offering two devices of a resource of its own."""
-
-    def __init__(self, kube: Any) -> None:
-        suffix = uuid.uuid4().hex[:8]
-        self.node = f"queue-{suffix}"
-        self.resource = f"example.com/queue-{suffix}"
-        self.core = client.CoreV1Api(kube)
-        offered = {"cpu": "32", "memory": "128Gi", "pods": "110", self.resource: "2"}
-        self.core.create_node(
-            {
-                "metadata": {
-                    "name": self.node,
-                    "annotations": {KWOK_ANNOTATION: "fake"},
-                    "labels": {POOL_LABEL: self.node, "type": "kwok"},
-                }
-            }
-        )
-        self.core.patch_node_status(
-            self.node, {"status": {"capacity": offered, "allocatable": offered}}
-        )
-
-    def settings(self, namespace: str) -> dict[str, Any]:
-        base = example_settings(namespace)
-        settings = without_gpu_profiles(base, *(p["name"] for p in base["gpu"]["profiles"]))
-        settings["gpu"]["profiles"] = [
-            {
-                "name": PROFILE,
-                "displayName": DISPLAY,
-                "resourceName": self.resource,
-                "count": 1,
-                "nodeSelector": {POOL_LABEL: self.node},
-            }
-        ]
-        settings["gpu"]["defaultProfile"] = PROFILE
-        return settings
-
-    def delete(self) -> None:
-        self.core.delete_node(self.node)
-
-
 @pytest.fixture
-def pool(kube: Any) -> Iterator[Pool]:
-    made = Pool(kube)
+def pool(kube: Any) -> Iterator[DevicePool]:
+    made = DevicePool(kube, devices=2)
     yield made
     made.delete()
 
@@ -155,7 +113,7 @@ class Boxes:
 
 
 def test_three_people_get_two_devices_in_the_promised_order(
-    start_controller: StartController, pool: Pool, kube: Any, namespace: str
+    start_controller: StartController, pool: DevicePool, kube: Any, namespace: str
 ) -> None:
     api = Api(start_controller(pool.settings(namespace)))
     boxes = Boxes(api, kube, namespace)
@@ -256,7 +214,7 @@ def unschedulable(core: Any, namespace: str, name: str) -> bool:
 
 
 def test_a_new_leader_lifts_the_gates_in_the_same_order(
-    start_controller: StartController, pool: Pool, kube: Any, namespace: str
+    start_controller: StartController, pool: DevicePool, kube: Any, namespace: str
 ) -> None:
     settings = pool.settings(namespace)
     first = start_controller(settings, lease_seconds=3)
