@@ -24,10 +24,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from devboxes_jupyter.kernelspecs import CPU_KERNEL
 from devboxes_jupyter.provisioner import box_name
 from devboxes_testbed import L4, images, realnode
 from devboxes_testbed.cluster import Testbed, free_port
 from devboxes_testbed.controller import ANY_ADDRESS, Controller, example_settings
+from devboxes_testbed.issuer import CLI_CLIENT_ID, Issuer
 from labserver import KernelChannels, running_lab
 from sshd import make_key
 from support import REPO, Api, wait_for
@@ -36,6 +38,7 @@ NAMESPACE = "real-boxes"
 KEYS_SECRET = "devbox-keys"
 SIDECAR = "helper"
 IDLE_NAMESPACE = "idle-boxes"
+PEOPLE_NAMESPACE = "people-boxes"
 CHART = REPO / "charts" / "devboxes"
 # The L4 profile's device groups here: one the image has (video), one it does not.
 DEVICE_GROUPS = (44, 4242)
@@ -313,6 +316,43 @@ def test_the_devbox_kernel_runs_a_cell_in_a_box_on_the_real_node(
     assert host.startswith(f"devbox-{box}-")
     assert device in node.gpu_ids
     api.purge(box)
+
+
+def test_a_persons_lab_runs_a_kernel_with_a_key_of_its_own_that_only_their_boxes_accept(
+    real_testbed: Testbed, key: Path, issuer: Issuer, tmp_path: Path
+) -> None:
+    """A Lab acting as alice, with no key configured: the kernel makes its own key, adds it
+    to alice's keys and logs in to alice's box on the real node, whose sshd reads alice's
+    keys; the operator's key, which opens the operator's boxes, does not open hers."""
+    auth = {"oidc": {"issuer": issuer.url, "audience": CLI_CLIENT_ID}}
+    process = serve(real_testbed, PEOPLE_NAMESPACE, key, tmp_path / "controller", auth=auth)
+    try:
+        token = issuer.token_for("alice")
+        args = [
+            "--DevboxKernelProvisioner.owner=alice",
+            f"--DevboxKernelProvisioner.known_hosts_file={tmp_path / 'known_hosts'}",
+        ]
+        with running_lab(tmp_path / "lab", process.url, token, args) as lab:
+            wait_for(lambda: CPU_KERNEL in lab.api("GET", "api/kernelspecs")["kernelspecs"])
+            with KernelChannels.start(lab, CPU_KERNEL, timeout=300) as channels:
+                result = channels.execute("import getpass; print(getpass.getuser())")
+            assert result.status == "ok", result.errors
+            assert result.stdout.strip() == "dev"
+            own = lab.data.parent / "user-data" / "devboxes" / "kernel_ed25519"
+        alice = Api(process)
+        alice.session.headers["Authorization"] = f"Bearer {token}"
+        keys = alice.call("GET", "/keys")["items"]
+        assert [k["comment"] for k in keys] == ["devbox-kernels-alice"]
+        box = alice.box(box_name("alice", None))
+        assert box["owner"] == "alice"
+        # Her kernel's key logs in; the operator's does not.
+        assert ssh(box, own, "true").returncode == 0
+        refused = ssh(box, key, "true")
+        assert refused.returncode == 255
+        assert "Permission denied" in refused.stderr
+        alice.purge(box["name"])
+    finally:
+        process.stop()
 
 
 def test_an_idle_box_is_stopped_and_one_whose_gpu_is_busy_is_not(
