@@ -325,64 +325,72 @@ def test_the_dashboard_signs_a_person_in_through_the_issuer(
 ) -> None:
     api = f"{process.url}/api/v1/devboxes"
     boxes = {}
-    for person in ("alice", "bob"):
-        name = f"{person}-{secrets.token_hex(3)}"
-        headers = {"Authorization": f"Bearer {issuer.token_for(person)}"}
-        created = httpx.post(api, json={"name": name}, headers=headers, timeout=30)
-        assert created.status_code == 201, created.text
-        boxes[person] = name
-    with httpx.Client(follow_redirects=False, timeout=30) as browser:
-        form = browser.get(f"{process.url}/dashboard/login")
-        assert f"Sign in with {httpx.URL(issuer.url).netloc.decode()}" in form.text
-        answer = browser.get(f"{process.url}/dashboard/login/oidc", params={"next": "/dashboard"})
-        assert answer.status_code == 303
-        to_issuer = httpx.URL(answer.headers["location"])
-        assert str(to_issuer).startswith(issuer.url + "/auth?")
-        assert to_issuer.params["redirect_uri"] == f"{process.url}/dashboard/login/oidc/callback"
-        assert to_issuer.params["code_challenge_method"] == "S256"
-        bound = browser.cookies["devboxes_login"]
-        answer = browser.get(to_issuer)
-        request_id = httpx.URL(issuer.url).join(answer.headers["location"]).params["authRequestID"]
-        answer = browser.post(
-            f"{issuer.url}/login/username",
-            data={"id": request_id, "username": "alice", "password": issuer.passwords["alice"]},
-        )
-        answer = browser.get(httpx.URL(issuer.url).join(answer.headers["location"]))
-        back = httpx.URL(answer.headers["location"])
-        assert str(back).startswith(f"{process.url}/dashboard/login/oidc/callback?")
+    try:
+        for person in ("alice", "bob"):
+            name = f"{person}-{secrets.token_hex(3)}"
+            headers = {"Authorization": f"Bearer {issuer.token_for(person)}"}
+            created = httpx.post(api, json={"name": name}, headers=headers, timeout=30)
+            assert created.status_code == 201, created.text
+            boxes[person] = name
+        with httpx.Client(follow_redirects=False, timeout=30) as browser:
+            form = browser.get(f"{process.url}/dashboard/login")
+            assert f"Sign in with {httpx.URL(issuer.url).netloc.decode()}" in form.text
+            answer = browser.get(
+                f"{process.url}/dashboard/login/oidc", params={"next": "/dashboard"}
+            )
+            assert answer.status_code == 303
+            to_issuer = httpx.URL(answer.headers["location"])
+            assert str(to_issuer).startswith(issuer.url + "/auth?")
+            assert (
+                to_issuer.params["redirect_uri"] == f"{process.url}/dashboard/login/oidc/callback"
+            )
+            assert to_issuer.params["code_challenge_method"] == "S256"
+            bound = browser.cookies["devboxes_login"]
+            answer = browser.get(to_issuer)
+            request_id = (
+                httpx.URL(issuer.url).join(answer.headers["location"]).params["authRequestID"]
+            )
+            answer = browser.post(
+                f"{issuer.url}/login/username",
+                data={"id": request_id, "username": "alice", "password": issuer.passwords["alice"]},
+            )
+            answer = browser.get(httpx.URL(issuer.url).join(answer.headers["location"]))
+            back = httpx.URL(answer.headers["location"])
+            assert str(back).startswith(f"{process.url}/dashboard/login/oidc/callback?")
 
-        # A changed state is another sign-in's answer, refused before the code is redeemed.
-        with httpx.Client(timeout=30, cookies={"devboxes_login": bound}) as forger:
-            forged = forger.get(back.copy_set_param("state", "x" * 43))
-        assert forged.status_code == 400
-        assert "belongs to another sign-in" in forged.text
-        assert "devboxes_session" not in forged.cookies
+            # A changed state is another sign-in's answer, refused before the code is redeemed.
+            with httpx.Client(timeout=30, cookies={"devboxes_login": bound}) as forger:
+                forged = forger.get(back.copy_set_param("state", "x" * 43))
+            assert forged.status_code == 400
+            assert "belongs to another sign-in" in forged.text
+            assert "devboxes_session" not in forged.cookies
 
-        signed_in = browser.get(back)
-        assert signed_in.status_code == 200, signed_in.text
-        assert "Signed in as alice." in signed_in.text
-        assert "devboxes_login" not in browser.cookies
-        whoami = browser.get(f"{process.url}/api/v1/whoami").json()
-        assert whoami == {
-            "user": "alice",
-            "mode": "browser-session",
-            "groups": ["ml"],
-            "admin": False,
-        }
-        snapshot = _snapshot(browser, process.url)
-        assert {box["owner"] for box in snapshot["items"]} == {"alice"}
-        assert boxes["alice"] in {box["name"] for box in snapshot["items"]}
+            signed_in = browser.get(back)
+            assert signed_in.status_code == 200, signed_in.text
+            assert "Signed in as alice." in signed_in.text
+            assert "devboxes_login" not in browser.cookies
+            whoami = browser.get(f"{process.url}/api/v1/whoami").json()
+            assert whoami == {
+                "user": "alice",
+                "mode": "browser-session",
+                "groups": ["ml"],
+                "admin": False,
+            }
+            snapshot = _snapshot(browser, process.url)
+            assert {box["owner"] for box in snapshot["items"]} == {"alice"}
+            assert boxes["alice"] in {box["name"] for box in snapshot["items"]}
 
-        # The same code again, even with the sign-in's own cookie: the issuer refuses it.
-        with httpx.Client(timeout=30, cookies={"devboxes_login": bound}) as replayer:
-            replayed = replayer.get(back)
-        assert replayed.status_code == 400
-        assert "the issuer refused the login: invalid_grant" in replayed.text
-        assert "devboxes_session" not in replayed.cookies
-        # Without the cookie of the browser that started it, nothing is even tried.
-        stray = httpx.get(back, timeout=30)
-        assert stray.status_code == 400
-        assert "was not started in this browser" in stray.text
-    operator = {"Authorization": f"Bearer {process.token}"}
-    for name in boxes.values():
-        httpx.delete(f"{api}/{name}", params={"purge": "true"}, headers=operator, timeout=60)
+            # The same code again, even with the sign-in's own cookie: the issuer refuses it.
+            with httpx.Client(timeout=30, cookies={"devboxes_login": bound}) as replayer:
+                replayed = replayer.get(back)
+            assert replayed.status_code == 400
+            assert "the issuer refused the login: invalid_grant" in replayed.text
+            assert "devboxes_session" not in replayed.cookies
+            # Without the cookie of the browser that started it, nothing is even tried.
+            stray = httpx.get(back, timeout=30)
+            assert stray.status_code == 400
+            assert "was not started in this browser" in stray.text
+    finally:
+        operator = {"Authorization": f"Bearer {process.token}"}
+        for name in boxes.values():
+            httpx.delete(f"{api}/{name}", params={"purge": "true"}, headers=operator, timeout=60)
