@@ -85,6 +85,7 @@ def test_a_login_cookie_is_bound_to_its_key_and_lives_ten_minutes() -> None:
     start, cookie = store(clock).start_login("/dashboard/")
     assert len(start.state) >= 43
     assert len(start.verifier) >= 43
+    assert len(start.nonce) >= 43
     assert store(clock).login_of(cookie) == start
     # Another controller's key, a changed field, and a stale cookie are all refused.
     assert store(clock, secret="t" * 40).login_of(cookie) is None
@@ -98,7 +99,9 @@ def test_a_login_cookie_is_bound_to_its_key_and_lives_ten_minutes() -> None:
     assert store(clock).login_of(cookie) is None
     # Two sign-ins never share a state or a verifier.
     other, _ = store(clock).start_login("/dashboard")
-    assert (other.state, other.verifier) != (start.state, start.verifier)
+    assert {other.state, other.verifier, other.nonce}.isdisjoint(
+        {start.state, start.verifier, start.nonce}
+    )
 
 
 def test_a_session_cookie_is_no_login_cookie_and_the_other_way_round() -> None:

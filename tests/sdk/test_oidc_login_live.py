@@ -345,6 +345,7 @@ def test_the_dashboard_signs_a_person_in_through_the_issuer(
                 to_issuer.params["redirect_uri"] == f"{process.url}/dashboard/login/oidc/callback"
             )
             assert to_issuer.params["code_challenge_method"] == "S256"
+            assert len(to_issuer.params["nonce"]) >= 43
             bound = browser.cookies["devboxes_login"]
             answer = browser.get(to_issuer)
             request_id = (

@@ -219,21 +219,28 @@ def pkce_challenge(code_verifier: str) -> str:
 
 
 async def issuer_authorize_url(
-    verifier: OidcVerifier, client_id: str, redirect_uri: str, state: str, challenge: str
+    verifier: OidcVerifier,
+    client_id: str,
+    redirect_uri: str,
+    state: str,
+    challenge: str,
+    nonce: str | None = None,
 ) -> str:
     """Where a browser signs in at the issuer, as the public client, with PKCE; both the
-    CLI's login and the dashboard's send the browser there."""
-    query = urllib.parse.urlencode(
-        {
-            "client_id": client_id,
-            "response_type": "code",
-            "scope": SCOPE,
-            "redirect_uri": redirect_uri,
-            "state": state,
-            "code_challenge": challenge,
-            "code_challenge_method": "S256",
-        }
-    )
+    CLI's login and the dashboard's send the browser there. The dashboard, which keeps
+    the ID token's word on who signed in, also sends a ``nonce`` for it to carry."""
+    fields = {
+        "client_id": client_id,
+        "response_type": "code",
+        "scope": SCOPE,
+        "redirect_uri": redirect_uri,
+        "state": state,
+        "code_challenge": challenge,
+        "code_challenge_method": "S256",
+    }
+    if nonce is not None:
+        fields["nonce"] = nonce
+    query = urllib.parse.urlencode(fields)
     endpoint = await verifier.endpoint("authorization_endpoint")
     separator = "&" if "?" in endpoint else "?"
     return f"{endpoint}{separator}{query}"
@@ -245,6 +252,7 @@ class Redeemed:
     expires_in: int
     scope: str
     person: Identity
+    id_token: str | None
 
 
 class IssuerRefused(BadLogin):
@@ -288,6 +296,7 @@ async def redeem(verifier: OidcVerifier, form: dict[str, str]) -> Redeemed:
         expires_in=expires_in if isinstance(expires_in, int) and expires_in > 0 else 0,
         scope=str(redeemed.get("scope") or SCOPE),
         person=person,
+        id_token=id_token if isinstance(id_token := redeemed.get("id_token"), str) else None,
     )
 
 

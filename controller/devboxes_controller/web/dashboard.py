@@ -41,7 +41,7 @@ from ..config.settings import OidcSettings
 from ..k8s.kube import ApiProblem
 from ..state.ended_sessions import SharedEndedSessions
 from ..state.store import BoxStore
-from .auth import caller, owner_scope, token_matches
+from .auth import Unauthorized, caller, owner_scope, token_matches
 from .cli_login import CODE, issuer_authorize_url, login_settings, pkce_challenge, redeem
 from .people import Identity
 from .sessions import (
@@ -328,7 +328,12 @@ async def issuer_login(request: Request, next: str | None = None) -> Response:
     try:
         _, client_id, verifier = login_settings(request)
         url = await issuer_authorize_url(
-            verifier, client_id, _callback_url(request), start.state, pkce_challenge(start.verifier)
+            verifier,
+            client_id,
+            _callback_url(request),
+            start.state,
+            pkce_challenge(start.verifier),
+            start.nonce,
         )
     except ApiProblem as problem:
         return _login_page(request, target, problem.detail, problem.status)
@@ -396,6 +401,14 @@ async def _finish_issuer_login(
             "redirect_uri": _callback_url(request),
         },
     )
+    if redeemed.id_token is None:
+        raise ApiProblem(502, f"The issuer {verifier.issuer} answered without an ID token.")
+    try:
+        await verifier.check_id_token(redeemed.id_token, client_id, start.nonce)
+    except Unauthorized as refused:
+        raise ApiProblem(
+            400, f"The issuer's answer does not fit this sign-in: {refused.detail}."
+        ) from None
     person = redeemed.person
     if person.user == OPERATOR:
         raise ApiProblem(403, f"The name '{OPERATOR}' is reserved for the operator token.")

@@ -9,7 +9,8 @@ leaves the login request. Each session's CSRF value is an HMAC of its id, sent b
 the page as a header on every mutation.
 
 A sign-in through the issuer is bound to the browser that started it by a short-lived
-signed cookie holding its state, PKCE verifier and where to go afterwards (``LoginStart``).
+signed cookie holding its state, PKCE verifier, nonce and where to go afterwards
+(``LoginStart``).
 
 Sessions end after an idle period (the last-use time slides as the cookie is re-issued
 on use), after an absolute lifetime, at logout, and for all sessions at once when the
@@ -82,6 +83,7 @@ class LoginStart:
 
     state: str
     verifier: str
+    nonce: str
     next: str
     created: int
 
@@ -236,10 +238,17 @@ class SessionStore:
         start = LoginStart(
             state=secrets.token_urlsafe(32),
             verifier=secrets.token_urlsafe(48),
+            nonce=secrets.token_urlsafe(32),
             next=next_path,
             created=int(self._clock()),
         )
-        fields = [start.state, start.verifier, _b64(start.next.encode()), str(start.created)]
+        fields = [
+            start.state,
+            start.verifier,
+            start.nonce,
+            _b64(start.next.encode()),
+            str(start.created),
+        ]
         payload = ".".join([_LOGIN_VERSION, *fields])
         return start, f"{payload}.{self._mac('login.' + payload)}"
 
@@ -249,11 +258,11 @@ class SessionStore:
             return None
         payload, _, mac = cookie.rpartition(".")
         parts = payload.split(".")
-        if len(parts) != 5 or parts[0] != _LOGIN_VERSION:
+        if len(parts) != 6 or parts[0] != _LOGIN_VERSION:
             return None
         if not hmac.compare_digest(mac.encode(), self._mac("login." + payload).encode()):
             return None
-        _, state, verifier, next_text, created_text = parts
+        _, state, verifier, nonce, next_text, created_text = parts
         next_path = _unb64(next_text)
         if not created_text.isdigit() or next_path is None:
             return None
@@ -261,7 +270,7 @@ class SessionStore:
         if not 0 <= self._clock() - created <= LOGIN_SECONDS:
             return None
         try:
-            return LoginStart(state, verifier, next_path.decode(), created)
+            return LoginStart(state, verifier, nonce, next_path.decode(), created)
         except UnicodeDecodeError:
             return None
 
