@@ -164,6 +164,12 @@ class Issuer:
     def token_for(self, username: str) -> str:
         """Log in as ``username`` by the authorization code flow with PKCE, as a browser
         and `devbox login` would; the access token (a JWT)."""
+        token: str = self.tokens_for(username)["access_token"]
+        return token
+
+    def tokens_for(self, username: str, nonce: str | None = None) -> dict[str, Any]:
+        """The issuer's whole token answer of such a login (the access token, and the ID
+        token that carries ``nonce`` when one is given)."""
         password = self._password(username)
         endpoints = self.discovery()
         verifier = secrets.token_urlsafe(48)
@@ -181,6 +187,7 @@ class Issuer:
                     "code_challenge": challenge.rstrip(b"=").decode(),
                     "code_challenge_method": "S256",
                     "state": state,
+                    **({} if nonce is None else {"nonce": nonce}),
                 },
             )
             login_page = urllib.parse.urljoin(self.url, _location(answer))
@@ -206,8 +213,8 @@ class Issuer:
             )
         if answer.status_code != 200:
             raise TestbedError(f"the issuer refused the code: {answer.text[:200]}")
-        token: str = answer.json()["access_token"]
-        return token
+        tokens: dict[str, Any] = answer.json()
+        return tokens
 
     def approve_device(self, user_code: str, username: str) -> None:
         """Do what a person does on the verification page: log in and allow the device."""

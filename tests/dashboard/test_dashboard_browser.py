@@ -1,7 +1,8 @@
 """The dashboard in a real headless Chromium against a controller on the testbed.
 
-Login, the accelerator selector, live scheduling status pushed over the event stream,
-stop, delete with purge, the owner column and filter, and the layout of an 800 px window.
+Login (with the operator token, and through the OIDC issuer), the accelerator selector,
+live scheduling status pushed over the event stream, stop, delete with purge, the owner
+column and filter, and the layout of an 800 px window.
 Screenshots land in ``test-artifacts/dashboard/``.
 """
 
@@ -13,10 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from devboxes_testbed import L4
 from devboxes_testbed.cluster import free_port
 from devboxes_testbed.controller import Controller, example_settings
+from devboxes_testbed.issuer import CLI_CLIENT_ID, Issuer
 from support import (
     CHROMIUM,
     CHROMIUM_ARGS,
@@ -656,3 +659,53 @@ def test_a_stale_list_is_marked_on_top_with_actions_off_until_the_controller_is_
         if controller.process is None:
             controller.start()
         api.purge_all()
+
+
+def test_a_person_signs_in_through_the_issuer_and_sees_only_their_boxes(
+    start_controller: StartController, issuer: Issuer, namespace: str, chromium: Any
+) -> None:
+    from playwright.sync_api import expect
+
+    settings = example_settings(namespace)
+    settings["auth"] = {
+        "adminGroups": ["gpu-admins"],
+        "oidc": {"issuer": issuer.url, "audience": CLI_CLIENT_ID, "cliClientId": CLI_CLIENT_ID},
+    }
+    controller = start_controller(settings)
+    suffix = uuid.uuid4().hex[:6]
+    boxes = {person: f"{person}-{suffix}" for person in ("alice", "bob")}
+    try:
+        for person, name in boxes.items():
+            created = httpx.post(
+                f"{controller.url}/api/v1/devboxes",
+                json={"name": name},
+                headers={"Authorization": f"Bearer {issuer.token_for(person)}"},
+                timeout=30,
+            )
+            assert created.status_code == 201, created.text
+        page = chromium.new_context().new_page()
+        page.set_default_timeout(30_000)
+        page.goto(f"{controller.url}/dashboard")
+        issuer_host = issuer.url.removeprefix("http://")
+        page.get_by_role("link", name=f"Sign in with {issuer_host}").click()
+        # The issuer's own login form.
+        page.locator('input[name="username"]').fill("alice")
+        page.locator('input[name="password"]').fill(issuer.passwords["alice"])
+        page.locator('input[name="password"]').press("Enter")
+        expect(page).to_have_url(f"{controller.url}/dashboard")
+        expect(page.locator("#connection")).to_have_text("Live")
+        expect(page.get_by_text(boxes["alice"], exact=True)).to_be_visible()
+        expect(page.get_by_text(boxes["bob"], exact=True)).to_have_count(0)
+        # Not an admin: no filter by owner.
+        expect(page.locator("#owner-field")).to_be_hidden()
+        assert page.evaluate("document.cookie") == ""
+        shot(page, "signed-in-through-the-issuer")
+    finally:
+        operator = {"Authorization": f"Bearer {controller.token}"}
+        for name in boxes.values():
+            httpx.delete(
+                f"{controller.url}/api/v1/devboxes/{name}",
+                params={"purge": "true"},
+                headers=operator,
+                timeout=60,
+            )

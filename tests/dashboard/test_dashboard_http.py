@@ -534,8 +534,8 @@ def test_every_replica_with_the_token_accepts_a_session_and_nothing_else_does() 
     # Rotating the operator token ends every session.
     assert SessionStore("t" * 40, ended(), clock=clock).lookup(session.cookie) is None
     payload, _, mac = session.cookie.rpartition(".")
-    version, session_id, created, _seen = payload.split(".")
-    forged = f"{version}.{session_id}.{created}.{int(clock.now) + 10**6}.{mac}"
+    version, session_id, created, _seen, person = payload.split(".")
+    forged = f"{version}.{session_id}.{created}.{int(clock.now) + 10**6}.{person}.{mac}"
     assert store.lookup(forged) is None
     assert store.lookup(session.cookie[:-1]) is None
     assert store.lookup("") is None

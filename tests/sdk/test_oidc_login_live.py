@@ -5,8 +5,10 @@ the CLI's loopback) is driven over HTTP as a browser would, the CLI is the conso
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
+import secrets
 import stat
 import subprocess
 import tomllib
@@ -302,3 +304,94 @@ def test_device_and_no_browser_go_with_oidc(tmp_path: Path) -> None:
         )
         assert done.returncode == 2, done.stderr
         assert message in done.stderr
+
+
+def _snapshot(browser: httpx.Client, url: str) -> dict[str, Any]:
+    """The first event of the dashboard's stream, as the page reads it."""
+    with browser.stream("GET", f"{url}/dashboard/events") as stream:
+        assert stream.status_code == 200
+        kind = ""
+        for line in stream.iter_lines():
+            if line.startswith("event: "):
+                kind = line[len("event: ") :]
+            elif line.startswith("data: ") and kind == "snapshot":
+                snapshot: dict[str, Any] = json.loads(line[len("data: ") :])
+                return snapshot
+    raise AssertionError("the stream ended before its snapshot")
+
+
+def test_the_dashboard_signs_a_person_in_through_the_issuer(
+    process: Controller, issuer: Issuer
+) -> None:
+    api = f"{process.url}/api/v1/devboxes"
+    boxes = {}
+    try:
+        for person in ("alice", "bob"):
+            name = f"{person}-{secrets.token_hex(3)}"
+            headers = {"Authorization": f"Bearer {issuer.token_for(person)}"}
+            created = httpx.post(api, json={"name": name}, headers=headers, timeout=30)
+            assert created.status_code == 201, created.text
+            boxes[person] = name
+        with httpx.Client(follow_redirects=False, timeout=30) as browser:
+            form = browser.get(f"{process.url}/dashboard/login")
+            assert f"Sign in with {httpx.URL(issuer.url).netloc.decode()}" in form.text
+            answer = browser.get(
+                f"{process.url}/dashboard/login/oidc", params={"next": "/dashboard"}
+            )
+            assert answer.status_code == 303
+            to_issuer = httpx.URL(answer.headers["location"])
+            assert str(to_issuer).startswith(issuer.url + "/auth?")
+            assert (
+                to_issuer.params["redirect_uri"] == f"{process.url}/dashboard/login/oidc/callback"
+            )
+            assert to_issuer.params["code_challenge_method"] == "S256"
+            assert len(to_issuer.params["nonce"]) >= 43
+            bound = browser.cookies["devboxes_login"]
+            answer = browser.get(to_issuer)
+            request_id = (
+                httpx.URL(issuer.url).join(answer.headers["location"]).params["authRequestID"]
+            )
+            answer = browser.post(
+                f"{issuer.url}/login/username",
+                data={"id": request_id, "username": "alice", "password": issuer.passwords["alice"]},
+            )
+            answer = browser.get(httpx.URL(issuer.url).join(answer.headers["location"]))
+            back = httpx.URL(answer.headers["location"])
+            assert str(back).startswith(f"{process.url}/dashboard/login/oidc/callback?")
+
+            # A changed state is another sign-in's answer, refused before the code is redeemed.
+            with httpx.Client(timeout=30, cookies={"devboxes_login": bound}) as forger:
+                forged = forger.get(back.copy_set_param("state", "x" * 43))
+            assert forged.status_code == 400
+            assert "belongs to another sign-in" in forged.text
+            assert "devboxes_session" not in forged.cookies
+
+            signed_in = browser.get(back)
+            assert signed_in.status_code == 200, signed_in.text
+            assert "Signed in as alice." in signed_in.text
+            assert "devboxes_login" not in browser.cookies
+            whoami = browser.get(f"{process.url}/api/v1/whoami").json()
+            assert whoami == {
+                "user": "alice",
+                "mode": "browser-session",
+                "groups": ["ml"],
+                "admin": False,
+            }
+            snapshot = _snapshot(browser, process.url)
+            assert {box["owner"] for box in snapshot["items"]} == {"alice"}
+            assert boxes["alice"] in {box["name"] for box in snapshot["items"]}
+
+            # The same code again, even with the sign-in's own cookie: the issuer refuses it.
+            with httpx.Client(timeout=30, cookies={"devboxes_login": bound}) as replayer:
+                replayed = replayer.get(back)
+            assert replayed.status_code == 400
+            assert "the issuer refused the login: invalid_grant" in replayed.text
+            assert "devboxes_session" not in replayed.cookies
+            # Without the cookie of the browser that started it, nothing is even tried.
+            stray = httpx.get(back, timeout=30)
+            assert stray.status_code == 400
+            assert "was not started in this browser" in stray.text
+    finally:
+        operator = {"Authorization": f"Bearer {process.token}"}
+        for name in boxes.values():
+            httpx.delete(f"{api}/{name}", params={"purge": "true"}, headers=operator, timeout=60)

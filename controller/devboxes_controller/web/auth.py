@@ -1,5 +1,6 @@
-"""Who may call the API: the operator bearer token, a dashboard session, or a person whose
-token an identity provider (JupyterHub, an OIDC issuer) vouches for.
+"""Who may call the API: the operator bearer token, a dashboard session (the operator's, or
+a person's who signed in through the OIDC issuer), or a person whose token an identity
+provider (JupyterHub, an OIDC issuer) vouches for.
 
 The operator's secrets are compared in constant time. A session may read freely; a mutation
 made with a session must also carry the session's CSRF value in ``X-Devboxes-CSRF``.
@@ -18,7 +19,14 @@ from fastapi import Request
 from ..box.ownership import OPERATOR
 from ..k8s.kube import ApiProblem
 from .people import Identity, Verifier
-from .sessions import COOKIE, CSRF_HEADER, SAFE_METHODS, SessionStore, csrf_matches
+from .sessions import (
+    COOKIE,
+    CSRF_HEADER,
+    SAFE_METHODS,
+    SessionStore,
+    csrf_matches,
+    session_identity,
+)
 
 MIN_TOKEN_LENGTH = 32
 # Where the request guard leaves the caller's identity in the request's state, so that
@@ -69,8 +77,6 @@ def bearer(request: Request) -> str | None:
 
 
 OPERATOR_IDENTITY = Identity(user=OPERATOR, mode="operator", admin=True)
-# A dashboard session is made from the operator token, so it acts as the operator.
-SESSION_IDENTITY = Identity(user=OPERATOR, mode="browser-session", admin=True)
 
 
 def with_admin_groups(identity: Identity, admin_groups: frozenset[str]) -> Identity:
@@ -114,7 +120,7 @@ async def authenticate(request: Request) -> Identity:
             session, request.headers.get(CSRF_HEADER)
         ):
             raise Forbidden(f"missing or wrong {CSRF_HEADER} header")
-        return SESSION_IDENTITY
+        return session_identity(session, getattr(state, "admin_groups", frozenset()))
     raise Unauthorized()
 
 

@@ -1,4 +1,5 @@
-"""`devbox login` through the OpenID Connect issuer, on the routes the Devboxes CLI uses.
+"""`devbox login` through the OpenID Connect issuer, on the routes the Devboxes CLI uses;
+the dashboard's sign-in (web/dashboard.py) shares the steps at the issuer.
 
 The CLI opens ``/auth/cli/authorize`` with its PKCE challenge, state and loopback
 redirect; the controller sends the browser on to the issuer as its configured public
@@ -18,9 +19,12 @@ worth nothing until the person approves it at the issuer, is the proof there.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import ipaddress
 import re
 import urllib.parse
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 import httpx
@@ -34,7 +38,7 @@ from ..config.settings import OidcSettings
 from ..k8s.kube import ApiProblem
 from .auth import Unauthorized
 from .oidc import OidcVerifier
-from .people import IdentityUnavailable
+from .people import Identity, IdentityUnavailable
 
 AUTHORIZE_PATH = "/auth/cli/authorize"
 TOKEN_PATH = f"{API_PREFIX}/auth/cli/token"
@@ -48,7 +52,7 @@ SCOPE = "openid profile"
 _PKCE = re.compile(r"^[A-Za-z0-9._~-]{43,128}$")
 _STATE = re.compile(r"^[A-Za-z0-9._~-]{16,256}$")
 # Issuers choose their codes' format (some are JWE, with dots); printable ASCII, bounded.
-_CODE = re.compile(r"^[\x21-\x7e]{1,4096}$")
+CODE = re.compile(r"^[\x21-\x7e]{1,4096}$")
 MAX_ISSUER_TEXT = 200
 
 router = APIRouter()
@@ -154,20 +158,12 @@ async def authorize(
         raise BadLogin("a PKCE code_challenge with code_challenge_method S256 is required")
     if not _STATE.fullmatch(state):
         raise BadLogin("state must be 16 to 256 URL-safe characters")
-    query = urllib.parse.urlencode(
-        {
-            "client_id": client_id,
-            "response_type": "code",
-            "scope": SCOPE,
-            "redirect_uri": _loopback_redirect(redirect_uri),
-            "state": state,
-            "code_challenge": code_challenge,
-            "code_challenge_method": "S256",
-        }
+    return RedirectResponse(
+        await issuer_authorize_url(
+            verifier, client_id, _loopback_redirect(redirect_uri), state, code_challenge
+        ),
+        status_code=302,
     )
-    endpoint = await verifier.endpoint("authorization_endpoint")
-    separator = "&" if "?" in endpoint else "?"
-    return RedirectResponse(f"{endpoint}{separator}{query}", status_code=302)
 
 
 @router.post(DEVICE_PATH, include_in_schema=False)
@@ -197,15 +193,88 @@ async def device(request: Request) -> DeviceLogin:
 async def token(request: Request, body: CliTokenRequest) -> CliTokenResponse | JSONResponse:
     _, client_id, verifier = login_settings(request)
     form = {"grant_type": body.grant_type, "client_id": client_id, **_grant(body)}
+    try:
+        redeemed = await redeem(verifier, form)
+    except IssuerRefused as refused:
+        if body.grant_type == DEVICE_GRANT and refused.error in (
+            "authorization_pending",
+            "slow_down",
+        ):
+            # RFC 8628: keep polling, five seconds slower after slow_down.
+            return JSONResponse({"status": refused.error}, status_code=202)
+        raise
+    return CliTokenResponse(
+        access_token=redeemed.access_token,
+        expires_in=redeemed.expires_in,
+        scope=redeemed.scope,
+        user=redeemed.person.user,
+        groups=list(redeemed.person.groups),
+    )
+
+
+def pkce_challenge(code_verifier: str) -> str:
+    """The S256 challenge of a PKCE verifier (RFC 7636)."""
+    digest = hashlib.sha256(code_verifier.encode()).digest()
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+async def issuer_authorize_url(
+    verifier: OidcVerifier,
+    client_id: str,
+    redirect_uri: str,
+    state: str,
+    challenge: str,
+    nonce: str | None = None,
+) -> str:
+    """Where a browser signs in at the issuer, as the public client, with PKCE; both the
+    CLI's login and the dashboard's send the browser there. The dashboard, which keeps
+    the ID token's word on who signed in, also sends a ``nonce`` for it to carry."""
+    fields = {
+        "client_id": client_id,
+        "response_type": "code",
+        "scope": SCOPE,
+        "redirect_uri": redirect_uri,
+        "state": state,
+        "code_challenge": challenge,
+        "code_challenge_method": "S256",
+    }
+    if nonce is not None:
+        fields["nonce"] = nonce
+    query = urllib.parse.urlencode(fields)
+    endpoint = await verifier.endpoint("authorization_endpoint")
+    separator = "&" if "?" in endpoint else "?"
+    return f"{endpoint}{separator}{query}"
+
+
+@dataclass(frozen=True)
+class Redeemed:
+    access_token: str
+    expires_in: int
+    scope: str
+    person: Identity
+    id_token: str | None
+
+
+class IssuerRefused(BadLogin):
+    """The issuer's token endpoint refused the grant; ``error`` is its OAuth error code."""
+
+    def __init__(self, answer: dict[str, Any]) -> None:
+        error = answer.get("error")
+        self.error = error if isinstance(error, str) else None
+        super().__init__(f"the issuer refused the login: {_issuer_error(answer)}")
+
+
+async def redeem(verifier: OidcVerifier, form: dict[str, str]) -> Redeemed:
+    """Redeem a grant at the issuer's token endpoint and check the access token as every
+    request's is checked, so a misconfiguration shows at login rather than at first use.
+
+    Raises :class:`IssuerRefused` when the issuer refuses the grant (a replayed or
+    forged code, a wrong PKCE verifier), 502 for an answer this controller cannot use."""
     endpoint = await verifier.endpoint("token_endpoint")
     answer = await _post(verifier, endpoint, form)
     redeemed = _json(answer)
     if answer.status_code != 200:
-        error = redeemed.get("error")
-        if body.grant_type == DEVICE_GRANT and error in ("authorization_pending", "slow_down"):
-            # RFC 8628: keep polling, five seconds slower after slow_down.
-            return JSONResponse({"status": error}, status_code=202)
-        raise BadLogin(f"the issuer refused the login: {_issuer_error(redeemed)}")
+        raise IssuerRefused(redeemed)
     access_token = redeemed.get("access_token")
     if not isinstance(access_token, str):
         raise ApiProblem(502, f"the OIDC issuer {verifier.issuer} answered without an access token")
@@ -222,24 +291,24 @@ async def token(request: Request, body: CliTokenRequest) -> CliTokenResponse | J
             502, "the issuer's access token is not a JWT; configure the client for JWTs"
         )
     expires_in = redeemed.get("expires_in")
-    return CliTokenResponse(
+    return Redeemed(
         access_token=access_token,
         expires_in=expires_in if isinstance(expires_in, int) and expires_in > 0 else 0,
         scope=str(redeemed.get("scope") or SCOPE),
-        user=person.user,
-        groups=list(person.groups),
+        person=person,
+        id_token=id_token if isinstance(id_token := redeemed.get("id_token"), str) else None,
     )
 
 
 def _grant(body: CliTokenRequest) -> dict[str, str]:
     """The grant's own fields for the issuer, checked."""
     if body.grant_type == DEVICE_GRANT:
-        if body.device_code is None or not _CODE.fullmatch(body.device_code):
+        if body.device_code is None or not CODE.fullmatch(body.device_code):
             raise BadLogin("device_code must be the one /api/v1/auth/cli/device answered")
         return {"device_code": body.device_code}
     if body.grant_type != "authorization_code":
         raise BadLogin(f"grant_type must be authorization_code or {DEVICE_GRANT}")
-    if body.code is None or not _CODE.fullmatch(body.code):
+    if body.code is None or not CODE.fullmatch(body.code):
         raise BadLogin("code must be the code the issuer sent to the CLI's redirect_uri")
     if body.code_verifier is None or not _PKCE.fullmatch(body.code_verifier):
         raise BadLogin("code_verifier must be 43 to 128 characters (RFC 7636)")

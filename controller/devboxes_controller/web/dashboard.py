@@ -1,5 +1,10 @@
 """The web dashboard: login, the page and its assets, and a live stream of box updates.
 
+Two ways in: the operator token, which makes an operator's (admin's) session, and, when
+``auth.oidc.cliClientId`` is set, "Sign in with <issuer>": the authorization code flow with
+PKCE as the same public client `devbox login` uses, whose callback makes a session of the
+person the issuer names, seeing only their own boxes unless in an admin group.
+
 The page talks to ``/api/v1`` like any other client, authenticated by the session cookie
 and the session's CSRF value. Box updates are pushed from the watch cache over
 Server-Sent Events: the stream sends every box once, then each box again whenever the
@@ -14,6 +19,7 @@ its stream ends; its browser opens a new one, which starts with a fresh snapshot
 from __future__ import annotations
 
 import asyncio
+import hmac
 import html
 import json
 import logging
@@ -23,19 +29,32 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
 from pathlib import Path
 from typing import Annotated
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, quote, urlsplit
 
 from fastapi import APIRouter, Depends, FastAPI, Query, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse, StreamingResponse
 
 from devboxes_sdk.models import MAX_USER_LENGTH
 
+from ..box.ownership import OPERATOR
+from ..config.settings import OidcSettings
 from ..k8s.kube import ApiProblem
 from ..state.ended_sessions import SharedEndedSessions
 from ..state.store import BoxStore
-from .auth import caller, owner_scope, token_matches
+from .auth import Unauthorized, caller, owner_scope, token_matches
+from .cli_login import CODE, issuer_authorize_url, login_settings, pkce_challenge, redeem
 from .people import Identity
-from .sessions import COOKIE, SessionsLoading, SessionStore, csrf_matches
+from .sessions import (
+    COOKIE,
+    LOGIN_COOKIE,
+    LOGIN_SECONDS,
+    CookieTooLarge,
+    LoginStart,
+    Person,
+    SessionsLoading,
+    SessionStore,
+    csrf_matches,
+)
 from .writes import WritePool
 
 log = logging.getLogger(__name__)
@@ -53,6 +72,10 @@ PAGE_CSP = (
 )
 HOME = "/dashboard"
 LOGIN = "/dashboard/login"
+ISSUER_LOGIN = "/dashboard/login/oidc"
+# Registered at the issuer as a redirect URI of the public client, under the address the
+# browser uses for the dashboard.
+ISSUER_CALLBACK = "/dashboard/login/oidc/callback"
 MAX_FORM_BYTES = 4096
 KEEPALIVE_SECONDS = 20.0
 # Longer than a browser on a slow link takes for a snapshot of thousands of boxes; a
@@ -183,8 +206,25 @@ async def _form(request: Request) -> dict[str, str]:
     return {key: values[0] for key, values in fields.items()}
 
 
-def _login_page(target: str, error: str = "", status: int = 200) -> HTMLResponse:
-    return _page(_template("login.html", {"next": target, "error": error}), status)
+def _issuer_name(request: Request) -> str | None:
+    """How the login page names the issuer (its host), or None when it offers no sign-in
+    through one."""
+    oidc: OidcSettings | None = request.app.state.store.settings.auth.oidc
+    if oidc is None or oidc.cli_client_id is None:
+        return None
+    return urlsplit(oidc.issuer).netloc
+
+
+def _login_page(request: Request, target: str, error: str = "", status: int = 200) -> HTMLResponse:
+    issuer = _issuer_name(request)
+    values = {
+        "next": target,
+        "next_query": quote(target, safe="/"),
+        "error": error,
+        "issuer": issuer or "",
+        "issuer_hidden": "" if issuer else "hidden",
+    }
+    return _page(_template("login.html", values), status)
 
 
 router = APIRouter(include_in_schema=False)
@@ -236,7 +276,7 @@ def login_form(request: Request, next: str | None = None) -> Response:
         signed_in = None
     if signed_in is not None:
         return RedirectResponse(target, status_code=303)
-    return _login_page(target)
+    return _login_page(request, target)
 
 
 @router.post("/dashboard/login")
@@ -244,13 +284,145 @@ async def login(request: Request) -> Response:
     form = await _form(request)
     target = safe_next(form.get("next"))
     if not _same_origin(request):
-        return _login_page(target, "This form must be sent from the dashboard itself.", 403)
+        return _login_page(
+            request, target, "This form must be sent from the dashboard itself.", 403
+        )
     token = form.get("token", "").strip()
     if not token or not token_matches(token, request.app.state.token):
-        return _login_page(target, LOGIN_REFUSED, 401)
+        return _login_page(request, target, LOGIN_REFUSED, 401)
     response = RedirectResponse(target, status_code=303)
     set_session_cookie(request, response, _sessions(request).create().cookie)
     return response
+
+
+def _callback_url(request: Request) -> str:
+    return str(request.base_url).rstrip("/") + ISSUER_CALLBACK
+
+
+def _set_login_cookie(request: Request, response: Response, value: str) -> None:
+    # Lax, unlike the session's: the browser must send it on the issuer's redirect back.
+    response.set_cookie(
+        LOGIN_COOKIE,
+        value,
+        max_age=LOGIN_SECONDS,
+        path=ISSUER_LOGIN,
+        httponly=True,
+        samesite="lax",
+        secure=request.url.scheme == "https",
+    )
+
+
+@router.get(ISSUER_LOGIN)
+async def issuer_login(request: Request, next: str | None = None) -> Response:
+    """Send the browser to the issuer, bound to this sign-in by a short-lived cookie."""
+    target = safe_next(next)
+    if _issuer_name(request) is None:
+        return _login_page(
+            request,
+            target,
+            "This controller offers no sign-in through an identity provider "
+            "(auth.oidc.cliClientId is not set).",
+            404,
+        )
+    start, cookie = _sessions(request).start_login(target)
+    try:
+        _, client_id, verifier = login_settings(request)
+        url = await issuer_authorize_url(
+            verifier,
+            client_id,
+            _callback_url(request),
+            start.state,
+            pkce_challenge(start.verifier),
+            start.nonce,
+        )
+    except ApiProblem as problem:
+        return _login_page(request, target, problem.detail, problem.status)
+    response = RedirectResponse(url, status_code=303)
+    _set_login_cookie(request, response, cookie)
+    return response
+
+
+@router.get(ISSUER_CALLBACK)
+async def issuer_callback(
+    request: Request,
+    code: str | None = None,
+    state: str | None = None,
+    error: str | None = None,
+) -> Response:
+    """Where the issuer sends the browser back: the sign-in this browser started, checked,
+    becomes a session of the person the issuer names. Every refusal is the login page with
+    the reason; the sign-in's cookie is spent either way."""
+    sessions = _sessions(request)
+    start = sessions.login_of(request.cookies.get(LOGIN_COOKIE))
+    target = start.next if start is not None else HOME
+    try:
+        response = await _finish_issuer_login(request, sessions, start, code, state, error)
+    except ApiProblem as problem:
+        response = _login_page(request, target, problem.detail, problem.status)
+    response.delete_cookie(
+        LOGIN_COOKIE,
+        path=ISSUER_LOGIN,
+        httponly=True,
+        samesite="lax",
+        secure=request.url.scheme == "https",
+    )
+    return response
+
+
+async def _finish_issuer_login(
+    request: Request,
+    sessions: SessionStore,
+    start: LoginStart | None,
+    code: str | None,
+    state: str | None,
+    error: str | None,
+) -> Response:
+    if start is None:
+        raise ApiProblem(
+            400,
+            f"This sign-in was not started in this browser, or took longer than "
+            f"{LOGIN_SECONDS // 60} minutes. Sign in again.",
+        )
+    if state is None or not hmac.compare_digest(state.encode(), start.state.encode()):
+        raise ApiProblem(400, "The issuer's answer belongs to another sign-in. Sign in again.")
+    if error is not None:
+        # The issuer's own error code (access_denied when the person declined), bounded.
+        raise ApiProblem(403, f"The identity provider did not sign you in ({error[:80]}).")
+    if code is None or not CODE.fullmatch(code):
+        raise ApiProblem(400, "The issuer's answer carries no usable code. Sign in again.")
+    _, client_id, verifier = login_settings(request)
+    redeemed = await redeem(
+        verifier,
+        {
+            "grant_type": "authorization_code",
+            "client_id": client_id,
+            "code": code,
+            "code_verifier": start.verifier,
+            "redirect_uri": _callback_url(request),
+        },
+    )
+    if redeemed.id_token is None:
+        raise ApiProblem(502, f"The issuer {verifier.issuer} answered without an ID token.")
+    try:
+        await verifier.check_id_token(redeemed.id_token, client_id, start.nonce)
+    except Unauthorized as refused:
+        raise ApiProblem(
+            400, f"The issuer's answer does not fit this sign-in: {refused.detail}."
+        ) from None
+    person = redeemed.person
+    if person.user == OPERATOR:
+        raise ApiProblem(403, f"The name '{OPERATOR}' is reserved for the operator token.")
+    try:
+        session = sessions.create(Person(person.user, person.groups))
+    except CookieTooLarge:
+        raise ApiProblem(
+            400,
+            f"{person.user} is in too many groups ({len(person.groups)}) for a browser "
+            "session; use a token from devbox login --oidc.",
+        ) from None
+    page = _page(_template("signed_in.html", {"next": start.next, "user": person.user}))
+    set_session_cookie(request, page, session.cookie)
+    return page
 
 
 @router.post("/dashboard/logout")
@@ -276,7 +448,7 @@ async def logout(request: Request) -> Response:
                 "session ended on this replica only until the Kubernetes API takes the record",
                 extra={"error": err.detail},
             )
-            response = _login_page(HOME, SIGNED_OUT_HERE_ONLY, 503)
+            response = _login_page(request, HOME, SIGNED_OUT_HERE_ONLY, 503)
     response.delete_cookie(
         COOKIE, path="/", httponly=True, samesite="strict", secure=request.url.scheme == "https"
     )

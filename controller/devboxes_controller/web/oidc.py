@@ -10,6 +10,7 @@ not the people already known.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -130,6 +131,40 @@ class OidcVerifier:
             # PyJWT's messages name claims and formats, never the token itself.
             raise Unauthorized(f"the token is not valid: {error}") from None
         return self._identity(claims)
+
+    async def check_id_token(self, token: str, client_id: str, nonce: str) -> None:
+        """Refuse (Unauthorized) unless ``token`` is an ID token this issuer signed for
+        ``client_id`` in answer to the sign-in that sent ``nonce``: a code taken from
+        another sign-in and brought here is told apart by its nonce."""
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.PyJWTError:
+            raise Unauthorized("the issuer's ID token is not a JWT") from None
+        algorithm = header.get("alg")
+        if algorithm not in ALGORITHMS:
+            accepted = ", ".join(ALGORITHMS)
+            raise Unauthorized(
+                f"the ID token is signed with {_quote(algorithm)}; accepted: {accepted}"
+            )
+        key = await self._key(header.get("kid"))
+        try:
+            claims: dict[str, Any] = jwt.decode(
+                token,
+                key,
+                algorithms=[algorithm],
+                audience=client_id,
+                issuer=self.issuer,
+                leeway=LEEWAY_SECONDS,
+                options={"require": ["exp", "iss", "aud"]},
+            )
+        except jwt.PyJWTError as error:
+            # PyJWT's messages name claims and formats, never the token itself.
+            raise Unauthorized(f"the ID token is not valid: {error}") from None
+        presented = claims.get("nonce")
+        if not isinstance(presented, str) or not hmac.compare_digest(
+            presented.encode(), nonce.encode()
+        ):
+            raise Unauthorized("the ID token answers another sign-in (its nonce differs)")
 
     def _identity(self, claims: Mapping[str, Any]) -> Identity:
         username_claim = self.settings.username_claim

@@ -117,8 +117,11 @@ func main() {
 	if *issuer == "" {
 		*issuer = "http://" + listener.Addr().String()
 	}
-	// Loopback redirects match on any port (RFC 8252), so `devbox login` may pick its own.
-	storage.RegisterClients(storage.NativeClient(*clientID, "http://127.0.0.1/callback", "http://localhost/callback"))
+	// Loopback redirects match on any port (RFC 8252), so `devbox login` may pick its own
+	// and a controller on loopback may take the dashboard's sign-in back on its own port.
+	storage.RegisterClients(storage.NativeClient(*clientID,
+		"http://127.0.0.1/callback", "http://localhost/callback",
+		"http://127.0.0.1/dashboard/login/oidc/callback", "http://localhost/dashboard/login/oidc/callback"))
 	store := &provider{Storage: storage.NewStorage(known), people: known, lifetime: *lifetime}
 	router := exampleop.SetupServer(*issuer, store, logger, false)
 	// The parent reads this line to learn the address when it asked for port 0.

@@ -259,3 +259,26 @@ def test_the_issuer_must_be_configured_exactly_as_it_writes_itself(issuer: Issue
     problem = _refusal(settings, token)
     assert problem.status == 401
     assert "not by the trusted issuer" in problem.detail
+
+
+def test_an_id_token_is_accepted_only_for_its_client_and_its_own_nonce(issuer: Issuer) -> None:
+    tokens = issuer.tokens_for("alice", nonce="n" * 43)
+    settings = _settings(issuer)
+
+    def check(token: str, client_id: str, nonce: str) -> None:
+        _with_verifier(settings, lambda v: v.check_id_token(token, client_id, nonce))
+
+    check(tokens["id_token"], CLI_CLIENT_ID, "n" * 43)
+    refusals = [
+        (tokens["id_token"], CLI_CLIENT_ID, "m" * 43, "its nonce differs"),
+        (tokens["id_token"], "another-client", "n" * 43, "the ID token is not valid: "),
+        # An access token carries no nonce: it cannot stand in for the ID token.
+        (tokens["access_token"], CLI_CLIENT_ID, "n" * 43, "its nonce differs"),
+        ("not-a-jwt", CLI_CLIENT_ID, "n" * 43, "the issuer's ID token is not a JWT"),
+    ]
+    for token, client_id, nonce, reason in refusals:
+        with pytest.raises(ApiProblem) as caught:
+            check(token, client_id, nonce)
+        assert caught.value.status == 401
+        assert reason in caught.value.detail
+        assert token not in caught.value.detail
