@@ -106,9 +106,9 @@ def box_row(box: Devbox, now: datetime) -> tuple[str, ...]:
 
 
 def shows_owners(boxes: Iterable[Devbox], me: WhoAmI) -> bool:
-    """Whether a list needs an OWNER column: an admin's list can hold anyone's boxes, and
-    a box owned by someone else is worth naming even when the caller is not an admin."""
-    return me.admin or any(box.owner != me.user for box in boxes)
+    """Whether a list needs an OWNER column: when it holds a box of someone else's (an
+    admin's list can); a list of the caller's own boxes would repeat their name."""
+    return any(box.owner != me.user for box in boxes)
 
 
 def boxes_table(boxes: Sequence[Devbox], now: datetime, *, owners: bool = False) -> str:

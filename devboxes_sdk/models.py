@@ -365,6 +365,8 @@ class ActivityReport(_Request):
 MAX_LIST_LIMIT = 1000
 # The longest user name an identity provider may give a person.
 MAX_USER_LENGTH = 256
+# A line of a .pub file; the longest RSA keys take under 3,000 characters.
+MAX_PUBLIC_KEY_LENGTH = 4096
 
 
 class DevboxList(_Response):
@@ -424,7 +426,7 @@ class WhoAmI(_Response):
 class SshKeyAdd(_Request):
     """Body of ``POST /api/v1/keys``: one line of a ``.pub`` file."""
 
-    key: Annotated[str, Field(max_length=16384)]
+    key: Annotated[str, Field(max_length=MAX_PUBLIC_KEY_LENGTH)]
 
 
 class SshKey(_Response):

@@ -153,12 +153,15 @@ def test_openapi_documents_every_route(api: CheckedApi) -> None:
         ("POST", f"{BOXES}/{{name}}/extend"),
         ("GET", "/api/v1/volumes"),
         ("DELETE", "/api/v1/volumes/{name}"),
+        ("GET", "/api/v1/keys"),
+        ("POST", "/api/v1/keys"),
+        ("DELETE", "/api/v1/keys"),
     }
 
 
 def test_whoami(api: CheckedApi) -> None:
     who = parse(WhoAmI, api.request("GET", "/whoami"), 200)
-    assert (who.user, who.mode) == ("operator", "token")
+    assert (who.user, who.mode, who.admin) == ("operator", "operator", True)
 
 
 def test_capabilities_list_the_example_profiles(api: CheckedApi) -> None:
@@ -587,7 +590,7 @@ def test_wait_returns_the_current_state_at_the_timeout(
     assert response.headers["X-Devboxes-Wait"] == "ready"
     assert waited.state == DevboxState.STARTING
     assert waited.message is not None
-    assert "Insufficient nvidia.com/gpu" in waited.message
+    assert "in line for a device" in waited.message
 
 
 @pytest.mark.parametrize(

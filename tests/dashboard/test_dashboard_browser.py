@@ -174,7 +174,7 @@ def test_dashboard_in_chromium(start_controller: StartController, kube: Any, chr
         expect(second_row.locator(".col-message")).to_contain_text(
             "Scheduling blocked:", timeout=READY_MS
         )
-        expect(second_row.locator(".col-message")).to_contain_text("Insufficient nvidia.com/gpu")
+        expect(second_row.locator(".col-message")).to_contain_text("in line for a device")
         expect(second_row.locator(".col-state")).to_have_text("starting")
         shot(page, "dashboard-scheduling-blocked")
 

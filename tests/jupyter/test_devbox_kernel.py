@@ -10,6 +10,7 @@ reports for the box, stands in for the box; the kernel is a real ipykernel behin
 from __future__ import annotations
 
 import contextlib
+import re
 import secrets
 import sys
 import threading
@@ -227,9 +228,12 @@ def test_failures_end_the_start_with_one_message(
 
     # No sshd at the box's address: the refusal, once the connect grace is over.
     message = refused(start_kernel(setup.lab, "devbox-cpu"))
-    port = controller_client.get(name).ssh_port
+    # The box is stopped again by now, and a stopped box holds no Service to read its port
+    # from; its next start asks for the same node port.
     assert message.startswith(f"SSH to box {name} (")
-    assert f"127.0.0.1 port {port}: Connection refused" in message
+    refusal = re.search(r"127\.0\.0\.1 port (\d+): Connection refused", message)
+    assert refusal is not None, message
+    port = int(refusal.group(1))
     # The start created the box and never connected: it gives the box back.
     assert message.endswith(f"; box {name}, started for this kernel, is stopped again (home kept)")
     assert controller_client.get(name).state is models.DevboxState.STOPPED
@@ -324,7 +328,7 @@ def test_no_free_device_before_the_timeout_is_the_message(
     message = refused(start_kernel(setup.lab, "devbox-amd-short"))
     name = box_name(setup.owner, profile.name)
     assert message.startswith(f"box {name} is not ready:")
-    assert f"Insufficient {profile.resource_name}" in message
+    assert "in line for a device" in message
     # The box it created waits no longer for a device nobody will use.
     assert message.endswith("is stopped again (home kept)")
     assert controller_client.get(name).state is models.DevboxState.STOPPED

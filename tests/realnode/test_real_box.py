@@ -379,16 +379,20 @@ def test_an_idle_box_is_stopped_and_one_whose_gpu_is_busy_is_not(
         quiet = wait_for(stopped, timeout=180)
         assert "idle" in quiet["message"], quiet
         selector = "reason=IdleStopped,involvedObject.name=devbox-quiet"
-        reasons = kubectl(
-            real_testbed,
-            IDLE_NAMESPACE,
-            "get",
-            "events",
-            "-o",
-            "name",
-            f"--field-selector={selector}",
-        )
-        assert reasons.strip(), "no IdleStopped event for the idle box"
+
+        def recorded() -> str:
+            """an IdleStopped event for the idle box (Events are written after the stop)"""
+            return kubectl(
+                real_testbed,
+                IDLE_NAMESPACE,
+                "get",
+                "events",
+                "-o",
+                "name",
+                f"--field-selector={selector}",
+            ).strip()
+
+        wait_for(recorded, timeout=30)
 
         # The GPU box's agent has reported (its reports reach the controller) and, with
         # its GPU busy, it is active and running, well past its window.

@@ -95,7 +95,7 @@ def test_start_timeout_carries_the_scheduler_reason(sdk: Client) -> None:
 
     timeout = first_timeout()
     assert timeout.state is DevboxState.STARTING
-    assert "Insufficient nvidia.com/gpu" in (timeout.message or "")
+    assert "in line for a device" in (timeout.message or "")
 
 
 def test_cli_json_passes_server_fields_and_errors_exit_non_zero(

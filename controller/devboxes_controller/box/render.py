@@ -615,7 +615,7 @@ def _pod_spec(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
         if gpu.tolerations:
             pod["tolerations"] = [t.to_kubernetes() for t in gpu.tolerations]
         # Only the leader's view of free devices lifts the gate: no view, no gate.
-        if not gpu.is_dra and settings.availability.enabled:
+        if not gpu.is_dra and settings.counts_devices:
             pod["schedulingGates"] = [{"name": QUEUE_GATE}]
         if gpu.is_dra:
             pod["resourceClaims"] = [
@@ -813,3 +813,9 @@ def pinned_from_template(deployment: dict[str, Any]) -> PinnedMain | None:
                 },
             )
     return None
+
+
+def gated(pod: dict[str, Any]) -> bool:
+    """Whether the pod is still held back by the line's scheduling gate."""
+    gates = (pod.get("spec") or {}).get("schedulingGates") or []
+    return any(gate.get("name") == QUEUE_GATE for gate in gates)

@@ -19,9 +19,11 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.hazmat.primitives.serialization import load_ssh_public_key
 
+from devboxes_sdk.models import MAX_PUBLIC_KEY_LENGTH
+
 from .ownership import ANNOTATION_OWNER
 
-MAX_KEY_LENGTH = 16384
+MAX_KEY_LENGTH = MAX_PUBLIC_KEY_LENGTH
 MAX_KEYS_PER_PERSON = 32
 MIN_RSA_BITS = 2048
 MAX_COMMENT_LENGTH = 256

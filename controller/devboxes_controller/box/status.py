@@ -31,6 +31,9 @@ STOPPED = "Stopped; storage is kept. Start it to continue."
 EXPIRED = "Stopped when its time to live ran out at {at}; storage is kept."
 READY = "Ready for SSH."
 SCHEDULING_BLOCKED = "Scheduling blocked: {reason}"
+# Why a box pod behind the line's scheduling gate is not placed: the scheduler's own words
+# ("Scheduling is blocked due to non-empty scheduling gates") say nothing of when.
+IN_LINE = "in line for a device; let through when one it fits is free and its turn comes"
 WAITING_FOR_POD = "Waiting for the pod to be created."
 WAITING_FOR_CONTAINER = "Waiting for the container to start on {node}."
 WAITING_FOR_SSH = "Waiting for the SSH server to become ready."
@@ -208,7 +211,10 @@ def degraded_reason(objects: BoxObjects, pod: Obj | None) -> str | None:
 
 
 def scheduling_detail(pod: Obj | None) -> str | None:
-    """The scheduler's sentence while it cannot place the pod, verbatim."""
+    """The scheduler's sentence while it cannot place the pod, verbatim; the line's own
+    for a pod behind its gate."""
+    if pod is not None and render.gated(pod):
+        return IN_LINE
     scheduled = _condition(pod, "PodScheduled")
     if not scheduled or scheduled.get("status") != "False":
         return None

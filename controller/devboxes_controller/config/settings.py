@@ -1396,6 +1396,12 @@ class Settings(_Model):
     def preset(self, name: Preset) -> PresetSettings:
         return self.presets[name]
 
+    @property
+    def counts_devices(self) -> bool:
+        """Whether the controller watches the cluster's free devices; only then do box pods
+        of extended-resource profiles wait behind the line's scheduling gate."""
+        return self.availability.enabled and self.gpu.enabled
+
     def capabilities(self) -> Capabilities:
         """Discovery: the GPU and image catalogs as users may see them."""
         return Capabilities(gpu=self.gpu.capabilities(), images=self.images.capabilities())

@@ -121,9 +121,15 @@ class Gatekeeper:
     def lift_once(self) -> list[str]:
         """Let through the boxes whose turn it is; their names."""
         waiters, holders = self._store.line()
-        if not any(w.gated for w in waiters):
+        gated = [w for w in waiters if w.gated]
+        if not gated:
             return []
-        cluster = self._store.availability.cluster(h.uid for h in holders)
+        availability = self._store.availability
+        if not availability.enabled or availability.forbidden():
+            # No view of free devices to keep a line by (turned off since these pods were
+            # made, or never granted): the scheduler places them, as without the line.
+            return [w.box for w in gated if self._lift(w, {})]
+        cluster = availability.cluster(h.uid for h in holders)
         if cluster is None:
             return []
         room = free_room(cluster)
@@ -134,10 +140,17 @@ class Gatekeeper:
             found = demand(deployment, self._store.settings, cluster) if deployment else None
             if found is not None:
                 demands[waiter.box] = found
+        # No node could ever hold these: the scheduler says why (a selector that matches
+        # no node, a count no node offers) better than a line that never moves.
+        lifted = [
+            w.box
+            for w in gated
+            if w.box in demands and not demands[w.box].nodes and self._lift(w, {})
+        ]
+        waiters = [w for w in waiters if w.box not in lifted]
         holdings = queue.held(holders)
         resources = sorted({w.resource for w in waiters if w.box in demands})
         lines = [queue.line(waiters, r, holdings) for r in resources]
-        lifted = []
         places = _places(lines)
         for waiter in queue.to_lift(lines, demands, room):
             if not self._elector.is_leading():

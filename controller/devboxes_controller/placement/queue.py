@@ -22,9 +22,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 
-from ..box.render import QUEUE_GATE
-from ..k8s.kube import Obj
-
 Usage = dict[str, Decimal]
 
 
@@ -52,12 +49,6 @@ class Holder:
     owner: str
     resource: str
     count: int
-
-
-def gated(pod: Obj) -> bool:
-    """Whether the pod is still held back by the line's gate."""
-    gates = (pod.get("spec") or {}).get("schedulingGates") or []
-    return any(gate.get("name") == QUEUE_GATE for gate in gates)
 
 
 def held(holders: Iterable[Holder]) -> dict[tuple[str, str], int]:

@@ -95,7 +95,7 @@ class Availability:
         self._listeners: list[Callable[[], None]] = []
         self._dirty = threading.Event()
         self._stop = threading.Event()
-        self.enabled = settings.availability.enabled and settings.gpu.enabled
+        self.enabled = settings.counts_devices
         self._observed = _Observed(
             at=datetime.now(UTC), reason=LOADING if self.enabled else DISABLED
         )
@@ -233,6 +233,11 @@ class Availability:
         runtime_classes = self._runtime_classes.all() if self._runtime_classes else []
         return Cluster(nodes, usage, placed, {rc["metadata"]["name"]: rc for rc in runtime_classes})
 
+    def forbidden(self) -> bool:
+        """Whether the cluster-wide reads are refused, which lasts until an operator grants
+        them, unlike a watch that is loading or cannot reach the apiserver."""
+        return any(_refused(informer) for informer in self.informers)
+
     def holding(self, resource: str) -> list[Obj]:
         """The pods that are not boxes holding some ``resource``; none while the cluster
         cannot be read."""
@@ -301,7 +306,7 @@ class Availability:
             if informer.synced.is_set():
                 continue
             failure = informer.failure
-            if isinstance(failure, client.ApiException) and failure.status in (401, 403):
+            if _refused(informer):
                 return FORBIDDEN.format(kind=informer.kind)
             if failure is not None:
                 return UNREACHABLE.format(kind=informer.kind, error=type(failure).__name__)
@@ -424,3 +429,13 @@ class Availability:
                     listener()
                 except Exception:
                     log.exception("availability listener failed")
+
+
+def _refused(informer: Informer) -> bool:
+    """Whether the informer has not loaded because its reads are not allowed."""
+    failure = informer.failure
+    return (
+        not informer.synced.is_set()
+        and isinstance(failure, client.ApiException)
+        and failure.status in (401, 403)
+    )

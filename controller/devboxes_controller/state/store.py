@@ -61,7 +61,7 @@ def _line_entry(
     if gpu is None or pod is None or (objects.deployment.get("spec") or {}).get("replicas") == 0:
         return None, None
     owner = ownership.owner_of(pod)
-    gated = queue.gated(pod)
+    gated = render.gated(pod)
     resource = gpu.resource_name
     holding = None
     if (
@@ -327,7 +327,7 @@ class BoxStore:
                 self._list_body = None
             else:
                 box = status.derive(objects, self.settings, self.clock())
-                gate = self.settings.availability.enabled
+                gate = self.settings.counts_devices
                 queued, holding = _line_entry(name, objects, box, gate)
                 if queued is not None:
                     self._queued[name] = queued

@@ -18,6 +18,7 @@ from devboxes_controller.box.render import (
     ANNOTATION_GPU_SNAPSHOT,
     ANNOTATION_PRESET,
     ANNOTATION_REPOSITORY,
+    ANNOTATION_TEMPLATE,
     ANNOTATION_TTL_HOURS,
     LABEL_BOX,
     MANAGED_SELECTOR,
@@ -433,7 +434,14 @@ def test_rendering_from_the_snapshot_survives_catalog_changes() -> None:
         stored = copy.deepcopy(original)
         stored["spec"]["replicas"] = 0
         rebuilt = render_deployment(spec_from_deployment(stored), later, replicas=1)
-        assert rebuilt == original
+        expected = copy.deepcopy(original)
+        if not later.counts_devices:
+            # No device is counted with GPUs off, so no line holds the pod back; the
+            # record of the template follows the template.
+            del expected["spec"]["template"]["spec"]["schedulingGates"]
+            for record in (expected, rebuilt):
+                del record["metadata"]["annotations"][ANNOTATION_TEMPLATE]
+        assert rebuilt == expected
 
 
 def test_new_boxes_get_the_edited_profile() -> None:

@@ -84,7 +84,11 @@ def test_an_added_sidecar_is_reported_and_rebuilt_without_touching_the_pinned_pa
         },
         gpu={"enabled": False, "defaultProfile": None, "profiles": []},
     )
-    assert template.changes(box, new) == ["sidecar agent added"]
+    # With GPUs turned off no device is counted, so the line's scheduling gate goes too.
+    assert template.changes(box, new) == [
+        "sidecar agent added",
+        "the pod's security or scheduling settings changed",
+    ]
     reason = template.restart_reason(box, new)
     assert reason is not None
     assert "sidecar agent added" in reason

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from devboxes_controller.box import render
+from devboxes_controller.box import render, status
 from devboxes_testbed import L4, MIG, ROCM
 from devboxes_testbed.controller import example_settings, without_gpu_profiles
 from kubernetes import client
@@ -94,19 +94,17 @@ def test_l4_boxes_fill_the_nodes_then_wait_for_a_free_gpu(
     api.created("l4-third", gpu={"profile": L4})
 
     def blocked() -> dict[str, Any] | None:
-        """the third L4 box reports the scheduler's refusal for want of a GPU"""
+        """the third L4 box reports that it waits in line for a GPU"""
         box = api.box("l4-third")
-        return box if "Insufficient nvidia.com/gpu" in box["message"] else None
+        return box if "in line for a device" in box["message"] else None
 
     third = wait_for(blocked, timeout=60)
     assert third["state"] == "starting"
-    assert third["message"].startswith("Scheduling blocked: 0/")
-    scheduled = next(
-        c
-        for c in box_pod(kube, namespace, "l4-third")["status"]["conditions"]
-        if c["type"] == "PodScheduled"
-    )
-    assert third["message"] == f"Scheduling blocked: {scheduled['message']}"
+    # The pod waits behind the line's gate, where the scheduler has nothing to say yet.
+    assert third["message"] == status.SCHEDULING_BLOCKED.format(reason=status.IN_LINE)
+    assert render.QUEUE_GATE in [
+        g["name"] for g in box_pod(kube, namespace, "l4-third")["spec"]["schedulingGates"]
+    ]
 
     stopped = api.call("POST", "/devboxes/l4-first/stop")
     assert stopped["state"] == "stopped"

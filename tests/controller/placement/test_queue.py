@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+from devboxes_controller.box import render
 from devboxes_controller.placement import queue
 
 GPU = "nvidia.com/gpu"
@@ -67,9 +68,9 @@ def test_places_count_per_resource_and_close_up_when_one_leaves() -> None:
 
 
 def test_only_our_gate_holds_a_pod() -> None:
-    assert queue.gated({"spec": {"schedulingGates": [{"name": "devboxes.io/queue"}]}})
-    assert not queue.gated({"spec": {"schedulingGates": [{"name": "example.com/other"}]}})
-    assert not queue.gated({"spec": {}})
+    assert render.gated({"spec": {"schedulingGates": [{"name": "devboxes.io/queue"}]}})
+    assert not render.gated({"spec": {"schedulingGates": [{"name": "example.com/other"}]}})
+    assert not render.gated({"spec": {}})
 
 
 NEEDS = {GPU: Decimal(1), "cpu": Decimal(2)}
