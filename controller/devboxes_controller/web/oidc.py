@@ -105,15 +105,7 @@ class OidcVerifier:
             )
         key = await self._key(header.get("kid"))
         try:
-            claims: dict[str, Any] = jwt.decode(
-                token,
-                key,
-                algorithms=[algorithm],
-                audience=self.settings.audience,
-                issuer=self.issuer,
-                leeway=LEEWAY_SECONDS,
-                options={"require": ["exp", "iss", "aud"]},
-            )
+            claims = self._decode(token, key, algorithm, self.settings.audience)
         except jwt.ExpiredSignatureError:
             raise Unauthorized("the token has expired; log in again") from None
         except jwt.ImmatureSignatureError:
@@ -132,6 +124,20 @@ class OidcVerifier:
             raise Unauthorized(f"the token is not valid: {error}") from None
         return self._identity(claims)
 
+    def _decode(self, token: str, key: Any, algorithm: str, audience: str) -> dict[str, Any]:
+        """The claims of a token this issuer signed with ``key`` for ``audience``; PyJWT's
+        errors for the caller to word."""
+        claims: dict[str, Any] = jwt.decode(
+            token,
+            key,
+            algorithms=[algorithm],
+            audience=audience,
+            issuer=self.issuer,
+            leeway=LEEWAY_SECONDS,
+            options={"require": ["exp", "iss", "aud"]},
+        )
+        return claims
+
     async def check_id_token(self, token: str, client_id: str, nonce: str) -> None:
         """Refuse (Unauthorized) unless ``token`` is an ID token this issuer signed for
         ``client_id`` in answer to the sign-in that sent ``nonce``: a code taken from
@@ -148,15 +154,7 @@ class OidcVerifier:
             )
         key = await self._key(header.get("kid"))
         try:
-            claims: dict[str, Any] = jwt.decode(
-                token,
-                key,
-                algorithms=[algorithm],
-                audience=client_id,
-                issuer=self.issuer,
-                leeway=LEEWAY_SECONDS,
-                options={"require": ["exp", "iss", "aud"]},
-            )
+            claims = self._decode(token, key, algorithm, client_id)
         except jwt.PyJWTError as error:
             # PyJWT's messages name claims and formats, never the token itself.
             raise Unauthorized(f"the ID token is not valid: {error}") from None
