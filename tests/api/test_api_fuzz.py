@@ -17,6 +17,7 @@ import pytest
 import requests
 import schemathesis
 from devboxes_controller.box.idempotency import KEY_PATTERN
+from devboxes_controller.web.app import MAX_BODY_BYTES
 from devboxes_controller.web.paging import ListTokens, Position
 from devboxes_testbed.controller import Controller
 from hypothesis import HealthCheck, given, settings
@@ -62,9 +63,14 @@ def check(case: Any, controller: Controller) -> None:
         # A generated continue token is never one a controller signed, and is refused by
         # design (the paging tests cover it): send one signed for the case's own filters.
         case.query["continue"] = ListTokens(controller.token).issue(Position("", *filters))
-    response = case.call_and_validate(
-        base_url=controller.url, headers=controller.headers(), timeout=30
-    )
+    response = case.call(base_url=controller.url, headers=controller.headers(), timeout=30)
+    sent = response.request.body or b""
+    if response.status_code == 413 and len(sent) > MAX_BODY_BYTES:
+        # A string past a field's maxLength, written with JSON escapes, can pass the
+        # limit on whole bodies first: that refusal is the documented one.
+        assert "request body too large" in response.text
+        return
+    case.validate_response(response, headers=controller.headers())
     described = f"{case.method} {case.formatted_path} {case.query} {case.body!r}"
     assert response.status_code < 500, f"{described} -> {response.status_code} {response.text}"
     assert response.status_code != 401, f"{described}: the right token was refused"
