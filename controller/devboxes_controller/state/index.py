@@ -40,27 +40,36 @@ class BoxIndex:
         self._lists: dict[Key, list[str]] = {}
         self._placed: dict[str, Place] = {}
 
-    def put(self, name: str, owner: str, state: str, profile: str) -> None:
+    def put(self, name: str, owner: str, state: str, profile: str) -> set[Key]:
         """Record the box's owner, current state and profile, moving it between lists if
-        they changed."""
+        they changed; returns the keys of the lists it joined or left."""
         placed = self._placed.get(name)
         if placed == (owner, state, profile):
-            return
-        if placed is not None:
-            self.remove(name)
+            return set()
+        left = self.remove(name)
         self._placed[name] = (owner, state, profile)
-        for key in _keys((owner, state, profile)):
+        joined = _keys((owner, state, profile))
+        for key in joined:
             insort(self._lists.setdefault(key, []), name)
+        return left.symmetric_difference(joined)
 
-    def remove(self, name: str) -> None:
+    def remove(self, name: str) -> set[Key]:
+        """Forget the box; returns the keys of the lists it left."""
         placed = self._placed.pop(name, None)
         if placed is None:
-            return
-        for key in _keys(placed):
+            return set()
+        left = _keys(placed)
+        for key in left:
             names = self._lists[key]
             del names[bisect_left(names, name)]
             if not names:
                 del self._lists[key]
+        return set(left)
+
+    def keys_of(self, name: str) -> list[Key]:
+        """The keys of every list the box is in."""
+        placed = self._placed.get(name)
+        return _keys(placed) if placed is not None else []
 
     def names(self, key: Key) -> list[str]:
         return list(self._lists.get(key, ()))

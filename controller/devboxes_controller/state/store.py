@@ -25,7 +25,7 @@ from . import slim
 from .availability import Availability
 from .bodies import Body, body
 from .cache import Informer
-from .index import CPU, BoxIndex
+from .index import CPU, BoxIndex, Key
 from .metrics import METRICS
 
 Clock = Callable[[], datetime]
@@ -96,7 +96,9 @@ class BoxStore:
         apps = client.AppsV1Api(api)
         self._status: dict[str, Devbox] = {}
         self._status_body: dict[str, Body] = {}
-        self._list_body: Body | None = None
+        # List bodies by (owner, state, profile) filter, made when first asked for and
+        # dropped when one of their boxes changes.
+        self._list_bodies: dict[Key, Body] = {}
         self._index = BoxIndex()
         self._status_lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -323,8 +325,7 @@ class BoxStore:
             if objects is None:
                 self._status.pop(name, None)
                 self._status_body.pop(name, None)
-                self._index.remove(name)
-                self._list_body = None
+                self._drop_lists(self._index.remove(name))
             else:
                 box = status.derive(objects, self.settings, self.clock())
                 gate = self.settings.counts_devices
@@ -346,10 +347,20 @@ class BoxStore:
 
     def _store(self, box: Devbox) -> None:
         """Called with the status lock held."""
+        answer = body(box.model_dump_json().encode())
+        before = self._status_body.get(box.name)
         self._status[box.name] = box
-        self._status_body[box.name] = body(box.model_dump_json().encode())
-        self._index.put(box.name, box.owner, box.state.value, box.gpu.profile if box.gpu else CPU)
-        self._list_body = None
+        self._status_body[box.name] = answer
+        profile = box.gpu.profile if box.gpu else CPU
+        moved = self._index.put(box.name, box.owner, box.state.value, profile)
+        # Watches resend objects whose box reads the same: those leave every list as it was.
+        changed = before is None or before.etag != answer.etag
+        self._drop_lists(moved | set(self._index.keys_of(box.name)) if changed else moved)
+
+    def _drop_lists(self, keys: set[Key]) -> None:
+        """Called with the status lock held."""
+        for key in keys:
+            self._list_bodies.pop(key, None)
 
     def _announce(self, names: set[str]) -> None:
         for name in sorted(names):
@@ -447,20 +458,24 @@ class BoxStore:
 
     def _listed(self, owner: str | None) -> Body:
         """Called with the status lock held."""
-        if owner is not None:
-            return self._newest_first(
-                [self._status[n] for n in self._index.names((owner, None, None))]
-            )
-        if self._list_body is None:
-            self._list_body = self._newest_first(list(self._status.values()))
-        return self._list_body
+        return self._filtered((owner, None, None))
+
+    def _filtered(self, key: Key) -> Body:
+        """Called with the status lock held."""
+        answer = self._list_bodies.get(key)
+        if answer is None:
+            names = self._index.names(key)
+            answer = self._newest_first([self._status[name] for name in names])
+            # A filter no box matches is not kept: anyone may ask for countless such.
+            if names:
+                self._list_bodies[key] = answer
+        return answer
 
     def filtered_body(self, state: str | None, profile: str | None, owner: str | None) -> Body:
         """The list response body of the boxes of this owner, in this state and of this
         profile (``None``: any)."""
         with self._status_lock:
-            names = self._index.names((owner, state, profile))
-            return self._newest_first([self._status[name] for name in names])
+            return self._filtered((owner, state, profile))
 
     def page(
         self,

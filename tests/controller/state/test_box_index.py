@@ -53,6 +53,26 @@ def test_a_state_change_moves_the_box_and_a_removal_forgets_it() -> None:
     assert len(index) == 0
 
 
+def test_a_put_and_a_removal_name_exactly_the_lists_whose_members_changed() -> None:
+    index = BoxIndex()
+    joined = index.put("a", "alice", "starting", "l4")
+    assert joined == {
+        (o, s, p) for o in (None, "alice") for s in (None, "starting") for p in (None, "l4")
+    }
+    assert index.put("a", "alice", "starting", "l4") == set()
+    assert index.put("a", "alice", "ready", "l4") == {
+        (o, s, p) for o in (None, "alice") for s in ("starting", "ready") for p in (None, "l4")
+    }
+    assert set(index.keys_of("a")) == {
+        (o, s, p) for o in (None, "alice") for s in (None, "ready") for p in (None, "l4")
+    }
+    assert index.remove("a") == set(index.keys_of("a")) | {
+        (o, s, p) for o in (None, "alice") for s in (None, "ready") for p in (None, "l4")
+    }
+    assert index.keys_of("a") == []
+    assert index.remove("a") == set()
+
+
 def test_pages_follow_each_other_and_the_last_says_no_more() -> None:
     index = BoxIndex()
     for name in "edcba":

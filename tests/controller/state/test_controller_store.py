@@ -107,3 +107,37 @@ def test_the_list_indexes_follow_a_box_from_its_first_event_to_its_deletion() ->
     assert store.page((None, None, None), "", 10) == ([], None)
     assert store.filtered_body(box.state.value, None, None).data == b'{"items":[]}'
     assert store.profiles() == set()
+
+
+def test_a_kept_list_body_lasts_while_its_boxes_read_the_same_and_no_longer() -> None:
+    settings = settings_from_mapping(
+        yaml.safe_load((REPO / "testbed" / "settings.yaml").read_text())
+    )
+    store = BoxStore(settings, client.ApiClient())
+    (deployment,) = _of_box("deployments")
+    store._deployments._put(slim.deployment(deployment))
+    store._changed_box(BOX)
+    before = store.get(BOX)
+    whole, owned = store.list_body(), store.list_body(before.owner)
+    in_state = store.filtered_body(before.state.value, None, None)
+
+    # A watch resending the same objects leaves every kept body as it was.
+    store._changed_box(BOX)
+    assert store.list_body() is whole
+    assert store.list_body(before.owner) is owned
+    assert store.filtered_body(before.state.value, None, None) is in_state
+
+    # Its pod arrives: the box reads otherwise, and so does every list it is in.
+    (pod,) = _of_box("pods")
+    store._pods._put(slim.pod(pod))
+    store._changed_box(BOX)
+    assert store.get(BOX).message != before.message
+    fresh = b'{"items":[' + store.get_body(BOX).data + b"]}"
+    assert store.list_body().data == fresh
+    assert store.list_body(before.owner).data == fresh
+    assert store.filtered_body(before.state.value, None, None).data == fresh
+
+    store._deployments._remove(deployment["metadata"]["name"])
+    store._changed_box(BOX)
+    assert store.list_body(before.owner).data == b'{"items":[]}'
+    assert store.filtered_body(before.state.value, None, None).data == b'{"items":[]}'
