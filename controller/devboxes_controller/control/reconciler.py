@@ -5,14 +5,18 @@ boxes for the release.
 Each pass reads the caches, stops boxes whose deadline has passed and recreates a
 missing claim, Service (of a running box) or DRA ResourceClaimTemplate from the
 Deployment's pinned snapshot. A stopped box holds no Service: one left from a release
-that kept them is removed, its node port recorded for the next start. Passes are idempotent;
-they run when a box changes, when the next deadline arrives, and on a short resync.
+that kept them is removed, its node port recorded for the next start. Passes are idempotent.
+A box that changes is reconciled alone, at once; every box is reconciled when the next
+deadline arrives and on a short resync. What a pass learns from a Deployment (its pinned
+spec, whether its template is the release's) is kept until the Deployment changes, so a
+pass over thousands of stopped boxes costs little more than reading them.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from datetime import datetime, timedelta
 
 from ..box import activity, render
@@ -39,7 +43,16 @@ class Reconciler:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="reconciler", daemon=True)
-        store.add_listener(lambda _name: self._wake.set())
+        # Boxes changed since the last pass, and when the next pass over every box is due
+        # (monotonic seconds; 0: at once).
+        self._changed: set[str] = set()
+        self._changed_lock = threading.Lock()
+        self._full_pass_at = 0.0
+        self._deadlines: dict[str, datetime] = {}
+        # By box: the Deployment version these were read from.
+        self._specs: dict[str, tuple[str, render.BoxSpec]] = {}
+        self._release_current: dict[str, str] = {}
+        store.add_listener(self._box_changed)
         elector.add_listener(self.leadership_changed)
 
     def start(self) -> None:
@@ -52,52 +65,104 @@ class Reconciler:
 
     def leadership_changed(self, leading: bool) -> None:
         METRICS.leader.set(1 if leading else 0)
+        self._full_pass_at = 0.0
         self._wake.set()
+
+    def _box_changed(self, name: str) -> None:
+        with self._changed_lock:
+            self._changed.add(name)
+        self._wake.set()
+
+    def _take_changed(self) -> set[str]:
+        with self._changed_lock:
+            changed, self._changed = self._changed, set()
+        return changed
 
     def _run(self) -> None:
         while not self._stop.is_set():
             self._wake.clear()
             timeout = RESYNC_SECONDS
             if self._elector.is_leading():
-                next_deadline = self.reconcile_once()
+                if time.monotonic() >= self._full_pass_at:
+                    # Set first: a leadership change during the pass asks for another.
+                    self._full_pass_at = time.monotonic() + RESYNC_SECONDS
+                    self._take_changed()
+                    self.reconcile_once()
+                else:
+                    self.reconcile_boxes(self._take_changed())
+                timeout = self._full_pass_at - time.monotonic()
+                next_deadline = min(self._deadlines.values(), default=None)
                 if next_deadline is not None:
                     seconds = (next_deadline - self._lifecycle.clock()).total_seconds()
-                    timeout = max(0.05, min(timeout, seconds))
+                    timeout = min(timeout, seconds)
+                timeout = max(0.05, timeout)
             self._wake.wait(timeout)
 
     def reconcile_once(self) -> datetime | None:
         """One pass over every box; returns the earliest deadline still ahead."""
+        deployments = self._store.deployments()
+        present = {render.box_name_of(d) for d in deployments}
+        for kept in (self._deadlines, self._specs, self._release_current):
+            for name in kept.keys() - present:
+                kept.pop(name, None)
+        self._reconcile(deployments)
+        return min(self._deadlines.values(), default=None)
+
+    def reconcile_boxes(self, names: set[str]) -> None:
+        """One pass over these boxes only."""
+        found = [(name, self._store.deployment(name)) for name in sorted(names)]
+        for name, deployment in found:
+            if deployment is None:
+                self._deadlines.pop(name, None)
+        self._reconcile([d for _, d in found if d is not None])
+
+    def _reconcile(self, deployments: list[Obj]) -> None:
         now = self._lifecycle.clock()
-        upcoming: list[datetime] = []
-        for deployment in self._store.deployments():
+        for deployment in deployments:
             # Leadership can lapse during a pass (a renewal missed its deadline): from
             # then on another replica may act, so this one must not.
             if not self._elector.is_leading():
-                return None
+                return
+            name = render.box_name_of(deployment)
             try:
                 deadline = self._reconcile_box(deployment, now)
             except ApiProblem as err:
-                log.warning(
-                    "reconcile failed",
-                    extra={"box": render.box_name_of(deployment), "error": err.detail},
-                )
+                log.warning("reconcile failed", extra={"box": name, "error": err.detail})
                 continue
             except SnapshotError as err:
                 # One hand-edited Deployment must not stop expiry and repair of every other box.
-                log.warning(
-                    "box annotations unreadable",
-                    extra={"box": render.box_name_of(deployment), "error": str(err)},
-                )
+                log.warning("box annotations unreadable", extra={"box": name, "error": str(err)})
                 continue
-            if deadline is not None:
-                upcoming.append(deadline)
-        return min(upcoming, default=None)
+            if name is None:
+                continue
+            if deadline is None:
+                self._deadlines.pop(name, None)
+            else:
+                self._deadlines[name] = deadline
+
+    def _spec(self, name: str, deployment: Obj) -> render.BoxSpec:
+        version = str(deployment["metadata"].get("resourceVersion"))
+        known = self._specs.get(name)
+        if known is not None and known[0] == version:
+            return known[1]
+        spec = render.spec_from_deployment(deployment)
+        self._specs[name] = (version, spec)
+        return spec
+
+    def _follow_release(self, name: str, deployment: Obj) -> None:
+        """Rebuild a stopped box's template for the release, reading each version of its
+        Deployment once."""
+        version = str(deployment["metadata"].get("resourceVersion"))
+        if self._release_current.get(name) == version:
+            return
+        if self._lifecycle.rebuild_if_changed(deployment) is None:
+            self._release_current[name] = version
 
     def _reconcile_box(self, deployment: Obj, now: datetime) -> datetime | None:
         name = render.box_name_of(deployment)
         if name is None or deployment["metadata"].get("deletionTimestamp"):
             return None
-        spec = render.spec_from_deployment(deployment)
+        spec = self._spec(name, deployment)
         running = (deployment.get("spec") or {}).get("replicas", 1) != 0
         if running and spec.expires_at <= now:
             self._lifecycle.stop_box(name, expired_at=spec.expires_at)
@@ -119,7 +184,7 @@ class Reconciler:
         if not running:
             self._release_service(name, deployment, now)
             # A stopped box has no pod to disturb: it follows the release at once.
-            self._lifecycle.rebuild_if_changed(deployment)
+            self._follow_release(name, deployment)
             return None
         return min(spec.expires_at, idle_stop) if idle_stop is not None else spec.expires_at
 
