@@ -106,6 +106,7 @@ class BoxStore:
         self._queued: dict[str, capacity.Queued] = {}
         self._holding: dict[str, queue.Holder] = {}
         self._listeners: list[Callable[[str], None]] = []
+        self._answer_listeners: list[Callable[[str], None]] = []
         selector = render.MANAGED_SELECTOR
         ns = settings.namespace
         box_of = render.box_name_of
@@ -276,6 +277,11 @@ class BoxStore:
         """Called from watch threads with the box name whenever a box's status is recomputed."""
         self._listeners.append(listener)
 
+    def add_answer_listener(self, listener: Callable[[str], None]) -> None:
+        """Called from watch threads with the box name whenever what the API answers for
+        the box changes: its body, or its absence."""
+        self._answer_listeners.append(listener)
+
     def objects(self, name: str) -> status.BoxObjects | None:
         names = render.object_names(name)
         deployment = self._deployments.get(names.deployment)
@@ -322,8 +328,10 @@ class BoxStore:
             objects = self.objects(name)
             was = self._queued.pop(name, None)
             was_holding = self._holding.pop(name, None)
+            changed: set[str] = set()
             if objects is None:
-                self._status.pop(name, None)
+                if self._status.pop(name, None) is not None:
+                    changed.add(name)
                 self._status_body.pop(name, None)
                 self._drop_lists(self._index.remove(name))
             else:
@@ -334,19 +342,20 @@ class BoxStore:
                     self._queued[name] = queued
                 if holding is not None:
                     self._holding[name] = holding
-                self._store(box)
+                if self._store(box):
+                    changed.add(name)
             now, now_holding = self._queued.get(name), self._holding.get(name)
             lines = {q.waiter.resource for q in (was, now) if q is not None}
             if was_holding != now_holding:
                 lines |= {h.resource for h in (was_holding, now_holding) if h is not None}
-            touched = {name} | self._summarize(lines)
+            summarized = self._summarize(lines)
         if was != now:
             self.availability.kick()
         METRICS.boxes_changed()
-        self._announce(touched)
+        self._announce({name} | summarized, changed | summarized)
 
-    def _store(self, box: Devbox) -> None:
-        """Called with the status lock held."""
+    def _store(self, box: Devbox) -> bool:
+        """Whether the box reads otherwise than before. Called with the status lock held."""
         answer = body(box.model_dump_json().encode())
         before = self._status_body.get(box.name)
         self._status[box.name] = box
@@ -356,16 +365,22 @@ class BoxStore:
         # Watches resend objects whose box reads the same: those leave every list as it was.
         changed = before is None or before.etag != answer.etag
         self._drop_lists(moved | set(self._index.keys_of(box.name)) if changed else moved)
+        return changed
 
     def _drop_lists(self, keys: set[Key]) -> None:
         """Called with the status lock held."""
         for key in keys:
             self._list_bodies.pop(key, None)
 
-    def _announce(self, names: set[str]) -> None:
+    def _announce(self, names: set[str], changed: set[str]) -> None:
+        """Tell the listeners of ``names``, recomputed, and the answer listeners of those
+        among them whose answer ``changed``."""
         for name in sorted(names):
             for listener in self._listeners:
                 listener(name)
+            if name in changed:
+                for listener in self._answer_listeners:
+                    listener(name)
             if self._loop is not None:
                 self._loop.call_soon_threadsafe(self._wake, name)
 
@@ -416,7 +431,7 @@ class BoxStore:
     def _availability_changed(self) -> None:
         with self._status_lock:
             touched = self._summarize({q.waiter.resource for q in self._queued.values()})
-        self._announce(touched)
+        self._announce(touched, touched)
 
     def _wake(self, name: str) -> None:
         event = self._changed.pop(name, None)
@@ -433,8 +448,9 @@ class BoxStore:
 
     def get_body(self, name: str, owner: str | None = None) -> Body:
         """The get response body, kept current by the watches."""
-        answer = self._status_body.get(name)
-        if answer is None or (owner is not None and self._status[name].owner != owner):
+        answer, box = self._status_body.get(name), self._status.get(name)
+        # Both are read without the lock: a box removed between the two reads is absent.
+        if answer is None or box is None or (owner is not None and box.owner != owner):
             raise NotFound(f"devbox '{name}' not found")
         return answer
 

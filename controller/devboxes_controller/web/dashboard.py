@@ -78,9 +78,12 @@ ISSUER_LOGIN = "/dashboard/login/oidc"
 ISSUER_CALLBACK = "/dashboard/login/oidc/callback"
 MAX_FORM_BYTES = 4096
 KEEPALIVE_SECONDS = 20.0
-# Longer than a browser on a slow link takes for a snapshot of thousands of boxes; a
-# stream stuck this long behind one event is a reader that no longer reads.
+# Longer than a browser on a slow link takes for one chunk; a stream stuck this long
+# behind one chunk is a reader that no longer reads.
 SLOW_READER_SECONDS = 10.0
+# A snapshot is sent in slices of this size: the server waits for each to drain, so a
+# stream holds at most about one slice in its send buffer, not a copy of the whole list.
+SNAPSHOT_SLICE_BYTES = 64 * 1024
 RECONNECT_HINT = (
     b"retry: 3000\nevent: reconnect\n"
     b'data: {"reason": "this stream was read too slowly; reconnect for a fresh snapshot"}\n\n'
@@ -477,7 +480,7 @@ async def _stream(
     broadcaster: Broadcaster,
     subscriber: Subscriber,
     scope: str | None,
-) -> AsyncGenerator[bytes]:
+) -> AsyncGenerator[bytes | memoryview]:
     """Box changes as the caller may see them: every box (``scope`` None, an admin's
     unfiltered stream), else only ``scope``'s own; a box that leaves the caller's sight is
     reported removed."""
@@ -488,11 +491,14 @@ async def _stream(
         # new box's other objects before its Deployment.
         listing, shown = store.listing(scope)
         yield b"retry: 3000\n\n"
-        # The list body itself is one chunk, never copied: every admin's stream sends the
-        # same cached bytes, and none keeps them once sent.
+        # The list body is sent in slices of the cached bytes, never copied whole: every
+        # admin's stream sends the same bytes, and none keeps them once sent.
         yield b"event: snapshot\ndata: "
-        yield listing.data
+        snapshot = memoryview(listing.data)
         del listing
+        for start in range(0, len(snapshot), SNAPSHOT_SLICE_BYTES):
+            yield snapshot[start : start + SNAPSHOT_SLICE_BYTES]
+        del snapshot
         yield b"\n\n"
         yield _event("availability", store.availability.current().model_dump_json())
         while True:
@@ -512,19 +518,22 @@ async def _stream(
                 yield _event("availability", store.availability.current().model_dump_json())
             for name in names:
                 try:
-                    box = store.get(name, scope)
+                    answer = store.get_body(name, scope)
                 except ApiProblem:
                     if name in shown:
                         shown.discard(name)
                         yield _event("removed", json.dumps({"name": name}))
                     continue
                 shown.add(name)
-                yield _event("box", box.model_dump_json())
+                # The box's kept get body: one serialization for every stream.
+                yield b"event: box\ndata: " + answer.data + b"\n\n"
     finally:
         broadcaster.unsubscribe(subscriber)
 
 
-async def paced(chunks: AsyncGenerator[bytes]) -> AsyncIterator[bytes]:
+async def paced(
+    chunks: AsyncGenerator[bytes | memoryview],
+) -> AsyncIterator[bytes | memoryview]:
     """The chunks, until one takes the reader longer than SLOW_READER_SECONDS: then the
     reconnect hint, and the end of the stream.
 
@@ -567,6 +576,6 @@ def mount_dashboard(app: FastAPI, store: BoxStore, ended: SharedEndedSessions) -
     app.state.sessions = SessionStore(app.state.token, ended)
     broadcaster = Broadcaster()
     app.state.broadcaster = broadcaster
-    store.add_listener(broadcaster.changed)
+    store.add_answer_listener(broadcaster.changed)
     store.availability.add_listener(broadcaster.availability_changed)
     app.include_router(router)
