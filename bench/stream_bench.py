@@ -2,11 +2,11 @@
 
 It starts a testbed (testbed/nodes.yaml) and this checkout's controller, writes
 ``--boxes`` stopped boxes straight to the apiserver (``devboxes_testbed.boxes``), then
-opens ``--clients`` event streams (``/dashboard/events``, the operator's bearer token)
-from one asyncio loop of their own, and measures:
+opens ``--clients`` event streams (``/dashboard/events``) from one asyncio loop of their
+own, and measures:
 
 - the snapshots: how long all streams take to deliver theirs, and that each holds every
-  box, and nothing else;
+  box its reader may see, and nothing else;
 - event-to-client latency: ``--samples`` times, a written box is started through the API,
   and on every stream the time from just before that request to the arrival of the box's
   first ``box`` event is taken; so is the spread between the first stream and the last.
@@ -18,7 +18,14 @@ from one asyncio loop of their own, and measures:
   controller logs each one);
 - the controller's resident memory with no stream, and with the streams open.
 
-    PYTHONPATH=testbed .venv/bin/python bench/stream_bench.py --results
+The streams are the operator's (bearer token), who sees every box; with ``--people N``
+the boxes belong to N people (``team00`` …) and the streams are theirs, spread evenly:
+dashboard session cookies of each person, signed as the controller signs them after a
+sign-in through the issuer (the bench holds the operator token their key derives from).
+Then a start reaches the streams of the box's owner only, and a box event on any other
+stream is counted as a leak.
+
+    PYTHONPATH=testbed:tests .venv/bin/python bench/stream_bench.py --results
 """
 
 from __future__ import annotations
@@ -36,14 +43,18 @@ from collections.abc import Callable
 import record
 import requests
 from api_bench import percentile
+from devboxes_controller.state.ended_sessions import EndedSessions
+from devboxes_controller.web.sessions import COOKIE, Person, SessionStore
 from devboxes_testbed.api import Api
 from stopped_boxes import log, settled_rss_mib, staged, write_boxes
+from support import MemoryRecord
 
 PREFIX = "box-"
 DROPPED = "slow event-stream reader told to reconnect"
 HINT = b"event: reconnect"
-# A stream's snapshot names every box once as ``"name":"box-…"``; no other field does.
-BOX_NAME = re.compile(rb'"name":"' + re.escape(PREFIX.encode()))
+# A stream's snapshot names every box once as ``"name":"box-…"`` or
+# ``"name":"team07-box-…"``; no other field does.
+BOX_NAME = re.compile(rb'"name":"(?:team[0-9]+-)?' + re.escape(PREFIX.encode()))
 # Seconds a stalled reader's snapshot gets to fill the connection's buffers before a start.
 STALL_SECONDS = 1.0
 # Longer than the controller lets a reader take for one chunk (SLOW_READER_SECONDS).
@@ -51,12 +62,13 @@ SLOW_SECONDS = 12.0
 
 
 class Streams:
-    """``count`` event streams read on a loop of their own thread: what each snapshot held
-    and when it arrived, and when each stream first saw a ``box`` event of each name."""
+    """Event streams, one per request head, read on a loop of their own thread: what each
+    snapshot held and when it arrived, and when each stream first saw a ``box`` event of
+    each name."""
 
-    def __init__(self, host: str, port: int, headers: dict[str, str], count: int) -> None:
-        self.request = request_head(headers)
-        self.host, self.port, self.count = host, port, count
+    def __init__(self, host: str, port: int, heads: list[bytes]) -> None:
+        self.heads = heads
+        self.host, self.port, self.count = host, port, len(heads)
         self.snapshots: list[tuple[float, int]] = []
         # name -> stream index -> first arrival
         self.first: dict[str, dict[int, float]] = {}
@@ -79,15 +91,29 @@ class Streams:
     async def _read(self, index: int) -> None:
         try:
             reader, writer = await asyncio.open_connection(self.host, self.port, limit=1 << 26)
-            writer.write(self.request)
-            while True:
-                self._arrived(index, await reader.readuntil(b"\n\n"))
+            writer.write(self.heads[index])
+            head = await reader.readuntil(b"\r\n\r\n")
+            if not head.startswith(b"HTTP/1.1 200 "):
+                raise OSError(head.split(b"\r\n", 1)[0].decode())
+            # The body is chunked: events are read from the chunks' contents, which a
+            # chunk boundary may cut anywhere.
+            pending = bytearray()
+            searched = 0
+            while size := int((await reader.readuntil(b"\r\n"))[:-2], 16):
+                pending += (await reader.readexactly(size + 2))[:-2]
+                while (end := pending.find(b"\n\n", searched)) >= 0:
+                    self._arrived(index, bytes(pending[:end]))
+                    del pending[: end + 2]
+                    searched = 0
+                searched = max(0, len(pending) - 1)
         except asyncio.IncompleteReadError:
-            with self.lock:
-                self.ended += 1
+            pass  # the connection closed, as a stream's last chunk also ends it
         except (OSError, asyncio.LimitOverrunError) as err:
             with self.lock:
                 self.failed.append(f"stream {index}: {err!r}")
+            return
+        with self.lock:
+            self.ended += 1
 
     def _arrived(self, index: int, event: bytes) -> None:
         start = event.find(b"event: ")
@@ -103,6 +129,38 @@ class Streams:
             name = json.loads(data)["name"]
             with self.lock:
                 self.first.setdefault(name, {}).setdefault(index, now)
+
+
+class Readers:
+    """Who reads each stream: the operator, or ``people`` people evenly."""
+
+    def __init__(self, people: int, token: str) -> None:
+        self.people = people
+        self._sessions = SessionStore(token, EndedSessions(MemoryRecord()))
+
+    def box_names(self, count: int) -> list[str]:
+        if not self.people:
+            return [f"{PREFIX}{i:05d}" for i in range(count)]
+        return [f"{self.owner_of_index(i)}-{PREFIX}{i:05d}" for i in range(count)]
+
+    def owner_of_index(self, index: int) -> str:
+        return f"team{index % self.people:02d}"
+
+    def owner_of_box(self, name: str) -> str | None:
+        return name.split("-", 1)[0] if self.people else None
+
+    def stream_owner(self, index: int) -> str | None:
+        return self.owner_of_index(index) if self.people else None
+
+    def headers(self, index: int, operator: dict[str, str]) -> dict[str, str]:
+        owner = self.stream_owner(index)
+        if owner is None:
+            return operator
+        return {"Cookie": f"{COOKIE}={self._sessions.create(Person(owner)).cookie}"}
+
+    def sees(self, index: int, name: str) -> bool:
+        owner = self.stream_owner(index)
+        return owner is None or owner == self.owner_of_box(name)
 
 
 def request_head(headers: dict[str, str]) -> bytes:
@@ -135,27 +193,30 @@ def ends_with_hint(reader: socket.socket) -> bool:
 
 def fan_out(
     streams: Streams,
+    readers: Readers,
     url: str,
     headers: dict[str, str],
     names: list[str],
     before: Callable[[], None],
 ) -> tuple[list[float], list[float], int]:
-    """Start each box: every stream's latency from the request to the box's first event,
-    each start's spread from the first stream to the last, and the arrivals missing."""
+    """Start each box: the latency from the request to the box's first event on every
+    stream that may see it, each start's spread from the first such stream to the last,
+    and the arrivals missing."""
     latencies: list[float] = []
     spreads: list[float] = []
     missing = 0
     for name in names:
+        expected = sum(readers.sees(index, name) for index in range(streams.count))
         before()
         asked = time.monotonic()
         response = requests.post(f"{url}/api/v1/devboxes/{name}/start", headers=headers, timeout=60)
         if response.status_code != 200:
             raise SystemExit(f"start {name}: {response.status_code} {response.text}")
         deadline = time.monotonic() + 30
-        while len(streams.arrivals(name)) < streams.count and time.monotonic() < deadline:
+        while len(streams.arrivals(name)) < expected and time.monotonic() < deadline:
             time.sleep(0.02)
         arrivals = streams.arrivals(name)
-        missing += streams.count - len(arrivals)
+        missing += max(0, expected - len(arrivals))
         latencies.extend((t - asked) * 1000 for t in arrivals)
         if arrivals:
             spreads.append((arrivals[-1] - arrivals[0]) * 1000)
@@ -176,9 +237,10 @@ def run(args: argparse.Namespace) -> None:
     with staged("stream", "nodes.yaml", args.namespace) as stage:
         controller = stage.controller
         api = Api(controller.url, controller.token)
-        names = [f"{PREFIX}{i:05d}" for i in range(args.boxes)]
+        readers = Readers(args.people, controller.token)
+        names = readers.box_names(args.boxes)
         started = time.monotonic()
-        write_boxes(stage, names)
+        write_boxes(stage, names, owner=readers.owner_of_box)
         while len(api.ok("GET", "/devboxes").json()["items"]) < args.boxes:
             time.sleep(3)
         log(f"  all {args.boxes} listed, {time.monotonic() - started:.0f}s")
@@ -187,7 +249,8 @@ def run(args: argparse.Namespace) -> None:
 
         host, port = "127.0.0.1", int(controller.url.rsplit(":", 1)[1])
         headers = controller.headers()
-        streams = Streams(host, port, headers, args.clients)
+        heads = [request_head(readers.headers(i, headers)) for i in range(args.clients)]
+        streams = Streams(host, port, heads)
         opened = streams.open()
         deadline = time.monotonic() + args.timeout
         while len(streams.snapshots) < args.clients:
@@ -203,17 +266,17 @@ def run(args: argparse.Namespace) -> None:
 
         reading = names[: args.samples]
         log(f"starting {len(reading)} boxes, every stream reading ...")
-        alone = fan_out(streams, controller.url, headers, reading, lambda: None)
+        alone = fan_out(streams, readers, controller.url, headers, reading, lambda: None)
 
         stalled: list[socket.socket] = []
 
         def stall() -> None:
-            stalled.append(stalled_reader(host, port, headers))
+            stalled.append(stalled_reader(host, port, readers.headers(0, headers)))
             time.sleep(STALL_SECONDS)
 
         beside = names[args.samples : 2 * args.samples]
         log(f"starting {len(beside)} boxes, a fresh stalled reader opened before each ...")
-        with_stalled = fan_out(streams, controller.url, headers, beside, stall)
+        with_stalled = fan_out(streams, readers, controller.url, headers, beside, stall)
         rss_stalled = settled_rss_mib(controller.pid)
 
         # Every stalled reader has now waited longer than the controller allows one chunk.
@@ -227,10 +290,17 @@ def run(args: argparse.Namespace) -> None:
                 sum(1 for seen in streams.first.values() if index in seen)
                 for index in range(args.clients)
             ]
+            leaked = sum(
+                1
+                for name, seen in streams.first.items()
+                for index in seen
+                if not readers.sees(index, name)
+            )
         started_names = set(reading) | set(beside)
 
         print(f"boxes: {args.boxes} stopped (written); list body {snapshot_bytes:,} bytes")
-        print(f"streams: {args.clients} reading, the operator's token\n")
+        whose = f"{args.people} people's sessions" if args.people else "the operator's token"
+        print(f"streams: {args.clients} reading, {whose}\n")
         print(
             f"snapshots: {len(snapshot_times)} delivered, p50 "
             f"{percentile(snapshot_times, 50):.2f} s, max {max(snapshot_times):.2f} s after "
@@ -245,6 +315,7 @@ def run(args: argparse.Namespace) -> None:
             f"{len(sent & started_names)}; per stream min {min(per_stream)}, "
             f"max {max(per_stream)} (of {len(started_names)} started)"
         )
+        print(f"box events on a stream whose reader may not see the box: {leaked}")
         print(f"reading streams that ended: {streams.ended}; failed: {len(streams.failed)}")
         print(
             f"stalled readers: {len(stalled)}; ended with the reconnect hint once read: "
@@ -261,11 +332,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=200, help="streams that read")
     parser.add_argument("--samples", type=int, default=10, help="boxes started per round")
     parser.add_argument("--timeout", type=float, default=600, help="seconds for the snapshots")
+    parser.add_argument("--people", type=int, default=0, help="owners of the boxes and streams")
     parser.add_argument("--namespace", default="devboxes-stream")
     record.add_arguments(parser)
     args = parser.parse_args(argv)
     if not 0 < 2 * args.samples <= args.boxes:
         parser.error("--boxes must hold two rounds of --samples")
+    if not 0 <= args.people <= 100:
+        parser.error("--people must be between 0 and 100")
 
     with record.recording("stream_bench", args):
         run(args)
