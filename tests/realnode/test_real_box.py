@@ -341,6 +341,11 @@ def test_a_dra_box_gets_the_allocated_gpu_and_gives_it_back_when_stopped(
             "alternative": 0,
         }
 
+        # A claim that says it holds the box's device too is refused by the node's plugin,
+        # the last line against two boxes sharing a GPU.
+        refused = intruding_pod(real_testbed, claim_object)
+        assert f"is prepared for claim {claim_object['metadata']['uid']}" in refused
+
         # Stopped, the box's pod and claim go, and the plugin removes the claim's spec.
         assert api.verb("real-dra", "stop").status_code == 200
         wait_for(lambda: api.box("real-dra")["state"] == "stopped", timeout=120)
@@ -355,6 +360,66 @@ def test_a_dra_box_gets_the_allocated_gpu_and_gives_it_back_when_stopped(
         api.purge("real-dra")
     finally:
         process.stop()
+
+
+def intruding_pod(bed: Testbed, held: dict[str, Any]) -> str:
+    """Run a pod on the real node with a claim whose allocation is that of ``held``, as no
+    scheduler would write it; the kubelet's event saying why it cannot start, once the pod
+    is gone again."""
+    node = bed.real_node
+    assert node is not None
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "intruder"},
+        "spec": held["spec"],
+    }
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "intruder"},
+        "spec": {
+            "nodeName": node.name,
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": "intruder"}],
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "devboxes/workspace:0.1.0",
+                    "imagePullPolicy": "IfNotPresent",
+                    "command": ["sleep", "infinity"],
+                    "resources": {"claims": [{"name": "gpu"}]},
+                }
+            ],
+        },
+    }
+    for manifest in (claim, pod):
+        created = kubectl_run(bed, DRA_NAMESPACE, "create", "-f", "-", input=json.dumps(manifest))
+        assert created.returncode == 0, created.stderr
+    uid = kubectl(bed, DRA_NAMESPACE, "get", "pod/intruder", "-o", "jsonpath={.metadata.uid}")
+    status = {
+        "status": {
+            "allocation": held["status"]["allocation"],
+            "reservedFor": [{"resource": "pods", "name": "intruder", "uid": uid}],
+        }
+    }
+    kubectl(
+        bed, DRA_NAMESPACE, "patch", "resourceclaim/intruder", "--subresource=status",
+        "--type=merge", "-p", json.dumps(status),
+    )  # fmt: skip
+
+    def refusal() -> str | None:
+        events = kubectl(
+            bed, DRA_NAMESPACE, "get", "events",
+            "--field-selector=involvedObject.kind=Pod,involvedObject.name=intruder", "-o", "json",
+        )  # fmt: skip
+        reasons = [e["message"] for e in json.loads(events)["items"] if e["type"] == "Warning"]
+        return next((m for m in reasons if "prepared for claim" in m), None)
+
+    message = wait_for(refusal, timeout=60)
+    phase = kubectl(bed, DRA_NAMESPACE, "get", "pod/intruder", "-o", "jsonpath={.status.phase}")
+    assert phase == "Pending"
+    kubectl(bed, DRA_NAMESPACE, "delete", "pod/intruder", "resourceclaim/intruder", "--wait")
+    return message
 
 
 def test_image_profiles_run_as_the_workspace_and_beside_it(
@@ -727,13 +792,16 @@ def test_the_operator_guides_walkthrough_runs_on_the_real_node(
     wait_for(nothing_left, timeout=120)
 
 
-def kubectl_run(bed: Testbed, namespace: str, *args: str) -> subprocess.CompletedProcess[str]:
+def kubectl_run(
+    bed: Testbed, namespace: str, *args: str, input: str | None = None
+) -> subprocess.CompletedProcess[str]:
     assert bed.bin_dir is not None
     return subprocess.run(
         [str(bed.bin_dir / "kubectl"), f"--kubeconfig={bed.kubeconfig}", "-n", namespace, *args],
         capture_output=True,
         text=True,
         timeout=60,
+        input=input,
     )
 
 

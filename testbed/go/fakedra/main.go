@@ -101,6 +101,13 @@ func (d *driver) prepare(claim *resourceapi.ResourceClaim) ([]kubeletplugin.Devi
 		if !ok {
 			return nil, fmt.Errorf("claim %s/%s: this node has no device %q", claim.Namespace, claim.Name, result.Device)
 		}
+		holder, err := d.holder(result.Device, claim.UID)
+		if err != nil {
+			return nil, err
+		}
+		if holder != "" {
+			return nil, fmt.Errorf("claim %s/%s: device %s is prepared for claim %s", claim.Namespace, claim.Name, result.Device, holder)
+		}
 		uuid := *device.Attributes["uuid"].StringValue
 		index := *device.Attributes["index"].IntValue
 		uuids = append(uuids, uuid)
@@ -137,6 +144,38 @@ func (d *driver) prepare(claim *resourceapi.ResourceClaim) ([]kubeletplugin.Devi
 	}
 	log.Printf("prepared claim %s/%s: %s", claim.Namespace, claim.Name, strings.Join(uuids, ","))
 	return prepared, nil
+}
+
+// holder is the UID of another claim whose spec gives it device, or "" when none does: the
+// scheduler never allocates a device twice, and this refuses a claim that says otherwise.
+func (d *driver) holder(device string, claim types.UID) (types.UID, error) {
+	specs, err := filepath.Glob(filepath.Join(d.cdiDir, d.name+"-*.json"))
+	if err != nil {
+		return "", err
+	}
+	for _, path := range specs {
+		if path == d.specPath(claim) {
+			continue
+		}
+		data, err := os.ReadFile(path)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		var spec cdiSpec
+		if err := json.Unmarshal(data, &spec); err != nil {
+			return "", fmt.Errorf("%s: %w", path, err)
+		}
+		owner := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(path), d.name+"-"), ".json")
+		for _, given := range spec.Devices {
+			if given.Name == owner+"-"+device {
+				return types.UID(owner), nil
+			}
+		}
+	}
+	return "", nil
 }
 
 func readOnly(host, container string) cdiMount {
