@@ -1,10 +1,10 @@
 """The testbed's real node: a kubelet with containerd, runc and CNI that runs pods for real.
 
 The node lives in a network namespace of its own, joined to the machine by a veth pair,
-and a mount namespace of its own: its kubelet, kube-proxy, device plugin and pods see only
-those, so two testbeds on one machine (a test run beside `make up`) never share a bridge,
-a port, an iptables chain or the kubelet's device-plugin directory, and whatever the node
-mounts disappears with its mount namespace. Its cgroups live under a root of their own, so
+and a mount namespace of its own: its kubelet, kube-proxy, device and DRA plugins and pods
+see only those, so two testbeds on one machine (a test run beside `make up`) never share a
+bridge, a port, an iptables chain or the kubelet's device-plugin directory, and whatever the
+node mounts disappears with its mount namespace. Its cgroups live under a root of their own, so
 `stop` can find and remove all of it.
 """
 
@@ -412,11 +412,12 @@ class RealNode:
             path = root / f"{stem}.kubeconfig"
             path.write_text(pki.kubeconfig(self.certs, server, identity, server_name="localhost"))
             path.chmod(0o600)
-        # The DRA plugin writes the node's ResourceSlice; a testbed gives it the admin's
-        # identity rather than a service account bound to a driver's role.
-        path = root / "dra-plugin.kubeconfig"
-        path.write_text(pki.kubeconfig(self.certs, server, server_name="localhost"))
-        path.chmod(0o600)
+        if self.spec.devices is not None:
+            # The DRA plugin writes the node's ResourceSlice; a testbed gives it the admin's
+            # identity rather than a service account bound to a driver's role.
+            path = root / "dra-plugin.kubeconfig"
+            path.write_text(pki.kubeconfig(self.certs, server, server_name="localhost"))
+            path.chmod(0o600)
         kubelet = {
             "apiVersion": "kubelet.config.k8s.io/v1beta1",
             "kind": "KubeletConfiguration",
