@@ -33,7 +33,6 @@ from kubernetes import client
 
 REPO = Path(__file__).resolve().parent.parent
 NAMESPACE = "bench"
-NODE_PROCESSES = ("containerd", "kubelet", "kube-proxy", "fakegpu")
 
 
 def rss_mib(pid: int) -> float:
