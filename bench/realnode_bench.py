@@ -5,8 +5,8 @@ repository's controller on it, then creates ``--boxes`` CPU boxes one after anot
 reports:
 
 - how long the real node took to start (images cached) and what its own processes
-  (containerd, kubelet, kube-proxy, device plugin) hold in memory, idle and with the
-  boxes running;
+  (containerd, kubelet, kube-proxy, device plugin, DRA plugin) hold in memory, idle and
+  with the boxes running;
 - per box: create → ready as the API reports it, and what the box's pod holds in its
   memory cgroup once ready;
 - how long stopping the testbed took, and what it left behind (nothing, or a list).
@@ -33,7 +33,6 @@ from kubernetes import client
 
 REPO = Path(__file__).resolve().parent.parent
 NAMESPACE = "bench"
-NODE_PROCESSES = ("containerd", "kubelet", "kube-proxy", "fakegpu")
 
 
 def rss_mib(pid: int) -> float:

@@ -129,6 +129,7 @@ TARGETS: tuple[Target, ...] = (
     ),
     Target("pause", "pause", ".", real_node=True),
     Target("fakegpu", "fakegpu", ".", real_node=True),
+    Target("fakedra", "fakedra", ".", real_node=True),
 )
 
 
@@ -351,8 +352,11 @@ def pin() -> None:
         subprocess.run([go, "get", "-tool", *module_tools], cwd=directory, check=True)
     kubelet_api = f"k8s.io/kubelet@{staging_version}"
     subprocess.run([go, "get", kubelet_api], cwd=GO_DIR / "fakegpu", check=True)
+    dra_modules = ("dynamic-resource-allocation", "api", "apimachinery", "client-go")
+    dra = [f"k8s.io/{module}@{staging_version}" for module in dra_modules]
+    subprocess.run([go, "get", *dra], cwd=GO_DIR / "fakedra", check=True)
     oidc = f"github.com/zitadel/oidc/v3@{ZITADEL_OIDC_VERSION}"
     subprocess.run([go, "get", oidc], cwd=GO_DIR / ISSUER.module, check=True)
-    for module in ("kubernetes", "pause", "fakegpu", ISSUER.module, *grouped):
+    for module in ("kubernetes", "pause", "fakegpu", "fakedra", ISSUER.module, *grouped):
         subprocess.run([go, "mod", "tidy"], cwd=GO_DIR / module, check=True)
     print("pinned; commit testbed/go/*/go.mod and go.sum", file=sys.stderr)

@@ -81,6 +81,9 @@ class RealNode(_Strict):
     labels: dict[str, str] = Field(default_factory=dict)
     taints: list[Taint] = Field(default_factory=list)
     gpus: Gpus | None = None
+    # Simulated GPUs the node's DRA kubelet plugin publishes and prepares, numbered after
+    # those of the device plugin so that no GPU is both an extended resource and a device.
+    devices: Devices | None = None
 
 
 # What a kwok node standing in for the real node offers, on a machine that cannot run one.
@@ -104,6 +107,7 @@ class PoolFile(_Strict):
             capacity={**STANDIN_CAPACITY, **({gpus.resource: str(gpus.count)} if gpus else {})},
             labels=self.realNode.labels,
             taints=self.realNode.taints,
+            devices=self.realNode.devices,
         )
         return self.model_copy(update={"pools": [*self.pools, standin], "realNode": None})
 
@@ -154,6 +158,23 @@ def node_objects(pool_file: PoolFile) -> list[dict[str, Any]]:
     return nodes
 
 
+def published_devices(devices: Devices, node: str, first: int = 0) -> list[dict[str, Any]]:
+    """The devices a driver publishes on ``node``, named and numbered from ``first`` as a
+    driver does: ``gpu-<n>`` with the UUID ``GPU-<node>-<n>``."""
+    published: list[dict[str, Any]] = []
+    for kind in devices.kinds:
+        for _ in range(kind.count):
+            number = first + len(published)
+            published.append(
+                {
+                    "name": f"gpu-{number}",
+                    "attributes": {**kind.attributes, "uuid": {"string": f"GPU-{node}-{number}"}},
+                    "capacity": {k: {"value": v} for k, v in kind.capacity.items()},
+                }
+            )
+    return published
+
+
 def resource_slices(pool_file: PoolFile, node_uids: dict[str, str]) -> list[dict[str, Any]]:
     """One ResourceSlice per node of every pool that publishes devices, owned by its Node
     so that it goes with it, with the devices named and numbered as a driver does."""
@@ -164,20 +185,7 @@ def resource_slices(pool_file: PoolFile, node_uids: dict[str, str]) -> list[dict
         driver = pool.devices.driver
         for index in range(pool.count):
             node = f"{pool.name}-{index}"
-            devices: list[dict[str, Any]] = []
-            for kind in pool.devices.kinds:
-                for _ in range(kind.count):
-                    number = len(devices)
-                    devices.append(
-                        {
-                            "name": f"gpu-{number}",
-                            "attributes": {
-                                **kind.attributes,
-                                "uuid": {"string": f"GPU-{node}-{number}"},
-                            },
-                            "capacity": {k: {"value": v} for k, v in kind.capacity.items()},
-                        }
-                    )
+            devices = published_devices(pool.devices, node)
             slices.append(
                 {
                     "apiVersion": "resource.k8s.io/v1",

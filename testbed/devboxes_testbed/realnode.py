@@ -1,10 +1,10 @@
 """The testbed's real node: a kubelet with containerd, runc and CNI that runs pods for real.
 
 The node lives in a network namespace of its own, joined to the machine by a veth pair,
-and a mount namespace of its own: its kubelet, kube-proxy, device plugin and pods see only
-those, so two testbeds on one machine (a test run beside `make up`) never share a bridge,
-a port, an iptables chain or the kubelet's device-plugin directory, and whatever the node
-mounts disappears with its mount namespace. Its cgroups live under a root of their own, so
+and a mount namespace of its own: its kubelet, kube-proxy, device and DRA plugins and pods
+see only those, so two testbeds on one machine (a test run beside `make up`) never share a
+bridge, a port, an iptables chain or the kubelet's device-plugin directory, and whatever the
+node mounts disappears with its mount namespace. Its cgroups live under a root of their own, so
 `stop` can find and remove all of it.
 """
 
@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from . import images, nodes, pki
 from .cluster import Component, start_component
@@ -244,6 +244,24 @@ class RealNode:
         return [f"GPU-{self.name}-{i}" for i in range(gpus.count)] if gpus else []
 
     @property
+    def dra_devices(self) -> list[dict[str, Any]]:
+        """The devices the node's DRA kubelet plugin publishes, as resource.k8s.io/v1
+        writes them; each has an ``index`` after the device plugin's GPUs, whose
+        ``/dev/nvidia<index>`` a container of a claim gets."""
+        if self.spec.devices is None:
+            return []
+        first = self.spec.gpus.count if self.spec.gpus else 0
+        devices = nodes.published_devices(self.spec.devices, self.name, first)
+        for number, device in enumerate(devices, first):
+            device["attributes"]["index"] = {"int": number}
+        return devices
+
+    @property
+    def cdi_dir(self) -> Path:
+        """Where the DRA plugin writes a prepared claim's CDI spec and containerd reads it."""
+        return self.state_dir / "cdi"
+
+    @property
     def _mount_namespace(self) -> Path:
         return self.state_dir / "ns" / "mnt"
 
@@ -328,6 +346,8 @@ class RealNode:
         root = self.state_dir
         cni_conf = root / "cni"
         cni_conf.mkdir()
+        # containerd watches its CDI directories from the start: this one must exist then.
+        self.cdi_dir.mkdir()
         (cni_conf / "10-devboxes.conflist").write_text(
             json.dumps(
                 {
@@ -367,6 +387,8 @@ class RealNode:
             # score than containerd's own.
             "  restrict_oom_score_adj = true\n"
             "  netns_mounts_under_state_dir = true\n"
+            "  enable_cdi = true\n"
+            f'  cdi_spec_dirs = ["{self.cdi_dir}"]\n'
             f"[{runtime}.containerd]\n"
             '  default_runtime_name = "runc"\n'
             + "".join(
@@ -389,6 +411,12 @@ class RealNode:
             identity = pki.client(self.certs, f"{self.name}-{stem}", common_name, organization)
             path = root / f"{stem}.kubeconfig"
             path.write_text(pki.kubeconfig(self.certs, server, identity, server_name="localhost"))
+            path.chmod(0o600)
+        if self.spec.devices is not None:
+            # The DRA plugin writes the node's ResourceSlice; a testbed gives it the admin's
+            # identity rather than a service account bound to a driver's role.
+            path = root / "dra-plugin.kubeconfig"
+            path.write_text(pki.kubeconfig(self.certs, server, server_name="localhost"))
             path.chmod(0o600)
         kubelet = {
             "apiVersion": "kubelet.config.k8s.io/v1beta1",
@@ -449,9 +477,10 @@ class RealNode:
         path = f"{self.bin_dir}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"
         env = {**os.environ, "PATH": path}
         gpus = []
-        if self.spec.gpus is not None:
+        if self.spec.gpus is not None or self.spec.devices is not None:
             self.gpu_share.mkdir()
             shutil.copy(NVIDIA_SMI, self.gpu_share / "nvidia-smi")
+        if self.spec.gpus is not None:
             gpus.append(
                 Component(
                     "device-plugin",
@@ -468,6 +497,31 @@ class RealNode:
                     ),
                     url(f"http://{where.node}:10260/healthz"),
                     logs / "device-plugin.log",
+                    no_ports,
+                )
+            )
+        if self.spec.devices is not None:
+            devices = root / "dra-devices.json"
+            devices.write_text(json.dumps(self.dra_devices))
+            gpus.append(
+                Component(
+                    "dra-plugin",
+                    fixed(
+                        [
+                            *enter,
+                            str(self.bin_dir / "fakedra"),
+                            f"--driver={self.spec.devices.driver}",
+                            f"--node={self.name}",
+                            f"--kubeconfig={root / 'dra-plugin.kubeconfig'}",
+                            f"--kubelet-root={root / 'kubelet'}",
+                            f"--devices={devices}",
+                            f"--share={self.gpu_share}",
+                            f"--cdi-dir={self.cdi_dir}",
+                            f"--health={where.node}:10261",
+                        ]
+                    ),
+                    url(f"http://{where.node}:10261/healthz"),
+                    logs / "dra-plugin.log",
                     no_ports,
                 )
             )

@@ -2,7 +2,9 @@
 
 A box is created through the controller's API, reached with a real ssh client through its
 NodePort Service by the command the API prints, and keeps its home across stop and start.
-A GPU box gets the node's simulated GPUs in its main container only. Image profiles run
+A GPU box gets the node's simulated GPUs in its main container only; a box of a DRA
+profile gets the device its claim was allocated from the node's DRA plugin, which gives it
+back when the box stops. Image profiles run
 as the workspace or beside it. JupyterLab's devbox
 kernel runs a cell in a box there. The operator guide's walkthrough runs there as written:
 the Helm chart runs the controller as a pod, with an image built here, `helm test` passes,
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from devboxes_jupyter.kernelspecs import CPU_KERNEL
 from devboxes_jupyter.provisioner import box_name
 from devboxes_testbed import L4, images, realnode
@@ -40,6 +43,18 @@ SIDECAR = "helper"
 IDLE_NAMESPACE = "idle-boxes"
 PEOPLE_NAMESPACE = "people-boxes"
 CHART = REPO / "charts" / "devboxes"
+DRA_NAMESPACE = "dra-real-boxes"
+NVIDIA = "gpu.nvidia.com"
+BOX_LABEL = "devboxes.io/box=real-dra"
+PRODUCT = f"device.attributes['{NVIDIA}'].productName"
+# A DRA profile for the L4s the real node's DRA plugin publishes (tests/data/nodes-real.yaml).
+REAL_L4_DRA: dict[str, Any] = {
+    "name": "l4-dra",
+    "displayName": "NVIDIA L4 through DRA",
+    "deviceClassName": NVIDIA,
+    "selectors": [f"has({PRODUCT}) && {PRODUCT} == 'NVIDIA L4'"],
+    "count": 1,
+}
 # The L4 profile's device groups here: one the image has (video), one it does not.
 DEVICE_GROUPS = (44, 4242)
 
@@ -236,6 +251,175 @@ def test_a_gpu_box_sees_its_simulated_gpus_in_the_main_container_only(
     )
     assert "NVIDIA_VISIBLE_DEVICES" not in sidecar_env
     api.purge("real-gpu")
+
+
+def node_slice(bed: Testbed) -> dict[str, Any] | None:
+    """The ResourceSlice the real node's DRA plugin publishes, as the API returns it."""
+    node = bed.real_node
+    assert node is not None
+    found = json.loads(
+        kubectl(
+            bed,
+            "default",
+            "get",
+            "resourceslices",
+            f"--field-selector=spec.nodeName={node.name},spec.driver={NVIDIA}",
+            "-o",
+            "json",
+        )
+    )["items"]
+    assert len(found) <= 1, found
+    return found[0] if found else None
+
+
+def test_the_real_node_publishes_its_dra_gpus_as_the_nvidia_driver_does(
+    real_testbed: Testbed,
+) -> None:
+    node = real_testbed.real_node
+    assert node is not None
+    published = wait_for(lambda: node_slice(real_testbed), timeout=60)["spec"]
+    assert published["pool"]["name"] == node.name
+    # Numbered after the device plugin's two GPUs: no GPU is offered both ways.
+    devices = {d["name"]: d for d in published["devices"]}
+    assert sorted(devices) == ["gpu-2", "gpu-3"]
+    assert not {f"GPU-{node.name}-{n}" for n in (2, 3)} & set(node.gpu_ids)
+    # The attribute set of the simulated NVIDIA nodes, so that their DeviceClasses and
+    # profiles select these devices too.
+    pools = yaml.safe_load((REPO / "testbed" / "nodes-dra.yaml").read_text())["pools"]
+    (l4,) = [p["devices"]["kinds"][0] for p in pools if p["name"] == "dra-l4"]
+    for number in (2, 3):
+        device = devices[f"gpu-{number}"]
+        attributes = dict(device["attributes"])
+        assert attributes.pop("uuid") == {"string": f"GPU-{node.name}-{number}"}
+        assert attributes.pop("index") == {"int": number}
+        assert attributes == l4["attributes"]
+        assert device["capacity"] == {"memory": {"value": l4["capacity"]["memory"]}}
+
+
+def test_a_dra_box_gets_the_allocated_gpu_and_gives_it_back_when_stopped(
+    real_testbed: Testbed, key: Path, tmp_path: Path
+) -> None:
+    node = real_testbed.real_node
+    assert node is not None
+    gpu = example_settings(DRA_NAMESPACE)["gpu"]
+    gpu["profiles"].append(REAL_L4_DRA)
+    process = serve(real_testbed, DRA_NAMESPACE, key, tmp_path, gpu=gpu)
+    try:
+        api = Api(process)
+        api.created("real-dra", gpu={"profile": REAL_L4_DRA["name"]})
+        box = api.wait_ready("real-dra", timeout=180)
+        assert box["gpu"]["kind"] == "dra"
+        pod = kubectl(real_testbed, DRA_NAMESPACE, "get", "pods", "-l", BOX_LABEL, "-o", "json")
+        (pod_object,) = json.loads(pod)["items"]
+        assert pod_object["spec"]["nodeName"] == node.name
+        claim = json.loads(
+            kubectl(
+                real_testbed, DRA_NAMESPACE, "get", "resourceclaims", "-l", BOX_LABEL, "-o", "json"
+            )
+        )["items"]
+        (claim_object,) = claim
+        (result,) = claim_object["status"]["allocation"]["devices"]["results"]
+        published = node_slice(real_testbed)
+        assert published is not None
+        device = next(d for d in published["spec"]["devices"] if d["name"] == result["device"])
+        uuid = device["attributes"]["uuid"]["string"]
+        index = device["attributes"]["index"]["int"]
+
+        session = ssh(box, key, "echo $NVIDIA_VISIBLE_DEVICES; ls /dev/nvidia*; nvidia-smi -L")
+        assert session.returncode == 0, session.stderr
+        assert session.stdout.strip().splitlines() == [
+            uuid,
+            f"/dev/nvidia{index}",
+            f"GPU 0: NVIDIA L4 (simulated) (UUID: {uuid})",
+        ]
+        spec = node.cdi_dir / f"{NVIDIA}-{claim_object['metadata']['uid']}.json"
+        assert spec.is_file()
+        (reported,) = wait_for(lambda: api.box("real-dra")["gpu"]["allocated"], timeout=60)
+        assert reported == {
+            "product": device["attributes"]["productName"]["string"],
+            "memory": device["capacity"]["memory"]["value"],
+            "alternative": 0,
+        }
+
+        # A claim that says it holds the box's device too is refused by the node's plugin,
+        # the last line against two boxes sharing a GPU.
+        refused = intruding_pod(real_testbed, claim_object)
+        assert f"is prepared for claim {claim_object['metadata']['uid']}" in refused
+
+        # Stopped, the box's pod and claim go, and the plugin removes the claim's spec.
+        assert api.verb("real-dra", "stop").status_code == 200
+        wait_for(lambda: api.box("real-dra")["state"] == "stopped", timeout=120)
+
+        def claims() -> list[Any]:
+            found = kubectl(real_testbed, DRA_NAMESPACE, "get", "resourceclaims", "-o", "name")
+            return found.split()
+
+        wait_for(lambda: claims() == [], timeout=60)
+        wait_for(lambda: not spec.exists(), timeout=60)
+        assert list(node.cdi_dir.iterdir()) == []
+        api.purge("real-dra")
+    finally:
+        process.stop()
+
+
+def intruding_pod(bed: Testbed, held: dict[str, Any]) -> str:
+    """Run a pod on the real node with a claim whose allocation is that of ``held``, as no
+    scheduler would write it; the kubelet's event saying why it cannot start, once the pod
+    is gone again."""
+    node = bed.real_node
+    assert node is not None
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "intruder"},
+        "spec": held["spec"],
+    }
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "intruder"},
+        "spec": {
+            "nodeName": node.name,
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": "intruder"}],
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "devboxes/workspace:0.1.0",
+                    "imagePullPolicy": "IfNotPresent",
+                    "command": ["sleep", "infinity"],
+                    "resources": {"claims": [{"name": "gpu"}]},
+                }
+            ],
+        },
+    }
+    for manifest in (claim, pod):
+        created = kubectl_run(bed, DRA_NAMESPACE, "create", "-f", "-", input=json.dumps(manifest))
+        assert created.returncode == 0, created.stderr
+    uid = kubectl(bed, DRA_NAMESPACE, "get", "pod/intruder", "-o", "jsonpath={.metadata.uid}")
+    status = {
+        "status": {
+            "allocation": held["status"]["allocation"],
+            "reservedFor": [{"resource": "pods", "name": "intruder", "uid": uid}],
+        }
+    }
+    kubectl(
+        bed, DRA_NAMESPACE, "patch", "resourceclaim/intruder", "--subresource=status",
+        "--type=merge", "-p", json.dumps(status),
+    )  # fmt: skip
+
+    def refusal() -> str | None:
+        events = kubectl(
+            bed, DRA_NAMESPACE, "get", "events",
+            "--field-selector=involvedObject.kind=Pod,involvedObject.name=intruder", "-o", "json",
+        )  # fmt: skip
+        reasons = [e["message"] for e in json.loads(events)["items"] if e["type"] == "Warning"]
+        return next((m for m in reasons if "prepared for claim" in m), None)
+
+    message = wait_for(refusal, timeout=60)
+    phase = kubectl(bed, DRA_NAMESPACE, "get", "pod/intruder", "-o", "jsonpath={.status.phase}")
+    assert phase == "Pending"
+    kubectl(bed, DRA_NAMESPACE, "delete", "pod/intruder", "resourceclaim/intruder", "--wait")
+    return message
 
 
 def test_image_profiles_run_as_the_workspace_and_beside_it(
@@ -608,13 +792,16 @@ def test_the_operator_guides_walkthrough_runs_on_the_real_node(
     wait_for(nothing_left, timeout=120)
 
 
-def kubectl_run(bed: Testbed, namespace: str, *args: str) -> subprocess.CompletedProcess[str]:
+def kubectl_run(
+    bed: Testbed, namespace: str, *args: str, input: str | None = None
+) -> subprocess.CompletedProcess[str]:
     assert bed.bin_dir is not None
     return subprocess.run(
         [str(bed.bin_dir / "kubectl"), f"--kubeconfig={bed.kubeconfig}", "-n", namespace, *args],
         capture_output=True,
         text=True,
         timeout=60,
+        input=input,
     )
 
 

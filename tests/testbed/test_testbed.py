@@ -168,6 +168,20 @@ def test_bad_pool_file_gives_one_clear_line(tmp_path: Path) -> None:
     assert "\n" not in message
 
 
+def test_the_real_nodes_stand_in_offers_its_gpus_both_ways() -> None:
+    """Where no real node can run, the kwok node in its place advertises the device
+    plugin's GPUs and publishes the DRA plugin's devices, so the same profiles schedule."""
+    real = Path(__file__).resolve().parents[1] / "data" / "nodes-real.yaml"
+    pool_file = nodes.load(real).with_standin()
+    (standin,) = pool_file.pools
+    assert standin.capacity["nvidia.com/gpu"] == "2"
+    (published,) = nodes.resource_slices(pool_file, {"real-standin-0": "uid"})
+    assert published["spec"]["driver"] == "gpu.nvidia.com"
+    devices = published["spec"]["devices"]
+    assert [d["attributes"]["productName"] for d in devices] == [{"string": "NVIDIA L4"}] * 2
+    assert {d["capacity"]["memory"]["value"] for d in devices} == {"24Gi"}
+
+
 @pytest.mark.testbed
 def test_testbed_stops_with_no_process_left(tmp_path: Path) -> None:
     bed = Testbed(
