@@ -23,7 +23,8 @@ the boxes belong to N people (``team00`` …) and the streams are theirs, spread
 dashboard session cookies of each person, signed as the controller signs them after a
 sign-in through the issuer (the bench holds the operator token their key derives from).
 Then a start reaches the streams of the box's owner only, and a box event on any other
-stream is counted as a leak.
+stream is counted as a leak. Stalled readers are the operator's in both cases: a
+snapshot of the whole list is what fills a connection's buffers at once.
 
     PYTHONPATH=testbed:tests .venv/bin/python bench/stream_bench.py --results
 """
@@ -271,7 +272,8 @@ def run(args: argparse.Namespace) -> None:
         stalled: list[socket.socket] = []
 
         def stall() -> None:
-            stalled.append(stalled_reader(host, port, readers.headers(0, headers)))
+            # The operator's: the whole list, a snapshot that fills the buffers at once.
+            stalled.append(stalled_reader(host, port, headers))
             time.sleep(STALL_SECONDS)
 
         beside = names[args.samples : 2 * args.samples]
