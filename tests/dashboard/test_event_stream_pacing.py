@@ -1,19 +1,24 @@
 """A reader of the dashboard's event stream that stops reading is told to reconnect and
 dropped, not buffered for: the stream's pacing served by uvicorn, as the controller
-serves it, to raw sockets that read fast or not at all."""
+serves it, to raw sockets that read fast or not at all. A reader that never reads again
+has its connection dropped by the controller's protocol, and the stream is let go."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import threading
 import time
 from collections.abc import AsyncGenerator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import uvicorn
-from devboxes_controller.web import dashboard
+from devboxes_controller.config.settings import ConnectionSettings
+from devboxes_controller.state.metrics import METRICS
+from devboxes_controller.web import connections, dashboard
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
@@ -37,11 +42,16 @@ async def stream(_request: Request) -> StreamingResponse:
 def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
     """The port of a uvicorn server of one endless, paced stream."""
     monkeypatch.setattr(dashboard, "SLOW_READER_SECONDS", SLOW_SECONDS)
+    yield from _serve(Starlette(routes=[Route("/events", stream)]), {})
+
+
+def _serve(app: Starlette, options: Any) -> Iterator[int]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = int(probe.getsockname()[1])
-    app = Starlette(routes=[Route("/events", stream)])
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_level="warning", lifespan="off", **options
+    )
     running = uvicorn.Server(config)
     thread = threading.Thread(target=running.run, daemon=True)
     thread.start()
@@ -91,3 +101,38 @@ def test_a_reader_that_keeps_up_is_never_dropped(server: int) -> None:
             assert b"event: reconnect" not in chunk
             received += len(chunk)
     assert received > 4 * len(CHUNK)
+
+
+def test_a_reader_that_never_reads_again_is_dropped_and_its_stream_let_go(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The stream would wait for the reader for an hour; the connection gives up first.
+    monkeypatch.setattr(dashboard, "SLOW_READER_SECONDS", 3600.0)
+    monkeypatch.setattr(connections, "SEND_STALL_SECONDS", 1)
+    released = threading.Event()
+
+    async def held() -> AsyncGenerator[bytes]:
+        try:
+            while True:
+                yield CHUNK
+                await asyncio.sleep(0)
+        finally:
+            released.set()
+
+    async def held_stream(_request: Request) -> StreamingResponse:
+        return StreamingResponse(dashboard.paced(held()), media_type="text/event-stream")
+
+    dropped = METRICS.connections_closed.labels("send_stalled")
+    before = dropped._value.get()
+    app = Starlette(routes=[Route("/events", held_stream)])
+    options = connections.server_options(ConnectionSettings())
+    for port in _serve(app, options):
+        with open_stream(port) as reader:
+            assert released.wait(15), "the stream of a reader that never reads was kept"
+            assert dropped._value.get() == before + 1
+            received = 0
+            with contextlib.suppress(ConnectionResetError):
+                while chunk := reader.recv(1 << 20):
+                    received += len(chunk)
+            send_buffer = int(Path("/proc/sys/net/ipv4/tcp_wmem").read_text().split()[2])
+            assert received < send_buffer + 4 * len(CHUNK)

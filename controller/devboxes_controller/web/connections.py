@@ -14,7 +14,10 @@ with:
 - a bound on the size of a request's head: past it the client gets 431 and the
   connection is closed;
 - caps on the connections open at once, per client address and in total. A connection
-  over a cap gets 503 and is closed at once, before its request is read.
+  over a cap gets 503 and is closed at once, before its request is read;
+- a bound on how long a client may take none of an answer: once the connection's send
+  buffer is full and stays full for :data:`SEND_STALL_SECONDS`, the connection is dropped,
+  and with it whatever the answer still held (a stalled event stream's list of boxes).
 
 The counts are this process's own: every replica applies the caps to its connections.
 """
@@ -39,6 +42,9 @@ MAX_HEAD_BYTES = 64 * 1024
 # Open files the controller needs besides its clients' connections: its watches and
 # Kubernetes client pools, its log, the event loop's own.
 RESERVED_FILES = 256
+# Far longer than a browser or a CLI on a slow link pauses, and than the event stream
+# allows one chunk before it asks its reader to reconnect.
+SEND_STALL_SECONDS = 60
 
 Phase = Literal["head", "body", "idle"]
 Refusal = Literal["total_limit", "per_client_limit"]
@@ -97,6 +103,7 @@ class LimitedProtocol(HttpToolsProtocol):
         self._address: str | None = None
         self._phase: Phase = "idle"
         self._deadline: asyncio.TimerHandle | None = None
+        self._stall: asyncio.TimerHandle | None = None
         self._head_bytes = 0
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -114,6 +121,7 @@ class LimitedProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_clock()
+        self._stop_stall()
         if self._address is not None:
             self.gate.release(self._address)
             METRICS.connections.dec()
@@ -134,6 +142,26 @@ class LimitedProtocol(HttpToolsProtocol):
                 self._stop_clock()
                 METRICS.connections_closed.labels("head_too_large").inc()
                 self._answer(431, f"the request head is larger than {MAX_HEAD_BYTES} bytes")
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._stall is None:
+            self._stall = self.loop.call_later(SEND_STALL_SECONDS, self._stalled)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self._stop_stall()
+
+    def _stop_stall(self) -> None:
+        if self._stall is not None:
+            self._stall.cancel()
+            self._stall = None
+
+    def _stalled(self) -> None:
+        self._stall = None
+        METRICS.connections_closed.labels("send_stalled").inc()
+        # Not close(): that would wait for the peer to take the buffered answer first.
+        self.transport.abort()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
