@@ -585,6 +585,7 @@ def test_extend_and_purge_a_retained_volume_in_chromium(
 
         volume = page.locator(f'tr[data-volume="{kept}"]')
         expect(volume).to_contain_text("20Gi")
+        expect(volume.locator("td").first).to_have_text("operator")
         volume.get_by_role("button", name=f"Purge {kept}").click()
         confirm = dialog.get_by_role("button", name="Purge")
         expect(confirm).to_be_disabled()

@@ -554,8 +554,8 @@ import * as labels from "./labels.js";
     name.scope = "row";
     name.textContent = volume.name;
     tr.append(name);
-    for (const text of [volume.size || "—", new Date(volume.created_at).toLocaleString(),
-      volume.last_profile || "CPU"]) {
+    for (const text of [volume.owner, volume.size || "—",
+      new Date(volume.created_at).toLocaleString(), volume.last_profile || "CPU"]) {
       const cell = document.createElement("td");
       cell.textContent = text;
       tr.append(cell);
