@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError as PydanticValidationError
 
-from devboxes_sdk.labels import status_line
+from devboxes_sdk.labels import reason, status_line
 from devboxes_sdk.models import FieldError, field_errors
 
 if TYPE_CHECKING:
@@ -128,22 +128,25 @@ class NotADevboxesServer(ApiError):
 class BoxNotReady(DevboxesError):
     """Base of the errors :meth:`Client.wait_ready` raises when a box will not be ready.
 
-    ``box`` is the last observed box, ``state`` and ``message`` its last state and message.
+    ``box`` is the last observed box, ``state`` and ``message`` its last state and message,
+    ``reason`` the one line it shows for why it is not ready: the controller's summary (a
+    free count and a place in line) when there is one, else the message.
     """
 
     def __init__(self, box: Devbox, text: str) -> None:
         self.box = box
         self.state = box.state
         self.message = box.message
+        self.reason = reason(box.summary, box.message)
         super().__init__(text)
 
 
 class StartTimeout(BoxNotReady, TimeoutError):
-    """The box was not ready before the timeout; ``message`` says what it waits for."""
+    """The box was not ready before the timeout; ``reason`` says what it waits for."""
 
     def __init__(self, box: Devbox, timeout: float) -> None:
         self.timeout = timeout
-        status = status_line(box.state, box.message)
+        status = status_line(box.state, reason(box.summary, box.message))
         super().__init__(box, f"{box.name} was not ready within {timeout:g}s ({status})")
 
 

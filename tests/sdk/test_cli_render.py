@@ -537,6 +537,17 @@ def test_start_timeout_carries_the_scheduler_reason(client: Client) -> None:
     assert str(error) == f"atlas was not ready within 30s (starting — {reason})"
 
 
+def test_start_timeout_says_the_place_in_line_when_the_controller_sends_one(
+    client: Client,
+) -> None:
+    gated = "Scheduling blocked: in line for a device"
+    summary = "Waiting for a free NVIDIA L4: 0 of 2 free, 1st in line"
+    box = make_box(client, state="starting", message=gated, summary=summary)
+    error = StartTimeout(box, 30)
+    assert (error.message, error.reason) == (gated, summary)
+    assert str(error) == f"atlas was not ready within 30s (starting — {summary})"
+
+
 def test_box_degraded_carries_the_reason(client: Client) -> None:
     box = make_box(client, state="degraded", message="ImagePullBackOff: not found")
     assert str(BoxDegraded(box)) == "atlas is degraded: ImagePullBackOff: not found"

@@ -197,14 +197,16 @@ def test_every_error_class(
 
 
 @pytest.mark.vcr(allow_playback_repeats=True)
-def test_start_timeout_carries_the_scheduler_reason(sdk: Client) -> None:
+def test_start_timeout_says_why_the_box_waits(sdk: Client) -> None:
     for name in ("l4-one", "l4-two"):
         sdk.create(name, gpu=True).wait_ready(timeout=90)
     blocked = sdk.create("l4-three", gpu=True)
     with pytest.raises(StartTimeout) as timeout:
         blocked.wait_ready(timeout=6)
     assert timeout.value.state is DevboxState.STARTING
-    assert "Insufficient nvidia.com/gpu" in (timeout.value.message or "")
+    assert "in line for a device" in (timeout.value.message or "")
+    assert timeout.value.reason == "Waiting for a free NVIDIA L4: 0 of 2 free, 1st in line"
+    assert timeout.value.reason in str(timeout.value)
 
 
 @pytest.mark.vcr
