@@ -35,9 +35,12 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 LOCK_DIR = Path("/run/devboxes-testbed")
 STOP_SIGNAL_WAIT = 10.0
 NVIDIA_SMI = Path(__file__).resolve().parent / "nvidia-smi"
-# The kubelet looks for device plugins here whatever its root directory; each node's mount
-# namespace puts a directory of its own state in this place.
-DEVICE_PLUGINS = Path("/var/lib/kubelet/device-plugins")
+# The kubelet's root directory as the node's own processes see it: each node's mount
+# namespace puts the kubelet directory of its own state here. The plugins' sockets live
+# under it, and a socket's path may not exceed 107 bytes, which a state directory deep
+# in a temporary tree would. The kubelet also looks for device plugins here
+# (device-plugins/) whatever its root directory.
+KUBELET_ROOT = Path("/var/lib/kubelet")
 NEEDED_COMMANDS = {
     "ip": "iproute2",
     "nsenter": "util-linux",
@@ -329,12 +332,12 @@ class RealNode:
         _run("mount", "--make-private", str(holder))
         self._mount_namespace.touch()
         _run("unshare", f"--mount={self._mount_namespace}", "--propagation=slave", "true")
-        plugins = self.state_dir / "device-plugins"
-        plugins.mkdir()
-        DEVICE_PLUGINS.mkdir(parents=True, exist_ok=True)
+        kubelet = self.state_dir / "kubelet"
+        (kubelet / "device-plugins").mkdir(parents=True)
+        KUBELET_ROOT.mkdir(parents=True, exist_ok=True)
         _run(
             "nsenter", f"--mount={self._mount_namespace}", "--",
-            "mount", "--bind", str(plugins), str(DEVICE_PLUGINS),
+            "mount", "--bind", str(kubelet), str(KUBELET_ROOT),
         )  # fmt: skip
 
     def _cgroups(self, where: Addresses) -> None:
@@ -513,7 +516,7 @@ class RealNode:
                             f"--driver={self.spec.devices.driver}",
                             f"--node={self.name}",
                             f"--kubeconfig={root / 'dra-plugin.kubeconfig'}",
-                            f"--kubelet-root={root / 'kubelet'}",
+                            f"--kubelet-root={KUBELET_ROOT}",
                             f"--devices={devices}",
                             f"--share={self.gpu_share}",
                             f"--cdi-dir={self.cdi_dir}",
@@ -542,7 +545,7 @@ class RealNode:
                         str(self.bin_dir / "kubelet"),
                         f"--config={root / 'kubelet.yaml'}",
                         f"--kubeconfig={root / 'kubelet.kubeconfig'}",
-                        f"--root-dir={root / 'kubelet'}",
+                        f"--root-dir={KUBELET_ROOT}",
                         f"--hostname-override={self.name}",
                         f"--node-ip={where.node}",
                         f"--node-labels={labels}",
