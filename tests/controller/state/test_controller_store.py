@@ -83,7 +83,8 @@ def test_a_status_read_before_a_new_pod_never_overwrites_one_read_after_it(
     assert (box.message or "").startswith(SCHEDULING_BLOCKED.split("{", 1)[0])
 
 
-def test_the_list_indexes_follow_a_box_from_its_first_event_to_its_deletion() -> None:
+def _store_with_deployment() -> tuple[BoxStore, dict[str, Any]]:
+    """A store that has seen the box's Deployment, and nothing else of it."""
     settings = settings_from_mapping(
         yaml.safe_load((REPO / "testbed" / "settings.yaml").read_text())
     )
@@ -91,6 +92,11 @@ def test_the_list_indexes_follow_a_box_from_its_first_event_to_its_deletion() ->
     (deployment,) = _of_box("deployments")
     store._deployments._put(slim.deployment(deployment))
     store._changed_box(BOX)
+    return store, deployment
+
+
+def test_the_list_indexes_follow_a_box_from_its_first_event_to_its_deletion() -> None:
+    store, deployment = _store_with_deployment()
     box = store.get(BOX)
     profile = box.gpu.profile if box.gpu is not None else "cpu"
     owned = (box.owner, box.state.value, profile)
@@ -110,13 +116,7 @@ def test_the_list_indexes_follow_a_box_from_its_first_event_to_its_deletion() ->
 
 
 def test_a_kept_list_body_lasts_while_its_boxes_read_the_same_and_no_longer() -> None:
-    settings = settings_from_mapping(
-        yaml.safe_load((REPO / "testbed" / "settings.yaml").read_text())
-    )
-    store = BoxStore(settings, client.ApiClient())
-    (deployment,) = _of_box("deployments")
-    store._deployments._put(slim.deployment(deployment))
-    store._changed_box(BOX)
+    store, deployment = _store_with_deployment()
     before = store.get(BOX)
     whole, owned = store.list_body(), store.list_body(before.owner)
     in_state = store.filtered_body(before.state.value, None, None)
