@@ -328,7 +328,9 @@ def test_no_free_device_before_the_timeout_is_the_message(
     message = refused(start_kernel(setup.lab, "devbox-amd-short"))
     name = box_name(setup.owner, profile.name)
     assert message.startswith(f"box {name} is not ready:")
-    assert "in line for a device" in message
+    # Why it waits, as the controller words it: the free count and the box's place in line.
+    assert f"(starting — Waiting for a free {profile.display_name}: 0 of " in message
+    assert " in line)" in message
     # The box it created waits no longer for a device nobody will use.
     assert message.endswith("is stopped again (home kept)")
     assert controller_client.get(name).state is models.DevboxState.STOPPED
