@@ -55,6 +55,7 @@ REAL_L4_DRA: dict[str, Any] = {
     "selectors": [f"has({PRODUCT}) && {PRODUCT} == 'NVIDIA L4'"],
     "count": 1,
 }
+STAYS_UNTIL_TERM = "trap 'exit 0' TERM; sleep infinity & wait"
 # The L4 profile's device groups here: one the image has (video), one it does not.
 DEVICE_GROUPS = (44, 4242)
 
@@ -137,7 +138,9 @@ def api(
         key,
         tmp_path_factory.mktemp("controller"),
         gpu=gpu,
-        sidecars=[{"name": SIDECAR, "command": ["sleep", "infinity"]}],
+        # A sidecar that exits on SIGTERM, as docs/controller.md asks of one: a stopped
+        # box's pod is then gone in moments, not the whole grace period.
+        sidecars=[{"name": SIDECAR, "command": ["sh", "-c", STAYS_UNTIL_TERM]}],
     )
     try:
         yield Api(process)

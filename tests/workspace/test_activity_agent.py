@@ -477,3 +477,34 @@ def test_one_report_carries_sessions_and_gpu_samples(gpu_box: Box, tmp_path: Pat
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_the_agent_exits_at_once_on_sigterm(tmp_path: Path) -> None:
+    """It ends with status 0, not by the signal: as a container's first process it would
+    otherwise ignore SIGTERM and hold a stopped box's pod for the whole grace period."""
+    credential = tmp_path / "credential"
+    credential.write_text("credential\n")
+    agent_process = subprocess.Popen(
+        [
+            sys.executable,
+            str(AGENT_PATH),
+            "--url",
+            f"http://127.0.0.1:{free_port()}/api/v1/devboxes/atlas/activity",
+            "--credential-file",
+            str(credential),
+            "--interval",
+            "3600",
+            "--jupyter-url",
+            f"http://127.0.0.1:{free_port()}",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        # The first report fails (nothing listens) and says so; then the agent sleeps.
+        assert agent_process.stderr is not None
+        assert "cannot reach the controller" in agent_process.stderr.readline()
+        agent_process.terminate()
+        assert agent_process.wait(10) == 0
+    finally:
+        agent_process.kill()

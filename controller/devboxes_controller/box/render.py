@@ -66,6 +66,10 @@ ANNOTATION_EXPIRED_AT = ANNOTATION_PREFIX + "expired-at"
 ANNOTATION_PINNED_MAIN = ANNOTATION_PREFIX + "pinned-main"
 # A hash per part of the pod template as last written, to tell what a release changed.
 ANNOTATION_TEMPLATE = ANNOTATION_PREFIX + "template"
+# On the pod template, written by every start: a start is then a rollout, and the Recreate
+# strategy creates the new pod only once the previous one is gone. Scaling the same
+# ReplicaSet back up would not wait, and two pods would share the home volume.
+ANNOTATION_STARTED_AT = ANNOTATION_PREFIX + "started-at"
 # Holds a box pod that asks for a device back from the scheduler until its turn in line.
 QUEUE_GATE = "devboxes.io/queue"
 

@@ -35,6 +35,7 @@ SCHEDULING_BLOCKED = "Scheduling blocked: {reason}"
 # ("Scheduling is blocked due to non-empty scheduling gates") say nothing of when.
 IN_LINE = "in line for a device; let through when one it fits is free and its turn comes"
 WAITING_FOR_POD = "Waiting for the pod to be created."
+WAITING_FOR_PREVIOUS_POD = "Waiting for the previous pod {pod} to shut down on {node}."
 WAITING_FOR_CONTAINER = "Waiting for the container to start on {node}."
 WAITING_FOR_SSH = "Waiting for the SSH server to become ready."
 WAITING_FOR_ADDRESS = "Waiting for the SSH service to get an address."
@@ -256,8 +257,13 @@ def _summary(
     return SUMMARY_NO_ROOM
 
 
-def _starting_message(pod: Obj | None) -> str:
+def _starting_message(pod: Obj | None, pods: Sequence[Obj]) -> str:
     if pod is None:
+        # A start creates the new pod only once the last one is gone: they share the home.
+        for leaving in pods:
+            node = (leaving.get("spec") or {}).get("nodeName")
+            if leaving["metadata"].get("deletionTimestamp") and node:
+                return WAITING_FOR_PREVIOUS_POD.format(pod=leaving["metadata"]["name"], node=node)
         return WAITING_FOR_POD
     detail = scheduling_detail(pod)
     if detail is not None:
@@ -382,7 +388,7 @@ def derive(objects: BoxObjects, settings: Settings, now: datetime) -> Devbox:
     elif ready:
         state, message = DevboxState.STARTING, WAITING_FOR_ADDRESS
     else:
-        state, message = DevboxState.STARTING, _starting_message(pod)
+        state, message = DevboxState.STARTING, _starting_message(pod, objects.pods)
 
     running = replicas != 0 and pod is not None
     restarts = sum(

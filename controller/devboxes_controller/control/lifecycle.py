@@ -494,7 +494,12 @@ class Lifecycle:
         # reconciler, which repairs it.
         self.ensure_storage(spec)
         self.ensure_service(spec, deployment)
-        expires = self.clock() + timedelta(hours=spec.ttl_hours)
+        now = self.clock()
+        expires = now + timedelta(hours=spec.ttl_hours)
+        spec_patch: dict[str, Any] = {"replicas": 1}
+        if stopped:
+            stamp = {render.ANNOTATION_STARTED_AT: format_timestamp(now, microseconds=True)}
+            spec_patch["template"] = {"metadata": {"annotations": stamp}}
         updated = self._patch(
             name,
             {
@@ -508,7 +513,7 @@ class Lifecycle:
                         activity.ANNOTATION_IDLE_STOPPED: None,
                     }
                 },
-                "spec": {"replicas": 1},
+                "spec": spec_patch,
             },
         )
         self.ensure_claim_template(spec, updated)

@@ -401,6 +401,19 @@ def test_starting_says_what_it_waits_for(pods: list[Obj], message: str) -> None:
     assert box.message == message
 
 
+def test_a_start_waits_for_the_previous_pod_to_shut_down_and_says_so() -> None:
+    leaving = pod("devbox-atlas-old-a", ready=True, node="cpu-1")
+    leaving["metadata"]["deletionTimestamp"] = "2030-01-01T08:05:00Z"
+    box = derive(
+        BoxObjects(deployment=deployment(), pods=[leaving], service=node_port_service()),
+        SETTINGS,
+        NOW,
+    )
+    assert box.state is DevboxState.STARTING
+    assert box.message == "Waiting for the previous pod devbox-atlas-old-a to shut down on cpu-1."
+    assert box.ssh_command is None
+
+
 def test_the_newest_live_pod_speaks_for_the_box() -> None:
     old_ready = pod("devbox-atlas-old-a", ready=True, created="2030-01-01T08:00:01Z")
     old_ready["metadata"]["deletionTimestamp"] = "2030-01-01T08:05:00Z"

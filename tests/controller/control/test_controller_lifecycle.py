@@ -236,6 +236,45 @@ def test_start_renews_the_ttl_from_the_stored_hours(
     assert api.box("renewed")["expires_at"] == restarted["expires_at"]
 
 
+def test_a_start_creates_the_new_pod_only_once_the_previous_one_is_gone(
+    start_controller: StartController, kube: Any, namespace: str, purge_after: list[tuple[Api, str]]
+) -> None:
+    api = Api(start_controller())
+    purge_after.append((api, "handover"))
+    api.created("handover")
+    api.wait_ready("handover")
+    core, apps = client.CoreV1Api(kube), client.AppsV1Api(kube)
+    previous = box_pod(kube, namespace, "handover")
+    old, node = previous["metadata"]["name"], previous["spec"]["nodeName"]
+    # A finalizer keeps the pod shutting down, as a container slow to stop would.
+    hold = {"metadata": {"finalizers": ["devboxes.io/test-hold"]}}
+    core.patch_namespaced_pod(old, namespace, hold)
+    try:
+        assert api.call("POST", "/devboxes/handover/stop")["state"] == "stopped"
+        wait_for(lambda: core.read_namespaced_pod(old, namespace).metadata.deletion_timestamp)
+        assert api.call("POST", "/devboxes/handover/start")["state"] == "starting"
+        waiting = f"Waiting for the previous pod {old} to shut down on {node}."
+        wait_for(lambda: api.box("handover")["message"] == waiting)
+
+        def observed() -> bool:
+            deployment = apps.read_namespaced_deployment("devbox-handover", namespace)
+            return bool(deployment.status.observed_generation == deployment.metadata.generation)
+
+        # Kubernetes has seen the start and holds the new pod back: no ReplicaSet of the
+        # box asks for one, and the only pod is the previous one.
+        wait_for(observed)
+        replicasets = apps.list_namespaced_replica_set(
+            namespace, label_selector=f"{render.LABEL_BOX}=handover"
+        ).items
+        assert [rs.spec.replicas for rs in replicasets if rs.spec.replicas] == []
+        pods = core.list_namespaced_pod(namespace, label_selector=f"{render.LABEL_BOX}=handover")
+        assert [p.metadata.name for p in pods.items] == [old]
+    finally:
+        core.patch_namespaced_pod(old, namespace, {"metadata": {"finalizers": None}})
+    ready = api.wait_ready("handover")
+    assert ready["pod_name"] not in (None, old)
+
+
 def test_concurrent_creates_of_one_name_have_exactly_one_winner(
     start_controller: StartController, kube: Any, namespace: str, purge_after: list[tuple[Api, str]]
 ) -> None:
