@@ -105,10 +105,11 @@ def box_row(box: Devbox, now: datetime) -> tuple[str, ...]:
     )
 
 
-def shows_owners(boxes: Iterable[Devbox], me: WhoAmI) -> bool:
-    """Whether a list needs an OWNER column: when it holds a box of someone else's (an
-    admin's list can); a list of the caller's own boxes would repeat their name."""
-    return any(box.owner != me.user for box in boxes)
+def shows_owners(items: Iterable[Devbox | Volume], me: WhoAmI) -> bool:
+    """Whether a list of boxes or volumes needs an OWNER column: when it holds one of
+    someone else's (an admin's list can); a list of the caller's own would repeat their
+    name."""
+    return any(item.owner != me.user for item in items)
 
 
 def boxes_table(boxes: Sequence[Devbox], now: datetime, *, owners: bool = False) -> str:
@@ -204,20 +205,23 @@ def doctor_text(report: DoctorReport) -> str:
     return f"{table(DOCTOR_HEADERS, rows)}\n\n{verdict}"
 
 
-def volumes_table(volumes: Iterable[Volume], now: datetime) -> str:
-    return table(
-        VOLUME_HEADERS,
+def volumes_table(volumes: Sequence[Volume], now: datetime, *, owners: bool = False) -> str:
+    """The retained home volumes; an OWNER column after the name when ``owners``."""
+    headers: tuple[str, ...] = VOLUME_HEADERS
+    rows: list[tuple[str, ...]] = [
         (
-            (
-                volume.name,
-                volume.size or EMPTY,
-                relative_time(volume.created_at, now),
-                volume.last_profile or "cpu",
-                volume.claim,
-            )
-            for volume in volumes
-        ),
-    )
+            volume.name,
+            volume.size or EMPTY,
+            relative_time(volume.created_at, now),
+            volume.last_profile or "cpu",
+            volume.claim,
+        )
+        for volume in volumes
+    ]
+    if owners:
+        headers = (headers[0], "OWNER", *headers[1:])
+        rows = [(row[0], v.owner, *row[1:]) for row, v in zip(rows, volumes, strict=True)]
+    return table(headers, rows)
 
 
 def keys_table(keys: Iterable[SshKey]) -> str:

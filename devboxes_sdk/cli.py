@@ -921,10 +921,11 @@ def _cmd_volumes(args: argparse.Namespace) -> int:
             _print_json(client.request_json("GET", f"{API_PREFIX}/volumes"))
             return EXIT_OK
         volumes = client.volumes()
+        owners = bool(volumes) and _render.shows_owners(volumes, client.whoami())
     if not volumes:
         print("No retained home volumes.")
     else:
-        print(_render.volumes_table(volumes, _now()))
+        print(_render.volumes_table(volumes, _now(), owners=owners))
         print("\nPurge one with: devbox volumes purge NAME (its files cannot be recovered)")
     return EXIT_OK
 

@@ -214,6 +214,28 @@ def test_the_owner_column_appears_when_a_box_is_someone_elses(
     assert render.shows_owners(boxes, me) is shown
 
 
+def test_the_volumes_table_names_owners_after_the_volume_when_asked() -> None:
+    volumes = [
+        models.Volume(
+            name=name,
+            claim=f"devbox-{name}-home",
+            size="10Gi",
+            created_at=NOW - timedelta(days=2),
+            last_profile=profile,
+            owner=owner,
+        )
+        for name, owner, profile in (("kept", "ada", None), ("old-l4", "grace", "nvidia-l4"))
+    ]
+    plain = render.volumes_table(volumes, NOW).splitlines()
+    assert plain[0].split() == ["NAME", "SIZE", "CREATED", "LAST", "PROFILE", "CLAIM"]
+    lines = render.volumes_table(volumes, NOW, owners=True).splitlines()
+    assert lines[0].split() == ["NAME", "OWNER", "SIZE", "CREATED", "LAST", "PROFILE", "CLAIM"]
+    assert lines[1].split()[:3] == ["kept", "ada", "10Gi"]
+    assert lines[2].split()[:3] == ["old-l4", "grace", "10Gi"]
+    assert lines[2].split()[-2:] == ["nvidia-l4", "devbox-old-l4-home"]
+    assert render.shows_owners(volumes, models.WhoAmI(user="ada", mode="oidc")) is True
+
+
 def test_profiles_table_marks_default() -> None:
     assert render.profiles_table(make_catalog(), None).splitlines() == [
         "PROFILE              NAME              COUNT  RESOURCE                FREE  WAITING  "
