@@ -164,7 +164,9 @@ def ssh(box: dict[str, Any], key: Path, command: str) -> subprocess.CompletedPro
     A connection that fails before the session starts is tried again for a while:
     kube-proxy writes a new endpoint's forwarding rules shortly after the pod turns ready,
     as on any cluster, and until then a connection may reach nothing (refused, timed out)
-    or the box's previous pod as it shuts down (closed, broken pipe, reset)."""
+    or be dropped before its session starts (closed, broken pipe, reset). A session that
+    starts and is then cut is not tried again: since a start waits for the previous pod
+    to be gone, no pod of the box but the ready one can take it."""
     printed = shlex.split(box["ssh_command"])
     assert printed[0] == "ssh", printed
     options = [
