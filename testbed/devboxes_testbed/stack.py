@@ -35,6 +35,17 @@ NAMESPACE = "devboxes"
 AUTHORIZED_KEYS = "devbox-keys"  # the Secret boxes take their login keys from
 # testbed/nodes-up.yaml taints the AMD pool so that CPU boxes stay off it.
 AMD_TOLERATION = {"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+# A DRA profile for the L4s the real node's DRA plugin publishes (testbed/nodes-up.yaml).
+PRODUCT = "device.attributes['gpu.nvidia.com'].productName"
+L4_DRA_PROFILE: dict[str, Any] = {
+    "name": "nvidia-l4-dra",
+    "displayName": "NVIDIA L4 (DRA)",
+    "description": "One NVIDIA L4 (24 GB), allocated through Dynamic Resource Allocation",
+    "deviceClassName": "gpu.nvidia.com",
+    "selectors": [f"has({PRODUCT}) && {PRODUCT} == 'NVIDIA L4'"],
+    "count": 1,
+    "workspaceImage": "devboxes/workspace-cuda:12.8",
+}
 # The demo people's group whose members act on every box.
 ADMIN_GROUP = "gpu-admins"
 # Long enough for a working day on the stack without logging in again.
@@ -118,6 +129,7 @@ class Stack:
         for profile in settings["gpu"]["profiles"]:
             if profile.get("resourceName") == "amd.com/gpu":
                 profile["tolerations"] = [*profile.get("tolerations", []), AMD_TOLERATION]
+        settings["gpu"]["profiles"].append(L4_DRA_PROFILE)
         assert self.issuer is not None, "the issuer starts before the controller"
         assert self.hub is not None, "the hub's ports are chosen before the controller starts"
         settings["auth"] = {
