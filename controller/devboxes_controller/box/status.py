@@ -24,7 +24,7 @@ from devboxes_sdk.models import (
 
 from ..config.settings import GpuProfileConfig, ImageProfileConfig, Settings, SnapshotError
 from ..k8s.kube import Obj
-from ..k8s.timestamps import parse_timestamp
+from ..k8s.timestamps import format_timestamp, parse_timestamp
 from . import activity, ownership, render, template
 
 STOPPED = "Stopped; storage is kept. Start it to continue."
@@ -36,6 +36,14 @@ SCHEDULING_BLOCKED = "Scheduling blocked: {reason}"
 IN_LINE = "in line for a device; let through when one it fits is free and its turn comes"
 WAITING_FOR_POD = "Waiting for the pod to be created."
 WAITING_FOR_PREVIOUS_POD = "Waiting for the previous pod {pod} to shut down on {node}."
+PREVIOUS_POD_OVERDUE = (
+    "Waiting for the previous pod {pod} to shut down on {node}, which it should have done by "
+    "{deadline}: the node may be unreachable. The pod goes when the node reports back; if "
+    "the node is gone for good, an operator removes it with kubectl delete pod {pod} --force."
+)
+# How long past its deletion deadline a pod may take before its node is suspected: the
+# kubelet reports a pod gone a few seconds after its containers stop.
+OVERDUE_AFTER = timedelta(seconds=60)
 WAITING_FOR_CONTAINER = "Waiting for the container to start on {node}."
 WAITING_FOR_SSH = "Waiting for the SSH server to become ready."
 WAITING_FOR_ADDRESS = "Waiting for the SSH service to get an address."
@@ -257,13 +265,21 @@ def _summary(
     return SUMMARY_NO_ROOM
 
 
-def _starting_message(pod: Obj | None, pods: Sequence[Obj]) -> str:
+def _leaving_message(leaving: Obj, node: str, now: datetime) -> str:
+    name = leaving["metadata"]["name"]
+    deadline = _parse_time(leaving["metadata"]["deletionTimestamp"])
+    if deadline is not None and now > deadline + OVERDUE_AFTER:
+        return PREVIOUS_POD_OVERDUE.format(pod=name, node=node, deadline=format_timestamp(deadline))
+    return WAITING_FOR_PREVIOUS_POD.format(pod=name, node=node)
+
+
+def _starting_message(pod: Obj | None, pods: Sequence[Obj], now: datetime) -> str:
     if pod is None:
         # A start creates the new pod only once the last one is gone: they share the home.
         for leaving in pods:
             node = (leaving.get("spec") or {}).get("nodeName")
             if leaving["metadata"].get("deletionTimestamp") and node:
-                return WAITING_FOR_PREVIOUS_POD.format(pod=leaving["metadata"]["name"], node=node)
+                return _leaving_message(leaving, node, now)
         return WAITING_FOR_POD
     detail = scheduling_detail(pod)
     if detail is not None:
@@ -388,7 +404,7 @@ def derive(objects: BoxObjects, settings: Settings, now: datetime) -> Devbox:
     elif ready:
         state, message = DevboxState.STARTING, WAITING_FOR_ADDRESS
     else:
-        state, message = DevboxState.STARTING, _starting_message(pod, objects.pods)
+        state, message = DevboxState.STARTING, _starting_message(pod, objects.pods, now)
 
     running = replicas != 0 and pod is not None
     restarts = sum(

@@ -12,6 +12,7 @@ from devboxes_controller.box import render
 from devboxes_controller.box.activity import ANNOTATION_ACTIVITY
 from devboxes_controller.box.status import BoxObjects, derive
 from devboxes_controller.config.settings import Settings, settings_from_mapping
+from devboxes_controller.k8s.timestamps import format_timestamp
 
 from devboxes_sdk.models import DevboxState
 
@@ -403,7 +404,7 @@ def test_starting_says_what_it_waits_for(pods: list[Obj], message: str) -> None:
 
 def test_a_start_waits_for_the_previous_pod_to_shut_down_and_says_so() -> None:
     leaving = pod("devbox-atlas-old-a", ready=True, node="cpu-1")
-    leaving["metadata"]["deletionTimestamp"] = "2030-01-01T08:05:00Z"
+    leaving["metadata"]["deletionTimestamp"] = format_timestamp(NOW + timedelta(seconds=20))
     box = derive(
         BoxObjects(deployment=deployment(), pods=[leaving], service=node_port_service()),
         SETTINGS,
@@ -412,6 +413,24 @@ def test_a_start_waits_for_the_previous_pod_to_shut_down_and_says_so() -> None:
     assert box.state is DevboxState.STARTING
     assert box.message == "Waiting for the previous pod devbox-atlas-old-a to shut down on cpu-1."
     assert box.ssh_command is None
+
+
+def test_a_previous_pod_long_past_its_deadline_is_blamed_on_its_node() -> None:
+    leaving = pod("devbox-atlas-old-a", ready=True, node="cpu-1")
+    deadline = NOW - timedelta(seconds=61)
+    leaving["metadata"]["deletionTimestamp"] = format_timestamp(deadline)
+    box = derive(BoxObjects(deployment=deployment(), pods=[leaving]), SETTINGS, NOW)
+    assert box.state is DevboxState.STARTING
+    assert box.message == (
+        "Waiting for the previous pod devbox-atlas-old-a to shut down on cpu-1, which it "
+        f"should have done by {format_timestamp(deadline)}: the node may be unreachable. "
+        "The pod goes when the node reports back; if the node is gone for good, an operator "
+        "removes it with kubectl delete pod devbox-atlas-old-a --force."
+    )
+    leaving["metadata"]["deletionTimestamp"] = format_timestamp(NOW - timedelta(seconds=59))
+    again = derive(BoxObjects(deployment=deployment(), pods=[leaving]), SETTINGS, NOW)
+    assert again.message.startswith("Waiting for the previous pod devbox-atlas-old-a to shut")
+    assert again.message.endswith("on cpu-1.")
 
 
 def test_the_newest_live_pod_speaks_for_the_box() -> None:
