@@ -9,6 +9,9 @@ reports:
   with the boxes running;
 - per box: create → ready as the API reports it, and what the box's pod holds in its
   memory cgroup once ready;
+- ``--restarts`` times, one box stopped and started again at once: start → ready, and the
+  most pods of the box whose main container ran at the same moment (1: a start waits for
+  the previous pod to be gone);
 - how long stopping the testbed took, and what it left behind (nothing, or a list).
 
     PYTHONPATH=testbed .venv/bin/python bench/realnode_bench.py --results
@@ -78,6 +81,33 @@ def pod_memory_mib(bed: Testbed, pod_uid: str) -> float:
     return float("nan")
 
 
+def running_main_containers(core: client.CoreV1Api, name: str) -> int:
+    """How many pods of the box have their main container running."""
+    pods = core.list_namespaced_pod(NAMESPACE, label_selector=f"devboxes.io/box={name}").items
+    return sum(
+        1
+        for pod in pods
+        for status in pod.status.container_statuses or []
+        if status.name == "devbox" and status.state.running is not None
+    )
+
+
+def restart(api: Api, core: client.CoreV1Api, name: str) -> tuple[float, int]:
+    """Stop the box and start it again at once: seconds from the start to ready, and the
+    most pods of the box with a running main container seen at once meanwhile."""
+    assert api.request("POST", f"/devboxes/{name}/stop").status_code == 200
+    began = time.monotonic()
+    assert api.request("POST", f"/devboxes/{name}/start").status_code == 200
+    most = 0
+    while True:
+        most = max(most, running_main_containers(core, name))
+        box = api.request("GET", f"/devboxes/{name}").json()
+        if box["state"] == "ready":
+            return time.monotonic() - began, max(most, running_main_containers(core, name))
+        assert time.monotonic() - began < 180, box
+        time.sleep(0.1)
+
+
 def show(memory: dict[str, float]) -> str:
     return ", ".join(f"{name} {mib:.0f}" for name, mib in memory.items())
 
@@ -85,6 +115,9 @@ def show(memory: dict[str, float]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--boxes", type=int, default=8, help="CPU boxes to run at once")
+    parser.add_argument(
+        "--restarts", type=int, default=5, help="times one box is stopped and started again"
+    )
     record.add_arguments(parser)
     args = parser.parse_args()
     why = realnode.can_run()
@@ -134,6 +167,13 @@ def main() -> int:
                   f"p50 {statistics.median(pods):.1f} / max {max(pods):.1f}")  # fmt: skip
             print(f"node processes, {args.boxes} boxes running (MiB RSS): {show(busy)}; "
                   f"total {sum(busy.values()):.0f}")  # fmt: skip
+            restarts = [restart(api, core, "bench-0") for _ in range(args.restarts)]
+            if restarts:
+                seconds = [r[0] for r in restarts]
+                most = max(r[1] for r in restarts)
+                print(f"stop then start at once → ready, {args.restarts} times (s): "
+                      f"p50 {statistics.median(seconds):.2f} / max {max(seconds):.2f}; "
+                      f"most pods of the box running at once: {most}")  # fmt: skip
             controller.stop()
         finally:
             index, state = node.index, node.state_dir

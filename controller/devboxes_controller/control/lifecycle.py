@@ -55,6 +55,7 @@ class Lifecycle:
         self._resource = client.ResourceV1Api(api)
         self._events = ThreadPoolExecutor(max_workers=1, thread_name_prefix="k8s-events")
         self._limits_lock = threading.Lock()
+        self._holdings = limits.Holdings()
 
     def stop(self) -> None:
         self._events.shutdown(wait=False)
@@ -132,11 +133,9 @@ class Lifecycle:
             ask = limits.Ask(asker, new_box=True, device=_device(spec), count=_count(spec))
             existing = self.store.deployment(spec.name)
             if existing is None:
-                limits.check_quota(self.settings.limits, ask, self._holdings())
+                holdings = self._holdings.of(self.store.deployments())
+                limits.check_quota(self.settings.limits, ask, holdings)
             return self._create(spec, request, key, asker)
-
-    def _holdings(self) -> list[limits.Holding]:
-        return [limits.holding(deployment) for deployment in self.store.deployments()]
 
     def _create(
         self,
@@ -484,8 +483,9 @@ class Lifecycle:
         groups: dict[str, str] = {}
         if asker is not None and stopped and spec.owner == asker.person:
             ask = limits.Ask(asker, new_box=False, device=_device(spec), count=_count(spec))
-            others = [d for d in self.store.deployments() if d is not deployment]
-            limits.check_quota(self.settings.limits, ask, [limits.holding(d) for d in others])
+            box = deployment["metadata"]["name"]
+            others = self._holdings.of(self.store.deployments(), leaving_out=box)
+            limits.check_quota(self.settings.limits, ask, others)
             groups[ownership.ANNOTATION_OWNER_GROUPS] = _groups_record(self.settings, asker)
         if stopped:
             # The release's changes go in before the pod exists, so it starts with them.

@@ -12,7 +12,7 @@ Pure: the holdings are read from the box caches by the caller. What counts:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +28,36 @@ class Holding:
     running: bool
     device: str | None
     count: int
+
+
+class Holdings:
+    """What every box holds, each Deployment read once per resourceVersion: a create or a
+    start under limits asks for all of them, and at 10,000 boxes reading every record
+    again took tens of milliseconds under the limits lock. Not thread-safe: callers hold
+    that lock."""
+
+    def __init__(self) -> None:
+        self._read: dict[Any, tuple[Any, Holding]] = {}
+
+    def of(
+        self, deployments: Sequence[Mapping[str, Any]], leaving_out: str | None = None
+    ) -> list[Holding]:
+        """The holdings of ``deployments`` but the one named ``leaving_out``; records of
+        Deployments no longer among them are forgotten."""
+        read = self._read
+        found: list[Holding] = []
+        for deployment in deployments:
+            metadata = deployment.get("metadata") or {}
+            name, version = metadata.get("name"), metadata.get("resourceVersion")
+            kept = read.get(name)
+            if kept is None or kept[0] != version:
+                kept = read[name] = (version, holding(deployment))
+            if name != leaving_out:
+                found.append(kept[1])
+        if len(read) > len(deployments):
+            present = {(d.get("metadata") or {}).get("name") for d in deployments}
+            self._read = {name: kept for name, kept in read.items() if name in present}
+        return found
 
 
 @dataclass(frozen=True)

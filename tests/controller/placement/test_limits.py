@@ -210,3 +210,39 @@ def test_a_damaged_groups_record_counts_towards_no_group() -> None:
         True,
         0,
     )
+
+
+def _recorded(name: str, version: str, count: int) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "resourceVersion": version,
+            "annotations": {
+                render.ANNOTATION_GPU_RESOURCE: "nvidia.com/gpu",
+                render.ANNOTATION_GPU_COUNT: str(count),
+            },
+        },
+        "spec": {"replicas": 1},
+    }
+
+
+def test_holdings_read_each_record_once_per_resource_version() -> None:
+    holdings = limits.Holdings()
+    assert [h.count for h in holdings.of([_recorded("a", "1", 1), _recorded("b", "1", 2)])] == [
+        1,
+        2,
+    ]
+    # The same version is not read again: what it held stands.
+    assert [h.count for h in holdings.of([_recorded("a", "1", 9), _recorded("b", "2", 3)])] == [
+        1,
+        3,
+    ]
+    assert [h.count for h in holdings.of([_recorded("a", "1", 9)], leaving_out="a")] == []
+
+
+def test_holdings_forget_boxes_that_are_gone() -> None:
+    holdings = limits.Holdings()
+    holdings.of([_recorded("a", "1", 1)])
+    holdings.of([])
+    # Deleted and created again with a version that happens to repeat: read afresh.
+    assert [h.count for h in holdings.of([_recorded("a", "1", 4)])] == [4]
