@@ -94,7 +94,10 @@ def relative_time(moment: datetime, now: datetime) -> str:
     return f"{duration(-seconds)} ago"
 
 
-def box_row(box: Devbox, now: datetime) -> tuple[str, ...]:
+Row = tuple[str, ...]
+
+
+def box_row(box: Devbox, now: datetime) -> Row:
     return (
         box.name,
         box.state.value,
@@ -112,15 +115,24 @@ def shows_owners(items: Iterable[Devbox | Volume], me: WhoAmI) -> bool:
     return any(item.owner != me.user for item in items)
 
 
+def owner_column(
+    headers: Row, rows: Sequence[Row], items: Sequence[Devbox | Volume]
+) -> tuple[Row, list[Row]]:
+    """The table with an OWNER column after the first: each row's item's owner."""
+    return (
+        (headers[0], "OWNER", *headers[1:]),
+        [(row[0], item.owner, *row[1:]) for row, item in zip(rows, items, strict=True)],
+    )
+
+
 def boxes_table(boxes: Sequence[Devbox], now: datetime, *, owners: bool = False) -> str:
     """The list of boxes; an OWNER column after the name when ``owners``, and a REASON
     column (each box's summary) when any box is starting or degraded, the states that
     have one."""
-    headers: tuple[str, ...] = BOX_HEADERS
+    headers: Row = BOX_HEADERS
     rows = [box_row(box, now) for box in boxes]
     if owners:
-        headers = (headers[0], "OWNER", *headers[1:])
-        rows = [(row[0], box.owner, *row[1:]) for row, box in zip(rows, boxes, strict=True)]
+        headers, rows = owner_column(headers, rows, boxes)
     if any(box.summary for box in boxes):
         headers = (*headers, "REASON")
         rows = [(*row, box.summary or EMPTY) for row, box in zip(rows, boxes, strict=True)]
@@ -207,8 +219,8 @@ def doctor_text(report: DoctorReport) -> str:
 
 def volumes_table(volumes: Sequence[Volume], now: datetime, *, owners: bool = False) -> str:
     """The retained home volumes; an OWNER column after the name when ``owners``."""
-    headers: tuple[str, ...] = VOLUME_HEADERS
-    rows: list[tuple[str, ...]] = [
+    headers: Row = VOLUME_HEADERS
+    rows: list[Row] = [
         (
             volume.name,
             volume.size or EMPTY,
@@ -219,8 +231,7 @@ def volumes_table(volumes: Sequence[Volume], now: datetime, *, owners: bool = Fa
         for volume in volumes
     ]
     if owners:
-        headers = (headers[0], "OWNER", *headers[1:])
-        rows = [(row[0], v.owner, *row[1:]) for row, v in zip(rows, volumes, strict=True)]
+        headers, rows = owner_column(headers, rows, volumes)
     return table(headers, rows)
 
 
