@@ -462,7 +462,7 @@ def test_logout_on_one_replica_ends_the_session_on_every_replica_and_after_a_res
         return response.status_code == 401
 
     assert replayed.get(f"{first.url}/api/v1/whoami", timeout=10).status_code == 401
-    wait_for(refused_on_second, timeout=10, interval=0.05)
+    wait_for(refused_on_second, timeout=60, interval=0.05)
     created = create_as_page(replayed, second, csrf, box_name())
     assert created.status_code == 401, created.text
     assert client.AppsV1Api(kube).list_namespaced_deployment(namespace).items == []

@@ -243,7 +243,7 @@ def test_a_replica_whose_caches_cannot_sync_never_leads(
     )
     blind = start_fault_controller(kubeconfig, until="/health")
     # Its pods watch is refused, so it never becomes ready...
-    wait_for(lambda: "pods" in requests.get(f"{blind.url}/ready", timeout=10).text, timeout=30)
+    wait_for(lambda: "pods" in requests.get(f"{blind.url}/ready", timeout=10).text, timeout=60)
     coordination = client.CoordinationV1Api(fault_kube)
 
     def holder() -> str | None:
@@ -260,5 +260,5 @@ def test_a_replica_whose_caches_cannot_sync_never_leads(
         time.sleep(0.25)
     # A healthy replica beside it takes the Lease at once.
     healthy = start_fault_controller()
-    wait_for(lambda: holder() == healthy.identity, timeout=30)
+    wait_for(lambda: holder() == healthy.identity, timeout=60)
     assert holder() != blind.identity

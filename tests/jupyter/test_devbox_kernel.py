@@ -178,7 +178,7 @@ def test_kernel_runs_in_the_box_interrupts_restarts_and_shuts_down(
             watch = setup.lab.api("GET", "devboxes/api/watch?timeout=0")
             return kernel_id not in [item["kernel_id"] for item in watch["kernels"]]
 
-        wait_for(forgotten, timeout=30)
+        wait_for(forgotten, timeout=60)
 
 
 def test_the_cpu_kernel_uses_the_box_whatever_its_environment_and_names_it(

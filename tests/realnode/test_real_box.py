@@ -187,7 +187,7 @@ def ssh(box: dict[str, Any], key: Path, command: str) -> subprocess.CompletedPro
         unreachable = any(sign in result.stderr for sign in NOT_YET_SWITCHED)
         return None if result.returncode == 255 and unreachable else result
 
-    return wait_for(attempt, timeout=20)
+    return wait_for(attempt, timeout=60)
 
 
 def test_a_box_runs_answers_ssh_and_keeps_its_home_across_stop_and_start(
@@ -581,7 +581,7 @@ def test_an_idle_box_is_stopped_and_one_whose_gpu_is_busy_is_not(
                 f"--field-selector={selector}",
             ).strip()
 
-        wait_for(recorded, timeout=30)
+        wait_for(recorded, timeout=60)
 
         # The GPU box's agent has reported (its reports reach the controller) and, with
         # its GPU busy, it is active and running, well past its window.

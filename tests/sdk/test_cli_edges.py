@@ -132,7 +132,7 @@ def controller_url() -> Iterator[Callable[[datetime], str]]:
         thread = threading.Thread(target=server.run, daemon=True)
         thread.start()
         servers.append((server, thread))
-        wait_for(lambda: server.started, timeout=20, interval=0.05)
+        wait_for(lambda: server.started, timeout=60, interval=0.05)
         port = server.servers[0].sockets[0].getsockname()[1]
         return f"http://127.0.0.1:{port}"
 

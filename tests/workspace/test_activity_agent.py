@@ -96,7 +96,7 @@ class Box:
         """Runs the sampler until its first sample is written; that sample."""
         with self.sampler():
             path = self.samples / "sample.0"
-            wait_for(path.exists, timeout=30)
+            wait_for(path.exists, timeout=60)
             return path.read_text()
 
     def utilization(self, within: float = 30) -> float | None:
@@ -124,9 +124,9 @@ def test_the_busiest_gpu_of_the_samples_within_the_report_window(gpu_box: Box) -
         return None
 
     with gpu_box.sampler():
-        wait_for((gpu_box.samples / "sample.0").exists, timeout=30)
+        wait_for((gpu_box.samples / "sample.0").exists, timeout=60)
         gpu_box.tool("nvidia-smi", "2\n1\n")
-        quiet = wait_for(quiet_sample, timeout=30)
+        quiet = wait_for(quiet_sample, timeout=60)
     after = int(time.time())
     header, _, output = (gpu_box.samples / "sample.0").read_text().partition("\n")
     assert header.split()[1] == "nvidia-smi"
@@ -282,16 +282,16 @@ def test_real_ssh_sessions_are_counted_while_they_last(tmp_path: Path) -> None:
         assert agent.ssh_sessions(port) == 0, "a listening sshd is no session"
         sessions = [ssh_session(key, port)]
         try:
-            wait_for(lambda: agent.ssh_sessions(port) == 1, timeout=30)
+            wait_for(lambda: agent.ssh_sessions(port) == 1, timeout=60)
             sessions.append(ssh_session(key, port))
-            wait_for(lambda: agent.ssh_sessions(port) == 2, timeout=30)
+            wait_for(lambda: agent.ssh_sessions(port) == 2, timeout=60)
             # Other ports' connections are not sessions of this box.
             assert agent.ssh_sessions(free_port()) == 0
         finally:
             for session in sessions:
                 session.terminate()
                 session.wait(10)
-        wait_for(lambda: agent.ssh_sessions(port) == 0, timeout=30)
+        wait_for(lambda: agent.ssh_sessions(port) == 0, timeout=60)
 
 
 # --- busy Jupyter kernels ----------------------------------------------------------------
@@ -463,12 +463,12 @@ def test_one_report_carries_sessions_and_gpu_samples(gpu_box: Box, tmp_path: Pat
         with loopback_sshd(tmp_path / "sshd", port, key.with_suffix(".pub")):
             session = ssh_session(key, port)
             try:
-                wait_for(lambda: agent.ssh_sessions(port) == 1, timeout=30)
+                wait_for(lambda: agent.ssh_sessions(port) == 1, timeout=60)
                 assert run_once() == {"ssh_sessions": 1, "busy_kernels": 0, "gpu_utilization": 37.0}
             finally:
                 session.terminate()
                 session.wait(10)
-            wait_for(lambda: agent.ssh_sessions(port) == 0, timeout=30)
+            wait_for(lambda: agent.ssh_sessions(port) == 0, timeout=60)
             # A rotated credential is read at the next report.
             credential.write_text("second-credential\n")
             for sample in gpu_box.samples.iterdir():

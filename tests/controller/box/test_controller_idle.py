@@ -187,7 +187,7 @@ def test_idle_boxes_stop_busy_and_silent_ones_keep_running(
     quiet = wait_for(stopped("quiet"), timeout=120)
     assert quiet["message"] == f"Stopped after {WINDOW_MINUTES:g} min idle; start to continue."
     assert quiet["activity"] is None
-    assert wait_for(lambda: event_messages(kube, namespace, "quiet", "IdleStopped"), timeout=15)
+    assert wait_for(lambda: event_messages(kube, namespace, "quiet", "IdleStopped"), timeout=60)
     # Like any stop, an idle stop frees the box's node port and keeps it for its next start.
     services = client.CoreV1Api(kube).list_namespaced_service(namespace).items
     assert "devbox-quiet-ssh" not in [s.metadata.name for s in services]
@@ -247,7 +247,7 @@ def test_only_the_boxs_own_credential_may_report(
 
     accepted = report(process, "theirs", theirs, {"ssh_sessions": 2, "busy_kernels": 0})
     assert accepted.status_code == 204, accepted.text
-    assert wait_for(lambda: box(process, "theirs")["activity"]["state"] == "active", timeout=15)
+    assert wait_for(lambda: box(process, "theirs")["activity"]["state"] == "active", timeout=60)
 
     # Not part of the public API: the operator's OpenAPI document does not list it.
     openapi = requests.get(f"{process.url}/openapi.json", headers=process.headers(), timeout=30)
@@ -290,7 +290,7 @@ def test_a_rotated_key_reaches_running_boxes_without_a_restart(
             return current if current != old else None
 
         new = wait_for(renewed, timeout=60)
-        assert wait_for(lambda: key_noted() not in (None, first_key), timeout=30)
+        assert wait_for(lambda: key_noted() not in (None, first_key), timeout=60)
         after = apps.read_namespaced_deployment("devbox-rotor", namespace)
         assert after.metadata.uid == before.metadata.uid
         # The same pod template, so the same ReplicaSet and pod: no restart. (The

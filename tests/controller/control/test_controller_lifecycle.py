@@ -307,7 +307,7 @@ def test_retained_claim_is_reused_and_grown_never_shrunk(
 ) -> None:
     api = Api(start_controller())
     api.created("keep", preset="small")
-    wait_for(lambda: claim_size(kube, namespace, "keep") == "20Gi", timeout=30)
+    wait_for(lambda: claim_size(kube, namespace, "keep") == "20Gi", timeout=60)
 
     kept = api.delete("keep")
     assert kept.status_code == 200, kept.text
@@ -317,7 +317,7 @@ def test_retained_claim_is_reused_and_grown_never_shrunk(
 
     api.created("keep", preset="medium")
     assert claim_size(kube, namespace, "keep") == "30Gi"
-    assert wait_for(lambda: api.box("keep")["storage_size"] == "30Gi", timeout=30)
+    assert wait_for(lambda: api.box("keep")["storage_size"] == "30Gi", timeout=60)
     api.delete("keep")
 
     api.created("keep", preset="small")
@@ -366,5 +366,5 @@ def test_create_right_after_a_purge_says_the_old_volume_is_still_going(
         """the create goes through once the old claim is gone"""
         return api.create({"name": "again"}).status_code == 201
 
-    wait_for(recreated, timeout=30)
+    wait_for(recreated, timeout=60)
     assert api.delete("again", purge=True).status_code == 200

@@ -109,7 +109,7 @@ def test_ttl_expiry_stops_the_box_and_records_an_event(
         current = box(process, "brief")
         return current if current["state"] == "stopped" else None
 
-    stopped_box = wait_for(stopped, timeout=30)
+    stopped_box = wait_for(stopped, timeout=60)
     assert "time to live" in stopped_box["message"]
     assert replicas(kube, namespace, "brief") == 0
     annotations = (
@@ -125,7 +125,7 @@ def test_ttl_expiry_stops_the_box_and_records_an_event(
         namespace,
     )
 
-    expired = wait_for(lambda: events(kube, namespace, "brief", "Expired"), timeout=15)
+    expired = wait_for(lambda: events(kube, namespace, "brief", "Expired"), timeout=60)
     assert expired[0].source.component == render.MANAGER
 
     # Starting again renews the deadline; the reconciler leaves the box running.
@@ -151,9 +151,9 @@ def test_deleted_service_is_recreated(
 
     wait_for(
         lambda: exists(core.read_namespaced_service, "devbox-lost-service-ssh", namespace),
-        timeout=20,
+        timeout=60,
     )
-    assert wait_for(lambda: events(kube, namespace, "lost-service", "Repaired"), timeout=15)
+    assert wait_for(lambda: events(kube, namespace, "lost-service", "Repaired"), timeout=60)
     ready = api_call(
         process, "GET", "/devboxes/lost-service", params={"wait": "ready", "timeout": 60}
     )
@@ -178,7 +178,7 @@ def test_create_interrupted_after_the_deployment_is_completed(
             core.read_namespaced_persistent_volume_claim, "devbox-half-home", namespace
         ) and exists(core.read_namespaced_service, "devbox-half-ssh", namespace)
 
-    wait_for(completed, timeout=20)
+    wait_for(completed, timeout=60)
     ready = api_call(process, "GET", "/devboxes/half", params={"wait": "ready", "timeout": 60})
     assert ready["state"] == "ready", ready
     assert ready["gpu"]["profile"] == MIG
@@ -189,7 +189,7 @@ def test_create_interrupted_after_the_deployment_is_completed(
         messages = " ".join(e.message for e in events(kube, namespace, "half", "Repaired"))
         return messages if "PersistentVolumeClaim" in messages and "Service" in messages else ""
 
-    messages = wait_for(repaired, timeout=15)
+    messages = wait_for(repaired, timeout=60)
     # One event per repair: a pass that runs before the cache has seen the objects the
     # pass before created finds them on the apiserver and records nothing.
     assert messages.count("PersistentVolumeClaim") == messages.count("Service") == 1, messages
@@ -234,7 +234,7 @@ def test_only_the_leader_expires_boxes_and_a_survivor_takes_over(
     by_identity = {first.identity: first, second.identity: second}
     holder = wait_for(
         lambda: lease_holder(kube, namespace) in by_identity and lease_holder(kube, namespace),
-        timeout=20,
+        timeout=60,
     )
     leader = by_identity[holder]
     follower = second if leader is first else first
@@ -243,17 +243,17 @@ def test_only_the_leader_expires_boxes_and_a_survivor_takes_over(
     api_call(follower, "POST", "/devboxes", json={"name": "first-expiry"})
     wait_for(lambda: box(leader, "first-expiry")["state"] == "ready", timeout=60)
     expire_now(kube, namespace, "first-expiry")
-    wait_for(lambda: box(follower, "first-expiry")["state"] == "stopped", timeout=30)
-    assert wait_for(lambda: expired_in_log(leader, "first-expiry"), timeout=10)
+    wait_for(lambda: box(follower, "first-expiry")["state"] == "stopped", timeout=60)
+    assert wait_for(lambda: expired_in_log(leader, "first-expiry"), timeout=60)
     assert not expired_in_log(follower, "first-expiry")
     assert len(wait_for(lambda: events(kube, namespace, "first-expiry", "Expired"))) == 1
 
     # The leader dies without handing the Lease back; the survivor takes it when it lapses.
     leader.stop(kill=True)
-    wait_for(lambda: lease_holder(kube, namespace) == follower.identity, timeout=30)
+    wait_for(lambda: lease_holder(kube, namespace) == follower.identity, timeout=60)
     api_call(follower, "POST", "/devboxes", json={"name": "second-expiry"})
     wait_for(lambda: box(follower, "second-expiry")["state"] == "ready", timeout=60)
     expire_now(kube, namespace, "second-expiry")
-    wait_for(lambda: box(follower, "second-expiry")["state"] == "stopped", timeout=30)
-    assert wait_for(lambda: expired_in_log(follower, "second-expiry"), timeout=10)
+    wait_for(lambda: box(follower, "second-expiry")["state"] == "stopped", timeout=60)
+    assert wait_for(lambda: expired_in_log(follower, "second-expiry"), timeout=60)
     assert wait_for(lambda: events(kube, namespace, "second-expiry", "Expired"))

@@ -71,7 +71,7 @@ def test_a_new_sidecar_reaches_stopped_boxes_at_once_and_running_ones_on_restart
         template = pod_template(kube, namespace, "parked")
         return template if "agent" in containers(template["spec"]) else None
 
-    template = wait_for(parked_rebuilt, timeout=30)
+    template = wait_for(parked_rebuilt, timeout=60)
     agent = containers(template["spec"])["agent"]
     assert agent["image"] == "devboxes/workspace:0.1.0", "sidecars run the release image"
     assert agent.get("resources", {}) == {}, "a sidecar never gets the GPU"
@@ -84,7 +84,7 @@ def test_a_new_sidecar_reaches_stopped_boxes_at_once_and_running_ones_on_restart
     assert template["spec"]["tolerations"] == before["parked"]["spec"]["tolerations"]
     assert any(
         "sidecar agent added" in m
-        for m in wait_for(lambda: event_messages(kube, namespace, "parked", "Rebuilt"), timeout=15)
+        for m in wait_for(lambda: event_messages(kube, namespace, "parked", "Rebuilt"), timeout=60)
     )
     assert call(second, "GET", "/devboxes/parked")["restart_required"] is False
 
@@ -100,7 +100,7 @@ def test_a_new_sidecar_reaches_stopped_boxes_at_once_and_running_ones_on_restart
     busy = ready(second, "busy")
     assert busy["restart_required"] is False
     assert busy["restart_reason"] is None
-    pod = wait_for(lambda: live_pod(kube, namespace, "busy"), timeout=30)
+    pod = wait_for(lambda: live_pod(kube, namespace, "busy"), timeout=60)
     assert set(containers(pod["spec"])) == {"devbox", "agent"}
     main = containers(pod["spec"])["devbox"]
     assert main["image"] == "devboxes/workspace-rocm:6.4"
@@ -111,7 +111,7 @@ def test_a_new_sidecar_reaches_stopped_boxes_at_once_and_running_ones_on_restart
     call(second, "POST", "/devboxes/parked/start")
     parked = ready(second, "parked")
     assert parked["gpu"]["profile"] == MIG
-    pod = wait_for(lambda: live_pod(kube, namespace, "parked"), timeout=30)
+    pod = wait_for(lambda: live_pod(kube, namespace, "parked"), timeout=60)
     assert set(containers(pod["spec"])) == {"devbox", "agent"}
     assert containers(pod["spec"])["devbox"]["resources"]["limits"]["nvidia.com/mig-1g.10gb"] == "1"
     for name in ("parked", "busy"):

@@ -54,7 +54,7 @@ def test_stop_frees_the_service_and_start_brings_it_back_on_the_same_port(
     # The running box's missing Service is repaired; the pass that repairs it passes
     # over the stopped box too and leaves it without one.
     client.CoreV1Api(kube).delete_namespaced_service(render.object_names("busy").service, namespace)
-    wait_for(lambda: event_messages(kube, namespace, "busy", "Repaired"), timeout=30)
+    wait_for(lambda: event_messages(kube, namespace, "busy", "Repaired"), timeout=60)
     assert node_port(kube, namespace, "busy") is not None
     assert api.wait_ready("busy")["state"] == "ready"
     assert node_port(kube, namespace, "parked") is None
@@ -129,7 +129,7 @@ def test_a_stopped_box_that_kept_its_service_gives_it_back(
     port = int(core.create_namespaced_service(namespace, service).spec.ports[0].node_port)
 
     api = Api(start_controller())
-    wait_for(lambda: node_port(kube, namespace, "older") is None, timeout=30)
+    wait_for(lambda: node_port(kube, namespace, "older") is None, timeout=60)
     assert recorded_port(kube, namespace, "older") == str(port)
     assert wait_for(lambda: event_messages(kube, namespace, "older", "ServiceRemoved")) == [
         f"Removed the SSH Service of the stopped box; node port {port} is kept for its next start"

@@ -243,7 +243,7 @@ def test_a_new_leader_lifts_the_gates_in_the_same_order(
     if lease_holder(kube, namespace) == leader.identity:
         # Nobody led while the gates were read: the device stayed free and all waited.
         assert waited
-    wait_for(lambda: lease_holder(kube, namespace) == follower.identity, timeout=30)
+    wait_for(lambda: lease_holder(kube, namespace) == follower.identity, timeout=60)
     # The new leader knows the line only from the cluster, and goes on with it.
     wait_for(lambda: boxes.bound("bob-1"))
     assert boxes.gated("cat-1")

@@ -95,7 +95,7 @@ def serve() -> Iterator[Serve]:
         thread = threading.Thread(target=server.run, daemon=True)
         thread.start()
         servers.append((server, thread))
-        wait_for(lambda: server.started, timeout=20, interval=0.05)
+        wait_for(lambda: server.started, timeout=60, interval=0.05)
         port: int = server.servers[0].sockets[0].getsockname()[1]
         return port
 

@@ -111,7 +111,7 @@ def test_the_cache_answers_again_without_the_hub_until_it_expires(hub: Hub) -> N
     assert run(scenario) == [bob, bob, bob]
     # The hub's own log agrees: two questions about bob, not three. It logs a request
     # after answering it, so the last line may come a moment later.
-    wait_for(lambda: asked(hub, "bob") - before >= 2, timeout=10)
+    wait_for(lambda: asked(hub, "bob") - before >= 2, timeout=60)
     assert asked(hub, "bob") - before == 2
 
 
@@ -129,7 +129,7 @@ def test_requests_with_one_token_at_once_ask_the_hub_once(hub: Hub) -> None:
             await checker.aclose()
 
     assert run(scenario) == [Identity("olivia", "hub", ("gpu-admins",))] * 10
-    wait_for(lambda: asked(hub, "olivia") - before >= 1, timeout=10)
+    wait_for(lambda: asked(hub, "olivia") - before >= 1, timeout=60)
     assert asked(hub, "olivia") - before == 1
 
 
