@@ -29,6 +29,8 @@ from . import activity, ownership, render, template
 
 STOPPED = "Stopped; storage is kept. Start it to continue."
 EXPIRED = "Stopped when its time to live ran out at {at}; storage is kept."
+# A stopped box's pod keeps its devices and home until it has shut down.
+STOPPED_POD_LEAVING = "{stopped} Its pod {pod} is still shutting down on {node}."
 READY = "Ready for SSH."
 SCHEDULING_BLOCKED = "Scheduling blocked: {reason}"
 # Why a box pod behind the line's scheduling gate is not placed: the scheduler's own words
@@ -273,14 +275,31 @@ def _leaving_message(leaving: Obj, node: str, now: datetime) -> str:
     return WAITING_FOR_PREVIOUS_POD.format(pod=name, node=node)
 
 
+def _leaving_pod(pods: Sequence[Obj]) -> tuple[Obj, str] | None:
+    """A pod of the box that is shutting down on a node, with that node."""
+    for leaving in pods:
+        node = (leaving.get("spec") or {}).get("nodeName")
+        if leaving["metadata"].get("deletionTimestamp") and node:
+            return leaving, node
+    return None
+
+
+def _stopped_message(deployment: Obj, pods: Sequence[Obj]) -> str:
+    expired_at = _annotations(deployment).get(render.ANNOTATION_EXPIRED_AT)
+    stopped = activity.stopped_message(deployment) or (
+        EXPIRED.format(at=expired_at) if expired_at else STOPPED
+    )
+    if (found := _leaving_pod(pods)) is None:
+        return stopped
+    leaving, node = found
+    return STOPPED_POD_LEAVING.format(stopped=stopped, pod=leaving["metadata"]["name"], node=node)
+
+
 def _starting_message(pod: Obj | None, pods: Sequence[Obj], now: datetime) -> str:
     if pod is None:
         # A start creates the new pod only once the last one is gone: they share the home.
-        for leaving in pods:
-            node = (leaving.get("spec") or {}).get("nodeName")
-            if leaving["metadata"].get("deletionTimestamp") and node:
-                return _leaving_message(leaving, node, now)
-        return WAITING_FOR_POD
+        found = _leaving_pod(pods)
+        return WAITING_FOR_POD if found is None else _leaving_message(*found, now)
     detail = scheduling_detail(pod)
     if detail is not None:
         return SCHEDULING_BLOCKED.format(reason=detail)
@@ -389,12 +408,7 @@ def derive(objects: BoxObjects, settings: Settings, now: datetime) -> Devbox:
         broken_snapshot = broken_snapshot or IMAGE_SNAPSHOT_UNREADABLE.format(error=err)
 
     if replicas == 0:
-        expired_at = annotations.get(render.ANNOTATION_EXPIRED_AT)
-        state, message = (
-            DevboxState.STOPPED,
-            activity.stopped_message(deployment)
-            or (EXPIRED.format(at=expired_at) if expired_at else STOPPED),
-        )
+        state, message = DevboxState.STOPPED, _stopped_message(deployment, objects.pods)
     elif broken_snapshot is not None:
         state, message = DevboxState.DEGRADED, broken_snapshot
     elif ready and host:

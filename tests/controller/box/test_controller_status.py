@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from devboxes_controller.box import render
-from devboxes_controller.box.activity import ANNOTATION_ACTIVITY
+from devboxes_controller.box.activity import ANNOTATION_ACTIVITY, ANNOTATION_IDLE_STOPPED
 from devboxes_controller.box.status import BoxObjects, derive
 from devboxes_controller.config.settings import Settings, settings_from_mapping
 from devboxes_controller.k8s.timestamps import format_timestamp
@@ -202,6 +202,22 @@ def test_a_box_stopped_by_its_ttl_says_when() -> None:
     assert box.message == (
         "Stopped when its time to live ran out at 2030-01-01T12:00:00Z; storage is kept."
     )
+
+
+def test_a_stopped_box_whose_pod_is_shutting_down_says_so() -> None:
+    leaving = pod("devbox-atlas-old-a", ready=True, node="gpu-2")
+    leaving["metadata"]["deletionTimestamp"] = format_timestamp(NOW + timedelta(seconds=30))
+    objects = BoxObjects(
+        deployment=deployment(replicas=0, annotations={ANNOTATION_IDLE_STOPPED: "60"}),
+        pods=[leaving],
+    )
+    box = derive(objects, SETTINGS, NOW)
+    assert box.state is DevboxState.STOPPED
+    assert box.message == (
+        "Stopped after 60 min idle; start to continue. "
+        "Its pod devbox-atlas-old-a is still shutting down on gpu-2."
+    )
+    assert box.ssh_command is None
 
 
 # -- ready -----------------------------------------------------------------------------------
