@@ -248,6 +248,15 @@ CHROMIUM_ARGS = [
 ]
 
 
+def launch_chromium(playwright: Any) -> Any:
+    """Debian's Chromium, with assertions that wait as long as the controller and
+    Kubernetes may take on a loaded machine (Playwright's own default is 5 s)."""
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=60_000)
+    return playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+
+
 def service_account_kubeconfig(
     testbed: Any, kube: Any, namespace: str, account: str, path: Path
 ) -> Path:

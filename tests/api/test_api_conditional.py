@@ -40,7 +40,10 @@ def test_a_change_gives_the_list_and_the_box_new_tags(controller: Controller) ->
         assert name in {box["name"] for box in listed.json()["items"]}
         # Once ready, nothing about the box changes until it is stopped.
         ready = requests.get(
-            f"{api}/{name}", params={"wait": "ready", "timeout": "60"}, headers=headers, timeout=90
+            f"{api}/{name}",
+            params={"wait": "ready", "timeout": "120"},
+            headers=headers,
+            timeout=150,
         )
         assert ready.json()["state"] == "ready"
         box = requests.get(f"{api}/{name}", headers=headers, timeout=30)

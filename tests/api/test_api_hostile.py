@@ -167,7 +167,7 @@ def _exchange(address: tuple[str, int], source: str, request: bytes) -> bytes:
 def test_the_controller_process_applies_its_connection_settings(
     start_controller: StartController, namespace: str
 ) -> None:
-    limits = {"headerTimeoutSeconds": 1, "maxPerClient": 2, "maxTotal": 8}
+    limits = {"headerTimeoutSeconds": 10, "maxPerClient": 2, "maxTotal": 8}
     controller = start_controller({**example_settings(namespace), "connections": limits})
     address = ("127.0.0.1", controller.port)
     health = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"

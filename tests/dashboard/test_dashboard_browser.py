@@ -22,9 +22,9 @@ from devboxes_testbed.controller import Controller, example_settings
 from devboxes_testbed.issuer import CLI_CLIENT_ID, Issuer
 from support import (
     CHROMIUM,
-    CHROMIUM_ARGS,
     Api,
     StartController,
+    launch_chromium,
     wait_for,
     wait_until_no_pod_requests,
 )
@@ -65,7 +65,7 @@ def chromium() -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        browser = launch_chromium(playwright)
         try:
             yield browser
         finally:
@@ -632,7 +632,7 @@ def test_a_stale_list_is_marked_on_top_with_actions_off_until_the_controller_is_
         expect(stale).to_be_hidden()
 
         controller.stop()
-        expect(stale).to_be_visible(timeout=30_000)
+        expect(stale).to_be_visible()
         expect(stale).to_have_text(
             re.compile(
                 r"Controller unreachable\. The list below is (less than a minute|\d+ min) old; "

@@ -94,12 +94,12 @@ def test_helm_install_and_the_role_is_enough_for_the_lifecycle(
         headers = controller.headers()
 
         def call(method: str, url: str, **kwargs: Any) -> requests.Response:
-            response = requests.request(method, url, headers=headers, timeout=30, **kwargs)
+            response = requests.request(method, url, headers=headers, timeout=150, **kwargs)
             assert response.status_code < 400, response.text
             return response
 
         call("POST", api, json={"name": "rbac", "gpu": {"profile": ROCM}})
-        box = call("GET", f"{api}/rbac?wait=ready&timeout=60").json()
+        box = call("GET", f"{api}/rbac?wait=ready&timeout=120").json()
         assert box["state"] == "ready"
         assert call("POST", f"{api}/rbac/stop").json()["state"] == "stopped"
         call("POST", f"{api}/rbac/start")

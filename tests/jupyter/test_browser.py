@@ -40,8 +40,8 @@ from labserver import (
 from sshd import loopback_sshd, need_sshd
 from support import (
     CHROMIUM,
-    CHROMIUM_ARGS,
     StartController,
+    launch_chromium,
     wait_for,
     wait_until_no_pod_requests,
 )
@@ -73,7 +73,7 @@ def _browser_page() -> Iterator[Any]:
 
     IMAGES.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        browser = launch_chromium(playwright)
         context = browser.new_context(viewport={"width": 1360, "height": 860})
         page = context.new_page()
         try:

@@ -323,7 +323,7 @@ def test_no_free_device_before_the_timeout_is_the_message(
         setup.lab,
         "devbox-amd-short",
         sys.executable,
-        {"profile": profile.name, "start_timeout": 20},
+        {"profile": profile.name, "start_timeout": 60},
     )
     message = refused(start_kernel(setup.lab, "devbox-amd-short"))
     name = box_name(setup.owner, profile.name)

@@ -7,12 +7,13 @@ import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
 from devboxes_testbed import L4, MIG
 from devboxes_testbed.controller import Controller
-from support import StartController, wait_for
+from support import StartController, wait_for, wait_until_no_pod_requests
 
 from devboxes_sdk import Client
 from devboxes_sdk.errors import (
@@ -80,7 +81,8 @@ def test_every_verb_and_error_class(sdk: Client) -> None:
     assert result.purged is False
 
 
-def test_start_timeout_carries_the_scheduler_reason(sdk: Client) -> None:
+def test_start_timeout_carries_the_scheduler_reason(sdk: Client, kube: Any) -> None:
+    wait_until_no_pod_requests(kube, "nvidia.com/gpu")
     names = ("sdk-l4-a", "sdk-l4-b", "sdk-l4-c")
     for name in names:
         sdk.create(name, gpu=True)
@@ -138,7 +140,7 @@ def test_reads_revalidate_with_the_entity_tag_and_accept_gzip(process: Controlle
         for name in names:
             sdk.create(name)
         for name in names:  # once ready, nothing about these boxes changes
-            sdk.wait_ready(name, timeout=60)
+            sdk.wait_ready(name, timeout=120)
         seen.clear()
         box, box_again = sdk.get(names[0]), sdk.get(names[0])
         listed, listed_again = sdk.list(), sdk.list()

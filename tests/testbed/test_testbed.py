@@ -12,7 +12,7 @@ from devboxes_testbed import L4, nodes
 from devboxes_testbed.cluster import Testbed
 from devboxes_testbed.errors import TestbedError
 from kubernetes import client
-from support import wait_for
+from support import wait_for, wait_until_no_pod_requests
 
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
@@ -66,6 +66,7 @@ def test_nodes_advertise_gpu_pools(kube: Any) -> None:
 
 
 def test_gpu_pods_fill_capacity_and_the_scheduler_explains(kube: Any, namespace: str) -> None:
+    wait_until_no_pod_requests(kube, "nvidia.com/gpu")
     core = client.CoreV1Api(kube)
     core.create_namespaced_pod(namespace, gpu_pod("first"))
     wait_for(lambda: pod_ready(core, namespace, "first"))

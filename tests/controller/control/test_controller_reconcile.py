@@ -19,7 +19,7 @@ from support import StartController, lease_holder, two_hour_spec, wait_for
 
 def api_call(process: Controller, method: str, path: str, **kwargs: Any) -> Any:
     response = requests.request(
-        method, f"{process.url}/api/v1{path}", headers=process.headers(), timeout=60, **kwargs
+        method, f"{process.url}/api/v1{path}", headers=process.headers(), timeout=150, **kwargs
     )
     assert response.ok, response.text
     return response.json()
@@ -84,7 +84,7 @@ def test_ttl_expiry_stops_the_box_and_records_an_event(
 ) -> None:
     process = start_controller()
     api_call(process, "POST", "/devboxes", json={"name": "brief", "ttl_hours": 1})
-    ready = api_call(process, "GET", "/devboxes/brief", params={"wait": "ready", "timeout": 60})
+    ready = api_call(process, "GET", "/devboxes/brief", params={"wait": "ready", "timeout": 120})
     assert ready["state"] == "ready", ready
 
     # A Deployment whose record was edited by hand must not stall the other boxes.
@@ -132,7 +132,7 @@ def test_ttl_expiry_stops_the_box_and_records_an_event(
     restarted = api_call(process, "POST", "/devboxes/brief/start")
     assert restarted["expires_at"] > ready["expires_at"]
     assert (
-        api_call(process, "GET", "/devboxes/brief", params={"wait": "ready", "timeout": 60})[
+        api_call(process, "GET", "/devboxes/brief", params={"wait": "ready", "timeout": 120})[
             "state"
         ]
         == "ready"
@@ -155,7 +155,7 @@ def test_deleted_service_is_recreated(
     )
     assert wait_for(lambda: events(kube, namespace, "lost-service", "Repaired"), timeout=60)
     ready = api_call(
-        process, "GET", "/devboxes/lost-service", params={"wait": "ready", "timeout": 60}
+        process, "GET", "/devboxes/lost-service", params={"wait": "ready", "timeout": 120}
     )
     assert ready["state"] == "ready", ready
 
@@ -179,7 +179,7 @@ def test_create_interrupted_after_the_deployment_is_completed(
         ) and exists(core.read_namespaced_service, "devbox-half-ssh", namespace)
 
     wait_for(completed, timeout=60)
-    ready = api_call(process, "GET", "/devboxes/half", params={"wait": "ready", "timeout": 60})
+    ready = api_call(process, "GET", "/devboxes/half", params={"wait": "ready", "timeout": 120})
     assert ready["state"] == "ready", ready
     assert ready["gpu"]["profile"] == MIG
 
@@ -220,7 +220,7 @@ def test_create_interrupted_after_the_claim_is_finished_by_the_next_create(
     assert response.status_code == 404
 
     api_call(process, "POST", "/devboxes", json={"name": "claimed"})
-    ready = api_call(process, "GET", "/devboxes/claimed", params={"wait": "ready", "timeout": 60})
+    ready = api_call(process, "GET", "/devboxes/claimed", params={"wait": "ready", "timeout": 120})
     assert ready["state"] == "ready", ready
     reused = core.read_namespaced_persistent_volume_claim("devbox-claimed-home", namespace)
     assert reused.metadata.uid == claim.metadata.uid
@@ -229,8 +229,8 @@ def test_create_interrupted_after_the_claim_is_finished_by_the_next_create(
 def test_only_the_leader_expires_boxes_and_a_survivor_takes_over(
     start_controller: StartController, kube: Any, namespace: str
 ) -> None:
-    first = start_controller(lease_seconds=3)
-    second = start_controller(lease_seconds=3)
+    first = start_controller(lease_seconds=10)
+    second = start_controller(lease_seconds=10)
     by_identity = {first.identity: first, second.identity: second}
     holder = wait_for(
         lambda: lease_holder(kube, namespace) in by_identity and lease_holder(kube, namespace),

@@ -16,14 +16,14 @@ from support import StartController, event_messages, wait_for
 
 def call(process: Controller, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
     response = requests.request(
-        method, f"{process.url}/api/v1{path}", headers=process.headers(), timeout=90, **kwargs
+        method, f"{process.url}/api/v1{path}", headers=process.headers(), timeout=150, **kwargs
     )
     assert response.ok, response.text
     return dict(response.json())
 
 
 def ready(process: Controller, name: str) -> dict[str, Any]:
-    box = call(process, "GET", f"/devboxes/{name}", params={"wait": "ready", "timeout": 90})
+    box = call(process, "GET", f"/devboxes/{name}", params={"wait": "ready", "timeout": 120})
     assert box["state"] == "ready", box
     return box
 

@@ -217,8 +217,8 @@ def test_a_new_leader_lifts_the_gates_in_the_same_order(
     start_controller: StartController, pool: DevicePool, kube: Any, namespace: str
 ) -> None:
     settings = pool.settings(namespace)
-    first = start_controller(settings, lease_seconds=3)
-    second = start_controller(settings, lease_seconds=3)
+    first = start_controller(settings, lease_seconds=10)
+    second = start_controller(settings, lease_seconds=10)
     by_identity: dict[str, Controller] = {first.identity: first, second.identity: second}
     leader = wait_for(lambda: by_identity.get(lease_holder(kube, namespace) or ""))
     follower = second if leader is first else first

@@ -29,7 +29,7 @@ def test_the_first_list_is_read_page_by_page(
     )
     informer.start()
     try:
-        assert informer.synced.wait(30)
+        assert informer.synced.wait(120)
         assert set(names) <= informer.names()
         # Five objects and the namespace's own CA bundle, two a page.
         assert len(tokens) >= 3
@@ -37,6 +37,6 @@ def test_the_first_list_is_read_page_by_page(
         assert all(tokens[1:])
         # The watch resumes from the list's version: a later object arrives.
         core.create_namespaced_config_map(namespace, {"metadata": {"name": "late"}})
-        assert informer.wait_for(lambda: "late" in informer.names(), 30)
+        assert informer.wait_for(lambda: "late" in informer.names(), 120)
     finally:
         informer.stop()
