@@ -18,6 +18,9 @@ then, with box names spread over ``--prefixes`` prefixes (``team00-`` to ``team9
    (``owner=team07``) and a page of 500 (the
    first and one from the middle), ``--samples`` sequential keep-alive requests each,
    asking for gzip;
+   With ``--restarts N``, each stopped box is then given the ReplicaSets N starts and
+   stops leave (a start is a rollout: Kubernetes keeps the current ReplicaSet and two
+   before it), and the memory is read once more;
 4. stops that controller and starts a fresh one beside the boxes: the seconds from
    process start to ``/ready``, its peak resident memory (``VmHWM``) then, and its
    resident memory once settled (``--settle`` seconds later).
@@ -37,7 +40,15 @@ from api_bench import create_boxes
 from devboxes_testbed.api import Api
 from devboxes_testbed.controller import Controller
 from list_bench import counted, time_cases
-from stopped_boxes import log, settled_rss_mib, staged, status_kib, write_boxes
+from stopped_boxes import (
+    log,
+    replicaset_count,
+    restart_boxes,
+    settled_rss_mib,
+    staged,
+    status_kib,
+    write_boxes,
+)
 
 GPU_EVERY = 10
 # What may differ between two stopped boxes of the same preset that are the same box; the
@@ -143,6 +154,18 @@ def run(args: argparse.Namespace) -> None:
         print(f"  slope {args.running} -> {args.boxes}: {slope:.1f} KiB per box")
         print()
 
+        if args.restarts:
+            log(f"restarting each stopped box {args.restarts} times ...")
+            took = restart_boxes(stage, stopped, args.restarts, args.settle_timeout)
+            replicasets = replicaset_count(stage.kube, stage.settings["namespace"])
+            rss_restarted = settled_rss_mib(controller.pid)
+            print(f"each stopped box restarted {args.restarts} times in {took:.0f}s: ", end="")
+            print(f"{replicasets} ReplicaSets")
+            print(f"  RSS                      {rss_restarted:7.1f} MiB")
+            per_box = (rss_restarted - rss_all) * 1024 / len(stopped)
+            print(f"  more per stopped box     {per_box:7.1f} KiB")
+            print()
+
         owner = {f"owner={OWNER}": {"owner": OWNER}}
         time_cases(session, url, args.boxes, args.samples, owner, (50, 90, 99))
         print()
@@ -179,6 +202,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--settle", type=float, default=30, help="seconds after a cold start")
     parser.add_argument("--settle-timeout", type=float, default=1800)
     parser.add_argument("--namespace", default="devboxes-scale")
+    parser.add_argument(
+        "--restarts",
+        type=int,
+        default=0,
+        choices=(0, 1, 2),
+        help="starts and stops of each stopped box (Kubernetes keeps two ReplicaSets before "
+        "the current one, so more leave no more)",
+    )
     record.add_arguments(parser)
     args = parser.parse_args(argv)
     if not 0 < args.running < args.boxes:

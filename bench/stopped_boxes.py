@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from devboxes_testbed.boxes import write_stopped
+from devboxes_testbed.boxes import restart_stopped, write_stopped
 from devboxes_testbed.cluster import Testbed
 from devboxes_testbed.controller import Controller, example_settings
 from kubernetes import client
@@ -75,6 +75,36 @@ def write_boxes(
         gpus = [n for n in batch if n in gpu]
         write_stopped(stage.kube, stage.settings, gpus, "nvidia-l4", owner=owner)
         log(f"  {first + len(batch)} stopped boxes written, {time.monotonic() - started:.0f}s")
+    return time.monotonic() - started
+
+
+def replicaset_count(kube: Any, namespace: str) -> int:
+    apps = client.AppsV1Api(kube)
+    count, token = 0, None
+    while True:
+        page = apps.list_namespaced_replica_set(namespace, limit=2000, _continue=token)
+        count += len(page.items)
+        token = page.metadata._continue
+        if not token:
+            return count
+
+
+def restart_boxes(stage: Stage, names: list[str], times: int, timeout: float) -> float:
+    """Start and stop each stopped box ``times`` times as far as its ReplicaSets go, a round
+    at a time, each round waiting until Kubernetes has rolled out every box's new
+    ReplicaSet; the seconds it took."""
+    namespace = stage.settings["namespace"]
+    started = time.monotonic()
+    expected = replicaset_count(stage.kube, namespace)
+    for round_ in range(1, times + 1):
+        for first in range(0, len(names), BATCH):
+            restart_stopped(stage.kube, namespace, names[first : first + BATCH])
+        expected += len(names)
+        while (count := replicaset_count(stage.kube, namespace)) < expected:
+            if time.monotonic() - started > timeout:
+                raise SystemExit(f"{count} ReplicaSets after round {round_}, expected {expected}")
+            time.sleep(3)
+        log(f"  round {round_}: {count} ReplicaSets, {time.monotonic() - started:.0f}s")
     return time.monotonic() - started
 
 
