@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from devboxes_testbed.boxes import restart_stopped, write_stopped
+from devboxes_testbed.boxes import write_replica_history, write_stopped
 from devboxes_testbed.cluster import Testbed
 from devboxes_testbed.controller import Controller, example_settings
 from kubernetes import client
@@ -89,22 +89,27 @@ def replicaset_count(kube: Any, namespace: str) -> int:
             return count
 
 
-def restart_boxes(stage: Stage, names: list[str], times: int, timeout: float) -> float:
-    """Start and stop each stopped box ``times`` times as far as its ReplicaSets go, a round
-    at a time, each round waiting until Kubernetes has rolled out every box's new
-    ReplicaSet; the seconds it took."""
+def write_history(stage: Stage, names: list[str], timeout: float) -> float:
+    """Write the older ReplicaSets of each stopped box two starts and stops would leave,
+    and wait until the apiserver lists them; the seconds it took."""
     namespace = stage.settings["namespace"]
     started = time.monotonic()
     expected = replicaset_count(stage.kube, namespace)
-    for round_ in range(1, times + 1):
-        for first in range(0, len(names), BATCH):
-            restart_stopped(stage.kube, namespace, names[first : first + BATCH])
-        expected += len(names)
-        while (count := replicaset_count(stage.kube, namespace)) < expected:
-            if time.monotonic() - started > timeout:
-                raise SystemExit(f"{count} ReplicaSets after round {round_}, expected {expected}")
-            time.sleep(3)
-        log(f"  round {round_}: {count} ReplicaSets, {time.monotonic() - started:.0f}s")
+    for first in range(0, len(names), BATCH):
+        expected += write_replica_history(stage.kube, namespace, names[first : first + BATCH])
+        log(f"  {expected} ReplicaSets, {time.monotonic() - started:.0f}s")
+    wait_for_replicasets(stage, expected, timeout)
+    return time.monotonic() - started
+
+
+def wait_for_replicasets(stage: Stage, expected: int, timeout: float) -> float:
+    """Wait until the apiserver lists at least ``expected`` ReplicaSets in the namespace;
+    the seconds it took."""
+    started = time.monotonic()
+    while (count := replicaset_count(stage.kube, stage.settings["namespace"])) < expected:
+        if time.monotonic() - started > timeout:
+            raise SystemExit(f"{count} ReplicaSets listed, {expected} expected")
+        time.sleep(3)
     return time.monotonic() - started
 
 

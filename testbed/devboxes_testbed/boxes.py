@@ -9,6 +9,7 @@ starting them would take.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -57,20 +58,58 @@ def write_stopped(
         list(pool.map(write, names))
 
 
-def restart_stopped(
+def write_replica_history(
     api_client: Any, namespace: str, names: Iterable[str], workers: int = 8
-) -> None:
-    """Leave behind what a start and a stop of each stopped box would: a start writes a new
-    start stamp on the pod template, which Kubernetes rolls out as a ReplicaSet of its
-    own (here at zero replicas, the box staying stopped)."""
+) -> int:
+    """Write, for each stopped box, the older ReplicaSets Kubernetes keeps of a box started
+    and stopped twice (each start is a rollout; the Deployment keeps REVISION_HISTORY), as
+    its Deployment controller leaves them: owned by the Deployment, at zero replicas, with
+    the start stamp of their time. The number written."""
     apps = client.AppsV1Api(api_client)
+    wanted = set(names)
+    deployments = []
+    token = None
+    while True:
+        page = apps.list_namespaced_deployment(namespace, limit=1000, _continue=token)
+        deployments += [
+            d for d in page.items if (d.metadata.labels or {}).get(render.LABEL_BOX) in wanted
+        ]
+        token = page.metadata._continue
+        if not token:
+            break
 
-    def restart(name: str) -> None:
-        stamp = format_timestamp(datetime.now(UTC), microseconds=True)
-        template = {"metadata": {"annotations": {render.ANNOTATION_STARTED_AT: stamp}}}
-        apps.patch_namespaced_deployment(
-            render.object_names(name).deployment, namespace, {"spec": {"template": template}}
-        )
+    def write(deployment: Any) -> None:
+        for _ in range(render.REVISION_HISTORY):
+            stamp = format_timestamp(datetime.now(UTC), microseconds=True)
+            template = api_client.sanitize_for_serialization(deployment.spec.template)
+            annotations = template["metadata"].setdefault("annotations", {})
+            annotations[render.ANNOTATION_STARTED_AT] = stamp
+            hash_ = hashlib.sha256(stamp.encode()).hexdigest()[:10]
+            labels = {**template["metadata"]["labels"], "pod-template-hash": hash_}
+            template["metadata"]["labels"] = labels
+            selector = {**deployment.spec.selector.match_labels, "pod-template-hash": hash_}
+            owner = {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "name": deployment.metadata.name,
+                "uid": deployment.metadata.uid,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+            body = {
+                "metadata": {
+                    "name": f"{deployment.metadata.name}-{hash_}",
+                    "labels": labels,
+                    "ownerReferences": [owner],
+                },
+                "spec": {
+                    "replicas": 0,
+                    "selector": {"matchLabels": selector},
+                    "template": template,
+                },
+            }
+            apps.create_namespaced_replica_set(namespace, body)
 
     with ThreadPoolExecutor(workers) as pool:
-        list(pool.map(restart, names))
+        list(pool.map(write, deployments))
+    return len(deployments) * render.REVISION_HISTORY

@@ -70,6 +70,8 @@ ANNOTATION_TEMPLATE = ANNOTATION_PREFIX + "template"
 # strategy creates the new pod only once the previous one is gone. Scaling the same
 # ReplicaSet back up would not wait, and two pods would share the home volume.
 ANNOTATION_STARTED_AT = ANNOTATION_PREFIX + "started-at"
+# Older ReplicaSets a box's Deployment keeps; each start of a stopped box makes one.
+REVISION_HISTORY = 2
 # Holds a box pod that asks for a device back from the scheduler until its turn in line.
 QUEUE_GATE = "devboxes.io/queue"
 
@@ -709,7 +711,7 @@ def render_deployment(spec: BoxSpec, settings: Settings, replicas: int = 1) -> d
             # One home volume (ReadWriteOnce) per box: the old pod must be gone before
             # the new one mounts it.
             "strategy": {"type": "Recreate"},
-            "revisionHistoryLimit": 2,
+            "revisionHistoryLimit": REVISION_HISTORY,
             "progressDeadlineSeconds": 600,
             "selector": {"matchLabels": box_selector(spec.name)},
             "template": template,
