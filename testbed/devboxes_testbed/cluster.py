@@ -36,6 +36,8 @@ WORKSPACE_REFERENCES = (
 )
 START_TIMEOUT = 180.0
 STOP_TIMEOUT = 10.0
+# Put on every new node by the apiserver, lifted by the controller-manager once it is Ready.
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 _PORT_TAKEN = ("address already in use", "bind: address already in use")
 
 
@@ -508,6 +510,9 @@ class Testbed:
         self.log(f"  nodes ready: {summary}")
 
     def _wait_nodes_ready(self, names: set[str], core: Any) -> None:
+        """Wait until the scheduler may place pods on every node: Ready, and the not-ready
+        taint the apiserver puts on a new node lifted by the controller-manager, which can
+        happen seconds later on a loaded machine."""
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
             ready = {
@@ -516,6 +521,7 @@ class Testbed:
                 if any(
                     c.type == "Ready" and c.status == "True" for c in node.status.conditions or []
                 )
+                and not any(t.key == NOT_READY_TAINT for t in node.spec.taints or [])
             }
             if names <= ready:
                 return
