@@ -24,6 +24,7 @@ from devboxes_controller.config.settings import GpuProfileConfig
 from devboxes_controller.k8s.kube import Unavailable
 from devboxes_controller.state.ended_sessions import Patch
 from devboxes_testbed import api
+from devboxes_testbed.cluster import schedulable
 from devboxes_testbed.controller import Controller, example_settings, without_gpu_profiles
 from devboxes_testbed.nodes import KWOK_ANNOTATION, POOL_LABEL
 from kubernetes import client
@@ -367,6 +368,7 @@ class DevicePool:
         self.core.patch_node_status(
             self.node, {"status": {"capacity": offered, "allocatable": offered}}
         )
+        wait_for(lambda: schedulable(self.core.read_node(self.node)))
 
     def settings(self, namespace: str) -> dict[str, Any]:
         base = example_settings(namespace)

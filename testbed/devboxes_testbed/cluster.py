@@ -59,6 +59,14 @@ def reassigner(ports: dict[str, int], *names: str) -> Callable[[], None]:
     return reassign
 
 
+def schedulable(node: Any) -> bool:
+    """Whether the scheduler may place pods on ``node``: Ready, and the not-ready taint the
+    apiserver puts on a new node lifted by the controller-manager, which on a loaded machine
+    can happen seconds after the node turns Ready."""
+    ready = any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+    return ready and not any(t.key == NOT_READY_TAINT for t in node.spec.taints or [])
+
+
 @dataclass
 class Component:
     """One control-plane process, its log file and how to tell it is healthy."""
@@ -510,19 +518,9 @@ class Testbed:
         self.log(f"  nodes ready: {summary}")
 
     def _wait_nodes_ready(self, names: set[str], core: Any) -> None:
-        """Wait until the scheduler may place pods on every node: Ready, and the not-ready
-        taint the apiserver puts on a new node lifted by the controller-manager, which can
-        happen seconds later on a loaded machine."""
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
-            ready = {
-                node.metadata.name
-                for node in core.list_node().items
-                if any(
-                    c.type == "Ready" and c.status == "True" for c in node.status.conditions or []
-                )
-                and not any(t.key == NOT_READY_TAINT for t in node.spec.taints or [])
-            }
+            ready = {node.metadata.name for node in core.list_node().items if schedulable(node)}
             if names <= ready:
                 return
             time.sleep(0.3)
