@@ -7,7 +7,6 @@ own namespace. The tests of the controller package itself live in ``tests/contro
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +17,7 @@ from devboxes_testbed.cluster import Testbed
 from devboxes_testbed.controller import Controller, example_settings
 from devboxes_testbed.hub import Hub
 from devboxes_testbed.issuer import Issuer
-from support import REPO, Api, StartController, running_testbed, wait_for
+from support import REPO, Api, StartController, create_namespace, running_testbed, wait_for
 
 # The namespace the session's controller serves.
 SESSION_NAMESPACE = "devboxes-session"
@@ -85,15 +84,7 @@ def namespace(kube: Any) -> Iterator[str]:
     from kubernetes import client
 
     core = client.CoreV1Api(kube)
-    name = f"t-{uuid.uuid4().hex[:10]}"
-    core.create_namespace({"metadata": {"name": name}})
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            core.read_namespaced_service_account("default", name)
-            break
-        except client.ApiException:
-            time.sleep(0.2)
+    name = create_namespace(core, f"t-{uuid.uuid4().hex[:10]}")
     yield name
     core.delete_namespace(name)
 

@@ -57,6 +57,18 @@ def wait_for_value(read: Any, expected: Any, timeout: float = 60, interval: floa
         time.sleep(interval)
 
 
+def create_namespace(core: Any, name: str) -> str:
+    """Create namespace ``name`` and wait for its default ServiceAccount: until the
+    controller-manager writes it, the apiserver refuses pods created straight into it."""
+    core.create_namespace({"metadata": {"name": name}})
+    wait_for(
+        lambda: (
+            core.list_namespaced_service_account(name, field_selector="metadata.name=default").items
+        )
+    )
+    return name
+
+
 def event_messages(kube: Any, namespace: str, name: str, reason: str) -> list[str]:
     """The messages of the box's Events of this reason, which name its Deployment."""
     deployment = render.object_names(name).deployment

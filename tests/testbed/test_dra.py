@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from devboxes_testbed.cluster import Testbed
-from support import wait_for
+from support import create_namespace, wait_for
 
 NVIDIA = "gpu.nvidia.com"
 IS_H100 = f"device.attributes['{NVIDIA}'].productName.startsWith('NVIDIA H100')"
@@ -36,7 +36,7 @@ def space(dra_testbed: Testbed, request: pytest.FixtureRequest) -> Iterator[str]
     core = client.CoreV1Api(api)
     resource = client.ResourceV1Api(api)
     name = f"dra-{request.node.name.removeprefix('test_')[:40].rstrip('_').replace('_', '-')}"
-    core.create_namespace({"metadata": {"name": name}})
+    create_namespace(core, name)
     try:
         yield name
     finally:

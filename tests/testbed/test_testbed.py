@@ -12,7 +12,7 @@ from devboxes_testbed import L4, nodes
 from devboxes_testbed.cluster import Testbed
 from devboxes_testbed.errors import TestbedError
 from kubernetes import client
-from support import wait_for, wait_until_no_pod_requests
+from support import create_namespace, wait_for, wait_until_no_pod_requests
 
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
@@ -100,8 +100,7 @@ def test_missing_runtime_class_is_rejected_by_admission(kube: Any, namespace: st
 def test_deployment_with_claim_becomes_ready_and_namespace_deletes(kube: Any) -> None:
     core, apps = client.CoreV1Api(kube), client.AppsV1Api(kube)
     namespace = "deletion-check"
-    core.create_namespace({"metadata": {"name": namespace}})
-    wait_for(lambda: core.list_namespaced_service_account(namespace).items)
+    create_namespace(core, namespace)
     core.create_namespaced_persistent_volume_claim(
         namespace,
         {
