@@ -236,7 +236,7 @@ def test_start_renews_the_ttl_from_the_stored_hours(
     assert api.box("renewed")["expires_at"] == restarted["expires_at"]
 
 
-def test_a_start_creates_the_new_pod_only_once_the_previous_one_is_gone(
+def test_a_stopped_box_names_its_leaving_pod_and_a_start_waits_until_it_is_gone(
     start_controller: StartController, kube: Any, namespace: str, purge_after: list[tuple[Api, str]]
 ) -> None:
     api = Api(start_controller())
@@ -252,6 +252,9 @@ def test_a_start_creates_the_new_pod_only_once_the_previous_one_is_gone(
     try:
         assert api.call("POST", "/devboxes/handover/stop")["state"] == "stopped"
         wait_for(lambda: core.read_namespaced_pod(old, namespace).metadata.deletion_timestamp)
+        leaving = f"{status.STOPPED} Its pod {old} is still shutting down on {node}."
+        wait_for(lambda: api.box("handover")["message"] == leaving)
+        assert api.box("handover")["state"] == "stopped"
         assert api.call("POST", "/devboxes/handover/start")["state"] == "starting"
         waiting = f"Waiting for the previous pod {old} to shut down on {node}."
         wait_for(lambda: api.box("handover")["message"] == waiting)
