@@ -26,6 +26,10 @@ Then a start reaches the streams of the box's owner only, and a box event on any
 stream is counted as a leak. Stalled readers are the operator's in both cases: a
 snapshot of the whole list is what fills a connection's buffers at once.
 
+With ``--history`` the streams are opened only once Kubernetes has written every box's own
+ReplicaSet and the bench has given each box the two older ones that two starts and stops
+leave, so the memory figures hold the ReplicaSets a long-lived cluster keeps.
+
     PYTHONPATH=testbed:tests .venv/bin/python bench/stream_bench.py --results
 """
 
@@ -47,7 +51,15 @@ from api_bench import percentile
 from devboxes_controller.state.ended_sessions import EndedSessions
 from devboxes_controller.web.sessions import COOKIE, Person, SessionStore
 from devboxes_testbed.api import Api
-from stopped_boxes import log, settled_rss_mib, staged, write_boxes
+from stopped_boxes import (
+    log,
+    replicaset_count,
+    settled_rss_mib,
+    staged,
+    wait_for_replicasets,
+    write_boxes,
+    write_history,
+)
 from support import MemoryRecord
 
 PREFIX = "box-"
@@ -58,6 +70,8 @@ HINT = b"event: reconnect"
 BOX_NAME = re.compile(rb'"name":"(?:team[0-9]+-)?' + re.escape(PREFIX.encode()))
 # Seconds a stalled reader's snapshot gets to fill the connection's buffers before a start.
 STALL_SECONDS = 1.0
+# Kubernetes writes the boxes' own ReplicaSets at its client rate limit: 24 min at 10,000.
+HISTORY_TIMEOUT = 3600.0
 # Longer than the controller lets a reader take for one chunk (SLOW_READER_SECONDS).
 SLOW_SECONDS = 12.0
 
@@ -180,16 +194,20 @@ def stalled_reader(host: str, port: int, headers: dict[str, str]) -> socket.sock
 
 
 def ends_with_hint(reader: socket.socket) -> bool:
-    """Read the stalled stream at last, to its end: whether it ends with the hint."""
-    reader.settimeout(30)
+    """Read the stalled stream at last, to its end: whether it ends with the hint. A stream
+    still open after 30 s was never dropped: its heartbeats would keep it open for good."""
+    deadline = time.monotonic() + 30
     tail = b""
     with reader:
         try:
-            while chunk := reader.recv(1 << 20):
+            while (left := deadline - time.monotonic()) > 0:
+                reader.settimeout(left)
+                if not (chunk := reader.recv(1 << 20)):
+                    return HINT in tail
                 tail = (tail + chunk)[-400:]
         except TimeoutError:
-            return False
-    return HINT in tail
+            pass
+    return False
 
 
 def fan_out(
@@ -246,6 +264,13 @@ def run(args: argparse.Namespace) -> None:
             time.sleep(3)
         log(f"  all {args.boxes} listed, {time.monotonic() - started:.0f}s")
         snapshot_bytes = len(api.ok("GET", "/devboxes", headers={"Accept-Encoding": ""}).content)
+        if args.history:
+            log("waiting for every box's own ReplicaSet ...")
+            wait_for_replicasets(stage, args.boxes, HISTORY_TIMEOUT)
+            log("writing each box's older ReplicaSets ...")
+            write_history(stage, names, HISTORY_TIMEOUT)
+            time.sleep(15)  # the controller's watch takes them in
+        replicasets = replicaset_count(stage.kube, args.namespace)
         rss_none = settled_rss_mib(controller.pid)
 
         host, port = "127.0.0.1", int(controller.url.rsplit(":", 1)[1])
@@ -301,6 +326,7 @@ def run(args: argparse.Namespace) -> None:
         started_names = set(reading) | set(beside)
 
         print(f"boxes: {args.boxes} stopped (written); list body {snapshot_bytes:,} bytes")
+        print(f"ReplicaSets when the streams were opened: {replicasets}")
         whose = f"{args.people} people's sessions" if args.people else "the operator's token"
         print(f"streams: {args.clients} reading, {whose}\n")
         print(
@@ -336,6 +362,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=600, help="seconds for the snapshots")
     parser.add_argument("--people", type=int, default=0, help="owners of the boxes and streams")
     parser.add_argument("--namespace", default="devboxes-stream")
+    parser.add_argument(
+        "--history",
+        action="store_true",
+        help="open the streams once every box has its own ReplicaSet and the two older ones "
+        "two starts and stops leave",
+    )
     record.add_arguments(parser)
     args = parser.parse_args(argv)
     if not 0 < 2 * args.samples <= args.boxes:
