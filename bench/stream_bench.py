@@ -70,6 +70,8 @@ HINT = b"event: reconnect"
 BOX_NAME = re.compile(rb'"name":"(?:team[0-9]+-)?' + re.escape(PREFIX.encode()))
 # Seconds a stalled reader's snapshot gets to fill the connection's buffers before a start.
 STALL_SECONDS = 1.0
+# Seconds a stalled reader, read at last, may take to reach the end of its stream.
+READ_AT_LAST_SECONDS = 180.0
 # Kubernetes writes the boxes' own ReplicaSets at its client rate limit: 24 min at 10,000.
 HISTORY_TIMEOUT = 3600.0
 # Longer than the controller lets a reader take for one chunk (SLOW_READER_SECONDS).
@@ -194,14 +196,16 @@ def stalled_reader(host: str, port: int, headers: dict[str, str]) -> socket.sock
 
 
 def ends_with_hint(reader: socket.socket) -> bool:
-    """Read the stalled stream at last, to its end: whether it ends with the hint. A stream
-    still open after 30 s was never dropped: its heartbeats would keep it open for good."""
-    deadline = time.monotonic() + 30
+    """Read the stalled stream at last, to its end: whether it ends with the hint. What the
+    controller queued before the hint (megabytes at 10,000 boxes) comes through the small
+    receive window slowly, so each read may wait 30 s; a stream still open after
+    ``READ_AT_LAST_SECONDS`` was never dropped, as its heartbeats would keep it open."""
+    deadline = time.monotonic() + READ_AT_LAST_SECONDS
     tail = b""
     with reader:
         try:
             while (left := deadline - time.monotonic()) > 0:
-                reader.settimeout(left)
+                reader.settimeout(min(left, 30))
                 if not (chunk := reader.recv(1 << 20)):
                     return HINT in tail
                 tail = (tail + chunk)[-400:]
