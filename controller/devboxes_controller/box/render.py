@@ -92,6 +92,7 @@ ACTIVITY_VOLUME = "activity-credential"
 ACTIVITY_MOUNT_PATH = "/var/run/devbox-activity"
 ACTIVITY_CREDENTIAL_KEY = "credential"
 ACTIVITY_COMMAND = "devbox-activity-agent"
+DEPLOYMENT_PREFIX = "devbox-"
 # Where the main container's devbox-gpu-sampler writes GPU utilization for the agent,
 # which has no GPU of its own.
 GPU_SAMPLES_VOLUME = "gpu-samples"
@@ -167,7 +168,7 @@ class ObjectNames:
 
 def object_names(box: str) -> ObjectNames:
     return ObjectNames(
-        deployment=f"devbox-{box}",
+        deployment=f"{DEPLOYMENT_PREFIX}{box}",
         pvc=f"devbox-{box}-home",
         service=f"devbox-{box}-ssh",
         activity_secret=f"devbox-{box}-activity",
@@ -205,6 +206,19 @@ def box_name_of(obj: dict[str, Any]) -> str | None:
     metadata = obj.get("metadata") or {}
     name = (metadata.get("labels") or {}).get(LABEL_BOX)
     return name if isinstance(name, str) and name else None
+
+
+def box_of_event(event: dict[str, Any]) -> str | None:
+    """The box an Event is about: Events carry no labels, so the involved object's name
+    is mapped back (Deployment devbox-NAME, ReplicaSet devbox-NAME-HASH, Pod
+    devbox-NAME-HASH-SUFFIX)."""
+    involved = event.get("involvedObject") or {}
+    name = str(involved.get("name") or "")
+    trim = {"Deployment": 0, "ReplicaSet": 1, "Pod": 2}.get(str(involved.get("kind")))
+    if trim is None or not name.startswith(DEPLOYMENT_PREFIX):
+        return None
+    parts = name[len(DEPLOYMENT_PREFIX) :].split("-")
+    return "-".join(parts[: len(parts) - trim]) if len(parts) > trim else None
 
 
 def _box_metadata(name: str, settings: Settings, box: str, component: str) -> dict[str, Any]:

@@ -185,13 +185,14 @@ def _create_failure(objects: BoxObjects) -> str | None:
         failure = _condition(replicaset, "ReplicaFailure")
         if failure and failure.get("status") == "True" and failure.get("message"):
             return CREATE_FAILED.format(message=failure["message"])
-    rs_names = {rs["metadata"]["name"] for rs in objects.replicasets}
+    box = render.box_name_of(objects.deployment)
     since = _started_at(objects.deployment)
     failed = [
         e
         for e in objects.events
         if e.get("reason") == FAILED_CREATE
-        and (e.get("involvedObject") or {}).get("name") in rs_names
+        and (e.get("involvedObject") or {}).get("kind") == "ReplicaSet"
+        and render.box_of_event(e) == box
         # Events outlive a stop; one from before the latest start no longer explains anything.
         and (since is None or (_parse_time(_event_time(e)) or since) >= since)
     ]

@@ -43,6 +43,7 @@ BoxOf = Callable[[Obj], str | None]
 OnChange = Callable[[str], None]
 OnObject = Callable[[Obj | None, Obj | None], None]
 Strip = Callable[[Obj], Obj]
+Keep = Callable[[Obj], bool]
 
 
 def _no_box(obj: Obj) -> str | None:
@@ -84,11 +85,12 @@ class Informer:
     ``namespace/name``. ``field_selector`` narrows the kind to, say, one object by name.
     ``strip`` keeps only what readers need of each object (it must
     keep ``metadata.name``, ``namespace`` and ``resourceVersion``), so a cache of every pod
-    of a cluster stays small. ``on_update`` is called after every applied change and
-    every failure. ``on_object`` is called with the object before and after each change
-    it applies (None for an object that was or is no more), holding the cache's lock, so
-    that what a reader builds from the changes stays in step with the cache inside
-    :meth:`paused`.
+    of a cluster stays small. ``keep`` decides which objects are cached at all: one it
+    refuses is treated as absent, and a change that makes it refused removes it.
+    ``on_update`` is called after every applied change and every failure. ``on_object``
+    is called with the object before and after each change it applies (None for an
+    object that was or is no more), holding the cache's lock, so that what a reader builds
+    from the changes stays in step with the cache inside :meth:`paused`.
     """
 
     def __init__(
@@ -100,6 +102,7 @@ class Informer:
         on_change: OnChange = _ignore,
         label_selector: str | None = None,
         strip: Strip | None = None,
+        keep: Keep | None = None,
         on_update: Callable[[], None] | None = None,
         field_selector: str | None = None,
         on_object: OnObject | None = None,
@@ -112,6 +115,7 @@ class Informer:
         self._selector = label_selector
         self._fields = field_selector
         self._strip = strip
+        self._keep = keep
         self._on_update = on_update
         self._on_object = on_object
         self.failure: Exception | None = None
@@ -259,7 +263,8 @@ class Informer:
             )
             body = json.loads(response.data)
             for item in body.get("items") or []:
-                items[self._key(item)] = self._kept(item)
+                if (kept := self._kept(item)) is not None:
+                    items[self._key(item)] = kept
             version = str(body["metadata"]["resourceVersion"])
             token = body["metadata"].get("continue")
             del body  # the full objects: a relist of every box's pods must not linger
@@ -325,7 +330,9 @@ class Informer:
             return f"{metadata['namespace']}/{metadata['name']}"
         return str(metadata["name"])
 
-    def _kept(self, obj: Obj) -> Obj:
+    def _kept(self, obj: Obj) -> Obj | None:
+        if self._keep is not None and not self._keep(obj):
+            return None
         return self._strip(obj) if self._strip is not None else obj
 
     def _updated(self) -> None:

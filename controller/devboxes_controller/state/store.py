@@ -30,25 +30,10 @@ from .metrics import METRICS
 
 Clock = Callable[[], datetime]
 SETTLED = frozenset({DevboxState.READY, DevboxState.DEGRADED})
-DEPLOYMENT_PREFIX = "devbox-"
 
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
-
-
-def _box_from_event(event: Obj) -> str | None:
-    """Events carry no labels: map the involved object's name back to its box."""
-    involved = event.get("involvedObject") or {}
-    name = str(involved.get("name") or "")
-    if involved.get("kind") not in ("ReplicaSet", "Pod", "Deployment"):
-        return None
-    if not name.startswith(DEPLOYMENT_PREFIX):
-        return None
-    parts = name[len(DEPLOYMENT_PREFIX) :].split("-")
-    # Deployment devbox-NAME, ReplicaSet devbox-NAME-HASH, Pod devbox-NAME-HASH-SUFFIX
-    trim = {"Deployment": 0, "ReplicaSet": 1, "Pod": 2}[str(involved["kind"])]
-    return "-".join(parts[: len(parts) - trim]) if len(parts) > trim else None
 
 
 def _line_entry(
@@ -127,6 +112,7 @@ class BoxStore:
             self._changed_box,
             selector,
             strip=slim.replicaset,
+            keep=slim.failing_replicaset,
         )
         self._pods = Informer(
             "pods",
@@ -159,7 +145,7 @@ class BoxStore:
             "events",
             core.list_namespaced_event,
             ns,
-            _box_from_event,
+            render.box_of_event,
             self._changed_box,
             strip=slim.event,
         )

@@ -344,9 +344,9 @@ def test_replicaset_failure_condition_is_degraded() -> None:
 
 
 def test_failed_create_events_of_the_box_replicaset_are_read_latest_first() -> None:
+    # The cache keeps only ReplicaSets that report a failure: the Events alone suffice.
     objects = BoxObjects(
         deployment=deployment(gpu=True),
-        replicasets=[replicaset()],
         events=[
             failed_create("an older refusal", at="2030-01-01T08:00:01Z"),
             failed_create(RUNTIME_CLASS_REFUSAL, at="2030-01-01T08:00:09Z"),
@@ -360,11 +360,14 @@ def test_failed_create_events_of_the_box_replicaset_are_read_latest_first() -> N
     assert box.message == f"Kubernetes cannot create the pod: {RUNTIME_CLASS_REFUSAL}"
 
 
-def test_failed_create_events_of_unknown_replicasets_are_ignored() -> None:
+def test_failed_create_events_of_other_boxes_replicasets_are_ignored() -> None:
     objects = BoxObjects(
         deployment=deployment(),
         replicasets=[replicaset()],
-        events=[failed_create("not ours", involved="devbox-other-1234")],
+        events=[
+            failed_create("not ours", involved="devbox-other-1234"),
+            failed_create("of box atlas-2", involved="devbox-atlas-2-6d8f9c7b5"),
+        ],
     )
     box = derive(objects, SETTINGS, NOW)
     assert box.state is DevboxState.STARTING

@@ -40,3 +40,39 @@ def test_the_first_list_is_read_page_by_page(
         assert informer.wait_for(lambda: "late" in informer.names(), 120)
     finally:
         informer.stop()
+
+
+def test_objects_keep_refuses_are_absent_and_leave_when_a_change_refuses_them(
+    kube: Any, namespace: str
+) -> None:
+    core = client.CoreV1Api(kube)
+    for name, kept in (("failing", "yes"), ("quiet", "no")):
+        core.create_namespaced_config_map(
+            namespace, {"metadata": {"name": name, "labels": {"kept": kept}}}
+        )
+
+    def keep(obj: Any) -> bool:
+        return bool((obj["metadata"].get("labels") or {}).get("kept") == "yes")
+
+    informer = cache.Informer(
+        "configmaps",
+        core.list_namespaced_config_map,
+        namespace,
+        lambda _obj: None,
+        lambda _box: None,
+        keep=keep,
+    )
+    informer.start()
+    try:
+        assert informer.synced.wait(120)
+        assert informer.names() == {"failing"}
+        core.patch_namespaced_config_map(
+            "quiet", namespace, {"metadata": {"labels": {"kept": "yes"}}}
+        )
+        assert informer.wait_for(lambda: informer.names() == {"failing", "quiet"}, 120)
+        core.patch_namespaced_config_map(
+            "failing", namespace, {"metadata": {"labels": {"kept": "no"}}}
+        )
+        assert informer.wait_for(lambda: informer.names() == {"quiet"}, 120)
+    finally:
+        informer.stop()

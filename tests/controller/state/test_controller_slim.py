@@ -27,7 +27,7 @@ from devboxes_controller.config.settings import Settings, settings_from_mapping
 from devboxes_controller.control import volumes
 from devboxes_controller.k8s.kube import resource_version
 from devboxes_controller.state import slim
-from devboxes_controller.state.store import BoxStore, _box_from_event
+from devboxes_controller.state.store import BoxStore
 
 from devboxes_sdk.models import DevboxState
 
@@ -46,7 +46,7 @@ STRIP: dict[str, Callable[[Obj], Obj]] = {
 }
 BOX_OF: dict[str, Callable[[Obj], str | None]] = {
     **dict.fromkeys(STRIP, render.box_name_of),
-    "events": _box_from_event,
+    "events": render.box_of_event,
 }
 
 
@@ -89,8 +89,16 @@ def box_objects(objects: dict[str, list[Obj]], box: str) -> BoxObjects:
     )
 
 
+# The objects of a kind the cache keeps at all.
+KEEP: dict[str, Callable[[Obj], bool]] = {"replicasets": slim.failing_replicaset}
+
+
 def slimmed(objects: dict[str, list[Obj]]) -> dict[str, list[Obj]]:
-    return {kind: [STRIP[kind](o) for o in items] for kind, items in objects.items()}
+    """The objects as the caches hold them."""
+    return {
+        kind: [STRIP[kind](o) for o in items if KEEP.get(kind, bool)(o)]
+        for kind, items in objects.items()
+    }
 
 
 def boxes() -> list[str]:

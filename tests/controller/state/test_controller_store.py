@@ -47,7 +47,8 @@ def test_a_status_read_before_a_new_pod_never_overwrites_one_read_after_it(
     (pod,) = _of_box("pods")
     store._deployments._put(slim.deployment(deployment))
     for replicaset in _of_box("replicasets"):
-        store._replicasets._put(slim.replicaset(replicaset))
+        if slim.failing_replicaset(replicaset):
+            store._replicasets._put(slim.replicaset(replicaset))
 
     # The Deployment's thread reads the caches before the pod lands, then is held back.
     read = store.objects
