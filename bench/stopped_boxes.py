@@ -3,6 +3,7 @@ controller, stopped boxes written straight to the apiserver, and the controller'
 
 from __future__ import annotations
 
+import signal
 import statistics
 import sys
 import tempfile
@@ -11,7 +12,7 @@ from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from devboxes_testbed.boxes import write_replica_history, write_stopped
 from devboxes_testbed.cluster import Testbed
@@ -38,9 +39,16 @@ class Stage:
     controller: Controller
 
 
+def _exit_on_term(signum: int, _frame: object) -> NoReturn:
+    raise SystemExit(128 + signum)
+
+
 @contextmanager
 def staged(name: str, nodes: str, namespace: str) -> Iterator[Stage]:
-    """A testbed of ``testbed/<nodes>`` and a controller on ``namespace``, stopped on leaving."""
+    """A testbed of ``testbed/<nodes>`` and a controller on ``namespace``, stopped on leaving,
+    also when the bench is sent SIGTERM: their processes run in sessions of their own and
+    would outlive it."""
+    signal.signal(signal.SIGTERM, _exit_on_term)
     workdir = Path(tempfile.mkdtemp(prefix=f"devboxes-{name}-"))
     log(f"starting a testbed in {workdir} ...")
     bed = Testbed(workdir / "testbed", REPO / "testbed" / nodes)
