@@ -292,7 +292,14 @@ def test_three_waiting_boxes_get_their_place_in_line(
 def assert_everything_else_works(controller: Controller, reason: str) -> None:
     api = Api(controller)
     assert requests.get(f"{controller.url}/ready", timeout=10).status_code == 200
-    body = api.availability()
+
+    def settled() -> Any:
+        """Availability once its watches have answered: they are not part of readiness,
+        so a first read may still say they are loading."""
+        body = api.availability()
+        return body if all(reason in (e.reason or "") for e in body.profiles) else None
+
+    body = wait_for(settled)
     assert body.profiles
     for entry in body.profiles:
         assert (entry.available, entry.capacity) == (None, None)
