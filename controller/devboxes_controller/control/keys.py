@@ -15,7 +15,7 @@ from kubernetes import client
 
 from devboxes_sdk.models import SshKey, SshKeyList
 
-from ..box import render, sshkeys
+from ..box import ownership, render, sshkeys
 from ..k8s import kube
 from ..k8s.kube import Conflict, NotFound, Obj, Unavailable, rule_broken
 from ..k8s.timestamps import format_timestamp, parse_timestamp
@@ -49,13 +49,18 @@ class Keys:
 
     def _read(self, owner: str) -> Obj | None:
         try:
-            return kube.call(
+            found: Obj = kube.call(
                 self._core.read_namespaced_config_map,
                 sshkeys.config_map_name(owner),
                 self._namespace,
             )
         except NotFound:
             return None
+        if ownership.owner_of(found) != owner:
+            # Named by a digest of the person's name, so only a hand-made object gets here:
+            # nobody's keys are read or written through another person's record.
+            raise Conflict("the keys record under this name belongs to someone else")
+        return found
 
     def listed(self, owner: str | None) -> SshKeyList:
         if owner is None:

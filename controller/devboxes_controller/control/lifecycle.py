@@ -151,18 +151,12 @@ class Lifecycle:
         if existing is not None:
             return self._created_before(spec.name, existing, made_by, owner)
         claim = self.store.claim(spec.name)
-        if claim is not None and ownership.owner_of(claim) != (owner or ownership.OPERATOR):
-            # Another person's retained home volume: theirs to reuse or purge, never ours.
-            raise Conflict(f"the name '{spec.name}' is taken; choose another")
-        if claim is not None and claim["metadata"].get("deletionTimestamp"):
-            raise Conflict(
-                f"the home volume {names.pvc} of a purged devbox '{spec.name}' is still being "
-                "deleted; create the box again once it is gone",
-                retry_after=RETRY_AFTER_SECONDS,
-            )
         # Everything is rendered before the first write; only the agent's credential waits
         # for the Deployment, whose uid it is bound to.
         wanted_claim = render.render_pvc(spec, self.settings)
+        if claim is not None:
+            # Refused before any write; checked again where the claim is won.
+            _refuse_foreign_claim(wanted_claim, claim)
         wanted_deployment = render.render_deployment(spec, self.settings)
         if made_by is not None:
             # In the same write as the box, so that no retry can see one without the other.
@@ -259,9 +253,18 @@ class Lifecycle:
                 METRICS.writes.labels("create").inc()
                 return True
             except Conflict:
-                existing = kube.call(
-                    self._core.read_namespaced_persistent_volume_claim, name, self.namespace
-                )
+                # Another create won the name first (on this replica or another, which the
+                # cache has not shown yet): its claim is reused only if it is ours.
+                try:
+                    existing = kube.call(
+                        self._core.read_namespaced_persistent_volume_claim, name, self.namespace
+                    )
+                except NotFound:
+                    raise Conflict(
+                        f"the home volume {name} changed while this request was made; retry",
+                        retry_after=RETRY_AFTER_SECONDS,
+                    ) from None
+        _refuse_foreign_claim(wanted, existing)
         patch: Obj = {}
         size = wanted["spec"]["resources"]["requests"]["storage"]
         current = existing["spec"]["resources"]["requests"]["storage"]
@@ -281,7 +284,7 @@ class Lifecycle:
     def ensure_service(self, spec: render.BoxSpec, deployment: Obj) -> bool:
         """True when this call created the Service."""
         service = self.store.service(spec.name)
-        if service is not None and not service["metadata"].get("deletionTimestamp"):
+        if service is not None and _belongs_to(service, deployment):
             return False
         return self._apply_service(render.render_service(spec, self.settings), deployment)
 
@@ -290,14 +293,70 @@ class Lifecycle:
         has one and that port is still free."""
         service["metadata"]["ownerReferences"] = _owned_by(deployment)
         port = ssh_port.recorded(deployment) if self._node_ports else None
-        try:
+
+        def create() -> None:
             if port is None:
                 kube.call(self._core.create_namespaced_service, self.namespace, service)
             else:
                 self._create_on_port(service, port, deployment)
-        except Conflict:
+
+        return self._create_owned(
+            create,
+            self._core.read_namespaced_service,
+            self._core.delete_namespaced_service,
+            service["metadata"]["name"],
+            deployment,
+        )
+
+    def _create_owned(
+        self,
+        create: Callable[[], Any],
+        read: Callable[..., Any],
+        delete: Callable[..., Any],
+        name: str,
+        deployment: Obj,
+    ) -> bool:
+        """Create an object that belongs to the box's Deployment; True when this call
+        created it. One found under its name that belongs to anything else (an earlier
+        box of that name, not yet collected) is deleted first and never used."""
+        for _ in range(2):
+            try:
+                create()
+            except Conflict:
+                if not self._delete_stale(read, delete, name, deployment):
+                    return False
+                continue
+            METRICS.writes.labels("create").inc()
+            return True
+        # Still there: being deleted; the reconciler makes the box's own once it is gone.
+        return False
+
+    def _delete_stale(
+        self, read: Callable[..., Any], delete: Callable[..., Any], name: str, deployment: Obj
+    ) -> bool:
+        """Delete the object ``name`` unless it belongs to ``deployment``; True when it did
+        not belong, so that a create may be tried again."""
+        try:
+            found = kube.call(read, name, self.namespace)
+        except NotFound:
+            return True
+        if _belongs_to(found, deployment):
             return False
-        METRICS.writes.labels("create").inc()
+        if not found["metadata"].get("deletionTimestamp"):
+            # The uid precondition: never the box's own object, should one replace it now.
+            options = client.V1DeleteOptions(
+                propagation_policy="Background",
+                preconditions=client.V1Preconditions(uid=found["metadata"]["uid"]),
+            )
+            try:
+                kube.call(delete, name, self.namespace, body=options)
+                METRICS.writes.labels("delete").inc()
+            except (NotFound, Conflict):
+                pass
+        log.info(
+            "object of an earlier box removed",
+            extra={"box": render.box_name_of(deployment), "object": name},
+        )
         return True
 
     @property
@@ -360,7 +419,10 @@ class Lifecycle:
         """True when this call created the DRA box's ResourceClaimTemplate. Without a
         cache to tell a missing template (no profile is of DRA devices any more), a box
         pinned to a DRA profile is not repaired, rather than written to on every pass."""
-        if not self.store.watches_claims or self.store.claim_template(spec.name) is not None:
+        if not self.store.watches_claims:
+            return False
+        template = self.store.claim_template(spec.name)
+        if template is not None and _belongs_to(template, deployment):
             return False
         return self._apply_claim_template(spec, deployment)
 
@@ -370,14 +432,15 @@ class Lifecycle:
         if wanted is None:
             return False
         wanted["metadata"]["ownerReferences"] = _owned_by(deployment)
-        try:
-            kube.call(
+        return self._create_owned(
+            lambda: kube.call(
                 self._resource.create_namespaced_resource_claim_template, self.namespace, wanted
-            )
-        except Conflict:
-            return False
-        METRICS.writes.labels("create").inc()
-        return True
+            ),
+            self._resource.read_namespaced_resource_claim_template,
+            self._resource.delete_namespaced_resource_claim_template,
+            wanted["metadata"]["name"],
+            deployment,
+        )
 
     def ensure_activity_secret(self, deployment: Obj) -> None:
         """Write the box's agent credential, for its Deployment's uid and the current key;
@@ -391,10 +454,15 @@ class Lifecycle:
             activity.credential(self.activity_key, name, deployment["metadata"]["uid"]),
         )
         secret["metadata"]["ownerReferences"] = _owned_by(deployment)
-        try:
-            kube.call(self._core.create_namespaced_secret, self.namespace, secret)
-            METRICS.writes.labels("create").inc()
-        except Conflict:
+        created = self._create_owned(
+            lambda: kube.call(self._core.create_namespaced_secret, self.namespace, secret),
+            self._core.read_namespaced_secret,
+            self._core.delete_namespaced_secret,
+            secret["metadata"]["name"],
+            deployment,
+        )
+        if not created:
+            # The box's own: rewritten for the current key.
             kube.call(
                 self._core.patch_namespaced_secret,
                 secret["metadata"]["name"],
@@ -673,6 +741,29 @@ def _count(spec: render.BoxSpec) -> int:
 
 def _groups_record(settings: Settings, asker: limits.Asker) -> str:
     return json.dumps(limits.limited_groups(settings.limits, asker.groups))
+
+
+def _refuse_foreign_claim(wanted: Obj, claim: Obj) -> None:
+    """Refuse a home claim of another owner, or one being deleted: nothing of it is used."""
+    name = claim["metadata"]["name"]
+    box = render.box_name_of(claim) or name
+    if ownership.owner_of(claim) != ownership.owner_of(wanted):
+        # Another person's retained home volume: theirs to reuse or purge, never ours.
+        raise Conflict(f"the name '{box}' is taken; choose another")
+    if claim["metadata"].get("deletionTimestamp"):
+        raise Conflict(
+            f"the home volume {name} of a purged devbox '{box}' is still being "
+            "deleted; create the box again once it is gone",
+            retry_after=RETRY_AFTER_SECONDS,
+        )
+
+
+def _belongs_to(obj: Obj, deployment: Obj) -> bool:
+    """Whether ``obj`` is one of this Deployment's own objects and is not going away."""
+    metadata = obj["metadata"]
+    uid = deployment["metadata"].get("uid")
+    owners = metadata.get("ownerReferences") or []
+    return not metadata.get("deletionTimestamp") and any(o.get("uid") == uid for o in owners)
 
 
 def _owned_by(deployment: Obj) -> list[Obj]:

@@ -53,6 +53,13 @@ def _metadata(obj: Obj, *read: str, labels: tuple[str, ...] = ()) -> Obj:
     return slim
 
 
+def _owned(obj: Obj, metadata: Obj) -> Obj:
+    """``metadata`` with the uids of the objects that own ``obj``."""
+    owners = (obj.get("metadata") or {}).get("ownerReferences") or []
+    metadata["ownerReferences"] = [_pick(o, ("uid",)) for o in owners]
+    return metadata
+
+
 def _conditions(obj: Obj, keys: tuple[str, ...]) -> list[Obj]:
     """Type, status and reason are words; a message, when kept, is free text."""
     conditions = (obj.get("status") or {}).get("conditions") or []
@@ -141,10 +148,11 @@ def pod(obj: Obj) -> Obj:
 
 def service(obj: Obj) -> Obj:
     """The SSH port and where it is reached: node port or load balancer address; its age,
-    so that the reconciler leaves alone the Service a start is making."""
+    so that the reconciler leaves alone the Service a start is making; the Deployment that
+    owns it, so that a box never takes over one of an earlier box of its name."""
     spec = obj.get("spec") or {}
     slim: Obj = {
-        "metadata": _metadata(obj, "creationTimestamp"),
+        "metadata": _owned(obj, _metadata(obj, "creationTimestamp")),
         "spec": {"ports": [_pick(p, ("port", "nodePort")) for p in spec.get("ports") or []]},
     }
     ingress = ((obj.get("status") or {}).get("loadBalancer") or {}).get("ingress")
@@ -176,15 +184,14 @@ def persistent_volume_claim(obj: Obj) -> Obj:
 
 
 def claim_template(obj: Obj) -> Obj:
-    """Only that it exists: repair recreates a missing one."""
-    return {"metadata": _metadata(obj)}
+    """That it exists, and the Deployment that owns it: repair recreates a missing one,
+    and replaces one left by an earlier box of the same name."""
+    return {"metadata": _owned(obj, _metadata(obj))}
 
 
 def resource_claim(obj: Obj) -> Obj:
     """The pod that owns it and which devices were allocated to which request."""
-    metadata = _metadata(obj)
-    owners = (obj.get("metadata") or {}).get("ownerReferences") or []
-    metadata["ownerReferences"] = [_pick(o, ("uid",)) for o in owners]
+    metadata = _owned(obj, _metadata(obj))
     results = (((obj.get("status") or {}).get("allocation") or {}).get("devices") or {}).get(
         "results"
     ) or []
