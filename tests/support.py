@@ -22,7 +22,7 @@ import yaml
 from devboxes_controller.box import render
 from devboxes_controller.config.settings import GpuProfileConfig
 from devboxes_controller.k8s.kube import Unavailable
-from devboxes_controller.state.ended_sessions import Patch
+from devboxes_controller.state.ended_sessions import Change, Patch
 from devboxes_testbed import api
 from devboxes_testbed.cluster import schedulable
 from devboxes_testbed.controller import Controller, example_settings, without_gpu_profiles
@@ -344,15 +344,18 @@ class MemoryRecord:
     def data(self) -> dict[str, str]:
         return self.entries
 
-    def write(self, patch: Patch) -> None:
+    def update(self, change: Change) -> None:
         if self.down:
             raise Unavailable("Kubernetes API unreachable")
+        patch = change(self.entries)
+        if not patch:
+            return
         self.patches.append(patch)
-        for key, until in patch.items():
-            if until is None:
+        for key, mark in patch.items():
+            if mark is None:
                 self.entries.pop(key, None)
             else:
-                self.entries[key] = until
+                self.entries[key] = mark
 
 
 class DevicePool:
@@ -399,3 +402,13 @@ class DevicePool:
 
     def delete(self) -> None:
         self.core.delete_node(self.node)
+
+
+class Clock:
+    """Time that moves only when the test says so, for code that takes a ``clock``."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now

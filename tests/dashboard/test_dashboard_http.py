@@ -20,6 +20,7 @@ from devboxes_controller.state.ended_sessions import CONFIGMAP, EndedSessions, d
 from devboxes_controller.web.dashboard import safe_next
 from devboxes_controller.web.sessions import (
     COOKIE,
+    Person,
     SessionsLoading,
     SessionStore,
     csrf_matches,
@@ -450,10 +451,11 @@ def test_logout_on_one_replica_ends_the_session_on_every_replica_and_after_a_res
         f"{first.url}/dashboard/logout", data={"csrf": csrf}, allow_redirects=False, timeout=10
     )
     assert logout.status_code == 303
-    # Answered once the cluster holds the record: a digest of the id, never the id.
+    # Answered once the cluster holds the record: a digest of whose sessions ended, never
+    # the session's id.
     session_id = cookie.split(".")[1]
     record = client.CoreV1Api(kube).read_namespaced_config_map(CONFIGMAP, namespace).data
-    assert list(record) == [digest(session_id)]
+    assert list(record) == [digest("-")]
     assert session_id not in json.dumps(record)
 
     def refused_on_second() -> bool:
@@ -556,7 +558,29 @@ def test_logout_ends_the_session_here_at_once_and_on_every_replica_once_recorded
     assert other_replica.lookup(session.cookie) is None
     assert SessionStore(SECRET, ended(record)).lookup(session.cookie) is None
     # Kept until the session's absolute end, when its cookie is refused anyway.
-    assert list(record.entries.values()) == [str(session.created + store.absolute_seconds)]
+    until = session.created_ms // 1000 + int(store.absolute_seconds) + 1
+    assert list(record.entries.values()) == [f"{session.created_ms}:{until}"]
+
+
+def test_a_sign_out_ends_earlier_sessions_of_the_identity_and_no_later_or_other_one() -> None:
+    clock = Clock()
+    record = MemoryRecord()
+    store = SessionStore(SECRET, EndedSessions(record, clock), clock=clock)
+    earlier = store.create()
+    alice = store.create(Person("alice"))
+    clock.now += 0.001
+    signed_out = store.create()
+    clock.now += 0.001
+    later = store.create()
+    store.end(signed_out)
+    store.ended.flush()
+    other_replica = SessionStore(SECRET, EndedSessions(record, clock), clock=clock)
+    assert other_replica.lookup(signed_out.cookie) is None
+    assert other_replica.lookup(earlier.cookie) is None
+    assert other_replica.lookup(later.cookie) is not None
+    assert other_replica.lookup(alice.cookie) is not None
+    # A sign-in in the same second as the sign-out is a new session.
+    assert other_replica.lookup(store.create().cookie) is not None
 
 
 def test_no_session_is_accepted_before_the_ended_ones_are_loaded() -> None:

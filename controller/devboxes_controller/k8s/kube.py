@@ -15,6 +15,8 @@ from kubernetes import client, config
 
 from devboxes_sdk.models import FieldError
 
+from .write_health import WRITES
+
 T = TypeVar("T")
 Obj = dict[str, Any]
 
@@ -23,6 +25,8 @@ Obj = dict[str, Any]
 CONNECT_SECONDS = 2.0
 READ_SECONDS = 5.0
 RETRY_AFTER_SECONDS = 5
+# The generated client's methods that change objects, by the first word of their name.
+WRITE_VERBS = frozenset({"create", "patch", "replace", "delete"})
 
 
 class ApiProblem(Exception):
@@ -115,12 +119,19 @@ def translate(err: Exception) -> ApiProblem:
 
 
 def call(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Obj:
-    """Call a generated client method and return the raw JSON body, translating failures."""
+    """Call a generated client method and return the raw JSON body, translating failures.
+    Writes report their outcome to ``write_health.WRITES``."""
     kwargs.setdefault("_request_timeout", (CONNECT_SECONDS, READ_SECONDS))
+    write = function.__name__.partition("_")[0] in WRITE_VERBS
     try:
         response = function(*args, _preload_content=False, **kwargs)
     except (client.ApiException, urllib3.exceptions.HTTPError, OSError) as err:
-        raise translate(err) from None
+        problem = translate(err)
+        if write and isinstance(problem, Unavailable):
+            WRITES.failed(problem.detail)
+        raise problem from None
+    if write:
+        WRITES.succeeded()
     data = response.data
     return dict(json.loads(data)) if data else {}
 

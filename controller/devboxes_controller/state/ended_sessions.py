@@ -1,16 +1,23 @@
 """Ended dashboard sessions, shared by every replica through one ConfigMap.
 
 A session cookie is accepted by every replica holding the operator token (see
-``web.sessions``), so ending one at logout has to reach every replica and outlive their
-restarts. The ConfigMap ``devboxes-ended-sessions`` in the box namespace holds one entry
-per ended session: the key is a SHA-256 digest of the session id (never the id), the
-value the Unix time of the session's absolute end, after which its cookie is refused
-anyway and the entry may go. Every replica reads the ConfigMap through a watch.
+``web.sessions``), so ending one at sign-out has to reach every replica and outlive their
+restarts. A sign-out ends the session and every earlier session of the same identity (the
+operator, or one person): the ConfigMap ``devboxes-ended-sessions`` in the box namespace
+holds one entry per identity, keyed by a SHA-256 digest of it (never a name), whose value
+is ``MARK:UNTIL``: sessions of that identity started at or before ``MARK`` (Unix time in
+milliseconds) are over, and after ``UNTIL`` (Unix time in seconds) every such session has
+reached its absolute end, so the entry may go. The record therefore grows with the number
+of identities that signed out within one session lifetime, never with the number of
+sign-outs.
 
-Each write is a merge patch that adds entries and drops the expired ones, so replicas
-logging out at the same moment never conflict. A session is refused on its own replica
-as soon as it ends, before any write; an entry whose write failed (the apiserver is
-down) is kept and written again until it lands or its session would have expired anyway.
+A session is refused on its own replica as soon as it ends, before any write. One thread
+per replica writes what its sign-outs ended, all of them in one write at most once every
+``WRITE_INTERVAL_SECONDS``, however many people sign out, so that sign-outs cannot load
+etcd; a sign-out waits for the write that carries it. A write that fails is tried again
+with backoff until it lands or its sessions would have ended anyway. Writes read the
+ConfigMap's version and are refused if another replica wrote in between, so a mark only
+ever moves later.
 """
 
 from __future__ import annotations
@@ -20,12 +27,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Protocol
 
 from kubernetes import client
 
 from ..k8s import kube
-from ..k8s.kube import ApiProblem, Conflict, NotFound, Obj
+from ..k8s.kube import ApiProblem, Conflict, NotFound, Obj, Unavailable
 from .cache import Informer
 
 log = logging.getLogger(__name__)
@@ -36,27 +45,66 @@ LABELS = {
     "app.kubernetes.io/managed-by": "devboxes-controller",
     "app.kubernetes.io/component": "ended-sessions",
 }
-FIRST_RETRY_SECONDS = 1.0
+WRITE_INTERVAL_SECONDS = 1.0
 MAX_RETRY_SECONDS = 30.0
+# Writes refused because another replica wrote first, before this one gives up for now.
+ATTEMPTS = 5
 
 Clock = Callable[[], float]
 # A merge patch of the ConfigMap's data: None removes an entry.
 Patch = dict[str, str | None]
+# What to write, given the entries recorded now; an empty patch writes nothing.
+Change = Callable[[Mapping[str, str]], Patch]
 
 
-def digest(session_id: str) -> str:
-    return hashlib.sha256(f"devboxes ended session {session_id}".encode()).hexdigest()
+def digest(identity: str) -> str:
+    return hashlib.sha256(f"devboxes ended sessions of {identity}".encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Mark:
+    """Sessions started at or before ``through`` (ms) are over; all of them would have
+    ended anyway by ``until`` (s)."""
+
+    through: int
+    until: int
+
+    def text(self) -> str:
+        return f"{self.through}:{self.until}"
+
+    def later(self, other: Mark | None) -> Mark:
+        if other is None:
+            return self
+        return Mark(max(self.through, other.through), max(self.until, other.until))
+
+    @staticmethod
+    def parse(text: str) -> Mark | None:
+        through, _, until = text.partition(":")
+        if not (through.isdigit() and until.isdigit()):
+            return None
+        return Mark(int(through), int(until))
 
 
 def expired_entries(data: Mapping[str, str], now: float) -> list[str]:
-    """Entries whose session has ended on its own by now; unreadable ones go too."""
-    return [key for key, until in data.items() if not until.isdigit() or int(until) <= now]
+    """Entries whose sessions have all ended on their own by now; unreadable ones go too."""
+    expired = []
+    for key, text in data.items():
+        mark = Mark.parse(text)
+        if mark is None or mark.until <= now:
+            expired.append(key)
+    return expired
 
 
-def ending_patch(pending: Mapping[str, int], recorded: Mapping[str, str], now: float) -> Patch:
-    """The patch that records ``pending`` and prunes what ``recorded`` holds needlessly."""
+def ending_patch(pending: Mapping[str, Mark], recorded: Mapping[str, str], now: float) -> Patch:
+    """The patch that records ``pending`` where it moves a mark later, and prunes what
+    ``recorded`` holds needlessly."""
     patch: Patch = dict.fromkeys(expired_entries(recorded, now))
-    patch.update({key: str(until) for key, until in pending.items() if until > now})
+    for key, mark in pending.items():
+        text = recorded.get(key)
+        current = Mark.parse(text) if text is not None else None
+        merged = mark.later(current)
+        if merged.until > now and merged != current:
+            patch[key] = merged.text()
     return patch
 
 
@@ -71,67 +119,89 @@ class Record(Protocol):
         """The entries every replica sees now."""
         ...
 
-    def write(self, patch: Patch) -> None:
-        """Apply ``patch``; raises :class:`ApiProblem` when it was not applied."""
+    def update(self, change: Change) -> None:
+        """Apply ``change`` to the entries as they are when it is written; raises
+        :class:`ApiProblem` when nothing was written."""
         ...
 
 
 class EndedSessions:
     """Which sessions have ended: this replica's own, at once, and every replica's, from
-    the shared record. Thread-safe: request handlers and the retry thread share it."""
+    the shared record. Thread-safe: request handlers and the writer thread share it."""
 
     def __init__(self, record: Record, clock: Clock = time.time) -> None:
         self._record = record
         self._clock = clock
         # Ended here: refused at once and until their end, whatever the record says.
-        self._local: dict[str, int] = {}
-        # Ended here but not yet written to the record.
-        self._pending: dict[str, int] = {}
+        self._local: dict[str, Mark] = {}
+        # Ended here but not yet written to the record, and who waits for that.
+        self._pending: dict[str, Mark] = {}
+        self._waiting: list[Future[None]] = []
         self._lock = threading.Lock()
-        # One write at a time: a retry and a logout would otherwise send the same entries.
+        # One write at a time: two would send the same entries.
         self._writing = threading.Lock()
 
     def synced(self) -> bool:
         return self._record.synced()
 
-    def is_ended(self, session_id: str) -> bool:
-        key = digest(session_id)
+    def is_ended(self, identity: str, started_ms: int) -> bool:
+        key = digest(identity)
         with self._lock:
-            if key in self._local:
-                return True
-        return key in self._record.data()
+            local = self._local.get(key)
+        if local is not None and started_ms <= local.through:
+            return True
+        text = self._record.data().get(key)
+        recorded = Mark.parse(text) if text is not None else None
+        return recorded is not None and started_ms <= recorded.through
 
-    def end(self, session_id: str, until: int) -> None:
-        """Refuse the session here from now on, and queue it for the record."""
-        key = digest(session_id)
+    def end(self, identity: str, started_ms: int, until: int) -> Future[None]:
+        """Refuse the identity's sessions started until ``started_ms`` here from now on,
+        and queue that for the record; the future is done once a write carried it."""
+        key = digest(identity)
+        mark = Mark(started_ms, until)
         now = self._clock()
+        done: Future[None] = Future()
         with self._lock:
-            self._local = {k: v for k, v in self._local.items() if v > now}
-            self._local[key] = until
-            self._pending[key] = until
+            self._local = {k: m for k, m in self._local.items() if m.until > now}
+            self._local[key] = mark.later(self._local.get(key))
+            self._pending[key] = mark.later(self._pending.get(key))
+            self._waiting.append(done)
+        return done
 
     def unwritten(self) -> int:
         with self._lock:
             return len(self._pending)
 
+    def recorded_entries(self) -> int:
+        return len(self._record.data())
+
     def flush(self) -> None:
-        """Write every queued entry to the record; raises :class:`ApiProblem` on failure,
-        leaving them queued."""
+        """Write every queued mark to the record; raises :class:`ApiProblem` on failure,
+        leaving them queued. Either way, the sign-outs that waited for it are told."""
         with self._writing:
             now = self._clock()
             with self._lock:
-                self._pending = {k: v for k, v in self._pending.items() if v > now}
+                self._pending = {k: m for k, m in self._pending.items() if m.until > now}
                 pending = dict(self._pending)
-            if not pending:
-                return
-            self._record.write(ending_patch(pending, self._record.data(), now))
+                waiting, self._waiting = self._waiting, []
+            try:
+                if pending:
+                    self._record.update(lambda recorded: ending_patch(pending, recorded, now))
+            except ApiProblem as err:
+                for done in waiting:
+                    done.set_exception(err)
+                raise
             with self._lock:
-                for key in pending:
-                    self._pending.pop(key, None)
+                for key, mark in pending.items():
+                    if self._pending.get(key) == mark:
+                        del self._pending[key]
+            for done in waiting:
+                done.set_result(None)
 
 
 class ConfigMapRecord:
-    """The record as the ConfigMap ``CONFIGMAP``, watched and merge-patched."""
+    """The record as the ConfigMap ``CONFIGMAP``, watched, and merge-patched over the
+    version read."""
 
     def __init__(self, namespace: str, api: client.ApiClient) -> None:
         self._core = client.CoreV1Api(api)
@@ -150,44 +220,59 @@ class ConfigMapRecord:
         configmap = self.informer.get(CONFIGMAP)
         return (configmap or {}).get("data") or {}
 
-    def write(self, patch: Patch) -> None:
-        try:
-            self._patch(patch)
-        except NotFound:
+    def update(self, change: Change) -> None:
+        current = self.informer.get(CONFIGMAP)
+        for _ in range(ATTEMPTS):
+            patch = change((current or {}).get("data") or {})
+            if not patch:
+                return
             try:
-                kube.call(
-                    self._core.create_namespaced_config_map, self._namespace, self._new(patch)
-                )
-            except Conflict:
-                # Another replica created it meanwhile.
-                self._patch(patch)
+                if current is None:
+                    kube.call(
+                        self._core.create_namespaced_config_map,
+                        self._namespace,
+                        self._new(patch),
+                    )
+                else:
+                    self._patch(patch, current["metadata"]["resourceVersion"])
+                return
+            except (Conflict, NotFound):
+                # Another replica wrote (or deleted it) since it was read.
+                current = self._read()
+        raise Unavailable("the record of ended sessions kept changing under this write")
 
-    def _patch(self, patch: Patch) -> None:
+    def _read(self) -> Obj | None:
+        try:
+            return kube.call(self._core.read_namespaced_config_map, CONFIGMAP, self._namespace)
+        except NotFound:
+            return None
+
+    def _patch(self, patch: Patch, version: str) -> None:
         kube.call(
             self._core.patch_namespaced_config_map,
             CONFIGMAP,
             self._namespace,
-            {"data": patch},
+            {"metadata": {"resourceVersion": version}, "data": patch},
             _content_type="application/merge-patch+json",
         )
 
     def _new(self, patch: Patch) -> Obj:
         return {
             "metadata": {"name": CONFIGMAP, "labels": LABELS},
-            "data": {key: until for key, until in patch.items() if until is not None},
+            "data": {key: mark for key, mark in patch.items() if mark is not None},
         }
 
 
 class SharedEndedSessions(EndedSessions):
-    """Ended sessions kept in the box namespace's ConfigMap, with a thread that writes
-    again what a logout could not."""
+    """Ended sessions kept in the box namespace's ConfigMap, with the thread that writes
+    them."""
 
     def __init__(self, namespace: str, api: client.ApiClient, clock: Clock = time.time) -> None:
         self._configmap = ConfigMapRecord(namespace, api)
         super().__init__(self._configmap, clock)
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._retry, name="ended-sessions", daemon=True)
+        self._thread = threading.Thread(target=self._write, name="ended-sessions", daemon=True)
 
     @property
     def informer(self) -> Informer:
@@ -202,32 +287,34 @@ class SharedEndedSessions(EndedSessions):
         self._wake.set()
         self.informer.stop()
 
-    def retry_soon(self) -> None:
-        """A logout's write failed: the retry thread takes it from here."""
+    def end(self, identity: str, started_ms: int, until: int) -> Future[None]:
+        done = super().end(identity, started_ms, until)
         self._wake.set()
+        return done
 
-    def _retry(self) -> None:
-        delay = FIRST_RETRY_SECONDS
+    def _write(self) -> None:
+        delay = WRITE_INTERVAL_SECONDS
         while not self._stop.is_set():
             if not self.unwritten():
                 self._wake.wait()
                 self._wake.clear()
-                delay = FIRST_RETRY_SECONDS
                 continue
-            self._stop.wait(delay)
-            if self._stop.is_set():
-                return
             try:
                 self.flush()
-            except Exception as err:  # noqa: BLE001 - any failure: the entries stay queued
-                if delay == FIRST_RETRY_SECONDS:
+            except Exception as err:  # noqa: BLE001 - any failure: the marks stay queued
+                if delay == WRITE_INTERVAL_SECONDS:
                     log.warning(
                         "ended sessions not yet recorded for the other replicas; retrying",
-                        extra={"sessions": self.unwritten(), "error": _describe(err)},
+                        extra={"identities": self.unwritten(), "error": _describe(err)},
                     )
+                self._stop.wait(delay)
                 delay = min(delay * 2, MAX_RETRY_SECONDS)
                 continue
-            log.info("ended sessions recorded for every replica")
+            if delay > WRITE_INTERVAL_SECONDS:
+                log.info("ended sessions recorded for every replica")
+            delay = WRITE_INTERVAL_SECONDS
+            # Sign-outs arriving meanwhile wait for the next write, which carries them all.
+            self._stop.wait(WRITE_INTERVAL_SECONDS)
 
 
 def _describe(err: Exception) -> str:

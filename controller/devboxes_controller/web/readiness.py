@@ -2,8 +2,9 @@
 
 - serve reads: always (from memory, possibly stale, which ``/ready`` then says);
 - accept writes: while the apiserver answers and the caches have loaded once;
-- report ready and lead: while the apiserver answers and every watch is established,
-  the ended dashboard sessions' included.
+- report ready and lead: while the apiserver answers, takes this replica's writes (they
+  have not all failed for a sustained time) and every watch is established, the ended
+  dashboard sessions' included.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..k8s.probe import ApiserverProbe
+from ..k8s.write_health import WRITES
 from ..state.ended_sessions import SharedEndedSessions
 from ..state.store import BoxStore
 
@@ -33,7 +35,7 @@ class Readiness:
             stale.append(self.ended.informer.kind)
         if not (self.store.synced() and self.ended.synced()):
             return "waiting for the Kubernetes caches to sync"
-        problem = self.probe.problem()
+        problem = self.probe.problem() or WRITES.problem()
         if problem is not None:
             return problem
         if stale:

@@ -13,9 +13,11 @@ signed cookie holding its state, PKCE verifier, nonce and where to go afterwards
 (``LoginStart``).
 
 Sessions end after an idle period (the last-use time slides as the cookie is re-issued
-on use), after an absolute lifetime, at logout, and for all sessions at once when the
-operator token is rotated. Logout is recorded for every replica (``state.ended_sessions``);
-until a replica has loaded that record it accepts no session at all.
+on use), after an absolute lifetime, at sign-out, and for all sessions at once when the
+operator token is rotated. A sign-out ends that session and every earlier one of the same
+identity, on every replica (``state.ended_sessions``); until a replica has loaded that
+record it accepts no session at all. A session's start is kept to the millisecond, so that
+a sign-in right after a sign-out is not taken for an earlier session.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import json
 import secrets
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 from ..box.ownership import OPERATOR
@@ -44,7 +47,7 @@ REISSUE_SECONDS = 60
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 # The person's part of an operator session's cookie.
 _OPERATOR = "-"
-_VERSION = "v2"
+_VERSION = "v3"
 # Browsers keep cookies of up to 4096 bytes; a person in too many groups for that cannot
 # sign in to the dashboard (a token still works).
 MAX_COOKIE_BYTES = 3800
@@ -69,7 +72,9 @@ class Person:
 class Session:
     id: str
     csrf: str
-    created: int
+    # Unix time in milliseconds.
+    created_ms: int
+    # Unix time in seconds.
     last_seen: int
     cookie: str
     # None: the operator signed in with the operator token.
@@ -133,6 +138,11 @@ def _decode_person(text: str) -> Person | None:
     return Person(user, tuple(groups))
 
 
+def _identity(person: Person | None) -> str:
+    """Whose sessions a sign-out ends: the operator's, or one person's."""
+    return _OPERATOR if person is None else f"person {person.user}"
+
+
 def session_identity(session: Session, admin_groups: frozenset[str]) -> Identity:
     """Whom a session acts for: the operator (an admin), or the person who signed in,
     an admin when in one of ``admin_groups``."""
@@ -170,16 +180,16 @@ class SessionStore:
     def _issue(
         self,
         session_id: str,
-        created: int,
+        created_ms: int,
         last_seen: int,
         person: Person | None,
         reissued: bool,
     ) -> Session:
-        payload = f"{_VERSION}.{session_id}.{created}.{last_seen}.{_encode_person(person)}"
+        payload = f"{_VERSION}.{session_id}.{created_ms}.{last_seen}.{_encode_person(person)}"
         return Session(
             id=session_id,
             csrf=self._mac(f"csrf.{session_id}"),
-            created=created,
+            created_ms=created_ms,
             last_seen=last_seen,
             cookie=f"{payload}.{self._mac(payload)}",
             person=person,
@@ -189,8 +199,10 @@ class SessionStore:
     def create(self, person: Person | None = None) -> Session:
         """A new session of ``person``, or of the operator; raises :class:`CookieTooLarge`
         when the person's groups make the cookie too large for a browser."""
-        now = int(self._clock())
-        session = self._issue(secrets.token_urlsafe(32), now, now, person, reissued=True)
+        now = self._clock()
+        session = self._issue(
+            secrets.token_urlsafe(32), int(now * 1000), int(now), person, reissued=True
+        )
         if len(session.cookie) > MAX_COOKIE_BYTES:
             raise CookieTooLarge(f"{len(person.groups) if person else 0} groups")
         return session
@@ -217,20 +229,21 @@ class SessionStore:
         except ValueError:
             # Signed by this key yet unreadable: a cookie of another version's format.
             return None
-        created, last_seen = int(created_text), int(seen_text)
+        created_ms, last_seen = int(created_text), int(seen_text)
         now = self._clock()
-        if now - last_seen > self.idle_seconds or now - created > self.absolute_seconds:
+        if now - last_seen > self.idle_seconds or now - created_ms / 1000 > self.absolute_seconds:
             return None
-        if self.ended.is_ended(session_id):
+        if self.ended.is_ended(_identity(person), created_ms):
             return None
         if touch and now - last_seen >= REISSUE_SECONDS:
-            return self._issue(session_id, created, int(now), person, reissued=True)
-        return self._issue(session_id, created, last_seen, person, reissued=False)
+            return self._issue(session_id, created_ms, int(now), person, reissued=True)
+        return self._issue(session_id, created_ms, last_seen, person, reissued=False)
 
-    def end(self, session: Session) -> None:
-        """Refuse the session on this replica at once; recording it for the others is
-        ``ended.flush``'s job."""
-        self.ended.end(session.id, session.created + int(self.absolute_seconds))
+    def end(self, session: Session) -> Future[None]:
+        """End the session and every earlier one of its identity on this replica at once;
+        the future is done once every replica has been told (``ended``)."""
+        until = session.created_ms // 1000 + int(self.absolute_seconds) + 1
+        return self.ended.end(_identity(session.person), session.created_ms, until)
 
     def start_login(self, next_path: str) -> tuple[LoginStart, str]:
         """A new sign-in through the issuer and the signed cookie that binds it to the
