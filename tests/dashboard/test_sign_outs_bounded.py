@@ -17,6 +17,7 @@ from devboxes_controller.state.ended_sessions import (
 from devboxes_controller.web.sessions import COOKIE, Person, SessionStore
 from kubernetes import client, watch
 from support import MemoryRecord, StartController, wait_for
+from urllib3.exceptions import ProtocolError
 
 SIGN_OUTS = 100_000
 PEOPLE = 50
@@ -40,14 +41,18 @@ class Writes:
         self._thread.start()
 
     def _run(self) -> None:
-        for event in self._watch.stream(
-            self._core.list_namespaced_config_map,
-            self._namespace,
-            field_selector=f"metadata.name={CONFIGMAP}",
-            timeout_seconds=600,
-        ):
-            if event["type"] in ("ADDED", "MODIFIED"):
-                self.count += 1
+        try:
+            for event in self._watch.stream(
+                self._core.list_namespaced_config_map,
+                self._namespace,
+                field_selector=f"metadata.name={CONFIGMAP}",
+                timeout_seconds=600,
+            ):
+                if event["type"] in ("ADDED", "MODIFIED"):
+                    self.count += 1
+        except ProtocolError:
+            # Cut when the test stops it.
+            return
 
     def stop(self) -> None:
         self._watch.stop()

@@ -6,7 +6,13 @@ its own. Answers are cached by a digest of the token, never the token itself: a 
 answer for ``auth.hub.cacheSeconds``, a refusal for a few seconds at most, so that a
 revoked token stops working soon and a bad token cannot make the controller ask the hub
 on every request. Requests with the same token that arrive while the hub is being asked
-about it wait for that one answer, as a Lab's first requests do.
+about it wait for that one answer, as a Lab's first requests do; no request waits longer
+than ``HUB_TIMEOUT_SECONDS``.
+
+A hub that cannot answer does not lock out the people it named: the answer it last gave
+about a person's token keeps working for ``STALE_SECONDS`` after it was given, and such
+requests no longer wait for the hub; other tokens are answered 503 at once. The hub is
+asked again after a backoff (:mod:`.backoff`), one question at a time until it answers.
 """
 
 from __future__ import annotations
@@ -23,13 +29,17 @@ import httpx
 
 from ..config.settings import Settings
 from .auth import Unauthorized
+from .backoff import Backoff
 from .people import Identity, IdentityUnavailable
 
 # At most this many tokens' answers are kept; the least recently used go first.
 MAX_CACHED = 10_000
 # A refusal is kept this long (or cacheSeconds, when shorter).
 REFUSAL_SECONDS = 5.0
-# One question to the hub, connecting included.
+# While the hub cannot answer, its answer about a person is used this long after it gave
+# it: an outage of the hub is ridden out, and a token revoked meanwhile dies at the end.
+STALE_SECONDS = 3600.0
+# One question to the hub, connecting and waiting for a connection included.
 HUB_TIMEOUT_SECONDS = 5.0
 # What the hub may be sent in a header: printable ASCII of a sane length. Anything else
 # is no hub token.
@@ -39,6 +49,7 @@ _SERVICE_REFUSAL = "a JupyterHub service's token speaks for no person; use a per
 
 @dataclass(frozen=True)
 class _Answer:
+    answered: float
     expires: float
     # None: the hub does not know the token; a string: why it is refused.
     identity: Identity | str | None
@@ -66,6 +77,7 @@ class HubVerifier:
         self._clock = clock
         self._cache: OrderedDict[bytes, _Answer] = OrderedDict()
         self._asking: dict[bytes, asyncio.Task[Identity | str | None]] = {}
+        self._backoff = Backoff(clock)
         self._client = httpx.AsyncClient(timeout=HUB_TIMEOUT_SECONDS, follow_redirects=False)
 
     def __repr__(self) -> str:
@@ -77,21 +89,55 @@ class HubVerifier:
         key = hashlib.sha256(token.encode()).digest()
         now = self._clock()
         cached = self._cache.get(key)
-        if cached is not None and cached.expires > now:
+        if cached is not None:
             self._cache.move_to_end(key)
-            return _result(cached.identity)
-        asking = self._asking.get(key)
+            if cached.expires > now:
+                return _result(cached.identity)
+        stale = None
+        if cached is not None and now - cached.answered <= STALE_SECONDS:
+            stale = cached.identity if isinstance(cached.identity, Identity) else None
+        asking = self._asking.get(key) or self._start_asking(key, token)
+        failure = self._backoff.failure
+        if stale is not None and failure is not None:
+            return stale
         if asking is None:
-            asking = asyncio.ensure_future(self._ask_and_remember(key, token))
-            self._asking[key] = asking
-            asking.add_done_callback(lambda done: self._forget(key, done))
-        # A caller that goes away leaves the question to the others.
-        return _result(await asyncio.shield(asking))
+            assert failure is not None, "the hub is only left unasked after a failure"
+            raise IdentityUnavailable(failure.detail)
+        try:
+            # A caller that goes away leaves the question to the others.
+            return _result(await asyncio.shield(asking))
+        except IdentityUnavailable:
+            if stale is None:
+                raise
+            return stale
+
+    def _start_asking(self, key: bytes, token: str) -> asyncio.Task[Identity | str | None] | None:
+        """A new question about ``token``; None while the hub's backoff lasts, or while it
+        fails and another question is out."""
+        if self._backoff.waiting or (self._backoff.failure is not None and self._asking):
+            return None
+        asking = asyncio.ensure_future(self._ask_and_remember(key, token))
+        self._asking[key] = asking
+        asking.add_done_callback(lambda done: self._forget(key, done))
+        return asking
 
     async def _ask_and_remember(self, key: bytes, token: str) -> Identity | str | None:
-        answer = await self._ask(token)
+        try:
+            # httpx bounds each step of a question; this bounds the whole, waiting for a
+            # pooled connection included.
+            async with asyncio.timeout(HUB_TIMEOUT_SECONDS):
+                answer = await self._ask(token)
+        except TimeoutError:
+            failure = self._too_slow()
+            self._backoff.failed(failure)
+            raise failure from None
+        except IdentityUnavailable as failure:
+            self._backoff.failed(failure)
+            raise
+        self._backoff.succeeded()
+        now = self._clock()
         keep = self.cache_seconds if isinstance(answer, Identity) else REFUSAL_SECONDS
-        self._remember(key, _Answer(self._clock() + min(keep, self.cache_seconds), answer))
+        self._remember(key, _Answer(now, now + min(keep, self.cache_seconds), answer))
         return answer
 
     def _forget(self, key: bytes, done: asyncio.Task[Identity | str | None]) -> None:
@@ -114,7 +160,7 @@ class HubVerifier:
                 f"{self.api_url}/user", headers={"Authorization": f"token {token}"}
             )
         except httpx.TimeoutException:
-            raise self._unavailable(f"did not answer within {HUB_TIMEOUT_SECONDS:g}s") from None
+            raise self._too_slow() from None
         except httpx.HTTPError as err:
             raise self._unavailable(f"cannot be reached ({type(err).__name__})") from None
         if response.status_code in (401, 403):
@@ -140,12 +186,20 @@ class HubVerifier:
             admin=not self.admin_groups.isdisjoint(groups),
         )
 
+    def _too_slow(self) -> IdentityUnavailable:
+        return self._unavailable(f"did not answer within {HUB_TIMEOUT_SECONDS:g}s")
+
     def _unavailable(self, what: str) -> IdentityUnavailable:
         return IdentityUnavailable(
             f"cannot check a JupyterHub token: the hub at {self.api_url} {what}"
         )
 
     async def aclose(self) -> None:
+        questions = list(self._asking.values())
+        for question in questions:
+            question.cancel()
+        if questions:
+            await asyncio.wait(questions)
         await self._client.aclose()
 
 

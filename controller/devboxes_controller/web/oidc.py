@@ -1,10 +1,18 @@
 """People who bring a JWT access token from the configured OpenID Connect issuer.
 
 The issuer's discovery document and signing keys (JWKS) are fetched on first use and
-cached; a token signed with a key not in the cache makes one refetch, at most every
-``REFETCH_SECONDS``, which is how a rotated key becomes known. Once the keys are cached a
-token is checked without asking the issuer, so an issuer that goes down stops new keys,
-not the people already known.
+cached. A token signed with a cached key is checked at once, without asking the issuer:
+keys fetched more than ``KEYS_REFRESH_SECONDS`` ago are fetched again behind the request
+that finds them due, which does not wait for it. A token signed with a key not in the cache
+waits for a fetch, started at most every ``REFETCH_SECONDS``, which is how a rotated key
+becomes known.
+
+An issuer that goes down stops new keys, not the people already known: the cached keys go
+on verifying tokens for ``KEYS_MAX_STALE_SECONDS`` after the last successful fetch, and past
+that tokens are refused with a 503 that says so. At most one fetch is in flight and the
+requests that need it share it, so none waits longer than ``HTTP_TIMEOUT_SECONDS`` (the
+discovery document and the keys together); after a failure the issuer is asked again only
+after a backoff (:mod:`.backoff`), and requests in between are answered at once.
 """
 
 from __future__ import annotations
@@ -12,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import httpx
@@ -20,6 +28,7 @@ import jwt
 
 from ..config.settings import OidcSettings, Settings
 from .auth import Unauthorized
+from .backoff import Backoff
 from .people import Identity, IdentityUnavailable
 
 # Asymmetric algorithms only: a symmetric one (HS256) would let anyone holding the
@@ -30,9 +39,13 @@ LEEWAY_SECONDS = 30
 # An unknown key ID refetches the keys at most this often, so a stream of made-up key IDs
 # cannot make the controller hammer the issuer.
 REFETCH_SECONDS = 30.0
-# Keys are refetched this long after the last fetch, so a key the issuer withdrew stops
-# being accepted.
-KEYS_MAX_AGE_SECONDS = 3600.0
+# Keys are refetched this long after the last successful fetch, so a key the issuer
+# withdrew stops being accepted.
+KEYS_REFRESH_SECONDS = 3600.0
+# While the issuer cannot be asked, its last keys verify tokens this long after they were
+# fetched: long enough to ride out an outage, short enough that a withdrawn key dies.
+KEYS_MAX_STALE_SECONDS = 24 * 3600.0
+# One fetch of the discovery document and the keys together: the longest a request waits.
 HTTP_TIMEOUT_SECONDS = 5.0
 # Claims quoted back in an error are cut to this length.
 MAX_QUOTED = 120
@@ -52,17 +65,25 @@ class OidcVerifier:
         settings: OidcSettings,
         admin_groups: list[str] | tuple[str, ...] = (),
         client: httpx.AsyncClient | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
         self.issuer = settings.issuer
         self._admin_groups = frozenset(admin_groups)
         self._client = client or httpx.AsyncClient(timeout=HTTP_TIMEOUT_SECONDS)
+        self._clock = clock
         self._keys: dict[str, jwt.PyJWK] = {}
         self._discovery: dict[str, Any] | None = None
+        # When the keys were last fetched, and when a fetch last started, failed or not.
         self._fetched_at: float | None = None
-        self._lock = asyncio.Lock()
+        self._attempted_at: float | None = None
+        self._fetch: asyncio.Task[None] | None = None
+        self._backoff = Backoff(clock)
 
     async def aclose(self) -> None:
+        if self._fetch is not None:
+            self._fetch.cancel()
+            await asyncio.wait([self._fetch])
         await self._client.aclose()
 
     @property
@@ -80,7 +101,7 @@ class OidcVerifier:
         """One URL of the issuer's discovery document, or None for a feature the issuer
         does not offer (``device_authorization_endpoint`` is optional, say)."""
         if self._discovery is None:
-            await self._refresh(self._fetched_at)
+            await self._fetched(rate_limited=False)
         assert self._discovery is not None
         url = self._discovery.get(name)
         return url if isinstance(url, str) else None
@@ -182,12 +203,18 @@ class OidcVerifier:
         )
 
     async def _key(self, key_id: object) -> jwt.PyJWK:
-        now = time.monotonic()
-        stale = self._fetched_at is None or now - self._fetched_at > KEYS_MAX_AGE_SECONDS
-        missing = self._lookup(key_id) is None
-        may_refetch = self._fetched_at is None or now - self._fetched_at > REFETCH_SECONDS
-        if stale or (missing and may_refetch):
-            await self._refresh(self._fetched_at)
+        age = None if self._fetched_at is None else self._clock() - self._fetched_at
+        usable = age is not None and age <= KEYS_MAX_STALE_SECONDS
+        key = self._lookup(key_id) if usable else None
+        if key is not None:
+            if age is not None and age > KEYS_REFRESH_SECONDS:
+                self._start_fetch(rate_limited=False)
+            return key
+        try:
+            # Anyone can make up a key ID: one in a usable key set refetches only in a while.
+            await self._fetched(rate_limited=usable)
+        except IdentityUnavailable as failure:
+            raise self._outage(failure) from None
         key = self._lookup(key_id)
         if key is None:
             raise Unauthorized(
@@ -203,26 +230,86 @@ class OidcVerifier:
             return next(iter(self._keys.values()))
         return None
 
-    async def _refresh(self, seen: float | None) -> None:
-        async with self._lock:
-            # Requests that waited on the lock use the keys the first one fetched.
-            if self._fetched_at != seen:
-                return
-            discovery = await self._get_json(
-                f"{self.issuer.rstrip('/')}/.well-known/openid-configuration"
+    def _outage(self, failure: IdentityUnavailable) -> IdentityUnavailable:
+        """What a request that found no usable key is told when the issuer failed."""
+        if self._fetched_at is None:
+            return failure
+        age = self._clock() - self._fetched_at
+        if age <= KEYS_MAX_STALE_SECONDS:
+            return failure
+        return IdentityUnavailable(
+            f"tokens of the OIDC issuer {self.issuer} cannot be checked: its keys were last "
+            f"fetched {age / 3600:.1f} h ago, more than the {KEYS_MAX_STALE_SECONDS / 3600:g} h "
+            f"they are trusted without it, and fetching them again failed: {failure.detail}"
+        )
+
+    async def _fetched(self, rate_limited: bool) -> None:
+        """Wait for the fetch in flight or a new one; with none allowed yet, raise the last
+        fetch's failure, or return when the last fetch succeeded."""
+        fetch = self._start_fetch(rate_limited)
+        if fetch is not None:
+            # A request that goes away leaves the fetch to the others.
+            await asyncio.shield(fetch)
+        elif self._backoff.failure is not None:
+            raise IdentityUnavailable(self._backoff.failure.detail)
+
+    def _start_fetch(self, rate_limited: bool) -> asyncio.Task[None] | None:
+        """The fetch in flight, else a new one unless the backoff (or, when
+        ``rate_limited``, ``REFETCH_SECONDS``) says to wait."""
+        if self._fetch is not None:
+            return self._fetch
+        now = self._clock()
+        if self._backoff.waiting:
+            return None
+        recent = self._attempted_at is not None and now - self._attempted_at < REFETCH_SECONDS
+        if rate_limited and recent:
+            return None
+        self._attempted_at = now
+        self._fetch = asyncio.ensure_future(self._fetch_keys())
+        self._fetch.add_done_callback(self._fetch_done)
+        return self._fetch
+
+    def _fetch_done(self, fetch: asyncio.Task[None]) -> None:
+        self._fetch = None
+        if not fetch.cancelled():
+            # Retrieved here, so that a fetch nobody waited for logs no stray traceback: its
+            # failure is logged by the backoff.
+            fetch.exception()
+
+    async def _fetch_keys(self) -> None:
+        try:
+            async with asyncio.timeout(HTTP_TIMEOUT_SECONDS):
+                discovery, keys = await self._download()
+        except TimeoutError:
+            failure = IdentityUnavailable(
+                f"the OIDC issuer {self.issuer} did not answer within {HTTP_TIMEOUT_SECONDS:g}s; "
+                "try again later"
             )
-            if discovery.get("issuer") != self.issuer:
-                raise IdentityUnavailable(
-                    f"the OIDC issuer {self.issuer} describes itself as "
-                    f"{_quote(discovery.get('issuer'))}; the configured issuer must match it "
-                    "exactly"
-                )
-            jwks_uri = discovery.get("jwks_uri")
-            if not isinstance(jwks_uri, str):
-                raise IdentityUnavailable(f"the OIDC issuer {self.issuer} publishes no jwks_uri")
-            self._keys = self._parse_keys(await self._get_json(jwks_uri))
-            self._discovery = discovery
-            self._fetched_at = time.monotonic()
+            self._backoff.failed(failure)
+            raise failure from None
+        except IdentityUnavailable as failure:
+            self._backoff.failed(failure)
+            raise
+        self._keys = keys
+        self._discovery = discovery
+        self._fetched_at = self._clock()
+        self._backoff.succeeded()
+
+    async def _download(self) -> tuple[dict[str, Any], dict[str, jwt.PyJWK]]:
+        """The issuer's discovery document and signing keys."""
+        discovery = await self._get_json(
+            f"{self.issuer.rstrip('/')}/.well-known/openid-configuration"
+        )
+        if discovery.get("issuer") != self.issuer:
+            raise IdentityUnavailable(
+                f"the OIDC issuer {self.issuer} describes itself as "
+                f"{_quote(discovery.get('issuer'))}; the configured issuer must match it "
+                "exactly"
+            )
+        jwks_uri = discovery.get("jwks_uri")
+        if not isinstance(jwks_uri, str):
+            raise IdentityUnavailable(f"the OIDC issuer {self.issuer} publishes no jwks_uri")
+        return discovery, self._parse_keys(await self._get_json(jwks_uri))
 
     def _parse_keys(self, jwks: Mapping[str, Any]) -> dict[str, jwt.PyJWK]:
         keys: dict[str, jwt.PyJWK] = {}

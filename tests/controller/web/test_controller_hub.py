@@ -1,6 +1,7 @@
 """The controller as an operator runs it, with ``auth.hub`` naming a real JupyterHub: the
 hub's people are known by their own tokens, a token the hub does not know is a 401, and a
-hub that is down is a 503 naming the hub, never a 500.
+hub that is down is a 503 naming the hub, never a 500, for everyone but the people it
+already named.
 
 No cluster runs: the kubeconfig names an apiserver that refuses connections, which the
 controller reports as not ready while it goes on authenticating requests.
@@ -8,6 +9,7 @@ controller reports as not ready while it goes on authenticating requests.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +57,10 @@ def test_the_served_controller_asks_the_hub_it_is_given(tmp_path: Path, kubeconf
         alice, olivia, bob = (hub.token_for(name) for name in ("alice", "olivia", "bob"))
         settings = {
             "namespace": "devboxes",
-            "auth": {"adminGroups": [ADMIN_GROUP], "hub": {"apiUrl": hub.api_url}},
+            "auth": {
+                "adminGroups": [ADMIN_GROUP],
+                "hub": {"apiUrl": hub.api_url, "cacheSeconds": 1},
+            },
         }
         controller = Controller(kubeconfig, settings, tmp_path / "controller")
         controller.start(until="/health")
@@ -78,8 +83,13 @@ def test_the_served_controller_asks_the_hub_it_is_given(tmp_path: Path, kubeconf
             )
             assert bob not in body["detail"]
             assert response.headers["Retry-After"] == "5"
-            # Answers the hub gave before it went keep working until they expire.
-            assert whoami(controller, alice)[0] == 200
+            # Past cacheSeconds, the answer the hub gave about alice before it went still
+            # names her.
+            time.sleep(1.5)
+            assert whoami(controller, alice)[:2] == (
+                200,
+                {"user": "alice", "mode": "hub", "groups": ["ml"], "admin": False},
+            )
             assert whoami(controller, controller.token)[1]["mode"] == "operator"
         finally:
             controller.stop()

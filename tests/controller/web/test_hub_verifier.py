@@ -1,33 +1,28 @@
 """The JupyterHub verifier against a real hub: who a token is, refusals, a hub that is
-gone, and the cache that spares the hub a question per request."""
+gone, and the cache that spares the hub a question per request. A hub of the tests' own,
+which can be made to fail or hang, shows how long people outlive a hub outage and how
+little of it any request waits for."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Awaitable, Callable
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 from devboxes_controller.config.settings import settings_from_mapping
 from devboxes_controller.config.violations import ConfigError
+from devboxes_controller.web import hub as hub_module
 from devboxes_controller.web.auth import Unauthorized
-from devboxes_controller.web.hub import REFUSAL_SECONDS, HubVerifier, hub_verifier
+from devboxes_controller.web.hub import REFUSAL_SECONDS, STALE_SECONDS, HubVerifier, hub_verifier
 from devboxes_controller.web.people import Identity, IdentityUnavailable
 from devboxes_testbed.hub import Hub
-from support import wait_for
+from support import Clock, JsonHandler, serving, wait_for
 
 T = TypeVar("T")
-
-
-class Clock:
-    """Time that moves only when the test says so."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def run(scenario: Callable[[], Awaitable[T]]) -> T:
@@ -246,3 +241,160 @@ def test_an_api_url_the_controller_cannot_ask_stops_it_at_start(
         settings_from_mapping({"auth": {"hub": {"apiUrl": api_url}}})
     [found] = caught.value.violations
     assert found.startswith(f"auth.hub.apiUrl: {violation}")
+
+
+class _StubHub(ThreadingHTTPServer):
+    """A hub of the test's own whose people are ``<name>-token`` for a few names. Its
+    ``mode`` makes it answer (``up``), answer 503 (``failing``) or hold every request until
+    it closes (``hanging``)."""
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _StubHubHandler)
+        self.api_url = f"http://127.0.0.1:{self.server_address[1]}/hub/api"
+        self.mode = "up"
+        self.closing = threading.Event()
+
+    def server_close(self) -> None:
+        # Held requests end first: closing waits for the threads that answer them.
+        self.closing.set()
+        super().server_close()
+
+
+class _StubHubHandler(JsonHandler):
+    server: _StubHub
+
+    def do_GET(self) -> None:
+        stub = self.server
+        if stub.mode == "hanging":
+            stub.closing.wait(60)
+            return
+        if stub.mode == "failing":
+            self.send_json(503, {"message": "the hub is restarting"})
+            return
+        token = self.headers.get("Authorization", "").removeprefix("token ")
+        name = token.removesuffix("-token")
+        if token == name or name not in ("alice", "bob", "carol", "dan", "erin"):
+            self.send_json(403, {"message": "invalid token"})
+        else:
+            self.send_json(200, {"kind": "user", "name": name, "groups": ["ml"]})
+
+
+ALICE = Identity("alice", "hub", ("ml",))
+OTHERS = ("bob-token", "carol-token", "dan-token", "erin-token")
+
+
+async def _together(checker: HubVerifier, *tokens: str) -> list[Any]:
+    """Requests with ``tokens`` at once: each one's person or what it raised."""
+    return list(
+        await asyncio.gather(*(checker.identify(t) for t in tokens), return_exceptions=True)
+    )
+
+
+def _details(answers: list[Any]) -> set[str]:
+    assert all(isinstance(a, IdentityUnavailable) and a.status == 503 for a in answers), answers
+    return {a.detail for a in answers}
+
+
+def test_through_a_hub_outage_a_persons_answer_keeps_working_for_a_bounded_time() -> None:
+    clock = Clock()
+    with serving(_StubHub()) as stub:
+        failed = f"cannot check a JupyterHub token: the hub at {stub.api_url} answered HTTP 503"
+
+        async def outage() -> list[int]:
+            checker = HubVerifier(stub.api_url, 30, clock=clock)
+            asked = []
+            try:
+                assert await checker.identify("alice-token") == ALICE
+                stub.mode = "failing"
+                clock.now += 31
+                # Not yet known to fail, the hub is asked; its failure falls back on the
+                # answer it gave.
+                assert await checker.identify("alice-token") == ALICE
+                asked.append(checker.hub_requests)
+                # Known to fail, it is not asked within its backoff: alice is answered from
+                # the cache, bob, whom it never named, is told it failed.
+                assert await _together(checker, *["alice-token"] * 5) == [ALICE] * 5
+                assert _details(await _together(checker, *["bob-token"] * 5)) == {failed}
+                asked.append(checker.hub_requests)
+                # After the first wait, one question; the next wait is longer.
+                clock.now += 1
+                assert _details(await _together(checker, "bob-token")) == {failed}
+                assert await checker.identify("alice-token") == ALICE
+                asked.append(checker.hub_requests)
+                # The answer about alice, older than the bound, is no more used.
+                clock.now = 1000 + 31 + STALE_SECONDS + 1
+                assert _details(await _together(checker, "alice-token")) == {failed}
+                asked.append(checker.hub_requests)
+                stub.mode = "up"
+                clock.now += 60
+                assert await checker.identify("alice-token") == ALICE
+                asked.append(checker.hub_requests)
+                return asked
+            finally:
+                await checker.aclose()
+
+        assert run(outage) == [2, 2, 3, 4, 5]
+
+
+def test_during_a_hub_outage_no_request_waits_for_more_than_one_question(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A short question, so that the hub's silence costs the test little.
+    monkeypatch.setattr(hub_module, "HUB_TIMEOUT_SECONDS", 0.5)
+    clock = Clock()
+    with serving(_StubHub()) as stub:
+        failed = (
+            f"cannot check a JupyterHub token: the hub at {stub.api_url} did not answer within 0.5s"
+        )
+
+        async def outage() -> list[int]:
+            checker = HubVerifier(stub.api_url, 30, clock=clock)
+            asked = []
+            try:
+                assert await checker.identify("alice-token") == ALICE
+                stub.mode = "hanging"
+                clock.now += 31
+                # Five requests with one token share one question, and fall back on the
+                # answer the hub gave once it times out.
+                assert await _together(checker, *["alice-token"] * 5) == [ALICE] * 5
+                asked.append(checker.hub_requests)
+                # Within the backoff, tokens it never answered about are told at once.
+                assert _details(await _together(checker, *OTHERS)) == {failed}
+                asked.append(checker.hub_requests)
+                return asked
+            finally:
+                await checker.aclose()
+
+        assert run(outage) == [2, 2]
+
+
+def test_a_person_known_to_a_failing_hub_never_waits_for_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Questions that would outlast the test: a request that waited for one could not answer.
+    monkeypatch.setattr(hub_module, "HUB_TIMEOUT_SECONDS", 3600.0)
+    clock = Clock()
+    with serving(_StubHub()) as stub:
+        failed = f"cannot check a JupyterHub token: the hub at {stub.api_url} answered HTTP 503"
+
+        async def outage() -> list[Any]:
+            checker = HubVerifier(stub.api_url, 30, clock=clock)
+            try:
+                assert await checker.identify("alice-token") == ALICE
+                stub.mode = "failing"
+                assert _details(await _together(checker, "bob-token")) == {failed}
+                stub.mode = "hanging"
+                clock.now += 31
+                # Past the first wait, the first request asks the hub without waiting for
+                # it; while that question is out, the others ask nothing. Generous: no
+                # answer needs the hub.
+                async with asyncio.timeout(60):
+                    answers = await _together(checker, *["alice-token"] * 5, *OTHERS)
+                return [checker.hub_requests, *answers]
+            finally:
+                await checker.aclose()
+
+        asked, *answers = run(outage)
+    assert asked == 3
+    assert answers[:5] == [ALICE] * 5
+    assert _details(answers[5:]) == {failed}

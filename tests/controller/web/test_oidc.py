@@ -1,24 +1,31 @@
 """JWT access tokens of a real OpenID provider (testbed/go/issuer), checked by OidcVerifier:
-who they name, and every way one is refused, with a message that never quotes the token."""
+who they name, and every way one is refused, with a message that never quotes the token.
+An issuer of the tests' own, which can be made to fail or hang, shows how long the keys
+outlive an outage and how many fetches an outage costs."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import json
+import threading
+import time
 from collections.abc import Awaitable, Callable
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
 import jwt
 import pytest
+from cryptography.hazmat.primitives.asymmetric import rsa
 from devboxes_controller.config.settings import OidcSettings, Settings
 from devboxes_controller.k8s.kube import ApiProblem
 from devboxes_controller.web import oidc
 from devboxes_controller.web.oidc import OidcVerifier, oidc_verifier
 from devboxes_controller.web.people import Identity, IdentityUnavailable
 from devboxes_testbed.issuer import CLI_CLIENT_ID, Issuer
+from support import Clock, JsonHandler, serving
 
 T = TypeVar("T")
 
@@ -33,6 +40,7 @@ def _with_verifier(
     use: Callable[[OidcVerifier], Awaitable[T]],
     admin_groups: tuple[str, ...] = (),
     requests: list[str] | None = None,
+    clock: Clock | None = None,
 ) -> T:
     """Run ``use`` with a fresh verifier; ``requests`` collects the URLs it fetched."""
 
@@ -41,8 +49,10 @@ def _with_verifier(
             requests.append(str(request.url))
 
     async def run() -> T:
-        client = httpx.AsyncClient(timeout=5, event_hooks={"request": [count]})
-        verifier = OidcVerifier(settings, admin_groups, client)
+        client = httpx.AsyncClient(
+            timeout=oidc.HTTP_TIMEOUT_SECONDS, event_hooks={"request": [count]}
+        )
+        verifier = OidcVerifier(settings, admin_groups, client, clock or time.monotonic)
         try:
             return await use(verifier)
         finally:
@@ -282,3 +292,184 @@ def test_an_id_token_is_accepted_only_for_its_client_and_its_own_nonce(issuer: I
         assert caught.value.status == 401
         assert reason in caught.value.detail
         assert token not in caught.value.detail
+
+
+class _StubIssuer(ThreadingHTTPServer):
+    """An issuer of the test's own that signs with one RSA key and publishes it. Its
+    ``mode`` makes it answer (``up``), answer 503 (``failing``) or hold every request until
+    it closes (``hanging``)."""
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _StubIssuerHandler)
+        self.url = f"http://127.0.0.1:{self.server_address[1]}"
+        self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        self.mode = "up"
+        self.closing = threading.Event()
+
+    def token(self, user: str, kid: str = "stub-key") -> str:
+        now = int(time.time())
+        claims = {
+            "iss": self.url,
+            "aud": CLI_CLIENT_ID,
+            "preferred_username": user,
+            "groups": ["ml"],
+            "iat": now,
+            "exp": now + 3600,
+        }
+        return jwt.encode(claims, self.key, algorithm="RS256", headers={"kid": kid})
+
+    def server_close(self) -> None:
+        # Held requests end first: closing waits for the threads that answer them.
+        self.closing.set()
+        super().server_close()
+
+
+class _StubIssuerHandler(JsonHandler):
+    server: _StubIssuer
+
+    def do_GET(self) -> None:
+        stub = self.server
+        if stub.mode == "hanging":
+            stub.closing.wait(60)
+            return
+        if stub.mode == "failing":
+            self.send_json(503, {"error": "unavailable"})
+        elif self.path == "/.well-known/openid-configuration":
+            self.send_json(200, {"issuer": stub.url, "jwks_uri": f"{stub.url}/keys"})
+        else:
+            public = jwt.algorithms.RSAAlgorithm.to_jwk(stub.key.public_key(), as_dict=True)
+            self.send_json(200, {"keys": [{**public, "kid": "stub-key", "use": "sig"}]})
+
+
+def _stub_settings(stub: _StubIssuer) -> OidcSettings:
+    return OidcSettings(issuer=stub.url, audience=CLI_CLIENT_ID)
+
+
+async def _five(verifier: OidcVerifier, token: str) -> list[Any]:
+    """Five requests with ``token`` at once: each one's person or what it raised."""
+    return list(
+        await asyncio.gather(*(verifier.identify(token) for _ in range(5)), return_exceptions=True)
+    )
+
+
+def _detail(answer: Any) -> str:
+    assert isinstance(answer, IdentityUnavailable), answer
+    assert answer.status == 503
+    return answer.detail
+
+
+def test_known_keys_keep_verifying_through_an_outage_for_a_bounded_time() -> None:
+    clock = Clock()
+    fetched: list[str] = []
+    with serving(_StubIssuer()) as stub:
+        token = stub.token("alice")
+        unknown_key = stub.token("alice", kid="rotated-key")
+        discovery = f"{stub.url}/.well-known/openid-configuration"
+        failed = f"the OIDC issuer {stub.url} answered 503 for {discovery}"
+
+        async def outage(verifier: OidcVerifier) -> None:
+            alice = Identity("alice", "oidc", ("ml",))
+            assert await verifier.identify(token) == alice
+            assert len(fetched) == 2
+            stub.mode = "failing"
+
+            async def refreshed_behind() -> None:
+                """Known keys due for their refresh check the token at once; the refresh
+                runs behind it."""
+                assert await _five(verifier, token) == [alice] * 5
+                # A key the cache lacks may be a rotated one, so it waits for that refresh
+                # and gets the issuer's failure, not a 401.
+                with pytest.raises(IdentityUnavailable) as caught:
+                    await verifier.identify(unknown_key)
+                assert caught.value.detail == failed
+
+            clock.now += oidc.KEYS_REFRESH_SECONDS + 1
+            await refreshed_behind()
+            assert len(fetched) == 3
+            # Up to the bound, the cached key keeps working: one attempt per backoff.
+            clock.now += oidc.KEYS_MAX_STALE_SECONDS - oidc.KEYS_REFRESH_SECONDS - 2
+            await refreshed_behind()
+            assert len(fetched) == 4
+            assert await _five(verifier, token) == [alice] * 5
+            assert len(fetched) == 4
+            # Past it, the token is refused with the reason, after one more attempt.
+            clock.now += oidc.KEYS_MAX_STALE_SECONDS
+            refused = await _five(verifier, token)
+            assert len(fetched) == 5
+            assert {_detail(answer) for answer in refused} == {
+                f"tokens of the OIDC issuer {stub.url} cannot be checked: its keys were last "
+                f"fetched 48.0 h ago, more than the 24 h they are trusted without it, and "
+                f"fetching them again failed: {failed}"
+            }
+            # The issuer back, the next attempt after the backoff restores it.
+            stub.mode = "up"
+            clock.now += 60
+            assert await _five(verifier, token) == [alice] * 5
+            assert len(fetched) == 7
+
+        _with_verifier(_stub_settings(stub), outage, requests=fetched, clock=clock)
+
+
+@pytest.mark.parametrize("mode", ["hanging", "failing"])
+def test_a_replica_started_during_an_outage_shares_one_fetch_and_backs_off(
+    mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A short fetch timeout, so that a hanging issuer costs the test little.
+    monkeypatch.setattr(oidc, "HTTP_TIMEOUT_SECONDS", 0.5)
+    clock = Clock()
+    fetched: list[str] = []
+    with serving(_StubIssuer()) as stub:
+        stub.mode = mode
+        token = stub.token("bob")
+        failed = {
+            "hanging": f"the OIDC issuer {stub.url} did not answer within 0.5s; try again later",
+            "failing": (
+                f"the OIDC issuer {stub.url} answered 503 for "
+                f"{stub.url}/.well-known/openid-configuration"
+            ),
+        }[mode]
+
+        async def outage(verifier: OidcVerifier) -> list[int]:
+            attempts = []
+            # Each round of five concurrent requests: all answered with the failure of at
+            # most one fetch attempt, which they share.
+            for step in (0, 0, 1, 1, 1, 2, 2):
+                clock.now += step
+                answers = await _five(verifier, token)
+                assert {_detail(answer) for answer in answers} == {failed}
+                attempts.append(len(fetched))
+            stub.mode = "up"
+            clock.now += 8
+            assert await _five(verifier, token) == [Identity("bob", "oidc", ("ml",))] * 5
+            attempts.append(len(fetched))
+            return attempts
+
+        # Waits of 1 s after the first failure, then 2, 4 and 8 s: a round within a wait
+        # asks nothing, the first round after it asks once.
+        expected = [1, 1, 2, 2, 3, 3, 4, 6]
+        assert _with_verifier(_stub_settings(stub), outage, requests=fetched, clock=clock) == (
+            expected
+        )
+
+
+def test_a_known_key_does_not_wait_for_a_refresh_that_hangs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A refresh that would outlast the test: a request waiting for it could not answer.
+    monkeypatch.setattr(oidc, "HTTP_TIMEOUT_SECONDS", 3600.0)
+    clock = Clock()
+    fetched: list[str] = []
+    with serving(_StubIssuer()) as stub:
+        token = stub.token("olivia")
+
+        async def hanging(verifier: OidcVerifier) -> list[Any]:
+            await verifier.identify(token)
+            stub.mode = "hanging"
+            clock.now += oidc.KEYS_REFRESH_SECONDS + 1
+            # Generous: the requests need no network, only the refresh does.
+            async with asyncio.timeout(60):
+                return await _five(verifier, token)
+
+        answers = _with_verifier(_stub_settings(stub), hanging, requests=fetched, clock=clock)
+    assert answers == [Identity("olivia", "oidc", ("ml",))] * 5
+    assert fetched[2:] == [f"{stub.url}/.well-known/openid-configuration"]

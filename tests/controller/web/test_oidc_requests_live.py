@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 from devboxes_testbed.controller import Controller, example_settings
 from devboxes_testbed.issuer import CLI_CLIENT_ID, Issuer
-from support import JsonHandler, StartController, serving
+from support import JsonHandler, StartController, serving, wait_for
 
 
 def _oidc(settings: dict[str, Any], issuer_url: str) -> dict[str, Any]:
@@ -154,6 +154,15 @@ def test_an_issuer_that_is_down_is_a_503_until_it_is_back(
             f"the OIDC issuer {provider.url} cannot be reached (ConnectError); try again later"
         )
         provider.start()
-        # Back on the same URL with a new key: its new tokens are accepted.
-        answer = _whoami(process, provider.token_for("bob"))
-        assert (answer.status_code, answer.json()["user"]) == (200, "bob")
+        # Back on the same URL with a new key: its new tokens are accepted once the
+        # controller asks it again, after a backoff of 1 s from the failure.
+        token = provider.token_for("bob")
+        answers: list[httpx.Response] = []
+
+        def back() -> bool:
+            """the controller accepts the new token"""
+            answers.append(_whoami(process, token))
+            return answers[-1].status_code != 503
+
+        wait_for(back, timeout=60, interval=0.5)
+        assert (answers[-1].status_code, answers[-1].json()["user"]) == (200, "bob")
