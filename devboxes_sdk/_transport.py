@@ -221,8 +221,9 @@ class Transport:
         """Send one request and return the successful response, or raise the mapped error.
 
         GET, DELETE and requests with an ``Idempotency-Key`` header are retried on
-        connection errors and 503, with a short bounded backoff and the same headers;
-        everything else is sent exactly once.
+        connection errors, 503 and 429 (the caller's share of the server's capacity is in
+        use), with a short bounded backoff and the same headers; everything else is sent
+        exactly once.
         """
         if not path.startswith("/") or path.startswith("//"):
             raise ValueError(f"API path must start with a single '/': {path!r}")
@@ -267,7 +268,7 @@ class Transport:
                 # requests reads REQUESTS_CA_BUNDLE only now, and says so when it is missing.
                 raise ConfigurationError(f"cannot send a request to {self.url}: {error}") from None
             status = response.status_code
-            if status == 503 and not last:
+            if status in (429, 503) and not last:
                 response.close()
                 time.sleep(_RETRY_DELAYS[attempt])
                 continue

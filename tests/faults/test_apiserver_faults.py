@@ -179,7 +179,10 @@ def test_a_frozen_apiserver_delays_only_writes_and_leaves_nothing_half_made(
             ]
             assert [r.result().status_code for r in reads] == [200, 200, 200, 200]
             answers = [c.result() for c in creates]
-        assert {a.status_code for a in answers} == {503}, {a.text for a in answers}
+        # Stuck or refused (503), or past the operator's share of the write pool (429).
+        codes = {a.status_code for a in answers}
+        assert 503 in codes, {a.text for a in answers}
+        assert codes <= {429, 503}, {a.text for a in answers}
         assert all(a.headers.get("Retry-After") for a in answers)
         wait_for(lambda: not_ready(controller), timeout=60)
     finally:

@@ -824,6 +824,58 @@ def _pull_policy(profile: ImageProfileConfig) -> DoctorCheck:
     )
 
 
+# What each check is about, in words that name nothing of how the cluster places boxes.
+TOPICS: dict[str, str] = {
+    "storage-class": "the StorageClass of home volumes",
+    "permissions": "the controller's permissions",
+    "ssh-keys": "the SSH keys of boxes made with the operator token",
+    "ssh-host": "the address that SSH commands show",
+    "resource": "nodes that offer this profile's devices",
+    "selector": "the nodes this profile's boxes may run on",
+    "nodes": "the health of this profile's nodes",
+    "taints": "the taints of this profile's nodes",
+    "count": "room for one box's devices on one node",
+    "runtime-class": "the container runtime of this profile's boxes",
+    "device-class": "the device classes of this profile",
+    "devices": "the devices drivers publish for this profile",
+    "claim-template": "the device claim of this profile's boxes",
+    "quota": "the box namespace's quotas, for this profile's boxes",
+    "limit-range": "the box namespace's limit ranges, for this profile's boxes",
+}
+# Findings made only of what people may see anyway: the limits they meet, whether GPUs
+# are on, and the image profiles of the catalog with how their images are pulled.
+PUBLIC_CHECKS = frozenset({"limits", "gpu", "image-pull-policy"})
+OUTCOMES: dict[DoctorVerdict, str] = {
+    "pass": "in order",
+    "warn": "needs attention",
+    "fail": "not in order",
+}
+ASK_AN_ADMIN = "ask an admin, whose devbox gpu doctor shows what is wrong and how to fix it"
+
+
+def for_people(report: DoctorReport) -> DoctorReport:
+    """The report as a person who is not an admin reads it: every verdict, but no
+    finding that names node selectors, nodes, taints, RuntimeClasses, DeviceClasses,
+    Secrets, quotas or the apiserver's words. A check not listed in :data:`TOPICS`
+    is told in the same words as the others, so a new check is never shown in full by
+    mistake."""
+    return DoctorReport(
+        ok=report.ok,
+        checks=[
+            check
+            if check.check in PUBLIC_CHECKS
+            else _check(
+                check.profile,
+                check.check,
+                check.verdict,
+                f"{TOPICS.get(check.check, f'the {check.check} check')}: {OUTCOMES[check.verdict]}",
+                None if check.verdict == "pass" else ASK_AN_ADMIN,
+            )
+            for check in report.checks
+        ],
+    )
+
+
 def diagnose(settings: Settings, facts: Facts) -> DoctorReport:
     """Every check, cluster-wide first, then per GPU profile in catalog order, then the
     image profiles."""

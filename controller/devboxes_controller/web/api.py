@@ -1,7 +1,9 @@
 """The ``/api/v1`` router, serving exactly the models of ``devboxes_sdk.models``.
 
 Reads are answered from the watch caches on the event loop. Writes go through the
-:class:`~.writes.WritePool`, so a slow apiserver can delay writes but never reads.
+:class:`~.writes.WritePool`, so a slow apiserver can delay writes but never reads; the
+few reads that must ask the apiserver go through the :class:`~.reads.ReadPool`, with a
+share per person.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from ..state.store import BoxStore
 from .auth import admin, caller, owner_scope
 from .paging import ListTokens, Position
 from .people import Identity
+from .reads import ReadPool, Shared
 from .writes import WritePool
 
 Responses = dict[int | str, dict[str, Any]]
@@ -68,8 +71,9 @@ GUARDED = _errors(401, 413)
 NAMED = _errors(404, 422)
 # A route with a JSON body: undecodable bytes (400), a broken rule (422).
 WITH_BODY = _errors(400, 422)
-# A route that writes to Kubernetes: every outcome of ``kube.translate``.
-WRITES = _errors(403, 404, 409, 422, 502, 503)
+# A route that writes to Kubernetes: every outcome of ``kube.translate``, and a person's
+# share of the write pool taken (429).
+WRITES = _errors(403, 404, 409, 422, 429, 502, 503)
 # A read answered by ``bodies.respond``.
 CONDITIONAL: Responses = {
     304: {"description": "Not Modified: the client's If-None-Match names this version"}
@@ -115,6 +119,16 @@ async def _keys(request: Request) -> Keys:
     return keys
 
 
+async def _reads(request: Request) -> ReadPool:
+    reads: ReadPool = request.app.state.reads
+    return reads
+
+
+async def _doctor(request: Request) -> Shared[DoctorReport]:
+    report: Shared[DoctorReport] = request.app.state.doctor
+    return report
+
+
 async def _tokens(request: Request) -> ListTokens:
     tokens: ListTokens = request.app.state.list_tokens
     return tokens
@@ -125,6 +139,8 @@ TokensDep = Annotated[ListTokens, Depends(_tokens)]
 LifecycleDep = Annotated[Lifecycle, Depends(_lifecycle)]
 WritesDep = Annotated[WritePool, Depends(_writes)]
 KeysDep = Annotated[Keys, Depends(_keys)]
+ReadsDep = Annotated[ReadPool, Depends(_reads)]
+DoctorDep = Annotated[Shared[DoctorReport], Depends(_doctor)]
 
 
 def _owner(identity: Identity) -> str | None:
@@ -271,10 +287,10 @@ async def gpu_availability(
     return respond(request, store.availability.body(preset))
 
 
-@router.get("/gpu/doctor", responses=_errors(503))
-async def gpu_doctor(_: Caller, lifecycle: LifecycleDep, writes: WritesDep) -> DoctorReport:
-    # The checks read the apiserver, so they run off the event loop like a write does.
-    return await writes.run(doctor.examine, lifecycle.settings, lifecycle.api)
+@router.get("/gpu/doctor", responses=_errors(429, 503))
+async def gpu_doctor(identity: Caller, report: DoctorDep) -> DoctorReport:
+    found = await report.get(identity.user)
+    return found if identity.admin else doctor.for_people(found)
 
 
 def _profile(store: BoxStore, profile: str) -> str:
@@ -328,11 +344,13 @@ async def list_devboxes(
     if profile is not None:
         profile = _profile(store, profile)
     whose = owner_scope(identity, owner)
-    if limit is None and continue_ is None:
+    # As in Kubernetes, an empty continue is none at all: the list starts at its beginning.
+    token = continue_ or None
+    if limit is None and token is None:
         if wanted is None and profile is None:
             return respond(request, store.list_body(whose))
         return respond(request, store.filtered_body(wanted, profile, whose))
-    after = tokens.read(continue_, whose, wanted, profile).after if continue_ is not None else ""
+    after = tokens.read(token, whose, wanted, profile).after if token is not None else ""
     parts, last = store.page((whose, wanted, profile), after, limit)
     following = tokens.issue(Position(last, wanted, profile, whose)) if last is not None else None
     tail = f'],"continue":{json.dumps(following)}}}'.encode()
@@ -348,7 +366,7 @@ async def create_devbox(
     key: IdempotencyKey = None,
 ) -> Devbox:
     checked = idempotency.check_key(key) if key is not None else None
-    return await writes.run(lifecycle.create, body, checked, _asker(identity))
+    return await writes.run_for(identity.user, lifecycle.create, body, checked, _asker(identity))
 
 
 @router.get("/devboxes/{name}", response_model=Devbox, responses={**CONDITIONAL, **NAMED})
@@ -378,8 +396,12 @@ async def get_devbox(
 async def start_devbox(
     name: BoxName, identity: Caller, lifecycle: LifecycleDep, writes: WritesDep
 ) -> Devbox:
-    return await writes.run(
-        lifecycle.start_box, _name(name), scope=identity.scope, asker=_asker(identity)
+    return await writes.run_for(
+        identity.user,
+        lifecycle.start_box,
+        _name(name),
+        scope=identity.scope,
+        asker=_asker(identity),
     )
 
 
@@ -387,7 +409,9 @@ async def start_devbox(
 async def stop_devbox(
     name: BoxName, identity: Caller, lifecycle: LifecycleDep, writes: WritesDep
 ) -> Devbox:
-    return await writes.run(lifecycle.stop_box, _name(name), scope=identity.scope)
+    return await writes.run_for(
+        identity.user, lifecycle.stop_box, _name(name), scope=identity.scope
+    )
 
 
 @router.delete("/devboxes/{name}", responses={**NAMED, **WRITES})
@@ -398,7 +422,9 @@ async def delete_devbox(
     writes: WritesDep,
     purge: bool = False,
 ) -> DeleteResult:
-    return await writes.run(lifecycle.delete, _name(name), purge, scope=identity.scope)
+    return await writes.run_for(
+        identity.user, lifecycle.delete, _name(name), purge, scope=identity.scope
+    )
 
 
 @router.post("/devboxes/{name}/extend", responses={**NAMED, **WITH_BODY, **WRITES})
@@ -409,7 +435,9 @@ async def extend_devbox(
     lifecycle: LifecycleDep,
     writes: WritesDep,
 ) -> Devbox:
-    return await writes.run(lifecycle.extend_box, _name(name), body.hours, scope=identity.scope)
+    return await writes.run_for(
+        identity.user, lifecycle.extend_box, _name(name), body.hours, scope=identity.scope
+    )
 
 
 @router.get("/volumes")
@@ -421,18 +449,20 @@ async def list_volumes(identity: Caller, store: StoreDep) -> VolumeList:
 async def purge_volume(
     name: BoxName, identity: Caller, lifecycle: LifecycleDep, writes: WritesDep
 ) -> DeleteResult:
-    return await writes.run(volumes.purge, lifecycle, _name(name), identity.scope)
+    return await writes.run_for(
+        identity.user, volumes.purge, lifecycle, _name(name), identity.scope
+    )
 
 
 # A person's SSH keys: read and written on the apiserver, off the event loop.
-@router.get("/keys", responses=_errors(503))
-async def list_keys(identity: Caller, keys: KeysDep, writes: WritesDep) -> SshKeyList:
-    return await writes.run(keys.listed, _owner(identity))
+@router.get("/keys", responses=_errors(409, 429, 503))
+async def list_keys(identity: Caller, keys: KeysDep, reads: ReadsDep) -> SshKeyList:
+    return await reads.run(identity.user, keys.listed, _owner(identity))
 
 
 @router.post("/keys", status_code=201, responses={**WITH_BODY, **WRITES})
 async def add_key(body: SshKeyAdd, identity: Caller, keys: KeysDep, writes: WritesDep) -> SshKey:
-    return await writes.run(keys.add, _owner(identity), body.key)
+    return await writes.run_for(identity.user, keys.add, _owner(identity), body.key)
 
 
 @router.delete("/keys", responses={**_errors(404, 409, 422), **WRITES})
@@ -449,4 +479,4 @@ async def remove_key(
         ),
     ],
 ) -> SshKey:
-    return await writes.run(keys.remove, _owner(identity), fingerprint)
+    return await writes.run_for(identity.user, keys.remove, _owner(identity), fingerprint)

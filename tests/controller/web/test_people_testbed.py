@@ -1,11 +1,17 @@
 """People on the testbed: a real OpenID provider's tokens for alice and bob (group ml and
 vision) and olivia (gpu-admins), against a real controller. Every route answers someone
-else's box as if it were absent; limits hold on create and start; keys stay per person."""
+else's box as if it were absent; limits hold on create and start; keys stay per person;
+one person's flood of reads that ask Kubernetes takes nothing from the others; the
+doctor's details are for admins."""
 
 from __future__ import annotations
 
 import subprocess
+import threading
+import time
+from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -199,3 +205,94 @@ def test_ssh_keys_are_each_persons_own(people: dict[str, Person], tmp_path: Path
     assert operator("POST", "/keys", json={"key": public}).status_code == 409
     assert alice("DELETE", "/keys", params={"fingerprint": fingerprint}).status_code == 200
     assert alice("GET", "/keys").json()["items"] == []
+
+
+FLOOD = 40
+FLOODED_BOXES = ("fl-one", "fl-two", "fl-three")
+
+
+def test_one_persons_flood_of_reads_that_ask_kubernetes_leaves_others_their_share(
+    people: dict[str, Person],
+) -> None:
+    alice, bob, operator = people["alice"], people["bob"], people["operator"]
+    flooding = threading.Event()
+    flooding.set()
+    answers: Counter[int] = Counter()
+    counted = threading.Lock()
+
+    def flood(path: str) -> None:
+        # One session per thread: a requests.Session is not meant to be shared.
+        with requests.Session() as session:
+            session.headers.update(bob.session.headers)
+            while flooding.is_set():
+                status = session.get(bob.base + path, timeout=60).status_code
+                with counted:
+                    answers[status] += 1
+
+    def total() -> int:
+        with counted:
+            return sum(answers.values())
+
+    with ThreadPoolExecutor(FLOOD) as pool:
+        floods = [
+            pool.submit(flood, "/keys" if i % 10 == 0 else "/gpu/doctor") for i in range(FLOOD)
+        ]
+        while total() < FLOOD:
+            time.sleep(0.05)
+        before = total()
+        changes = [
+            alice("POST", "/devboxes", json={"name": n, "ttl_hours": 1}) for n in FLOODED_BOXES
+        ]
+        changes += [alice("POST", f"/devboxes/{n}/stop") for n in FLOODED_BOXES]
+        changes += [alice("POST", f"/devboxes/{n}/start") for n in FLOODED_BOXES]
+        alices_keys = alice("GET", "/keys")
+        operators_doctor = operator("GET", "/gpu/doctor")
+        changes += [
+            alice("DELETE", f"/devboxes/{n}", params={"purge": "true"}) for n in FLOODED_BOXES
+        ]
+        during = total() - before
+        flooding.clear()
+        for running in floods:
+            running.result()
+
+    assert [c.status_code for c in changes] == [201] * 3 + [200] * 9, [
+        c.text for c in changes if c.status_code >= 300
+    ]
+    assert alices_keys.status_code == 200, alices_keys.text
+    assert operators_doctor.status_code == 200, operators_doctor.text
+    # Bob's flood went on all along; he was served his share and refused the rest.
+    assert during >= FLOOD, answers
+    assert set(answers) == {200, 429}, answers
+
+
+KEYS_SECRET = "team-ssh-keys"
+
+
+def test_the_doctors_details_are_for_admins(
+    start_controller: StartController, issuer: Issuer, namespace: str, kube: Any
+) -> None:
+    from kubernetes import client
+
+    settings = _settings(issuer, namespace, None)
+    settings["ssh"]["authorizedKeysSecret"] = KEYS_SECRET
+    controller = start_controller(settings)
+    tokens = {who: issuer.token_for(who) for who in ("bob", "olivia")}
+    tokens["operator"] = controller.token
+    asking = {who: Person(controller, token) for who, token in tokens.items()}
+    answers = {who: person("GET", "/gpu/doctor") for who, person in asking.items()}
+    for person in asking.values():
+        person.session.close()
+    assert {who: a.status_code for who, a in answers.items()} == dict.fromkeys(tokens, 200)
+    reports = {who: a.json() for who, a in answers.items()}
+    full, bobs = reports["operator"], reports["bob"]
+    assert reports["olivia"] == full
+
+    named = ["accelerator=nvidia-l4", "accelerator=amd-rocm", "RuntimeClass nvidia", KEYS_SECRET]
+    assert [n for n in named if n not in answers["operator"].text] == []
+    nodes = [n.metadata.name for n in client.CoreV1Api(kube).list_node().items]
+    hidden = [*named, *nodes, "nodeSelector", "RuntimeClass", "Secret", "NoSchedule"]
+    assert [h for h in hidden if h in answers["bob"].text] == []
+    assert bobs["ok"] == full["ok"]
+    assert [(c["profile"], c["check"], c["verdict"]) for c in bobs["checks"]] == [
+        (c["profile"], c["check"], c["verdict"]) for c in full["checks"]
+    ]
