@@ -57,6 +57,11 @@ def _listen(value: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def _address(listen: tuple[str, int]) -> str:
+    host, port = listen
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def _lease_seconds(value: str) -> int:
     if not value.isdigit() or not 2 <= int(value) <= 60:
         raise argparse.ArgumentTypeError(f"expected whole seconds from 2 to 60, got {value!r}")
@@ -173,6 +178,7 @@ def serve(args: argparse.Namespace) -> int:
     from .web.hub import hub_verifier
     from .web.oidc import oidc_verifier
     from .web.people import Verifier
+    from .web.probes import ServerWithProbes, probe_socket
     from .web.readiness import Readiness
 
     try:
@@ -186,6 +192,18 @@ def serve(args: argparse.Namespace) -> int:
     except TokenError as err:
         print(f"devboxes-controller: {err}", file=sys.stderr)
         return 1
+    probe_listener = None
+    if args.probe_listen is not None:
+        try:
+            probe_listener = probe_socket(*args.probe_listen)
+        except OSError as err:
+            print(
+                f"devboxes-controller: cannot serve the probes on {_address(args.probe_listen)}: "
+                # The reason alone: create_server's message repeats the address.
+                f"{os.strerror(err.errno) if err.errno else err}",
+                file=sys.stderr,
+            )
+            return 1
     _configure_logging(args.log_level)
     try:
         api = kube.api_client(args.kubeconfig)
@@ -242,7 +260,8 @@ def serve(args: argparse.Namespace) -> int:
         "starting",
         extra={
             "namespace": settings.namespace,
-            "listen": f"{host}:{port}",
+            "listen": _address(args.listen),
+            "probe_listen": None if probe_listener is None else _address(args.probe_listen),
             "identity": identity,
             "gpu_enabled": settings.gpu.enabled,
             "oidc_issuer": oidc.issuer if oidc is not None else None,
@@ -257,7 +276,7 @@ def serve(args: argparse.Namespace) -> int:
             "fail instead of being refused",
             extra={"open_files": open_files, "max_total": connections.max_total},
         )
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
         host=host,
         port=port,
@@ -266,6 +285,10 @@ def serve(args: argparse.Namespace) -> int:
         timeout_graceful_shutdown=5,
         **server_options(connections),
     )
+    if probe_listener is None:
+        uvicorn.Server(config).run()
+    else:
+        ServerWithProbes(config, readiness.problem, probe_listener).run()
     return 0
 
 
@@ -308,6 +331,14 @@ def main(argv: list[str] | None = None) -> int:
         help="HOST:PORT to serve on; env DEVBOXES_LISTEN (default 127.0.0.1:8080)",
     )
     run.add_argument(
+        "--probe-listen",
+        type=_listen,
+        default=os.environ.get("DEVBOXES_PROBE_LISTEN") or None,
+        help="HOST:PORT on which to serve only /health and /ready, for the kubelet's probes, "
+        "apart from the API's connection limits; env DEVBOXES_PROBE_LISTEN (default: none, "
+        "the probes are served with the API only)",
+    )
+    run.add_argument(
         "--token-file",
         type=Path,
         help="file holding the operator token; default env DEVBOXES_TOKEN",
@@ -322,6 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--identity", help="this replica's name in the Lease (default hostname)")
     run.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     args = parser.parse_args(argv)
+    if args.command == "serve" and args.probe_listen and args.probe_listen[1] == args.listen[1]:
+        run.error(f"--probe-listen needs a port of its own, not the API's ({args.listen[1]})")
     if args.command == "check-config":
         return check_config(args.file)
     if args.command == "doctor":

@@ -65,7 +65,8 @@ class Controller:
     is the address it serves on (``0.0.0.0`` lets boxes on the real node reach it at
     the node's ``machine_address``, while ``url`` stays on loopback, where clients may
     use plain http); ``source`` is a checkout to import the controller from instead of
-    this one.
+    this one; ``probes`` serves ``/health`` and ``/ready`` on a port of their own too,
+    ``probe_port``, as the chart does.
     """
 
     def __init__(
@@ -79,6 +80,7 @@ class Controller:
         port: int | None = None,
         source: Path | None = None,
         listen_host: str = "127.0.0.1",
+        probes: bool = False,
     ) -> None:
         self.kubeconfig = kubeconfig
         self.settings = settings
@@ -90,7 +92,9 @@ class Controller:
         self.fixed_port = port
         self.source = source
         self.listen_host = listen_host
+        self.probes = probes
         self.port = 0
+        self.probe_port = 0
         self.process: subprocess.Popen[bytes] | None = None
         self.log = workdir / f"controller-{self.identity}.log"
 
@@ -124,6 +128,8 @@ class Controller:
         ]
         if self.lease_seconds is not None:
             argv += ["--lease-seconds", str(self.lease_seconds)]
+        if self.probes:
+            argv += ["--probe-listen", f"{self.listen_host}:{self.probe_port}"]
         return argv
 
     def _environment(self) -> dict[str, str]:
@@ -142,6 +148,7 @@ class Controller:
         settings_file.write_text(yaml.safe_dump(self.settings))
         for _attempt in range(3):
             self.port = self.fixed_port or free_port()
+            self.probe_port = free_port() if self.probes else 0
             logged = self.log.stat().st_size if self.log.exists() else 0
             with self.log.open("ab") as log:
                 self.process = subprocess.Popen(
@@ -159,7 +166,7 @@ class Controller:
                 return self
             self.stop()
             tail = self.log.read_bytes()[logged:].decode(errors="replace")[-2000:]
-            if self.fixed_port is None and "address already in use" in tail:
+            if self.fixed_port is None and "address already in use" in tail.lower():
                 continue
             raise TestbedError(f"controller {failure}; the end of {self.log}:\n{tail}")
         raise TestbedError(f"controller found no free port in 3 attempts; see {self.log}")

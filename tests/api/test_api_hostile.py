@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 import threading
 import uuid
+from collections import Counter
+from contextlib import ExitStack
 
 import pytest
 import requests
@@ -182,3 +185,46 @@ def test_the_controller_process_applies_its_connection_settings(
         assert served.startswith(b"HTTP/1.1 200 OK\r\n"), served
         cut = slow.recv(4096)
         assert cut.startswith(b"HTTP/1.1 408 Request Timeout\r\n"), cut
+
+
+def test_probes_answer_on_their_own_port_while_many_addresses_hold_the_api_at_its_cap(
+    start_controller: StartController, namespace: str
+) -> None:
+    """A slowloris from many addresses fills the API's connections; the kubelet's probes,
+    on the probe port, are all answered."""
+    flooders = [f"127.0.0.{n}" for n in range(2, 12)]
+    per_address = 4
+    cap = len(flooders) * per_address
+    # The head deadline outlasts the test, so the flood holds every connection throughout.
+    limits = {"headerTimeoutSeconds": 300, "maxPerClient": per_address, "maxTotal": cap}
+    controller = start_controller(
+        {**example_settings(namespace), "connections": limits}, probes=True
+    )
+    api = ("127.0.0.1", controller.port)
+    probes = ("127.0.0.1", controller.probe_port)
+    with ExitStack() as flood:
+        for source in flooders:
+            for _ in range(per_address):
+                held = socket.create_connection(api, timeout=30, source_address=(source, 0))
+                flood.enter_context(held).sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        # A new connection is refused at once: connections are taken in order, so the
+        # flood's were all admitted first. It sends nothing, since a refusal resets a
+        # connection whose request arrived unread.
+        at_cap = _exchange(api, "127.0.0.100", b"")
+        head, _, body = at_cap.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 503 Service Unavailable\r\n"), at_cap
+        assert json.loads(body) == {
+            "detail": f"too many connections: this replica holds its limit of {cap} connections"
+        }
+        answers: Counter[tuple[str, bytes]] = Counter()
+        for n in range(30):
+            path = ("/health", "/ready")[n % 2]
+            request = f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+            answer = _exchange(probes, flooders[n % len(flooders)], request.encode())
+            answers[path, answer.split(b"\r\n", 1)[0]] += 1
+        assert answers == {
+            ("/health", b"HTTP/1.1 200 OK"): 15,
+            ("/ready", b"HTTP/1.1 200 OK"): 15,
+        }
+        still = _exchange(api, "127.0.0.101", b"")
+        assert still.startswith(b"HTTP/1.1 503 Service Unavailable\r\n"), still

@@ -630,11 +630,19 @@ def test_deployment_runs_the_controller_as_specified(render: Render) -> None:
         "/etc/devboxes/settings.yaml",
         "--listen",
         "0.0.0.0:8080",
+        "--probe-listen",
+        "0.0.0.0:8081",
     ]
     assert controller_token_env(docs) == {"name": "op-token", "key": "bearer"}
-    assert container["livenessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
-    assert container["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "http"}
-    assert container["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
+    assert container["ports"] == [
+        {"name": "http", "containerPort": 8080, "protocol": "TCP"},
+        {"name": "probes", "containerPort": 8081, "protocol": "TCP"},
+    ]
+    # The probes go to the port the controller serves them on apart from the API's, and
+    # only the API's port is behind the Service.
+    assert container["livenessProbe"]["httpGet"] == {"path": "/health", "port": "probes"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "probes"}
+    assert [port["targetPort"] for port in find(docs, "Service")["spec"]["ports"]] == ["http"]
     assert pod["securityContext"]["runAsUser"] == 10001
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}

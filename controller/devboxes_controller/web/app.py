@@ -12,6 +12,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 from fastapi import FastAPI, Request, Response
@@ -23,11 +24,12 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from devboxes_sdk.models import Health, field_errors, normalize_name
+from devboxes_sdk.models import field_errors, normalize_name
 
 from ..control.keys import Keys
 from ..control.lifecycle import Lifecycle
 from ..k8s.kube import ApiProblem, Invalid, NotFound
+from ..placement import doctor
 from ..state.bodies import Body, body, respond
 from ..state.ended_sessions import SharedEndedSessions
 from ..state.metrics import METRICS
@@ -52,7 +54,9 @@ from .ingest import MAX_REPORT_BYTES, RateLimiter, is_activity_route
 from .ingest import router as ingest_router
 from .paging import ListTokens
 from .people import Identity, Verifier
+from .probes import health_answer, ready_answer
 from .readiness import Readiness
+from .reads import ReadPool, Shared
 from .writes import WritePool
 
 log = logging.getLogger(__name__)
@@ -341,6 +345,7 @@ def create_app(
 ) -> FastAPI:
     """The ASGI app. ``background`` starts and stops the watches and the reconciler."""
     writes = WritePool(readiness.write_problem)
+    reads = ReadPool(readiness.write_problem)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -353,6 +358,7 @@ def create_app(
                     yield
         finally:
             writes.shutdown()
+            reads.shutdown()
 
     app = FastAPI(
         title=TITLE,
@@ -370,6 +376,8 @@ def create_app(
     app.state.admin_groups = frozenset(store.settings.auth.admin_groups)
     app.state.list_tokens = ListTokens(token)
     app.state.writes = writes
+    app.state.reads = reads
+    app.state.doctor = Shared(reads, partial(doctor.examine, lifecycle.settings, lifecycle.api))
     app.state.capabilities = body(store.settings.capabilities().model_dump_json().encode())
     app.include_router(router)
     app.include_router(ingest_router)
@@ -380,15 +388,12 @@ def create_app(
     _install_middleware(app)
 
     @app.get("/health", include_in_schema=False)
-    async def health() -> Health:
-        return Health(status="ok")
+    async def health() -> JSONResponse:
+        return health_answer()
 
     @app.get("/ready", include_in_schema=False)
     async def ready() -> JSONResponse:
-        problem = readiness.problem()
-        if problem is None:
-            return JSONResponse({"status": "ready"})
-        return JSONResponse({"status": "not ready", "detail": problem}, status_code=503)
+        return ready_answer(readiness.problem())
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics(_: Admin) -> Response:

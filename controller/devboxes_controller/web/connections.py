@@ -19,7 +19,8 @@ with:
   buffer is full and stays full for :data:`SEND_STALL_SECONDS`, the connection is dropped,
   and with it whatever the answer still held (a stalled event stream's list of boxes).
 
-The counts are this process's own: every replica applies the caps to its connections.
+The counts are this process's own: every replica applies the caps to its connections,
+and each server (the API's port, the probe port) has its own.
 """
 
 from __future__ import annotations
@@ -51,10 +52,12 @@ Refusal = Literal["total_limit", "per_client_limit"]
 
 
 class Gate:
-    """The connections open now, per client address and in total."""
+    """The connections open now, per client address and in total; ``metered`` when the
+    connection metrics count them (the API's port, not the probe port)."""
 
-    def __init__(self, settings: ConnectionSettings) -> None:
+    def __init__(self, settings: ConnectionSettings, metered: bool = True) -> None:
         self.settings = settings
+        self.metered = metered
         self.total = 0
         self.by_client: dict[str, int] = {}
 
@@ -112,11 +115,12 @@ class LimitedProtocol(HttpToolsProtocol):
         address = self.client[0] if self.client is not None else ""
         refused = self.gate.admit(address)
         if refused is not None:
-            METRICS.connections_closed.labels(refused).inc()
+            self._count_closed(refused)
             self._answer(503, f"too many connections: {self.gate.refusal(refused)}")
             return
         self._address = address
-        METRICS.connections.inc()
+        if self.gate.metered:
+            METRICS.connections.inc()
         self._read("head")
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -124,7 +128,8 @@ class LimitedProtocol(HttpToolsProtocol):
         self._stop_stall()
         if self._address is not None:
             self.gate.release(self._address)
-            METRICS.connections.dec()
+            if self.gate.metered:
+                METRICS.connections.dec()
             self._address = None
         super().connection_lost(exc)
 
@@ -140,7 +145,7 @@ class LimitedProtocol(HttpToolsProtocol):
             self._head_bytes += len(data)
             if self._head_bytes > MAX_HEAD_BYTES:
                 self._stop_clock()
-                METRICS.connections_closed.labels("head_too_large").inc()
+                self._count_closed("head_too_large")
                 self._answer(431, f"the request head is larger than {MAX_HEAD_BYTES} bytes")
 
     def pause_writing(self) -> None:
@@ -159,7 +164,7 @@ class LimitedProtocol(HttpToolsProtocol):
 
     def _stalled(self) -> None:
         self._stall = None
-        METRICS.connections_closed.labels("send_stalled").inc()
+        self._count_closed("send_stalled")
         # Not close(): that would wait for the peer to take the buffered answer first.
         self.transport.abort()
 
@@ -201,7 +206,7 @@ class LimitedProtocol(HttpToolsProtocol):
         if self.flow.read_paused:
             self._deadline = self.loop.call_later(self._seconds(), self._expired)
             return
-        METRICS.connections_closed.labels(f"{self._phase}_timeout").inc()
+        self._count_closed(f"{self._phase}_timeout")
         cycle = self.cycle
         # While the body is read, the cycle is this request's; while a head is, the
         # previous one's. An answer this request already has, or one to an earlier
@@ -216,6 +221,10 @@ class LimitedProtocol(HttpToolsProtocol):
         self._answer(
             408, f"the request {self._phase} did not arrive within {self._seconds()} seconds"
         )
+
+    def _count_closed(self, reason: str) -> None:
+        if self.gate.metered:
+            METRICS.connections_closed.labels(reason).inc()
 
     def _answer(self, status: int, detail: str) -> None:
         """Answer without the application, in the API's error shape, and close."""
@@ -232,11 +241,11 @@ class LimitedProtocol(HttpToolsProtocol):
         self.transport.close()
 
 
-def protocol(settings: ConnectionSettings) -> type[LimitedProtocol]:
+def protocol(settings: ConnectionSettings, metered: bool = True) -> type[LimitedProtocol]:
     """The protocol class of one server, with its own counts."""
 
     class Protocol(LimitedProtocol):
-        gate = Gate(settings)
+        gate = Gate(settings, metered)
 
     return Protocol
 
@@ -247,14 +256,14 @@ class ServerOptions(TypedDict):
     timeout_keep_alive: int
 
 
-def server_options(settings: ConnectionSettings) -> ServerOptions:
+def server_options(settings: ConnectionSettings, metered: bool = True) -> ServerOptions:
     """uvicorn's options for serving with these limits.
 
     No WebSocket: the controller serves none, and an upgraded connection would leave
     this protocol without being released from the counts.
     """
     return ServerOptions(
-        http=protocol(settings),
+        http=protocol(settings, metered),
         ws="none",
         timeout_keep_alive=settings.keep_alive_timeout_seconds,
     )
