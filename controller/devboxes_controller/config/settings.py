@@ -1106,6 +1106,14 @@ class AvailabilitySettings(_Model):
     enabled: StrictBool = True
 
 
+class QueueSettings(_Model):
+    # backfill: a box that fits nowhere for want of CPU, memory or a pod slot beside a free
+    # device, or of a device on the nodes it may use, lets the boxes behind it that fit go
+    # first. strict: it stops its line, so larger boxes are never overtaken and devices
+    # may stay idle.
+    order: Literal["backfill", "strict"] = "backfill"
+
+
 ReadSeconds = Annotated[
     int,
     BeforeValidator(_whole_number),
@@ -1363,6 +1371,7 @@ class Settings(_Model):
     gpu: GpuSettings = Field(default_factory=GpuSettings)
     images: ImageSettings = Field(default_factory=ImageSettings)
     availability: AvailabilitySettings = Field(default_factory=AvailabilitySettings)
+    queue: QueueSettings = Field(default_factory=QueueSettings)
     idle: IdleSettings = Field(default_factory=IdleSettings)
     connections: ConnectionSettings = Field(default_factory=ConnectionSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)

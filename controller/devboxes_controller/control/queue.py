@@ -1,11 +1,13 @@
-"""The line for devices kept as a promise, run only by the Lease holder: box pods that ask
-for a device wait behind the scheduling gate ``devboxes.io/queue``, and this loop lifts the
-gate of the box at the head of its device's line once a node it fits has the device free.
+"""The line for devices kept as a promise: box pods that ask for a device wait behind the
+scheduling gate ``devboxes.io/queue``, and this loop lifts the gate of the box whose turn it
+is once a node it fits has the device free (:mod:`..placement.queue` has the order).
 
-Everything it decides from is in the caches: which boxes wait and hold devices (the box
-store) and what every pod of the cluster uses on every node (availability). It keeps no
-memory of its own, so a replica that takes the Lease goes on from the cluster as it is.
-Each pass is idempotent: lifting a gate already lifted changes nothing.
+Every replica walks the line, so that each one's summaries say what a waiting box lacks
+and which boxes are about to be placed; only the Lease holder lifts gates. Everything a
+walk decides from is in the caches: which boxes wait and hold devices (the box store) and
+what every pod of the cluster uses on every node (availability). It keeps no memory of its
+own, so a replica that takes the Lease goes on from the cluster as it is. Each pass is
+idempotent: lifting a gate already lifted changes nothing.
 """
 
 from __future__ import annotations
@@ -87,12 +89,14 @@ def reserve_unplaced(
 
 
 class Gatekeeper:
-    """Lifts gates in line order while this replica holds the Lease."""
+    """Walks the line on every replica, and lifts gates in line order while this replica
+    holds the Lease."""
 
     def __init__(self, store: BoxStore, api: client.ApiClient, elector: LeaderElector) -> None:
         self._store = store
         self._core = client.CoreV1Api(api)
         self._elector = elector
+        self._strict = store.settings.queue.order == "strict"
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="queue", daemon=True)
@@ -111,24 +115,26 @@ class Gatekeeper:
     def _run(self) -> None:
         while not self._stop.is_set():
             self._wake.clear()
-            if self._elector.is_leading():
-                try:
-                    self.lift_once()
-                except Exception:
-                    log.exception("queue pass failed")
+            try:
+                self.pass_once()
+            except Exception:
+                log.exception("queue pass failed")
             self._wake.wait(RESYNC_SECONDS)
 
-    def lift_once(self) -> list[str]:
-        """Let through the boxes whose turn it is; their names."""
+    def pass_once(self) -> list[str]:
+        """Walk the line and, while leading, let through the boxes whose turn it is; their
+        names."""
         waiters, holders = self._store.line()
         gated = [w for w in waiters if w.gated]
-        if not gated:
-            return []
         availability = self._store.availability
         if not availability.enabled or availability.forbidden():
+            self._store.walked(queue.NO_WALK)
             # No view of free devices to keep a line by (turned off since these pods were
             # made, or never granted): the scheduler places them, as without the line.
-            return [w.box for w in gated if self._lift(w, {})]
+            return [w.box for w in gated if self._elector.is_leading() and self._lift(w, {})]
+        if not waiters:
+            self._store.walked(queue.NO_WALK)
+            return []
         cluster = availability.cluster(h.uid for h in holders)
         if cluster is None:
             return []
@@ -140,6 +146,13 @@ class Gatekeeper:
             found = demand(deployment, self._store.settings, cluster) if deployment else None
             if found is not None:
                 demands[waiter.box] = found
+        holdings = queue.held(holders)
+        resources = sorted({w.resource for w in waiters if w.box in demands})
+        lines = [queue.line(waiters, r, holdings) for r in resources]
+        walk = queue.walk(lines, demands, room, self._strict)
+        self._store.walked(walk)
+        if not self._elector.is_leading():
+            return []
         # No node could ever hold these: the scheduler says why (a selector that matches
         # no node, a count no node offers) better than a line that never moves.
         lifted = [
@@ -147,12 +160,8 @@ class Gatekeeper:
             for w in gated
             if w.box in demands and not demands[w.box].nodes and self._lift(w, {})
         ]
-        waiters = [w for w in waiters if w.box not in lifted]
-        holdings = queue.held(holders)
-        resources = sorted({w.resource for w in waiters if w.box in demands})
-        lines = [queue.line(waiters, r, holdings) for r in resources]
-        places = _places(lines)
-        for waiter in queue.to_lift(lines, demands, room):
+        places = queue.places(waiters, holdings, walk.placing)
+        for waiter in walk.lift:
             if not self._elector.is_leading():
                 break
             if self._lift(waiter, places):
@@ -182,7 +191,3 @@ class Gatekeeper:
             },
         )
         return True
-
-
-def _places(lines: Sequence[Sequence[queue.Waiter]]) -> dict[str, int]:
-    return {w.box: place for line in lines for place, w in enumerate(line, start=1)}

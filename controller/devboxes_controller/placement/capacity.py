@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from decimal import Decimal
+from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
 from devboxes_sdk.models import GpuAvailability, ProfileAvailability
@@ -627,14 +627,66 @@ def pod_names(pods: Iterable[Obj], nodes: Collection[str]) -> list[str]:
     )
 
 
+PLACING = "Let through for a free {display_name}; waiting for the scheduler to place it"
+# What a box may lack beside a free device, as people say it.
+_LACKED = {"cpu": "CPU", "memory": "memory", PODS: "a pod slot"}
+_UNITS = {"cpu": " CPU", "memory": " memory", PODS: " pod slot"}
+_GI = Decimal(2**30)
+_MI = Decimal(2**20)
+
+
+def _figure(resource: str, value: Decimal) -> str:
+    """A CPU or memory figure the way presets write it, rounded up (a figure that is "at
+    most" stays true)."""
+    if resource == "memory":
+        unit, size = ("Gi", _GI) if value >= _GI else ("Mi", _MI)
+        value, suffix = value / size, unit
+    else:
+        suffix = ""
+    rounded = value.quantize(Decimal("0.01"), rounding=ROUND_CEILING).normalize()
+    return f"{rounded:f}{suffix}"
+
+
+def _amount(resource: str, value: Decimal) -> str:
+    return f"{_figure(resource, value)}{_UNITS.get(resource, '')}"
+
+
+def _and(words: Sequence[str]) -> str:
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
+
+
+def lacking_summary(display_name: str, lacking: Sequence[queue.Lack]) -> str:
+    """Why a box that has a free device on some node it may use still waits: what it
+    needs beside it, and the most of that such a node has."""
+    names = _and([_LACKED.get(lack.resource, lack.resource) for lack in lacking])
+    needs = _and([_amount(lack.resource, lack.needs) for lack in lacking])
+    head = f"Waiting for {names} on a node with a free {display_name}: needs {needs}"
+    if not all(lack.short for lack in lacking):
+        return f"{head}, no such node has {'both' if len(lacking) == 2 else 'all'} free"
+    if not any(lack.most for lack in lacking):
+        return f"{head}, none free on any such node"
+    if len(lacking) == 1:
+        most = _figure(lacking[0].resource, lacking[0].most)
+    else:
+        most = _and([_amount(lack.resource, lack.most) for lack in lacking])
+    return f"{head}, at most {most} free on any such node"
+
+
 def waiting_summary(
-    queued: Queued, entry: ProfileAvailability | None, place: int, others: Sequence[str] = ()
+    queued: Queued,
+    entry: ProfileAvailability | None,
+    place: int,
+    others: Sequence[str] = (),
+    lacking: Sequence[queue.Lack] = (),
 ) -> str:
-    """Why a GPU box waits, in one line: its profile's free count and its place in line,
-    then the pods that are not boxes (``others``) holding devices it could use."""
+    """Why a GPU box waits, in one line: its profile's free count, or what it lacks beside
+    a free device (``lacking``), and its place in line; then the pods that are not boxes
+    (``others``) holding devices it could use."""
     display_name = queued.display_name
     line = f"{ordinal(place)} in line" + ("" if queued.exact else " (estimate)")
-    if queued.taken:
+    if lacking:
+        summary = f"{lacking_summary(display_name, lacking)}; {line}"
+    elif queued.taken:
         summary = TAKEN.format(display_name=display_name, place=ordinal(place))
     elif entry is None or entry.capacity is None:
         summary = f"Waiting for a free {display_name}, {line}"

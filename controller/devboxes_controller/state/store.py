@@ -90,6 +90,9 @@ class BoxStore:
         self._changed: dict[str, asyncio.Event] = {}
         self._queued: dict[str, capacity.Queued] = {}
         self._holding: dict[str, queue.Holder] = {}
+        # The last walk of the line (control.queue): who is about to be placed, and what
+        # boxes that fit nowhere lack beside a free device.
+        self._walk = queue.NO_WALK
         self._listeners: list[Callable[[str], None]] = []
         self._answer_listeners: list[Callable[[str], None]] = []
         selector = render.MANAGED_SELECTOR
@@ -384,12 +387,20 @@ class BoxStore:
         if not lines:
             return touched
         waiters = [q.waiter for q in self._queued.values() if q.waiter.resource in lines]
-        places = queue.places(waiters, queue.held(self._holding.values()))
+        # The last walk may predate a box's new pod: only a box still let through is placing.
+        placing = {w.box for w in waiters if not w.gated and w.box in self._walk.placing}
+        places = queue.places(waiters, queue.held(self._holding.values()), placing)
+        summaries: dict[str, str] = {}
         for name, place in places.items():
             queued = self._queued[name]
             entry = self.availability.profile(queued.profile)
             others = self._others_holding(queued) if queued.exact else []
-            summary = capacity.waiting_summary(queued, entry, place, others)
+            lacking = self._walk.short.get(name, ()) if queued.exact else ()
+            summaries[name] = capacity.waiting_summary(queued, entry, place, others, lacking)
+        for name in placing:
+            display_name = self._queued[name].display_name
+            summaries[name] = capacity.PLACING.format(display_name=display_name)
+        for name, summary in summaries.items():
             box = self._status.get(name)
             if box is not None and box.summary != summary:
                 self._store(box.model_copy(update={"summary": summary}))
@@ -413,6 +424,21 @@ class BoxStore:
         """The boxes waiting for a device and the boxes holding one, as the caches show."""
         with self._status_lock:
             return [q.waiter for q in self._queued.values()], list(self._holding.values())
+
+    def walked(self, walk: queue.Walk) -> None:
+        """Take the line's last walk into the summaries of the boxes it tells otherwise."""
+        with self._status_lock:
+            before, self._walk = self._walk, walk
+            moved = before.placing ^ walk.placing
+            moved |= {
+                n
+                for n in before.short.keys() | walk.short.keys()
+                if before.short.get(n) != walk.short.get(n)
+            }
+            touched = self._summarize(
+                {self._queued[n].waiter.resource for n in moved if n in self._queued}
+            )
+        self._announce(touched, touched)
 
     def _availability_changed(self) -> None:
         with self._status_lock:

@@ -72,15 +72,20 @@ class Boxes:
         pod = self.pod(box)
         return (pod.metadata.annotations or {}).get(ownership.ANNOTATION_OWNER) if pod else None
 
-    def create(self, box: str, owner: str) -> None:
-        """A box of ``owner``: created, its pod template given the owner, and its pod with
-        the owner either gated or placed."""
-        self.api.created(box, gpu={"profile": PROFILE})
+    def create(self, box: str, owner: str, preset: str = "small") -> None:
+        """A box of ``owner``: created, its pod template and home volume given the owner
+        (a start refuses a home volume of another owner), and its pod with the owner either
+        gated or placed."""
+        self.api.created(box, gpu={"profile": PROFILE}, preset=preset)
         self.names.append(box)
         labels, annotations = ownership.marks(owner)
         marks = {"labels": labels, "annotations": annotations}
+        names = render.object_names(box)
+        self.core.patch_namespaced_persistent_volume_claim(
+            names.pvc, self.namespace, {"metadata": marks}
+        )
         self.apps.patch_namespaced_deployment(
-            render.object_names(box).deployment,
+            names.deployment,
             self.namespace,
             {"metadata": marks, "spec": {"template": {"metadata": marks}}},
         )
@@ -253,3 +258,43 @@ def test_a_new_leader_lifts_the_gates_in_the_same_order(
     api.call("POST", "/devboxes/bob-1/stop")
     wait_for(lambda: boxes.bound("cat-1"))
     assert boxes.gated("ann-3")
+
+
+def test_a_box_short_of_cpu_beside_free_devices_lets_a_smaller_box_pass(
+    start_controller: StartController, pool: DevicePool, kube: Any, namespace: str
+) -> None:
+    # A pod that is not a box takes all but one of the node's 32 CPUs: both devices stay
+    # free, a large box (2 CPU) has no room beside them and a small one (250m) has.
+    core = client.CoreV1Api(kube)
+    core.create_namespaced_pod(
+        namespace,
+        {
+            "metadata": {"name": "cpu-hog"},
+            "spec": {
+                "nodeSelector": {POOL_LABEL: pool.node},
+                "containers": [
+                    {"name": "work", "image": "busybox", "resources": {"requests": {"cpu": "31"}}}
+                ],
+            },
+        },
+    )
+    wait_for(lambda: core.read_namespaced_pod("cpu-hog", namespace).spec.node_name)
+    api = Api(start_controller(pool.settings(namespace)))
+    boxes = Boxes(api, kube, namespace)
+
+    def short_of(free: str) -> str:
+        return (
+            f"Waiting for CPU on a node with a free {DISPLAY}: needs 2 CPU, at most {free} "
+            "free on any such node; 1st in line"
+        )
+
+    boxes.create("large-1", "ann", preset="large")
+    wait_for_value(lambda: boxes.summary("large-1"), short_of("1"))
+    # Bob's small box comes after Ann's large one (both hold nothing) and goes first.
+    boxes.create("small-1", "bob")
+    api.wait_ready("small-1")
+    assert boxes.gated("large-1")
+    wait_for_value(lambda: boxes.summary("large-1"), short_of("0.75"))
+    # The large box kept the head of the line: once the CPU is free, it is next.
+    core.delete_namespaced_pod("cpu-hog", namespace, grace_period_seconds=0)
+    api.wait_ready("large-1")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -238,6 +239,46 @@ def test_waiting_summaries() -> None:
     )
     # A profile no node can serve says so, whoever holds what.
     assert capacity.waiting_summary(_queued(), nothing, 1, many) == capacity.NO_SELECTOR_MATCH
+
+
+GI = 2**30
+
+
+def test_a_box_short_of_cpu_or_memory_beside_a_free_device_names_it() -> None:
+    free = capacity.profile_availability(profile(), l4_nodes(), {}, 2)
+    cpu = queue.Lack("cpu", Decimal(2), Decimal("0.5"))
+    # Whatever the free count says, what the box lacks is what it waits for.
+    assert capacity.waiting_summary(_queued(), free, 1, lacking=[cpu]) == (
+        "Waiting for CPU on a node with a free NVIDIA L4: needs 2 CPU, at most 0.5 free on "
+        "any such node; 1st in line"
+    )
+    assert capacity.waiting_summary(_queued(taken=True), free, 2, ["ml/a"], [cpu]) == (
+        "Waiting for CPU on a node with a free NVIDIA L4: needs 2 CPU, at most 0.5 free on "
+        "any such node; 2nd in line; devices held by a pod that is not a box: ml/a"
+    )
+    memory = queue.Lack("memory", Decimal(4 * GI), Decimal(GI + GI // 3))
+    assert capacity.lacking_summary("NVIDIA L4", [cpu, memory]) == (
+        "Waiting for CPU and memory on a node with a free NVIDIA L4: needs 2 CPU and 4Gi "
+        "memory, at most 0.5 CPU and 1.34Gi memory free on any such node"
+    )
+    little = queue.Lack("memory", Decimal(4 * GI), Decimal(300 * 2**20 + 1))
+    assert capacity.lacking_summary("NVIDIA L4", [little]) == (
+        "Waiting for memory on a node with a free NVIDIA L4: needs 4Gi memory, at most "
+        "300.01Mi free on any such node"
+    )
+    none = [queue.Lack("cpu", Decimal(2), Decimal(0)), queue.Lack("pods", Decimal(1), Decimal(0))]
+    assert capacity.lacking_summary("NVIDIA L4", none) == (
+        "Waiting for CPU and a pod slot on a node with a free NVIDIA L4: needs 2 CPU and 1 "
+        "pod slot, none free on any such node"
+    )
+    apart = [
+        queue.Lack("cpu", Decimal(2), Decimal(4)),
+        queue.Lack("memory", Decimal(GI), Decimal(GI)),
+    ]
+    assert capacity.lacking_summary("NVIDIA L4", apart) == (
+        "Waiting for CPU and memory on a node with a free NVIDIA L4: needs 2 CPU and 1Gi "
+        "memory, no such node has both free"
+    )
 
 
 def test_the_pods_that_are_not_boxes_holding_a_device() -> None:

@@ -74,45 +74,131 @@ def test_only_our_gate_holds_a_pod() -> None:
 
 
 NEEDS = {GPU: Decimal(1), "cpu": Decimal(2)}
+SMALL = {GPU: Decimal(1), "cpu": Decimal("0.25")}
+Room = dict[str, dict[str, Decimal]]
 
 
-def room(**gpus: int) -> dict[str, dict[str, Decimal]]:
-    return {node: {GPU: Decimal(n), "cpu": Decimal(8)} for node, n in gpus.items()}
+def room(cpu: int = 8, **gpus: int) -> Room:
+    return {node: {GPU: Decimal(n), "cpu": Decimal(cpu)} for node, n in gpus.items()}
 
 
-def demands(*boxes: str, nodes: tuple[str, ...] = ("n0", "n1")) -> dict[str, queue.Demand]:
-    return {box: queue.Demand(NEEDS, nodes) for box in boxes}
+def demands(
+    *boxes: str, nodes: tuple[str, ...] = ("n0", "n1"), needs: dict[str, Decimal] = NEEDS
+) -> dict[str, queue.Demand]:
+    return {box: queue.Demand(needs, nodes) for box in boxes}
+
+
+def lifted(
+    lines: list[list[queue.Waiter]],
+    wanted: dict[str, queue.Demand],
+    free: Room,
+    strict: bool = False,
+) -> list[str]:
+    return names(list(queue.walk(lines, wanted, free, strict).lift))
 
 
 def test_as_many_are_let_through_as_devices_are_free() -> None:
     line = [waiter("a", since=1), waiter("b", since=2), waiter("c", since=3)]
-    lifted = queue.to_lift([line], demands("a", "b", "c"), room(n0=1, n1=1))
-    assert names(lifted) == ["a", "b"]
-    assert queue.to_lift([line], demands("a", "b", "c"), room(n0=0, n1=0)) == []
+    assert lifted([line], demands("a", "b", "c"), room(n0=1, n1=1)) == ["a", "b"]
+    assert lifted([line], demands("a", "b", "c"), room(n0=0, n1=0)) == []
 
 
 def test_a_device_promised_to_a_box_let_through_goes_to_nobody_else() -> None:
     through = waiter("through", gated=False)
     line = [through, waiter("a", since=1), waiter("b", since=2)]
-    lifted = queue.to_lift([line], demands("through", "a", "b"), room(n0=1, n1=1))
-    assert names(lifted) == ["a"]
-    assert queue.to_lift([line], demands("through", "a", "b"), room(n0=1)) == []
+    walked = queue.walk([line], demands("through", "a", "b"), room(n0=1, n1=1))
+    assert names(list(walked.lift)) == ["a"]
+    # It has its room: it is about to be placed, and no longer counts as in line.
+    assert walked.placing == {"through"}
+    assert queue.places(line, {}, walked.placing) == {"a": 1, "b": 2}
+    assert lifted([line], demands("through", "a", "b"), room(n0=1)) == []
 
 
-def test_a_head_that_fits_no_free_node_holds_the_line() -> None:
+def test_a_head_short_of_cpu_beside_a_free_device_lets_smaller_boxes_pass() -> None:
+    line = [waiter("large", since=1), waiter("small", since=2), waiter("large-2", since=3)]
+    wanted = {**demands("large", "large-2"), **demands("small", needs=SMALL)}
+    free = room(cpu=1, n0=2)
+    walked = queue.walk([line], wanted, free)
+    assert names(list(walked.lift)) == ["small"]
+    # The small box took a quarter of the one CPU free.
+    assert walked.short == {
+        "large": (queue.Lack("cpu", Decimal(2), Decimal(1)),),
+        "large-2": (queue.Lack("cpu", Decimal(2), Decimal("0.75")),),
+    }
+    # Strictly in order, the first box that fits nowhere stops the line, and still says why.
+    strictly = queue.walk([line], wanted, free, strict=True)
+    assert strictly.lift == ()
+    assert strictly.short == {"large": (queue.Lack("cpu", Decimal(2), Decimal(1)),)}
+    # With the CPU free again, the head goes first.
+    assert lifted([line], wanted, room(n0=1)) == ["large"]
+
+
+def test_a_head_waiting_for_a_device_keeps_those_of_its_nodes() -> None:
+    pair = queue.Demand({GPU: Decimal(2), "cpu": Decimal(1)}, ("n0",))
+    line = [waiter("pair", since=1), waiter("same-node", since=2), waiter("other", since=3)]
+    wanted = {"pair": pair, **demands("same-node", nodes=("n0",)), **demands("other")}
+    walked = queue.walk([line], wanted, room(n0=1, n1=1))
+    # One device of the two it needs is free on its node: nobody behind takes it, while a
+    # node it may not use serves the box that may.
+    assert names(list(walked.lift)) == ["other"]
+    assert walked.short == {}
+    assert lifted([line], wanted, room(n0=1, n1=1), strict=True) == []
+
+
+def test_a_head_whose_nodes_have_no_free_device_lets_boxes_for_other_nodes_pass() -> None:
     line = [waiter("head", since=1), waiter("next", since=2)]
     wanted = {**demands("next", nodes=("n1",)), **demands("head", nodes=("n0",))}
-    assert queue.to_lift([line], wanted, room(n0=0, n1=1)) == []
-    # Room for the device but not the CPU is no room.
-    full = room(n0=1)
-    full["n0"]["cpu"] = Decimal(1)
-    assert queue.to_lift([line], demands("head", "next"), full) == []
+    assert lifted([line], wanted, room(n0=0, n1=1)) == ["next"]
+    assert lifted([line], wanted, room(n0=0, n1=1), strict=True) == []
+    # Both waiting for the same node's device: the line holds.
+    assert lifted([line], demands("head", "next", nodes=("n0",)), room(n0=0, n1=1)) == []
+
+
+def test_what_a_box_lacks_is_named_by_the_nodes_with_its_devices_free() -> None:
+    needs = {GPU: Decimal(1), "cpu": Decimal(2), "memory": Decimal(4), "pods": Decimal(1)}
+    wanted = demands("box", needs=needs)
+
+    def lacks(free: Room) -> tuple[queue.Lack, ...]:
+        return queue.walk([[waiter("box")]], wanted, free).short["box"]
+
+    def node(gpus: int, cpu: str, memory: int, pods: int = 10) -> dict[str, Decimal]:
+        return {
+            GPU: Decimal(gpus),
+            "cpu": Decimal(cpu),
+            "memory": Decimal(memory),
+            "pods": Decimal(pods),
+        }
+
+    # The node without a free device does not count, however much CPU it has.
+    assert lacks({"n0": node(1, "0.5", 8), "n1": node(0, "16", 8)}) == (
+        queue.Lack("cpu", Decimal(2), Decimal("0.5")),
+    )
+    assert lacks({"n0": node(1, "1", 1), "n1": node(1, "0.5", 2)}) == (
+        queue.Lack("cpu", Decimal(2), Decimal(1)),
+        queue.Lack("memory", Decimal(4), Decimal(2)),
+    )
+    # Each is free on one node, never both on the same one.
+    mixed = lacks({"n0": node(1, "4", 1), "n1": node(1, "1", 8)})
+    assert mixed == (
+        queue.Lack("cpu", Decimal(2), Decimal(4)),
+        queue.Lack("memory", Decimal(4), Decimal(8)),
+    )
+    assert not any(lack.short for lack in mixed)
+    # Overcommitted room reads as none free.
+    assert lacks({"n0": node(1, "-1", 8, pods=0)}) == (
+        queue.Lack("cpu", Decimal(2), Decimal(0)),
+        queue.Lack("pods", Decimal(1), Decimal(0)),
+    )
+    # A box that fits has nothing to lack; one whose devices are free nowhere neither.
+    assert queue.walk([[waiter("box")]], wanted, {"n0": node(1, "2", 4)}).short == {}
+    assert queue.walk([[waiter("box")]], wanted, {"n0": node(0, "0", 0)}).short == {}
 
 
 def test_a_box_that_fits_no_node_at_all_holds_nobody_up() -> None:
     line = [waiter("never", since=1), waiter("next", since=2)]
     wanted = {**demands("next"), **demands("never", nodes=())}
-    assert names(queue.to_lift([line], wanted, room(n0=1))) == ["next"]
+    assert lifted([line], wanted, room(n0=1)) == ["next"]
+    assert lifted([line], wanted, room(n0=1), strict=True) == ["next"]
 
 
 def test_lines_of_different_devices_share_the_nodes_cpu() -> None:
@@ -123,4 +209,6 @@ def test_lines_of_different_devices_share_the_nodes_cpu() -> None:
         "nv": queue.Demand({GPU: Decimal(1), "cpu": Decimal(2)}, ("n0",)),
         "amd": queue.Demand({OTHER: Decimal(1), "cpu": Decimal(2)}, ("n0",)),
     }
-    assert names(queue.to_lift([[waiter("nv")], [amd]], wanted, free)) == ["nv"]
+    walked = queue.walk([[waiter("nv")], [amd]], wanted, free)
+    assert names(list(walked.lift)) == ["nv"]
+    assert walked.short == {"amd": (queue.Lack("cpu", Decimal(2), Decimal(0)),)}

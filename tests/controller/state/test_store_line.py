@@ -1,0 +1,94 @@
+"""What the line's walk makes of a waiting box's summary in the box store, from plain objects.
+
+The objects are the testbed's own (tests/data/box_objects.json): ``unplaceable`` is a GPU
+box whose pod waits behind the line's gate. The store is never started, so its caches
+hold exactly what the test puts in them, and its walk is the one the test hands it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import yaml
+from devboxes_controller.box import render
+from devboxes_controller.config.settings import settings_from_mapping
+from devboxes_controller.placement import queue
+from devboxes_controller.state import slim
+from devboxes_controller.state.store import BoxStore
+from kubernetes import client
+
+REPO = Path(__file__).resolve().parents[3]
+RECORDED: dict[str, list[dict[str, Any]]] = json.loads(
+    (REPO / "tests" / "data" / "box_objects.json").read_text()
+)
+BOX = "unplaceable"
+CPU = queue.Lack("cpu", Decimal(2), Decimal("0.5"))
+
+
+def _of_box(kind: str) -> dict[str, Any]:
+    (found,) = [o for o in RECORDED[kind] if render.box_name_of(o) == BOX]
+    return copy.deepcopy(found)
+
+
+def _waiting_store() -> tuple[BoxStore, dict[str, Any]]:
+    settings = settings_from_mapping(
+        yaml.safe_load((REPO / "testbed" / "settings.yaml").read_text())
+    )
+    store = BoxStore(settings, client.ApiClient())
+    pod = _of_box("pods")
+    store._deployments._put(slim.deployment(_of_box("deployments")))
+    store._pods._put(slim.pod(pod))
+    store._changed_box(BOX)
+    return store, pod
+
+
+def _display(store: BoxStore) -> str:
+    gpu = store.get(BOX).gpu
+    assert gpu is not None
+    return gpu.display_name
+
+
+def test_a_box_short_of_cpu_beside_a_free_device_says_so_and_keeps_its_place() -> None:
+    store, _pod = _waiting_store()
+    waiting = store.get(BOX).summary
+    assert waiting is not None
+    assert waiting.endswith("1st in line")
+    announced: list[str] = []
+    store.add_listener(announced.append)
+
+    store.walked(queue.Walk((), frozenset(), {BOX: (CPU,)}))
+    display = _display(store)
+    assert store.get(BOX).summary == (
+        f"Waiting for CPU on a node with a free {display}: needs 2 CPU, at most 0.5 free on "
+        "any such node; 1st in line"
+    )
+    assert announced == [BOX]
+    # The same walk again tells nobody anything new.
+    store.walked(queue.Walk((), frozenset(), {BOX: (CPU,)}))
+    assert announced == [BOX]
+    store.walked(queue.NO_WALK)
+    assert store.get(BOX).summary == waiting
+
+
+def test_a_box_let_through_with_room_is_no_longer_in_line() -> None:
+    store, pod = _waiting_store()
+    # A walk that found room for the box once it is let through does not speak for its
+    # gated pod.
+    store.walked(queue.Walk((), frozenset({BOX}), {}))
+    assert (store.get(BOX).summary or "").endswith("1st in line")
+
+    # The gate lifted, the scheduler has not placed it yet.
+    pod["spec"]["schedulingGates"] = []
+    pod["metadata"]["resourceVersion"] = str(int(pod["metadata"]["resourceVersion"]) + 1)
+    store._pods._put(slim.pod(pod))
+    store._changed_box(BOX)
+    display = _display(store)
+    assert store.get(BOX).summary == (
+        f"Let through for a free {display}; waiting for the scheduler to place it"
+    )
+    waiters, _holders = store.line()
+    assert [(w.box, w.gated) for w in waiters] == [(BOX, False)]
