@@ -59,7 +59,10 @@ def test_a_person_has_two_reads_in_flight_and_others_keep_theirs() -> None:
             await reads.run("bob", gate)
         assert refused.value.status == 429
         assert refused.value.headers == {"Retry-After": "2"}
-        assert "you already have 2 requests that ask Kubernetes (the GPU doctor" in refused.value.detail
+        assert (
+            "you already have 2 requests that ask Kubernetes (the GPU doctor"
+            in refused.value.detail
+        )
         alices = asyncio.ensure_future(reads.run("alice", gate))
         await gate.started()
         gate.opened.set()
