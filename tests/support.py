@@ -91,7 +91,9 @@ def lease_holder(kube: Any, namespace: str) -> str | None:
     return str(holder) if holder else None
 
 
-def two_hour_spec(name: str, gpu: GpuProfileConfig | None = None) -> render.BoxSpec:
+def two_hour_spec(
+    name: str, gpu: GpuProfileConfig | None = None, owner: str | None = None
+) -> render.BoxSpec:
     """A small box with two hours left, to write its objects as the controller renders them."""
     return render.BoxSpec(
         name=name,
@@ -100,6 +102,7 @@ def two_hour_spec(name: str, gpu: GpuProfileConfig | None = None) -> render.BoxS
         repository=None,
         expires_at=datetime.now(UTC) + timedelta(hours=2),
         gpu=gpu,
+        owner=owner,
     )
 
 
@@ -231,6 +234,37 @@ class JsonHandler(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         return
+
+
+class OutageServer(http.server.ThreadingHTTPServer):
+    """A stub server on loopback whose ``mode`` makes it answer (``up``), answer 503
+    (``failing``) or hold every request until it closes (``hanging``)."""
+
+    def __init__(self, handler: type[OutageHandler]) -> None:
+        super().__init__(("127.0.0.1", 0), handler)
+        self.url = f"http://127.0.0.1:{self.server_address[1]}"
+        self.mode = "up"
+        self.closing = threading.Event()
+
+    def server_close(self) -> None:
+        # Held requests end first: closing waits for the threads that answer them.
+        self.closing.set()
+        super().server_close()
+
+
+class OutageHandler(JsonHandler):
+    server: OutageServer
+
+    def in_outage(self, failure: Any) -> bool:
+        """Answer as the server's outage mode says; True when it did (``failure`` is the
+        body of a 503)."""
+        if self.server.mode == "hanging":
+            self.server.closing.wait(60)
+            return True
+        if self.server.mode == "failing":
+            self.send_json(503, failure)
+            return True
+        return False
 
 
 @contextlib.contextmanager

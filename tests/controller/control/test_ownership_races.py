@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -18,25 +17,13 @@ from devboxes_controller.state.store import BoxStore
 from devboxes_testbed.controller import example_settings
 from devboxes_testbed.issuer import CLI_CLIENT_ID, Issuer
 from kubernetes import client
-from support import StartController
+from support import StartController, two_hour_spec
 
 from devboxes_sdk.models import API_PREFIX, DevboxCreate
 
 # Pairs of creates of one name by two people on two replicas. A lost race used to put
 # one person's box on the other's volume in about 1 of 40 pairs.
 RACES = 150
-
-
-def _spec(name: str, owner: str | None) -> render.BoxSpec:
-    return render.BoxSpec(
-        name=name,
-        preset="small",
-        ttl_hours=2,
-        repository=None,
-        expires_at=datetime.now(UTC) + timedelta(hours=2),
-        gpu=None,
-        owner=owner,
-    )
 
 
 @pytest.fixture
@@ -64,7 +51,7 @@ def test_a_claim_of_another_person_found_only_by_a_lost_write_is_refused(
     blind_lifecycle: Lifecycle, kube: Any, namespace: str
 ) -> None:
     core = client.CoreV1Api(kube)
-    bobs = render.render_pvc(_spec("shared", "bob"), blind_lifecycle.settings)
+    bobs = render.render_pvc(two_hour_spec("shared", owner="bob"), blind_lifecycle.settings)
     core.create_namespaced_persistent_volume_claim(namespace, bobs)
 
     with pytest.raises(Conflict, match="the name 'shared' is taken"):
@@ -80,7 +67,7 @@ def test_an_own_claim_being_deleted_found_only_by_a_lost_write_is_refused(
     blind_lifecycle: Lifecycle, kube: Any, namespace: str
 ) -> None:
     core = client.CoreV1Api(kube)
-    claim = render.render_pvc(_spec("going", None), blind_lifecycle.settings)
+    claim = render.render_pvc(two_hour_spec("going"), blind_lifecycle.settings)
     claim["metadata"]["finalizers"] = ["devboxes.test/hold"]
     core.create_namespaced_persistent_volume_claim(namespace, claim)
     name = claim["metadata"]["name"]
@@ -105,7 +92,7 @@ def test_objects_left_by_an_earlier_box_of_the_name_are_replaced_not_used(
     core = client.CoreV1Api(kube)
     settings = blind_lifecycle.settings
     other = core.create_namespaced_config_map(namespace, {"metadata": {"name": "earlier"}})
-    service = render.render_service(_spec("again", "bob"), settings)
+    service = render.render_service(two_hour_spec("again", owner="bob"), settings)
     service["metadata"]["ownerReferences"] = [
         {"apiVersion": "v1", "kind": "ConfigMap", "name": "earlier", "uid": other.metadata.uid}
     ]

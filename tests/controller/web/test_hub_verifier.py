@@ -6,9 +6,7 @@ little of it any request waits for."""
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Awaitable, Callable
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -20,7 +18,7 @@ from devboxes_controller.web.auth import Unauthorized
 from devboxes_controller.web.hub import REFUSAL_SECONDS, STALE_SECONDS, HubVerifier, hub_verifier
 from devboxes_controller.web.people import Identity, IdentityUnavailable
 from devboxes_testbed.hub import Hub
-from support import Clock, JsonHandler, serving, wait_for
+from support import Clock, OutageHandler, OutageServer, serving, wait_for
 
 T = TypeVar("T")
 
@@ -243,33 +241,17 @@ def test_an_api_url_the_controller_cannot_ask_stops_it_at_start(
     assert found.startswith(f"auth.hub.apiUrl: {violation}")
 
 
-class _StubHub(ThreadingHTTPServer):
-    """A hub of the test's own whose people are ``<name>-token`` for a few names. Its
-    ``mode`` makes it answer (``up``), answer 503 (``failing``) or hold every request until
-    it closes (``hanging``)."""
+class _StubHub(OutageServer):
+    """A hub of the test's own whose people are ``<name>-token`` for a few names."""
 
     def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _StubHubHandler)
-        self.api_url = f"http://127.0.0.1:{self.server_address[1]}/hub/api"
-        self.mode = "up"
-        self.closing = threading.Event()
-
-    def server_close(self) -> None:
-        # Held requests end first: closing waits for the threads that answer them.
-        self.closing.set()
-        super().server_close()
+        super().__init__(_StubHubHandler)
+        self.api_url = f"{self.url}/hub/api"
 
 
-class _StubHubHandler(JsonHandler):
-    server: _StubHub
-
+class _StubHubHandler(OutageHandler):
     def do_GET(self) -> None:
-        stub = self.server
-        if stub.mode == "hanging":
-            stub.closing.wait(60)
-            return
-        if stub.mode == "failing":
-            self.send_json(503, {"message": "the hub is restarting"})
+        if self.in_outage({"message": "the hub is restarting"}):
             return
         token = self.headers.get("Authorization", "").removeprefix("token ")
         name = token.removesuffix("-token")

@@ -8,10 +8,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import threading
 import time
 from collections.abc import Awaitable, Callable
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -25,7 +23,7 @@ from devboxes_controller.web import oidc
 from devboxes_controller.web.oidc import OidcVerifier, oidc_verifier
 from devboxes_controller.web.people import Identity, IdentityUnavailable
 from devboxes_testbed.issuer import CLI_CLIENT_ID, Issuer
-from support import Clock, JsonHandler, serving
+from support import Clock, OutageHandler, OutageServer, serving
 
 T = TypeVar("T")
 
@@ -294,17 +292,12 @@ def test_an_id_token_is_accepted_only_for_its_client_and_its_own_nonce(issuer: I
         assert token not in caught.value.detail
 
 
-class _StubIssuer(ThreadingHTTPServer):
-    """An issuer of the test's own that signs with one RSA key and publishes it. Its
-    ``mode`` makes it answer (``up``), answer 503 (``failing``) or hold every request until
-    it closes (``hanging``)."""
+class _StubIssuer(OutageServer):
+    """An issuer of the test's own that signs with one RSA key and publishes it."""
 
     def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _StubIssuerHandler)
-        self.url = f"http://127.0.0.1:{self.server_address[1]}"
+        super().__init__(_StubIssuerHandler)
         self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        self.mode = "up"
-        self.closing = threading.Event()
 
     def token(self, user: str, kid: str = "stub-key") -> str:
         now = int(time.time())
@@ -318,23 +311,15 @@ class _StubIssuer(ThreadingHTTPServer):
         }
         return jwt.encode(claims, self.key, algorithm="RS256", headers={"kid": kid})
 
-    def server_close(self) -> None:
-        # Held requests end first: closing waits for the threads that answer them.
-        self.closing.set()
-        super().server_close()
 
-
-class _StubIssuerHandler(JsonHandler):
+class _StubIssuerHandler(OutageHandler):
     server: _StubIssuer
 
     def do_GET(self) -> None:
         stub = self.server
-        if stub.mode == "hanging":
-            stub.closing.wait(60)
+        if self.in_outage({"error": "unavailable"}):
             return
-        if stub.mode == "failing":
-            self.send_json(503, {"error": "unavailable"})
-        elif self.path == "/.well-known/openid-configuration":
+        if self.path == "/.well-known/openid-configuration":
             self.send_json(200, {"issuer": stub.url, "jwks_uri": f"{stub.url}/keys"})
         else:
             public = jwt.algorithms.RSAAlgorithm.to_jwk(stub.key.public_key(), as_dict=True)
