@@ -48,6 +48,11 @@ PREVIOUS_POD_OVERDUE = (
 OVERDUE_AFTER = timedelta(seconds=60)
 WAITING_FOR_CONTAINER = "Waiting for the container to start on {node}."
 WAITING_FOR_SSH = "Waiting for the SSH server to become ready."
+NODE_NOT_READY = (
+    "Its node {node} is not ready{since}, so Kubernetes no longer counts the pod as ready. "
+    "The box comes back when the node does; if the node is gone for good, an operator "
+    "deletes it (kubectl delete node {node}) so that the box can start on another node."
+)
 WAITING_FOR_ADDRESS = "Waiting for the SSH service to get an address."
 WAITING_FOR_SCHEDULER = "Waiting for the scheduler."
 POD_FAILED = "The pod failed: {reason}"
@@ -147,6 +152,23 @@ def ssh_address(service: Obj | None, settings: Settings) -> tuple[str | None, in
 def _pod_ready(pod: Obj | None) -> bool:
     ready = _condition(pod, "Ready")
     return bool(pod and ready and ready.get("status") == "True")
+
+
+def _readiness_withdrawn(pod: Obj) -> bool:
+    """Whether Kubernetes took the pod's readiness away for its node's sake.
+
+    The kubelet makes a box pod Ready exactly when its containers are (box pods have no
+    readiness gates); only the node lifecycle controller, finding the node not ready
+    (stopped reporting, or reporting NotReady), withdraws Ready and leaves ContainersReady
+    as the kubelet last reported it.
+    """
+    ready, containers = _condition(pod, "Ready"), _condition(pod, "ContainersReady")
+    return bool(
+        ready
+        and containers
+        and ready.get("status") == "False"
+        and containers.get("status") == "True"
+    )
 
 
 def _container_failure(pod: Obj) -> str | None:
@@ -307,6 +329,9 @@ def _starting_message(pod: Obj | None, pods: Sequence[Obj], now: datetime) -> st
     node = (pod.get("spec") or {}).get("nodeName")
     if not node:
         return WAITING_FOR_SCHEDULER
+    if _readiness_withdrawn(pod):
+        since = (_condition(pod, "Ready") or {}).get("lastTransitionTime")
+        return NODE_NOT_READY.format(node=node, since=f" since {since}" if since else "")
     if (pod.get("status") or {}).get("phase") != "Running":
         return WAITING_FOR_CONTAINER.format(node=node)
     return WAITING_FOR_SSH

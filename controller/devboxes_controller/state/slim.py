@@ -60,8 +60,9 @@ def _owned(obj: Obj, metadata: Obj) -> Obj:
     return metadata
 
 
-def _conditions(obj: Obj, keys: tuple[str, ...]) -> list[Obj]:
-    """Type, status and reason are words; a message, when kept, is free text."""
+def _conditions(obj: Obj, keys: tuple[str, ...], dated: tuple[str, ...] = ()) -> list[Obj]:
+    """Type, status and reason are words; a message, when kept, is free text; the time of
+    the last transition only for the ``dated`` types."""
     conditions = (obj.get("status") or {}).get("conditions") or []
     words = tuple(key for key in keys if key != "message")
     slim = []
@@ -69,6 +70,8 @@ def _conditions(obj: Obj, keys: tuple[str, ...]) -> list[Obj]:
         picked = _words(condition, words)
         if "message" in keys and "message" in condition:
             picked["message"] = condition["message"]
+        if condition.get("type") in dated and "lastTransitionTime" in condition:
+            picked["lastTransitionTime"] = condition["lastTransitionTime"]
         slim.append(picked)
     return slim
 
@@ -138,7 +141,10 @@ def pod(obj: Obj) -> Obj:
     slim_status = _words(status, ("phase", "reason"))
     if "message" in status:
         slim_status["message"] = status["message"]
-    slim_status["conditions"] = _conditions(obj, ("type", "status", "reason", "message"))
+    # Since when Ready is withdrawn: how long the pod's node has been out of reach.
+    slim_status["conditions"] = _conditions(
+        obj, ("type", "status", "reason", "message"), dated=("Ready",)
+    )
     for key in ("initContainerStatuses", "containerStatuses"):
         if status.get(key):
             slim_status[key] = [_container_status(c) for c in status[key]]

@@ -164,6 +164,8 @@ DEADLINE = {
     "reason": "ProgressDeadlineExceeded",
     "message": 'ReplicaSet "devbox-atlas-6d8f9c7b5" has timed out progressing.',
 }
+CONTAINERS_READY = {"type": "ContainersReady", "status": "True"}
+CONTAINERS_NOT_READY = {"type": "ContainersReady", "status": "False"}
 REPLICA_FAILURE = {
     "type": "ReplicaFailure",
     "status": "True",
@@ -410,8 +412,12 @@ def test_unschedulable_pod_is_starting_with_the_scheduler_words_verbatim() -> No
         ([pod(node=None, phase="Pending")], "Waiting for the scheduler."),
         ([pod(node="cpu-1", phase="Pending")], "Waiting for the container to start on cpu-1."),
         ([pod(node="cpu-1", phase="Running")], "Waiting for the SSH server to become ready."),
+        (
+            [pod(node="cpu-1", phase="Running", conditions=(CONTAINERS_NOT_READY,))],
+            "Waiting for the SSH server to become ready.",
+        ),
     ],
-    ids=["no-pod", "unscheduled", "pending", "running"],
+    ids=["no-pod", "unscheduled", "pending", "running", "containers-not-ready"],
 )
 def test_starting_says_what_it_waits_for(pods: list[Obj], message: str) -> None:
     box = derive(
@@ -419,6 +425,26 @@ def test_starting_says_what_it_waits_for(pods: list[Obj], message: str) -> None:
     )
     assert box.state is DevboxState.STARTING
     assert box.message == message
+
+
+def test_a_pod_whose_node_stopped_reporting_names_the_node() -> None:
+    # What the node lifecycle controller leaves on the pods of a node that stopped
+    # reporting: Ready withdrawn, the kubelet's last word on the containers kept.
+    withdrawn = pod(node="devbox-node-0", conditions=(CONTAINERS_READY,))
+    withdrawn["status"]["conditions"][0]["lastTransitionTime"] = "2030-01-01T08:41:07Z"
+    objects = BoxObjects(deployment=deployment(), pods=[withdrawn], service=node_port_service())
+    box = derive(objects, SETTINGS, NOW)
+    assert box.state is DevboxState.STARTING
+    assert box.message == (
+        "Its node devbox-node-0 is not ready since 2030-01-01T08:41:07Z, so Kubernetes no "
+        "longer counts the pod as ready. The box comes back when the node does; if the node "
+        "is gone for good, an operator deletes it (kubectl delete node devbox-node-0) so that "
+        "the box can start on another node."
+    )
+    assert (box.pod_ready, box.ssh_command) == (False, None)
+    del withdrawn["status"]["conditions"][0]["lastTransitionTime"]
+    undated = derive(objects, SETTINGS, NOW)
+    assert undated.message.startswith("Its node devbox-node-0 is not ready, so Kubernetes")
 
 
 def test_a_start_waits_for_the_previous_pod_to_shut_down_and_says_so() -> None:

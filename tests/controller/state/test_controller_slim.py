@@ -109,11 +109,20 @@ def _pods_of(objects: dict[str, list[Obj]], box: str) -> list[Obj]:
     return [p for p in objects["pods"] if render.box_name_of(p) == box]
 
 
-def not_ready_yet(objects: dict[str, list[Obj]]) -> None:
+def _not_ready(objects: dict[str, list[Obj]], *kinds: str) -> None:
     for pod in objects["pods"]:
         for condition in pod["status"].get("conditions") or []:
-            if condition["type"] == "Ready":
+            if condition["type"] in kinds:
                 condition["status"] = "False"
+
+
+def not_ready_yet(objects: dict[str, list[Obj]]) -> None:
+    _not_ready(objects, "Ready", "ContainersReady")
+
+
+def node_not_ready(objects: dict[str, list[Obj]]) -> None:
+    """Readiness withdrawn by the node lifecycle controller: the containers stay ready."""
+    _not_ready(objects, "Ready")
 
 
 def pod_failed(objects: dict[str, list[Obj]]) -> None:
@@ -232,6 +241,7 @@ CASES: dict[str, tuple[Callable[[dict[str, list[Obj]]], None] | None, Settings]]
     "failed create before the last start": (failure_before_the_last_start, NODE_PORT),
     "failed create told by the replica set": (only_the_replicaset_explains, NODE_PORT),
     "not ready yet": (not_ready_yet, NODE_PORT),
+    "node not ready": (node_not_ready, NODE_PORT),
     "progress deadline": (deadline_exceeded, NODE_PORT),
     "stopped by its ttl": (expired, NODE_PORT),
     "load balancer without address": (None, LOAD_BALANCER),
