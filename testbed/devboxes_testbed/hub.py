@@ -32,8 +32,16 @@ PROXY = REPO / "testbed" / "hub" / "node_modules" / ".bin" / "configurable-http-
 PEOPLE = {"alice": "ml", "bob": "vision", "olivia": "gpu-admins"}
 ADMIN_GROUP = "gpu-admins"
 TESTBED_SERVICE = "testbed"
-# What the testbed's own service may do in the hub, and nothing more.
-TESTBED_SCOPES = ["admin:users", "admin:servers", "tokens", "read:users", "access:servers"]
+# What the testbed's own service may do in the hub, and nothing more; ``groups`` moves
+# people in and out of groups, as an admin of the hub would.
+TESTBED_SCOPES = [
+    "admin:users",
+    "admin:servers",
+    "tokens",
+    "read:users",
+    "access:servers",
+    "groups",
+]
 
 
 def _config(hub: Hub) -> str:

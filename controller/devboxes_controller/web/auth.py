@@ -29,6 +29,7 @@ from .sessions import (
 )
 
 MIN_TOKEN_LENGTH = 32
+SESSION_ENDED = "session expired or invalid; log in again"
 # Where the request guard leaves the caller's identity in the request's state, so that
 # the routes' dependency does not authenticate the same request twice.
 IDENTITY_STATE = "devboxes_identity"
@@ -112,7 +113,7 @@ async def authenticate(request: Request) -> Identity:
     if sessions is not None and cookie is not None:
         session = sessions.lookup(cookie)
         if session is None:
-            raise Unauthorized("session expired or invalid; log in again")
+            raise Unauthorized(SESSION_ENDED)
         if session.reissued:
             # The headers middleware sends the cookie with its new last-use time.
             request.state.session_cookie = session.cookie

@@ -41,9 +41,17 @@ from ..config.settings import OidcSettings
 from ..k8s.kube import ApiProblem
 from ..state.ended_sessions import SharedEndedSessions
 from ..state.store import BoxStore
-from .auth import Unauthorized, caller, owner_scope, token_matches
+from .auth import (
+    SESSION_ENDED,
+    Unauthorized,
+    authenticate,
+    bearer,
+    caller,
+    owner_scope,
+    token_matches,
+)
 from .cli_login import CODE, issuer_authorize_url, login_settings, pkce_challenge, redeem
-from .people import Identity
+from .people import Identity, IdentityUnavailable
 from .sessions import (
     COOKIE,
     LOGIN_COOKIE,
@@ -473,18 +481,57 @@ def _event(kind: str, data: str) -> bytes:
     return f"event: {kind}\ndata: {data}\n\n".encode()
 
 
+class StreamCredentials:
+    """Whether what an event stream was opened with still speaks for its caller as it did.
+
+    A session cookie is looked up at every wake of the stream: that is a lookup in memory.
+    A bearer token is offered to the operator token and the identity providers again at
+    each keepalive, and on a busy stream at most as often: a token they no longer vouch for,
+    or whose holder became or stopped being an admin, ends the stream.
+    """
+
+    def __init__(self, request: Request, identity: Identity) -> None:
+        self._request = request
+        self._identity = identity
+        self._token = bearer(request) is not None
+        # A request with both is the token's, as for every other route.
+        self._cookie = None if self._token else request.cookies.get(COOKIE)
+        self._due = time.monotonic() + KEEPALIVE_SECONDS
+
+    async def ended(self, quiet: bool) -> str | None:
+        """Why the stream must end now, or None; ``quiet``: it woke for its keepalive."""
+        if self._cookie is not None:
+            session = _sessions(self._request).lookup(self._cookie, touch=False)
+            return SESSION_ENDED if session is None else None
+        now = time.monotonic()
+        if not self._token or (not quiet and now < self._due):
+            return None
+        self._due = now + KEEPALIVE_SECONDS
+        try:
+            current = await authenticate(self._request)
+        except IdentityUnavailable:
+            # A provider that cannot be asked is no word against the caller: the stream goes
+            # on, and the next keepalive asks again.
+            return None
+        except ApiProblem as refused:
+            return f"the token no longer holds: {refused.detail}"
+        if current.admin != self._identity.admin:
+            change = "now" if current.admin else "no longer"
+            return f"{current.user} is {change} an admin; open the stream again"
+        return None
+
+
 async def _stream(
-    request: Request,
     store: BoxStore,
     broadcaster: Broadcaster,
     subscriber: Subscriber,
     scope: str | None,
+    credentials: StreamCredentials,
 ) -> AsyncGenerator[bytes | memoryview]:
     """Box changes as the caller may see them: every box (``scope`` None, an admin's
     unfiltered stream), else only ``scope``'s own; a box that leaves the caller's sight is
-    reported removed."""
-    sessions = _sessions(request)
-    cookie = request.cookies.get(COOKIE)
+    reported removed. The stream ends with ``expired`` once its credentials no longer
+    hold."""
     try:
         # Only boxes this stream has shown are reported as removed: the watches may see a
         # new box's other objects before its Deployment.
@@ -506,8 +553,10 @@ async def _stream(
                 quiet = False
             except TimeoutError:
                 quiet = True
-            if cookie is not None and sessions.lookup(cookie, touch=False) is None:
-                yield _event("expired", "{}")
+            reason = await credentials.ended(quiet)
+            if reason is not None:
+                log.info("event stream ended", extra={"reason": reason})
+                yield _event("expired", json.dumps({"reason": reason}))
                 return
             if quiet:
                 yield b": keepalive\n\n"
@@ -562,8 +611,9 @@ async def events(
     broadcaster: Broadcaster = request.app.state.broadcaster
     # Subscribe before the snapshot is taken, so no change between the two is lost.
     subscriber = broadcaster.subscribe()
+    credentials = StreamCredentials(request, identity)
     return StreamingResponse(
-        paced(_stream(request, store, broadcaster, subscriber, scope)),
+        paced(_stream(store, broadcaster, subscriber, scope, credentials)),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
