@@ -434,7 +434,9 @@ class Client:
                 if box.name > resume:
                     last = box.name
                     yield box._bind(self, raw)
-            if page.next is None:
+            # Kubernetes ends its lists with an empty continue; sent back, it would start
+            # the list again.
+            if not page.next:
                 return
             token = page.next
 

@@ -66,6 +66,17 @@ def test_without_paging_parameters_the_body_is_the_plain_list(paged: Controller)
     assert len(body["items"]) == len(CPU_BOXES) + len(GPU_BOXES)
 
 
+def test_an_empty_continue_is_no_continue_at_all(paged: Controller) -> None:
+    plain = _get(paged, **{"continue": ""})
+    assert plain.status_code == 200, plain.text
+    assert list(plain.json()) == ["items"]
+    assert len(plain.json()["items"]) == len(CPU_BOXES) + len(GPU_BOXES)
+    first = _get(paged, limit=4, **{"continue": ""})
+    assert first.status_code == 200, first.text
+    assert [box["name"] for box in first.json()["items"]] == sorted(CPU_BOXES + GPU_BOXES)[:4]
+    assert first.json()["continue"] is not None
+
+
 def test_filters_answer_only_their_boxes_paged_or_not(paged: Controller) -> None:
     assert _walk(paged, limit=1, profile="nvidia-l4")[0] == GPU_BOXES
     assert _walk(paged, limit=5, state="stopped", profile="cpu")[0] == CPU_BOXES
