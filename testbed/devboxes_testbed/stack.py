@@ -75,6 +75,25 @@ def merge_people(path: Path, tokens: Mapping[str, str]) -> None:
     partial.replace(path)
 
 
+def write_private(path: Path, text: str) -> None:
+    """``text`` in a new file at ``path`` that only its owner can read, from its first byte."""
+    path.unlink(missing_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as out:
+        out.write(text)
+
+
+def lab_environment(token: str, token_file: Path, base: Mapping[str, str]) -> dict[str, str]:
+    """``base`` for a JupyterLab whose login token is ``token``: the token goes to
+    ``token_file``, readable by its owner only from its first byte, which JUPYTER_TOKEN_FILE
+    names. On the command line, `ps` would show it to every local user. A JUPYTER_TOKEN in
+    ``base`` would win over the file, so it is left out."""
+    write_private(token_file, token)
+    environment = {key: value for key, value in base.items() if key != "JUPYTER_TOKEN"}
+    environment["JUPYTER_TOKEN_FILE"] = str(token_file)
+    return environment
+
+
 @dataclass
 class Stack:
     testbed: Testbed
@@ -156,8 +175,7 @@ class Stack:
     def _controller(self, logs: Path) -> Controller:
         # JupyterLab reads the operator token from this file.
         token_file = self.state_dir / "controller-token"
-        token_file.write_text(self.controller_token)
-        token_file.chmod(0o600)
+        write_private(token_file, self.controller_token)
         return Controller(
             self.testbed.kubeconfig,
             self.settings(),
@@ -181,7 +199,6 @@ class Stack:
                 "--ip=127.0.0.1",
                 f"--port={self.ports['jupyter']}",
                 f"--ServerApp.root_dir={root}",
-                f"--IdentityProvider.token={self.jupyter_token}",
                 f"--DevboxesJupyterApp.controller_url={self.controller_url}",
                 f"--DevboxesJupyterApp.token_file={self.state_dir / 'controller-token'}",
                 f"--DevboxKernelProvisioner.ssh_key_file={self.ssh_key}",
@@ -193,6 +210,7 @@ class Stack:
             ),
             logs / "jupyterlab.log",
             reassigner(self.ports, "jupyter"),
+            env=lab_environment(self.jupyter_token, self.state_dir / "jupyter-token", os.environ),
         )
 
     def start(self) -> None:

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 import requests
 from devboxes_testbed.cluster import free_port, wait_healthy
+from devboxes_testbed.stack import lab_environment
 
 REPO = Path(__file__).resolve().parents[2]
 LABEXTENSION = REPO / "jupyter_ext" / "devboxes_jupyter" / "labextension"
@@ -92,6 +93,7 @@ def running_lab(
             "HOME": str(base / "home"),
         }
     )
+    env = lab_environment(token, base / "lab-token", env)
     log_path = base / "lab.log"
     log = log_path.open("wb")
     process = subprocess.Popen(
@@ -106,7 +108,6 @@ def running_lab(
             # CI runs as root; the server is on loopback with a random token.
             "--ServerApp.allow_root=True",
             f"--ServerApp.root_dir={root}",
-            f"--IdentityProvider.token={token}",
             "--ServerApp.jpserver_extensions={'devboxes_jupyter': True}",
             f"--DevboxesJupyterApp.controller_url={controller_url}",
             f"--DevboxesJupyterApp.token_file={token_file}",

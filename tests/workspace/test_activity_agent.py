@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 import requests
+from devboxes_testbed.stack import lab_environment
 from sshd import loopback_sshd, make_key, need_sshd
 from support import wait_for
 
@@ -303,11 +304,15 @@ def jupyter_server(base: Path) -> Iterator[tuple[str, str]]:
     token = secrets.token_urlsafe(16)
     port = free_port()
     (base / "root").mkdir()
-    env = {
-        **os.environ,
-        "JUPYTER_RUNTIME_DIR": str(base / "runtime"),
-        "JUPYTER_CONFIG_DIR": str(base / "config"),
-    }
+    env = lab_environment(
+        token,
+        base / "token",
+        {
+            **os.environ,
+            "JUPYTER_RUNTIME_DIR": str(base / "runtime"),
+            "JUPYTER_CONFIG_DIR": str(base / "config"),
+        },
+    )
     log = (base / "server.log").open("wb")
     process = subprocess.Popen(
         [
@@ -319,7 +324,6 @@ def jupyter_server(base: Path) -> Iterator[tuple[str, str]]:
             "--ServerApp.port_retries=0",
             "--ServerApp.open_browser=False",
             f"--ServerApp.root_dir={base / 'root'}",
-            f"--IdentityProvider.token={token}",
             # The tests may run as root, as in a container.
             "--allow-root",
         ],
