@@ -172,9 +172,6 @@ class EndedSessions:
         with self._lock:
             return len(self._pending)
 
-    def recorded_entries(self) -> int:
-        return len(self._record.data())
-
     def flush(self) -> None:
         """Write every queued mark to the record; raises :class:`ApiProblem` on failure,
         leaving them queued. Either way, the sign-outs that waited for it are told."""
