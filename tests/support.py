@@ -411,13 +411,18 @@ class DevicePool:
                     "name": self.node,
                     "annotations": {KWOK_ANNOTATION: "fake"},
                     "labels": {POOL_LABEL: self.node, "type": "kwok"},
-                }
+                },
+                # Given at creation: kwok fills in a large default allocatable for a node it
+                # finds without one, which a later patch of ours could race with and lose.
+                "status": {"capacity": offered, "allocatable": offered},
             }
         )
-        self.core.patch_node_status(
-            self.node, {"status": {"capacity": offered, "allocatable": offered}}
-        )
-        wait_for(lambda: schedulable(self.core.read_node(self.node)))
+
+        def ready_as_offered() -> bool:
+            node = self.core.read_node(self.node)
+            return schedulable(node) and node.status.allocatable == offered
+
+        wait_for(ready_as_offered)
 
     def settings(self, namespace: str) -> dict[str, Any]:
         base = example_settings(namespace)
