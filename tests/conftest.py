@@ -8,30 +8,58 @@ own namespace. The tests of the controller package itself live in ``tests/contro
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
+from devboxes_testbed import build
 from devboxes_testbed.cluster import Testbed
 from devboxes_testbed.controller import Controller, example_settings
 from devboxes_testbed.hub import Hub
 from devboxes_testbed.issuer import Issuer
 from support import REPO, Api, StartController, create_namespace, running_testbed, wait_for
 
+# Under CI, a skip is a failure (tests/ci_strict.py).
+pytest_plugins = ["ci_strict"]
+
 # The namespace the session's controller serves.
 SESSION_NAMESPACE = "devboxes-session"
 
-# Fixtures that start a testbed or one of its programs built from Go: a test that uses
-# one, directly or through another fixture, is marked ``testbed`` so that
-# ``make test-unit`` leaves it out.
-TESTBED_FIXTURES = {"testbed", "fault_testbed", "real_testbed", "dra_testbed", "issuer"}
+# Fixtures that start a testbed or one of its programs built from Go (``helm`` is
+# tests/helm/test_chart.py's): a test that uses one, directly or through another fixture,
+# is marked ``testbed`` so that ``make test-unit`` leaves it out. A test that starts one
+# itself carries the marker in its source.
+TESTBED_FIXTURES = {"testbed", "fault_testbed", "real_testbed", "dra_testbed", "issuer", "helm"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if TESTBED_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.testbed)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
+    """A test without the ``testbed`` marker that reaches for a testbed program fails.
+
+    Every program the testbed builds from Go, and every image it builds, is found through
+    the testbed cache, so refusing the cache for such a test keeps ``make test-unit`` free
+    of them and names the test that needs the marker.
+    """
+    if item.get_closest_marker("testbed") is not None:
+        return (yield)
+
+    def refused() -> NoReturn:
+        pytest.fail(
+            f"{item.nodeid} uses a testbed program without the testbed marker: use a "
+            "testbed fixture or mark it @pytest.mark.testbed",
+            pytrace=False,
+        )
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(build, "cache_root", refused)
+        return (yield)
 
 
 @pytest.fixture(scope="module")

@@ -132,6 +132,7 @@ def test_a_token_that_is_no_jwt_is_left_to_other_verifiers(issuer: Issuer, token
     assert _identify(_settings(issuer), token) is None
 
 
+@pytest.mark.testbed
 def test_an_expired_token_is_refused(tmp_path: Path) -> None:
     # A provider whose tokens expired before they were issued: an old token, as it were.
     with Issuer(tmp_path, lifetime="-5m") as stale:
@@ -177,6 +178,7 @@ def test_a_token_of_another_issuer_is_refused(issuer: Issuer, tmp_path: Path) ->
     )
 
 
+@pytest.mark.testbed
 def test_a_key_the_issuer_no_longer_publishes_is_refused_and_a_new_one_is_learnt(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -247,6 +249,7 @@ def test_concurrent_first_requests_fetch_the_keys_once(issuer: Issuer) -> None:
     assert len(requests) == 2
 
 
+@pytest.mark.testbed
 def test_an_issuer_that_is_down_is_a_503_naming_it(tmp_path: Path) -> None:
     provider = Issuer(tmp_path).start()
     token = provider.token_for("bob")
