@@ -158,7 +158,7 @@ def profiles_table(catalog: GpuCapabilities, availability: GpuAvailability | Non
                 f"{profile.name} (default)" if profile.default else profile.name,
                 profile.display_name,
                 str(profile.count),
-                profile.resource_name or profile.devices or EMPTY,
+                (profile.devices or EMPTY) if profile.kind == "dra" else profile.resource_name,
                 free,
                 waiting,
                 profile.description or EMPTY,

@@ -12,7 +12,13 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Protocol
 
-from devboxes_sdk.models import AllocatedDevice, DevboxState, ImageAllocation, ImageProfile
+from devboxes_sdk.models import (
+    AllocatedDevice,
+    DevboxState,
+    GpuKind,
+    ImageAllocation,
+    ImageProfile,
+)
 
 CPU_ONLY = "CPU only"
 # Spelled out so that no one "fixes" it into the letter x.
@@ -21,7 +27,7 @@ DOT = "\N{MIDDLE DOT}"
 
 
 class Accelerator(Protocol):
-    """A profile, the allocation it gives, or the controller's own profile settings."""
+    """A profile, or the allocation it gives."""
 
     @property
     def display_name(self) -> str: ...
@@ -30,7 +36,10 @@ class Accelerator(Protocol):
     def count(self) -> int: ...
 
     @property
-    def resource_name(self) -> str | None: ...
+    def kind(self) -> GpuKind: ...
+
+    @property
+    def resource_name(self) -> str: ...
 
     @property
     def devices(self) -> str | None: ...
@@ -41,7 +50,7 @@ def accelerator_label(gpu: Accelerator | None) -> str:
     gives read alike; a DRA profile shows its devices line; ``CPU only`` for none."""
     if gpu is None:
         return CPU_ONLY
-    if gpu.resource_name is None:
+    if gpu.kind == "dra":
         return f"{gpu.display_name} {DOT} {gpu.devices or f'{gpu.count} {TIMES} device'}"
     return f"{gpu.display_name} {DOT} {gpu.count} {TIMES} {gpu.resource_name}"
 

@@ -150,15 +150,18 @@ GpuKind = Literal["extended-resource", "dra"]
 class GpuProfile(_Response):
     """One profile of the operator's catalog, as discovery shows it.
 
-    ``resource_name`` is set for extended-resource profiles; ``devices`` says for people
-    what a DRA profile gives, e.g. "NVIDIA H100 80GB, else A100 40GB".
+    ``kind`` tells a DRA profile from one of an extended resource. ``resource_name`` is
+    what its devices are requested by: the extended resource, or a DRA profile's device
+    class (e.g. ``gpu.nvidia.com``), never null, since Devboxes clients that know only
+    extended resources require it. ``devices`` says for people what a DRA profile gives,
+    e.g. "NVIDIA H100 80GB, else A100 40GB".
     """
 
     name: str
     display_name: str
     description: str | None = None
     kind: GpuKind = "extended-resource"
-    resource_name: str | None = None
+    resource_name: str
     devices: str | None = None
     count: int
     default: bool = False
@@ -234,13 +237,14 @@ class AllocatedDevice(_Response):
 
 
 class GpuAllocation(_Response):
-    """The accelerator pinned to a box at creation; ``allocated`` lists the devices of a
-    DRA box once Kubernetes has allocated them."""
+    """The accelerator pinned to a box at creation, with ``kind``, ``resource_name`` and
+    ``devices`` as its profile shows them; ``allocated`` lists the devices of a DRA box
+    once Kubernetes has allocated them."""
 
     profile: str
     display_name: str
     kind: GpuKind = "extended-resource"
-    resource_name: str | None = None
+    resource_name: str
     devices: str | None = None
     count: int
     allocated: list[AllocatedDevice] | None = None

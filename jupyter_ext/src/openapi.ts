@@ -448,8 +448,9 @@ export interface components {
         };
         /**
          * GpuAllocation
-         * @description The accelerator pinned to a box at creation; ``allocated`` lists the devices of a
-         *     DRA box once Kubernetes has allocated them.
+         * @description The accelerator pinned to a box at creation, with ``kind``, ``resource_name`` and
+         *     ``devices`` as its profile shows them; ``allocated`` lists the devices of a DRA box
+         *     once Kubernetes has allocated them.
          */
         GpuAllocation: {
             /** Profile */
@@ -463,7 +464,7 @@ export interface components {
              */
             kind: "extended-resource" | "dra";
             /** Resource Name */
-            resource_name?: string | null;
+            resource_name: string;
             /** Devices */
             devices?: string | null;
             /** Count */
@@ -500,8 +501,11 @@ export interface components {
          * GpuProfile
          * @description One profile of the operator's catalog, as discovery shows it.
          *
-         *     ``resource_name`` is set for extended-resource profiles; ``devices`` says for people
-         *     what a DRA profile gives, e.g. "NVIDIA H100 80GB, else A100 40GB".
+         *     ``kind`` tells a DRA profile from one of an extended resource. ``resource_name`` is
+         *     what its devices are requested by: the extended resource, or a DRA profile's device
+         *     class (e.g. ``gpu.nvidia.com``), never null, since Devboxes clients that know only
+         *     extended resources require it. ``devices`` says for people what a DRA profile gives,
+         *     e.g. "NVIDIA H100 80GB, else A100 40GB".
          */
         GpuProfile: {
             /** Name */
@@ -517,7 +521,7 @@ export interface components {
              */
             kind: "extended-resource" | "dra";
             /** Resource Name */
-            resource_name?: string | null;
+            resource_name: string;
             /** Devices */
             devices?: string | null;
             /** Count */

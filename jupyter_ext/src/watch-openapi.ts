@@ -205,8 +205,9 @@ export interface components {
         DevboxState: "starting" | "ready" | "stopped" | "degraded";
         /**
          * GpuAllocation
-         * @description The accelerator pinned to a box at creation; ``allocated`` lists the devices of a
-         *     DRA box once Kubernetes has allocated them.
+         * @description The accelerator pinned to a box at creation, with ``kind``, ``resource_name`` and
+         *     ``devices`` as its profile shows them; ``allocated`` lists the devices of a DRA box
+         *     once Kubernetes has allocated them.
          */
         GpuAllocation: {
             /** Profile */
@@ -219,11 +220,8 @@ export interface components {
              * @enum {string}
              */
             kind: "extended-resource" | "dra";
-            /**
-             * Resource Name
-             * @default null
-             */
-            resource_name: string | null;
+            /** Resource Name */
+            resource_name: string;
             /**
              * Devices
              * @default null

@@ -19,7 +19,7 @@ export const CPU_ONLY = 'CPU only';
 export function unitsLabel(
   accelerator: Schemas['GpuProfile'] | Schemas['GpuAllocation']
 ): string {
-  if (accelerator.resource_name === null || accelerator.resource_name === undefined) {
+  if (accelerator.kind === 'dra') {
     const devices = accelerator.devices || `${accelerator.count} × device`;
     return `${accelerator.display_name} · ${devices}`;
   }

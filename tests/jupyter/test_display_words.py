@@ -92,8 +92,8 @@ DRA_BOX = {
     "name": "h100-or-a100", "state": "ready", "preset": "small",
     "created_at": "2026-12-01T08:00:00Z", "expires_at": None,
     "gpu": {"profile": "h100-or-a100", "display_name": "NVIDIA H100 or A100", "kind": "dra",
-            "resource_name": None, "devices": "NVIDIA H100 80GB, else A100 40GB", "count": 1,
-            "allocated": ALLOCATED[0]},
+            "resource_name": "gpu.nvidia.com", "devices": "NVIDIA H100 80GB, else A100 40GB",
+            "count": 1, "allocated": ALLOCATED[0]},
 }  # fmt: skip
 
 # (summary, message): the one line a box gives for why it is not ready.

@@ -339,9 +339,9 @@ def test_table_marks_its_list_stale_with_actions_off_and_recovers() -> None:
 
 def test_table_shows_what_a_dra_box_got_under_its_accelerator() -> None:
     gpu = {"profile": "h100-or-a100", "display_name": "NVIDIA H100 or A100", "kind": "dra",
-           "resource_name": None, "devices": "NVIDIA H100 80GB, else A100 40GB", "count": 1,
-           "allocated": [{"product": "NVIDIA A100-SXM4-40GB", "memory": "40Gi",
-                          "alternative": 1}]}  # fmt: skip
+           "resource_name": "gpu.nvidia.com", "devices": "NVIDIA H100 80GB, else A100 40GB",
+           "count": 1, "allocated": [{"product": "NVIDIA A100-SXM4-40GB", "memory": "40Gi",
+                                      "alternative": 1}]}  # fmt: skip
     with serving(_OneBox(box={**ONE_BOX, "gpu": gpu})) as server:
         client = Client(
             f"http://127.0.0.1:{server.server_port}", "one-box-token-0123456789abcdef0123"

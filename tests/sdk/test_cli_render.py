@@ -246,6 +246,30 @@ def test_profiles_table_marks_default() -> None:
     ]
 
 
+def test_profiles_table_shows_what_a_dra_profile_gives_not_its_device_class() -> None:
+    dra = {
+        "name": "h100",
+        "display_name": "NVIDIA H100",
+        "kind": "dra",
+        "resource_name": "gpu.nvidia.com",
+        "devices": "NVIDIA H100 80GB",
+        "count": 1,
+    }
+    lines = render.profiles_table(make_catalog(profiles=[dra]), None).splitlines()
+    assert lines[1].split() == [
+        "h100",
+        "NVIDIA",
+        "H100",
+        "1",
+        "NVIDIA",
+        "H100",
+        "80GB",
+        "-",
+        "-",
+        "-",
+    ]
+
+
 def test_profiles_table_shows_free_and_waiting_or_why_free_is_unknown() -> None:
     counted = models.GpuAvailability.model_validate(
         {
@@ -336,7 +360,7 @@ def test_box_details_show_the_dra_devices_allocated(client: Client) -> None:
         "profile": "h100-or-a100",
         "display_name": "NVIDIA H100 or A100",
         "kind": "dra",
-        "resource_name": None,
+        "resource_name": "gpu.nvidia.com",
         "devices": "NVIDIA H100 80GB, else A100 40GB",
         "count": 1,
         "allocated": [

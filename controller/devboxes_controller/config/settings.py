@@ -543,6 +543,15 @@ class GpuProfileConfig(_Model):
     def is_dra(self) -> bool:
         return self.device_class_name is not None
 
+    @property
+    def device_name(self) -> str:
+        """What a box of the profile asks for its devices by: the extended resource, or a
+        DRA profile's device class."""
+        name = self.resource_name or self.device_class_name
+        # The rules above require exactly one of the two.
+        assert name is not None
+        return name
+
     def choices(self) -> list[DeviceAlternative]:
         """A DRA profile's devices in the order they are tried: its own, then alternatives."""
         if self.device_class_name is None:
@@ -583,7 +592,7 @@ class GpuProfileConfig(_Model):
             display_name=self.display_name,
             description=self.description,
             kind="dra" if self.is_dra else "extended-resource",
-            resource_name=self.resource_name,
+            resource_name=self.device_name,
             devices=self.devices_line(),
             count=self.count,
             default=default,
@@ -595,7 +604,7 @@ class GpuProfileConfig(_Model):
             profile=self.name,
             display_name=self.display_name,
             kind="dra" if self.is_dra else "extended-resource",
-            resource_name=self.resource_name,
+            resource_name=self.device_name,
             devices=self.devices_line(),
             count=self.count,
         )

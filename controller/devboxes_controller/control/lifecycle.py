@@ -730,9 +730,7 @@ class Lifecycle:
 
 def _device(spec: render.BoxSpec) -> str | None:
     """What a box's devices are counted by in the limits."""
-    if spec.gpu is None:
-        return None
-    return spec.gpu.resource_name or spec.gpu.device_class_name
+    return spec.gpu.device_name if spec.gpu is not None else None
 
 
 def _count(spec: render.BoxSpec) -> int:
@@ -781,7 +779,7 @@ def _owned_by(deployment: Obj) -> list[Obj]:
 def _created_message(spec: render.BoxSpec, reused: bool) -> str:
     # The accelerator in the words every client shows it in.
     accelerator = (
-        f"GPU profile {spec.gpu.name} ({accelerator_label(spec.gpu)})"
+        f"GPU profile {spec.gpu.name} ({accelerator_label(spec.gpu.allocation())})"
         if spec.gpu
         else accelerator_label(None)
     )

@@ -47,7 +47,9 @@ def _line_entry(
         return None, None
     owner = ownership.owner_of(pod)
     gated = render.gated(pod)
-    resource = gpu.resource_name
+    # A DRA box's resource_name is its device class, which no node counts: it is never
+    # in the line of an extended resource.
+    resource = gpu.resource_name if gpu.kind == "extended-resource" else None
     holding = None
     if (
         resource is not None

@@ -152,9 +152,10 @@ def test_catalog_shows_kind_and_devices_never_the_cel() -> None:
     body = gpu.capabilities().model_dump(mode="json")["profiles"]
     assert [(p["name"], p["kind"], p["resource_name"], p["devices"]) for p in body] == [
         ("nvidia-l4", "extended-resource", "nvidia.com/gpu", None),
-        ("h100-or-a100", "dra", None, "NVIDIA H100 80GB, else A100 40GB"),
+        # Old clients that know only extended resources show the device class.
+        ("h100-or-a100", "dra", NVIDIA, "NVIDIA H100 80GB, else A100 40GB"),
         # Derived plainly when the operator wrote no devices line.
-        ("gpu-40g", "dra", None, f"1 × {NVIDIA}"),
+        ("gpu-40g", "dra", NVIDIA, f"1 × {NVIDIA}"),
     ]
     text = json.dumps(body)
     for secret in ("device.", "has(", "quantity", "startsWith"):

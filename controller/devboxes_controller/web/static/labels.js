@@ -5,7 +5,7 @@ export const CPU_ONLY = 'CPU only';
  * DRA profile shows its devices line.
  */
 export function unitsLabel(accelerator) {
-    if (accelerator.resource_name === null || accelerator.resource_name === undefined) {
+    if (accelerator.kind === 'dra') {
         const devices = accelerator.devices || `${accelerator.count} × device`;
         return `${accelerator.display_name} · ${devices}`;
     }
