@@ -23,11 +23,13 @@ testbed: $(STAMP) system-packages
 # Debian packages the tests use: Chromium for the browser tests (never a downloaded
 # browser build), shellcheck for the workspace scripts, OpenSSH's server, which
 # stands in for a box in the devbox kernel tests, and zsh for the CLI's completion.
-# The real node needs libseccomp's headers (runc's seccomp filters), mmdebstrap (the
-# workspace image) and iptables (kube-proxy and the pod network).
-SYSTEM_PACKAGES := chromium shellcheck openssh-server zsh libseccomp-dev mmdebstrap iptables
+# runc's build needs libseccomp's headers (its seccomp filters; built on every machine),
+# the real node mmdebstrap (the workspace image) and iptables (kube-proxy and the pod
+# network). skopeo pushes the
+# release's images to a registry, as the operator guide does.
+SYSTEM_PACKAGES := chromium shellcheck openssh-server zsh libseccomp-dev mmdebstrap iptables skopeo
 # Without root they cannot be installed: one line says so, and what needs them is skipped
-# (the real node, the browser tests) with the reason.
+# (the real node, the browser tests) with the reason, or fails under CI.
 system-packages:
 	@dpkg-query -W -f='$${Status}\n' $(SYSTEM_PACKAGES) 2>/dev/null | grep -c '^install ok installed' | grep -qx $(words $(SYSTEM_PACKAGES)) || { \
 	  if [ "$$(id -u)" != 0 ]; then echo "not root: cannot install the Debian packages $(SYSTEM_PACKAGES); what needs a missing one is skipped"; \
@@ -52,8 +54,9 @@ $(HUB_DEPS): testbed/hub/package.json testbed/hub/package-lock.json
 
 node-deps: $(NODE_DEPS) $(HUB_DEPS)
 
-# Skip reasons and the 30 slowest tests are printed on every run.
-PYTEST := $(VENV)/bin/pytest -q -p no:cacheprovider -rs --durations=30
+# A line per failure, error and skip with its reason, and the 30 slowest tests, on every
+# run. Under CI (CI=true) a skip is a failure (tests/ci_strict.py).
+PYTEST := $(VENV)/bin/pytest -q -p no:cacheprovider -rfEs --durations=30
 # Tests that need neither a testbed nor a browser nor the package index.
 UNIT := not testbed and not browser and not release
 
@@ -123,7 +126,7 @@ dist: $(STAMP)
 
 # The release's images, as OCI archives in dist/images tagged with the project's version:
 # the controller (Debian's Python with the wheel) and the workspace (Debian packages and
-# workspace/). Push them with skopeo or crane (docs/operator-guide.md).
+# workspace/). Push them with skopeo (docs/operator-guide.md).
 images: $(STAMP) system-packages
 	$(TESTBED) images --out dist/images
 

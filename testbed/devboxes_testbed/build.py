@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +33,7 @@ CONTAINERD_VERSION = "v2.2.9"
 RUNC_VERSION = "v1.4.4"
 CNI_PLUGINS_VERSION = "v1.9.1"
 ZITADEL_OIDC_VERSION = "v3.52.0"
+DISTRIBUTION_VERSION = "v3.1.2"
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,9 @@ class Target:
     # Where in the cache directory it goes: CNI plugins are looked up by their bare name
     # in a directory of their own.
     subdir: str = ""
-    # Only the real node uses it: a machine that cannot run one never builds it.
+    # Only the real node runs it: the control plane is usable without it (``installed``).
+    # It is built on every machine all the same, so a break in it shows wherever the
+    # testbed is built, not only where a real node can run.
     real_node: bool = False
 
     @property
@@ -184,17 +187,8 @@ KWOK_STAGES = (
 STAGES_DIR = "kwok-stages"
 
 
-def needed() -> list[Target]:
-    """Every target on a machine that can run the real node; the others elsewhere."""
-    from .realnode import can_run
-
-    real_node = can_run() is None
-    return [t for t in TARGETS if real_node or not t.real_node]
-
-
-def _complete(directory: Path, targets: list[Target] | None = None) -> bool:
-    wanted = targets if targets is not None else [t for t in TARGETS if not t.real_node]
-    return all((directory / t.path).is_file() for t in wanted) and all(
+def _complete(directory: Path, targets: Iterable[Target]) -> bool:
+    return all((directory / t.path).is_file() for t in targets) and all(
         (directory / STAGES_DIR / Path(stage).name).is_file() for stage in KWOK_STAGES
     )
 
@@ -206,7 +200,8 @@ def installed() -> Path | None:
         directory = bin_dir()
     except TestbedError:
         return None
-    return directory if _complete(directory) else None
+    control_plane = [t for t in TARGETS if not t.real_node]
+    return directory if _complete(directory, control_plane) else None
 
 
 def stage_files(directory: Path) -> list[Path]:
@@ -233,23 +228,20 @@ def ensure_built(log: Callable[[str], None] = print) -> Path:
     """Build whatever is missing for the pinned versions; return the binaries' directory."""
     go = go_binary()
     directory = bin_dir(go)
-    targets = needed()
-    if _complete(directory, targets):
+    if _complete(directory, TARGETS):
         return directory
     directory.mkdir(parents=True, exist_ok=True)
     # Two test runs or a test run and `make testbed` may start at once: one builds, the
     # other waits and then finds everything built.
     with (directory / ".lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not _complete(directory, targets):
-            _build_missing(go, directory, targets, log)
+        if not _complete(directory, TARGETS):
+            _build_missing(go, directory, log)
     return directory
 
 
-def _build_missing(
-    go: str, directory: Path, targets: list[Target], log: Callable[[str], None]
-) -> None:
-    missing = [t for t in targets if not (directory / t.path).is_file()]
+def _build_missing(go: str, directory: Path, log: Callable[[str], None]) -> None:
+    missing = [t for t in TARGETS if not (directory / t.path).is_file()]
     log(f"building {len(missing)} testbed binaries into {directory} (first build takes a while)")
     for index, target in enumerate(missing, 1):
         started = time.monotonic()
@@ -277,30 +269,49 @@ def _build(go: str, directory: Path, target: Target) -> None:
     partial.rename(directory / target.path)
 
 
-# The OpenID provider (testbed/go/issuer) is cached under a key of its own, so that a
-# change to it never rebuilds Kubernetes and a Kubernetes pin never rebuilds it.
+# The OpenID provider (testbed/go/issuer) and the OCI registry (testbed/go/registry) are
+# cached under keys of their own, so that a change to one never rebuilds Kubernetes and a
+# Kubernetes pin never rebuilds them.
 ISSUER = Target("issuer", "issuer", ".")
+REGISTRY = Target(
+    "registry",
+    "registry",
+    "github.com/distribution/distribution/v3/cmd/registry",
+    (f"-X github.com/distribution/distribution/v3/version.version={DISTRIBUTION_VERSION}",),
+)
 
 
-def ensure_issuer(log: Callable[[str], None] = print) -> Path:
-    """Build the testbed's OpenID provider if its cached binary is missing; return its path."""
+def _ensure_own(target: Target, log: Callable[[str], None]) -> Path:
+    """Build ``target`` if its cached binary is missing; return its path. The cache key is
+    the Go version and the files of its wrapper module."""
     go = go_binary()
     digest = hashlib.sha256(go_version(go).encode())
-    module_dir = GO_DIR / ISSUER.module
+    digest.update(repr(target).encode())
+    module_dir = GO_DIR / target.module
     for path in sorted(p for p in module_dir.rglob("*") if p.is_file()):
         digest.update(str(path.relative_to(module_dir)).encode())
         digest.update(path.read_bytes())
-    directory = cache_root() / f"issuer-{digest.hexdigest()[:12]}"
-    binary = directory / ISSUER.path
+    directory = cache_root() / f"{target.name}-{digest.hexdigest()[:12]}"
+    binary = directory / target.path
     if binary.is_file():
         return binary
     directory.mkdir(parents=True, exist_ok=True)
     with (directory / ".lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not binary.is_file():
-            log(f"go build {ISSUER.name} into {directory} ...")
-            _build(go, directory, ISSUER)
+            log(f"go build {target.name} into {directory} ...")
+            _build(go, directory, target)
     return binary
+
+
+def ensure_issuer(log: Callable[[str], None] = print) -> Path:
+    """The testbed's OpenID provider, built if missing."""
+    return _ensure_own(ISSUER, log)
+
+
+def ensure_registry(log: Callable[[str], None] = print) -> Path:
+    """The testbed's OCI registry (the CNCF distribution registry), built if missing."""
+    return _ensure_own(REGISTRY, log)
 
 
 _STAGING = re.compile(r"^\s*(k8s\.io/[\w.-]+)\s+=>\s+\./staging/", re.MULTILINE)
@@ -357,6 +368,14 @@ def pin() -> None:
     subprocess.run([go, "get", *dra], cwd=GO_DIR / "fakedra", check=True)
     oidc = f"github.com/zitadel/oidc/v3@{ZITADEL_OIDC_VERSION}"
     subprocess.run([go, "get", oidc], cwd=GO_DIR / ISSUER.module, check=True)
-    for module in ("kubernetes", "pause", "fakegpu", "fakedra", ISSUER.module, *grouped):
+    registry = f"{REGISTRY.package}@{DISTRIBUTION_VERSION}"
+    directory = GO_DIR / REGISTRY.module
+    (directory / "go.mod").write_text(
+        f"module devboxes.local/testbed/{REGISTRY.module}\n\ngo 1.26.0\n"
+    )
+    subprocess.run([go, "get", "-tool", registry], cwd=directory, check=True)
+    for module in (
+        "kubernetes", "pause", "fakegpu", "fakedra", ISSUER.module, REGISTRY.module, *grouped
+    ):  # fmt: skip
         subprocess.run([go, "mod", "tidy"], cwd=GO_DIR / module, check=True)
     print("pinned; commit testbed/go/*/go.mod and go.sum", file=sys.stderr)

@@ -4,6 +4,7 @@ kube-controller-manager, kube-scheduler and kwok, plus a simulated storage provi
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -38,12 +39,21 @@ START_TIMEOUT = 180.0
 STOP_TIMEOUT = 10.0
 # Put on every new node by the apiserver, lifted by the controller-manager once it is Ready.
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
-_PORT_TAKEN = ("address already in use", "bind: address already in use")
+# What a process logs when a port it was given is taken: Go's and Node's "address already
+# in use", Python's "Address already in use", Jupyter's "The port N is already in use".
+_IN_USE = "already in use"
+# A picked port is released before the process binds it, so another process may take it in
+# between; each attempt picks new ports, and this many losses in a row mean something holds
+# ports on purpose.
+PORT_ATTEMPTS = 5
+PORT_TAKEN = "found a port it was given taken"
 
 
 def free_port() -> int:
-    """A port free on every address: some components bind all of them, and a port that
-    only loopback leaves free may be held on another address (many clients on 127.0.0.x)."""
+    """A port free on every address now: some components bind all of them, and a port that
+    only loopback leaves free may be held on another address (many clients on 127.0.0.x).
+    Free now only: a process given it starts through ``start_process``, which picks again
+    when it was taken meanwhile."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("", 0))
         return int(sock.getsockname()[1])
@@ -75,11 +85,14 @@ class Component:
     argv: Callable[[], list[str]]
     health_url: Callable[[], str]
     log: Path
-    reassign_ports: Callable[[], None]
+    # None when its ports are fixed: a taken one is then an error.
+    reassign_ports: Callable[[], None] | None
     env: dict[str, str] | None = None
     process: subprocess.Popen[bytes] | None = None
+    # Sent with each health check, for an answer only this process gives.
+    health_headers: dict[str, str] = field(default_factory=dict)
 
-    def start(self) -> None:
+    def start(self) -> subprocess.Popen[bytes]:
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
                 self.argv(),
@@ -89,13 +102,7 @@ class Component:
                 start_new_session=True,
                 env=self.env,
             )
-
-    def log_tail(self, lines: int = 12) -> str:
-        try:
-            text = self.log.read_text(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.strip().splitlines()[-lines:])
+        return self.process
 
     def stop(self) -> None:
         process = self.process
@@ -161,11 +168,15 @@ def wait_healthy(
     url: str,
     timeout: float,
     headers: Mapping[str, str] | None = None,
+    port_taken: Callable[[], bool] | None = None,
 ) -> str | None:
-    """Poll ``url`` until it answers 200: None then, or why not if ``process`` exits or
-    ``timeout`` seconds pass first."""
+    """Poll ``url`` until it answers 200: None then, or why not if ``process`` exits,
+    ``port_taken`` says so (some processes live on when a bind fails) or ``timeout``
+    seconds pass first."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        if port_taken is not None and port_taken():
+            return PORT_TAKEN
         code = process.poll()
         if code is not None:
             return f"exited with code {code}"
@@ -175,23 +186,85 @@ def wait_healthy(
     return f"was not healthy within {timeout:.0f}s"
 
 
-def start_component(component: Component, log: Callable[[str], None]) -> None:
-    """Start one process and wait until it is healthy; a taken port is re-picked."""
-    for _attempt in range(3):
-        component.start()
-        assert component.process is not None
-        failure = wait_healthy(component.process, component.health_url(), START_TIMEOUT)
+class _LogSince:
+    """What a process wrote to its log from where the log ended when it started."""
+
+    def __init__(self, log: Path) -> None:
+        self.log = log
+        self.start = log.stat().st_size if log.exists() else 0
+        self.read = self.start
+        self.port_line = ""
+
+    def text(self) -> str:
+        try:
+            with self.log.open("rb") as file:
+                file.seek(self.start)
+                return file.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def port_taken(self) -> bool:
+        """Whether it logged that a port it was given is taken; reads only what is new."""
+        try:
+            with self.log.open("rb") as file:
+                file.seek(self.read)
+                new = file.read()
+        except OSError:
+            return False
+        # Whole lines only: the rest of a line being written is read at the next call.
+        complete = new[: new.rfind(b"\n") + 1]
+        self.read += len(complete)
+        for line in complete.decode(errors="replace").splitlines():
+            if _IN_USE in line.lower():
+                self.port_line = line.strip()
+        return bool(self.port_line)
+
+
+def start_process(
+    name: str,
+    launch: Callable[[], subprocess.Popen[bytes]],
+    stop: Callable[[], object],
+    health_url: Callable[[], str],
+    log: Path,
+    reassign_ports: Callable[[], None] | None,
+    timeout: float = START_TIMEOUT,
+    headers: Mapping[str, str] | None = None,
+) -> None:
+    """Launch a process on the ports picked for it and wait until ``health_url`` answers
+    200. When it logs that one of its ports was taken (picked free, then taken by another
+    process before it bound it), it is stopped, ``reassign_ports`` picks new ones and it
+    is launched again, up to PORT_ATTEMPTS times; without ``reassign_ports`` a taken port
+    is an error at once."""
+    for _attempt in range(PORT_ATTEMPTS):
+        written = _LogSince(log)
+        process = launch()
+        failure = wait_healthy(process, health_url(), timeout, headers, written.port_taken)
         if failure is None:
-            log(f"  {component.name} ready on {component.health_url()}")
             return
-        tail = component.log_tail()
-        component.stop()
-        if any(marker in tail for marker in _PORT_TAKEN):
-            log(f"  {component.name}: port taken, picking another")
-            component.reassign_ports()
-            continue
-        raise TestbedError(f"{component.name} {failure}; last lines of its log:\n{tail}")
-    raise TestbedError(f"{component.name} could not find a free port after 3 attempts")
+        stop()
+        taken = failure == PORT_TAKEN or written.port_taken()
+        if not taken or reassign_ports is None:
+            tail = "\n".join(written.text().strip().splitlines()[-12:])
+            raise TestbedError(f"{name} {failure}; the end of its log {log}:\n{tail}")
+        reassign_ports()
+    raise TestbedError(
+        f"{name} {PORT_TAKEN} {PORT_ATTEMPTS} times in a row, the last time: "
+        f"{written.port_line}; its log: {log}"
+    )
+
+
+def start_component(component: Component, log: Callable[[str], None]) -> None:
+    """Start one process and wait until it is healthy; a taken port is picked again."""
+    start_process(
+        component.name,
+        component.start,
+        component.stop,
+        component.health_url,
+        component.log,
+        component.reassign_ports,
+        headers=component.health_headers,
+    )
+    log(f"  {component.name} ready on {component.health_url()}")
 
 
 @dataclass
@@ -426,12 +499,55 @@ class Testbed:
             self.log,
         )
         self.real_node.start()
+        registry = self._registry()
+        self.components.append(registry)
+        start_component(registry, self.log)
+        self.real_node.trust_registry(self.registry)
         core = client.CoreV1Api(self.api_client())
         self._point_kubernetes_service(core, self.real_node.machine_address)
         self._wait_nodes_ready({self.real_node.name}, core)
         gpus = pool_file.realNode.gpus
         if gpus is not None:
             self._wait_allocatable(self.real_node.name, gpus.resource, gpus.count, core)
+
+    @property
+    def registry(self) -> str:
+        """The OCI registry's address, ``host:port`` on the machine's end of the real node's
+        link: the machine pushes there and the node's containerd pulls from it, over plain
+        HTTP."""
+        if self.real_node is None or "registry" not in self.ports:
+            raise TestbedError("the registry runs with the real node only")
+        return f"{self.real_node.machine_address}:{self.ports['registry']}"
+
+    def _registry(self) -> Component:
+        """The CNCF distribution registry, storing in the state directory. It listens on the
+        machine's end of the real node's link rather than loopback, which the node cannot
+        reach, nor every address, since it asks no one for credentials."""
+        binary = build.ensure_registry(self.log)
+        assert self.real_node is not None
+        host = self.real_node.machine_address
+        config = self.state_dir / "registry.json"
+
+        def argv() -> list[str]:
+            settings = {
+                "version": "0.1",
+                "log": {"level": "warn", "accesslog": {"disabled": True}},
+                "storage": {"filesystem": {"rootdirectory": str(self.state_dir / "registry")}},
+                "http": {"addr": f"{host}:{self._port('registry')}"},
+            }
+            # The registry reads YAML, of which JSON is a part.
+            config.write_text(json.dumps(settings))
+            return [str(binary), "serve", str(config)]
+
+        return Component(
+            "registry",
+            argv,
+            lambda: f"http://{self.registry}/v2/",
+            self.state_dir / "logs" / "registry.log",
+            reassigner(self.ports, "registry"),
+            # Its traces would go to an OpenTelemetry collector on loopback that is not there.
+            env={**os.environ, "OTEL_TRACES_EXPORTER": "none"},
+        )
 
     def _point_kubernetes_service(self, core: Any, address: str) -> None:
         """Pods reach the apiserver at the `kubernetes` Service, as in any cluster: its

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from .api import bearer
-from .cluster import START_TIMEOUT, free_port, wait_healthy
+from .cluster import START_TIMEOUT, free_port, start_process
 from .errors import TestbedError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -146,10 +146,8 @@ class Controller:
         self.workdir.mkdir(parents=True, exist_ok=True)
         settings_file = self.workdir / f"settings-{self.identity}.yaml"
         settings_file.write_text(yaml.safe_dump(self.settings))
-        for _attempt in range(3):
-            self.port = self.fixed_port or free_port()
-            self.probe_port = free_port() if self.probes else 0
-            logged = self.log.stat().st_size if self.log.exists() else 0
+
+        def launch() -> subprocess.Popen[bytes]:
             with self.log.open("ab") as log:
                 self.process = subprocess.Popen(
                     self._argv(settings_file),
@@ -161,15 +159,23 @@ class Controller:
                     env=self._environment(),
                     start_new_session=True,
                 )
-            failure = wait_healthy(self.process, f"{self.url}{until}", timeout)
-            if failure is None:
-                return self
-            self.stop()
-            tail = self.log.read_bytes()[logged:].decode(errors="replace")[-2000:]
-            if self.fixed_port is None and "address already in use" in tail.lower():
-                continue
-            raise TestbedError(f"controller {failure}; the end of {self.log}:\n{tail}")
-        raise TestbedError(f"controller found no free port in 3 attempts; see {self.log}")
+            return self.process
+
+        self._pick_ports()
+        start_process(
+            "controller",
+            launch,
+            self.stop,
+            lambda: f"{self.url}{until}",
+            self.log,
+            None if self.fixed_port else self._pick_ports,
+            timeout,
+        )
+        return self
+
+    def _pick_ports(self) -> None:
+        self.port = self.fixed_port or free_port()
+        self.probe_port = free_port() if self.probes else 0
 
     def rss_kib(self) -> int:
         """The process's resident memory now, from /proc."""

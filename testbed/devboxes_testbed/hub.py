@@ -134,9 +134,12 @@ class Hub:
         self.component = Component(
             "jupyterhub",
             argv,
-            lambda: f"{self.api_url}/",
+            # Through the proxy, as people come: the proxy lives on when its public port
+            # was taken, and only this hub knows the service's token.
+            lambda: f"http://127.0.0.1:{self.ports['public']}/hub/api/user",
             self.log,
             reassigner(self.ports, "hub", "public", "proxy_api"),
+            health_headers={"Authorization": f"token {self.service_token}"},
         )
         # The hub stops its proxy and the servers it spawned when it gets SIGTERM.
         start_component(self.component, log)

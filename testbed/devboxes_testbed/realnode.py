@@ -32,6 +32,8 @@ LABEL_KIND = "devboxes.io/testbed-node"
 # At most this many real nodes run on one machine at a time, each with its own addresses.
 MAX_NODES = 16
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+# The cgroup v2 hierarchy a machine of cgroup v1 mounts beside the v1 ones.
+UNIFIED = "unified"
 LOCK_DIR = Path("/run/devboxes-testbed")
 STOP_SIGNAL_WAIT = 10.0
 NVIDIA_SMI = Path(__file__).resolve().parent / "nvidia-smi"
@@ -118,14 +120,16 @@ def _claim_index() -> tuple[int, IO[str]]:
 
 
 def _hierarchies() -> list[Path]:
+    """The cgroup v1 hierarchies, in each of which the kubelet wants its cgroup root."""
     return sorted(
-        p for p in CGROUP_ROOT.iterdir() if (p / "cgroup.procs").exists() and p.name != "unified"
+        p for p in CGROUP_ROOT.iterdir() if (p / "cgroup.procs").exists() and p.name != UNIFIED
     )
 
 
 def _cgroup_dirs(name: str) -> Iterator[Path]:
-    """Every cgroup under ``name`` in every hierarchy, deepest first."""
-    for hierarchy in _hierarchies():
+    """Every cgroup under ``name`` in every hierarchy, deepest first. The unified one
+    too: runc makes each container's cgroup there as well, with the root above it."""
+    for hierarchy in [*_hierarchies(), CGROUP_ROOT / UNIFIED]:
         top = hierarchy / name
         if top.is_dir():
             yield from sorted(
@@ -265,6 +269,22 @@ class RealNode:
         return self.state_dir / "cdi"
 
     @property
+    def registry_hosts(self) -> Path:
+        """containerd's registry host configuration: ``<host:port>/hosts.toml`` per registry
+        that needs more than the defaults (HTTPS on port 443), read at every pull."""
+        return self.state_dir / "registry-hosts"
+
+    def trust_registry(self, address: str) -> None:
+        """Pull from the registry at ``address`` (``host:port``) over plain HTTP."""
+        directory = self.registry_hosts / address
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "hosts.toml").write_text(
+            f'server = "http://{address}"\n'
+            f'[host."http://{address}"]\n'
+            '  capabilities = ["pull", "resolve"]\n'
+        )
+
+    @property
     def _mount_namespace(self) -> Path:
         return self.state_dir / "ns" / "mnt"
 
@@ -351,6 +371,7 @@ class RealNode:
         cni_conf.mkdir()
         # containerd watches its CDI directories from the start: this one must exist then.
         self.cdi_dir.mkdir()
+        self.registry_hosts.mkdir()
         (cni_conf / "10-devboxes.conflist").write_text(
             json.dumps(
                 {
@@ -383,6 +404,8 @@ class RealNode:
             f'[grpc]\n  address = "{self._socket}"\n'
             f'[metrics]\n  address = "{where.node}:1338"\n'
             '[plugins."io.containerd.cri.v1.images"]\n  snapshotter = "overlayfs"\n'
+            '[plugins."io.containerd.cri.v1.images".registry]\n'
+            f'  config_path = "{self.registry_hosts}"\n'
             '[plugins."io.containerd.cri.v1.images".pinned_images]\n'
             f'  sandbox = "{sandbox_image}"\n'
             f"[{runtime}]\n"
@@ -474,9 +497,9 @@ class RealNode:
         def url(address: str) -> Callable[[], str]:
             return lambda: address
 
-        def no_ports() -> None:
-            """The node's ports are its own: nothing else binds in its namespace."""
-
+        # The node's ports are its own: nothing else binds in its namespace, so none is
+        # ever picked again.
+        no_ports = None
         path = f"{self.bin_dir}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"
         env = {**os.environ, "PATH": path}
         gpus = []

@@ -172,7 +172,7 @@ class Stack:
         tokens = {p.username: self.issuer.token_for(p.username) for p in DEMO_PEOPLE}
         merge_people(self.people_file, tokens)
 
-    def _controller(self, logs: Path) -> Controller:
+    def _controller(self, logs: Path, port: int | None = None) -> Controller:
         # JupyterLab reads the operator token from this file.
         token_file = self.state_dir / "controller-token"
         write_private(token_file, self.controller_token)
@@ -182,7 +182,19 @@ class Stack:
             logs,
             token=self.controller_token,
             lease_seconds=None,
+            port=port,
         )
+
+    def _follow_hub(self, logs: Path) -> None:
+        """The hub's port was taken before the hub bound it and picked again: the
+        controller is started anew to name the new one, on its own port, which the
+        hub's servers name."""
+        assert self.controller is not None
+        assert self.hub is not None
+        self.controller.stop()
+        self.controller = self._controller(logs, port=self.controller.port)
+        self.controller.start()
+        self.testbed.log(f"  devboxes-controller restarted for the hub's API at {self.hub.api_url}")
 
     def _jupyter(self, logs: Path) -> Component:
         self.ports["jupyter"] = free_port()
@@ -198,6 +210,9 @@ class Stack:
                 "--no-browser",
                 "--ip=127.0.0.1",
                 f"--port={self.ports['jupyter']}",
+                # A taken port fails the start, to be picked again: Jupyter's own retries
+                # would serve elsewhere than where the stack looks for it.
+                "--ServerApp.port_retries=0",
                 f"--ServerApp.root_dir={root}",
                 f"--DevboxesJupyterApp.controller_url={self.controller_url}",
                 f"--DevboxesJupyterApp.token_file={self.state_dir / 'controller-token'}",
@@ -234,7 +249,10 @@ class Stack:
             self.testbed.log(f"  devboxes-controller ready on {self.controller_url}/ready")
             self._write_people()
             self.hub.controller_url = self.controller_url
+            hub_api = self.hub.api_url
             self.hub.start(self.testbed.log)
+            if self.hub.api_url != hub_api:
+                self._follow_hub(logs)
             jupyter = self._jupyter(logs)
             self.services.append(jupyter)
             start_component(jupyter, self.testbed.log)

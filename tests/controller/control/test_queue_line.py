@@ -10,7 +10,6 @@ new pod of the box carries it.
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -21,7 +20,15 @@ from devboxes_controller.placement import capacity
 from devboxes_testbed.controller import Controller
 from devboxes_testbed.nodes import POOL_LABEL
 from kubernetes import client
-from support import Api, DevicePool, StartController, lease_holder, wait_for, wait_for_value
+from support import (
+    LEASE,
+    Api,
+    DevicePool,
+    StartController,
+    lease_holder,
+    wait_for,
+    wait_for_value,
+)
 
 from devboxes_sdk.models import Devbox
 
@@ -29,9 +36,9 @@ PROFILE = DevicePool.PROFILE
 DISPLAY = DevicePool.DISPLAY
 # Rounds of one holder freeing its device and asking again: each hands a device on once.
 ROUNDS = 10
-# After its first failed attempt the scheduler holds a pod back this long at most before
-# a freed device wakes it: waited out, the pod that is not a box is first to try again.
-BACKOFF_SECONDS = 3
+LEASE_SECONDS = 10
+# The Lease of a dead leader, kept by the test: far longer than any test runs.
+KEPT_LEASE_SECONDS = 3600
 
 
 @pytest.fixture
@@ -39,6 +46,37 @@ def pool(kube: Any) -> Iterator[DevicePool]:
     made = DevicePool(kube, devices=2)
     yield made
     made.delete()
+
+
+def leader_and_follower(
+    start_controller: StartController, kube: Any, namespace: str, settings: dict[str, Any]
+) -> tuple[Controller, Controller]:
+    """Two replicas of one namespace: the one that took the Lease, and the other."""
+    first = start_controller(settings, lease_seconds=LEASE_SECONDS)
+    second = start_controller(settings, lease_seconds=LEASE_SECONDS)
+    by_identity: dict[str, Controller] = {first.identity: first, second.identity: second}
+    leader = wait_for(lambda: by_identity.get(lease_holder(kube, namespace) or ""))
+    return leader, second if leader is first else first
+
+
+def keep_lease(kube: Any, namespace: str, dead: str) -> int:
+    """Keep the Lease of ``dead``, a leader killed holding it, from running out, so that no
+    replica leads until :func:`let_lease_run_out`; the duration the leader gave it."""
+    leases = client.CoordinationV1Api(kube)
+    lease = leases.read_namespaced_lease(LEASE, namespace)
+    assert lease.spec.holder_identity == dead, f"the Lease went on before it was kept: {lease}"
+    duration = int(lease.spec.lease_duration_seconds)
+    lease.spec.lease_duration_seconds = KEPT_LEASE_SECONDS
+    # Written over the version read: had a replica taken the Lease since, this fails.
+    leases.replace_namespaced_lease(LEASE, namespace, lease)
+    return duration
+
+
+def let_lease_run_out(kube: Any, namespace: str, duration: int) -> None:
+    """Give the kept Lease its duration back: it runs out, as a dead leader's does."""
+    client.CoordinationV1Api(kube).patch_namespaced_lease(
+        LEASE, namespace, {"spec": {"leaseDurationSeconds": duration}}
+    )
 
 
 class Boxes:
@@ -120,7 +158,10 @@ class Boxes:
 def test_three_people_get_two_devices_in_the_promised_order(
     start_controller: StartController, pool: DevicePool, kube: Any, namespace: str
 ) -> None:
-    api = Api(start_controller(pool.settings(namespace)))
+    leader, follower = leader_and_follower(
+        start_controller, kube, namespace, pool.settings(namespace)
+    )
+    api = Api(follower)
     boxes = Boxes(api, kube, namespace)
     # Ann and Bob take both devices.
     for box, owner in (("ann-1", "ann"), ("bob-1", "bob")):
@@ -155,8 +196,9 @@ def test_three_people_get_two_devices_in_the_promised_order(
 
     # A pod that is not a box waits for the device too, ahead of the box by its priority
     # (which takes no device from anyone): it gets the one freed, and the box that would
-    # have had it names it. Whether the box was let through before the scheduler gave
-    # the device away is a matter of milliseconds; either way it stays first in line.
+    # have had it names it. Nobody leads while the device changes hands (the leader dies
+    # holding the Lease, kept until the pod has the device), so the box is never let
+    # through for it and the scheduler has only that pod to place.
     scheduling = client.SchedulingV1Api(kube)
     priority = f"{namespace}-urgent"
     scheduling.create_priority_class(
@@ -184,26 +226,20 @@ def test_three_people_get_two_devices_in_the_promised_order(
             },
         )
         wait_for(lambda: unschedulable(boxes.core, namespace, "not-a-box"))
-        time.sleep(BACKOFF_SECONDS)
+        leader.stop(kill=True)
+        duration = keep_lease(kube, namespace, leader.identity)
         leaving = holders.pop(0)
         head, *rest = boxes.expected_line(leaving)
         api.call("POST", f"/devboxes/{leaving}/stop")
         wait_for(lambda: boxes.core.read_namespaced_pod("not-a-box", namespace).spec.node_name)
         named = f"devices held by a pod that is not a box: {namespace}/not-a-box"
-        taken = (
-            f"Waiting for a free {DISPLAY}: a pod that is not a box took the one this box "
-            f"was let through for; 1st in line for the next; {named}"
-        )
         held = f"Waiting for a free {DISPLAY}: 0 of 2 free, 1st in line; {named}"
-
-        def says_where_it_is() -> bool:
-            """the box names the pod: let through and not placed, or still at the gate"""
-            summary, gated = boxes.summary(head), boxes.gated(head)
-            return (summary == taken and not gated) or (summary == held and gated)
-
-        wait_for(says_where_it_is)
-        assert not boxes.bound(head)
-        assert all(boxes.gated(b) for b in rest)
+        wait_for_value(lambda: boxes.summary(head), held)
+        let_lease_run_out(kube, namespace, duration)
+        wait_for(lambda: lease_holder(kube, namespace) == follower.identity, timeout=60)
+        # The new leader finds no free device: the box stays first in line, at its gate.
+        assert boxes.summary(head) == held
+        assert all(boxes.gated(b) for b in [head, *rest])
         # The next device freed is the box's.
         boxes.core.delete_namespaced_pod("not-a-box", namespace, grace_period_seconds=0)
         wait_for(lambda: boxes.bound(head))
@@ -221,12 +257,9 @@ def unschedulable(core: Any, namespace: str, name: str) -> bool:
 def test_a_new_leader_lifts_the_gates_in_the_same_order(
     start_controller: StartController, pool: DevicePool, kube: Any, namespace: str
 ) -> None:
-    settings = pool.settings(namespace)
-    first = start_controller(settings, lease_seconds=10)
-    second = start_controller(settings, lease_seconds=10)
-    by_identity: dict[str, Controller] = {first.identity: first, second.identity: second}
-    leader = wait_for(lambda: by_identity.get(lease_holder(kube, namespace) or ""))
-    follower = second if leader is first else first
+    leader, follower = leader_and_follower(
+        start_controller, kube, namespace, pool.settings(namespace)
+    )
     api = Api(follower)
     boxes = Boxes(api, kube, namespace)
     # Ann holds both devices and asks for a third before Bob and Cat ask for one each:
@@ -242,12 +275,13 @@ def test_a_new_leader_lifts_the_gates_in_the_same_order(
 
     # The leader dies holding the Lease; a device is freed before anyone leads again.
     leader.stop(kill=True)
+    duration = keep_lease(kube, namespace, leader.identity)
     api.call("POST", "/devboxes/ann-1/stop")
     wait_for(lambda: boxes.pod("ann-1") is None)
-    waited = all(boxes.gated(b) for b in line)
-    if lease_holder(kube, namespace) == leader.identity:
-        # Nobody led while the gates were read: the device stayed free and all waited.
-        assert waited
+    # The follower sees the free device, and lets no box through while it does not lead.
+    boxes.places(line, free=1)
+    assert all(boxes.gated(b) for b in line)
+    let_lease_run_out(kube, namespace, duration)
     wait_for(lambda: lease_holder(kube, namespace) == follower.identity, timeout=60)
     # The new leader knows the line only from the cluster, and goes on with it.
     wait_for(lambda: boxes.bound("bob-1"))
