@@ -18,7 +18,15 @@ from devboxes_testbed.cluster import Testbed
 from devboxes_testbed.controller import Controller, example_settings
 from devboxes_testbed.hub import Hub
 from devboxes_testbed.issuer import Issuer
-from support import REPO, Api, StartController, create_namespace, running_testbed, wait_for
+from support import (
+    REPO,
+    Api,
+    DevicePool,
+    StartController,
+    create_namespace,
+    running_testbed,
+    wait_for,
+)
 
 # Under CI, a skip is a failure (tests/ci_strict.py).
 pytest_plugins = ["ci_strict"]
@@ -115,6 +123,14 @@ def namespace(kube: Any) -> Iterator[str]:
     name = create_namespace(core, f"t-{uuid.uuid4().hex[:10]}")
     yield name
     core.delete_namespace(name)
+
+
+@pytest.fixture
+def pool(kube: Any) -> Iterator[DevicePool]:
+    """A kwok node of one device of its own, for tests that need a device nobody else takes."""
+    made = DevicePool(kube, devices=1)
+    yield made
+    made.delete()
 
 
 @pytest.fixture(scope="session")

@@ -84,13 +84,6 @@ class DraNode:
 
 
 @pytest.fixture
-def pool(kube: Any) -> Iterator[DevicePool]:
-    made = DevicePool(kube, devices=1)
-    yield made
-    made.delete()
-
-
-@pytest.fixture
 def dra(kube: Any) -> Iterator[DraNode]:
     made = DraNode(kube)
     yield made

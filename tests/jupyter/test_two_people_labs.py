@@ -4,7 +4,6 @@ told the exact place in line and gets the device when the other gives it back.""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,13 +12,6 @@ from devboxes_testbed.controller import Controller
 from devboxes_testbed.issuer import CLI_CLIENT_ID, Issuer
 from labserver import Lab, running_lab
 from support import DevicePool, StartController, wait_for
-
-
-@pytest.fixture
-def pool(kube: Any) -> Iterator[DevicePool]:
-    made = DevicePool(kube, devices=1)
-    yield made
-    made.delete()
 
 
 @pytest.fixture

@@ -4,10 +4,8 @@ the node has been silent for its grace period, marks the node and its pods not r
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from devboxes_controller.box import render, status
 from devboxes_testbed.nodes import KWOK_ANNOTATION
 from kubernetes import client
@@ -18,13 +16,6 @@ BOX = "outage"
 # lifecycle controller waits out its 50 s grace period and looks every 5 s: bounded with
 # room to spare for a loaded machine.
 SILENCE_SECONDS = 240
-
-
-@pytest.fixture
-def pool(kube: Any) -> Iterator[DevicePool]:
-    made = DevicePool(kube, devices=1)
-    yield made
-    made.delete()
 
 
 def test_a_box_whose_node_stopped_reporting_names_the_node(
