@@ -42,6 +42,8 @@ from devboxes_sdk.config import (
     write_config,
 )
 from devboxes_sdk.errors import (
+    ApiError,
+    AuthenticationError,
     BoxDegraded,
     BoxStopped,
     ConfigurationError,
@@ -50,7 +52,9 @@ from devboxes_sdk.errors import (
     NotADevboxesServer,
     NotConfigured,
     NotFound,
+    PermissionDenied,
     StartTimeout,
+    Unavailable,
     ValidationError,
 )
 from devboxes_sdk.labels import status_line
@@ -73,6 +77,8 @@ EXIT_DEGRADED = 4
 EXIT_INTERRUPTED = 130
 
 DEFAULT_WAIT_TIMEOUT = 600.0
+# whoami's mode for the operator token.
+OPERATOR_MODE = "operator"
 
 # The server's host and user become one argument of the local ssh; neither may start
 # with "-" or hold anything but name characters, so that a server can never slip in an
@@ -106,11 +112,19 @@ class UsageError(Exception):
     """The command line is well-formed for argparse but cannot be carried out as given."""
 
 
+class _BadCommandLine(UsageError):
+    """A command line argparse refused; ``prog`` is the (sub)command that refused it."""
+
+    def __init__(self, prog: str, message: str) -> None:
+        self.prog = prog
+        super().__init__(message)
+
+
 class _Parser(argparse.ArgumentParser):
     """Reports a usage error as one line and where to find help, not the usage block."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, _usage_text(self.prog, message))
+        raise _BadCommandLine(self.prog, message)
 
 
 def _usage_text(prog: str, message: str) -> str:
@@ -607,9 +621,16 @@ def _oidc_login(args: argparse.Namespace, url: str) -> int:
             print(f"  (or open {clean(filled_in)})", file=sys.stderr)
         print("Waiting for the login ...", file=sys.stderr, flush=True)
 
-    if args.device:
-        if args.no_browser:
-            raise UsageError("--device opens no browser already; leave out --no-browser")
+    if args.device and args.no_browser:
+        raise UsageError("--device opens no browser already; leave out --no-browser")
+    device = args.device or not (args.no_browser or _browser_available())
+    if device and not args.device:
+        # Waiting for a browser that never opens would only end in the login's timeout.
+        print(
+            "No browser can be opened here: logging in with a one-time code instead (--device).",
+            file=sys.stderr,
+        )
+    if device:
         result = oidc_login.device_login(url, show_code)
     else:
         opener = None if args.no_browser else webbrowser.open
@@ -631,6 +652,16 @@ def _oidc_login(args: argparse.Namespace, url: str) -> int:
         print(f"Logged in to {url} as {_render.clean(result.user)} (oidc; groups: {groups}).")
         print(f"Configuration saved to {path} (readable only by you).")
     return EXIT_OK
+
+
+def _browser_available() -> bool:
+    """Whether ``webbrowser`` knows a browser to open here: none without a display or a
+    text-mode browser, as in an SSH session (or the one ``$BROWSER`` names)."""
+    try:
+        webbrowser.get()
+    except webbrowser.Error:
+        return False
+    return True
 
 
 def _cmd_whoami(args: argparse.Namespace) -> int:
@@ -933,8 +964,17 @@ def _cmd_volumes(args: argparse.Namespace) -> int:
 def _cmd_keys(args: argparse.Namespace) -> int:
     with _client(args) as client:
         keys = client.keys.list()
+        operator = not keys and not args.json and client.whoami().mode == OPERATOR_MODE
     if args.json:
         _print_json([key.model_dump(mode="json") for key in keys])
+    elif operator:
+        # The server refuses keys for the operator token: point at where its keys live.
+        print(
+            "The operator token has no SSH keys of its own: the operator's boxes accept the "
+            "keys of the Secret that the controller's ssh.authorizedKeysSecret names "
+            "(devbox gpu doctor shows it). To keep keys of your own, log in as yourself: "
+            "devbox login --oidc"
+        )
     elif not keys:
         print("No SSH keys yet. Add one with: devbox keys add ~/.ssh/id_ed25519.pub")
     else:
@@ -964,9 +1004,7 @@ def _cmd_key_add(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(key.model_dump(mode="json"))
     else:
-        print(
-            f"Added {key.fingerprint} ({key.algorithm}); your boxes accept it from the next login."
-        )
+        print(f"Added {key.fingerprint} ({key.algorithm}); your boxes accept it within seconds.")
     return EXIT_OK
 
 
@@ -1016,63 +1054,111 @@ def _error(message: str) -> None:
     print(_render.clean(message), file=sys.stderr)
 
 
-def _timed_out(error: StartTimeout) -> None:
+def _timed_out(error: StartTimeout) -> list[str]:
     box = error.box
     status = status_line(box.state, _render.progress_reason(box))
-    _error(f"{box.name} was not ready within {error.timeout:g}s ({status})")
     # The box stays queued: without a cancel hint it would take a GPU hours later, unused.
     gpu = ", and takes a GPU as soon as one is free" if box.gpu else ""
-    _error(f"It keeps starting on the server{gpu}; full reason: devbox status {box.name}")
-    _error(
+    return [
+        f"{box.name} was not ready within {error.timeout:g}s ({status})",
+        f"It keeps starting on the server{gpu}; full reason: devbox status {box.name}",
         f"To cancel: devbox stop {box.name} (keeps the box) "
-        f"or devbox delete {box.name} (keeps its home volume)"
-    )
+        f"or devbox delete {box.name} (keeps its home volume)",
+    ]
 
 
-def _run(args: argparse.Namespace) -> int:
-    handler: Callable[[argparse.Namespace], int] = args.handler
-    try:
-        return handler(args)
-    except StartTimeout as error:
-        _timed_out(error)
-        return EXIT_TIMEOUT
-    except BoxDegraded as error:
-        _error(str(error))
-        _error(f"Details: devbox status {error.box.name}")
-        return EXIT_DEGRADED
-    except BoxStopped as error:
-        _error(str(error))
-        return EXIT_ERROR
-    except NotADevboxesServer as error:
-        _error(str(error))
-        _error(
+# The "kind" of a --json error, for scripts to branch on; the first class that matches
+# names it (docs/cli.md lists them).
+_ERROR_KINDS: tuple[tuple[type[BaseException], str], ...] = (
+    (UsageError, "usage"),
+    (StartTimeout, "timeout"),
+    (BoxDegraded, "degraded"),
+    (BoxStopped, "stopped"),
+    (NotADevboxesServer, "not_a_devboxes_server"),
+    (AuthenticationError, "unauthenticated"),
+    (PermissionDenied, "forbidden"),
+    (NotFound, "not_found"),
+    (Conflict, "conflict"),
+    (ValidationError, "invalid"),
+    (Unavailable, "unavailable"),
+    (ApiError, "api"),
+    (ConfigurationError, "configuration"),
+    (EOFError, "no_input"),
+    (KeyboardInterrupt, "interrupted"),
+)
+
+
+def _failure(error: BaseException) -> tuple[int, list[str]]:
+    """The exit code for ``error`` and the lines that explain it to a person."""
+    if isinstance(error, StartTimeout):
+        return EXIT_TIMEOUT, _timed_out(error)
+    if isinstance(error, BoxDegraded):
+        return EXIT_DEGRADED, [str(error), f"Details: devbox status {error.box.name}"]
+    if isinstance(error, NotADevboxesServer):
+        hint = (
             f"Set it with --url, {ENV_URL} or 'devbox login --url URL': "
             "the address where the Devboxes dashboard opens."
         )
-        return EXIT_ERROR
-    except UsageError as error:
-        sys.stderr.write(_usage_text(args.prog, str(error)))
-        return EXIT_USAGE
-    except DevboxesError as error:
-        _error(str(error))
-        return EXIT_ERROR
-    except EOFError:
-        _error("no input; aborted")
-        return EXIT_ERROR
+        return EXIT_ERROR, [str(error), hint]
+    if isinstance(error, UsageError):
+        return EXIT_USAGE, [str(error)]
+    if isinstance(error, EOFError):
+        return EXIT_ERROR, ["no input; aborted"]
+    if isinstance(error, KeyboardInterrupt):
+        return EXIT_INTERRUPTED, ["interrupted"]
+    return EXIT_ERROR, [str(error)]
+
+
+def _report(error: BaseException, prog: str, as_json: bool) -> int:
+    """Explain ``error`` on stderr, or with --json as one JSON object on stdout, so that
+    a script reads every answer from stdout; the exit code is the same either way."""
+    code, lines = _failure(error)
+    if as_json:
+        message, status = "\n".join(lines), None
+        if isinstance(error, ApiError):
+            status = error.status
+            if not isinstance(error, NotADevboxesServer):
+                # The status has its own field: the detail without "API returned <status>".
+                message = error.detail
+        kind = next((k for cls, k in _ERROR_KINDS if isinstance(error, cls)), "error")
+        _print_json({"error": {"kind": kind, "message": message, "status": status}})
+    elif isinstance(error, UsageError):
+        sys.stderr.write(_usage_text(prog, lines[0]))
+    else:
+        for line in lines:
+            _error(line)
+    return code
+
+
+def _asks_for_json(argv: Sequence[str]) -> bool:
+    """Whether a command line that argparse refused asked for --json (before any ``--``,
+    after which the words are ssh's)."""
+    words = list(argv)
+    return "--json" in words[: words.index("--")] if "--" in words else "--json" in words
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the exit code (argparse exits 2 itself on usage errors)."""
+    """Run the CLI; returns the exit code."""
     for stream in (sys.stdout, sys.stderr):
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(errors="replace")
+    words = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
+    prog, as_json = parser.prog, _asks_for_json(words)
     try:
-        args = parser.parse_args(argv)
-        return _run(args)
-    except KeyboardInterrupt:
-        _error("\ninterrupted")
-        return EXIT_INTERRUPTED
+        args = parser.parse_args(words)
+        prog, as_json = args.prog, getattr(args, "json", False)
+        handler: Callable[[argparse.Namespace], int] = args.handler
+        return handler(args)
+    except _BadCommandLine as error:
+        return _report(error, error.prog, as_json)
+    except (DevboxesError, UsageError, EOFError) as error:
+        return _report(error, prog, as_json)
+    except KeyboardInterrupt as error:
+        if not as_json:
+            # Past the spinner's line or the prompt.
+            print(file=sys.stderr)
+        return _report(error, prog, as_json)
     except BrokenPipeError:
         # The reader went away (e.g. `devbox list | head`); stay quiet about it.
         devnull = os.open(os.devnull, os.O_WRONLY)

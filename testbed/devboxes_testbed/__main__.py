@@ -6,9 +6,11 @@ import argparse
 import contextlib
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
+import sysconfig
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,12 +25,14 @@ ENV_FILE = STATE / "env"
 PID_FILE = STATE / "up.pid"
 
 
-def write_env(values: dict[str, str]) -> None:
-    """Write the shell-sourceable env file that points tools at what is running."""
-    STATE.mkdir(parents=True, exist_ok=True)
-    lines = [f"export {key}={value!r}" for key, value in values.items()]
-    ENV_FILE.write_text("\n".join(lines) + "\n")
-    ENV_FILE.chmod(0o600)
+def write_env(path: Path, values: dict[str, str]) -> None:
+    """Write the shell-sourceable env file that points tools at what is running, with the
+    scripts of this Python (the ``devbox`` CLI among them) first on PATH."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [f"export {key}={shlex.quote(value)}" for key, value in values.items()]
+    lines.append(f'export PATH={shlex.quote(sysconfig.get_path("scripts"))}:"$PATH"')
+    path.write_text("\n".join(lines) + "\n")
+    path.chmod(0o600)
 
 
 @contextlib.contextmanager
@@ -56,7 +60,7 @@ def up(pool_file: Path) -> None:
     try:
         with _terminate_as_interrupt():
             stack.start()
-            write_env(stack.env())
+            write_env(ENV_FILE, stack.env())
             print(stack.summary(ENV_FILE), flush=True)
             # A part that dies takes the stack down with a message: half a stack that
             # looks up is worse than none.

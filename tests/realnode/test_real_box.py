@@ -4,7 +4,8 @@ A box is created through the controller's API, reached with a real ssh client th
 NodePort Service by the command the API prints, and keeps its home across stop and start.
 A GPU box gets the node's simulated GPUs in its main container only; a box of a DRA
 profile gets the device its claim was allocated from the node's DRA plugin, which gives it
-back when the box stops. Image profiles run
+back when the box stops. A key a person adds with `devbox keys add` opens their running
+box within seconds. Image profiles run
 as the workspace or beside it. JupyterLab's devbox
 kernel runs a cell in a box there. Every block of the operator guide's walkthrough runs
 there as written: the images built here are pushed to the testbed's registry and pulled
@@ -550,6 +551,58 @@ def test_a_persons_lab_runs_a_kernel_with_a_key_of_its_own_that_only_their_boxes
         assert refused.returncode == 255
         assert "Permission denied" in refused.stderr
         alice.purge(box["name"])
+    finally:
+        process.stop()
+
+
+KEYS_NAMESPACE = "keys-boxes"
+DEVBOX_SCRIPT = str(Path(sys.executable).with_name("devbox"))
+# Well inside the real node's kubelet sync period (10 s), at which the mount would be
+# rewritten anyway: a key that only counts from then misses this twice in a row.
+KEY_TAKES_EFFECT_SECONDS = 5
+
+
+def test_a_key_added_with_the_cli_opens_a_running_box_within_seconds(
+    real_testbed: Testbed, key: Path, issuer: Issuer, tmp_path: Path
+) -> None:
+    """Bob adds keys with `devbox keys add` while his box runs on the real node: each
+    opens the box within seconds, as the CLI says, not at the kubelet's next sync."""
+    auth = {"oidc": {"issuer": issuer.url, "audience": CLI_CLIENT_ID}}
+    process = serve(real_testbed, KEYS_NAMESPACE, key, tmp_path / "controller", auth=auth)
+    try:
+        token = issuer.token_for("bob")
+        bob = Api(process)
+        bob.session.headers["Authorization"] = f"Bearer {token}"
+        box = bob.created("bobs-box")
+        box = bob.wait_ready(box["name"], timeout=300)
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("DEVBOX_")},
+            "DEVBOX_URL": process.url,
+            "DEVBOX_TOKEN": token,
+            "DEVBOX_CONFIG": str(tmp_path / "devbox.toml"),
+        }
+        for turn in ("first", "second"):
+            (tmp_path / turn).mkdir()
+            new = make_key(tmp_path / turn)
+            refused = ssh(box, new, "true")
+            assert (refused.returncode, "Permission denied" in refused.stderr) == (255, True)
+            added = subprocess.run(
+                [DEVBOX_SCRIPT, "keys", "add", str(new.with_suffix(".pub"))],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=60,
+                check=False,
+            )
+            assert added.returncode == 0, added.stderr
+            assert added.stdout.endswith("; your boxes accept it within seconds.\n")
+
+            def opens(new: Path = new) -> bool:
+                """the key just added opens the running box"""
+                return ssh(box, new, "true").returncode == 0
+
+            wait_for(opens, timeout=KEY_TAKES_EFFECT_SECONDS)
+        bob.purge(box["name"])
     finally:
         process.stop()
 

@@ -1,5 +1,6 @@
 """The `devbox` console script against the real controller on the testbed: what a user
-sees when an argument is refused, a name is changed, or a wait runs out."""
+sees when an argument is refused, a name is changed, or a wait runs out; errors as JSON
+with --json; the operator's keys."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ DEVBOX_SCRIPT = str(VENV / "bin" / "devbox")
 # Nothing listens on the discard port: a command that exits 2 with this URL was refused
 # before it sent any request.
 UNREACHABLE_URL = "http://127.0.0.1:9"
+SESSION_NAMESPACE = "devboxes-session"
 PREFIX = "cli-"
 
 
@@ -87,17 +89,92 @@ def test_server_refusals_name_the_flags_and_exit_2(
             "character U+212A (KELVIN SIGN); use 1-40 characters of lowercase letters, digits "
             "and '-', starting and ending with a letter or digit",
         ),
-        (
-            ["--json", "list", "-q"],
-            "devbox list",
-            "-q and --json cannot be combined (-q prints names, --json the JSON)",
-        ),
     ],
 )
 def test_bad_arguments_exit_2_before_any_request(args: list[str], prog: str, message: str) -> None:
     refused = devbox({"DEVBOX_URL": UNREACHABLE_URL, "DEVBOX_TOKEN": "t" * 40}, *args)
     assert (refused.returncode, refused.stdout) == (2, "")
     assert refused.stderr == usage_error(prog, message)
+
+
+def json_error(kind: str, message: str, status: int | None) -> dict[str, object]:
+    return {"error": {"kind": kind, "message": message, "status": status}}
+
+
+def test_with_json_every_error_is_one_object_on_stdout_and_the_exit_code_stays(
+    boxes: Client, controller_env: dict[str, str]
+) -> None:
+    unreachable = {"DEVBOX_URL": UNREACHABLE_URL, "DEVBOX_TOKEN": "t" * 40}
+    cases = [
+        (
+            controller_env,
+            ["--json", "status", "cli-nothing"],
+            1,
+            json_error("not_found", "devbox 'cli-nothing' not found", 404),
+        ),
+        (
+            controller_env,
+            ["create", "cli-ttl", "--ttl", "1000", "--no-wait", "--json"],
+            2,
+            json_error("usage", "--ttl must be at most 168 hours", None),
+        ),
+        (
+            unreachable,
+            ["--json", "list", "-q"],
+            2,
+            json_error(
+                "usage", "-q and --json cannot be combined (-q prints names, --json the JSON)", None
+            ),
+        ),
+        # Refused by argparse, before the command line is understood.
+        (
+            unreachable,
+            ["--json", "create"],
+            2,
+            json_error("usage", "the following arguments are required: NAME", None),
+        ),
+        (
+            {"DEVBOX_URL": controller_env["DEVBOX_URL"]},
+            ["keys", "--json"],
+            1,
+            json_error(
+                "configuration",
+                "no Devboxes token configured: run 'devbox login' or set DEVBOX_TOKEN",
+                None,
+            ),
+        ),
+    ]
+    for env, args, code, error in cases:
+        refused = devbox(env, *args)
+        assert (refused.returncode, refused.stderr) == (code, ""), args
+        assert json.loads(refused.stdout) == error, args
+    assert [box.name for box in boxes.list() if box.name.startswith(PREFIX)] == []
+
+
+def test_the_operator_is_told_where_its_keys_live_not_to_add_one(
+    controller_env: dict[str, str], tmp_path: Path
+) -> None:
+    listed = devbox(controller_env, "keys")
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout == (
+        "The operator token has no SSH keys of its own: the operator's boxes accept the "
+        "keys of the Secret that the controller's ssh.authorizedKeysSecret names "
+        "(devbox gpu doctor shows it). To keep keys of your own, log in as yourself: "
+        "devbox login --oidc\n"
+    )
+    assert "devbox keys add" not in listed.stdout
+    key = tmp_path / "id_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    refused = devbox(controller_env, "keys", "add", str(key.with_suffix(".pub")))
+    assert refused.returncode == 1
+    assert refused.stderr == (
+        "Devboxes API returned 409: the operator token has no SSH keys of its own: put the "
+        "public keys that may log in under the key authorized_keys of a Secret in namespace "
+        f"{SESSION_NAMESPACE} (kubectl -n {SESSION_NAMESPACE} create secret generic "
+        "devbox-ssh-keys --from-file=authorized_keys=KEYS_FILE) and set "
+        "controller.ssh.authorizedKeysSecret to its name; to keep keys of your own, log in "
+        "as yourself\n"
+    )
 
 
 def test_upper_case_name_is_lowered_with_a_note(

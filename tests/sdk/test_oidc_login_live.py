@@ -263,6 +263,38 @@ def test_device_login_is_approved_from_a_browser_anywhere(
     assert stat.S_IMODE(config.stat().st_mode) == 0o600
 
 
+def test_with_no_browser_to_open_the_login_takes_the_device_flow_at_once(
+    process: Controller, issuer: Issuer, tmp_path: Path
+) -> None:
+    """As in an SSH session: no display, no $BROWSER and no text-mode browser on PATH."""
+    config = tmp_path / "config.toml"
+    env = {"DEVBOX_CONFIG": str(config), "PATH": str(DEVBOX / "bin"), "HOME": str(tmp_path)}
+    cli = subprocess.Popen(
+        [DEVBOX_SCRIPT, "login", "--oidc", "--url", process.url],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert cli.stderr is not None
+        assert cli.stderr.readline() == (
+            "No browser can be opened here: logging in with a one-time code instead (--device).\n"
+        )
+        prompt = DEVICE_PROMPT.match(cli.stderr.readline().rstrip("\n"))
+        assert prompt is not None
+        assert cli.stderr.readline().startswith("  (or open ")
+        assert cli.stderr.readline() == "Waiting for the login ...\n"
+        issuer.approve_device(prompt.group(2), "alice")
+        out, err = cli.communicate(timeout=60)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.communicate()
+    assert (cli.returncode, err) == (0, "")
+    assert out.splitlines()[0] == f"Logged in to {process.url} as alice (oidc; groups: ml)."
+
+
 def test_the_device_routes_say_pending_until_approved(process: Controller, issuer: Issuer) -> None:
     started = httpx.post(f"{process.url}/api/v1/auth/cli/device", timeout=10)
     assert started.status_code == 200, started.text

@@ -122,6 +122,24 @@ class Entry:
         return parse(self.line)
 
 
+def operator_keys_fix(secret: str | None, namespace: str) -> str:
+    """How an operator lets a public key log in to the boxes made with the operator token,
+    whose keys come from a Secret rather than from the keys API."""
+    if secret is None:
+        return (
+            "put the public keys that may log in under the key authorized_keys of a Secret in "
+            f"namespace {namespace} (kubectl -n {namespace} create secret generic "
+            "devbox-ssh-keys --from-file=authorized_keys=KEYS_FILE) and set "
+            "controller.ssh.authorizedKeysSecret to its name"
+        )
+    return (
+        f"the operator's boxes accept the public keys under the key authorized_keys of Secret "
+        f"{secret} in namespace {namespace}; an operator adds a key there, with the others "
+        f"that may log in (kubectl -n {namespace} create secret generic {secret} "
+        "--from-file=authorized_keys=KEYS_FILE --dry-run=client -o yaml | kubectl apply -f -)"
+    )
+
+
 def config_map_name(owner: str) -> str:
     """A name Kubernetes accepts whatever the person's name is."""
     return CONFIG_MAP_PREFIX + hashlib.sha256(owner.encode()).hexdigest()[:20]

@@ -1,13 +1,16 @@
 """People's SSH public keys: listed, added and removed, one ConfigMap per person.
 
 Every box of the person mounts that ConfigMap, and the box's sshd reads it at each login,
-so a change counts for running boxes too (once the kubelet has refreshed the mount, within
-about a minute). Keys are read from the apiserver on request: they change rarely and are
-read rarely, so no watch is kept for them.
+so a change counts for running boxes too. The kubelet rewrites a pod's ConfigMap volumes
+when the pod changes, and otherwise only at its sync period (a minute by default): each
+change of keys marks the person's pods, so that their boxes take it at once. Keys are read
+from the apiserver on request: they change rarely and are read rarely, so no watch is kept
+for them.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from datetime import datetime
 
@@ -17,16 +20,17 @@ from devboxes_sdk.models import SshKey, SshKeyList
 
 from ..box import ownership, render, sshkeys
 from ..k8s import kube
-from ..k8s.kube import Conflict, NotFound, Obj, Unavailable, rule_broken
+from ..k8s.kube import ApiProblem, Conflict, NotFound, Obj, Unavailable, rule_broken
 from ..k8s.timestamps import format_timestamp, parse_timestamp
 from ..state.metrics import METRICS
 
+log = logging.getLogger(__name__)
+
 # Two changes of one person's keys at once: each is retried on the other's write.
 ATTEMPTS = 4
-OPERATOR_HAS_NO_KEYS = (
-    "the operator token has no SSH keys of its own: the operator's boxes accept the keys "
-    "of the Secret that ssh.authorizedKeysSecret names; keys are added by people"
-)
+# On each of the person's pods: the version of the keys ConfigMap last written, a change
+# of the pod that has the kubelet rewrite the mounted keys.
+ANNOTATION_KEYS_VERSION = "devboxes.io/keys-version"
 
 
 def _key(entry: sshkeys.Entry) -> SshKey:
@@ -41,11 +45,20 @@ def _key(entry: sshkeys.Entry) -> SshKey:
 
 class Keys:
     def __init__(
-        self, api: client.ApiClient, namespace: str, clock: Callable[[], datetime]
+        self,
+        api: client.ApiClient,
+        namespace: str,
+        clock: Callable[[], datetime],
+        operator_secret: str | None,
     ) -> None:
         self._core = client.CoreV1Api(api)
         self._namespace = namespace
         self._clock = clock
+        self._operator_has_no_keys = (
+            "the operator token has no SSH keys of its own: "
+            + sshkeys.operator_keys_fix(operator_secret, namespace)
+            + "; to keep keys of your own, log in as yourself"
+        )
 
     def _read(self, owner: str) -> Obj | None:
         try:
@@ -71,7 +84,7 @@ class Keys:
 
     def add(self, owner: str | None, text: str) -> SshKey:
         if owner is None:
-            raise Conflict(OPERATOR_HAS_NO_KEYS)
+            raise Conflict(self._operator_has_no_keys)
         try:
             parsed = sshkeys.parse(text)
         except sshkeys.KeyRejected as err:
@@ -92,7 +105,7 @@ class Keys:
 
     def remove(self, owner: str | None, fingerprint: str) -> SshKey:
         if owner is None:
-            raise Conflict(OPERATOR_HAS_NO_KEYS)
+            raise Conflict(self._operator_has_no_keys)
         removed: list[sshkeys.Entry] = []
 
         def without(entries: list[sshkeys.Entry]) -> list[sshkeys.Entry]:
@@ -120,11 +133,13 @@ class Keys:
             )
             try:
                 if found is None:
-                    kube.call(self._core.create_namespaced_config_map, self._namespace, wanted)
+                    written = kube.call(
+                        self._core.create_namespaced_config_map, self._namespace, wanted
+                    )
                     METRICS.writes.labels("create").inc()
                 else:
                     wanted["metadata"]["resourceVersion"] = found["metadata"]["resourceVersion"]
-                    kube.call(
+                    written = kube.call(
                         self._core.replace_namespaced_config_map,
                         wanted["metadata"]["name"],
                         self._namespace,
@@ -133,5 +148,32 @@ class Keys:
                     METRICS.writes.labels("replace").inc()
             except Conflict:
                 continue
+            self._refresh_mounts(owner, written["metadata"]["resourceVersion"])
             return entries
         raise Unavailable("the keys changed under several tries in a row; retry")
+
+    def _refresh_mounts(self, owner: str, version: str) -> None:
+        """Mark the person's pods with the keys' version, so that the kubelet rewrites
+        their mounted keys now rather than at its next sync."""
+        selector = ",".join(f"{k}={v}" for k, v in ownership.marks(owner)[0].items())
+        patch = {"metadata": {"annotations": {ANNOTATION_KEYS_VERSION: version}}}
+        try:
+            pods = kube.call(
+                self._core.list_namespaced_pod, self._namespace, label_selector=selector
+            )
+            for pod in pods.get("items") or []:
+                if ownership.owner_of(pod) != owner:
+                    continue
+                try:
+                    kube.call(
+                        self._core.patch_namespaced_pod,
+                        pod["metadata"]["name"],
+                        self._namespace,
+                        patch,
+                    )
+                except NotFound:
+                    continue
+                METRICS.writes.labels("patch").inc()
+        except ApiProblem as err:
+            # The keys are saved; the boxes still take them at the kubelet's next sync.
+            log.warning("keys not pushed to running boxes", extra={"error": err.detail})

@@ -218,7 +218,10 @@ class Lifecycle:
         """The box as it is now when this request created it on an earlier try; else the
         name is taken."""
         mine = ownership.owner_of(existing) == (owner or ownership.OPERATOR)
-        if made_by is None or not mine or not made_by.made(existing):
+        if not mine:
+            # Names are unique across people, but whose box holds one is not told.
+            raise Conflict(_taken(name))
+        if made_by is None or not made_by.made(existing):
             raise Conflict(f"devbox '{name}' already exists")
         return self._current(name, existing)
 
@@ -741,13 +744,17 @@ def _groups_record(settings: Settings, asker: limits.Asker) -> str:
     return json.dumps(limits.limited_groups(settings.limits, asker.groups))
 
 
+def _taken(name: str) -> str:
+    return f"the name '{name}' is taken by someone else's box; choose another"
+
+
 def _refuse_foreign_claim(wanted: Obj, claim: Obj) -> None:
     """Refuse a home claim of another owner, or one being deleted: nothing of it is used."""
     name = claim["metadata"]["name"]
     box = render.box_name_of(claim) or name
     if ownership.owner_of(claim) != ownership.owner_of(wanted):
         # Another person's retained home volume: theirs to reuse or purge, never ours.
-        raise Conflict(f"the name '{box}' is taken; choose another")
+        raise Conflict(_taken(box))
     if claim["metadata"].get("deletionTimestamp"):
         raise Conflict(
             f"the home volume {name} of a purged devbox '{box}' is still being "

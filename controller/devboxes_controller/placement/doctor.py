@@ -19,7 +19,7 @@ from kubernetes import client
 
 from devboxes_sdk.models import PRESETS, DoctorCheck, DoctorReport, DoctorVerdict, Preset
 
-from ..box import render
+from ..box import render, sshkeys
 from ..config.formats import is_digest
 from ..config.settings import (
     DeviceAlternative,
@@ -764,10 +764,7 @@ def _ssh_keys(settings: Settings) -> DoctorCheck:
             "warn",
             "no operator SSH keys are configured: boxes made with the operator token accept "
             "no login (people's boxes accept the keys each person adds with devbox keys add)",
-            "put the public keys that may log in under the key authorized_keys of a Secret in "
-            f"namespace {namespace} (kubectl -n {namespace} create secret generic "
-            "devbox-ssh-keys --from-file=authorized_keys=KEYS_FILE) and set "
-            "controller.ssh.authorizedKeysSecret to its name",
+            sshkeys.operator_keys_fix(None, namespace),
         )
     # The controller may create and patch Secrets but never read one, so whether this
     # one exists and holds the key stays unknown to the doctor.

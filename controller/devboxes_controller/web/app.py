@@ -370,7 +370,12 @@ def create_app(
     )
     app.state.store = store
     app.state.lifecycle = lifecycle
-    app.state.keys = Keys(lifecycle.api, store.settings.namespace, store.clock)
+    app.state.keys = Keys(
+        lifecycle.api,
+        store.settings.namespace,
+        store.clock,
+        store.settings.ssh.authorized_keys_secret,
+    )
     app.state.token = token
     app.state.verifiers = tuple(verifiers)
     app.state.admin_groups = frozenset(store.settings.auth.admin_groups)

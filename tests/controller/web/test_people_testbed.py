@@ -109,7 +109,15 @@ def test_every_route_answers_someone_elses_box_as_if_it_were_absent(
     # A name is unique in the cluster: taken, without saying by whom.
     taken = bob("POST", "/devboxes", json={"name": OWNED, "ttl_hours": 1})
     assert taken.status_code == 409
-    assert "alice" not in taken.text.replace(OWNED, "NAME")
+    assert taken.json()["detail"] == (
+        f"the name '{OWNED}' is taken by someone else's box; choose another"
+    )
+    # The owner, who sees the box, is told it exists.
+    again = alice("POST", "/devboxes", json={"name": OWNED, "ttl_hours": 1})
+    assert (again.status_code, again.json()["detail"]) == (
+        409,
+        f"devbox '{OWNED}' already exists",
+    )
 
     # Nothing bob tried changed alice's box.
     mine = alice("GET", f"/devboxes/{OWNED}")
@@ -202,7 +210,10 @@ def test_ssh_keys_are_each_persons_own(people: dict[str, Person], tmp_path: Path
     assert bob("DELETE", "/keys", params={"fingerprint": fingerprint}).status_code == 404
     # The operator token has no keys of its own: it lists none and may add none.
     assert operator("GET", "/keys").json()["items"] == []
-    assert operator("POST", "/keys", json={"key": public}).status_code == 409
+    refused = operator("POST", "/keys", json={"key": public})
+    assert refused.status_code == 409
+    # What the operator does instead: the Secret its boxes read.
+    assert "controller.ssh.authorizedKeysSecret" in refused.json()["detail"]
     assert alice("DELETE", "/keys", params={"fingerprint": fingerprint}).status_code == 200
     assert alice("GET", "/keys").json()["items"] == []
 
