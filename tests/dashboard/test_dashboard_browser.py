@@ -1,8 +1,9 @@
 """The dashboard in a real headless Chromium against a controller on the testbed.
 
 Login (with the operator token, and through the OIDC issuer), the accelerator selector,
-live scheduling status pushed over the event stream, stop, delete with purge, the owner
-column and filter, and the layout of an 800 px window.
+live scheduling status pushed over the event stream in the CLI's words, stop, delete with
+purge, the owner column and filter, who is signed in, and the layout of windows from 800 to
+1920 px wide.
 Screenshots land in ``test-artifacts/dashboard/``.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ from support import (
     wait_until_no_pod_requests,
 )
 
-from devboxes_sdk import models
+from devboxes_sdk import labels, models
 
 pytestmark = pytest.mark.browser
 
@@ -232,6 +233,124 @@ def test_dashboard_in_chromium(start_controller: StartController, kube: Any, chr
         api.purge_all()
 
 
+WIDTHS = (800, 1024, 1400, 1920)
+# What does not fit a window of the given width, by the geometry of the page: the page
+# scrolling sideways, an element reaching past either edge, and a button of a box or of
+# the header cut by the edge or by a box that scrolls (a table may scroll in its own box,
+# its buttons may not).
+OUT_OF_VIEW = """
+() => {
+  const width = document.documentElement.clientWidth;
+  const page = document.scrollingElement;
+  const found = [];
+  if (page.scrollWidth > page.clientWidth) found.push(`the page is ${page.scrollWidth} px wide`);
+  const clips = (element) => getComputedStyle(element).overflowX !== 'visible';
+  const name = (e) => e.getAttribute('aria-label') || e.id || e.tagName + ' ' + e.textContent;
+  for (const element of document.querySelectorAll('body *')) {
+    if (!element.checkVisibility()) continue;
+    let clipped = false;
+    for (let up = element.parentElement; up; up = up.parentElement) clipped ||= clips(up);
+    const box = element.getBoundingClientRect();
+    if (!clipped && (box.left < -0.5 || box.right > width + 0.5)) {
+      found.push(`${name(element)} spans ${box.left}..${box.right}`);
+    }
+  }
+  for (const button of document.querySelectorAll('#box-rows button, header button')) {
+    if (!button.checkVisibility()) continue;
+    const box = button.getBoundingClientRect();
+    for (let up = button.parentElement; up; up = up.parentElement) {
+      if (!clips(up)) continue;
+      const left = up.getBoundingClientRect().left + up.clientLeft;
+      if (box.left < left - 0.5 || box.right > left + up.clientWidth + 0.5) {
+        found.push(`${name(button)} is cut by ${up.className || up.tagName}`);
+      }
+    }
+    if (box.left < -0.5 || box.right > width + 0.5) {
+      found.push(`${name(button)} spans ${box.left}..${box.right} of ${width}`);
+    }
+  }
+  return found;
+}
+"""
+
+
+def reads_as_the_cli(page: Any, api: Api, name: str) -> Callable[[], bool]:
+    """Whether a box's row says why it is in its state in the CLI's words: the function
+    the CLI and the Jupyter widgets use, on the box as the API answers now."""
+
+    def agrees() -> bool:
+        box = models.Devbox.model_validate(api.box(name))
+        cell = page.locator(f'tr[data-box="{name}"] .col-message')
+        # The whole cell, or the line shown above the folded rest of the message.
+        shown = cell.evaluate("(cell) => (cell.querySelector('summary') || cell).textContent")
+        return bool(shown == (labels.reason(box.summary, box.message) or ""))
+
+    agrees.__doc__ = f"the row of {name} reads as the CLI's reason for it"
+    return agrees
+
+
+def test_every_width_shows_whole_rows_with_the_reason_the_cli_shows(
+    start_controller: StartController, kube: Any, chromium: Any
+) -> None:
+    from playwright.sync_api import expect
+
+    controller = start_controller()
+    api = Api(controller)
+    suffix = uuid.uuid4().hex[:6]
+    # Long names, as people give them, so the name column is not the narrowest it can be.
+    first, second = f"waiting-for-a-gpu-first-{suffix}", f"waiting-for-a-gpu-second-{suffix}"
+    idle, running = f"stopped-cpu-box-{suffix}", f"running-cpu-box-{suffix}"
+    # Every L4 taken, so both L4 boxes below wait, one after the other.
+    wait_until_no_pod_requests(kube, L4_RESOURCE)
+    holders = [f"hold-{suffix}-{i}" for i in range(free_l4_gpus(kube))]
+    for holder in holders:
+        api.created(holder, gpu={"profile": L4})
+    for holder in holders:
+        assert api.wait_ready(holder, timeout=180)["state"] == "ready"
+    api.created(running)
+    api.created(idle)
+    api.call("POST", f"/devboxes/{idle}/stop")
+    api.created(first, gpu={"profile": L4})
+    api.created(second, gpu={"profile": L4})
+    assert api.wait_ready(running, timeout=180)["state"] == "ready"
+
+    def second_in_line() -> bool:
+        """the second L4 box is second in line for the L4s"""
+        return "2nd in line" in (api.box(second)["summary"] or "")
+
+    wait_for(second_in_line, timeout=120)
+    context = chromium.new_context(viewport={"width": WIDTHS[0], "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    try:
+        sign_in(page, controller)
+        header = page.locator("header")
+        expect(header.locator("#signed-in")).to_have_text("Signed in as operator (admin)")
+        expect(header.get_by_role("button", name="Sign out")).to_be_visible()
+        capacity = api.free(L4)[1]
+        for name, place in ((first, "1st"), (second, "2nd")):
+            expect(page.locator(f'tr[data-box="{name}"] .col-message summary')).to_have_text(
+                re.compile(rf"^Waiting for a free NVIDIA L4: 0 of {capacity} free, {place} in line")
+            )
+        expect(page.locator(f'tr[data-box="{idle}"] .col-message')).to_have_text(
+            re.compile(r"^Stopped; storage is kept")
+        )
+        # The same words as the CLI's REASON column and the Lab's sidebar, whatever the
+        # state: the function they use, on each box as the API answers now.
+        for name in (first, second, idle, running, *holders):
+            wait_for(reads_as_the_cli(page, api, name), timeout=30)
+
+        for width in WIDTHS:
+            page.set_viewport_size({"width": width, "height": 900})
+            shot(page, f"dashboard-{width}px-wide")
+            out_of_view = page.evaluate(OUT_OF_VIEW)
+            assert out_of_view == [], f"at {width} px: {out_of_view}"
+            expect(page.locator("#signed-in")).to_be_visible()
+    finally:
+        context.close()
+        api.purge_all()
+
+
 def test_selector_is_replaced_by_a_notice_when_gpu_is_disabled(
     start_controller: StartController, namespace: str, chromium: Any
 ) -> None:
@@ -355,18 +474,6 @@ def scrolls_sideways(page: Any) -> bool:
     return overflow
 
 
-def line_count(page: Any, selector: str) -> int:
-    """How many lines the text of the first match takes on screen."""
-    count: int = page.locator(selector).first.evaluate(
-        """(element) => {
-            const range = document.createRange();
-            range.selectNodeContents(element);
-            return new Set([...range.getClientRects()].map((r) => Math.round(r.top))).size;
-        }"""
-    )
-    return count
-
-
 NARROW = {"width": 800, "height": 1000}
 # A profile whose node pool the testbed does not have: its box waits with the scheduler's
 # full explanation without holding a GPU another test needs.
@@ -444,8 +551,7 @@ def test_dashboard_fits_an_800px_window(
         page.locator('input[name="accelerator"][value="nvidia-h100"]').check()
         page.get_by_role("button", name="Create", exact=True).click()
         row = page.locator(f'tr[data-box="{waiting}"]')
-        summary = row.locator(".col-message details summary")
-        expect(summary).to_contain_text("Scheduling blocked:", timeout=READY_MS)
+        expect(row.locator(".col-message")).to_contain_text("Scheduling blocked:", timeout=READY_MS)
         # The stream may show the box before the held answer has been read in full.
         for _ in range(300):
             if held:
@@ -463,7 +569,8 @@ def test_dashboard_fits_an_800px_window(
         expect(page.get_by_role("radio", name="CPU only")).to_be_checked()
         expect(page.locator('input[name="accelerator"][value="nvidia-h100"]')).not_to_be_checked()
 
-        # The scheduler's long explanation is one line until it is expanded.
+        # The scheduler's long explanation is folded under the box's reason until it is
+        # expanded.
         affinity = "didn't match Pod's node affinity/selector"
 
         def placement_reason() -> str:
@@ -473,14 +580,17 @@ def test_dashboard_fits_an_800px_window(
             return text if affinity in text else ""
 
         message = wait_for(placement_reason, timeout=60)
-        expect(summary).to_contain_text(affinity)
-        summary_selector = f'tr[data-box="{waiting}"] .col-message summary'
-        assert line_count(page, summary_selector) == 1
-        assert summary.evaluate("(e) => e.scrollWidth > e.clientWidth")  # cut, not wrapped
+        more = row.locator(".col-message .message-more")
+        expect(more).to_have_text(message)
+        expect(more).to_be_hidden()
+        wait_for(reads_as_the_cli(page, api, waiting), timeout=30)
         # Written as text: the cell holds the disclosure and nothing parsed from the message.
-        assert row.locator(".col-message").evaluate(
-            "(cell) => [...cell.querySelectorAll('*')].map((e) => e.tagName).join()"
-        ) in ("DETAILS,SUMMARY", "DETAILS,SUMMARY,P")
+        assert (
+            row.locator(".col-message").evaluate(
+                "(cell) => [...cell.querySelectorAll('*')].map((e) => e.tagName).join()"
+            )
+            == "DETAILS,SUMMARY,P"
+        )
         assert not scrolls_sideways(page)
         for tr in page.locator("#box-rows tr").all():
             buttons = tr.locator(".col-actions button:visible")
@@ -493,10 +603,9 @@ def test_dashboard_fits_an_800px_window(
                 assert box["x"] + box["width"] <= NARROW["width"], box
         shot(page, "dashboard-800px")
 
-        summary.click()
+        row.locator(".col-message summary").click()
         expect(row.locator(".col-message details")).to_have_attribute("open", "")
-        assert line_count(page, summary_selector) > 1
-        expect(row.locator(".col-message")).to_have_text(message)
+        expect(more).to_be_visible()
         assert not scrolls_sideways(page)
         page.locator("#boxes").screenshot(path=str(ARTIFACTS / "dashboard-800px-message.png"))
     finally:
@@ -697,8 +806,9 @@ def test_a_person_signs_in_through_the_issuer_and_sees_only_their_boxes(
         expect(page.locator("#connection")).to_have_text("Live")
         expect(page.get_by_text(boxes["alice"], exact=True)).to_be_visible()
         expect(page.get_by_text(boxes["bob"], exact=True)).to_have_count(0)
-        # Not an admin: no filter by owner.
+        # Not an admin: no filter by owner, and no admin mark by the name.
         expect(page.locator("#owner-field")).to_be_hidden()
+        expect(page.locator("#signed-in")).to_have_text("Signed in as alice")
         assert page.evaluate("document.cookie") == ""
         shot(page, "signed-in-through-the-issuer")
     finally:

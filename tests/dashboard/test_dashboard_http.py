@@ -25,7 +25,7 @@ from devboxes_controller.web.sessions import (
     SessionStore,
     csrf_matches,
 )
-from devboxes_testbed.controller import Controller
+from devboxes_testbed.controller import Controller, example_settings
 from kubernetes import client
 from support import MemoryRecord, StartController, wait_for
 
@@ -334,6 +334,28 @@ def test_logout_needs_csrf_and_ends_the_session(controller: Controller) -> None:
     replay = requests.Session()
     replay.cookies.set(COOKIE, cookie)
     assert replay.get(f"{controller.url}/api/v1/whoami", timeout=10).status_code == 401
+
+
+def test_the_page_names_who_is_signed_in_and_marks_an_admin(
+    start_controller: StartController, namespace: str
+) -> None:
+    settings = example_settings(namespace)
+    settings["auth"] = {"adminGroups": ["gpu-admins"]}
+    controller = start_controller(settings)
+    # Sessions as the issuer's sign-in makes them: signed with the controller's token.
+    sessions = SessionStore(controller.token, ended())
+    for person, shown in [
+        (None, "<strong>operator</strong> (admin)"),
+        (Person("olivia", ("gpu-admins",)), "<strong>olivia</strong> (admin)"),
+        (Person("bob", ("staff",)), "<strong>bob</strong>"),
+        (Person('<b>"x"', ()), "<strong>&lt;b&gt;&quot;x&quot;</strong>"),
+    ]:
+        browser = requests.Session()
+        browser.cookies.set(COOKIE, sessions.create(person).cookie)
+        page = browser.get(f"{controller.url}/dashboard", allow_redirects=False, timeout=10)
+        assert page.status_code == 200
+        assert f'<p id="signed-in" class="signed-in">Signed in as {shown}</p>' in page.text
+        assert 'action="/dashboard/logout"' in page.text
 
 
 def _events(response: requests.Response) -> Iterator[tuple[str, Any]]:

@@ -62,6 +62,7 @@ from .sessions import (
     SessionsLoading,
     SessionStore,
     csrf_matches,
+    session_identity,
 )
 
 log = logging.getLogger(__name__)
@@ -265,12 +266,15 @@ def dashboard(request: Request) -> Response:
     if session is None:
         return RedirectResponse(f"{LOGIN}?next={HOME}", status_code=303)
     store: BoxStore = request.app.state.store
+    identity = session_identity(session, request.app.state.admin_groups)
     page = _page(
         _template(
             "dashboard.html",
             {
                 "csrf": session.csrf,
                 "ttl_max": str(store.settings.ttl.max_hours),
+                "user": identity.user,
+                "role": " (admin)" if identity.admin else "",
             },
         )
     )

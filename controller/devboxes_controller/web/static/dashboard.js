@@ -290,17 +290,15 @@ import * as labels from "./labels.js";
     row.cells.autostop.replaceChildren(time);
   }
 
-  // Longer messages (the scheduler's reasons run to several sentences) are collapsed to
-  // their first line, cut to the column's width; the whole text is one click away.
-  const SHORT_MESSAGE = 60;
-
+  // The first line is shown whole; the lines after it (the scheduler's reasons run to
+  // several sentences) are folded under it, one click away.
   function fillMessage(row, message) {
     // Unchanged text is left alone, so a message the user expanded stays open.
     if (row.message === message) return;
     row.message = message;
     const cell = row.cells.message;
     const [first, ...rest] = message.split("\n");
-    if (message.length <= SHORT_MESSAGE && rest.length === 0) {
+    if (rest.length === 0) {
       cell.textContent = message;
       return;
     }
@@ -310,13 +308,10 @@ import * as labels from "./labels.js";
     details.open = previous !== null && previous.open;
     const summary = document.createElement("summary");
     summary.textContent = first;
-    details.append(summary);
-    if (rest.length) {
-      const more = document.createElement("p");
-      more.className = "message-more";
-      more.textContent = rest.join("\n");
-      details.append(more);
-    }
+    const more = document.createElement("p");
+    more.className = "message-more";
+    more.textContent = rest.join("\n");
+    details.append(summary, more);
     cell.replaceChildren(details);
   }
 
@@ -398,8 +393,12 @@ import * as labels from "./labels.js";
     } else {
       row.cells.ssh.textContent = "—";
     }
+    // The first line is the reason in the words of the CLI and the Lab (the place in line
+    // and the free count while the box waits); the controller's full message follows.
+    const why = labels.reason(box);
     fillMessage(row, [
-      box.message || "",
+      why,
+      box.message !== why ? box.message || "" : "",
       activityText(box),
       box.restart_required ? `Restart required: ${box.restart_reason || "the release changed"}` : "",
     ].filter(Boolean).join("\n"));
