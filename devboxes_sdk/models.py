@@ -278,6 +278,9 @@ class Devbox(_Response):
     state: DevboxState
     preset: str
     created_at: AwareDatetime
+    # The box's Kubernetes uid: a box deleted and created again under its name gets
+    # another. None from controllers that do not send it.
+    uid: str | None = None
     # The person the box belongs to; "operator" for boxes made with the operator token.
     owner: str = "operator"
     expires_at: AwareDatetime | None = None

@@ -12,6 +12,7 @@ from jupyter_server.extension.application import ExtensionApp
 from traitlets import Bool, Float, Int, TraitError, Unicode, validate
 from traitlets.config import Config
 
+from devboxes_jupyter import release
 from devboxes_jupyter.client_factory import ClientFactory
 from devboxes_jupyter.handlers import EXECUTOR_SETTING, FACTORY_SETTING, WATCHER_SETTING, routes
 from devboxes_jupyter.kernelspecs import write_kernelspecs
@@ -225,8 +226,8 @@ class DevboxesJupyterApp(ExtensionApp):
         """A kernelspec directory of this server only, on its kernel search path; None
         when a devbox kernel could not start here (``_kernel_problem`` says why).
 
-        It holds the CPU kernelspec at once; the watcher adds one per GPU profile when
-        it has read the catalog.
+        It holds the CPU kernelspec at once; the watcher adds one per GPU profile that
+        some node serves when it has read the catalog and the availability.
         """
         assert self.serverapp is not None, "settings are initialized by a server"
         self._kernel_problem = kernel_problem(self.serverapp.config)
@@ -252,6 +253,8 @@ class DevboxesJupyterApp(ExtensionApp):
         self.handlers.extend(routes())
 
     async def stop_extension(self) -> None:
+        # Before the environment that points Client() at the controller is restored.
+        await release.server_stopping(self.log)
         self._watcher.stop()
         # A call in flight (with its retries) would otherwise outlive the server.
         await asyncio.to_thread(self._watcher.join, WATCHER_STOP_SECONDS)

@@ -19,7 +19,7 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
 from tornado import web
 
-from devboxes_jupyter import progress
+from devboxes_jupyter import box_start, progress
 from devboxes_jupyter.client_factory import ClientFactory
 from devboxes_jupyter.models import (
     RequestRejected,
@@ -222,19 +222,39 @@ class WatchHandler(DevboxesHandler):
 
 
 class KernelProgressHandler(DevboxesHandler):
-    """A failed devbox kernel start, dismissed by the user.
+    """A devbox kernel start the user is done with: one still waiting for its box is
+    cancelled, a failed one is dismissed.
 
     The record lives in the server, so a dismissed failure is gone from every page and
-    stays gone after a reload; it never reaches the controller.
+    stays gone after a reload; dismissing never reaches the controller.
     """
 
     @web.authenticated
     @authorized
     async def delete(self, kernel_id: str) -> None:
+        # The start ends on its own thread, where it gives back the box it took and
+        # then fails the kernel start with the reason.
+        if box_start.STARTS.cancel(kernel_id):
+            self._reply(202, {"kernel_id": kernel_id, "cancelled": True})
+            return
         if not progress.REGISTRY.dismiss(kernel_id):
-            self._reply(404, {"detail": "no failed devbox kernel start of that id"})
+            self._reply(404, {"detail": "no devbox kernel start of that id waits or failed"})
             return
         self._reply(200, {"kernel_id": kernel_id, "dismissed": True})
+
+
+class FailedKernelsHandler(DevboxesHandler):
+    """Every failed devbox kernel start, dismissed at once (the sidebar's Clear failures).
+
+    Starts still under way stay, as a single dismissal leaves them.
+    """
+
+    @web.authenticated
+    @authorized
+    async def delete(self) -> None:
+        failed = [k.kernel_id for k in progress.REGISTRY.snapshot() if k.phase == progress.FAILED]
+        dismissed = [kernel_id for kernel_id in failed if progress.REGISTRY.dismiss(kernel_id)]
+        self._reply(200, {"dismissed": dismissed})
 
 
 _ACTION = f"(?P<action>{'|'.join(ACTIONS)})"
@@ -246,6 +266,7 @@ def routes() -> list[tuple[str, type[DevboxesHandler]]]:
         (f"{API_ROOT}/capabilities", CapabilitiesHandler),
         (f"{API_ROOT}/whoami", WhoAmIHandler),
         (f"{API_ROOT}/watch", WatchHandler),
+        (f"{API_ROOT}/kernels", FailedKernelsHandler),
         (f"{API_ROOT}/kernels/(?P<kernel_id>[^/]+)", KernelProgressHandler),
         (f"{API_ROOT}/devboxes", DevboxCollectionHandler),
         (f"{API_ROOT}/devboxes/{_NAME}", DevboxHandler),

@@ -1,4 +1,5 @@
-"""Kernelspecs "Python 3 on <profile> (devbox)", one per GPU profile plus CPU only.
+"""Kernelspecs "Python 3 on <profile> (devbox)", one per GPU profile some node serves,
+plus CPU only.
 
 They live in a directory of the running server only (added to its kernel search path),
 because the catalog belongs to the controller and may change while Jupyter runs.
@@ -66,6 +67,22 @@ def write_kernelspecs(
             _replace(folder / f"logo-{size}x{size}.png", _logo(size))
         _replace(folder / "kernel.json", json.dumps(spec, indent=1).encode())
     return sorted(wanted)
+
+
+def unservable(availability: models.GpuAvailability | None) -> dict[str, str]:
+    """The profiles no node can serve, by name, each with the controller's reason.
+
+    A kernel of such a profile could only fail, after waiting for a box that never gets a
+    device. A count the controller cannot make (a DRA profile, a cluster it cannot see)
+    holds nothing back, and neither does a controller without availability (None).
+    """
+    if availability is None:
+        return {}
+    return {
+        entry.name: entry.reason or "no node offers its devices"
+        for entry in availability.profiles
+        if entry.capacity == 0
+    }
 
 
 @functools.cache

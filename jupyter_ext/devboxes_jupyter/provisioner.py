@@ -5,7 +5,8 @@ the controller's server-side wait, open one SSH connection to it with the operat
 key, start ``ipykernel`` there and forward the kernel's five ZMQ channels from local
 TCP ports to the kernel's Unix sockets on the box. Interrupts travel as messages on
 the control channel, so no signal has to cross SSH. Shutdown ends the kernel and the
-connection and leaves the box to its own auto-stop.
+connection and gives the box back after a grace (see ``release.py``). A box stopped
+under a running kernel stays stopped: only a restart someone asks for starts it again.
 
 The controller is reached with ``Client()``, which in a Jupyter server with the
 Devboxes extension resolves to the extension's controller (see ``app.py``).
@@ -37,11 +38,12 @@ from jupyter_core.paths import jupyter_data_dir
 from tornado import web
 from traitlets import Enum, Float, Int, Unicode
 
-from devboxes_jupyter import progress
+from devboxes_jupyter import box_start, hostkeys, progress, release
+from devboxes_jupyter.box_start import BoxRequest
 from devboxes_sdk import models
 from devboxes_sdk.client import Client, Devbox
 from devboxes_sdk.errors import BoxNotReady, Conflict, DevboxesError, NotFound
-from devboxes_sdk.labels import CPU_ONLY, reason, status_line
+from devboxes_sdk.labels import CPU_ONLY
 
 PROVISIONER_NAME = "devboxes"
 CPU = "cpu"
@@ -57,6 +59,7 @@ NO_KEY = (
     "no SSH key configured for devbox kernels: set c.DevboxKernelProvisioner.ssh_key_file "
     "in jupyter_server_config.py (the operator token has no keys of its own)"
 )
+RESTART_HINT = "To start the box again, restart the kernel (JupyterLab: Kernel › Change Kernel…)."
 # The program that starts the kernel on the box (see kernel_bootstrap.py), sent as text.
 _BOOTSTRAP = (files("devboxes_jupyter") / "kernel_bootstrap.py").read_text()
 
@@ -100,6 +103,13 @@ def running_message(box: Devbox) -> str:
     is where a person learns which one their code runs in."""
     message = f"kernel running in box {box.name}"
     return f"{message} (environment: {box.image.display_name})" if box.image else message
+
+
+def stopped_message(box: Devbox) -> str:
+    """What a kernel whose box was stopped under it ends with: the controller's word on
+    the stop (on request, its time to live, idleness) and how to carry on."""
+    why = box.message or "Stopped."
+    return f"box {box.name} was stopped, so its kernel ended: {why} {RESTART_HINT}"
 
 
 def key_problem(ssh_key_file: str) -> str | None:
@@ -178,8 +188,9 @@ class DevboxKernelProvisioner(LocalProvisioner):
 
     known_hosts_file = Unicode(
         "",
-        help="known_hosts file for box host keys, recorded on first use under the alias "
-        "devbox-<name>. Empty: <Jupyter data dir>/devboxes/known_hosts.",
+        help="known_hosts file for box host keys, recorded on first use under an alias "
+        "of the controller and the box's identity, devbox-<name>-<16 hex digits>. Empty: "
+        "<Jupyter data dir>/devboxes/known_hosts.",
     ).tag(config=True)
 
     owner = Unicode(
@@ -207,8 +218,18 @@ class DevboxKernelProvisioner(LocalProvisioner):
         "that just became ready (its address may take a moment to route).",
     ).tag(config=True)
 
+    stop_grace_seconds = Float(
+        60.0,
+        min=0.0,
+        help="Seconds after a kernel shuts down (not for a restart) before its box is "
+        "stopped, unless another kernel of this server or an SSH session uses it by then; "
+        "0 stops it at once.",
+    ).tag(config=True)
+
     _box: Devbox | None = None
-    _created = False
+    # The coming restart was asked for (Lab's Restart Kernel, the REST restart), not the
+    # automatic restart of a kernel that died.
+    _restart_asked = False
     # This start created the box or started it from stopped: a failure before the kernel
     # connects stops it again, so a failed start holds no device.
     _took = False
@@ -218,6 +239,8 @@ class DevboxKernelProvisioner(LocalProvisioner):
     _remote_home: str | None = None
     # The private key logins use, found before the box is asked for.
     _key_path: Path | None = None
+    # What the box's host key is recorded under (see hostkeys.py), set with the connection.
+    _host_key_alias: str | None = None
 
     @property
     def box_name(self) -> str:
@@ -239,56 +262,52 @@ class DevboxKernelProvisioner(LocalProvisioner):
 
     # -- the box ------------------------------------------------------------------
 
-    def _ready_box(self) -> tuple[Devbox, bool]:
-        """The user's box for this profile, ready; True when it was created just now."""
+    def _ready_box(self) -> Devbox:
+        """The user's box for this profile, ready.
+
+        Kernels of this server that ask for the box at once share one create, start and
+        wait (see ``box_start``)."""
         name = self.box_name
         wanted = self.profile or None
-        client = Client()
-        created = False
+        request = BoxRequest(name, wanted, self.preset, self.ttl_hours, self.start_timeout)
         try:
-            box = client.get(name)
-        except NotFound:
-            self._report("creating", f"creating box {name}")
-            box = client.create(name, preset=self.preset, ttl_hours=self.ttl_hours, gpu=wanted)
-            created = True
-        have = box.gpu.profile if box.gpu else None
-        if have != wanted:
-            # In the profiles' display names, as the kernelspecs and the sidebar name them.
-            catalog = {
-                profile.name: profile.display_name for profile in client.capabilities().gpu.profiles
-            }
-            raise self._fail(
-                f"box {name} exists with accelerator "
-                f"{box.gpu.display_name if box.gpu else CPU_ONLY}, not "
-                f"{catalog.get(wanted, wanted) if wanted else CPU_ONLY}; "
-                "delete it or set DevboxKernelProvisioner.owner"
+            ready = box_start.STARTS.ready(
+                self.kernel_id, request, self._wrong_accelerator, self._report
             )
-        self._took = created
-        if box.state is models.DevboxState.STOPPED:
-            self._report("starting", f"starting stopped box {name}")
-            box = client.start(name)
-            self._took = True
+        except box_start.StartCancelled as error:
+            raise self._fail(str(error)) from None
+        except box_start.StartFailed as failure:
+            if isinstance(failure.cause, BoxNotReady):
+                raise self._fail(f"box {name} is not ready: {failure}") from None
+            if isinstance(failure.cause, box_start.WrongBox):
+                raise self._fail(str(failure)) from None
+            raise failure.cause from None
+        self._took = ready.took
+        return ready.box
 
-        def update(current: Devbox) -> None:
-            line = status_line(current.state, reason(current.summary, current.message))
-            self._report("waiting", f"box {name}: {line}")
-
-        try:
-            box = client.wait_ready(name, self.start_timeout, on_update=update)
-        except BoxNotReady as error:
-            raise self._fail(f"box {name} is not ready: {error}{self._give_back()}") from None
-        return box, created
+    def _wrong_accelerator(self, client: Client, box: Devbox) -> str | None:
+        """Why ``box`` cannot serve this kernel: another accelerator than its profile."""
+        wanted = self.profile or None
+        have = box.gpu.profile if box.gpu else None
+        if have == wanted:
+            return None
+        # In the profiles' display names, as the kernelspecs and the sidebar name them.
+        catalog = {
+            profile.name: profile.display_name for profile in client.capabilities().gpu.profiles
+        }
+        return (
+            f"box {box.name} exists with accelerator "
+            f"{box.gpu.display_name if box.gpu else CPU_ONLY}, not "
+            f"{catalog.get(wanted, wanted) if wanted else CPU_ONLY}; "
+            "delete it or set DevboxKernelProvisioner.owner"
+        )
 
     def _give_back(self) -> str:
         """Stop the box if this start created or started it; what to add to the failure."""
         if not self._took:
             return ""
         self._took = False
-        try:
-            Client().stop(self.box_name)
-        except DevboxesError as error:
-            return f"; box {self.box_name} could not be stopped again: {error}"
-        return f"; box {self.box_name}, started for this kernel, is stopped again (home kept)"
+        return box_start.give_back_box(self.box_name)
 
     # -- SSH ----------------------------------------------------------------------
 
@@ -310,6 +329,7 @@ class DevboxKernelProvisioner(LocalProvisioner):
     def _ssh(self, *extra: str, command: str | None = None) -> list[str]:
         assert self._box is not None
         assert self._control_dir is not None
+        assert self._host_key_alias is not None
         return [
             "ssh",
             "-i",
@@ -326,10 +346,11 @@ class DevboxKernelProvisioner(LocalProvisioner):
             f"UserKnownHostsFile={self._known_hosts()}",
             "-o",
             "StrictHostKeyChecking=accept-new",
-            # Boxes behind one NodePort host share host:port over time; the box name
-            # keeps each box's host key apart.
+            # Boxes behind one NodePort host share host:port over time, and one name
+            # can belong to boxes of two clusters or to a box made again: the alias of
+            # the controller and the box's identity keeps each box's host key apart.
             "-o",
-            f"HostKeyAlias=devbox-{self._box.name}",
+            f"HostKeyAlias={self._host_key_alias}",
             "-o",
             "ConnectTimeout=15",
             "-o",
@@ -364,21 +385,14 @@ class DevboxKernelProvisioner(LocalProvisioner):
         except (OSError, subprocess.SubprocessError) as error:
             raise self._fail(f"the kernels' own SSH key could not be made: {error}") from None
 
-    def _open_master(self, forget_host_key: bool) -> None:
+    def _open_master(self) -> None:
         """One authenticated connection that the kernel session and forwards share."""
         assert self._box is not None
         if self._key_path is None:
             self._key_path = self._key()
         known = self._known_hosts()
         known.parent.mkdir(parents=True, exist_ok=True)
-        if forget_host_key and known.exists():
-            # A box created just now has new host keys; an old box of the name had others.
-            subprocess.run(
-                ["ssh-keygen", "-R", f"devbox-{self._box.name}", "-f", str(known)],
-                capture_output=True,
-                timeout=15,
-                check=False,
-            )
+        self._host_key_alias = hostkeys.alias(Client().url, self._box)
         self._control_dir = Path(tempfile.mkdtemp(prefix="devbox-ssh-"))
         errors = self._control_dir / "master.err"
         where = f"{self._login()}@{self._box.ssh_host}:{self._box.ssh_port}"
@@ -399,7 +413,12 @@ class DevboxKernelProvisioner(LocalProvisioner):
                 )
             if result.returncode == 0:
                 return
-            reason = _last_line(errors.read_text(errors="replace"))
+            said = errors.read_text(errors="replace")
+            if hostkeys.CHANGED_MARK in said:
+                raise self._fail(
+                    hostkeys.changed_message(self._box.name, self._host_key_alias, known)
+                )
+            reason = _last_line(said)
             transient = "Connection refused" in reason or "timed out" in reason
             if not transient or time.monotonic() > deadline:
                 raise self._fail(f"SSH to box {self._box.name} ({where}) failed: {reason}")
@@ -491,11 +510,36 @@ class DevboxKernelProvisioner(LocalProvisioner):
 
     # -- the provisioner interface ------------------------------------------------
 
+    async def shutdown_requested(self, restart: bool = False) -> None:
+        # A restart someone asks for first asks the kernel to shut down; the automatic
+        # restarter of a dead kernel kills it without asking, so it never gets here.
+        self._restart_asked = restart
+        await super().shutdown_requested(restart=restart)
+
+    def _refuse_stopped_box(self) -> None:
+        """Fail an automatic restart whose box was stopped or deleted under the kernel:
+        a stop by a person, an admin, the TTL or idleness is meant to free the device."""
+        name = self.box_name
+        try:
+            box = Client().get(name)
+        except NotFound:
+            raise self._fail(
+                f"box {name} was deleted, so its kernel ended. {RESTART_HINT}"
+            ) from None
+        except DevboxesError as error:
+            raise self._fail(f"the Devboxes controller refused box {name}: {error}") from None
+        if box.state is models.DevboxState.STOPPED:
+            raise self._fail(stopped_message(box))
+
     async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
+        automatic = self._box is not None and not self._restart_asked
+        self._restart_asked = False
+        if automatic:
+            await asyncio.to_thread(self._refuse_stopped_box)
         self._report("starting", f"preparing box {self.box_name}")
         self._key_path = await asyncio.to_thread(self._key)
         try:
-            box, created = await asyncio.to_thread(self._ready_box)
+            box = await asyncio.to_thread(self._ready_box)
         except DevboxKernelError:
             raise
         except DevboxesError as error:
@@ -509,7 +553,6 @@ class DevboxKernelProvisioner(LocalProvisioner):
             # The box moved between restarts: the old connection leads nowhere.
             await asyncio.to_thread(self._close_master)
         self._box = box
-        self._created = created
         return dict(await super().pre_launch(**kwargs))
 
     async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> KernelConnectionInfo:
@@ -520,7 +563,7 @@ class DevboxKernelProvisioner(LocalProvisioner):
                 await asyncio.to_thread(self._cancel_forwards)
             else:
                 await asyncio.to_thread(self._close_master)
-                await asyncio.to_thread(self._open_master, self._created)
+                await asyncio.to_thread(self._open_master)
             self._remote_home = await asyncio.to_thread(self._start_remote_kernel)
             await asyncio.to_thread(self._forward, self._remote_home)
         except DevboxKernelError as error:
@@ -557,6 +600,8 @@ class DevboxKernelProvisioner(LocalProvisioner):
         if not restart:
             await asyncio.to_thread(self._close_master)
             progress.REGISTRY.forget(self.kernel_id)
+            if self._box is not None:
+                release.kernel_closed(self._box, self.stop_grace_seconds, self.log)
 
     async def get_provisioner_info(self) -> dict[str, Any]:
         info: dict[str, Any] = await super().get_provisioner_info()

@@ -3,7 +3,9 @@
 - While a browser watches (asked within the last minute), it lists the boxes every
   ``poll_interval`` seconds, and GPU availability when the controller offers it. Many
   browser tabs cost the controller one request per interval, not one each.
-- It keeps the devbox kernelspecs in step with the GPU catalog.
+- It keeps the devbox kernelspecs in step with the GPU catalog and with which profiles
+  some node serves (GPU availability).
+- A failed kernel start goes once a later kernel of its box runs.
 
 Browsers long-poll ``/devboxes/api/watch``: the answer is held until the view changes
 (a box, availability, a kernel start's progress) or the wait runs out.
@@ -15,15 +17,15 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from devboxes_jupyter import progress
-from devboxes_jupyter.kernelspecs import write_kernelspecs
-from devboxes_jupyter.models import WatchView
+from devboxes_jupyter.kernelspecs import unservable, write_kernelspecs
+from devboxes_jupyter.models import KernelProgress, WatchView
 from devboxes_sdk import models
 from devboxes_sdk.client import Client
 from devboxes_sdk.errors import DevboxesError, NotFound
@@ -31,6 +33,23 @@ from devboxes_sdk.errors import DevboxesError, NotFound
 # A browser that has not asked for this long is gone; stop listing boxes for it.
 WATCHER_IDLE_SECONDS = 60.0
 CATALOG_REFRESH_SECONDS = 300.0
+# The phase of a start whose kernel runs.
+RUNNING = "running"
+
+
+def replaced(kernels: Iterable[KernelProgress]) -> list[str]:
+    """The failed starts of a box whose kernel, started later, now runs: the box works,
+    so the old failure says nothing any more."""
+    kernels = list(kernels)
+    running: dict[str, float] = {}
+    for kernel in kernels:
+        if kernel.phase == RUNNING:
+            running[kernel.box] = max(running.get(kernel.box, kernel.updated), kernel.updated)
+    return [
+        k.kernel_id
+        for k in kernels
+        if k.phase == progress.FAILED and k.box in running and k.updated < running[k.box]
+    ]
 
 
 @dataclass(frozen=True)
@@ -63,19 +82,24 @@ class Watcher:
         self._last_watch = 0.0
         self._next_catalog = 0.0
         self._availability_missing = False
+        # The catalog's profiles once read, and the profiles held back from the kernelspecs
+        # because no node serves them, with why.
+        self._profiles: list[models.GpuProfile] | None = None
+        self._held: dict[str, str] = {}
         self._version = 0
         self._listing = _Listing()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._changed: asyncio.Event | None = None
         self._thread = threading.Thread(target=self._run, name="devboxes-watcher", daemon=True)
-        progress.REGISTRY.listeners.append(self._bump)
+        progress.REGISTRY.listeners.extend([self._drop_replaced, self._bump])
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
-        with contextlib.suppress(ValueError):
-            progress.REGISTRY.listeners.remove(self._bump)
+        for listener in (self._drop_replaced, self._bump):
+            with contextlib.suppress(ValueError):
+                progress.REGISTRY.listeners.remove(listener)
         self._stop.set()
         self._wake.set()
 
@@ -98,14 +122,26 @@ class Watcher:
 
     def _refresh_catalog(self) -> None:
         try:
-            catalog = self._client().capabilities().gpu
-            profiles = catalog.profiles if catalog.enabled else []
-            assert self._kernel_dir is not None
-            write_kernelspecs(self._kernel_dir, profiles, self._kernel_python)
+            client = self._client()
+            catalog = client.capabilities().gpu
+            self._profiles = catalog.profiles if catalog.enabled else []
+            self._offer_kernels(self._availability(client))
             self._next_catalog = time.monotonic() + CATALOG_REFRESH_SECONDS
         except (DevboxesError, OSError) as error:
             # Try again on the next round; the CPU kernelspec is there meanwhile.
             self._log.warning("devboxes: cannot refresh the GPU catalog: %s", error)
+
+    def _offer_kernels(self, availability: models.GpuAvailability | None) -> None:
+        """A kernelspec for each profile of the catalog that some node serves."""
+        assert self._kernel_dir is not None
+        assert self._profiles is not None
+        held = unservable(availability)
+        offered = [p for p in self._profiles if p.name not in held]
+        write_kernelspecs(self._kernel_dir, offered, self._kernel_python)
+        for name, reason in held.items():
+            if self._held.get(name) != reason:
+                self._log.info("devboxes: no devbox kernel for profile %s: %s", name, reason)
+        self._held = held
 
     def _refresh_boxes(self) -> None:
         try:
@@ -117,6 +153,17 @@ class Watcher:
             )
         except DevboxesError as error:
             listing = replace(self._listing, error=str(error))
+        # Before the view changes: a page that sees new counts finds the kernelspecs
+        # that follow from them.
+        if (
+            self._kernel_dir is not None
+            and self._profiles is not None
+            and unservable(listing.availability) != self._held
+        ):
+            try:
+                self._offer_kernels(listing.availability)
+            except OSError as error:
+                self._log.warning("devboxes: cannot write the devbox kernelspecs: %s", error)
         with self._lock:
             changed = listing != self._listing
             self._listing = listing
@@ -132,6 +179,10 @@ class Watcher:
         except NotFound:
             self._availability_missing = True
             return None
+
+    def _drop_replaced(self) -> None:
+        for kernel_id in replaced(progress.REGISTRY.snapshot()):
+            progress.REGISTRY.dismiss(kernel_id)
 
     # -- the event loop side ------------------------------------------------------
 

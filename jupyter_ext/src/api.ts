@@ -163,3 +163,8 @@ export function deleteDevbox(name: string, purge: boolean): Promise<DeleteResult
 export function dismissKernel(kernelId: string): Promise<void> {
   return request<void>(`kernels/${encodeURIComponent(kernelId)}`, { method: 'DELETE' });
 }
+
+/** Forgets every failed devbox kernel start, for every page of this Jupyter server. */
+export function dismissFailedKernels(): Promise<void> {
+  return request<void>('kernels', { method: 'DELETE' });
+}

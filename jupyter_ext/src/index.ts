@@ -5,9 +5,11 @@ import {
 } from '@jupyterlab/application';
 import { ICommandPalette } from '@jupyterlab/apputils';
 import { ILauncher } from '@jupyterlab/launcher';
+import { INotebookTracker } from '@jupyterlab/notebook';
 import { LabIcon } from '@jupyterlab/ui-components';
 
 import { serverExtensionLoaded } from './api';
+import { HeldCells, STOP_COMMANDS } from './held';
 import { DevboxSidebar } from './sidebar';
 
 const COMMAND = 'devboxes:open-panel';
@@ -26,12 +28,13 @@ const plugin: JupyterFrontEndPlugin<void> = {
   id: 'devboxes-jupyter:plugin',
   description: 'Create GPU Devboxes from JupyterLab.',
   autoStart: true,
-  optional: [ILauncher, ICommandPalette, ILayoutRestorer],
+  optional: [ILauncher, ICommandPalette, ILayoutRestorer, INotebookTracker],
   activate: async (
     app: JupyterFrontEnd,
     launcher: ILauncher | null,
     palette: ICommandPalette | null,
-    restorer: ILayoutRestorer | null
+    restorer: ILayoutRestorer | null,
+    notebooks: INotebookTracker | null
   ) => {
     if (!(await serverExtensionLoaded())) {
       console.info(
@@ -45,6 +48,18 @@ const plugin: JupyterFrontEndPlugin<void> = {
     app.shell.add(sidebar, 'left', { rank: 600 });
     // Reopened after a reload if it was open before.
     restorer?.add(sidebar, 'devboxes-sidebar');
+    sidebar.onAvailability = () => void app.serviceManager.kernelspecs.refreshSpecs();
+    if (notebooks) {
+      const held = new HeldCells(notebooks, progress => sidebar.kernelTitle(progress));
+      sidebar.onKernels = kernels => held.update(kernels);
+      // Jupyter has no kernel to interrupt or shut down until its start answers: these
+      // commands cancel a start that is still waiting for its box.
+      app.commands.commandExecuted.connect((_, { id }) => {
+        if (STOP_COMMANDS.has(id)) {
+          held.cancelCurrent();
+        }
+      });
+    }
 
     app.commands.addCommand(COMMAND, {
       label: 'GPU Devbox',

@@ -287,6 +287,8 @@ export interface components {
              * Format: date-time
              */
             created_at: string;
+            /** Uid */
+            uid?: string | null;
             /**
              * Owner
              * @default operator

@@ -19,6 +19,7 @@ import {
   deleteDevbox,
   Devbox,
   DevboxesApiError,
+  dismissFailedKernels,
   dismissKernel,
   getCapabilities,
   getWhoAmI,
@@ -131,6 +132,7 @@ export class DevboxSidebar extends Widget {
   private readonly statusLine: HTMLElement;
   private readonly staleDetail: HTMLElement;
   private readonly kernelList: HTMLElement;
+  private readonly clearFailures: HTMLButtonElement;
   private readonly boxList: HTMLElement;
   private readonly userLine: HTMLElement;
   private capabilities: Capabilities | null = null;
@@ -263,7 +265,20 @@ export class DevboxSidebar extends Widget {
     // eye lands, not under the boxes.
     this.statusBox = element('div', { class: 'jp-Devboxes-status' });
     this.statusBox.append(this.statusLine, this.staleDetail);
-    this.node.append(header, this.statusBox, this.form, this.kernelList, this.boxList);
+    this.clearFailures = button(closeIcon, 'Clear failures', 'devbox-kernels-clear', () =>
+      this.act('clear the failed starts', dismissFailedKernels)
+    );
+    this.clearFailures.title = 'Dismiss every failed kernel start';
+    this.clearFailures.classList.add('jp-Devboxes-clearFailures');
+    this.clearFailures.hidden = true;
+    this.node.append(
+      header,
+      this.statusBox,
+      this.form,
+      this.clearFailures,
+      this.kernelList,
+      this.boxList
+    );
     void this.loadCapabilities();
     void this.showUser();
     void this.follow();
@@ -311,6 +326,10 @@ export class DevboxSidebar extends Widget {
     }
     this.fillAccelerators();
     this.fillEnvironments();
+    // Kernel starts listed before the catalog came are titled by profile name until then.
+    if (this.view) {
+      this.render(this.view);
+    }
   }
 
   /** The environment choice, shown only when the operator publishes image profiles. */
@@ -456,7 +475,13 @@ export class DevboxSidebar extends Widget {
   private render(view: IView): void {
     const availabilityChanged =
       JSON.stringify(view.availability) !== JSON.stringify(this.view?.availability);
+    const countsChanged =
+      JSON.stringify(view.availability?.profiles) !==
+      JSON.stringify(this.view?.availability?.profiles);
     this.view = view;
+    if (countsChanged) {
+      this.onAvailability?.();
+    }
     if (availabilityChanged) {
       this.fillAccelerators();
     }
@@ -495,6 +520,8 @@ export class DevboxSidebar extends Widget {
 
   private renderKernels(kernels: IKernelProgress[]): void {
     const starting = kernels.filter(k => k.phase !== 'running');
+    // One failure has its own Dismiss; several go at once.
+    this.clearFailures.hidden = starting.filter(k => k.phase === 'failed').length < 2;
     this.kernelList.replaceChildren(
       ...starting.map(k => {
         const item = element('li', {
@@ -510,12 +537,20 @@ export class DevboxSidebar extends Widget {
           );
           dismiss.title = 'Dismiss this failed start';
           head.append(dismiss);
+        } else if (k.phase !== 'connecting') {
+          // While it waits for its box, a start can still give the box back.
+          const cancel = button(stopIcon, 'Cancel', `devbox-kernel-cancel-${k.box}`, () =>
+            this.act('cancel the kernel start', () => dismissKernel(k.kernel_id))
+          );
+          cancel.title = 'Cancel this kernel start and give back a box it started';
+          head.append(cancel);
         }
         item.append(head, element('span', { class: 'jp-Devboxes-kernelMessage' }, k.message));
         return item;
       })
     );
     this.notify(kernels);
+    this.onKernels?.(kernels);
   }
 
   /** A JupyterLab notification per kernel start, so progress shows wherever the user is. */
@@ -549,7 +584,17 @@ export class DevboxSidebar extends Widget {
     }
   }
 
-  private kernelTitle(progress: IKernelProgress): string {
+  /**
+   * Told when the free counts change: the server then offers devbox kernels for the
+   * profiles some node serves, which the Launcher shows once it asks again.
+   */
+  onAvailability: (() => void) | null = null;
+
+  /** Told every devbox kernel start, each time the watch brings them. */
+  onKernels: ((kernels: IKernelProgress[]) => void) | null = null;
+
+  /** A start's kernel as the Launcher names it, e.g. "Python 3 on NVIDIA L4 (devbox)". */
+  kernelTitle(progress: IKernelProgress): string {
     return kernelTitle(progress.profile, this.capabilities?.gpu?.profiles ?? []);
   }
 

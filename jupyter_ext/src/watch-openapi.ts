@@ -111,6 +111,11 @@ export interface components {
              */
             created_at: string;
             /**
+             * Uid
+             * @default null
+             */
+            uid: string | null;
+            /**
              * Owner
              * @default operator
              */

@@ -25,7 +25,7 @@ from .cluster import (
     reassigner,
     start_component,
 )
-from .controller import Controller, example_settings
+from .controller import ANY_ADDRESS, Controller, example_settings
 from .errors import TestbedError
 from .hub import PEOPLE, Hub
 from .issuer import CLI_CLIENT_ID, DEMO_PEOPLE, Issuer
@@ -50,6 +50,9 @@ L4_DRA_PROFILE: dict[str, Any] = {
 ADMIN_GROUP = "gpu-admins"
 # Long enough for a working day on the stack without logging in again.
 ACCESS_LIFETIME = "12h"
+# A GPU box nobody uses (a notebook left open on a dead server, a forgotten SSH session's
+# box) is stopped after this many minutes, so its device comes back within minutes.
+IDLE_MINUTES = 15
 
 
 def merge_people(path: Path, tokens: Mapping[str, str]) -> None:
@@ -137,9 +140,16 @@ class Stack:
         secret = {"metadata": {"name": AUTHORIZED_KEYS}, "stringData": {"authorized_keys": keys}}
         client.CoreV1Api(self.testbed.api_client()).create_namespaced_secret(NAMESPACE, secret)
 
-    def settings(self) -> dict[str, Any]:
+    def settings(self, port: int | None = None) -> dict[str, Any]:
+        """The controller's settings; with a real node, ``port`` is where its boxes'
+        activity agents reach the controller."""
         settings = example_settings(NAMESPACE)
         node = self.testbed.real_node
+        if node is not None and port is not None:
+            settings["idle"] = {
+                "stopAfterMinutes": IDLE_MINUTES,
+                "controllerUrl": f"http://{node.machine_address}:{port}",
+            }
         settings["ssh"] = {
             **settings.get("ssh", {}),
             "authorizedKeysSecret": AUTHORIZED_KEYS,
@@ -176,13 +186,20 @@ class Stack:
         # JupyterLab reads the operator token from this file.
         token_file = self.state_dir / "controller-token"
         write_private(token_file, self.controller_token)
+        listen_host = "127.0.0.1"
+        if self.testbed.real_node is not None:
+            # The agents in the real node's boxes reach the controller at the machine's
+            # address, on a port their settings name before it starts.
+            listen_host = ANY_ADDRESS
+            port = port or free_port()
         return Controller(
             self.testbed.kubeconfig,
-            self.settings(),
+            self.settings(port),
             logs,
             token=self.controller_token,
             lease_seconds=None,
             port=port,
+            listen_host=listen_host,
         )
 
     def _follow_hub(self, logs: Path) -> None:

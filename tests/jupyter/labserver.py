@@ -281,19 +281,24 @@ def running_kernel_lab(
     owner_prefix: str,
     connect_timeout: int,
     extra_args: list[str] | None = None,
+    share_with: KernelLab | None = None,
 ) -> Iterator[KernelLab]:
     """A Lab as ``make up`` starts it, whose devbox kernels log in to this machine (whose
-    python has ipykernel) with a throwaway key, as a box of ``owner_prefix``-named user."""
+    python has ipykernel) with a throwaway key, as a box of ``owner_prefix``-named user.
+
+    With ``share_with``, a second Lab of that Lab's person: the same owner, key and
+    known_hosts file, as one OS user's Jupyter servers share them."""
     from sshd import make_key
 
-    key = make_key(base)
-    owner = f"{owner_prefix}{secrets.token_hex(3)}"
+    key = share_with.key if share_with else make_key(base)
+    owner = share_with.owner if share_with else f"{owner_prefix}{secrets.token_hex(3)}"
+    known_hosts = (share_with.base if share_with else base) / "known_hosts"
     args = [
         *(extra_args or []),
         f"--DevboxKernelProvisioner.ssh_key_file={key}",
         f"--DevboxKernelProvisioner.ssh_user={getpass.getuser()}",
         f"--DevboxKernelProvisioner.owner={owner}",
-        f"--DevboxKernelProvisioner.known_hosts_file={base / 'known_hosts'}",
+        f"--DevboxKernelProvisioner.known_hosts_file={known_hosts}",
         f"--DevboxKernelProvisioner.ssh_connect_timeout={connect_timeout}",
         f"--DevboxesJupyterApp.kernel_python={sys.executable}",
     ]

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 from devboxes_jupyter.provisioner import box_name
-from devboxes_testbed import L4
+from devboxes_testbed import L4, MIG
 from devboxes_testbed.cluster import free_port
 from devboxes_testbed.controller import Controller
 from labserver import (
@@ -40,6 +40,7 @@ from labserver import (
 from sshd import loopback_sshd, need_sshd
 from support import (
     CHROMIUM,
+    DevicePool,
     StartController,
     launch_chromium,
     wait_for,
@@ -58,6 +59,8 @@ IMAGES = REPO / "test-artifacts" / "jupyter"
 READY_TIMEOUT_MS = 180_000
 # The sidebar's width the narrow-panel checks use: about JupyterLab's default left area.
 NARROW_PX = 280
+# The node label of a profile that no node serves until a test puts it on one.
+LATER_LABEL = "devboxes.test/later"
 
 
 def _need_browser() -> None:
@@ -212,12 +215,13 @@ def _narrow_sidebar(page: Any, sidebar: Any, width: int = NARROW_PX) -> None:
 
 
 # Where the text of an element wraps inside a word ("…0 of 2 fr|ee…"), and whether any of
-# it lies beyond the element's or the sidebar's right edge (cut off or hidden).
+# it lies beyond the element's or its area's right edge (cut off or hidden): the sidebar,
+# a dialog.
 _TEXT_FIT = r"""
-(node) => {
-  const sidebar = node.closest('#devboxes-sidebar').getBoundingClientRect();
+(node, within) => {
+  const area = node.closest(within).getBoundingClientRect();
   const own = node.getBoundingClientRect();
-  const right = Math.min(sidebar.right, own.right) + 0.5;
+  const right = Math.min(area.right, own.right) + 0.5;
   const cuts = [];
   let beyond = node.scrollWidth > node.clientWidth;
   const walker = document.createTreeWalker(node, NodeFilter.SHOW_TEXT);
@@ -243,8 +247,8 @@ _TEXT_FIT = r"""
 """
 
 
-def _assert_fits(locator: Any, whole_words: bool = True) -> None:
-    fit = locator.evaluate(_TEXT_FIT)
+def _assert_fits(locator: Any, whole_words: bool = True, within: str = "#devboxes-sidebar") -> None:
+    fit = locator.evaluate(_TEXT_FIT, within)
     text = locator.inner_text()
     assert not fit["beyond"], f"cut off at the panel's edge: {text!r}"
     if whole_words:
@@ -567,6 +571,48 @@ def test_devbox_kernel_from_the_launcher_runs_a_cell(
             lab.api("DELETE", f"api/kernels/{kernel['id']}", timeout=60)
 
 
+def test_a_profile_no_node_serves_gets_no_tile_until_a_node_serves_it(
+    start_controller: StartController, pool: DevicePool, namespace: str, kube: Any, tmp_path: Path
+) -> None:
+    from kubernetes import client
+    from playwright.sync_api import expect
+
+    _need_browser()
+    # A second profile whose nodes carry a label no node has yet.
+    settings = pool.settings(namespace)
+    served = settings["gpu"]["profiles"][0]
+    later = {**served, "name": "later-gpu", "displayName": "Later GPU"}
+    later["nodeSelector"] = {LATER_LABEL: "yes"}
+    settings["gpu"]["profiles"].append(later)
+    controller = start_controller(settings)
+    args = ["--LabApp.expose_app_in_browser=True", "--DevboxesJupyterApp.poll_interval=2"]
+    with (
+        running_kernel_lab(
+            tmp_path, controller.url, controller.token, "o", connect_timeout=5, extra_args=args
+        ) as kernel_lab,
+        _browser_page() as page,
+    ):
+        lab = kernel_lab.lab
+        _open_lab(page, lab)
+        _open_sidebar(page)
+        tile = page.locator(".jp-LauncherCard[data-category='Notebook']", has_text="(devbox)")
+        expect(tile.filter(has_text=f"Python 3 on {pool.DISPLAY} (devbox)")).to_be_visible(
+            timeout=60_000
+        )
+        expect(tile.filter(has_text="Python 3 on CPU (devbox)")).to_be_visible()
+        # The catalog has been read, and the profile no node serves has no tile.
+        expect(tile).to_have_count(2)
+        assert "devbox-later-gpu" not in lab.api("GET", "api/kernelspecs")["kernelspecs"]
+        page.screenshot(path=str(IMAGES / "jupyter-launcher-unservable.png"))
+
+        # A node comes to serve it: its tile follows, with no reload and no server restart.
+        page.evaluate("window.devboxesNoReload = true")
+        client.CoreV1Api(kube).patch_node(pool.node, {"metadata": {"labels": {LATER_LABEL: "yes"}}})
+        expect(tile.filter(has_text="Python 3 on Later GPU (devbox)")).to_be_visible(timeout=60_000)
+        assert page.evaluate("window.devboxesNoReload === true")
+        page.screenshot(path=str(IMAGES / "jupyter-launcher-servable.png"))
+
+
 def test_sidebar_marks_a_stale_list_at_the_top_and_recovers_when_the_controller_is_back(
     start_controller: StartController, tmp_path: Path
 ) -> None:
@@ -619,31 +665,34 @@ def test_sidebar_marks_a_stale_list_at_the_top_and_recovers_when_the_controller_
     client.delete(name, purge=True)
 
 
-def test_a_failed_kernel_start_fits_is_dismissed_for_good_and_unusable_tiles_are_missing(
+def test_failed_kernel_starts_fit_are_dismissed_for_good_and_unusable_tiles_are_missing(
     controller: Controller, tmp_path: Path
 ) -> None:
     from playwright.sync_api import expect
 
     _need_browser()
     owner = f"fk{secrets.token_hex(3)}"
-    name = box_name(owner, None)
+    cpu, l4, mig = box_name(owner, None), box_name(owner, L4), box_name(owner, MIG)
     # No SSH key: no devbox kernel could start here.
     args = [f"--DevboxKernelProvisioner.owner={owner}"]
     with (
         running_lab(tmp_path / "lab", controller.url, controller.token, args) as lab,
         _browser_page() as page,
     ):
-        # A start from before the page loaded, through a kernelspec written by hand.
-        write_kernelspec(lab, "handmade", sys.executable, {})
+        # Starts from before the page loaded, through kernelspecs written by hand.
+        for kernel, profile in (("handmade", ""), ("handmade-l4", L4), ("handmade-mig", MIG)):
+            write_kernelspec(lab, kernel, sys.executable, {"profile": profile})
         message = refused(start_kernel(lab, "handmade"))
         assert message.startswith("no SSH key configured")
+        for kernel in ("handmade-l4", "handmade-mig"):
+            assert refused(start_kernel(lab, kernel)) == message
 
         _open_lab(page, lab)
         expect(page.locator(".jp-LauncherCard", has_text="handmade").first).to_be_visible()
         expect(page.locator(".jp-LauncherCard", has_text="(devbox)")).to_have_count(0)
         sidebar = _open_sidebar(page)
         _narrow_sidebar(page, sidebar)
-        failed = sidebar.get_by_test_id(f"devbox-kernel-{name}")
+        failed = sidebar.get_by_test_id(f"devbox-kernel-{cpu}")
         expect(failed).to_contain_text(message, timeout=60_000)
         expect(failed).to_have_attribute("data-phase", "failed")
         # The key's setting is one long word: it may break, but stays inside the panel.
@@ -651,17 +700,42 @@ def test_a_failed_kernel_start_fits_is_dismissed_for_good_and_unusable_tiles_are
         assert sidebar.evaluate("s => s.scrollWidth <= s.clientWidth"), "the panel scrolls"
         # Shown in place, not popped up again for a failure the page did not see happen.
         expect(page.locator(".Toastify__toast", has_text="no SSH key")).to_have_count(0)
+        clear = sidebar.get_by_test_id("devbox-kernels-clear")
+        expect(clear).to_be_visible()
         sidebar.screenshot(path=str(IMAGES / "jupyter-kernel-failed.png"))
 
-        sidebar.get_by_test_id(f"devbox-kernel-dismiss-{name}").click()
+        sidebar.get_by_test_id(f"devbox-kernel-dismiss-{cpu}").click()
         expect(failed).to_have_count(0, timeout=30_000)
         # Loaded afresh (with a reset layout, so the sidebar is opened as before).
         _open_lab(page, lab)
         sidebar = _open_sidebar(page)
         expect(sidebar.get_by_test_id("devbox-watch-status")).to_contain_text("Updated")
-        expect(sidebar.get_by_test_id(f"devbox-kernel-{name}")).to_have_count(0)
+        expect(sidebar.get_by_test_id(f"devbox-kernel-{cpu}")).to_have_count(0)
         expect(page.locator(".Toastify__toast", has_text="no SSH key")).to_have_count(0)
+
+        # The other failures go at once, with one control, for every page of the server.
+        # Each is titled as its profile's tile would be, with the catalog's display name.
+        catalog = Client(controller.url, controller.token).capabilities().gpu
+        for box, profile in ((l4, L4), (mig, MIG)):
+            entry = catalog.profile(profile)
+            assert entry is not None
+            failure = sidebar.get_by_test_id(f"devbox-kernel-{box}")
+            expect(failure).to_contain_text(message)
+            expect(failure).to_contain_text(f"Python 3 on {entry.display_name} (devbox)")
+        sidebar.get_by_test_id("devbox-kernels-clear").click()
+        expect(sidebar.locator(".jp-Devboxes-kernel")).to_have_count(0, timeout=30_000)
+        expect(sidebar.get_by_test_id("devbox-kernels-clear")).to_be_hidden()
         assert lab.api("GET", "devboxes/api/watch?after=-1&timeout=0")["kernels"] == []
+
+        # Started from its tile, the failure's whole sentence shows in JupyterLab's
+        # dialog, wrapped inside it.
+        page.locator(".jp-LauncherCard", has_text="handmade").first.click()
+        dialog = page.locator(".jp-Dialog-content", has_text="Error Starting Kernel")
+        expect(dialog).to_be_visible(timeout=120_000)
+        body = dialog.locator(".jp-Dialog-body")
+        expect(body).to_contain_text(message)
+        _assert_fits(body, whole_words=False, within=".jp-Dialog-content")
+        page.screenshot(path=str(IMAGES / "jupyter-kernel-error-dialog.png"))
 
 
 WIDGETS_NOTEBOOK = {

@@ -12,6 +12,8 @@ from __future__ import annotations
 import contextlib
 import re
 import secrets
+import shlex
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -34,12 +36,12 @@ from labserver import (
     write_kernelspec,
 )
 from sshd import loopback_sshd, need_sshd
-from support import wait_for
+from support import StartController, wait_for
 from test_jupyter_logo import png_size
 
 from devboxes_sdk import models
 from devboxes_sdk.client import Client, Devbox
-from devboxes_sdk.errors import BoxNotReady, NotFound
+from devboxes_sdk.errors import BoxNotReady, Conflict, NotFound
 
 KERNEL_START_TIMEOUT = 400
 
@@ -168,7 +170,7 @@ def test_kernel_runs_in_the_box_interrupts_restarts_and_shuts_down(
             channels.close()
 
         setup.lab.api("DELETE", f"api/kernels/{kernel_id}", timeout=60)
-        # Shutdown leaves the box to its auto-stop.
+        # The box outlives its kernel for the grace (see test_devbox_kernel_release.py).
         assert controller_client.get(name).state is models.DevboxState.READY
         kernels = [item["id"] for item in setup.lab.api("GET", "api/kernels")]
         assert kernel_id not in kernels
@@ -334,3 +336,100 @@ def test_no_free_device_before_the_timeout_is_the_message(
     # The box it created waits no longer for a device nobody will use.
     assert message.endswith("is stopped again (home kept)")
     assert controller_client.get(name).state is models.DevboxState.STOPPED
+
+
+def _kernel_starts(lab: Lab, kernelspec: str) -> None:
+    """A kernel of ``kernelspec`` starts; it is shut down again."""
+    started = start_kernel(lab, kernelspec)
+    assert started.status_code == 201, started.text
+    lab.api("DELETE", f"api/kernels/{started.json()['id']}", timeout=60)
+
+
+def test_one_person_s_boxes_of_one_name_on_two_clusters_keep_their_own_host_keys(
+    setup: KernelLab,
+    controller: Controller,
+    controller_client: Client,
+    start_controller: StartController,
+    cleanup: list[str],
+    tmp_path: Path,
+) -> None:
+    name = box_name(setup.owner, None)
+    cleanup.append(name)
+    other = start_controller()
+    other_client = Client(other.url, other.token)
+    # Boxes the person made beforehand, so neither start makes a box of its own.
+    controller_client.create(name, ttl_hours=1)
+    other_client.create(name, ttl_hours=1)
+    here, there = _box_port(controller_client, name), _box_port(other_client, name)
+    with (
+        running_kernel_lab(
+            tmp_path / "second", other.url, other.token, "", connect_timeout=20, share_with=setup
+        ) as second,
+        loopback_sshd(setup.base / "sshd-here", here, setup.key.with_suffix(".pub")),
+        loopback_sshd(tmp_path / "sshd-there", there, setup.key.with_suffix(".pub")),
+    ):
+        wait_for(lambda: "devbox-cpu" in _kernelspecs(setup.lab), timeout=60)
+        wait_for(lambda: "devbox-cpu" in _kernelspecs(second.lab), timeout=60)
+        _kernel_starts(setup.lab, "devbox-cpu")
+        _kernel_starts(second.lab, "devbox-cpu")
+        # Each box's key is still the one recorded for it.
+        _kernel_starts(setup.lab, "devbox-cpu")
+
+
+def test_a_box_recreated_under_its_name_is_trusted_anew(
+    setup: KernelLab, controller_client: Client, cleanup: list[str]
+) -> None:
+    name = box_name(setup.owner, None)
+    cleanup.append(name)
+    first = controller_client.create(name, ttl_hours=1)
+    wait_for(lambda: "devbox-cpu" in _kernelspecs(setup.lab), timeout=60)
+    port = _box_port(controller_client, name)
+    with loopback_sshd(setup.base / "sshd-before", port, setup.key.with_suffix(".pub")):
+        _kernel_starts(setup.lab, "devbox-cpu")
+    # With its home volume goes the box's host key: the new box makes another.
+    controller_client.delete(name, purge=True)
+
+    def recreated() -> Devbox | None:
+        """a box of the name can be created again, its old home volume gone"""
+        with contextlib.suppress(Conflict):
+            return controller_client.create(name, ttl_hours=1)
+        return None
+
+    again: Devbox = wait_for(recreated, timeout=120)
+    # The controller tells the two boxes apart, which is what their host keys follow.
+    assert first.uid is not None
+    assert again.uid not in (None, first.uid)
+    port = _box_port(controller_client, name)
+    with loopback_sshd(setup.base / "sshd-after", port, setup.key.with_suffix(".pub")):
+        _kernel_starts(setup.lab, "devbox-cpu")
+
+
+def test_a_changed_host_key_of_the_same_box_fails_the_start_saying_how_to_recover(
+    setup: KernelLab, controller_client: Client, cleanup: list[str]
+) -> None:
+    name = box_name(setup.owner, None)
+    cleanup.append(name)
+    controller_client.create(name, ttl_hours=1)
+    wait_for(lambda: "devbox-cpu" in _kernelspecs(setup.lab), timeout=60)
+    port = _box_port(controller_client, name)
+    with loopback_sshd(setup.base / "sshd-kept", port, setup.key.with_suffix(".pub")):
+        _kernel_starts(setup.lab, "devbox-cpu")
+    # The same box answers with another key.
+    with loopback_sshd(setup.base / "sshd-replaced", port, setup.key.with_suffix(".pub")):
+        message = refused(start_kernel(setup.lab, "devbox-cpu"))
+        known_hosts = setup.base / "known_hosts"
+        assert message.startswith(
+            f"the SSH host key of box {name} changed since it was first seen: "
+        ), message
+        assert "someone with root in the box replaced them" in message
+        assert "the connection may be intercepted" in message
+        recovery = re.search(r"`(ssh-keygen -R \S+ -f (\S+))`", message)
+        assert recovery is not None, message
+        assert shlex.split(recovery.group(2)) == [str(known_hosts)]
+        # The box was running before the start: it is left running, nothing is added.
+        assert message.endswith("and start the kernel again"), message
+        assert controller_client.get(name).state is models.DevboxState.READY
+
+        # The command the message gives is all it takes.
+        subprocess.run(shlex.split(recovery.group(1)), capture_output=True, check=True)
+        _kernel_starts(setup.lab, "devbox-cpu")

@@ -573,3 +573,23 @@ async def test_a_failed_kernel_start_is_dismissed_for_every_page_and_a_live_one_
     finally:
         progress.REGISTRY.forget("k-failed")
         progress.REGISTRY.forget("k-live")
+
+
+async def test_every_failed_kernel_start_is_dismissed_at_once_and_live_ones_stay(
+    jp_fetch: Fetch, controller: RecordingController
+) -> None:
+    failed = ["k-clear-1", "k-clear-2"]
+    for kernel_id in failed:
+        progress.REGISTRY.update(kernel_id, f"nb-{kernel_id}", "", progress.FAILED, "no SSH key")
+    progress.REGISTRY.update("k-clear-live", "nb-ada-l4", "nvidia-l4", "waiting", "box nb-ada-l4")
+    try:
+        answer = await jp_fetch("devboxes", "api", "kernels", method="DELETE")
+        assert sorted(_json(answer)["dismissed"]) == failed
+        view = _json(await jp_fetch("devboxes", "api", "watch", params={"timeout": "0"}))
+        assert [k["kernel_id"] for k in view["kernels"]] == ["k-clear-live"]
+        again = await jp_fetch("devboxes", "api", "kernels", method="DELETE")
+        assert _json(again) == {"dismissed": []}
+        assert not [seen for seen in controller.requests if "kernel" in seen.path]
+    finally:
+        for kernel_id in [*failed, "k-clear-live"]:
+            progress.REGISTRY.forget(kernel_id)

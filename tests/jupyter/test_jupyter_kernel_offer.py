@@ -1,15 +1,20 @@
 """Devbox kernels are offered only where one could start, and a failed start can be
-dismissed: the pure parts, without a server."""
+dismissed or goes once a later kernel of its box runs: the pure parts, without a server."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from devboxes_jupyter import progress
 from devboxes_jupyter.app import kernel_problem
+from devboxes_jupyter.kernelspecs import unservable
+from devboxes_jupyter.watcher import Watcher
 from traitlets.config import Config
 
+from devboxes_sdk import models
+from devboxes_sdk.client import Client
 from devboxes_sdk.config import ENV_CONFIG, ENV_TOKEN, ENV_TOKEN_FILE, ENV_URL
 
 
@@ -62,3 +67,40 @@ def test_only_a_failed_start_is_dismissed_and_listeners_hear_of_it() -> None:
     assert [k.kernel_id for k in registry.snapshot()] == ["k1"]
     assert len(heard) == 3
     assert registry.dismiss("k2") is False
+
+
+def _availability(*entries: models.ProfileAvailability) -> models.GpuAvailability:
+    return models.GpuAvailability(observed_at=datetime.now(UTC), profiles=list(entries))
+
+
+def test_a_profile_no_node_serves_is_held_back_with_the_controllers_reason() -> None:
+    no_node = "No node matches the profile's node selector"
+    availability = _availability(
+        models.ProfileAvailability(name="busy", available=0, capacity=2, waiting=3),
+        models.ProfileAvailability(name="nowhere", available=0, capacity=0, reason=no_node),
+        # A DRA profile, or a controller that cannot see the cluster: counts unknown.
+        models.ProfileAvailability(name="uncounted", reason="Free devices are not counted"),
+    )
+    assert unservable(availability) == {"nowhere": no_node}
+    # A controller without the availability route: every profile is offered.
+    assert unservable(None) == {}
+
+
+def test_a_failure_a_later_kernel_of_the_same_box_replaced_is_dismissed() -> None:
+    registry = progress.REGISTRY
+    watcher = Watcher(lambda: Client("http://127.0.0.1:9", "t" * 40), 2, None, "python3", None)
+    ids = [f"replaced-{n}" for n in range(4)]
+    try:
+        registry.update(ids[0], "nb-ada-cpu", "", progress.FAILED, "SSH to box failed")
+        registry.update(ids[1], "nb-ada-l4", "nvidia-l4", progress.FAILED, "not ready")
+        registry.update(ids[2], "nb-ada-cpu", "", "running", "kernel running in box nb-ada-cpu")
+        kept = [k.kernel_id for k in registry.snapshot() if k.kernel_id in ids]
+        # Another box's failure stays, and so does a failure after the success.
+        assert kept == ids[1:3]
+        registry.update(ids[3], "nb-ada-cpu", "", progress.FAILED, "SSH to box failed")
+        kept = [k.kernel_id for k in registry.snapshot() if k.kernel_id in ids]
+        assert kept == ids[1:]
+    finally:
+        watcher.stop()
+        for kernel_id in ids:
+            registry.forget(kernel_id)

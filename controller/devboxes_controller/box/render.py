@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from devboxes_sdk.models import API_PREFIX, PRESETS, Preset
@@ -59,6 +59,10 @@ ANNOTATION_PRESET = ANNOTATION_PREFIX + "preset"
 ANNOTATION_TTL_HOURS = ANNOTATION_PREFIX + "ttl-hours"
 ANNOTATION_EXPIRES_AT = ANNOTATION_PREFIX + "expires-at"
 ANNOTATION_REPOSITORY = ANNOTATION_PREFIX + "repository"
+# When the box was created or last started, until its pod is given a node: its time to live
+# does not run while it waits in line for a device, and once its pod has a node the
+# reconciler moves its deadline later by the wait and removes this.
+ANNOTATION_WAITING_SINCE = ANNOTATION_PREFIX + "waiting-since"
 # Written by the reconciler when the TTL stops a box.
 ANNOTATION_EXPIRED_AT = ANNOTATION_PREFIX + "expired-at"
 # The main container's image and resources as created: pinned like the GPU profile, so
@@ -716,6 +720,9 @@ def render_deployment(spec: BoxSpec, settings: Settings, replicas: int = 1) -> d
         ANNOTATION_PINNED_MAIN: _pinned_main(template).to_json(),
         ANNOTATION_TEMPLATE: canonical_json(template_hashes(template)),
     }
+    if replicas:
+        asked = spec.expires_at - timedelta(hours=spec.ttl_hours)
+        metadata["annotations"][ANNOTATION_WAITING_SINCE] = format_timestamp(asked)
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",

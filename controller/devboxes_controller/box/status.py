@@ -154,6 +154,13 @@ def _pod_ready(pod: Obj | None) -> bool:
     return bool(pod and ready and ready.get("status") == "True")
 
 
+def waits_for_node(objects: BoxObjects) -> bool:
+    """Whether the box has no pod on a node yet: it is in line, gated, or being scheduled,
+    and holds no device."""
+    pod = current_pod(objects.pods)
+    return pod is None or not (pod.get("spec") or {}).get("nodeName")
+
+
 def _readiness_withdrawn(pod: Obj) -> bool:
     """Whether Kubernetes took the pod's readiness away for its node's sake.
 
@@ -458,6 +465,7 @@ def derive(objects: BoxObjects, settings: Settings, now: datetime) -> Devbox:
         state=state,
         preset=annotations.get(render.ANNOTATION_PRESET, "small"),
         created_at=_parse_time(metadata.get("creationTimestamp")) or now,
+        uid=metadata.get("uid"),
         owner=ownership.owner_of(deployment),
         expires_at=_parse_time(annotations.get(render.ANNOTATION_EXPIRES_AT)),
         repository=annotations.get(render.ANNOTATION_REPOSITORY) or None,

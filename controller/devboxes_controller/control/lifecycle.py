@@ -32,7 +32,7 @@ from ..config.settings import (
 )
 from ..k8s import kube
 from ..k8s.kube import RETRY_AFTER_SECONDS, ApiProblem, Conflict, NotFound, Obj, rule_broken
-from ..k8s.timestamps import format_timestamp
+from ..k8s.timestamps import format_timestamp, parse_timestamp
 from ..placement import limits
 from ..state.metrics import METRICS
 from ..state.store import BoxStore
@@ -578,6 +578,7 @@ class Lifecycle:
                     "annotations": {
                         **groups,
                         render.ANNOTATION_EXPIRES_AT: format_timestamp(expires),
+                        render.ANNOTATION_WAITING_SINCE: format_timestamp(now),
                         render.ANNOTATION_EXPIRED_AT: None,
                         # A new pod: what the last one's agent said no longer holds.
                         activity.ANNOTATION_ACTIVITY: None,
@@ -595,6 +596,37 @@ class Lifecycle:
             f"Started; stops automatically at {format_timestamp(expires)}",
         )
         return self._current(name, updated)
+
+    def begin_time_to_live(self, name: str, deployment: Obj, now: datetime) -> Obj:
+        """A box whose pod was first given a node since it was created or started: its
+        deadline moves later by the time it waited, so a wait in line costs none of its
+        time to live."""
+        annotations = deployment["metadata"].get("annotations") or {}
+        since = parse_timestamp(annotations[render.ANNOTATION_WAITING_SINCE])
+        waited = max(now - since, timedelta(0))
+        expires = parse_timestamp(annotations[render.ANNOTATION_EXPIRES_AT]) + waited
+        stamp = format_timestamp(expires)
+        updated = self._patch(
+            name,
+            {
+                "metadata": {
+                    "annotations": {
+                        render.ANNOTATION_EXPIRES_AT: stamp,
+                        render.ANNOTATION_WAITING_SINCE: None,
+                    },
+                    # Another writer's change in between (an extend, a stop) wins.
+                    "resourceVersion": deployment["metadata"]["resourceVersion"],
+                }
+            },
+        )
+        if waited >= timedelta(minutes=1):
+            self.record(
+                updated,
+                "TimeToLiveMoved",
+                f"Given a node after waiting {int(waited.total_seconds() // 60)} min; "
+                f"stops automatically at {stamp}",
+            )
+        return updated
 
     def rebuild_if_changed(self, deployment: Obj) -> Obj | None:
         """Replace the pod template with the release's, rendered from the box's pinned

@@ -19,7 +19,7 @@ import threading
 import time
 from datetime import datetime, timedelta
 
-from ..box import activity, render
+from ..box import activity, render, status
 from ..config.settings import SnapshotError
 from ..k8s.kube import ApiProblem, Obj
 from ..k8s.lease import LeaderElector
@@ -162,9 +162,17 @@ class Reconciler:
         name = render.box_name_of(deployment)
         if name is None or deployment["metadata"].get("deletionTimestamp"):
             return None
-        spec = self._spec(name, deployment)
         running = (deployment.get("spec") or {}).get("replicas", 1) != 0
-        if running and spec.expires_at <= now:
+        annotations = deployment["metadata"].get("annotations") or {}
+        # A box waiting in line for a device has not begun its time to live.
+        ttl_runs = running
+        if running and render.ANNOTATION_WAITING_SINCE in annotations:
+            objects = self._store.objects(name)
+            ttl_runs = objects is not None and not status.waits_for_node(objects)
+            if ttl_runs:
+                deployment = self._lifecycle.begin_time_to_live(name, deployment, now)
+        spec = self._spec(name, deployment)
+        if ttl_runs and spec.expires_at <= now:
             self._lifecycle.stop_box(name, expired_at=spec.expires_at)
             METRICS.expired.inc()
             log.info("box expired", extra={"box": name})
@@ -186,7 +194,10 @@ class Reconciler:
             # A stopped box has no pod to disturb: it follows the release at once.
             self._follow_release(name, deployment)
             return None
-        return min(spec.expires_at, idle_stop) if idle_stop is not None else spec.expires_at
+        deadlines = [spec.expires_at] if ttl_runs else []
+        if idle_stop is not None:
+            deadlines.append(idle_stop)
+        return min(deadlines, default=None)
 
     def _repair(self, name: str, spec: render.BoxSpec, deployment: Obj, running: bool) -> None:
         # Only what this pass created counts: until the watch delivers an object written

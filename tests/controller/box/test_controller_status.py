@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from devboxes_controller.box import render
 from devboxes_controller.box.activity import ANNOTATION_ACTIVITY, ANNOTATION_IDLE_STOPPED
-from devboxes_controller.box.status import BoxObjects, derive
+from devboxes_controller.box.status import BoxObjects, derive, waits_for_node
 from devboxes_controller.config.settings import Settings, settings_from_mapping
 from devboxes_controller.k8s.timestamps import format_timestamp
 
@@ -586,3 +586,23 @@ def test_an_unreadable_snapshot_degrades_the_box_instead_of_hiding_it() -> None:
     assert box.message is not None
     assert box.message.startswith("The pinned GPU profile cannot be read")
     assert box.gpu is None
+
+
+@pytest.mark.parametrize(
+    ("pods", "waits"),
+    [
+        ((), True),
+        ((pod(node=None, phase="Pending"),), True),
+        ((pod(),), False),
+        ((pod(ready=True),), False),
+    ],
+    ids=["no pod yet", "pod without a node", "pod on a node, not ready", "ready pod"],
+)
+def test_a_box_waits_for_a_node_until_its_pod_has_one(pods: tuple[Obj, ...], waits: bool) -> None:
+    assert waits_for_node(BoxObjects(deployment=deployment(gpu=True), pods=pods)) is waits
+
+
+def test_a_running_box_records_when_it_began_to_wait_and_a_stopped_one_does_not() -> None:
+    annotations = deployment()["metadata"]["annotations"]
+    assert annotations[render.ANNOTATION_WAITING_SINCE] == "2030-01-01T08:00:00Z"
+    assert render.ANNOTATION_WAITING_SINCE not in deployment(replicas=0)["metadata"]["annotations"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -14,7 +15,7 @@ from devboxes_controller.k8s.timestamps import format_timestamp
 from devboxes_testbed import MIG
 from devboxes_testbed.controller import Controller, example_settings
 from kubernetes import client
-from support import StartController, lease_holder, two_hour_spec, wait_for
+from support import DevicePool, StartController, lease_holder, two_hour_spec, wait_for
 
 
 def api_call(process: Controller, method: str, path: str, **kwargs: Any) -> Any:
@@ -257,3 +258,40 @@ def test_only_the_leader_expires_boxes_and_a_survivor_takes_over(
     wait_for(lambda: box(follower, "second-expiry")["state"] == "stopped", timeout=60)
     assert wait_for(lambda: expired_in_log(follower, "second-expiry"), timeout=60)
     assert wait_for(lambda: events(kube, namespace, "second-expiry", "Expired"))
+
+
+def test_time_to_live_waits_while_the_box_waits_for_a_device(
+    start_controller: StartController, pool: DevicePool, kube: Any, namespace: str
+) -> None:
+    process = start_controller(pool.settings(namespace))
+    gpu = {"profile": DevicePool.PROFILE}
+    api_call(process, "POST", "/devboxes", json={"name": "holder", "gpu": gpu})
+    api_call(process, "GET", "/devboxes/holder", params={"wait": "ready", "timeout": 120})
+    api_call(process, "POST", "/devboxes", json={"name": "waiter", "gpu": gpu, "ttl_hours": 1})
+    wait_for(lambda: "in line" in (box(process, "waiter")["message"] or ""), timeout=60)
+
+    # Its time to live runs out while it waits: it keeps its place and is not stopped.
+    expire_now(kube, namespace, "waiter")
+    deadline = datetime.now(UTC) - timedelta(minutes=1)
+    for _ in range(10):
+        time.sleep(1)
+        waiting = box(process, "waiter")
+        assert waiting["state"] == "starting", waiting
+        assert replicas(kube, namespace, "waiter") == 1
+    assert not expired_in_log(process, "waiter")
+
+    # The device frees: once the box is ready, its deadline has moved later by its wait, so
+    # the time to live that ran out while it waited still stops it, at once.
+    freed_at = datetime.now(UTC)
+    api_call(process, "POST", "/devboxes/holder/stop")
+    stopped = wait_for(lambda: (b := box(process, "waiter"))["state"] == "stopped" and b, 120)
+    assert "time to live" in stopped["message"], stopped
+    annotations = (
+        client.AppsV1Api(kube)
+        .read_namespaced_deployment(render.object_names("waiter").deployment, namespace)
+        .metadata.annotations
+    )
+    assert render.ANNOTATION_WAITING_SINCE not in annotations
+    moved = datetime.fromisoformat(annotations[render.ANNOTATION_EXPIRES_AT])
+    waited = freed_at - datetime.fromisoformat(stopped["created_at"])
+    assert moved >= deadline + waited - timedelta(seconds=3), (moved, deadline, waited)
