@@ -532,24 +532,25 @@ def test_a_persons_lab_runs_a_kernel_with_a_key_of_its_own_that_only_their_boxes
             "--DevboxKernelProvisioner.owner=alice",
             f"--DevboxKernelProvisioner.known_hosts_file={tmp_path / 'known_hosts'}",
         ]
-        with running_lab(tmp_path / "lab", process.url, token, args) as lab:
-            wait_for(lambda: CPU_KERNEL in lab.api("GET", "api/kernelspecs")["kernelspecs"])
-            with KernelChannels.start(lab, CPU_KERNEL, timeout=300) as channels:
-                result = channels.execute("import getpass; print(getpass.getuser())")
-            assert result.status == "ok", result.errors
-            assert result.stdout.strip() == "dev"
-            own = lab.data.parent / "user-data" / "devboxes" / "kernel_ed25519"
         alice = Api(process)
         alice.session.headers["Authorization"] = f"Bearer {token}"
-        keys = alice.call("GET", "/keys")["items"]
-        assert [k["comment"] for k in keys] == ["devbox-kernels-alice"]
-        box = alice.box(box_name("alice", None))
-        assert box["owner"] == "alice"
-        # Her kernel's key logs in; the operator's does not.
-        assert ssh(box, own, "true").returncode == 0
-        refused = ssh(box, key, "true")
-        assert refused.returncode == 255
-        assert "Permission denied" in refused.stderr
+        with running_lab(tmp_path / "lab", process.url, token, args) as lab:
+            wait_for(lambda: CPU_KERNEL in lab.api("GET", "api/kernelspecs")["kernelspecs"])
+            # While the kernel runs: a Lab that stops gives its kernels' boxes back.
+            with KernelChannels.start(lab, CPU_KERNEL, timeout=300) as channels:
+                result = channels.execute("import getpass; print(getpass.getuser())")
+                assert result.status == "ok", result.errors
+                assert result.stdout.strip() == "dev"
+                own = lab.data.parent / "user-data" / "devboxes" / "kernel_ed25519"
+                keys = alice.call("GET", "/keys")["items"]
+                assert [k["comment"] for k in keys] == ["devbox-kernels-alice"]
+                box = alice.box(box_name("alice", None))
+                assert box["owner"] == "alice"
+                # Her kernel's key logs in; the operator's does not.
+                assert ssh(box, own, "true").returncode == 0
+                refused = ssh(box, key, "true")
+                assert refused.returncode == 255
+                assert "Permission denied" in refused.stderr
         alice.purge(box["name"])
     finally:
         process.stop()

@@ -145,7 +145,22 @@ def test_extend_moves_the_deadline_within_the_maximum_ttl(
     settings["ttl"] = {"defaultHours": 2, "maxHours": 4}
     process = start_controller(settings)
     sdk = Client(process.url, process.token)
+    # The time to live of a box begins once its pod has a node.
     box = sdk.create("longer", ttl_hours=2)
+    apps = client.AppsV1Api(kube)
+
+    def deadline_set() -> str | None:
+        """the box's pod has a node and its deadline no longer waits for one"""
+        deployment = apps.read_namespaced_deployment(
+            render.object_names("longer").deployment, namespace
+        )
+        annotations = deployment.metadata.annotations or {}
+        if render.ANNOTATION_WAITING_SINCE in annotations:
+            return None
+        return str(annotations[render.ANNOTATION_EXPIRES_AT])
+
+    deadline = datetime.fromisoformat(wait_for(deadline_set, timeout=60))
+    box = wait_for(lambda: (current := box.refresh()).expires_at == deadline and current)
     assert box.expires_at is not None
     first = box.expires_at
 
