@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TESTBED := PYTHONPATH=testbed $(PY) -m devboxes_testbed
 
-.PHONY: dist images up down test test-unit test-slow check-clean screenshots lint testbed venv system-packages node-deps cassettes openapi chart-schema labels labextension clean
+.PHONY: dist images up down test test-unit test-slow check-clean screenshots lint testbed venv system-packages node-deps cassettes generated openapi chart-schema labels labextension clean
 
 # package.json holds the version that the installed metadata reports.
 $(STAMP): pyproject.toml jupyter_ext/package.json
@@ -93,21 +93,25 @@ down: $(STAMP)
 cassettes: $(STAMP) testbed
 	$(VENV)/bin/pytest -q -p no:cacheprovider tests/sdk -m cassette --record-mode=rewrite
 
+# Every generated file of the project, written afresh from its source: the three targets
+# below (the chart's values schema needs the venv alone; the others Node.js and npm).
+# tests/test_generated_files.py fails, naming the file and this target, until a committed
+# one follows a change of its source.
+generated: openapi labels chart-schema
+
 # The API's OpenAPI document as the code defines it, and the server extension's own for
-# its watch route, with the TypeScript types generated from each;
-# tests/jupyter/test_openapi_types.py fails until all four follow a contract change.
+# its watch route, with the TypeScript types generated from each.
 openapi: $(STAMP) $(NODE_DEPS)
 	$(PY) -c 'import json, sys; from devboxes_controller.web.api import contract; json.dump(contract(), sys.stdout, indent=1); print()' > jupyter_ext/openapi.json
 	$(PY) -c 'import json, sys; from devboxes_jupyter.models import watch_contract; json.dump(watch_contract(), sys.stdout, indent=1); print()' > jupyter_ext/watch-openapi.json
 	cd jupyter_ext && npm run --silent openapi && npm run --silent openapi:watch
 
-# The dashboard's display words, generated from the Lab's (jupyter_ext/src/words.ts);
-# tests/jupyter/test_display_words.py fails until the committed file follows.
+# The dashboard's display words, generated from the Lab's (jupyter_ext/src/words.ts).
 labels: $(NODE_DEPS)
 	cd jupyter_ext && npm run --silent labels
 
 # The chart's values schema as the controller's settings models define it, with the chart's
-# own values on top; tests/helm/test_chart_schema.py fails until it follows a change.
+# own values on top.
 chart-schema: $(STAMP)
 	$(PY) -c 'import sys; from devboxes_controller.config.chart_schema import text; sys.stdout.write(text())' > charts/devboxes/values.schema.json
 

@@ -25,12 +25,12 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import record
 import requests
 from devboxes_testbed.api import Api
-from devboxes_testbed.controller import Controller, example_settings
+from devboxes_testbed.controller import example_settings
+from devboxes_testbed.rig import Rig
 
 REPO = Path(__file__).resolve().parent.parent
 WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "DELETE", "APPLY"})
@@ -235,20 +235,6 @@ def controller_writes(api: Api) -> float | None:
     return total
 
 
-def start_testbed_and_controller(workdir: Path, namespace: str) -> tuple[Any, Controller]:
-    from devboxes_testbed.cluster import Testbed
-
-    bed = Testbed(state_dir=workdir / "testbed", pool_file=REPO / "testbed" / "nodes-scale.yaml")
-    bed.start()
-    from kubernetes import client
-
-    client.CoreV1Api(bed.api_client()).create_namespace({"metadata": {"name": namespace}})
-    controller = Controller(
-        bed.kubeconfig, example_settings(namespace), workdir, lease_seconds=None
-    )
-    return bed, controller.start()
-
-
 def measure(
     args: argparse.Namespace,
     api: Api,
@@ -369,31 +355,27 @@ def run(args: argparse.Namespace) -> None:
     def log(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
-    bed = controller = None
-    workdir: Path | None = None
-    succeeded = False
-    try:
-        if args.start_testbed:
-            workdir = Path(tempfile.mkdtemp(prefix="devboxes-bench-"))
-            log(f"starting a scale testbed in {workdir} ...")
-            bed, controller = start_testbed_and_controller(workdir, args.namespace)
-            args.url, args.token = controller.url, controller.token
-            args.kubeconfig = str(bed.kubeconfig)
-            args.controller_pid = controller.pid
+    def measure_and_print() -> None:
         apiserver = Apiserver(args.kubeconfig) if args.kubeconfig else None
         report = measure(args, Api(args.url, args.token), apiserver, args.controller_pid, log)
         report.print()
-        succeeded = True
-    finally:
-        try:
-            if controller is not None:
-                controller.stop(grace=30)
-        finally:
-            if bed is not None:
-                bed.stop()
-        if workdir is not None and succeeded:
-            # On failure the controller's and the cluster's logs stay for a post-mortem.
-            shutil.rmtree(workdir, ignore_errors=True)
+
+    if not args.start_testbed:
+        measure_and_print()
+        return
+    workdir = Path(tempfile.mkdtemp(prefix="devboxes-bench-"))
+    log(f"starting a scale testbed in {workdir} ...")
+    with Rig(workdir) as rig:
+        bed = rig.start_testbed(REPO / "testbed" / "nodes-scale.yaml")
+        rig.create_namespace(args.namespace)
+        controller = rig.start_controller(example_settings(args.namespace), lease_seconds=None)
+        args.url, args.token = controller.url, controller.token
+        args.kubeconfig = str(bed.kubeconfig)
+        args.controller_pid = controller.pid
+        measure_and_print()
+        controller.stop(grace=30)
+    # Only now: on failure the controller's and the cluster's logs stay for a post-mortem.
+    shutil.rmtree(workdir, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:

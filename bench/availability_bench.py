@@ -56,7 +56,8 @@ import requests
 from api_bench import percentile, rss_mib
 from devboxes_testbed import L4
 from devboxes_testbed.api import Api
-from devboxes_testbed.controller import Controller, example_settings
+from devboxes_testbed.controller import example_settings
+from devboxes_testbed.rig import Rig
 
 REPO = Path(__file__).resolve().parent.parent
 BOXES = "bench-boxes"
@@ -80,23 +81,16 @@ class Served:
 
     def __init__(
         self,
-        bed: Any,
-        workdir: Path,
+        rig: Rig,
         availability: bool,
         source: Path | None = None,
         identity: str | None = None,
     ) -> None:
         settings = example_settings(BOXES)
         settings["availability"] = {"enabled": availability}
-        self.controller = Controller(
-            bed.kubeconfig,
-            settings,
-            workdir,
-            lease_seconds=None,
-            source=source,
-            identity=identity,
+        self.controller = rig.start_controller(
+            settings, timeout=300, lease_seconds=None, source=source, identity=identity
         )
-        self.controller.start(timeout=300)
         self.api = Api(self.controller.url, self.controller.token)
         # Ready means the box caches are loaded; the counts need the node and pod watches
         # loaded too.
@@ -156,13 +150,11 @@ def read_figures(controller: Served, names: list[str], reads: int, on: bool) -> 
     return Reading(availability, listed, got, size, rss_mib(controller.controller.pid))
 
 
-def both_controllers(
-    bed: Any, workdir: Path, names: list[str], reads: int
-) -> tuple[Reading, Reading]:
+def both_controllers(rig: Rig, names: list[str], reads: int) -> tuple[Reading, Reading]:
     """A fresh controller with availability on, then one with it off, on the same boxes."""
     found = []
     for on in (True, False):
-        controller = Served(bed, workdir, availability=on)
+        controller = Served(rig, availability=on)
         try:
             time.sleep(SETTLE_SECONDS)
             found.append(read_figures(controller, names, reads, on))
@@ -611,13 +603,8 @@ def recount_figures(served: Served) -> str:
 
 
 def run_churn(args: argparse.Namespace) -> None:
-    from devboxes_testbed.cluster import Testbed
-    from kubernetes import client
-
     workdir = Path(tempfile.mkdtemp(prefix="devboxes-availability-churn-"))
     baseline_tree = workdir / "baseline"
-    bed = Testbed(state_dir=workdir / "testbed", pool_file=args.pool_file)
-    controllers: dict[str, Served] = {}
     succeeded = False
     try:
         subprocess.run(
@@ -635,12 +622,29 @@ def run_churn(args: argparse.Namespace) -> None:
             capture_output=True,
         )
         log(f"starting a scale testbed ({args.pool_file.name}) in {workdir} ...")
-        bed.start()
-        core = client.CoreV1Api(bed.api_client())
-        for namespace in (BOXES, FOREIGN):
-            core.create_namespace({"metadata": {"name": namespace}})
+        with Rig(workdir) as rig:
+            measure_churn(args, rig, baseline_tree)
+        succeeded = True
+    finally:
+        subprocess.run(
+            ["git", "-C", str(REPO), "worktree", "remove", "--force", str(baseline_tree)],
+            check=False,
+            capture_output=True,
+        )
+        if succeeded:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def measure_churn(args: argparse.Namespace, rig: Rig, baseline_tree: Path) -> None:
+    from kubernetes import client
+
+    core = client.CoreV1Api(rig.start_testbed(args.pool_file).api_client())
+    for namespace in (BOXES, FOREIGN):
+        rig.create_namespace(namespace)
+    controllers: dict[str, Served] = {}
+    try:
         for label, source in ((args.baseline, baseline_tree), ("this", REPO)):
-            controllers[label] = Served(bed, workdir, True, source=source, identity=label)
+            controllers[label] = Served(rig, True, source=source, identity=label)
         churn = Churn(core, args.foreign_pods, args.workers)
         log(f"creating {args.foreign_pods} foreign pods, then replacing them ...")
         started = time.monotonic()
@@ -666,34 +670,19 @@ def run_churn(args: argparse.Namespace) -> None:
             )
         for label, served in controllers.items():
             print(f"{label}: {recount_figures(served)}")
-        succeeded = True
     finally:
         for served in controllers.values():
             served.stop()
-        bed.stop()
-        subprocess.run(
-            ["git", "-C", str(REPO), "worktree", "remove", "--force", str(baseline_tree)],
-            check=False,
-            capture_output=True,
-        )
-        if succeeded:
-            shutil.rmtree(workdir, ignore_errors=True)
 
 
 def run(args: argparse.Namespace) -> None:
-    from devboxes_testbed.cluster import Testbed
-    from kubernetes import client
-
     workdir = Path(tempfile.mkdtemp(prefix="devboxes-availability-bench-"))
     log(f"starting a scale testbed ({args.pool_file.name}) in {workdir} ...")
-    bed = Testbed(state_dir=workdir / "testbed", pool_file=args.pool_file)
-    bed.start()
-    succeeded = False
-    try:
-        core = client.CoreV1Api(bed.api_client())
+    with Rig(workdir) as rig:
+        bed = rig.start_testbed(args.pool_file)
         for namespace in (BOXES, FOREIGN):
-            core.create_namespace({"metadata": {"name": namespace}})
-        creator = Served(bed, workdir, availability=True)
+            rig.create_namespace(namespace)
+        creator = Served(rig, availability=True)
         try:
             log(f"creating {args.boxes} boxes ...")
             names = create_boxes(creator, args.boxes, args.workers)
@@ -701,17 +690,17 @@ def run(args: argparse.Namespace) -> None:
         finally:
             creator.stop()
         log("reading without foreign pods ...")
-        before = both_controllers(bed, workdir, names, args.reads)
+        before = both_controllers(rig, names, args.reads)
         log(f"creating {args.foreign_pods} foreign pods (at most {args.fill_minutes} min) ...")
         started = time.monotonic()
         running = fill_with_foreign_pods(bed, args.foreign_pods, args.workers, args.fill_minutes)
         log(f"  {running} foreign pods running after {(time.monotonic() - started) / 60:.1f} min")
         log("reading with foreign pods ...")
-        after = both_controllers(bed, workdir, names, args.reads)
+        after = both_controllers(rig, names, args.reads)
         print_report(args, running, before, after)
         if args.samples:
             log(f"timing {args.samples} takes and {args.samples} releases of an L4 ...")
-            controller = Served(bed, workdir, availability=True)
+            controller = Served(rig, availability=True)
             try:
                 ms = sorted(1000 * s for s in time_changes(bed, controller, args.samples))
             finally:
@@ -721,11 +710,8 @@ def run(args: argparse.Namespace) -> None:
                 f"{statistics.median(ms):.1f} / {percentile(ms, 95):.1f} / {ms[-1]:.1f} ms "
                 f"({len(ms)} changes)"
             )
-        succeeded = True
-    finally:
-        bed.stop()
-        if succeeded:
-            shutil.rmtree(workdir, ignore_errors=True)
+    # Only now: on failure the controllers' and the cluster's logs stay for a post-mortem.
+    shutil.rmtree(workdir, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -31,9 +31,8 @@ import record
 import requests
 from devboxes_testbed.cluster import Testbed
 from devboxes_testbed.controller import Controller, example_settings
+from devboxes_testbed.rig import Rig
 from kubernetes import client
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 def percentiles(samples: list[float]) -> str:
@@ -120,30 +119,27 @@ def lease_holder(kube: Any, namespace: str) -> str | None:
     return holder
 
 
-def failover(bed: Testbed, namespace: str, workdir: Path, rounds: int) -> list[str]:
-    kube = bed.api_client()
+def failover(rig: Rig, namespace: str, rounds: int) -> list[str]:
+    """Replicas of one namespace, the leader killed each round; the rig stops the rest."""
+    kube = rig.testbed.api_client()
     settings = example_settings(namespace)
-    replicas = [Controller(bed.kubeconfig, settings, workdir).start() for _ in range(2)]
+    replicas = [rig.start_controller(settings) for _ in range(2)]
     takeovers: list[float] = []
-    try:
-        for _ in range(rounds):
-            by_identity = {r.identity: r for r in replicas}
-            deadline = time.monotonic() + 60
-            while lease_holder(kube, namespace) not in by_identity:
-                if time.monotonic() > deadline:
-                    raise SystemExit("no replica took the Lease")
-                time.sleep(0.05)
-            leader = by_identity[str(lease_holder(kube, namespace))]
-            survivor = next(r for r in replicas if r is not leader)
-            killed = time.monotonic()
-            leader.stop(kill=True)
-            while lease_holder(kube, namespace) != survivor.identity:
-                time.sleep(0.05)
-            takeovers.append(time.monotonic() - killed)
-            replicas = [survivor, Controller(bed.kubeconfig, settings, workdir).start()]
-    finally:
-        for replica in replicas:
-            replica.stop()
+    for _ in range(rounds):
+        by_identity = {r.identity: r for r in replicas}
+        deadline = time.monotonic() + 60
+        while lease_holder(kube, namespace) not in by_identity:
+            if time.monotonic() > deadline:
+                raise SystemExit("no replica took the Lease")
+            time.sleep(0.05)
+        leader = by_identity[str(lease_holder(kube, namespace))]
+        survivor = next(r for r in replicas if r is not leader)
+        killed = time.monotonic()
+        leader.stop(kill=True)
+        while lease_holder(kube, namespace) != survivor.identity:
+            time.sleep(0.05)
+        takeovers.append(time.monotonic() - killed)
+        replicas = [survivor, rig.start_controller(settings)]
     return [
         f"leader killed (lease 3 s): survivor holds the Lease after "
         f"{percentiles(takeovers)} ({len(takeovers)} rounds, "
@@ -175,25 +171,19 @@ def restarts(bed: Testbed, controller: Controller, component: str, rounds: int) 
 
 def run(args: argparse.Namespace) -> None:
     workdir = Path(tempfile.mkdtemp(prefix="devboxes-faults-"))
-    bed = Testbed(workdir / "testbed", REPO / "testbed" / "nodes.yaml", log=lambda _: None)
-    bed.start()
     rows: list[str] = []
-    try:
-        core = client.CoreV1Api(bed.api_client())
+    with Rig(workdir) as rig:
+        bed = rig.start_testbed(log=lambda _: None)
         for namespace in ("faults", "failover"):
-            core.create_namespace({"metadata": {"name": namespace}})
-        controller = Controller(bed.kubeconfig, example_settings("faults"), workdir).start()
-        try:
-            rows += frozen_apiserver(bed, controller, args.creates)
-            while requests.get(f"{controller.url}/ready", timeout=10).status_code != 200:
-                time.sleep(0.1)
-            rows.append(restarts(bed, controller, "kube-apiserver", args.rounds))
-            rows.append(restarts(bed, controller, "etcd", args.rounds))
-        finally:
-            controller.stop()
-        rows += failover(bed, "failover", workdir, args.rounds)
-    finally:
-        bed.stop()
+            rig.create_namespace(namespace)
+        controller = rig.start_controller(example_settings("faults"))
+        rows += frozen_apiserver(bed, controller, args.creates)
+        while requests.get(f"{controller.url}/ready", timeout=10).status_code != 200:
+            time.sleep(0.1)
+        rows.append(restarts(bed, controller, "kube-apiserver", args.rounds))
+        rows.append(restarts(bed, controller, "etcd", args.rounds))
+        controller.stop()
+        rows += failover(rig, "failover", args.rounds)
     print("\n".join(rows))
     shutil.rmtree(workdir, ignore_errors=True)
 

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 import record
-from devboxes_controller.web.hub import HubVerifier
+from devboxes_controller.web.identity.hub import HubVerifier
 from devboxes_testbed.hub import PEOPLE, Hub
 
 

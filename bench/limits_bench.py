@@ -24,6 +24,7 @@ from typing import Any
 
 import record
 from devboxes_controller.box import render
+from devboxes_controller.box.spec import BoxSpec
 from devboxes_controller.config.settings import Settings
 from devboxes_controller.placement import limits
 from devboxes_controller.state import slim
@@ -35,7 +36,7 @@ def deployments(boxes: int, people: int) -> list[dict[str, Any]]:
     profile = settings.gpu.profiles[0]
     kept = []
     for index in range(boxes):
-        spec = render.BoxSpec(
+        spec = BoxSpec(
             name=f"box-{index}",
             preset="small",
             ttl_hours=2,

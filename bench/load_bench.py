@@ -33,6 +33,7 @@ import record
 from api_bench import create_boxes, percentile, rss_mib
 from devboxes_testbed.api import Api, bearer
 from devboxes_testbed.controller import Controller, example_settings
+from devboxes_testbed.rig import Rig
 
 REPO = Path(__file__).resolve().parent.parent
 BASELINE = "943705e"
@@ -200,115 +201,50 @@ def load_header(labels: list[str]) -> tuple[str, ...]:
 
 
 def run_testbed(args: argparse.Namespace, log: Any) -> None:
-    from devboxes_testbed.cluster import Testbed
-    from kubernetes import client
-
     workdir = Path(tempfile.mkdtemp(prefix="devboxes-load-"))
-    bed = None
-    controllers: list[Controller] = []
     baseline_tree = workdir / "baseline"
     succeeded = False
     try:
         log(f"starting a scale testbed in {workdir} ...")
-        bed = Testbed(workdir / "testbed", REPO / "testbed" / "nodes-scale.yaml")
-        bed.start()
-        client.CoreV1Api(bed.api_client()).create_namespace({"metadata": {"name": args.namespace}})
-        sources = {"this": REPO}
-        if args.baseline:
-            subprocess.run(
-                [
-                    "git",
-                    "-C",
-                    str(REPO),
-                    "worktree",
-                    "add",
-                    "--detach",
-                    str(baseline_tree),
-                    args.baseline,
-                ],
-                check=True,
-                capture_output=True,
-            )
-            sources[args.baseline] = baseline_tree
-        for label, source in sources.items():
-            # The controller of the checkout at ``source``, imported from there and nowhere else.
-            controller = Controller(
-                bed.kubeconfig,
-                example_settings(args.namespace),
-                workdir,
-                identity=label,
-                lease_seconds=None,
-                source=source,
-            )
-            controllers.append(controller.start())
-        labels = [c.identity for c in controllers]
-
-        memory: dict[int, dict[str, float]] = {0: {}}
-        for controller in controllers:
-            memory[0][controller.identity] = settled_rss(controller.pid)
-        names: list[str] = []
-        results: dict[str, dict[str, Load]] = {label: {} for label in labels}
-        load_at = args.load_at if args.load_at is not None else args.boxes[-1]
-        for count in args.boxes:
-            more = [f"load-{i:05d}-{uuid.uuid4().hex[:4]}" for i in range(len(names), count)]
-            log(f"creating {len(more)} boxes ({count} in all) ...")
-            create_boxes(api_of(controllers[0]), more, args.workers)
-            names += more
-            settled = wait_boxes(controllers, set(names), args.settle_timeout)
-            log(f"  all ready on every controller after {settled}s")
-            memory[count] = {c.identity: settled_rss(c.pid) for c in controllers}
-            log(f"  RSS MiB: {', '.join(f'{k} {v:.0f}' for k, v in memory[count].items())}")
-            if count != load_at:
-                continue
-            paths = route_paths(api_of(controllers[0]))
-            for route in ROUTES:
-                for controller in controllers:
-                    log(f"loading {route} on {controller.identity} ...")
-                    results[controller.identity][route] = load(
-                        controller.url, controller.token, paths[route], args.clients, args.seconds
+        with Rig(workdir) as rig:
+            rig.start_testbed(REPO / "testbed" / "nodes-scale.yaml")
+            rig.create_namespace(args.namespace)
+            sources = {"this": REPO}
+            if args.baseline:
+                subprocess.run(
+                    [
+                        "git",
+                        "-C",
+                        str(REPO),
+                        "worktree",
+                        "add",
+                        "--detach",
+                        str(baseline_tree),
+                        args.baseline,
+                    ],
+                    check=True,
+                    capture_output=True,
+                )
+                sources[args.baseline] = baseline_tree
+            controllers: list[Controller] = []
+            try:
+                for label, source in sources.items():
+                    # The controller of the checkout at ``source``, imported from there and
+                    # nowhere else.
+                    controllers.append(
+                        rig.start_controller(
+                            example_settings(args.namespace),
+                            identity=label,
+                            lease_seconds=None,
+                            source=source,
+                        )
                     )
-                    log(f"  {format_load(results[controller.identity][route])}")
-
-        print(
-            f"\n{args.clients} concurrent clients, {args.seconds:.0f} s per route and controller, "
-            f"{load_at} boxes\n"
-        )
-        print_table(load_header(labels), load_rows(results, labels))
-        memory_rows = []
-        for count, by_label in memory.items():
-            row = [str(count)]
-            for label in labels:
-                row.append(f"{by_label[label]:.0f}")
-                if count:
-                    per_box = (by_label[label] - memory[0][label]) * 1024 / count
-                    row.append(f"{per_box:.1f}")
-                else:
-                    row.append("")
-            memory_rows.append(tuple(row))
-        header = ["boxes"]
-        for label in labels:
-            header += [f"{label} RSS MiB", "KiB per box"]
-        print_table(tuple(header), memory_rows)
-        if len(labels) == 2 and len(memory) > 1:
-            last = max(memory)
-            new, old = (memory[last][label] for label in labels)
-            slopes = [(memory[last][label] - memory[0][label]) / last for label in labels]
-            print(
-                f"at {last} boxes: RSS {old / new:.2f}× smaller, "
-                f"memory per box {slopes[1] / slopes[0]:.2f}× smaller than {labels[1]}"
-            )
-        if len(memory) > 2:
-            counts = sorted(memory)
-            for label in labels:
-                first, last = counts[1], counts[-1]
-                slope = (memory[last][label] - memory[first][label]) * 1024 / (last - first)
-                print(f"{label}: {slope:.1f} KiB per box from {first} to {last} boxes")
+                measure_testbed(args, controllers, log)
+            finally:
+                for controller in controllers:
+                    stop(controller, log)
         succeeded = True
     finally:
-        for controller in controllers:
-            stop(controller, log)
-        if bed is not None:
-            bed.stop()
         if baseline_tree.exists():
             subprocess.run(
                 ["git", "-C", str(REPO), "worktree", "remove", "--force", str(baseline_tree)],
@@ -317,6 +253,72 @@ def run_testbed(args: argparse.Namespace, log: Any) -> None:
         if succeeded:
             # On failure the controllers' and the cluster's logs stay for a post-mortem.
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def measure_testbed(args: argparse.Namespace, controllers: list[Controller], log: Any) -> None:
+    """Load each controller in turn at each box count; print the tables."""
+    labels = [c.identity for c in controllers]
+
+    memory: dict[int, dict[str, float]] = {0: {}}
+    for controller in controllers:
+        memory[0][controller.identity] = settled_rss(controller.pid)
+    names: list[str] = []
+    results: dict[str, dict[str, Load]] = {label: {} for label in labels}
+    load_at = args.load_at if args.load_at is not None else args.boxes[-1]
+    for count in args.boxes:
+        more = [f"load-{i:05d}-{uuid.uuid4().hex[:4]}" for i in range(len(names), count)]
+        log(f"creating {len(more)} boxes ({count} in all) ...")
+        create_boxes(api_of(controllers[0]), more, args.workers)
+        names += more
+        settled = wait_boxes(controllers, set(names), args.settle_timeout)
+        log(f"  all ready on every controller after {settled}s")
+        memory[count] = {c.identity: settled_rss(c.pid) for c in controllers}
+        log(f"  RSS MiB: {', '.join(f'{k} {v:.0f}' for k, v in memory[count].items())}")
+        if count != load_at:
+            continue
+        paths = route_paths(api_of(controllers[0]))
+        for route in ROUTES:
+            for controller in controllers:
+                log(f"loading {route} on {controller.identity} ...")
+                results[controller.identity][route] = load(
+                    controller.url, controller.token, paths[route], args.clients, args.seconds
+                )
+                log(f"  {format_load(results[controller.identity][route])}")
+
+    print(
+        f"\n{args.clients} concurrent clients, {args.seconds:.0f} s per route and controller, "
+        f"{load_at} boxes\n"
+    )
+    print_table(load_header(labels), load_rows(results, labels))
+    memory_rows = []
+    for count, by_label in memory.items():
+        row = [str(count)]
+        for label in labels:
+            row.append(f"{by_label[label]:.0f}")
+            if count:
+                per_box = (by_label[label] - memory[0][label]) * 1024 / count
+                row.append(f"{per_box:.1f}")
+            else:
+                row.append("")
+        memory_rows.append(tuple(row))
+    header = ["boxes"]
+    for label in labels:
+        header += [f"{label} RSS MiB", "KiB per box"]
+    print_table(tuple(header), memory_rows)
+    if len(labels) == 2 and len(memory) > 1:
+        last = max(memory)
+        new, old = (memory[last][label] for label in labels)
+        slopes = [(memory[last][label] - memory[0][label]) / last for label in labels]
+        print(
+            f"at {last} boxes: RSS {old / new:.2f}× smaller, "
+            f"memory per box {slopes[1] / slopes[0]:.2f}× smaller than {labels[1]}"
+        )
+    if len(memory) > 2:
+        counts = sorted(memory)
+        for label in labels:
+            first, last = counts[1], counts[-1]
+            slope = (memory[last][label] - memory[first][label]) * 1024 / (last - first)
+            print(f"{label}: {slope:.1f} KiB per box from {first} to {last} boxes")
 
 
 def main(argv: list[str] | None = None) -> int:

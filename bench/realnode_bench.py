@@ -29,10 +29,11 @@ import time
 from pathlib import Path
 
 import record
-from devboxes_testbed import realnode
+from devboxes_testbed import host, realnode
 from devboxes_testbed.api import Api
 from devboxes_testbed.cluster import Testbed
-from devboxes_testbed.controller import Controller, example_settings
+from devboxes_testbed.controller import example_settings
+from devboxes_testbed.rig import Rig
 from kubernetes import client
 
 REPO = Path(__file__).resolve().parent.parent
@@ -117,6 +118,53 @@ def show(memory: dict[str, float]) -> str:
     return ", ".join(f"{name} {mib:.0f}" for name, mib in memory.items())
 
 
+def measure(args: argparse.Namespace, rig: Rig) -> None:
+    """A controller on the real node's testbed: the node's memory idle and with boxes,
+    each box's time to ready and its pod's memory, and restarts of one box."""
+    bed = rig.testbed
+    rig.create_namespace(NAMESPACE)
+    settings = example_settings(NAMESPACE)
+    if args.slow_sidecar:
+        settings["sidecars"] = [SLOW_SIDECAR]
+    controller = rig.start_controller(settings)
+    api = Api(controller.url, controller.token)
+    time.sleep(5)
+    idle = node_memory(bed)
+    print(f"node processes, no boxes (MiB RSS): {show(idle)}; total {sum(idle.values()):.0f}")
+    ready: list[float] = []
+    pods: list[float] = []
+    core = client.CoreV1Api(bed.api_client())
+    for index in range(args.boxes):
+        name = f"bench-{index}"
+        began = time.monotonic()
+        response = api.request("POST", "/devboxes", json={"name": name})
+        assert response.status_code == 201, response.text
+        box = api.request(
+            "GET", f"/devboxes/{name}", params={"wait": "ready", "timeout": "180"},
+            timeout=240,
+        ).json()  # fmt: skip
+        assert box["state"] == "ready", box
+        ready.append(time.monotonic() - began)
+        (pod,) = core.list_namespaced_pod(NAMESPACE, label_selector=f"devboxes.io/box={name}").items
+        pods.append(pod_memory_mib(bed, pod.metadata.uid))
+    time.sleep(5)
+    busy = node_memory(bed)
+    print(f"create → ready, {args.boxes} boxes one after another (s): "
+          f"p50 {statistics.median(ready):.2f} / max {max(ready):.2f}")  # fmt: skip
+    print(f"each box's pod memory cgroup once ready (MiB): "
+          f"p50 {statistics.median(pods):.1f} / max {max(pods):.1f}")  # fmt: skip
+    print(f"node processes, {args.boxes} boxes running (MiB RSS): {show(busy)}; "
+          f"total {sum(busy.values()):.0f}")  # fmt: skip
+    restarts = [restart(api, core, "bench-0") for _ in range(args.restarts)]
+    if restarts:
+        seconds = [r[0] for r in restarts]
+        most = max(r[1] for r in restarts)
+        print(f"stop then start at once → ready, {args.restarts} times (s): "
+              f"p50 {statistics.median(seconds):.2f} / max {max(seconds):.2f}; "
+              f"most pods of the box with a container running at once: {most}")  # fmt: skip
+    controller.stop()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--boxes", type=int, default=8, help="CPU boxes to run at once")
@@ -130,72 +178,27 @@ def main() -> int:
     )
     record.add_arguments(parser)
     args = parser.parse_args()
-    why = realnode.can_run()
+    why = host.can_run()
     if why is not None:
         print(f"this machine cannot run a real node: {why}", file=sys.stderr)
         return 2
     with record.recording("realnode_bench", args):
         work = Path(tempfile.mkdtemp(prefix="realnode-bench-"))
-        bed = Testbed(work / "testbed", REPO / "tests" / "data" / "nodes-real.yaml")
-        started = time.monotonic()
-        bed.start()
-        print(f"testbed with the real node started in {time.monotonic() - started:.1f} s")
-        node = bed.real_node
-        assert node is not None
-        try:
-            client.CoreV1Api(bed.api_client()).create_namespace({"metadata": {"name": NAMESPACE}})
-            settings = example_settings(NAMESPACE)
-            if args.slow_sidecar:
-                settings["sidecars"] = [SLOW_SIDECAR]
-            controller = Controller(bed.kubeconfig, settings, work).start()
-            api = Api(controller.url, controller.token)
-            time.sleep(5)
-            idle = node_memory(bed)
-            print(
-                f"node processes, no boxes (MiB RSS): {show(idle)}; total {sum(idle.values()):.0f}"
-            )
-            ready: list[float] = []
-            pods: list[float] = []
-            core = client.CoreV1Api(bed.api_client())
-            for index in range(args.boxes):
-                name = f"bench-{index}"
-                began = time.monotonic()
-                response = api.request("POST", "/devboxes", json={"name": name})
-                assert response.status_code == 201, response.text
-                box = api.request(
-                    "GET", f"/devboxes/{name}", params={"wait": "ready", "timeout": "180"},
-                    timeout=240,
-                ).json()  # fmt: skip
-                assert box["state"] == "ready", box
-                ready.append(time.monotonic() - began)
-                (pod,) = core.list_namespaced_pod(
-                    NAMESPACE, label_selector=f"devboxes.io/box={name}"
-                ).items
-                pods.append(pod_memory_mib(bed, pod.metadata.uid))
-            time.sleep(5)
-            busy = node_memory(bed)
-            print(f"create → ready, {args.boxes} boxes one after another (s): "
-                  f"p50 {statistics.median(ready):.2f} / max {max(ready):.2f}")  # fmt: skip
-            print(f"each box's pod memory cgroup once ready (MiB): "
-                  f"p50 {statistics.median(pods):.1f} / max {max(pods):.1f}")  # fmt: skip
-            print(f"node processes, {args.boxes} boxes running (MiB RSS): {show(busy)}; "
-                  f"total {sum(busy.values()):.0f}")  # fmt: skip
-            restarts = [restart(api, core, "bench-0") for _ in range(args.restarts)]
-            if restarts:
-                seconds = [r[0] for r in restarts]
-                most = max(r[1] for r in restarts)
-                print(f"stop then start at once → ready, {args.restarts} times (s): "
-                      f"p50 {statistics.median(seconds):.2f} / max {max(seconds):.2f}; "
-                      f"most pods of the box with a container running at once: {most}")  # fmt: skip
-            controller.stop()
-        finally:
-            index, state = node.index, node.state_dir
-            stopping = time.monotonic()
-            bed.stop()
-            print(f"testbed stopped in {time.monotonic() - stopping:.1f} s")
-            left = realnode.leftovers(index, state)
-            print(f"left behind: {left or 'nothing'}")
-            shutil.rmtree(work, ignore_errors=True)
+        with Rig(work) as rig:
+            started = time.monotonic()
+            bed = rig.start_testbed(REPO / "tests" / "data" / "nodes-real.yaml")
+            print(f"testbed with the real node started in {time.monotonic() - started:.1f} s")
+            node = bed.real_node
+            assert node is not None
+            try:
+                measure(args, rig)
+            finally:
+                stopping = time.monotonic()
+                rig.stop()
+                print(f"testbed stopped in {time.monotonic() - stopping:.1f} s")
+                left = realnode.leftovers(node.index, node.state_dir)
+                print(f"left behind: {left or 'nothing'}")
+                shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

@@ -38,7 +38,6 @@ import record
 import requests
 from api_bench import create_boxes
 from devboxes_testbed.api import Api
-from devboxes_testbed.controller import Controller
 from list_bench import counted, time_cases
 from stopped_boxes import (
     log,
@@ -180,8 +179,9 @@ def run(args: argparse.Namespace) -> None:
         controller.stop()
         log("starting a fresh controller beside the boxes ...")
         started = time.monotonic()
-        cold = Controller(controller.kubeconfig, stage.settings, stage.workdir, lease_seconds=None)
-        stage.controller = cold.start(timeout=args.settle_timeout)
+        cold = stage.rig.start_controller(
+            stage.settings, lease_seconds=None, timeout=args.settle_timeout
+        )
         to_ready = time.monotonic() - started
         peak_at_ready = status_kib(cold.pid, "VmHWM") / 1024
         rss_at_ready = status_kib(cold.pid, "VmRSS") / 1024

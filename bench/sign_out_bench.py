@@ -29,14 +29,13 @@ import record
 import requests
 from api_bench import percentile
 from devboxes_controller.state.ended_sessions import CONFIGMAP, EndedSessions
-from devboxes_controller.web.sessions import COOKIE, Person, Session, SessionStore
-from devboxes_testbed.cluster import Testbed
+from devboxes_controller.web.identity.sessions import COOKIE, Person, Session, SessionStore
 from devboxes_testbed.controller import Controller, example_settings
+from devboxes_testbed.rig import Rig
 from kubernetes import client, watch
 from support import MemoryRecord
 from urllib3.exceptions import ProtocolError
 
-REPO = Path(__file__).resolve().parent.parent
 NAMESPACE = "sign-outs"
 
 
@@ -74,71 +73,65 @@ def sign_out(replica: Controller, session: Session, local: threading.local) -> t
 
 def run(args: argparse.Namespace) -> None:
     workdir = Path(tempfile.mkdtemp(prefix="devboxes-sign-outs-"))
-    bed = Testbed(workdir / "testbed", REPO / "testbed" / "nodes.yaml", log=lambda _: None)
-    bed.start()
-    replicas: list[Controller] = []
     stop = threading.Event()
-    try:
+    with Rig(workdir) as rig:
+        bed = rig.start_testbed(log=lambda _: None)
+        rig.create_namespace(NAMESPACE)
         core = client.CoreV1Api(bed.api_client())
-        core.create_namespace({"metadata": {"name": NAMESPACE}})
-        first = Controller(bed.kubeconfig, example_settings(NAMESPACE), workdir).start()
-        replicas.append(first)
+        first = rig.start_controller(example_settings(NAMESPACE))
         settings = example_settings(NAMESPACE)
-        replicas.append(Controller(bed.kubeconfig, settings, workdir, token=first.token).start())
+        replicas = [first, rig.start_controller(settings, token=first.token)]
         counted = [0]
         watcher = threading.Thread(target=count_writes, args=(core, counted, stop), daemon=True)
         watcher.start()
-        minted = SessionStore(first.token, EndedSessions(MemoryRecord()))
-        people = [Person(f"person-{n}@example.com") for n in range(args.people)]
-        sessions = [minted.create(people[n % args.people]) for n in range(args.sign_outs)]
-        local = threading.local()
-        print(f"signing out {args.sign_outs} sessions", file=sys.stderr)
-        started = time.monotonic()
-        with ThreadPoolExecutor(args.clients) as pool:
-            outcomes = list(
-                pool.map(
-                    lambda n: sign_out(replicas[n % 2], sessions[n], local),
-                    range(args.sign_outs),
+        try:
+            minted = SessionStore(first.token, EndedSessions(MemoryRecord()))
+            people = [Person(f"person-{n}@example.com") for n in range(args.people)]
+            sessions = [minted.create(people[n % args.people]) for n in range(args.sign_outs)]
+            local = threading.local()
+            print(f"signing out {args.sign_outs} sessions", file=sys.stderr)
+            started = time.monotonic()
+            with ThreadPoolExecutor(args.clients) as pool:
+                outcomes = list(
+                    pool.map(
+                        lambda n: sign_out(replicas[n % 2], sessions[n], local),
+                        range(args.sign_outs),
+                    )
+                )
+            elapsed = time.monotonic() - started
+            time.sleep(2)
+            data = core.read_namespaced_config_map(CONFIGMAP, NAMESPACE).data or {}
+            size = sum(len(key) + len(value) for key, value in data.items())
+            third = rig.start_controller(settings, token=first.token)
+            newest = {session.person: session for session in sessions}
+            refused = sum(
+                requests.get(
+                    f"{third.url}/api/v1/whoami", cookies={COOKIE: s.cookie}, timeout=10
+                ).status_code
+                == 401
+                for s in newest.values()
+            )
+            codes = Counter(code for code, _ in outcomes)
+            seconds = [latency for _, latency in outcomes]
+            print(
+                "\n".join(
+                    [
+                        f"sign-outs: {args.sign_outs} of {args.people} people from {args.clients} "
+                        f"clients on 2 replicas, in {elapsed:.1f} s "
+                        f"({args.sign_outs / elapsed:.0f} a second)",
+                        "answers: " + ", ".join(f"{c}: {n}" for c, n in sorted(codes.items())),
+                        "latency: "
+                        + " / ".join(f"{percentile(seconds, q) * 1000:.0f}" for q in (50, 95, 99))
+                        + f" / {max(seconds) * 1000:.0f} ms (p50 / p95 / p99 / max)",
+                        f"record: {len(data)} entries, {size} bytes of data, "
+                        f"{counted[0]} writes reported by the apiserver",
+                        f"a replica started afterwards refuses {refused} of {len(newest)} "
+                        "people's newest session",
+                    ]
                 )
             )
-        elapsed = time.monotonic() - started
-        time.sleep(2)
-        data = core.read_namespaced_config_map(CONFIGMAP, NAMESPACE).data or {}
-        size = sum(len(key) + len(value) for key, value in data.items())
-        third = Controller(bed.kubeconfig, settings, workdir, token=first.token).start()
-        replicas.append(third)
-        newest = {session.person: session for session in sessions}
-        refused = sum(
-            requests.get(
-                f"{third.url}/api/v1/whoami", cookies={COOKIE: s.cookie}, timeout=10
-            ).status_code
-            == 401
-            for s in newest.values()
-        )
-        codes = Counter(code for code, _ in outcomes)
-        seconds = [latency for _, latency in outcomes]
-        print(
-            "\n".join(
-                [
-                    f"sign-outs: {args.sign_outs} of {args.people} people from {args.clients} "
-                    f"clients on 2 replicas, in {elapsed:.1f} s "
-                    f"({args.sign_outs / elapsed:.0f} a second)",
-                    "answers: " + ", ".join(f"{c}: {n}" for c, n in sorted(codes.items())),
-                    "latency: "
-                    + " / ".join(f"{percentile(seconds, q) * 1000:.0f}" for q in (50, 95, 99))
-                    + f" / {max(seconds) * 1000:.0f} ms (p50 / p95 / p99 / max)",
-                    f"record: {len(data)} entries, {size} bytes of data, "
-                    f"{counted[0]} writes reported by the apiserver",
-                    f"a replica started afterwards refuses {refused} of {len(newest)} "
-                    "people's newest session",
-                ]
-            )
-        )
-    finally:
-        stop.set()
-        for replica in replicas:
-            replica.stop()
-        bed.stop()
+        finally:
+            stop.set()
     shutil.rmtree(workdir, ignore_errors=True)
 
 

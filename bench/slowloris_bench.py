@@ -44,11 +44,9 @@ from pathlib import Path
 
 import record
 import requests
-from devboxes_testbed.cluster import Testbed
 from devboxes_testbed.controller import Controller, example_settings
-from kubernetes import client
+from devboxes_testbed.rig import Rig
 
-REPO = Path(__file__).resolve().parent.parent
 NAMESPACE = "slowloris"
 # The limits at their maxima: no cap reached, no deadline before 300 s.
 LIFTED = {
@@ -269,32 +267,27 @@ def open_files(pid: int) -> str:
 def run(args: argparse.Namespace) -> None:
     sources = [f"127.0.0.{2 + n}" for n in range(args.sources)]
     workdir = Path(tempfile.mkdtemp(prefix="devboxes-slowloris-"))
-    bed = Testbed(workdir / "testbed", REPO / "testbed" / "nodes.yaml", log=lambda _: None)
-    bed.start()
     rows: list[str] = []
-    try:
-        client.CoreV1Api(bed.api_client()).create_namespace({"metadata": {"name": NAMESPACE}})
+    with Rig(workdir) as rig:
+        rig.start_testbed(log=lambda _: None)
+        rig.create_namespace(NAMESPACE)
         phases = [("limits as configured (defaults)", {}), ("limits lifted", LIFTED)]
         for index, (label, connections) in enumerate(phases):
             settings = {**example_settings(NAMESPACE), "connections": connections}
-            controller = Controller(bed.kubeconfig, settings, workdir).start()
-            try:
-                if index == 0:
-                    for n in range(args.boxes):
-                        requests.post(
-                            f"{controller.url}/api/v1/devboxes",
-                            json={"name": f"slow-{n}"},
-                            headers=controller.headers(),
-                            timeout=60,
-                        ).raise_for_status()
-                print(f"{label}: measuring", file=sys.stderr)
-                rows += run_phase(label, controller, args, sources)
-                soft, hard = resource.prlimit(controller.pid, resource.RLIMIT_NOFILE)
-                rows.append(f"  controller's open-file limit: {soft} (hard {hard})")
-            finally:
-                controller.stop()
-    finally:
-        bed.stop()
+            controller = rig.start_controller(settings)
+            if index == 0:
+                for n in range(args.boxes):
+                    requests.post(
+                        f"{controller.url}/api/v1/devboxes",
+                        json={"name": f"slow-{n}"},
+                        headers=controller.headers(),
+                        timeout=60,
+                    ).raise_for_status()
+            print(f"{label}: measuring", file=sys.stderr)
+            rows += run_phase(label, controller, args, sources)
+            soft, hard = resource.prlimit(controller.pid, resource.RLIMIT_NOFILE)
+            rows.append(f"  controller's open-file limit: {soft} (hard {hard})")
+            controller.stop()
     print("\n".join(rows))
     shutil.rmtree(workdir, ignore_errors=True)
 

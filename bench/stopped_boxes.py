@@ -3,7 +3,6 @@ controller, stopped boxes written straight to the apiserver, and the controller'
 
 from __future__ import annotations
 
-import signal
 import statistics
 import sys
 import tempfile
@@ -12,11 +11,11 @@ from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from devboxes_testbed.boxes import write_replica_history, write_stopped
-from devboxes_testbed.cluster import Testbed
 from devboxes_testbed.controller import Controller, example_settings
+from devboxes_testbed.rig import Rig
 from kubernetes import client
 
 REPO = Path(__file__).resolve().parent.parent
@@ -30,41 +29,28 @@ def log(message: str) -> None:
 
 @dataclass
 class Stage:
-    """The testbed's apiserver client, the settings the controller runs with, and the
-    controller; a bench may stop it and put a fresh one in its place."""
+    """The testbed's apiserver client, the settings the controller runs with, the
+    controller, and the rig they run on: a bench may stop the controller and start a fresh
+    one on the rig."""
 
     kube: Any
     settings: dict[str, Any]
-    workdir: Path
     controller: Controller
-
-
-def _exit_on_term(signum: int, _frame: object) -> NoReturn:
-    raise SystemExit(128 + signum)
+    rig: Rig
 
 
 @contextmanager
 def staged(name: str, nodes: str, namespace: str) -> Iterator[Stage]:
     """A testbed of ``testbed/<nodes>`` and a controller on ``namespace``, stopped on leaving,
-    also when the bench is sent SIGTERM: their processes run in sessions of their own and
-    would outlive it."""
-    signal.signal(signal.SIGTERM, _exit_on_term)
+    also when the bench is sent SIGTERM."""
     workdir = Path(tempfile.mkdtemp(prefix=f"devboxes-{name}-"))
-    log(f"starting a testbed in {workdir} ...")
-    bed = Testbed(workdir / "testbed", REPO / "testbed" / nodes)
-    bed.start()
-    stage = None
-    try:
-        kube = bed.api_client()
-        client.CoreV1Api(kube).create_namespace({"metadata": {"name": namespace}})
+    with Rig(workdir) as rig:
+        log(f"starting a testbed in {workdir} ...")
+        bed = rig.start_testbed(REPO / "testbed" / nodes)
+        rig.create_namespace(namespace)
         settings = example_settings(namespace)
-        controller = Controller(bed.kubeconfig, settings, workdir, lease_seconds=None).start()
-        stage = Stage(kube, settings, workdir, controller)
-        yield stage
-    finally:
-        if stage is not None:
-            stage.controller.stop()
-        bed.stop()
+        controller = rig.start_controller(settings, lease_seconds=None)
+        yield Stage(bed.api_client(), settings, controller, rig)
 
 
 def write_boxes(

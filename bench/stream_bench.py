@@ -49,7 +49,7 @@ import record
 import requests
 from api_bench import percentile
 from devboxes_controller.state.ended_sessions import EndedSessions
-from devboxes_controller.web.sessions import COOKIE, Person, SessionStore
+from devboxes_controller.web.identity.sessions import COOKIE, Person, SessionStore
 from devboxes_testbed.api import Api
 from stopped_boxes import (
     log,

@@ -18,15 +18,9 @@ from devboxes_testbed.cluster import Testbed
 from devboxes_testbed.controller import Controller, example_settings
 from devboxes_testbed.hub import Hub
 from devboxes_testbed.issuer import Issuer
-from support import (
-    REPO,
-    Api,
-    DevicePool,
-    StartController,
-    create_namespace,
-    running_testbed,
-    wait_for,
-)
+from devboxes_testbed.rig import Rig, create_namespace
+from kubernetes import client
+from support import REPO, Api, DevicePool, StartController, wait_for
 
 # Under CI, a skip is a failure (tests/ci_strict.py).
 pytest_plugins = ["ci_strict"]
@@ -74,13 +68,8 @@ def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object
 def dra_testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
     """A testbed of the module's own whose GPUs are published for DRA
     (testbed/nodes-dra.yaml): the module's claims start from free devices."""
-    pools = REPO / "testbed" / "nodes-dra.yaml"
-    bed = Testbed(tmp_path_factory.mktemp("dra-testbed"), pools, log=lambda message: None)
-    bed.start()
-    try:
-        yield bed
-    finally:
-        bed.stop()
+    with Rig(tmp_path_factory.mktemp("dra-testbed")) as rig:
+        yield rig.start_testbed(REPO / "testbed" / "nodes-dra.yaml", log=lambda message: None)
 
 
 @pytest.fixture(scope="module")
@@ -105,8 +94,8 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
 
 @pytest.fixture(scope="session")
 def testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
-    with running_testbed(tmp_path_factory.mktemp("testbed")) as bed:
-        yield bed
+    with Rig(tmp_path_factory.mktemp("testbed")) as rig:
+        yield rig.start_testbed(log=lambda message: None)
 
 
 @pytest.fixture(scope="session")
@@ -117,8 +106,6 @@ def kube(testbed: Testbed) -> Any:
 @pytest.fixture
 def namespace(kube: Any) -> Iterator[str]:
     """A fresh namespace with its default ServiceAccount, deleted after the test."""
-    from kubernetes import client
-
     core = client.CoreV1Api(kube)
     name = create_namespace(core, f"t-{uuid.uuid4().hex[:10]}")
     yield name
@@ -134,22 +121,11 @@ def pool(kube: Any) -> Iterator[DevicePool]:
 
 
 @pytest.fixture(scope="session")
-def controller(
-    testbed: Testbed, kube: Any, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Controller]:
+def controller(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Controller]:
     """The controller with the example GPU profiles, serving one namespace for the session."""
-    from kubernetes import client
-
-    client.CoreV1Api(kube).create_namespace({"metadata": {"name": SESSION_NAMESPACE}})
-    process = Controller(
-        testbed.kubeconfig,
-        example_settings(SESSION_NAMESPACE),
-        tmp_path_factory.mktemp("controller"),
-    ).start()
-    try:
-        yield process
-    finally:
-        process.stop()
+    with Rig(tmp_path_factory.mktemp("controller"), testbed) as rig:
+        rig.create_namespace(SESSION_NAMESPACE)
+        yield rig.start_controller(example_settings(SESSION_NAMESPACE))
 
 
 @pytest.fixture(scope="session")
@@ -168,8 +144,7 @@ def controller_client(controller: Controller) -> Any:
 def cleanup(controller: Controller, kube: Any) -> Iterator[list[str]]:
     """Names of boxes on the session's controller, purged after the test (newest first)
     so that their GPUs and volumes are free for the next one."""
-    from devboxes_controller.box.render import object_names
-    from kubernetes import client
+    from devboxes_controller.box.naming import object_names
 
     names: list[str] = []
     yield names
@@ -189,15 +164,9 @@ def cleanup(controller: Controller, kube: Any) -> Iterator[list[str]]:
 @pytest.fixture
 def start_controller(testbed: Testbed, namespace: str, tmp_path: Path) -> Iterator[StartController]:
     """Start controllers on this test's namespace; each is stopped after the test."""
-    started: list[Controller] = []
+    with Rig(tmp_path, testbed) as rig:
 
-    def start(settings: dict[str, Any] | None = None, **kwargs: Any) -> Controller:
-        process = Controller(
-            testbed.kubeconfig, settings or example_settings(namespace), tmp_path, **kwargs
-        ).start()
-        started.append(process)
-        return process
+        def start(settings: dict[str, Any] | None = None, **kwargs: Any) -> Controller:
+            return rig.start_controller(settings or example_settings(namespace), **kwargs)
 
-    yield start
-    for process in started:
-        process.stop()
+        yield start

@@ -19,8 +19,9 @@ from typing import Any, TypeVar
 import pytest
 import requests
 import yaml
-from devboxes_controller.box import render
-from devboxes_controller.config.settings import GpuProfileConfig
+from devboxes_controller.box import naming
+from devboxes_controller.box.spec import BoxSpec
+from devboxes_controller.config.gpu import GpuProfileConfig
 from devboxes_controller.k8s.kube import Unavailable
 from devboxes_controller.state.ended_sessions import Change, Patch
 from devboxes_testbed import api
@@ -57,21 +58,9 @@ def wait_for_value(read: Any, expected: Any, timeout: float = 60, interval: floa
         time.sleep(interval)
 
 
-def create_namespace(core: Any, name: str) -> str:
-    """Create namespace ``name`` and wait for its default ServiceAccount: until the
-    controller-manager writes it, the apiserver refuses pods created straight into it."""
-    core.create_namespace({"metadata": {"name": name}})
-    wait_for(
-        lambda: (
-            core.list_namespaced_service_account(name, field_selector="metadata.name=default").items
-        )
-    )
-    return name
-
-
 def event_messages(kube: Any, namespace: str, name: str, reason: str) -> list[str]:
     """The messages of the box's Events of this reason, which name its Deployment."""
-    deployment = render.object_names(name).deployment
+    deployment = naming.object_names(name).deployment
     return [
         str(e.message)
         for e in client.CoreV1Api(kube).list_namespaced_event(namespace).items
@@ -93,9 +82,9 @@ def lease_holder(kube: Any, namespace: str) -> str | None:
 
 def two_hour_spec(
     name: str, gpu: GpuProfileConfig | None = None, owner: str | None = None
-) -> render.BoxSpec:
+) -> BoxSpec:
     """A small box with two hours left, to write its objects as the controller renders them."""
-    return render.BoxSpec(
+    return BoxSpec(
         name=name,
         preset="small",
         ttl_hours=2,
@@ -344,19 +333,6 @@ def helm_run(testbed: Any, *args: str) -> str:
     )
     assert result.returncode == 0, result.stderr
     return result.stdout
-
-
-@contextlib.contextmanager
-def running_testbed(state_dir: Path) -> Iterator[Any]:
-    """A testbed cluster with the standard node pools, stopped when the block ends."""
-    from devboxes_testbed.cluster import Testbed
-
-    bed = Testbed(state_dir, REPO / "testbed" / "nodes.yaml", log=lambda message: None)
-    bed.start()
-    try:
-        yield bed
-    finally:
-        bed.stop()
 
 
 class MemoryRecord:

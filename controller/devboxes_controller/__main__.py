@@ -164,20 +164,23 @@ def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from .box.activity import activity_key
+    from .control.gates import Gatekeeper
     from .control.lifecycle import Lifecycle
-    from .control.queue import Gatekeeper
     from .control.reconciler import Reconciler
     from .k8s import kube
     from .k8s.lease import LeaderElector
     from .k8s.probe import ApiserverProbe
+    from .state.availability import Availability
     from .state.ended_sessions import SharedEndedSessions
+    from .state.line import DeviceLine
     from .state.store import BoxStore
+    from .state.watches import Watches
     from .web.app import create_app
-    from .web.auth import TokenError, load_token
     from .web.connections import allow_open_files, server_options
-    from .web.hub import hub_verifier
-    from .web.oidc import oidc_verifier
-    from .web.people import Verifier
+    from .web.identity.base import Verifier
+    from .web.identity.hub import hub_verifier
+    from .web.identity.oidc import oidc_verifier
+    from .web.identity.operator_token import TokenError, load_token
     from .web.probes import ServerWithProbes, probe_socket
     from .web.readiness import Readiness
 
@@ -210,7 +213,11 @@ def serve(args: argparse.Namespace) -> int:
     except Exception as err:  # noqa: BLE001 - any kubeconfig problem is reported in one line
         print(f"devboxes-controller: cannot load Kubernetes credentials: {err}", file=sys.stderr)
         return 1
-    store = BoxStore(settings, api)
+    # Every watch once (state.watches), shared by the store and availability.
+    watches = Watches(settings, api)
+    line = DeviceLine()
+    availability = Availability(settings, watches, line)
+    store = BoxStore(settings, watches, availability, line)
     lifecycle = Lifecycle(store, api, activity_key=activity_key(token))
     probe = ApiserverProbe(api)
     ended = SharedEndedSessions(settings.namespace, api)
@@ -233,7 +240,8 @@ def serve(args: argparse.Namespace) -> int:
 
     async def background() -> AsyncIterator[None]:
         probe.start()
-        store.start()
+        watches.start()
+        availability.start()
         ended.start()
         elector.start()
         reconciler.start()
@@ -247,7 +255,8 @@ def serve(args: argparse.Namespace) -> int:
             stopper.start()
             stopper.join(timeout=6)
             ended.stop()
-            store.stop()
+            availability.stop()
+            watches.stop()
             lifecycle.stop()
             probe.stop()
             for verifier in verifiers:

@@ -12,12 +12,14 @@ import subprocess
 import sys
 import sysconfig
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-from . import build
-from .cluster import Exit, Testbed, wait_for_exit
+from . import build, images
+from .cluster import Testbed
 from .errors import TestbedError
+from .process import Exit, terminate_as_interrupt, wait_for_exit
+from .provisioner import serve
+from .stack import Stack
 
 REPO = Path(__file__).resolve().parents[2]
 STATE = REPO / ".devboxes"
@@ -35,21 +37,7 @@ def write_env(path: Path, values: dict[str, str]) -> None:
     path.chmod(0o600)
 
 
-@contextlib.contextmanager
-def _terminate_as_interrupt() -> Iterator[None]:
-    def handler(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def up(pool_file: Path) -> None:
-    from .stack import Stack
-
     if PID_FILE.exists():
         raise TestbedError(f"already running (pid file {PID_FILE}); run 'make down' first")
     STATE.mkdir(parents=True, exist_ok=True)
@@ -58,7 +46,7 @@ def up(pool_file: Path) -> None:
     stack = Stack(testbed, STATE)
     dead: list[Exit] = []
     try:
-        with _terminate_as_interrupt():
+        with terminate_as_interrupt():
             stack.start()
             write_env(ENV_FILE, stack.env())
             print(stack.summary(ENV_FILE), flush=True)
@@ -117,8 +105,6 @@ def down() -> None:
 
 def write_images(out: Path) -> None:
     """The release's images, tagged with the project's version, ready to push."""
-    from . import images
-
     version = json.loads((REPO / "jupyter_ext" / "package.json").read_text())["version"]
     out.mkdir(parents=True, exist_ok=True)
     for name, image in (
@@ -167,8 +153,6 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "images":
             write_images(args.out)
         elif args.command == "provisioner":
-            from .provisioner import serve
-
             serve(args.kubeconfig, args.port, args.volumes_dir)
     except TestbedError as err:
         print(f"testbed: {err}", file=sys.stderr)

@@ -15,7 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from devboxes_controller.box import render
+from devboxes_controller.box import naming, render
+from devboxes_controller.box.spec import BoxSpec
 from devboxes_controller.config.settings import settings_from_mapping
 from devboxes_controller.k8s.timestamps import format_timestamp
 from kubernetes import client
@@ -41,7 +42,7 @@ def write_stopped(
     expires = datetime.now(UTC) + timedelta(hours=parsed.ttl.max_hours)
 
     def write(name: str) -> None:
-        spec = render.BoxSpec(
+        spec = BoxSpec(
             name=name,
             preset="small",
             ttl_hours=parsed.ttl.max_hours,
@@ -72,7 +73,7 @@ def write_replica_history(
     while True:
         page = apps.list_namespaced_deployment(namespace, limit=1000, _continue=token)
         deployments += [
-            d for d in page.items if (d.metadata.labels or {}).get(render.LABEL_BOX) in wanted
+            d for d in page.items if (d.metadata.labels or {}).get(naming.LABEL_BOX) in wanted
         ]
         token = page.metadata._continue
         if not token:
@@ -83,7 +84,7 @@ def write_replica_history(
             stamp = format_timestamp(datetime.now(UTC), microseconds=True)
             template = api_client.sanitize_for_serialization(deployment.spec.template)
             annotations = template["metadata"].setdefault("annotations", {})
-            annotations[render.ANNOTATION_STARTED_AT] = stamp
+            annotations[naming.ANNOTATION_STARTED_AT] = stamp
             hash_ = hashlib.sha256(stamp.encode()).hexdigest()[:10]
             labels = {**template["metadata"]["labels"], "pod-template-hash": hash_}
             template["metadata"]["labels"] = labels

@@ -8,24 +8,29 @@ import json
 import os
 import shutil
 import signal
-import socket
-import ssl
-import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+from kubernetes import client, config
 
 from . import build, nodes, pki
 from .errors import TestbedError
+from .host import can_run
+from .process import (
+    START_TIMEOUT,
+    Component,
+    Exit,
+    exits,
+    free_port,
+    reassigner,
+    start_component,
+)
 from .provisioner import STORAGE_CLASS
-
-if TYPE_CHECKING:
-    from .realnode import RealNode
+from .realnode import RealNode
 
 SERVICE_CIDR = "10.96.0.0/16"
 # The names under which a real node holds the workspace image: the controller's default,
@@ -35,38 +40,8 @@ WORKSPACE_REFERENCES = (
     "devboxes/workspace-cuda:12.8",
     "devboxes/workspace-rocm:6.4",
 )
-START_TIMEOUT = 180.0
-STOP_TIMEOUT = 10.0
 # Put on every new node by the apiserver, lifted by the controller-manager once it is Ready.
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
-# What a process logs when a port it was given is taken: Go's and Node's "address already
-# in use", Python's "Address already in use", Jupyter's "The port N is already in use".
-_IN_USE = "already in use"
-# A picked port is released before the process binds it, so another process may take it in
-# between; each attempt picks new ports, and this many losses in a row mean something holds
-# ports on purpose.
-PORT_ATTEMPTS = 5
-PORT_TAKEN = "found a port it was given taken"
-
-
-def free_port() -> int:
-    """A port free on every address now: some components bind all of them, and a port that
-    only loopback leaves free may be held on another address (many clients on 127.0.0.x).
-    Free now only: a process given it starts through ``start_process``, which picks again
-    when it was taken meanwhile."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("", 0))
-        return int(sock.getsockname()[1])
-
-
-def reassigner(ports: dict[str, int], *names: str) -> Callable[[], None]:
-    """What a component calls when its port was taken: pick new free ports for ``names``."""
-
-    def reassign() -> None:
-        for name in names:
-            ports[name] = free_port()
-
-    return reassign
 
 
 def schedulable(node: Any) -> bool:
@@ -75,196 +50,6 @@ def schedulable(node: Any) -> bool:
     can happen seconds after the node turns Ready."""
     ready = any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
     return ready and not any(t.key == NOT_READY_TAINT for t in node.spec.taints or [])
-
-
-@dataclass
-class Component:
-    """One control-plane process, its log file and how to tell it is healthy."""
-
-    name: str
-    argv: Callable[[], list[str]]
-    health_url: Callable[[], str]
-    log: Path
-    # None when its ports are fixed: a taken one is then an error.
-    reassign_ports: Callable[[], None] | None
-    env: dict[str, str] | None = None
-    process: subprocess.Popen[bytes] | None = None
-    # Sent with each health check, for an answer only this process gives.
-    health_headers: dict[str, str] = field(default_factory=dict)
-
-    def start(self) -> subprocess.Popen[bytes]:
-        with self.log.open("ab") as log:
-            self.process = subprocess.Popen(
-                self.argv(),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                env=self.env,
-            )
-        return self.process
-
-    def stop(self) -> None:
-        process = self.process
-        if process is None:
-            return
-        if process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-        self.process = None
-
-
-@dataclass(frozen=True)
-class Exit:
-    """A process of the testbed (or of what runs on it) that exited on its own."""
-
-    name: str
-    code: int
-    log: Path
-
-    def __str__(self) -> str:
-        return f"{self.name} exited with code {self.code}; its log: {self.log}"
-
-
-def exits(components: list[Component]) -> list[Exit]:
-    """The started components whose process has exited."""
-    found = []
-    for component in components:
-        process = component.process
-        code = process.poll() if process is not None else None
-        if code is not None:
-            found.append(Exit(component.name, code, component.log))
-    return found
-
-
-def wait_for_exit(check: Callable[[], list[Exit]], interval: float = 1.0) -> list[Exit]:
-    """Block until ``check`` reports an exited process; return what it reported."""
-    while not (found := check()):
-        time.sleep(interval)
-    return found
-
-
-def _healthy(url: str, headers: Mapping[str, str]) -> bool:
-    context = ssl.create_default_context()
-    # Loopback health endpoints of components with self-signed serving certificates.
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE
-    request = urllib.request.Request(url, headers=dict(headers))  # noqa: S310
-    try:
-        with urllib.request.urlopen(request, timeout=2, context=context) as response:  # noqa: S310
-            return bool(response.status == 200)
-    except (urllib.error.URLError, OSError):
-        return False
-
-
-def wait_healthy(
-    process: subprocess.Popen[bytes],
-    url: str,
-    timeout: float,
-    headers: Mapping[str, str] | None = None,
-    port_taken: Callable[[], bool] | None = None,
-) -> str | None:
-    """Poll ``url`` until it answers 200: None then, or why not if ``process`` exits,
-    ``port_taken`` says so (some processes live on when a bind fails) or ``timeout``
-    seconds pass first."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if port_taken is not None and port_taken():
-            return PORT_TAKEN
-        code = process.poll()
-        if code is not None:
-            return f"exited with code {code}"
-        if _healthy(url, headers or {}):
-            return None
-        time.sleep(0.2)
-    return f"was not healthy within {timeout:.0f}s"
-
-
-class _LogSince:
-    """What a process wrote to its log from where the log ended when it started."""
-
-    def __init__(self, log: Path) -> None:
-        self.log = log
-        self.start = log.stat().st_size if log.exists() else 0
-        self.read = self.start
-        self.port_line = ""
-
-    def text(self) -> str:
-        try:
-            with self.log.open("rb") as file:
-                file.seek(self.start)
-                return file.read().decode(errors="replace")
-        except OSError:
-            return ""
-
-    def port_taken(self) -> bool:
-        """Whether it logged that a port it was given is taken; reads only what is new."""
-        try:
-            with self.log.open("rb") as file:
-                file.seek(self.read)
-                new = file.read()
-        except OSError:
-            return False
-        # Whole lines only: the rest of a line being written is read at the next call.
-        complete = new[: new.rfind(b"\n") + 1]
-        self.read += len(complete)
-        for line in complete.decode(errors="replace").splitlines():
-            if _IN_USE in line.lower():
-                self.port_line = line.strip()
-        return bool(self.port_line)
-
-
-def start_process(
-    name: str,
-    launch: Callable[[], subprocess.Popen[bytes]],
-    stop: Callable[[], object],
-    health_url: Callable[[], str],
-    log: Path,
-    reassign_ports: Callable[[], None] | None,
-    timeout: float = START_TIMEOUT,
-    headers: Mapping[str, str] | None = None,
-) -> None:
-    """Launch a process on the ports picked for it and wait until ``health_url`` answers
-    200. When it logs that one of its ports was taken (picked free, then taken by another
-    process before it bound it), it is stopped, ``reassign_ports`` picks new ones and it
-    is launched again, up to PORT_ATTEMPTS times; without ``reassign_ports`` a taken port
-    is an error at once."""
-    for _attempt in range(PORT_ATTEMPTS):
-        written = _LogSince(log)
-        process = launch()
-        failure = wait_healthy(process, health_url(), timeout, headers, written.port_taken)
-        if failure is None:
-            return
-        stop()
-        taken = failure == PORT_TAKEN or written.port_taken()
-        if not taken or reassign_ports is None:
-            tail = "\n".join(written.text().strip().splitlines()[-12:])
-            raise TestbedError(f"{name} {failure}; the end of its log {log}:\n{tail}")
-        reassign_ports()
-    raise TestbedError(
-        f"{name} {PORT_TAKEN} {PORT_ATTEMPTS} times in a row, the last time: "
-        f"{written.port_line}; its log: {log}"
-    )
-
-
-def start_component(component: Component, log: Callable[[str], None]) -> None:
-    """Start one process and wait until it is healthy; a taken port is picked again."""
-    start_process(
-        component.name,
-        component.start,
-        component.stop,
-        component.health_url,
-        component.log,
-        component.reassign_ports,
-        headers=component.health_headers,
-    )
-    log(f"  {component.name} ready on {component.health_url()}")
 
 
 @dataclass
@@ -309,13 +94,13 @@ class Testbed:
         stages = build.stage_files(self.bin_dir)
 
         def etcd() -> list[str]:
-            client, peer = self._port("etcd"), self._port("etcd-peer")
+            client_port, peer = self._port("etcd"), self._port("etcd-peer")
             return [
                 self._bin("etcd"),
                 "--name=testbed",
                 f"--data-dir={self.state_dir / 'etcd'}",
-                f"--listen-client-urls=http://127.0.0.1:{client}",
-                f"--advertise-client-urls=http://127.0.0.1:{client}",
+                f"--listen-client-urls=http://127.0.0.1:{client_port}",
+                f"--advertise-client-urls=http://127.0.0.1:{client_port}",
                 f"--listen-peer-urls=http://127.0.0.1:{peer}",
                 f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
                 f"--initial-cluster=testbed=http://127.0.0.1:{peer}",
@@ -455,8 +240,6 @@ class Testbed:
         self.bin_dir = self.bin_dir or build.ensure_built(self.log)
         pool_file = nodes.load(self.pool_file)
         if pool_file.realNode is not None:
-            from .realnode import can_run
-
             why = can_run()
             if why is not None:
                 self.log(f"  no real node: {why}; a kwok node stands in for it")
@@ -482,10 +265,6 @@ class Testbed:
         self.log(f"testbed ready in {time.monotonic() - started:.1f}s: {self.server}")
 
     def _start_real_node(self, certs: pki.Pki, pool_file: nodes.PoolFile) -> None:
-        from kubernetes import client
-
-        from .realnode import RealNode
-
         assert self.bin_dir is not None
         assert pool_file.realNode is not None
         self.real_node = RealNode(
@@ -526,7 +305,7 @@ class Testbed:
         binary = build.ensure_registry(self.log)
         assert self.real_node is not None
         host = self.real_node.machine_address
-        config = self.state_dir / "registry.json"
+        config_file = self.state_dir / "registry.json"
 
         def argv() -> list[str]:
             settings = {
@@ -536,8 +315,8 @@ class Testbed:
                 "http": {"addr": f"{host}:{self._port('registry')}"},
             }
             # The registry reads YAML, of which JSON is a part.
-            config.write_text(json.dumps(settings))
-            return [str(binary), "serve", str(config)]
+            config_file.write_text(json.dumps(settings))
+            return [str(binary), "serve", str(config_file)]
 
         return Component(
             "registry",
@@ -582,15 +361,11 @@ class Testbed:
         self.kubeconfig.chmod(0o600)
 
     def api_client(self) -> Any:
-        from kubernetes import client, config
-
         configuration = client.Configuration()
         config.load_kube_config(str(self.kubeconfig), client_configuration=configuration)
         return client.ApiClient(configuration)
 
     def _wait_apiserver_ready(self) -> None:
-        from kubernetes import client
-
         api = client.CoreV1Api(self.api_client())
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
@@ -603,8 +378,6 @@ class Testbed:
         )
 
     def _create_cluster_objects(self, pool_file: nodes.PoolFile) -> None:
-        from kubernetes import client
-
         api_client = self.api_client()
         core = client.CoreV1Api(api_client)
         node_list = nodes.node_objects(pool_file)

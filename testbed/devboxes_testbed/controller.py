@@ -17,8 +17,8 @@ from typing import Any
 import yaml
 
 from .api import bearer
-from .cluster import START_TIMEOUT, free_port, start_process
 from .errors import TestbedError
+from .process import START_TIMEOUT, free_port, start_process
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE_SETTINGS = REPO / "testbed" / "settings.yaml"

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .cluster import START_TIMEOUT, Component, free_port, reassigner, start_component
 from .errors import TestbedError
+from .process import START_TIMEOUT, Component, free_port, reassigner, start_component
 
 REPO = Path(__file__).resolve().parents[2]
 PROXY = REPO / "testbed" / "hub" / "node_modules" / ".bin" / "configurable-http-proxy"

@@ -16,6 +16,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from kubernetes import client, config, watch
+
 PROVISIONER_NAME = "testbed.devboxes.io/simulated"
 STORAGE_CLASS: dict[str, Any] = {
     "apiVersion": "storage.k8s.io/v1",
@@ -80,8 +82,6 @@ class Provisioner:
             thread.join(timeout=5)
 
     def _core(self) -> Any:
-        from kubernetes import client, config
-
         configuration = client.Configuration()
         config.load_kube_config(self._kubeconfig, client_configuration=configuration)
         return client.CoreV1Api(client.ApiClient(configuration))
@@ -97,8 +97,6 @@ class Provisioner:
                 self._stop.wait(1)
 
     def _claims(self, core: Any) -> None:
-        from kubernetes import watch
-
         stream = watch.Watch()
         for event in stream.stream(
             core.list_persistent_volume_claim_for_all_namespaces,
@@ -120,8 +118,6 @@ class Provisioner:
                     core.create_persistent_volume(volume_for(claim, self._volumes_dir))
 
     def _volumes(self, core: Any) -> None:
-        from kubernetes import watch
-
         stream = watch.Watch()
         for event in stream.stream(
             core.list_persistent_volume, timeout_seconds=5, deserialize=False

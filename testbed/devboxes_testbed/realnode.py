@@ -24,14 +24,14 @@ from pathlib import Path
 from typing import IO, Any
 
 from . import images, nodes, pki
-from .cluster import Component, start_component
 from .errors import TestbedError
+from .host import CGROUP_ROOT, can_run
+from .process import Component, start_component
 
 NAME_PREFIX = "devbox-node"
 LABEL_KIND = "devboxes.io/testbed-node"
 # At most this many real nodes run on one machine at a time, each with its own addresses.
 MAX_NODES = 16
-CGROUP_ROOT = Path("/sys/fs/cgroup")
 # The cgroup v2 hierarchy a machine of cgroup v1 mounts beside the v1 ones.
 UNIFIED = "unified"
 LOCK_DIR = Path("/run/devboxes-testbed")
@@ -43,28 +43,6 @@ NVIDIA_SMI = Path(__file__).resolve().parent / "nvidia-smi"
 # in a temporary tree would. The kubelet also looks for device plugins here
 # (device-plugins/) whatever its root directory.
 KUBELET_ROOT = Path("/var/lib/kubelet")
-NEEDED_COMMANDS = {
-    "ip": "iproute2",
-    "nsenter": "util-linux",
-    "iptables": "iptables",
-    "mmdebstrap": "mmdebstrap",
-}
-
-
-def can_run() -> str | None:
-    """Why this machine cannot run a real node, or None when it can."""
-    if os.geteuid() != 0:
-        return "a real node needs root (namespaces, mounts and cgroups)"
-    if not (CGROUP_ROOT / "memory" / "cgroup.procs").exists():
-        return "a real node needs the cgroup v1 memory hierarchy at /sys/fs/cgroup/memory"
-    for tool, package in NEEDED_COMMANDS.items():
-        if shutil.which(tool) is None:
-            return f"a real node needs the '{tool}' command (Debian package {package})"
-    try:
-        subprocess.run(["unshare", "--net", "true"], check=True, capture_output=True)
-    except (OSError, subprocess.CalledProcessError):
-        return "this machine does not allow network namespaces"
-    return None
 
 
 @dataclass(frozen=True)

@@ -16,19 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .cluster import (
-    Component,
-    Exit,
-    Testbed,
-    exits,
-    free_port,
-    reassigner,
-    start_component,
-)
+from kubernetes import client
+
+from .cluster import Testbed
 from .controller import ANY_ADDRESS, Controller, example_settings
 from .errors import TestbedError
 from .hub import PEOPLE, Hub
 from .issuer import CLI_CLIENT_ID, DEMO_PEOPLE, Issuer
+from .process import Component, Exit, exits, free_port, reassigner, start_component
 
 REPO = Path(__file__).resolve().parents[2]
 NAMESPACE = "devboxes"
@@ -126,8 +121,6 @@ class Stack:
     def _authorize_keys(self) -> None:
         """Boxes accept the stack's key and the public keys of whoever runs `make up`,
         so that `devbox ssh` and the Lab's devbox kernels work without configuration."""
-        from kubernetes import client
-
         if not self.ssh_key.exists():
             self.ssh_key.parent.mkdir(parents=True, exist_ok=True)
             subprocess.run(
@@ -248,8 +241,6 @@ class Stack:
     def start(self) -> None:
         self.testbed.start()
         try:
-            from kubernetes import client
-
             client.CoreV1Api(self.testbed.api_client()).create_namespace(
                 {"metadata": {"name": NAMESPACE}}
             )

@@ -18,9 +18,9 @@ from typing import Any
 import httpx
 import pytest
 from devboxes_testbed import L4
-from devboxes_testbed.cluster import free_port
 from devboxes_testbed.controller import Controller, example_settings
 from devboxes_testbed.issuer import CLI_CLIENT_ID, Issuer
+from devboxes_testbed.process import free_port
 from support import (
     CHROMIUM,
     Api,

@@ -18,7 +18,7 @@ import pytest
 import requests
 from devboxes_controller.state.ended_sessions import CONFIGMAP, EndedSessions, digest
 from devboxes_controller.web.dashboard import safe_next
-from devboxes_controller.web.sessions import (
+from devboxes_controller.web.identity.sessions import (
     COOKIE,
     Person,
     SessionsLoading,

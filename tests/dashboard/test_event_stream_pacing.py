@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import uvicorn
-from devboxes_controller.config.settings import ConnectionSettings
+from devboxes_controller.config.connections import ConnectionSettings
 from devboxes_controller.state.metrics import METRICS
 from devboxes_controller.web import connections, dashboard
 from starlette.applications import Starlette

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 from devboxes_controller.state.ended_sessions import EndedSessions
-from devboxes_controller.web.cli_login import pkce_challenge
-from devboxes_controller.web.people import Identity
-from devboxes_controller.web.sessions import (
+from devboxes_controller.web.identity.base import Identity
+from devboxes_controller.web.identity.cli_login import pkce_challenge
+from devboxes_controller.web.identity.sessions import (
     LOGIN_SECONDS,
     CookieTooLarge,
     Person,

@@ -14,7 +14,7 @@ from devboxes_controller.state.ended_sessions import (
     SharedEndedSessions,
     digest,
 )
-from devboxes_controller.web.sessions import COOKIE, Person, SessionStore
+from devboxes_controller.web.identity.sessions import COOKIE, Person, SessionStore
 from kubernetes import client, watch
 from support import MemoryRecord, StartController, wait_for
 from urllib3.exceptions import ProtocolError

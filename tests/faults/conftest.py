@@ -11,14 +11,15 @@ from typing import Any
 import pytest
 from devboxes_testbed.cluster import Testbed
 from devboxes_testbed.controller import Controller, example_settings
+from devboxes_testbed.rig import Rig, create_namespace
 from kubernetes import client
-from support import StartController, running_testbed
+from support import StartController
 
 
 @pytest.fixture(scope="module")
 def fault_testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
-    with running_testbed(tmp_path_factory.mktemp("fault-testbed")) as bed:
-        yield bed
+    with Rig(tmp_path_factory.mktemp("fault-testbed")) as rig:
+        yield rig.start_testbed(log=lambda message: None)
 
 
 @pytest.fixture
@@ -29,27 +30,20 @@ def fault_kube(fault_testbed: Testbed) -> Any:
 
 @pytest.fixture
 def fault_namespace(fault_kube: Any) -> str:
-    name = f"f-{uuid.uuid4().hex[:10]}"
-    client.CoreV1Api(fault_kube).create_namespace({"metadata": {"name": name}})
-    return name
+    return create_namespace(client.CoreV1Api(fault_kube), f"f-{uuid.uuid4().hex[:10]}")
 
 
 @pytest.fixture
 def start_fault_controller(
     fault_testbed: Testbed, fault_namespace: str, tmp_path: Path
 ) -> Iterator[StartController]:
-    started: list[Controller] = []
+    with Rig(tmp_path, fault_testbed) as rig:
 
-    def start(kubeconfig: Path | None = None, until: str = "/ready", **kwargs: Any) -> Controller:
-        process = Controller(
-            kubeconfig or fault_testbed.kubeconfig,
-            example_settings(fault_namespace),
-            tmp_path,
-            **kwargs,
-        )
-        started.append(process)
-        return process.start(until=until)
+        def start(
+            kubeconfig: Path | None = None, until: str = "/ready", **kwargs: Any
+        ) -> Controller:
+            return rig.start_controller(
+                example_settings(fault_namespace), kubeconfig=kubeconfig, until=until, **kwargs
+            )
 
-    yield start
-    for process in started:
-        process.stop()
+        yield start

@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 import signal
 
-from devboxes_testbed.cluster import Testbed, wait_for_exit
+from devboxes_testbed.cluster import Testbed
+from devboxes_testbed.process import wait_for_exit
 
 
 def test_a_killed_component_is_named_with_its_code_and_log(fault_testbed: Testbed) -> None:

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 import requests
-from devboxes_testbed.cluster import free_port, wait_healthy
+from devboxes_testbed.process import free_port, wait_healthy
 from devboxes_testbed.stack import lab_environment
 
 REPO = Path(__file__).resolve().parents[2]

@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 from devboxes_jupyter.provisioner import box_name
 from devboxes_testbed import L4, MIG
-from devboxes_testbed.cluster import free_port
 from devboxes_testbed.controller import Controller
+from devboxes_testbed.process import free_port
 from labserver import (
     LABEXTENSION,
     KernelLab,

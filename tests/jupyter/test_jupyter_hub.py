@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import requests
-from devboxes_controller.web.hub import HubVerifier
-from devboxes_controller.web.people import Identity
+from devboxes_controller.web.identity.base import Identity
+from devboxes_controller.web.identity.hub import HubVerifier
 from devboxes_testbed.hub import Hub
 from support import JsonHandler
 

@@ -32,13 +32,14 @@ from typing import Any
 import pytest
 import requests
 import yaml
-from devboxes_controller.box.render import MAIN_CONTAINER
+from devboxes_controller.box.naming import MAIN_CONTAINER
 from devboxes_jupyter.kernelspecs import CPU_KERNEL
 from devboxes_jupyter.provisioner import box_name
-from devboxes_testbed import L4, realnode
-from devboxes_testbed.cluster import Testbed, free_port
+from devboxes_testbed import L4, host
+from devboxes_testbed.cluster import Testbed
 from devboxes_testbed.controller import ANY_ADDRESS, Controller, example_settings
 from devboxes_testbed.issuer import CLI_CLIENT_ID, Issuer
+from devboxes_testbed.process import free_port
 from footprint import Footprint
 from labserver import KernelChannels, running_lab
 from sshd import make_key
@@ -74,7 +75,7 @@ ACTIVITY_TAKEN = (
 @pytest.fixture(scope="module")
 def real_testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
     """A testbed whose only node is a real one with two simulated L4s: every box runs there."""
-    why = realnode.can_run()
+    why = host.can_run()
     if why is not None:
         pytest.skip(f"this machine cannot run a real node: {why}")
     state = tmp_path_factory.mktemp("real-testbed")

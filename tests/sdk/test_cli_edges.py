@@ -23,7 +23,7 @@ import certifi
 import pytest
 import uvicorn
 import yaml
-from devboxes_controller.box import render
+from devboxes_controller.box import naming
 from devboxes_controller.config.settings import settings_from_mapping
 from devboxes_controller.control.lifecycle import Lifecycle
 from devboxes_controller.k8s.probe import ApiserverProbe
@@ -102,10 +102,10 @@ class _Ready(Readiness):
 def _recorded_box(expires_at: datetime) -> dict[str, Any]:
     recorded = json.loads((REPO / "tests" / "data" / "box_objects.json").read_text())
     deployment: dict[str, Any] = next(
-        d for d in recorded["deployments"] if render.box_name_of(d) == BOX
+        d for d in recorded["deployments"] if naming.box_name_of(d) == BOX
     )
     deployment["spec"]["replicas"] = 1
-    deployment["metadata"]["annotations"][render.ANNOTATION_EXPIRES_AT] = format_timestamp(
+    deployment["metadata"]["annotations"][naming.ANNOTATION_EXPIRES_AT] = format_timestamp(
         expires_at
     )
     return deployment

@@ -18,9 +18,9 @@ from typing import Any
 
 import httpx
 import pytest
-from devboxes_controller.config.settings import OidcSettings
-from devboxes_controller.web.oidc import OidcVerifier
-from devboxes_controller.web.people import Identity
+from devboxes_controller.config.auth import OidcSettings
+from devboxes_controller.web.identity.base import Identity
+from devboxes_controller.web.identity.oidc import OidcVerifier
 from devboxes_testbed.controller import Controller, example_settings
 from devboxes_testbed.issuer import CLI_CLIENT_ID, Issuer
 from support import StartController

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 from devboxes_testbed.cluster import Testbed
-from support import create_namespace, wait_for
+from devboxes_testbed.rig import create_namespace
+from support import wait_for
 
 NVIDIA = "gpu.nvidia.com"
 IS_H100 = f"device.attributes['{NVIDIA}'].productName.startsWith('NVIDIA H100')"

@@ -132,6 +132,38 @@ def test_a_missing_claim_template_is_recreated(api: Api, dra_testbed: Testbed) -
     assert (owner.kind, owner.name) == ("Deployment", "devbox-amd")
 
 
+def test_the_answers_of_start_stop_and_extend_name_a_running_boxs_device(api: Api) -> None:
+    api.created("answers", gpu={"profile": "mi300x"})
+    (device,) = allocated(api, "answers")
+    assert device["product"] == "AMD Instinct MI300X"
+    try:
+        # A start of a running box and an extend answer it with the device it holds.
+        started = api.call("POST", "/devboxes/answers/start")
+        assert started["gpu"]["allocated"] == [device], f"{started}"
+        extended = api.call("POST", "/devboxes/answers/extend", json={"hours": 1})
+        assert extended["gpu"]["allocated"] == [device], f"{extended}"
+        # A stopped box holds no device, and its answer names none.
+        stopped = api.call("POST", "/devboxes/answers/stop")
+        assert stopped["state"] == "stopped"
+        assert stopped["gpu"] == {**started["gpu"], "allocated": None}
+        # Started again, its new pod gets a new claim: once that pod runs, the answers
+        # name its device again.
+        api.call("POST", "/devboxes/answers/start")
+
+        def on_a_new_pod() -> dict[str, Any] | None:
+            box = api.box("answers")
+            new = box["pod_name"] not in (None, started["pod_name"])
+            return box if new and box["state"] == "ready" and box["gpu"]["allocated"] else None
+
+        (device,) = wait_for(on_a_new_pod, timeout=180)["gpu"]["allocated"]
+        started = api.call("POST", "/devboxes/answers/start")
+        assert started["gpu"]["allocated"] == [device], f"{started}"
+        extended = api.call("POST", "/devboxes/answers/extend", json={"hours": 1})
+        assert extended["gpu"]["allocated"] == [device], f"{extended}"
+    finally:
+        api.purge("answers")
+
+
 def test_the_doctor_refuses_selectors_kubernetes_cannot_compile_and_missing_classes(
     dra_testbed: Testbed, tmp_path: Path
 ) -> None:

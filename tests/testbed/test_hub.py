@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
-from devboxes_controller.web.hub import HubVerifier
-from devboxes_controller.web.people import Identity
+from devboxes_controller.web.identity.base import Identity
+from devboxes_controller.web.identity.hub import HubVerifier
 from devboxes_testbed.hub import Hub, hub_people
 
 

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 import requests
-from devboxes_testbed.cluster import Testbed, start_component
+from devboxes_testbed.cluster import Testbed
 from devboxes_testbed.controller import Controller
+from devboxes_testbed.process import start_component
 from devboxes_testbed.stack import Stack, lab_environment
 
 INHERITED = "a-token-of-whoever-starts-the-stack"

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 import requests
 from devboxes_testbed import hub as hub_module
-from devboxes_testbed.cluster import START_TIMEOUT, Testbed, free_port
+from devboxes_testbed.cluster import Testbed
 from devboxes_testbed.hub import Hub, hub_people
+from devboxes_testbed.process import START_TIMEOUT, free_port
 from devboxes_testbed.stack import Stack
 from support import REPO, Api
 

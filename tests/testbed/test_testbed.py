@@ -11,8 +11,9 @@ import pytest
 from devboxes_testbed import L4, nodes
 from devboxes_testbed.cluster import Testbed
 from devboxes_testbed.errors import TestbedError
+from devboxes_testbed.rig import create_namespace
 from kubernetes import client
-from support import create_namespace, wait_for, wait_until_no_pod_requests
+from support import wait_for, wait_until_no_pod_requests
 
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from devboxes_testbed.cluster import free_port, wait_healthy
+from devboxes_testbed.process import free_port, wait_healthy
 
 # Answers 200 only to requests that carry the header, 401 to any other.
 SERVER = """

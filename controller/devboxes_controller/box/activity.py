@@ -19,16 +19,17 @@ from typing import Any
 
 from devboxes_sdk.models import Activity, ActivityReport
 
-from ..config.settings import ACTIVITY_SIDECAR, Settings
+from ..config.boxes import ACTIVITY_SIDECAR
+from ..config.settings import Settings
 from ..k8s.kube import Obj
 from ..k8s.timestamps import format_timestamp, parse_timestamp
-from . import render, template
+from . import naming, template
 
-ANNOTATION_ACTIVITY = render.ANNOTATION_PREFIX + "activity"
+ANNOTATION_ACTIVITY = naming.ANNOTATION_PREFIX + "activity"
 # Which key made the credential last written to the box's Secret, as :func:`key_id`.
-ANNOTATION_CREDENTIAL_KEY = render.ANNOTATION_PREFIX + "activity-key"
+ANNOTATION_CREDENTIAL_KEY = naming.ANNOTATION_PREFIX + "activity-key"
 # Written when a box is stopped for idleness: the idle window in minutes.
-ANNOTATION_IDLE_STOPPED = render.ANNOTATION_PREFIX + "idle-stopped-after"
+ANNOTATION_IDLE_STOPPED = naming.ANNOTATION_PREFIX + "idle-stopped-after"
 # A box whose agent has not reported for this long counts as unknown, never as idle.
 REPORT_STALE = timedelta(minutes=5)
 # An unchanged state is written back at most this often, to keep the record fresh.
@@ -62,7 +63,7 @@ def credential_outdated(deployment: Obj, key: bytes) -> bool:
 
 
 def credential_matches(key: bytes, deployment: Obj, presented: str) -> bool:
-    box = render.box_name_of(deployment)
+    box = naming.box_name_of(deployment)
     uid = (deployment.get("metadata") or {}).get("uid")
     if box is None or not isinstance(uid, str):
         return False
@@ -77,7 +78,7 @@ class Record:
     idle_since: datetime | None
 
     def to_json(self) -> str:
-        return render.canonical_json(
+        return naming.canonical_json(
             {
                 "reportedAt": format_timestamp(self.reported_at),
                 "idleSince": (format_timestamp(self.idle_since) if self.idle_since else None),
@@ -103,7 +104,7 @@ def recorded(deployment: Obj) -> Record | None:
 
 def gpu_profile(deployment: Obj) -> str | None:
     annotations = (deployment.get("metadata") or {}).get("annotations") or {}
-    profile = annotations.get(render.ANNOTATION_GPU_PROFILE)
+    profile = annotations.get(naming.ANNOTATION_GPU_PROFILE)
     return profile if isinstance(profile, str) and profile else None
 
 

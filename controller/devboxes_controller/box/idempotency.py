@@ -17,7 +17,7 @@ from typing import Any
 from devboxes_sdk.models import IDEMPOTENCY_HEADER, DevboxCreate
 
 from ..k8s.kube import Invalid, rule_broken
-from .render import ANNOTATION_PREFIX, canonical_json
+from .naming import ANNOTATION_PREFIX, canonical_json
 
 ANNOTATION_CREATE_REQUEST = ANNOTATION_PREFIX + "create-request"
 MAX_KEY_LENGTH = 255

@@ -8,7 +8,9 @@ creates, and boxes made before people existed, carry neither: they are the opera
 from __future__ import annotations
 
 import hashlib
+import json
 import re
+from collections.abc import Sequence
 from typing import Any
 
 LABEL_OWNER = "devboxes.io/owner"
@@ -50,6 +52,11 @@ def marks(owner: str | None) -> tuple[dict[str, str], dict[str, str]]:
     if owner is None:
         return {}, {}
     return {LABEL_OWNER: owner_label(owner)}, {ANNOTATION_OWNER: owner}
+
+
+def groups_record(groups: Sequence[str]) -> str:
+    """The ``ANNOTATION_OWNER_GROUPS`` record of these groups."""
+    return json.dumps(list(groups))
 
 
 def visible(obj: dict[str, Any], scope: str | None) -> bool:

@@ -1,91 +1,64 @@
 """The Kubernetes objects of one box, as plain JSON-ready dicts.
 
 Pure functions: no I/O, no clock, no Kubernetes client. Every field comes from a
-:class:`BoxSpec` and the settings; clients never set a pod field. A box's GPU contract is
-the profile pinned in its Deployment's snapshot annotation, so :func:`spec_from_deployment`
-rebuilds a spec from that annotation and never from the live catalog; the same holds for
-its image profile.
+:class:`~.spec.BoxSpec`, the settings and what :func:`box` is given besides; clients never
+set a pod field. :func:`box` renders every object of a box at once, complete: nothing is
+added to a rendered object afterwards.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
-from devboxes_sdk.models import API_PREFIX, PRESETS, Preset
+from devboxes_sdk.models import API_PREFIX
 
-from ..config.settings import (
-    ACTIVITY_SIDECAR,
-    ENVIRONMENT_SIDECAR,
-    SSH_CONTAINER_PORT,
-    DeviceAlternative,
-    GpuProfileConfig,
-    ImagePortConfig,
-    ImageProfileConfig,
-    Settings,
-    SnapshotError,
+from ..config.boxes import ACTIVITY_SIDECAR, ENVIRONMENT_SIDECAR, SSH_CONTAINER_PORT
+from ..config.gpu import DeviceAlternative
+from ..config.images import ImagePortConfig, ImageProfileConfig
+from ..config.settings import Settings
+from ..k8s.kube import Obj
+from ..k8s.timestamps import format_timestamp
+from . import authorized_keys, ownership
+from .idempotency import ANNOTATION_CREATE_REQUEST, CreateRequest
+from .naming import (
+    ANNOTATION_EXPIRES_AT,
+    ANNOTATION_GPU_COUNT,
+    ANNOTATION_GPU_DEVICE_CLASS,
+    ANNOTATION_GPU_PROFILE,
+    ANNOTATION_GPU_RESOURCE,
+    ANNOTATION_GPU_SNAPSHOT,
+    ANNOTATION_IMAGE_PROFILE,
+    ANNOTATION_IMAGE_SNAPSHOT,
+    ANNOTATION_PINNED_MAIN,
+    ANNOTATION_PRESET,
+    ANNOTATION_REPOSITORY,
+    ANNOTATION_TEMPLATE,
+    ANNOTATION_TTL_HOURS,
+    ANNOTATION_WAITING_SINCE,
+    BOX_USER,
+    COMPONENT_ACTIVITY,
+    COMPONENT_GPU,
+    COMPONENT_HOME,
+    COMPONENT_SSH,
+    COMPONENT_WORKSPACE,
+    GPU_CLAIM,
+    GPU_REQUEST,
+    LABEL_GPU_PROFILE,
+    MAIN_CONTAINER,
+    QUEUE_GATE,
+    box_selector,
+    canonical_json,
+    choice_name,
+    labels,
 )
-from ..k8s.timestamps import format_timestamp, parse_timestamp
-from . import ownership, sshkeys
+from .spec import BoxSpec, PinnedMain
 
-LABEL_BOX = "devboxes.io/box"
-LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
-LABEL_NAME = "app.kubernetes.io/name"
-LABEL_COMPONENT = "app.kubernetes.io/component"
-# On a home claim: the GPU profile of the box that last used it, for the volume listing.
-LABEL_GPU_PROFILE = "devboxes.io/gpu-profile"
-MANAGER = "devboxes-controller"
-APP_NAME = "devbox"
-MANAGED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGER}"
-
-COMPONENT_WORKSPACE = "workspace"
-COMPONENT_HOME = "home"
-COMPONENT_SSH = "ssh"
-COMPONENT_ACTIVITY = "activity"
-COMPONENT_GPU = "gpu"
-
-ANNOTATION_PREFIX = "devboxes.io/"
-ANNOTATION_GPU_SNAPSHOT = ANNOTATION_PREFIX + "gpu-profile-snapshot"
-ANNOTATION_GPU_PROFILE = ANNOTATION_PREFIX + "gpu-profile"
-ANNOTATION_GPU_RESOURCE = ANNOTATION_PREFIX + "gpu-resource"
-ANNOTATION_GPU_COUNT = ANNOTATION_PREFIX + "gpu-count"
-ANNOTATION_GPU_DEVICE_CLASS = ANNOTATION_PREFIX + "gpu-device-class"
-ANNOTATION_IMAGE_SNAPSHOT = ANNOTATION_PREFIX + "image-profile-snapshot"
-ANNOTATION_IMAGE_PROFILE = ANNOTATION_PREFIX + "image-profile"
-ANNOTATION_PRESET = ANNOTATION_PREFIX + "preset"
-ANNOTATION_TTL_HOURS = ANNOTATION_PREFIX + "ttl-hours"
-ANNOTATION_EXPIRES_AT = ANNOTATION_PREFIX + "expires-at"
-ANNOTATION_REPOSITORY = ANNOTATION_PREFIX + "repository"
-# When the box was created or last started, until its pod is given a node: its time to live
-# does not run while it waits in line for a device, and once its pod has a node the
-# reconciler moves its deadline later by the wait and removes this.
-ANNOTATION_WAITING_SINCE = ANNOTATION_PREFIX + "waiting-since"
-# Written by the reconciler when the TTL stops a box.
-ANNOTATION_EXPIRED_AT = ANNOTATION_PREFIX + "expired-at"
-# The main container's image and resources as created: pinned like the GPU profile, so
-# a new release image or preset size never changes an existing box.
-ANNOTATION_PINNED_MAIN = ANNOTATION_PREFIX + "pinned-main"
-# A hash per part of the pod template as last written, to tell what a release changed.
-ANNOTATION_TEMPLATE = ANNOTATION_PREFIX + "template"
-# On the pod template, written by every start: a start is then a rollout, and the Recreate
-# strategy creates the new pod only once the previous one is gone. Scaling the same
-# ReplicaSet back up would not wait, and two pods would share the home volume.
-ANNOTATION_STARTED_AT = ANNOTATION_PREFIX + "started-at"
 # Older ReplicaSets a box's Deployment keeps; each start of a stopped box makes one.
 REVISION_HISTORY = 2
-# Holds a box pod that asks for a device back from the scheduler until its turn in line.
-QUEUE_GATE = "devboxes.io/queue"
-
-_PRESET_BY_NAME: dict[str, Preset] = {preset: preset for preset in PRESETS}
-
-MAIN_CONTAINER = "devbox"
-# The name of a DRA box's claim in its pod, and of the one request in that claim; the
-# allocation names a subrequest "gpu/<choice>" when the profile has alternatives.
-GPU_CLAIM = "gpu"
-GPU_REQUEST = "gpu"
 SSH_PORT_NAME = "ssh"
 SSH_SERVICE_PORT = 22
 HOME_VOLUME = "home"
@@ -96,14 +69,11 @@ ACTIVITY_VOLUME = "activity-credential"
 ACTIVITY_MOUNT_PATH = "/var/run/devbox-activity"
 ACTIVITY_CREDENTIAL_KEY = "credential"
 ACTIVITY_COMMAND = "devbox-activity-agent"
-DEPLOYMENT_PREFIX = "devbox-"
 # Where the main container's devbox-gpu-sampler writes GPU utilization for the agent,
 # which has no GPU of its own.
 GPU_SAMPLES_VOLUME = "gpu-samples"
 GPU_SAMPLES_PATH = "/run/devbox-gpu-samples"
 GPU_SAMPLES_ENV = "DEVBOX_GPU_SAMPLES"
-# The workspace image's one login user (workspace/Dockerfile); its home is the box's volume.
-BOX_USER = "dev"
 HOME_MOUNT_PATH = f"/home/{BOX_USER}"
 
 # What the workspace entrypoint and sshd need, and nothing more. The entrypoint runs as
@@ -130,112 +100,89 @@ CAPABILITIES_ADDED = (
 
 
 @dataclass(frozen=True)
-class PinnedMain:
-    """The main container's image and resources, fixed when the box is created."""
+class Box:
+    """Every object of one box, complete as it is written.
 
-    image: str
-    resources: dict[str, dict[str, str]]
+    The Service, a DRA box's claim template and the agent's Secret belong to the box's
+    Deployment: they name its uid, so they are rendered only once it exists.
+    """
 
-    def to_json(self) -> str:
-        return canonical_json({"image": self.image, "resources": self.resources})
-
-
-@dataclass(frozen=True)
-class BoxSpec:
-    """Everything the objects of one box are rendered from."""
-
-    name: str
-    preset: Preset
-    ttl_hours: int
-    repository: str | None
-    expires_at: datetime
-    gpu: GpuProfileConfig | None
-    # None for a new box: rendered from the settings, then pinned.
-    pinned: PinnedMain | None = None
-    image: ImageProfileConfig | None = None
-    # The person the box belongs to; None for the operator's boxes.
-    owner: str | None = None
+    claim: Obj
+    deployment: Obj
+    service: Obj | None = None
+    # Only a DRA box has one.
+    claim_template: Obj | None = None
+    # Only a box that runs the agent has one.
+    activity_secret: Obj | None = None
 
 
-def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+def box(
+    spec: BoxSpec,
+    settings: Settings,
+    *,
+    made_by: CreateRequest | None = None,
+    owner_groups: Sequence[str] | None = None,
+    owned_by: Obj | None = None,
+    credential: str | None = None,
+) -> Box:
+    """Every object of the box of ``spec``.
 
-
-@dataclass(frozen=True)
-class ObjectNames:
-    deployment: str
-    pvc: str
-    service: str
-    activity_secret: str
-    claim_template: str
-
-
-def object_names(box: str) -> ObjectNames:
-    return ObjectNames(
-        deployment=f"{DEPLOYMENT_PREFIX}{box}",
-        pvc=f"devbox-{box}-home",
-        service=f"devbox-{box}-ssh",
-        activity_secret=f"devbox-{box}-activity",
-        claim_template=f"devbox-{box}-gpu",
+    ``made_by`` is the client's create request, recorded on the Deployment for its retries;
+    ``owner_groups`` the owner's groups the limits count the box towards. ``owned_by`` is
+    the box's Deployment as the apiserver holds it: without it, the objects that belong to
+    it are not rendered. ``credential`` is the agent's, for a box whose pod runs the agent.
+    """
+    claim = render_pvc(spec, settings)
+    deployment = render_deployment(spec, settings, made_by=made_by, owner_groups=owner_groups)
+    if owned_by is None:
+        return Box(claim=claim, deployment=deployment)
+    return Box(
+        claim=claim,
+        deployment=deployment,
+        service=render_service(spec, settings, owned_by),
+        claim_template=render_claim_template(spec, settings, owned_by),
+        activity_secret=(
+            None
+            if credential is None
+            else render_activity_secret(spec, settings, credential, owned_by)
+        ),
     )
 
 
-def labels(box: str, component: str) -> dict[str, str]:
-    """The labels of every object of a box; MANAGED_SELECTOR finds them all."""
-    return {
-        LABEL_BOX: box,
-        LABEL_NAME: APP_NAME,
-        LABEL_COMPONENT: component,
-        LABEL_MANAGED_BY: MANAGER,
+def _owner_references(deployment: Obj) -> list[Obj]:
+    """Owner references that let the garbage collector remove an object with its box."""
+    return [
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "name": deployment["metadata"]["name"],
+            "uid": deployment["metadata"]["uid"],
+        }
+    ]
+
+
+def _metadata(
+    spec: BoxSpec,
+    name: str,
+    settings: Settings,
+    component: str,
+    owned_by: Obj | None = None,
+    *,
+    marked: bool = True,
+) -> dict[str, Any]:
+    """Name, namespace, the box's labels, its owner's marks unless not ``marked``, and
+    the Deployment that owns the object, if one does."""
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": settings.namespace,
+        "labels": labels(spec.name, component),
     }
-
-
-def person_labels(owner: str, component: str) -> dict[str, str]:
-    """The labels of an object that belongs to a person rather than to one box."""
-    return {
-        LABEL_NAME: APP_NAME,
-        LABEL_COMPONENT: component,
-        LABEL_MANAGED_BY: MANAGER,
-        **ownership.marks(owner)[0],
-    }
-
-
-def box_selector(box: str) -> dict[str, str]:
-    """The pod selector of a box's Deployment and Service."""
-    return {LABEL_BOX: box}
-
-
-def box_name_of(obj: dict[str, Any]) -> str | None:
-    """The box an object belongs to, from its box label."""
-    metadata = obj.get("metadata") or {}
-    name = (metadata.get("labels") or {}).get(LABEL_BOX)
-    return name if isinstance(name, str) and name else None
-
-
-def box_of_event(event: dict[str, Any]) -> str | None:
-    """The box an Event is about: Events carry no labels, so the involved object's name
-    is mapped back (Deployment devbox-NAME, ReplicaSet devbox-NAME-HASH, Pod
-    devbox-NAME-HASH-SUFFIX)."""
-    involved = event.get("involvedObject") or {}
-    name = str(involved.get("name") or "")
-    trim = {"Deployment": 0, "ReplicaSet": 1, "Pod": 2}.get(str(involved.get("kind")))
-    if trim is None or not name.startswith(DEPLOYMENT_PREFIX):
-        return None
-    parts = name[len(DEPLOYMENT_PREFIX) :].split("-")
-    return "-".join(parts[: len(parts) - trim]) if len(parts) > trim else None
-
-
-def _box_metadata(name: str, settings: Settings, box: str, component: str) -> dict[str, Any]:
-    return {"name": name, "namespace": settings.namespace, "labels": labels(box, component)}
-
-
-def _metadata(spec: BoxSpec, name: str, settings: Settings, component: str) -> dict[str, Any]:
-    """Name, namespace, the box's labels and its owner's marks."""
-    metadata = _box_metadata(name, settings, spec.name, component)
-    owner_labels, owner_annotations = ownership.marks(spec.owner)
+    owner_labels, owner_annotations = ownership.marks(spec.owner) if marked else ({}, {})
     metadata["labels"].update(owner_labels)
     if owner_annotations:
         metadata["annotations"] = owner_annotations
+    if owned_by is not None:
+        metadata["ownerReferences"] = _owner_references(owned_by)
     return metadata
 
 
@@ -247,7 +194,7 @@ def render_pvc(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
     }
     if settings.storage_class_name is not None:
         pvc_spec["storageClassName"] = settings.storage_class_name
-    metadata = _metadata(spec, object_names(spec.name).pvc, settings, COMPONENT_HOME)
+    metadata = _metadata(spec, spec.names.pvc, settings, COMPONENT_HOME)
     if spec.gpu is not None:
         metadata["labels"][LABEL_GPU_PROFILE] = spec.gpu.name
     return {
@@ -258,11 +205,12 @@ def render_pvc(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
     }
 
 
-def render_service(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
+def render_service(spec: BoxSpec, settings: Settings, owned_by: Obj | None = None) -> Obj:
+    """The box's SSH Service."""
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _metadata(spec, object_names(spec.name).service, settings, COMPONENT_SSH),
+        "metadata": _metadata(spec, spec.names.service, settings, COMPONENT_SSH, owned_by),
         "spec": {
             "type": settings.ssh.service_type,
             "selector": box_selector(spec.name),
@@ -278,23 +226,6 @@ def render_service(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
     }
 
 
-_CHOICE = "choice-"
-
-
-def choice_name(index: int) -> str:
-    """The subrequest of a DRA profile's ``index``-th choice: 0 its own device, then its
-    alternatives in order."""
-    return f"{_CHOICE}{index}"
-
-
-def choice_index(name: str) -> int | None:
-    """The inverse of :func:`choice_name`; None for any other name."""
-    number = name.removeprefix(_CHOICE)
-    if number == name or not (number.isascii() and number.isdigit()):
-        return None
-    return int(number)
-
-
 def _device_request(choice: DeviceAlternative) -> dict[str, Any]:
     request: dict[str, Any] = {
         "deviceClassName": choice.device_class_name,
@@ -306,7 +237,9 @@ def _device_request(choice: DeviceAlternative) -> dict[str, Any]:
     return request
 
 
-def render_claim_template(spec: BoxSpec, settings: Settings) -> dict[str, Any] | None:
+def render_claim_template(
+    spec: BoxSpec, settings: Settings, owned_by: Obj | None = None
+) -> Obj | None:
     """The ResourceClaimTemplate of a DRA box, or None for any other box.
 
     One per box and never shared: Kubernetes makes a claim from it for each pod of the
@@ -325,11 +258,11 @@ def render_claim_template(spec: BoxSpec, settings: Settings) -> dict[str, Any] |
             {"name": choice_name(index), **_device_request(choice)}
             for index, choice in enumerate(choices)
         ]
-    name = object_names(spec.name).claim_template
+    name = spec.names.claim_template
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",
-        "metadata": _metadata(spec, name, settings, COMPONENT_GPU),
+        "metadata": _metadata(spec, name, settings, COMPONENT_GPU, owned_by),
         "spec": {
             "metadata": {"labels": labels(spec.name, COMPONENT_GPU)},
             "spec": {"devices": {"requests": [request]}},
@@ -407,7 +340,13 @@ def _main_container(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
                 else []
             ),
             *(
-                [{"name": sshkeys.VOLUME, "mountPath": sshkeys.MOUNT_PATH, "readOnly": True}]
+                [
+                    {
+                        "name": authorized_keys.VOLUME,
+                        "mountPath": authorized_keys.MOUNT_PATH,
+                        "readOnly": True,
+                    }
+                ]
                 if ownership.person(spec.owner) is not None
                 else []
             ),
@@ -545,10 +484,12 @@ def _operator_keys(spec: BoxSpec, settings: Settings) -> bool:
 def _person_keys_volume(owner: str) -> dict[str, Any]:
     # Optional: a person who has not added a key yet has no ConfigMap, and the box starts.
     return {
-        "name": sshkeys.VOLUME,
+        "name": authorized_keys.VOLUME,
         "configMap": {
-            "name": sshkeys.config_map_name(owner),
-            "items": [{"key": sshkeys.AUTHORIZED_KEYS, "path": sshkeys.AUTHORIZED_KEYS}],
+            "name": authorized_keys.config_map_name(owner),
+            "items": [
+                {"key": authorized_keys.AUTHORIZED_KEYS, "path": authorized_keys.AUTHORIZED_KEYS}
+            ],
             "defaultMode": 0o444,
             "optional": True,
         },
@@ -561,21 +502,22 @@ def _activity_volume(spec: BoxSpec) -> dict[str, Any]:
         # Optional: the Secret is written right after the Deployment (its credential
         # needs the Deployment's uid); the kubelet fills the mount in once it exists.
         "secret": {
-            "secretName": object_names(spec.name).activity_secret,
+            "secretName": spec.names.activity_secret,
             "optional": True,
             "defaultMode": 0o444,
         },
     }
 
 
-def render_activity_secret(box: str, settings: Settings, credential: str) -> dict[str, Any]:
+def render_activity_secret(
+    spec: BoxSpec, settings: Settings, credential: str, owned_by: Obj | None = None
+) -> Obj:
     """The box's agent credential; write-only towards the controller's ingest route."""
+    name = spec.names.activity_secret
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": _box_metadata(
-            object_names(box).activity_secret, settings, box, COMPONENT_ACTIVITY
-        ),
+        "metadata": _metadata(spec, name, settings, COMPONENT_ACTIVITY, owned_by, marked=False),
         "type": "Opaque",
         "stringData": {ACTIVITY_CREDENTIAL_KEY: credential},
     }
@@ -603,7 +545,7 @@ def _pod_spec(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
         "volumes": [
             {
                 "name": HOME_VOLUME,
-                "persistentVolumeClaim": {"claimName": object_names(spec.name).pvc},
+                "persistentVolumeClaim": {"claimName": spec.names.pvc},
             },
             *(
                 [
@@ -645,7 +587,7 @@ def _pod_spec(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
             pod["resourceClaims"] = [
                 {
                     "name": GPU_CLAIM,
-                    "resourceClaimTemplateName": object_names(spec.name).claim_template,
+                    "resourceClaimTemplateName": spec.names.claim_template,
                 }
             ]
     return pod
@@ -699,20 +641,25 @@ def _annotations(spec: BoxSpec) -> dict[str, str]:
     return annotations
 
 
-def render_deployment(spec: BoxSpec, settings: Settings, replicas: int = 1) -> dict[str, Any]:
+def render_deployment(
+    spec: BoxSpec,
+    settings: Settings,
+    replicas: int = 1,
+    *,
+    made_by: CreateRequest | None = None,
+    owner_groups: Sequence[str] | None = None,
+) -> Obj:
     """The box's Deployment; its annotations pin the preset, the TTL and the GPU and
-    image profiles."""
-    # The pod carries its owner's marks too: the queue and the limits count pods by person.
-    owner_labels, owner_annotations = ownership.marks(spec.owner)
-    template_metadata: dict[str, Any] = {
-        "labels": {**labels(spec.name, COMPONENT_WORKSPACE), **owner_labels}
-    }
-    pod_annotations = dict(owner_annotations)
+    image profiles, and record the create request and the owner's groups when given."""
+    metadata = _metadata(spec, spec.names.deployment, settings, COMPONENT_WORKSPACE)
+    # The pod carries the box's labels and its owner's marks too: the queue and the limits
+    # count pods by person.
+    template_metadata: dict[str, Any] = {"labels": dict(metadata["labels"])}
+    pod_annotations = dict(metadata.get("annotations", {}))
     if spec.gpu is not None:
         pod_annotations[ANNOTATION_GPU_PROFILE] = spec.gpu.name
     if pod_annotations:
         template_metadata["annotations"] = pod_annotations
-    metadata = _metadata(spec, object_names(spec.name).deployment, settings, COMPONENT_WORKSPACE)
     template = {"metadata": template_metadata, "spec": _pod_spec(spec, settings)}
     metadata["annotations"] = {
         **metadata.get("annotations", {}),
@@ -723,6 +670,13 @@ def render_deployment(spec: BoxSpec, settings: Settings, replicas: int = 1) -> d
     if replicas:
         asked = spec.expires_at - timedelta(hours=spec.ttl_hours)
         metadata["annotations"][ANNOTATION_WAITING_SINCE] = format_timestamp(asked)
+    if made_by is not None:
+        # In the same write as the box, so that no retry can see one without the other.
+        metadata["annotations"][ANNOTATION_CREATE_REQUEST] = made_by.annotation()
+    if owner_groups is not None:
+        metadata["annotations"][ownership.ANNOTATION_OWNER_GROUPS] = ownership.groups_record(
+            owner_groups
+        )
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -738,111 +692,3 @@ def render_deployment(spec: BoxSpec, settings: Settings, replicas: int = 1) -> d
             "template": template,
         },
     }
-
-
-def spec_from_deployment(deployment: dict[str, Any]) -> BoxSpec:
-    """Rebuild a box's spec from its Deployment's annotations, the pinned contract.
-
-    Used on start and on repair, so that catalog edits, a removed profile or GPU or image
-    profiles being disabled never change an existing box. SnapshotError when an annotation
-    is missing or unreadable.
-    """
-    metadata = deployment.get("metadata") or {}
-    name = box_name_of(deployment)
-    if name is None:
-        raise SnapshotError(f"Deployment {metadata.get('name')!r} has no {LABEL_BOX} label")
-    annotations: dict[str, Any] = metadata.get("annotations") or {}
-
-    def required(key: str) -> str:
-        value = annotations.get(key)
-        if not isinstance(value, str) or not value:
-            raise SnapshotError(f"box {name!r}: the {key} annotation is missing")
-        return value
-
-    preset_text = required(ANNOTATION_PRESET)
-    preset = _PRESET_BY_NAME.get(preset_text)
-    if preset is None:
-        raise SnapshotError(
-            f"box {name!r}: {ANNOTATION_PRESET} is {preset_text!r}, not one of {', '.join(PRESETS)}"
-        )
-    ttl_text = required(ANNOTATION_TTL_HOURS)
-    if not (ttl_text.isascii() and ttl_text.isdigit()) or int(ttl_text) < 1:
-        raise SnapshotError(
-            f"box {name!r}: {ANNOTATION_TTL_HOURS} is {ttl_text!r}, not a whole number of hours"
-        )
-    expires_text = required(ANNOTATION_EXPIRES_AT)
-    try:
-        expires_at = parse_timestamp(expires_text)
-    except ValueError:
-        raise SnapshotError(
-            f"box {name!r}: {ANNOTATION_EXPIRES_AT} is {expires_text!r}, not an RFC 3339 time"
-        ) from None
-    gpu = None
-    snapshot = annotations.get(ANNOTATION_GPU_SNAPSHOT)
-    if snapshot is not None:
-        try:
-            gpu = GpuProfileConfig.from_snapshot(snapshot)
-        except SnapshotError as exc:
-            raise SnapshotError(f"box {name!r}: {exc}") from None
-    image = None
-    image_snapshot = annotations.get(ANNOTATION_IMAGE_SNAPSHOT)
-    if image_snapshot is not None:
-        try:
-            image = ImageProfileConfig.from_snapshot(image_snapshot)
-        except SnapshotError as exc:
-            raise SnapshotError(f"box {name!r}: {exc}") from None
-    repository = annotations.get(ANNOTATION_REPOSITORY)
-    pinned_text = annotations.get(ANNOTATION_PINNED_MAIN)
-    owner = ownership.owner_of(deployment)
-    return BoxSpec(
-        name=name,
-        preset=preset,
-        ttl_hours=int(ttl_text),
-        repository=repository if isinstance(repository, str) and repository else None,
-        expires_at=expires_at,
-        gpu=gpu,
-        pinned=None if pinned_text is None else _read_pinned(name, pinned_text),
-        image=image,
-        owner=ownership.person(owner),
-    )
-
-
-def _read_pinned(box: str, text: str) -> PinnedMain:
-    problem = f"box {box!r}: {ANNOTATION_PINNED_MAIN} is not an image and resources record"
-    try:
-        data = json.loads(text)
-    except ValueError:
-        raise SnapshotError(problem) from None
-    image = data.get("image") if isinstance(data, dict) else None
-    resources = data.get("resources") if isinstance(data, dict) else None
-    if not isinstance(image, str) or not image or not isinstance(resources, dict):
-        raise SnapshotError(problem)
-    for kind, values in resources.items():
-        if kind not in ("requests", "limits") or not isinstance(values, dict):
-            raise SnapshotError(problem)
-        if not all(isinstance(k, str) and isinstance(v, str) for k, v in values.items()):
-            raise SnapshotError(problem)
-    return PinnedMain(image=image, resources=resources)
-
-
-def pinned_from_template(deployment: dict[str, Any]) -> PinnedMain | None:
-    """The main container's image and resources as deployed, for a box created before
-    they were pinned in an annotation."""
-    template = (deployment.get("spec") or {}).get("template") or {}
-    for container in (template.get("spec") or {}).get("containers") or []:
-        if container.get("name") == MAIN_CONTAINER and container.get("image"):
-            resources = container.get("resources") or {}
-            return PinnedMain(
-                image=str(container["image"]),
-                resources={
-                    kind: {str(k): str(v) for k, v in (resources.get(kind) or {}).items()}
-                    for kind in ("requests", "limits")
-                },
-            )
-    return None
-
-
-def gated(pod: dict[str, Any]) -> bool:
-    """Whether the pod is still held back by the line's scheduling gate."""
-    gates = (pod.get("spec") or {}).get("schedulingGates") or []
-    return any(gate.get("name") == QUEUE_GATE for gate in gates)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 
 from ..k8s.kube import Obj
-from .render import ANNOTATION_PREFIX
+from .naming import ANNOTATION_PREFIX
 
 ANNOTATION_SSH_NODE_PORT = ANNOTATION_PREFIX + "ssh-node-port"
 

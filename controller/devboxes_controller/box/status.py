@@ -22,10 +22,13 @@ from devboxes_sdk.models import (
     ImageAllocation,
 )
 
-from ..config.settings import GpuProfileConfig, ImageProfileConfig, Settings, SnapshotError
+from ..config.catalog import SnapshotError
+from ..config.gpu import GpuProfileConfig
+from ..config.images import ImageProfileConfig
+from ..config.settings import Settings
 from ..k8s.kube import Obj
 from ..k8s.timestamps import format_timestamp, parse_timestamp
-from . import activity, ownership, render, template
+from . import activity, naming, ownership, template
 
 STOPPED = "Stopped; storage is kept. Start it to continue."
 EXPIRED = "Stopped when its time to live ran out at {at}; storage is kept."
@@ -198,9 +201,9 @@ def _event_time(event: Obj) -> str | None:
 def _started_at(deployment: Obj) -> datetime | None:
     """When the box was last created or started: its deadline minus its time to live."""
     annotations = _annotations(deployment)
-    expires = _parse_time(annotations.get(render.ANNOTATION_EXPIRES_AT))
+    expires = _parse_time(annotations.get(naming.ANNOTATION_EXPIRES_AT))
     try:
-        hours = int(annotations.get(render.ANNOTATION_TTL_HOURS, ""))
+        hours = int(annotations.get(naming.ANNOTATION_TTL_HOURS, ""))
     except ValueError:
         return None
     return expires - timedelta(hours=hours) if expires else None
@@ -214,14 +217,14 @@ def _create_failure(objects: BoxObjects) -> str | None:
         failure = _condition(replicaset, "ReplicaFailure")
         if failure and failure.get("status") == "True" and failure.get("message"):
             return CREATE_FAILED.format(message=failure["message"])
-    box = render.box_name_of(objects.deployment)
+    box = naming.box_name_of(objects.deployment)
     since = _started_at(objects.deployment)
     failed = [
         e
         for e in objects.events
         if e.get("reason") == FAILED_CREATE
         and (e.get("involvedObject") or {}).get("kind") == "ReplicaSet"
-        and render.box_of_event(e) == box
+        and naming.box_of_event(e) == box
         # Events outlive a stop; one from before the latest start no longer explains anything.
         and (since is None or (_parse_time(_event_time(e)) or since) >= since)
     ]
@@ -254,7 +257,7 @@ def degraded_reason(objects: BoxObjects, pod: Obj | None) -> str | None:
 def scheduling_detail(pod: Obj | None) -> str | None:
     """The scheduler's sentence while it cannot place the pod, verbatim; the line's own
     for a pod behind its gate."""
-    if pod is not None and render.gated(pod):
+    if pod is not None and naming.gated(pod):
         return IN_LINE
     scheduled = _condition(pod, "PodScheduled")
     if not scheduled or scheduled.get("status") != "False":
@@ -271,7 +274,7 @@ def waiting_since(objects: BoxObjects) -> str | None:
     None when it does not wait for one. Orders the queue of a profile, oldest first."""
     if (objects.deployment.get("spec") or {}).get("replicas", 1) == 0:
         return None
-    if not _annotations(objects.deployment).get(render.ANNOTATION_GPU_SNAPSHOT):
+    if not _annotations(objects.deployment).get(naming.ANNOTATION_GPU_SNAPSHOT):
         return None
     pod = current_pod(objects.pods)
     detail = scheduling_detail(pod)
@@ -315,7 +318,7 @@ def _leaving_pod(pods: Sequence[Obj]) -> tuple[Obj, str] | None:
 
 
 def _stopped_message(deployment: Obj, pods: Sequence[Obj]) -> str:
-    expired_at = _annotations(deployment).get(render.ANNOTATION_EXPIRED_AT)
+    expired_at = _annotations(deployment).get(naming.ANNOTATION_EXPIRED_AT)
     stopped = activity.stopped_message(deployment) or (
         EXPIRED.format(at=expired_at) if expired_at else STOPPED
     )
@@ -356,10 +359,10 @@ def device_key(result: Obj) -> DeviceKey:
 def _alternative(request: str) -> int | None:
     """0 for the profile's own device, n for its n-th alternative; None for a request
     that is not the box's GPU request."""
-    if request == render.GPU_REQUEST:
+    if request == naming.GPU_REQUEST:
         return 0
     head, _, choice = request.partition("/")
-    return render.choice_index(choice) if head == render.GPU_REQUEST else None
+    return naming.choice_index(choice) if head == naming.GPU_REQUEST else None
 
 
 def allocated(objects: BoxObjects, pod: Obj | None) -> list[AllocatedDevice] | None:
@@ -395,14 +398,14 @@ def allocated(objects: BoxObjects, pod: Obj | None) -> list[AllocatedDevice] | N
 
 
 def gpu_allocation(deployment: Obj) -> GpuAllocation | None:
-    snapshot = _annotations(deployment).get(render.ANNOTATION_GPU_SNAPSHOT)
+    snapshot = _annotations(deployment).get(naming.ANNOTATION_GPU_SNAPSHOT)
     if not snapshot:
         return None
     return GpuProfileConfig.from_snapshot(snapshot).allocation()
 
 
 def image_allocation(deployment: Obj) -> ImageAllocation | None:
-    snapshot = _annotations(deployment).get(render.ANNOTATION_IMAGE_SNAPSHOT)
+    snapshot = _annotations(deployment).get(naming.ANNOTATION_IMAGE_SNAPSHOT)
     if not snapshot:
         return None
     return ImageProfileConfig.from_snapshot(snapshot).allocation()
@@ -461,18 +464,18 @@ def derive(objects: BoxObjects, settings: Settings, now: datetime) -> Devbox:
     show_ssh = state is DevboxState.READY
     detail = scheduling_detail(pod) if state is DevboxState.STARTING else None
     return Devbox(
-        name=render.box_name_of(deployment) or metadata["name"],
+        name=naming.box_name_of(deployment) or metadata["name"],
         state=state,
-        preset=annotations.get(render.ANNOTATION_PRESET, "small"),
+        preset=annotations.get(naming.ANNOTATION_PRESET, "small"),
         created_at=_parse_time(metadata.get("creationTimestamp")) or now,
         uid=metadata.get("uid"),
         owner=ownership.owner_of(deployment),
-        expires_at=_parse_time(annotations.get(render.ANNOTATION_EXPIRES_AT)),
-        repository=annotations.get(render.ANNOTATION_REPOSITORY) or None,
+        expires_at=_parse_time(annotations.get(naming.ANNOTATION_EXPIRES_AT)),
+        repository=annotations.get(naming.ANNOTATION_REPOSITORY) or None,
         ssh_host=host if show_ssh else None,
         ssh_port=port,
-        ssh_user=render.BOX_USER if show_ssh else None,
-        ssh_command=f"ssh -p {port} {render.BOX_USER}@{host}" if show_ssh else None,
+        ssh_user=naming.BOX_USER if show_ssh else None,
+        ssh_command=f"ssh -p {port} {naming.BOX_USER}@{host}" if show_ssh else None,
         pod_name=pod["metadata"]["name"] if running and pod else None,
         pod_ready=ready if running else False,
         restarts=restarts if running else 0,

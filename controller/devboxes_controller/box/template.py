@@ -14,7 +14,8 @@ from typing import Any
 
 from ..config.settings import Settings
 from ..k8s.kube import Obj
-from . import render
+from . import naming, render
+from .spec import pinned_from_template, spec_from_deployment
 
 
 def desired(deployment: Obj, settings: Settings) -> Obj:
@@ -22,16 +23,16 @@ def desired(deployment: Obj, settings: Settings) -> Obj:
 
     SnapshotError when the record cannot be read.
     """
-    spec = render.spec_from_deployment(deployment)
+    spec = spec_from_deployment(deployment)
     if spec.pinned is None:
-        spec = replace(spec, pinned=render.pinned_from_template(deployment))
+        spec = replace(spec, pinned=pinned_from_template(deployment))
     replicas = int((deployment.get("spec") or {}).get("replicas", 1))
     return render.render_deployment(spec, settings, replicas=replicas)
 
 
 def _recorded_hashes(deployment: Obj) -> dict[str, str] | None:
     text = ((deployment.get("metadata") or {}).get("annotations") or {}).get(
-        render.ANNOTATION_TEMPLATE
+        naming.ANNOTATION_TEMPLATE
     )
     if not isinstance(text, str):
         return None
@@ -60,7 +61,7 @@ def reads_deployed_template(deployment: Obj) -> bool:
     no readable record of the template's parts, and for its main container, when the box
     has no pinned record of it. Only boxes written before those records qualify."""
     annotations = (deployment.get("metadata") or {}).get("annotations") or {}
-    return _recorded_hashes(deployment) is None or render.ANNOTATION_PINNED_MAIN not in annotations
+    return _recorded_hashes(deployment) is None or naming.ANNOTATION_PINNED_MAIN not in annotations
 
 
 def _covers(wanted: Any, actual: Any) -> bool:
@@ -78,26 +79,28 @@ def _covers(wanted: Any, actual: Any) -> bool:
     return bool(wanted == actual)
 
 
-def _changed_parts(deployment: Obj, wanted_template: Obj) -> list[tuple[str, str]]:
-    """(part, how) for every part of the template that differs: added, removed, changed."""
-    wanted = render.template_parts(wanted_template)
+def _changed_parts(deployment: Obj, wanted: Obj) -> list[tuple[str, str]]:
+    """(part, how) for every part of the template that differs between the box's
+    ``deployment`` and the Deployment the release ``wanted``: added, removed, changed."""
+    hashes = _recorded_hashes(wanted) or {}
     recorded = _recorded_hashes(deployment)
     if recorded is not None:
-        hashes = render.template_hashes(wanted_template)
-        differs = {part for part in wanted if hashes[part] != recorded.get(part)}
+        # The record the box has against the record the release would write.
+        differs = {part for part in hashes if hashes[part] != recorded.get(part)}
         present = set(recorded)
     else:
         # A box written before the template record: compare with the deployed template.
+        parts = render.template_parts(wanted["spec"]["template"])
         actual = render.template_parts((deployment.get("spec") or {}).get("template") or {})
-        differs = {p for p in wanted if p not in actual or not _covers(wanted[p], actual[p])}
+        differs = {p for p in parts if p not in actual or not _covers(parts[p], actual[p])}
         present = set(actual)
     found = [(p, "added" if p not in present else "changed") for p in sorted(differs)]
-    found += [(p, "removed") for p in sorted(present - set(wanted))]
+    found += [(p, "removed") for p in sorted(present - set(hashes))]
     return found
 
 
 def _describe(part: str, how: str) -> str:
-    if part == f"container:{render.MAIN_CONTAINER}":
+    if part == f"container:{naming.MAIN_CONTAINER}":
         return "the main container's environment, mounts or security settings changed"
     if part.startswith("container:"):
         return f"sidecar {part.removeprefix('container:')} {how}"
@@ -108,7 +111,7 @@ def _describe(part: str, how: str) -> str:
 
 def changes(deployment: Obj, settings: Settings) -> list[str]:
     """What the release changed in this box's pod template; empty when it is current."""
-    wanted = desired(deployment, settings)["spec"]["template"]
+    wanted = desired(deployment, settings)
     return [_describe(part, how) for part, how in _changed_parts(deployment, wanted)]
 
 
@@ -141,6 +144,6 @@ def rebuild_patch(deployment: Obj, settings: Settings) -> list[Obj]:
                 "path": f"/metadata/annotations/{_pointer(key)}",
                 "value": annotations[key],
             }
-            for key in (render.ANNOTATION_PINNED_MAIN, render.ANNOTATION_TEMPLATE)
+            for key in (naming.ANNOTATION_PINNED_MAIN, naming.ANNOTATION_TEMPLATE)
         ),
     ]

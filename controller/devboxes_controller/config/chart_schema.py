@@ -1,9 +1,5 @@
-"""The Helm chart's values schema, generated from the settings models.
-
-The chart hands its ``controller`` block, with ``gpu`` beside it, to the controller as the
-settings file, so those two blocks are :class:`.Settings` as pydantic describes it. What
-only the chart reads (image, replicas, token, Service, Ingress, resources, disruption
-budget) and what the chart reads differently from the controller is written here, on top.
+"""The Helm chart's values schema, generated from the models of its values file
+(:mod:`.chart_values`): the controller's settings and what only the chart reads.
 ``make chart-schema`` writes :func:`text` to ``charts/devboxes/values.schema.json``.
 
 Helm validates values with JSON Schema draft-07, and pydantic writes a later draft: its
@@ -18,11 +14,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import TypeAdapter
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 
-from .formats import DnsSubdomain, Quantity
-from .settings import Settings
+from .chart_values import ChartValues
 
 DRAFT_07 = "http://json-schema.org/draft-07/schema#"
 
@@ -32,17 +26,6 @@ Schema = dict[str, Any]
 # the chart's.
 _DROPPED = frozenset({"title", "default"})
 _NULL: Schema = {"type": "null"}
-
-# Keys the chart's defaults set that a values file may not delete by setting them to null
-# (Helm drops such a key): the controller must not fall back to its own defaults unseen,
-# and the templates read ttl, availability and gpu.enabled.
-_KEPT: dict[tuple[str, ...], list[str]] = {
-    ("controller",): ["workspaceImage", "ttl", "ssh", "presets"],
-    ("controller", "ttl"): ["defaultHours", "maxHours"],
-    ("controller", "ssh"): ["serviceType"],
-    ("controller", "availability"): ["enabled"],
-    ("gpu",): ["enabled"],
-}
 
 
 def _draft07(schema: Any, definitions: Mapping[str, Any]) -> Any:
@@ -102,137 +85,11 @@ class _AsWritten(GenerateJsonSchema):
         return value
 
 
-def _settings() -> Schema:
-    schema = Settings.model_json_schema(by_alias=True, schema_generator=_AsWritten)
-    converted: Schema = _draft07(schema, schema.pop("$defs"))
-    return converted
-
-
-def _format(annotation: Any) -> Schema:
-    return TypeAdapter(annotation).json_schema(schema_generator=_AsWritten)
-
-
-def _chart_only() -> Schema:
-    """The values that only the chart reads, as properties of the values file."""
-    subdomain = _format(DnsSubdomain)
-    resource_list = {
-        "type": "object",
-        "additionalProperties": {
-            "anyOf": [_format(Quantity), {"type": "number", "minimum": 0}],
-        },
-    }
-    return {
-        "global": {"type": "object"},
-        "image": {
-            "type": "object",
-            "additionalProperties": False,
-            "properties": {
-                "repository": {"type": "string", "minLength": 1},
-                "tag": {"type": "string"},
-                "pullPolicy": {"type": "string", "enum": ["Always", "IfNotPresent", "Never"]},
-            },
-            "required": ["repository", "tag", "pullPolicy"],
-        },
-        "replicaCount": {"type": "integer", "minimum": 1, "maximum": 10},
-        "token": {
-            "description": "The operator bearer token's Secret. The token itself is never a "
-            "value, since values are kept in the release history.",
-            "type": "object",
-            "additionalProperties": False,
-            "properties": {
-                "existingSecret": {
-                    "description": "Name of an existing Secret holding the token (at least 32 "
-                    "characters); empty: the chart generates one and keeps it across upgrades.",
-                    "type": "string",
-                    "anyOf": [{"maxLength": 0}, subdomain],
-                },
-                "key": {
-                    "description": "Key of the token in the Secret, generated or existing.",
-                    "type": "string",
-                    "minLength": 1,
-                    "maxLength": 253,
-                    "pattern": "^[-._a-zA-Z0-9]+$",
-                },
-            },
-            "required": ["existingSecret", "key"],
-        },
-        "service": {
-            "type": "object",
-            "additionalProperties": False,
-            "properties": {
-                "type": {"type": "string", "enum": ["ClusterIP", "NodePort", "LoadBalancer"]},
-                "port": {"type": "integer", "minimum": 1, "maximum": 65535},
-            },
-            "required": ["type", "port"],
-        },
-        "ingress": {
-            "type": "object",
-            "additionalProperties": False,
-            "properties": {
-                "enabled": {"type": "boolean"},
-                "className": {"type": "string"},
-                "host": {"type": "string"},
-                "tls": {
-                    "type": "array",
-                    "items": {
-                        "type": "object",
-                        "additionalProperties": False,
-                        "properties": {
-                            "secretName": {"type": "string"},
-                            "hosts": {"type": "array", "items": {"type": "string"}},
-                        },
-                    },
-                },
-            },
-            "required": ["enabled"],
-            "if": {"properties": {"enabled": {"const": True}}},
-            "then": {"required": ["host"], "properties": {"host": subdomain}},
-        },
-        "resources": {
-            "type": "object",
-            "additionalProperties": False,
-            "properties": {"requests": resource_list, "limits": resource_list},
-        },
-        "podDisruptionBudget": {
-            "type": "object",
-            "additionalProperties": False,
-            "properties": {
-                "minAvailable": {
-                    "anyOf": [
-                        {"type": "integer", "minimum": 0},
-                        {"type": "string", "pattern": "^([0-9]|[1-9][0-9]|100)%$"},
-                    ]
-                }
-            },
-            "required": ["minAvailable"],
-        },
-    }
-
-
 def values_schema() -> Schema:
-    """The schema of the chart's values: the settings, and the chart's own values on top."""
-    controller = _settings()
-    properties = controller["properties"]
-    gpu = properties.pop("gpu")
-    # Empty stands for the release's namespace, which the chart fills in.
-    properties["namespace"] = {
-        "type": "string",
-        "anyOf": [{"maxLength": 0}, properties["namespace"]],
-    }
-    values: Schema = {
-        "$schema": DRAFT_07,
-        "title": "Devboxes chart values",
-        "type": "object",
-        "additionalProperties": False,
-        "properties": {**_chart_only(), "controller": controller, "gpu": gpu},
-        "required": ["image", "replicaCount", "token", "service", "controller", "gpu"],
-    }
-    for path, keys in _KEPT.items():
-        node = values
-        for key in path:
-            node = node["properties"][key]
-        node["required"] = [*node.get("required", []), *keys]
-    return values
+    """The schema of the chart's values, from :class:`.ChartValues`."""
+    schema = ChartValues.model_json_schema(by_alias=True, schema_generator=_AsWritten)
+    converted: Schema = _draft07(schema, schema.pop("$defs"))
+    return {"$schema": DRAFT_07, "title": "Devboxes chart values", **converted}
 
 
 def text() -> str:

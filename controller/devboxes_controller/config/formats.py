@@ -13,7 +13,6 @@ import re
 from decimal import Decimal
 from typing import Annotated
 
-from kubernetes.utils.quantity import parse_quantity
 from pydantic import AfterValidator, StrictStr, WithJsonSchema
 from pydantic.config import JsonDict
 
@@ -28,9 +27,15 @@ _QUALIFIED_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
 _DNS_LABEL_RE = re.compile(rf"^{_DNS_LABEL}$")
 _DNS_SUBDOMAIN_RE = re.compile(rf"^{_DNS_SUBDOMAIN}$")
 _QUALIFIED_NAME_RE = re.compile(rf"^{_QUALIFIED_NAME}$")
-# Narrower than the kubernetes client's parser, which also takes exponents and signs:
+# Narrower than Kubernetes, which also takes exponents, signs and the suffixes n and u:
 # only the forms operators write in values files pass.
 _QUANTITY_RE = re.compile(r"^([0-9]+(\.[0-9]+)?|\.[0-9]+)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+# What each suffix multiplies by: powers of 1000, or of 1024 for the binary ones.
+_SUFFIX_FACTORS = {
+    "m": Decimal(1000) ** -1,
+    **{prefix: Decimal(1000) ** power for power, prefix in enumerate("kMGTPE", start=1)},
+    **{f"{prefix}i": Decimal(1024) ** power for power, prefix in enumerate("KMGTPE", start=1)},
+}
 _ENV_NAME_RE = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 _URL_RE = re.compile(r"^https?://[^\s/?#]+(/[^\s?#]*)?$")
 _WHITESPACE_RE = re.compile(r"\s")
@@ -182,9 +187,11 @@ def is_quantity(value: object) -> bool:
 
 def quantity_value(value: str) -> Decimal:
     """The numeric value of a quantity that passes :func:`is_quantity` (``2Gi`` -> 2**31)."""
-    if not is_quantity(value):
+    match = _QUANTITY_RE.fullmatch(value) if isinstance(value, str) else None
+    if match is None:
         raise ValueError(f"{value!r} is not a Kubernetes quantity")
-    return Decimal(parse_quantity(value))
+    number, suffix = Decimal(match.group(1)), match.group(3)
+    return number if suffix is None else number * _SUFFIX_FACTORS[suffix]
 
 
 def _check_quantity(value: str) -> str:

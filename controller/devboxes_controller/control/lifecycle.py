@@ -1,41 +1,38 @@
 """The box lifecycle: create, start, stop, delete, extend, and the writes reconciliation
 and the activity agent's reports need.
 
-Every rule is checked and every object rendered before the first write. Writes are
-idempotent, so a create interrupted between steps is finished by reconciliation, and the
-response to a write waits (briefly) until the store has seen it.
+Every rule is checked before the first write, and a box's objects are rendered complete
+(:func:`~..box.render.box`); what belongs to the Deployment is rendered once the
+Deployment exists, for its uid. Writes are idempotent (:mod:`.writer`), so a create
+interrupted between steps is finished by reconciliation, and the response to a write waits
+(briefly) until the store has seen it.
 """
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import logging
 import threading
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import Any
-
-from kubernetes import client
 
 from devboxes_sdk.labels import accelerator_label
 from devboxes_sdk.models import ActivityReport, DeleteResult, Devbox, DevboxCreate
 
-from ..box import activity, idempotency, ownership, render, ssh_port, status, template
-from ..config.formats import quantity_value
-from ..config.settings import (
-    ACTIVITY_SIDECAR,
-    ImageRejected,
-    ProfileRejected,
-    Settings,
-    SnapshotError,
-)
+from ..box import activity, idempotency, naming, ownership, render, ssh_port, status, template
+from ..box.spec import BoxSpec, spec_from_deployment
+from ..config.boxes import ACTIVITY_SIDECAR
+from ..config.catalog import SnapshotError
+from ..config.gpu import ProfileRejected
+from ..config.images import ImageRejected
+from ..config.settings import Settings
 from ..k8s import kube
-from ..k8s.kube import RETRY_AFTER_SECONDS, ApiProblem, Conflict, NotFound, Obj, rule_broken
+from ..k8s.kube import Conflict, NotFound, Obj, rule_broken
 from ..k8s.timestamps import format_timestamp, parse_timestamp
 from ..placement import limits
-from ..state.metrics import METRICS
 from ..state.store import BoxStore
+from .events import Events
+from .writer import BoxWriter, belongs_to, refuse_foreign_claim, taken
 
 log = logging.getLogger(__name__)
 
@@ -43,54 +40,27 @@ log = logging.getLogger(__name__)
 class Lifecycle:
     """The verbs that change boxes; reads go to the store."""
 
-    def __init__(self, store: BoxStore, api: client.ApiClient, *, activity_key: bytes) -> None:
+    def __init__(self, store: BoxStore, api: kube.ApiClient, *, activity_key: bytes) -> None:
         self.store = store
         self.settings: Settings = store.settings
         self.namespace = store.settings.namespace
         self.activity_key = activity_key
         self.clock = store.clock
         self.api = api
-        self._core = client.CoreV1Api(api)
-        self._apps = client.AppsV1Api(api)
-        self._resource = client.ResourceV1Api(api)
-        self._events = ThreadPoolExecutor(max_workers=1, thread_name_prefix="k8s-events")
+        apis = kube.Apis(api)
+        self._events = Events(apis, self.namespace, self.clock)
+        self._writer = BoxWriter(store, apis, self._events)
         self._limits_lock = threading.Lock()
         self._holdings = limits.Holdings()
 
     def stop(self) -> None:
-        self._events.shutdown(wait=False)
+        self._events.stop()
 
     def record(self, deployment: Obj, reason: str, message: str) -> None:
         """A Kubernetes Event on the box's Deployment, sent off the request path."""
-        metadata = deployment["metadata"]
-        now = format_timestamp(self.clock())
-        body = {
-            "metadata": {"generateName": f"{metadata['name']}.", "namespace": self.namespace},
-            "involvedObject": {
-                "apiVersion": "apps/v1",
-                "kind": "Deployment",
-                "name": metadata["name"],
-                "namespace": self.namespace,
-                "uid": metadata.get("uid"),
-            },
-            "reason": reason,
-            "message": message,
-            "type": "Normal",
-            "source": {"component": render.MANAGER},
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
+        self._events.record(deployment, reason, message)
 
-        def send() -> None:
-            try:
-                kube.call(self._core.create_namespaced_event, self.namespace, body)
-            except ApiProblem as err:
-                log.warning("event not recorded", extra={"reason": reason, "error": err.detail})
-
-        self._events.submit(send)
-
-    def validate(self, request: DevboxCreate, owner: str | None = None) -> render.BoxSpec:
+    def validate(self, request: DevboxCreate, owner: str | None = None) -> BoxSpec:
         """Every rule, before any write: TTL bound, preset, the GPU and image profiles."""
         ttl = self.settings.ttl
         if request.ttl_hours > ttl.max_hours:
@@ -105,7 +75,7 @@ class Lifecycle:
             image = self.settings.images.resolve(request.image, profile)
         except ImageRejected as err:
             raise rule_broken(["body", "image"], err.message) from None
-        return render.BoxSpec(
+        return BoxSpec(
             name=request.name,
             preset=request.preset,
             ttl_hours=request.ttl_hours,
@@ -139,51 +109,36 @@ class Lifecycle:
 
     def _create(
         self,
-        spec: render.BoxSpec,
+        spec: BoxSpec,
         request: DevboxCreate,
         key: str | None,
         asker: limits.Asker | None,
     ) -> Devbox:
         owner = spec.owner
-        names = render.object_names(spec.name)
         made_by = idempotency.CreateRequest.of(key, request) if key is not None else None
         existing = self.store.deployment(spec.name)
         if existing is not None:
             return self._created_before(spec.name, existing, made_by, owner)
         claim = self.store.claim(spec.name)
-        # Everything is rendered before the first write; only the agent's credential waits
-        # for the Deployment, whose uid it is bound to.
-        wanted_claim = render.render_pvc(spec, self.settings)
+        groups = None if asker is None else _limited_groups(self.settings, asker)
+        # Everything is rendered before the first write; what belongs to the Deployment
+        # is rendered again with it once it is written, for its uid.
+        wanted = self._wanted(spec, made_by=made_by, owner_groups=groups)
         if claim is not None:
             # Refused before any write; checked again where the claim is won.
-            _refuse_foreign_claim(wanted_claim, claim)
-        wanted_deployment = render.render_deployment(spec, self.settings)
-        if made_by is not None:
-            # In the same write as the box, so that no retry can see one without the other.
-            wanted_deployment["metadata"]["annotations"][idempotency.ANNOTATION_CREATE_REQUEST] = (
-                made_by.annotation()
-            )
-        if asker is not None:
-            wanted_deployment["metadata"]["annotations"][ownership.ANNOTATION_OWNER_GROUPS] = (
-                _groups_record(self.settings, asker)
-            )
-        wanted_service = render.render_service(spec, self.settings)
+            refuse_foreign_claim(wanted.claim, claim)
         # The claim first: until it exists the scheduler refuses the pod with a confusing
         # "unbound immediate PersistentVolumeClaims" message instead of the real reason.
-        self._apply_claim(wanted_claim, claim)
+        self._writer.claim(wanted.claim, claim)
         try:
-            deployment = kube.call(
-                self._apps.create_namespaced_deployment, self.namespace, wanted_deployment
-            )
+            deployment = self._writer.create_deployment(wanted.deployment)
         except Conflict:
             if made_by is None:
                 raise Conflict(f"devbox '{spec.name}' already exists") from None
             # The store has not seen the winner yet: it may be this request's own first try,
             # still in flight when the client gave up on it.
             try:
-                existing = kube.call(
-                    self._apps.read_namespaced_deployment, names.deployment, self.namespace
-                )
+                existing = self._writer.read_deployment(spec.names.deployment)
             except NotFound:
                 # Someone deleted the winner in between; making it again could undo that.
                 raise Conflict(
@@ -191,10 +146,13 @@ class Lifecycle:
                     "send the create again to make a new box"
                 ) from None
             return self._created_before(spec.name, existing, made_by, owner)
-        METRICS.writes.labels("create").inc()
-        self._apply_service(wanted_service, deployment)
-        self._apply_claim_template(spec, deployment)
-        self.ensure_activity_secret(deployment)
+        wanted = self._wanted(spec, deployment, made_by=made_by, owner_groups=groups)
+        if wanted.service is not None:
+            self._writer.service(wanted.service, deployment)
+        if wanted.claim_template is not None:
+            self._writer.claim_template(wanted.claim_template, deployment)
+        if wanted.activity_secret is not None:
+            self._writer.activity_secret(wanted.activity_secret, deployment)
         self.store.has_seen(deployment)
         self.record(deployment, "Created", _created_message(spec, reused=claim is not None))
         log.info(
@@ -220,185 +178,82 @@ class Lifecycle:
         mine = ownership.owner_of(existing) == (owner or ownership.OPERATOR)
         if not mine:
             # Names are unique across people, but whose box holds one is not told.
-            raise Conflict(_taken(name))
+            raise Conflict(taken(name))
         if made_by is None or not made_by.made(existing):
             raise Conflict(f"devbox '{name}' already exists")
         return self._current(name, existing)
 
     def _current(self, name: str, deployment: Obj) -> Devbox:
-        """The box's status, derived at once so the response reflects the write just made."""
-        objects = self.store.objects(name) or status.BoxObjects(deployment=deployment)
-        if kube.resource_version(objects.deployment) < kube.resource_version(deployment):
-            objects = status.BoxObjects(
-                deployment=deployment,
-                pods=objects.pods,
-                replicasets=objects.replicasets,
-                events=objects.events,
-                service=objects.service,
-                pvc=objects.pvc,
-            )
+        """The box's status, derived at once so the response reflects the write just made:
+        the box's objects as the store holds them, with ``deployment`` when the store has
+        not seen it yet."""
+        objects = self.store.objects(name)
+        if objects is None:
+            objects = status.BoxObjects(deployment=deployment)
+        elif kube.resource_version(objects.deployment) < kube.resource_version(deployment):
+            objects = dataclasses.replace(objects, deployment=deployment)
         return status.derive(objects, self.settings, self.clock())
 
-    def ensure_storage(self, spec: render.BoxSpec) -> bool:
+    def _wanted(
+        self,
+        spec: BoxSpec,
+        deployment: Obj | None = None,
+        *,
+        made_by: idempotency.CreateRequest | None = None,
+        owner_groups: list[str] | None = None,
+    ) -> render.Box:
+        """Every object of the box; those that belong to its Deployment once it is given,
+        the agent's Secret among them when the Deployment's pod runs the agent."""
+        credential = None
+        if deployment is not None and ACTIVITY_SIDECAR in template.container_names(deployment):
+            uid = deployment["metadata"]["uid"]
+            credential = activity.credential(self.activity_key, spec.name, uid)
+        return render.box(
+            spec,
+            self.settings,
+            made_by=made_by,
+            owner_groups=owner_groups,
+            owned_by=deployment,
+            credential=credential,
+        )
+
+    def ensure_storage(self, spec: BoxSpec, wanted: render.Box | None = None) -> bool:
         """Create the home claim, or reuse a retained one and grow it; never shrink it.
         True when this call created the claim."""
-        return self._apply_claim(
-            render.render_pvc(spec, self.settings), self.store.claim(spec.name)
-        )
+        wanted = wanted or self._wanted(spec)
+        return self._writer.claim(wanted.claim, self.store.claim(spec.name))
 
-    def _apply_claim(self, wanted: Obj, existing: Obj | None) -> bool:
-        name = wanted["metadata"]["name"]
-        if existing is None:
-            try:
-                kube.call(
-                    self._core.create_namespaced_persistent_volume_claim, self.namespace, wanted
-                )
-                METRICS.writes.labels("create").inc()
-                return True
-            except Conflict:
-                # Another create won the name first (on this replica or another, which the
-                # cache has not shown yet): its claim is reused only if it is ours.
-                try:
-                    existing = kube.call(
-                        self._core.read_namespaced_persistent_volume_claim, name, self.namespace
-                    )
-                except NotFound:
-                    raise Conflict(
-                        f"the home volume {name} changed while this request was made; retry",
-                        retry_after=RETRY_AFTER_SECONDS,
-                    ) from None
-        _refuse_foreign_claim(wanted, existing)
-        patch: Obj = {}
-        size = wanted["spec"]["resources"]["requests"]["storage"]
-        current = existing["spec"]["resources"]["requests"]["storage"]
-        if quantity_value(size) > quantity_value(current):
-            patch["spec"] = {"resources": {"requests": {"storage": size}}}
-        profile = wanted["metadata"]["labels"].get(render.LABEL_GPU_PROFILE)
-        if (existing["metadata"].get("labels") or {}).get(render.LABEL_GPU_PROFILE) != profile:
-            # None removes the label: a CPU box now owns a volume a GPU box used before.
-            patch["metadata"] = {"labels": {render.LABEL_GPU_PROFILE: profile}}
-        if patch:
-            kube.call(
-                self._core.patch_namespaced_persistent_volume_claim, name, self.namespace, patch
-            )
-            METRICS.writes.labels("patch").inc()
-        return False
-
-    def ensure_service(self, spec: render.BoxSpec, deployment: Obj) -> bool:
+    def ensure_service(
+        self, spec: BoxSpec, deployment: Obj, wanted: render.Box | None = None
+    ) -> bool:
         """True when this call created the Service."""
         service = self.store.service(spec.name)
-        if service is not None and _belongs_to(service, deployment):
+        if service is not None and belongs_to(service, deployment):
             return False
-        return self._apply_service(render.render_service(spec, self.settings), deployment)
+        wanted = wanted or self._wanted(spec, deployment)
+        return wanted.service is not None and self._writer.service(wanted.service, deployment)
 
-    def _apply_service(self, service: Obj, deployment: Obj) -> bool:
-        """Create the box's SSH Service, on the node port recorded when it stopped if it
-        has one and that port is still free."""
-        service["metadata"]["ownerReferences"] = _owned_by(deployment)
-        port = ssh_port.recorded(deployment) if self._node_ports else None
-
-        def create() -> None:
-            if port is None:
-                kube.call(self._core.create_namespaced_service, self.namespace, service)
-            else:
-                self._create_on_port(service, port, deployment)
-
-        return self._create_owned(
-            create,
-            self._core.read_namespaced_service,
-            self._core.delete_namespaced_service,
-            service["metadata"]["name"],
-            deployment,
-        )
-
-    def _create_owned(
-        self,
-        create: Callable[[], Any],
-        read: Callable[..., Any],
-        delete: Callable[..., Any],
-        name: str,
-        deployment: Obj,
+    def ensure_claim_template(
+        self, spec: BoxSpec, deployment: Obj, wanted: render.Box | None = None
     ) -> bool:
-        """Create an object that belongs to the box's Deployment; True when this call
-        created it. One found under its name that belongs to anything else (an earlier
-        box of that name, not yet collected) is deleted first and never used."""
-        for _ in range(2):
-            try:
-                create()
-            except Conflict:
-                if not self._delete_stale(read, delete, name, deployment):
-                    return False
-                continue
-            METRICS.writes.labels("create").inc()
-            return True
-        # Still there: being deleted; the reconciler makes the box's own once it is gone.
-        return False
-
-    def _delete_stale(
-        self, read: Callable[..., Any], delete: Callable[..., Any], name: str, deployment: Obj
-    ) -> bool:
-        """Delete the object ``name`` unless it belongs to ``deployment``; True when it did
-        not belong, so that a create may be tried again."""
-        try:
-            found = kube.call(read, name, self.namespace)
-        except NotFound:
-            return True
-        if _belongs_to(found, deployment):
+        """True when this call created the DRA box's ResourceClaimTemplate. Without a
+        cache to tell a missing template (no profile is of DRA devices any more), a box
+        pinned to a DRA profile is not repaired, rather than written to on every pass."""
+        if not self.store.watches_claims:
             return False
-        if not found["metadata"].get("deletionTimestamp"):
-            # The uid precondition: never the box's own object, should one replace it now.
-            options = client.V1DeleteOptions(
-                propagation_policy="Background",
-                preconditions=client.V1Preconditions(uid=found["metadata"]["uid"]),
-            )
-            try:
-                kube.call(delete, name, self.namespace, body=options)
-                METRICS.writes.labels("delete").inc()
-            except (NotFound, Conflict):
-                pass
-        log.info(
-            "object of an earlier box removed",
-            extra={"box": render.box_name_of(deployment), "object": name},
-        )
-        return True
-
-    @property
-    def _node_ports(self) -> bool:
-        """Whether users reach boxes on node ports, which are then worth keeping."""
-        return self.settings.ssh.service_type == "NodePort"
-
-    def _create_on_port(self, service: Obj, port: int, deployment: Obj) -> None:
-        try:
-            kube.call(
-                self._core.create_namespaced_service,
-                self.namespace,
-                ssh_port.asking_for(service, port),
-            )
-            return
-        except ApiProblem as err:
-            # Taken by another Service while the box was stopped, or outside a range the
-            # operator changed: any free port beats no SSH at all.
-            if err.status != 422:
-                raise
-        created = kube.call(self._core.create_namespaced_service, self.namespace, service)
-        moved_to = ssh_port.node_port(created)
-        self.record(
-            deployment,
-            "SshPortChanged",
-            f"SSH node port {port} was taken while the box was stopped; "
-            f"it now has node port {moved_to}, and its ssh command changed",
-        )
-        log.info(
-            "box ssh port changed",
-            extra={"box": render.box_name_of(deployment), "was": port, "now": moved_to},
+        existing = self.store.claim_template(spec.name)
+        if existing is not None and belongs_to(existing, deployment):
+            return False
+        wanted = wanted or self._wanted(spec, deployment)
+        claim_template = wanted.claim_template
+        return claim_template is not None and self._writer.claim_template(
+            claim_template, deployment
         )
 
     def release_service(self, name: str) -> bool:
         """Delete a stopped box's SSH Service, which frees its node port; True when this
         call deleted it."""
-        deleted = self._delete(
-            self._core.delete_namespaced_service, render.object_names(name).service
-        )
+        deleted = self._writer.delete_service(naming.object_names(name))
         # So that the answer to the stop, and a start right after it, see it gone.
         self.store.has_forgotten_service(name)
         return deleted
@@ -406,7 +261,7 @@ class Lifecycle:
     def _keep_ssh_port(self, name: str, annotations: dict[str, Any]) -> None:
         """Add the box's node port to the annotations a stop writes, for the next start."""
         port = ssh_port.node_port(self.store.service(name))
-        if port is not None and self._node_ports:
+        if port is not None and self._writer.node_ports:
             annotations[ssh_port.ANNOTATION_SSH_NODE_PORT] = str(port)
 
     def keep_ssh_port(self, name: str, deployment: Obj) -> int | None:
@@ -415,75 +270,20 @@ class Lifecycle:
         self._keep_ssh_port(name, annotations)
         port = annotations.get(ssh_port.ANNOTATION_SSH_NODE_PORT)
         if port is not None and ssh_port.recorded(deployment) != int(port):
-            self._patch(name, {"metadata": {"annotations": annotations}})
+            self._writer.patch(deployment, {"metadata": {"annotations": annotations}})
         return int(port) if port is not None else None
-
-    def ensure_claim_template(self, spec: render.BoxSpec, deployment: Obj) -> bool:
-        """True when this call created the DRA box's ResourceClaimTemplate. Without a
-        cache to tell a missing template (no profile is of DRA devices any more), a box
-        pinned to a DRA profile is not repaired, rather than written to on every pass."""
-        if not self.store.watches_claims:
-            return False
-        template = self.store.claim_template(spec.name)
-        if template is not None and _belongs_to(template, deployment):
-            return False
-        return self._apply_claim_template(spec, deployment)
-
-    def _apply_claim_template(self, spec: render.BoxSpec, deployment: Obj) -> bool:
-        # Until it exists the box's pod waits: Kubernetes makes the pod's claim from it.
-        wanted = render.render_claim_template(spec, self.settings)
-        if wanted is None:
-            return False
-        wanted["metadata"]["ownerReferences"] = _owned_by(deployment)
-        return self._create_owned(
-            lambda: kube.call(
-                self._resource.create_namespaced_resource_claim_template, self.namespace, wanted
-            ),
-            self._resource.read_namespaced_resource_claim_template,
-            self._resource.delete_namespaced_resource_claim_template,
-            wanted["metadata"]["name"],
-            deployment,
-        )
-
-    def ensure_activity_secret(self, deployment: Obj) -> None:
-        """Write the box's agent credential, for its Deployment's uid and the current key;
-        a box that runs no agent needs none."""
-        name = render.box_name_of(deployment)
-        if name is None or ACTIVITY_SIDECAR not in template.container_names(deployment):
-            return
-        secret = render.render_activity_secret(
-            name,
-            self.settings,
-            activity.credential(self.activity_key, name, deployment["metadata"]["uid"]),
-        )
-        secret["metadata"]["ownerReferences"] = _owned_by(deployment)
-        created = self._create_owned(
-            lambda: kube.call(self._core.create_namespaced_secret, self.namespace, secret),
-            self._core.read_namespaced_secret,
-            self._core.delete_namespaced_secret,
-            secret["metadata"]["name"],
-            deployment,
-        )
-        if not created:
-            # The box's own: rewritten for the current key.
-            kube.call(
-                self._core.patch_namespaced_secret,
-                secret["metadata"]["name"],
-                self.namespace,
-                {
-                    "metadata": {"ownerReferences": secret["metadata"]["ownerReferences"]},
-                    "stringData": secret["stringData"],
-                },
-            )
-            METRICS.writes.labels("patch").inc()
 
     def renew_activity_secret(self, name: str, deployment: Obj) -> None:
         """Rewrite the box's credential with the current key, then note which key that
         was. The kubelet updates the mounted Secret in place and the agent reads it before
         every report, so a running box follows a rotated key without a restart."""
-        self.ensure_activity_secret(deployment)
+        secret = self._wanted(spec_from_deployment(deployment), deployment).activity_secret
+        if secret is not None:
+            self._writer.activity_secret(secret, deployment)
         key = activity.key_id(self.activity_key)
-        self._patch(name, {"metadata": {"annotations": {activity.ANNOTATION_CREDENTIAL_KEY: key}}})
+        self._writer.patch(
+            deployment, {"metadata": {"annotations": {activity.ANNOTATION_CREDENTIAL_KEY: key}}}
+        )
         log.info("box activity credential renewed", extra={"box": name})
 
     def record_activity(self, name: str, report: ActivityReport) -> None:
@@ -497,18 +297,19 @@ class Lifecycle:
         idle = activity.is_idle(report, gpu_box, self.settings.idle.gpu_utilization_percent)
         record = activity.next_record(previous, idle, now)
         if activity.needs_write(previous, record, now):
-            self._patch(
-                name,
+            self._writer.patch(
+                deployment,
                 {"metadata": {"annotations": {activity.ANNOTATION_ACTIVITY: record.to_json()}}},
             )
 
     def stop_idle(self, name: str, limit: timedelta) -> Devbox:
         """Stop a box nobody used for ``limit``, like a TTL expiry."""
+        deployment = self._deployment(name)
         minutes = activity.minutes_text(limit)
         annotations = {activity.ANNOTATION_IDLE_STOPPED: minutes}
         self._keep_ssh_port(name, annotations)
-        updated = self._patch(
-            name, {"metadata": {"annotations": annotations}, "spec": {"replicas": 0}}
+        updated = self._writer.patch(
+            deployment, {"metadata": {"annotations": annotations}, "spec": {"replicas": 0}}
         )
         self.release_service(name)
         self.record(updated, "IdleStopped", f"Stopped after {minutes} min idle; storage kept")
@@ -523,17 +324,6 @@ class Lifecycle:
             raise NotFound(f"devbox '{name}' not found")
         return deployment
 
-    def _patch(self, name: str, patch: Obj | list[Obj]) -> Obj:
-        updated = kube.call(
-            self._apps.patch_namespaced_deployment,
-            render.object_names(name).deployment,
-            self.namespace,
-            patch,
-        )
-        METRICS.writes.labels("patch").inc()
-        self.store.has_seen(updated)
-        return updated
-
     def start_box(
         self, name: str, scope: str | None = None, asker: limits.Asker | None = None
     ) -> Devbox:
@@ -547,7 +337,7 @@ class Lifecycle:
     def _start(self, name: str, scope: str | None, asker: limits.Asker | None) -> Devbox:
         deployment = self._deployment(name, scope)
         try:
-            spec = render.spec_from_deployment(deployment)
+            spec = spec_from_deployment(deployment)
         except SnapshotError as err:
             raise Conflict(f"devbox '{name}' cannot be started: {err}") from None
         stopped = (deployment.get("spec") or {}).get("replicas", 1) == 0
@@ -557,29 +347,32 @@ class Lifecycle:
             box = deployment["metadata"]["name"]
             others = self._holdings.of(self.store.deployments(), leaving_out=box)
             limits.check_quota(self.settings.limits, ask, others)
-            groups[ownership.ANNOTATION_OWNER_GROUPS] = _groups_record(self.settings, asker)
+            groups[ownership.ANNOTATION_OWNER_GROUPS] = ownership.groups_record(
+                _limited_groups(self.settings, asker)
+            )
         if stopped:
             # The release's changes go in before the pod exists, so it starts with them.
-            self.rebuild_if_changed(deployment)
+            deployment = self.rebuild_if_changed(deployment) or deployment
+        wanted = self._wanted(spec, deployment)
         # The Service before the pod: a running box without one would look broken to the
         # reconciler, which repairs it.
-        self.ensure_storage(spec)
-        self.ensure_service(spec, deployment)
+        self.ensure_storage(spec, wanted)
+        self.ensure_service(spec, deployment, wanted)
         now = self.clock()
         expires = now + timedelta(hours=spec.ttl_hours)
         spec_patch: dict[str, Any] = {"replicas": 1}
         if stopped:
-            stamp = {render.ANNOTATION_STARTED_AT: format_timestamp(now, microseconds=True)}
+            stamp = {naming.ANNOTATION_STARTED_AT: format_timestamp(now, microseconds=True)}
             spec_patch["template"] = {"metadata": {"annotations": stamp}}
-        updated = self._patch(
-            name,
+        updated = self._writer.patch(
+            deployment,
             {
                 "metadata": {
                     "annotations": {
                         **groups,
-                        render.ANNOTATION_EXPIRES_AT: format_timestamp(expires),
-                        render.ANNOTATION_WAITING_SINCE: format_timestamp(now),
-                        render.ANNOTATION_EXPIRED_AT: None,
+                        naming.ANNOTATION_EXPIRES_AT: format_timestamp(expires),
+                        naming.ANNOTATION_WAITING_SINCE: format_timestamp(now),
+                        naming.ANNOTATION_EXPIRED_AT: None,
                         # A new pod: what the last one's agent said no longer holds.
                         activity.ANNOTATION_ACTIVITY: None,
                         activity.ANNOTATION_IDLE_STOPPED: None,
@@ -588,8 +381,9 @@ class Lifecycle:
                 "spec": spec_patch,
             },
         )
-        self.ensure_claim_template(spec, updated)
-        self.ensure_activity_secret(updated)
+        self.ensure_claim_template(spec, updated, wanted)
+        if wanted.activity_secret is not None:
+            self._writer.activity_secret(wanted.activity_secret, deployment)
         self.record(
             updated,
             "Started",
@@ -602,17 +396,17 @@ class Lifecycle:
         deadline moves later by the time it waited, so a wait in line costs none of its
         time to live."""
         annotations = deployment["metadata"].get("annotations") or {}
-        since = parse_timestamp(annotations[render.ANNOTATION_WAITING_SINCE])
+        since = parse_timestamp(annotations[naming.ANNOTATION_WAITING_SINCE])
         waited = max(now - since, timedelta(0))
-        expires = parse_timestamp(annotations[render.ANNOTATION_EXPIRES_AT]) + waited
+        expires = parse_timestamp(annotations[naming.ANNOTATION_EXPIRES_AT]) + waited
         stamp = format_timestamp(expires)
-        updated = self._patch(
-            name,
+        updated = self._writer.patch(
+            deployment,
             {
                 "metadata": {
                     "annotations": {
-                        render.ANNOTATION_EXPIRES_AT: stamp,
-                        render.ANNOTATION_WAITING_SINCE: None,
+                        naming.ANNOTATION_EXPIRES_AT: stamp,
+                        naming.ANNOTATION_WAITING_SINCE: None,
                     },
                     # Another writer's change in between (an extend, a stop) wins.
                     "resourceVersion": deployment["metadata"]["resourceVersion"],
@@ -631,7 +425,7 @@ class Lifecycle:
     def rebuild_if_changed(self, deployment: Obj) -> Obj | None:
         """Replace the pod template with the release's, rendered from the box's pinned
         record, when the release changed it; the updated Deployment, or None."""
-        name = render.box_name_of(deployment)
+        name = naming.box_name_of(deployment)
         try:
             changed = template.changes(deployment, self.settings)
             patch = template.rebuild_patch(deployment, self.settings) if changed else None
@@ -639,7 +433,7 @@ class Lifecycle:
             raise Conflict(f"devbox '{name}' cannot be rebuilt: {err}") from None
         if name is None or patch is None:
             return None
-        updated = self._patch(name, patch)
+        updated = self._writer.patch(deployment, patch)
         self.record(updated, "Rebuilt", f"Pod template rebuilt: {'; '.join(changed)}")
         log.info("box rebuilt", extra={"box": name, "changes": changed})
         return updated
@@ -648,13 +442,13 @@ class Lifecycle:
         self, name: str, expired_at: datetime | None = None, scope: str | None = None
     ) -> Devbox:
         """Replicas 0 and no Service; the claim, the snapshot and the TTL annotation stay."""
-        self._deployment(name, scope)
+        deployment = self._deployment(name, scope)
         annotations: dict[str, Any] = {}
         if expired_at is not None:
-            annotations[render.ANNOTATION_EXPIRED_AT] = format_timestamp(expired_at)
+            annotations[naming.ANNOTATION_EXPIRED_AT] = format_timestamp(expired_at)
         self._keep_ssh_port(name, annotations)
-        updated = self._patch(
-            name, {"metadata": {"annotations": annotations}, "spec": {"replicas": 0}}
+        updated = self._writer.patch(
+            deployment, {"metadata": {"annotations": annotations}, "spec": {"replicas": 0}}
         )
         self.release_service(name)
         if expired_at is not None:
@@ -665,7 +459,7 @@ class Lifecycle:
 
     def delete(self, name: str, purge: bool, scope: str | None = None) -> DeleteResult:
         """Compute and Service go; the home claim stays unless ``purge``."""
-        names = render.object_names(name)
+        names = naming.object_names(name)
         deployment = self.store.deployment(name)
         claim = self.store.claim(name)
         if deployment is not None and not ownership.visible(deployment, scope):
@@ -674,11 +468,8 @@ class Lifecycle:
             claim = None
         if deployment is None and not (purge and claim is not None):
             raise NotFound(f"devbox '{name}' not found")
-        for function, object_name in (
-            (self._apps.delete_namespaced_deployment, names.deployment),
-            (self._core.delete_namespaced_service, names.service),
-        ):
-            self._delete(function, object_name)
+        self._writer.delete_deployment(names)
+        self._writer.delete_service(names)
         if purge:
             self.purge_claim(name)
         self.store.has_forgotten(name)
@@ -690,21 +481,9 @@ class Lifecycle:
         log.info("box deleted", extra={"box": name, "purged": purge})
         return DeleteResult(name=name, purged=purge, message=message)
 
-    def _delete(self, function: Callable[..., Any], object_name: str) -> bool:
-        """Delete one object in the background; False when it was already gone."""
-        background = client.V1DeleteOptions(propagation_policy="Background")
-        try:
-            kube.call(function, object_name, self.namespace, body=background)
-        except NotFound:
-            return False
-        METRICS.writes.labels("delete").inc()
-        return True
-
     def purge_claim(self, name: str) -> bool:
         """Delete a box's home claim: the only code path that deletes one."""
-        deleted = self._delete(
-            self._core.delete_namespaced_persistent_volume_claim, render.object_names(name).pvc
-        )
+        deleted = self._writer.delete_claim(naming.object_names(name))
         if deleted:
             # So that the volume list read right after the purge no longer shows it.
             self.store.has_forgotten_claim(name)
@@ -716,7 +495,7 @@ class Lifecycle:
         if (deployment.get("spec") or {}).get("replicas", 1) == 0:
             raise Conflict(f"devbox '{name}' is stopped; start it, which renews its time to live")
         try:
-            spec = render.spec_from_deployment(deployment)
+            spec = spec_from_deployment(deployment)
         except SnapshotError as err:
             raise Conflict(f"devbox '{name}' cannot be extended: {err}") from None
         now = self.clock()
@@ -747,14 +526,14 @@ class Lifecycle:
             )
         expires = base + timedelta(hours=hours)
         stamp = format_timestamp(expires)
-        annotations = {render.ANNOTATION_EXPIRES_AT: stamp}
+        annotations = {naming.ANNOTATION_EXPIRES_AT: stamp}
         record = activity.recorded(deployment)
         if record is not None and record.idle_since is not None:
             # Asking for more time is a sign of life: the idle window starts again.
             annotations[activity.ANNOTATION_ACTIVITY] = activity.Record(
                 reported_at=record.reported_at, idle_since=now
             ).to_json()
-        updated = self._patch(name, {"metadata": {"annotations": annotations}})
+        updated = self._writer.patch(deployment, {"metadata": {"annotations": annotations}})
         self.record(
             updated,
             "Extended",
@@ -763,59 +542,20 @@ class Lifecycle:
         return self._current(name, updated)
 
 
-def _device(spec: render.BoxSpec) -> str | None:
+def _device(spec: BoxSpec) -> str | None:
     """What a box's devices are counted by in the limits."""
     return spec.gpu.device_name if spec.gpu is not None else None
 
 
-def _count(spec: render.BoxSpec) -> int:
+def _count(spec: BoxSpec) -> int:
     return spec.gpu.count if spec.gpu is not None else 0
 
 
-def _groups_record(settings: Settings, asker: limits.Asker) -> str:
-    return json.dumps(limits.limited_groups(settings.limits, asker.groups))
+def _limited_groups(settings: Settings, asker: limits.Asker) -> list[str]:
+    return limits.limited_groups(settings.limits, asker.groups)
 
 
-def _taken(name: str) -> str:
-    return f"the name '{name}' is taken by someone else's box; choose another"
-
-
-def _refuse_foreign_claim(wanted: Obj, claim: Obj) -> None:
-    """Refuse a home claim of another owner, or one being deleted: nothing of it is used."""
-    name = claim["metadata"]["name"]
-    box = render.box_name_of(claim) or name
-    if ownership.owner_of(claim) != ownership.owner_of(wanted):
-        # Another person's retained home volume: theirs to reuse or purge, never ours.
-        raise Conflict(_taken(box))
-    if claim["metadata"].get("deletionTimestamp"):
-        raise Conflict(
-            f"the home volume {name} of a purged devbox '{box}' is still being "
-            "deleted; create the box again once it is gone",
-            retry_after=RETRY_AFTER_SECONDS,
-        )
-
-
-def _belongs_to(obj: Obj, deployment: Obj) -> bool:
-    """Whether ``obj`` is one of this Deployment's own objects and is not going away."""
-    metadata = obj["metadata"]
-    uid = deployment["metadata"].get("uid")
-    owners = metadata.get("ownerReferences") or []
-    return not metadata.get("deletionTimestamp") and any(o.get("uid") == uid for o in owners)
-
-
-def _owned_by(deployment: Obj) -> list[Obj]:
-    """Owner references that let the garbage collector remove an object with its box."""
-    return [
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "name": deployment["metadata"]["name"],
-            "uid": deployment["metadata"]["uid"],
-        }
-    ]
-
-
-def _created_message(spec: render.BoxSpec, reused: bool) -> str:
+def _created_message(spec: BoxSpec, reused: bool) -> str:
     # The accelerator in the words every client shows it in.
     accelerator = (
         f"GPU profile {spec.gpu.name} ({accelerator_label(spec.gpu.allocation())})"

@@ -19,8 +19,9 @@ import threading
 import time
 from datetime import datetime, timedelta
 
-from ..box import activity, render, status
-from ..config.settings import SnapshotError
+from ..box import activity, naming, status
+from ..box.spec import BoxSpec, spec_from_deployment
+from ..config.catalog import SnapshotError
 from ..k8s.kube import ApiProblem, Obj
 from ..k8s.lease import LeaderElector
 from ..k8s.timestamps import parse_timestamp
@@ -50,7 +51,7 @@ class Reconciler:
         self._full_pass_at = 0.0
         self._deadlines: dict[str, datetime] = {}
         # By box: the Deployment version these were read from.
-        self._specs: dict[str, tuple[str, render.BoxSpec]] = {}
+        self._specs: dict[str, tuple[str, BoxSpec]] = {}
         self._release_current: dict[str, str] = {}
         store.add_listener(self._box_changed)
         elector.add_listener(self.leadership_changed)
@@ -101,7 +102,7 @@ class Reconciler:
     def reconcile_once(self) -> datetime | None:
         """One pass over every box; returns the earliest deadline still ahead."""
         deployments = self._store.deployments()
-        present = {render.box_name_of(d) for d in deployments}
+        present = {naming.box_name_of(d) for d in deployments}
         for kept in (self._deadlines, self._specs, self._release_current):
             for name in kept.keys() - present:
                 kept.pop(name, None)
@@ -123,7 +124,7 @@ class Reconciler:
             # then on another replica may act, so this one must not.
             if not self._elector.is_leading():
                 return
-            name = render.box_name_of(deployment)
+            name = naming.box_name_of(deployment)
             try:
                 deadline = self._reconcile_box(deployment, now)
             except ApiProblem as err:
@@ -140,12 +141,12 @@ class Reconciler:
             else:
                 self._deadlines[name] = deadline
 
-    def _spec(self, name: str, deployment: Obj) -> render.BoxSpec:
+    def _spec(self, name: str, deployment: Obj) -> BoxSpec:
         version = str(deployment["metadata"].get("resourceVersion"))
         known = self._specs.get(name)
         if known is not None and known[0] == version:
             return known[1]
-        spec = render.spec_from_deployment(deployment)
+        spec = spec_from_deployment(deployment)
         self._specs[name] = (version, spec)
         return spec
 
@@ -159,14 +160,14 @@ class Reconciler:
             self._release_current[name] = version
 
     def _reconcile_box(self, deployment: Obj, now: datetime) -> datetime | None:
-        name = render.box_name_of(deployment)
+        name = naming.box_name_of(deployment)
         if name is None or deployment["metadata"].get("deletionTimestamp"):
             return None
         running = (deployment.get("spec") or {}).get("replicas", 1) != 0
         annotations = deployment["metadata"].get("annotations") or {}
         # A box waiting in line for a device has not begun its time to live.
         ttl_runs = running
-        if running and render.ANNOTATION_WAITING_SINCE in annotations:
+        if running and naming.ANNOTATION_WAITING_SINCE in annotations:
             objects = self._store.objects(name)
             ttl_runs = objects is not None and not status.waits_for_node(objects)
             if ttl_runs:
@@ -199,7 +200,7 @@ class Reconciler:
             deadlines.append(idle_stop)
         return min(deadlines, default=None)
 
-    def _repair(self, name: str, spec: render.BoxSpec, deployment: Obj, running: bool) -> None:
+    def _repair(self, name: str, spec: BoxSpec, deployment: Obj, running: bool) -> None:
         # Only what this pass created counts: until the watch delivers an object written
         # by the pass before, the cache still misses it, and recreating it finds it there.
         repaired = []

@@ -11,7 +11,7 @@ import logging
 
 from devboxes_sdk.models import DeleteResult, Volume, VolumeList
 
-from ..box import ownership, render
+from ..box import naming, ownership
 from ..k8s.kube import Conflict, NotFound, Obj
 from ..k8s.timestamps import parse_timestamp
 from ..state.store import BoxStore
@@ -30,7 +30,7 @@ def _volume(claim: Obj, box: str) -> Volume:
         claim=metadata["name"],
         size=str(size) if size else None,
         created_at=parse_timestamp(metadata["creationTimestamp"]),
-        last_profile=(metadata.get("labels") or {}).get(render.LABEL_GPU_PROFILE) or None,
+        last_profile=(metadata.get("labels") or {}).get(naming.LABEL_GPU_PROFILE) or None,
         owner=ownership.owner_of(claim),
     )
 
@@ -38,12 +38,12 @@ def _volume(claim: Obj, box: str) -> Volume:
 def _retained_claim(store: BoxStore, claim: Obj) -> str | None:
     """The box name of a claim that no box uses, or None."""
     metadata = claim["metadata"]
-    box = render.box_name_of(claim)
+    box = naming.box_name_of(claim)
     if box is None or metadata.get("deletionTimestamp"):
         return None
-    if (metadata.get("labels") or {}).get(render.LABEL_COMPONENT) != render.COMPONENT_HOME:
+    if (metadata.get("labels") or {}).get(naming.LABEL_COMPONENT) != naming.COMPONENT_HOME:
         return None
-    if metadata["name"] != render.object_names(box).pvc:
+    if metadata["name"] != naming.object_names(box).pvc:
         return None
     if store.deployment(box) is not None:
         return None
@@ -64,7 +64,7 @@ def retained(store: BoxStore, scope: str | None = None) -> VolumeList:
 def purge(lifecycle: Lifecycle, name: str, scope: str | None = None) -> DeleteResult:
     """Delete the retained home volume of ``name``; a box that still exists keeps its own.
     Another person's volume (``scope`` set) is as absent as one that does not exist."""
-    pvc = render.object_names(name).pvc
+    pvc = naming.object_names(name).pvc
     store = lifecycle.store
     claim = store.claim(name)
     if claim is not None and not ownership.visible(claim, scope):

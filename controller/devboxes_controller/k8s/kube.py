@@ -1,17 +1,21 @@
 """The edge to Kubernetes: one API client, raw JSON calls, and error translation.
 
 Every apiserver failure becomes an :class:`ApiProblem` with the HTTP status our API
-should answer and the apiserver's own message, so nothing surfaces as a bare 500.
+should answer and the apiserver's own message, so nothing surfaces as a bare 500. The
+rest of the controller reaches the generated client only through here: :class:`Apis`
+for its API groups, :func:`call` for a request, and :func:`write` for a change of a box's
+objects or a person's keys, which ``devboxes_kubernetes_writes_total`` counts.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 import urllib3
 from kubernetes import client, config
+from prometheus_client import Counter
 
 from devboxes_sdk.models import FieldError
 
@@ -27,6 +31,17 @@ READ_SECONDS = 5.0
 RETRY_AFTER_SECONDS = 5
 # The generated client's methods that change objects, by the first word of their name.
 WRITE_VERBS = frozenset({"create", "patch", "replace", "delete"})
+
+# What :func:`write` sent, by verb; served with the controller's other metrics.
+WRITTEN = Counter(
+    "devboxes_kubernetes_writes_total",
+    "Writes the controller sent to the apiserver",
+    ["verb"],
+    registry=None,
+)
+
+# The connection the API groups share, for the signatures of the modules that take one.
+ApiClient: TypeAlias = client.ApiClient
 
 
 class ApiProblem(Exception):
@@ -76,6 +91,15 @@ class Unavailable(ApiProblem):
         super().__init__(503, detail, {"Retry-After": str(RETRY_AFTER_SECONDS)})
 
 
+class Apis:
+    """The API groups the controller calls, over one client."""
+
+    def __init__(self, api: ApiClient) -> None:
+        self.core = client.CoreV1Api(api)
+        self.apps = client.AppsV1Api(api)
+        self.resource = client.ResourceV1Api(api)
+
+
 def api_client(kubeconfig: str | None) -> client.ApiClient:
     """A client from an explicit kubeconfig, else in-cluster credentials, else ~/.kube/config."""
     configuration = client.Configuration()
@@ -122,18 +146,36 @@ def call(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Obj:
     """Call a generated client method and return the raw JSON body, translating failures.
     Writes report their outcome to ``write_health.WRITES``."""
     kwargs.setdefault("_request_timeout", (CONNECT_SECONDS, READ_SECONDS))
-    write = function.__name__.partition("_")[0] in WRITE_VERBS
+    changes = function.__name__.partition("_")[0] in WRITE_VERBS
     try:
         response = function(*args, _preload_content=False, **kwargs)
     except (client.ApiException, urllib3.exceptions.HTTPError, OSError) as err:
         problem = translate(err)
-        if write and isinstance(problem, Unavailable):
+        if changes and isinstance(problem, Unavailable):
             WRITES.failed(problem.detail)
         raise problem from None
-    if write:
+    if changes:
         WRITES.succeeded()
     data = response.data
     return dict(json.loads(data)) if data else {}
+
+
+def write(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Obj:
+    """:func:`call` for a method that changes an object, counted in ``WRITTEN`` by its
+    verb once the apiserver took it."""
+    verb = function.__name__.partition("_")[0]
+    if verb not in WRITE_VERBS:
+        raise ValueError(f"{function.__name__} does not write")
+    written = call(function, *args, **kwargs)
+    WRITTEN.labels(verb).inc()
+    return written
+
+
+def in_background(uid: str | None = None) -> client.V1DeleteOptions:
+    """How a delete goes: its dependents in the background; with ``uid``, only the object
+    of that uid, never one that replaced it meanwhile."""
+    preconditions = client.V1Preconditions(uid=uid) if uid is not None else None
+    return client.V1DeleteOptions(propagation_policy="Background", preconditions=preconditions)
 
 
 def resource_version(obj: Obj) -> int:

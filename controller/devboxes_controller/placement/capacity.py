@@ -20,11 +20,12 @@ from typing import Any
 
 from devboxes_sdk.models import GpuAvailability, ProfileAvailability
 
-from ..box.render import LABEL_BOX
+from ..box.naming import LABEL_BOX
+from ..config.boxes import PresetSettings
 from ..config.formats import quantity_value
-from ..config.settings import GpuProfileConfig, PresetSettings
+from ..config.gpu import GpuProfileConfig
 from ..k8s.kube import Obj
-from . import queue
+from . import order
 
 Usage = dict[str, Decimal]
 
@@ -584,7 +585,7 @@ class Queued:
 
     profile: str
     display_name: str
-    waiter: queue.Waiter
+    waiter: order.Waiter
     exact: bool = True
     taken: bool = False
 
@@ -655,7 +656,7 @@ def _and(words: Sequence[str]) -> str:
     return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
 
 
-def lacking_summary(display_name: str, lacking: Sequence[queue.Lack]) -> str:
+def lacking_summary(display_name: str, lacking: Sequence[order.Lack]) -> str:
     """Why a box that has a free device on some node it may use still waits: what it
     needs beside it, and the most of that such a node has."""
     names = _and([_LACKED.get(lack.resource, lack.resource) for lack in lacking])
@@ -677,7 +678,7 @@ def waiting_summary(
     entry: ProfileAvailability | None,
     place: int,
     others: Sequence[str] = (),
-    lacking: Sequence[queue.Lack] = (),
+    lacking: Sequence[order.Lack] = (),
 ) -> str:
     """Why a GPU box waits, in one line: its profile's free count, or what it lacks beside
     a free device (``lacking``), and its place in line; then the pods that are not boxes

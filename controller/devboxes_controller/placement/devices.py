@@ -32,8 +32,9 @@ from celpy import celtypes
 
 from devboxes_sdk.models import GpuAvailability, ProfileAvailability
 
+from ..config.boxes import PresetSettings
 from ..config.formats import quantity_value
-from ..config.settings import DeviceAlternative, GpuProfileConfig, PresetSettings
+from ..config.gpu import DeviceAlternative, GpuProfileConfig
 from ..k8s.kube import Obj
 from . import capacity
 

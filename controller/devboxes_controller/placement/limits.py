@@ -16,8 +16,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..box import ownership, render
-from ..config.settings import GroupLimits, LimitSettings, Quota
+from ..box import naming, ownership
+from ..config.limits import GroupLimits, LimitSettings, Quota
 from ..k8s.kube import Conflict, rule_broken
 
 
@@ -95,9 +95,9 @@ def holding(deployment: Mapping[str, Any]) -> Holding:
         if isinstance(recorded, list)
         else frozenset()
     )
-    count_text = annotations.get(render.ANNOTATION_GPU_COUNT) or "0"
-    device = annotations.get(render.ANNOTATION_GPU_RESOURCE) or annotations.get(
-        render.ANNOTATION_GPU_DEVICE_CLASS
+    count_text = annotations.get(naming.ANNOTATION_GPU_COUNT) or "0"
+    device = annotations.get(naming.ANNOTATION_GPU_RESOURCE) or annotations.get(
+        naming.ANNOTATION_GPU_DEVICE_CLASS
     )
     return Holding(
         owner=ownership.owner_of(dict(deployment)),

@@ -1,4 +1,4 @@
-"""Live GPU availability: a watch on every node and every pod of the cluster.
+"""Live GPU availability: from the watches of every node and every pod of the cluster.
 
 GPUs are also taken by pods that are not boxes, so the pods of all namespaces count.
 When a profile names a RuntimeClass, the RuntimeClasses are watched too: theirs are
@@ -16,6 +16,11 @@ DRA, or a controller that may not read it, still has its nodes counted.
 
 None of this affects readiness: a controller that may not read nodes or pods reports
 availability as unknown, with the reason, and serves everything else as before.
+
+The watches are the process's shared ones (``watches.Watches``, rows ``COUNTING`` and
+``DEVICES``), which exist only while availability is counted (the slices also while a
+profile uses DRA, for the box store); this module subscribes to them and reads them.
+The boxes waiting per profile come from the device line (``line.DeviceLine``).
 """
 
 from __future__ import annotations
@@ -27,17 +32,20 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
-
-from kubernetes import client
+from typing import Protocol
 
 from devboxes_sdk.models import GpuAvailability, Preset, ProfileAvailability
 
-from ..config.settings import GpuProfileConfig, PresetSettings, Settings
+from ..config.boxes import PresetSettings
+from ..config.gpu import GpuProfileConfig
+from ..config.settings import Settings
+from ..k8s.kinds import status_of
 from ..k8s.kube import Obj
 from ..placement import capacity, devices
 from .bodies import Body, body
 from .cache import Informer
 from .metrics import METRICS
+from .watches import CLUSTER_PODS, COUNTING, DEVICES, NODES, RUNTIME_CLASSES, Watches
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +63,14 @@ FORBIDDEN = (
 )
 LOADING = "the controller is still loading the cluster's nodes and pods"
 UNREACHABLE = "the controller cannot read the cluster's {kind} ({error})"
+
+
+class Waiting(Protocol):
+    """The boxes waiting for a device (``line.DeviceLine``)."""
+
+    def waiting_counts(self) -> Mapping[str, int]: ...
+
+    def add_listener(self, listener: Callable[[], None]) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -82,16 +98,11 @@ class Cluster:
 
 
 class Availability:
-    """Per-profile counts of boxes that could start now, kept current by two watches."""
+    """Per-profile counts of boxes that could start now, kept current by the watches."""
 
-    def __init__(
-        self,
-        settings: Settings,
-        api: client.ApiClient,
-        waiting: Callable[[], Mapping[str, int]],
-    ) -> None:
+    def __init__(self, settings: Settings, watches: Watches, waiting: Waiting) -> None:
         self.settings = settings
-        self._waiting = waiting
+        self._waiting = waiting.waiting_counts
         self._listeners: list[Callable[[], None]] = []
         self._dirty = threading.Event()
         self._stop = threading.Event()
@@ -106,88 +117,30 @@ class Availability:
         # Written by the two watch threads inside their caches' locks, read by this one.
         self._totals = capacity.Totals()
         self._totals_lock = threading.Lock()
-        core = client.CoreV1Api(api)
-        self._nodes = Informer(
-            "nodes",
-            core.list_node,
-            None,
-            strip=capacity.strip_node,
-            on_update=self.kick,
-            on_object=self._node_changed,
-        )
-        self._pods = Informer(
-            "pods (all namespaces)",
-            core.list_pod_for_all_namespaces,
-            None,
-            strip=capacity.strip_pod,
-            on_update=self.kick,
-            on_object=self._pod_changed,
-        )
-        self._runtime_classes: Informer | None = None
-        if any(p.runtime_class_name for p in settings.gpu.profiles):
-            self._runtime_classes = Informer(
-                "runtimeclasses",
-                client.NodeV1Api(api).list_runtime_class,
-                None,
-                strip=capacity.strip_runtime_class,
-                on_update=self.kick,
-            )
-        self.informers: tuple[Informer, ...] = ()
-        if self.enabled:
-            self.informers = (self._nodes, self._pods)
-            if self._runtime_classes is not None:
-                self.informers += (self._runtime_classes,)
-        self._device_listeners: list[Callable[[], None]] = []
-        # The published devices are watched once, for the counts and for the box store,
-        # which reports the product and memory of a DRA box's device.
-        resource = client.ResourceV1Api(api)
-        self.slices: Informer | None = None
-        if self.enabled or settings.gpu.uses_dra:
-            self.slices = Informer(
-                "resourceslices",
-                resource.list_resource_slice,
-                None,
-                strip=devices.strip_slice,
-                on_update=self._devices_updated,
-            )
+        # Each exists only while counted (the slices also for the store's DRA boxes).
+        self._nodes = watches.get(NODES)
+        self._pods = watches.get(CLUSTER_PODS)
+        self._runtime_classes = watches.get(RUNTIME_CLASSES)
+        self.informers = watches.of(COUNTING)
         # Apart from ``informers``: a cluster without DRA still has its nodes counted.
-        self.device_informers: tuple[Informer, ...] = ()
-        if self.enabled and self.slices is not None:
-            claims = Informer(
-                "resourceclaims (all namespaces)",
-                resource.list_resource_claim_for_all_namespaces,
-                None,
-                strip=devices.strip_claim,
-                on_update=self.kick,
-            )
-            classes = Informer(
-                "deviceclasses",
-                resource.list_device_class,
-                None,
-                strip=devices.strip_device_class,
-                on_update=self.kick,
-            )
-            self.device_informers = (self.slices, claims, classes)
-        # Without the counts, the box store still needs the slices.
-        self._device_watches = self.device_informers or ((self.slices,) if self.slices else ())
+        self.device_informers = watches.of(DEVICES) if self.enabled else ()
+        for informer in watches.of(COUNTING + DEVICES):
+            informer.subscribe(on_update=self.kick)
+        if self._nodes is not None and self._pods is not None:
+            self._nodes.subscribe(on_object=self._node_changed)
+            self._pods.subscribe(on_object=self._pod_changed)
+        waiting.add_listener(self.kick)
         self._thread = threading.Thread(target=self._run, name="availability", daemon=True)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
-        for informer in self.informers:
-            informer.start()
-        for informer in self._device_watches:
-            informer.start()
+        """Start counting; the watches are started by whoever built them."""
         self._thread.start()
         self.kick()
 
     def stop(self) -> None:
         self._stop.set()
         self._dirty.set()
-        for informer in self.informers:
-            informer.stop()
-        for informer in self._device_watches:
-            informer.stop()
 
     def add_listener(self, listener: Callable[[], None]) -> None:
         """Called from the availability thread whenever a profile's counts change."""
@@ -196,15 +149,6 @@ class Availability:
     def kick(self) -> None:
         """Something the counts depend on changed: recompute soon (coalesced)."""
         self._dirty.set()
-
-    def add_device_listener(self, listener: Callable[[], None]) -> None:
-        """Called from the slices' watch thread whenever the published devices change."""
-        self._device_listeners.append(listener)
-
-    def _devices_updated(self) -> None:
-        self.kick()
-        for listener in self._device_listeners:
-            listener()
 
     # -- reading -----------------------------------------------------------------------------
     def current(self, preset: Preset | None = None) -> GpuAvailability:
@@ -227,11 +171,11 @@ class Availability:
         the ``pods`` (uids) that use counts; None while the cluster cannot be read."""
         if not self.enabled or self._reason() is not None:
             return None
-        with self._nodes.paused(), self._pods.paused(), self._totals_lock:
-            nodes, usage = self._nodes.all(), self._totals.usage()
+        node_cache, pod_cache = self._counted()
+        with node_cache.paused(), pod_cache.paused(), self._totals_lock:
+            nodes, usage = node_cache.all(), self._totals.usage()
             placed = self._totals.placed(pods)
-        runtime_classes = self._runtime_classes.all() if self._runtime_classes else []
-        return Cluster(nodes, usage, placed, {rc["metadata"]["name"]: rc for rc in runtime_classes})
+        return Cluster(nodes, usage, placed, self._runtime_classes_by_name())
 
     def forbidden(self) -> bool:
         """Whether the cluster-wide reads are refused, which lasts until an operator grants
@@ -249,11 +193,22 @@ class Availability:
     def on_nodes_of(self, profile: GpuProfileConfig, pods: list[Obj]) -> list[str]:
         """``namespace/name`` of those of ``pods`` bound to a node the profile's boxes
         could use. Only the pods' own nodes are looked at: there are few of them."""
+        if self._nodes is None:
+            return []
         nodes = [self._nodes.get(name) for name in {p.get("nodeName") for p in pods} if name]
-        runtime_classes = self._runtime_classes.all() if self._runtime_classes else []
-        where = capacity.placement(profile, {rc["metadata"]["name"]: rc for rc in runtime_classes})
+        where = capacity.placement(profile, self._runtime_classes_by_name())
         eligible, _ = capacity.eligible_nodes(profile, where, [n for n in nodes if n is not None])
         return capacity.pod_names(pods, {capacity.node_name(n) for n in eligible})
+
+    def _counted(self) -> tuple[Informer, Informer]:
+        """The node and pod caches, which exist while availability is counted."""
+        if self._nodes is None or self._pods is None:
+            raise RuntimeError("availability is not counted: no node or pod watch")
+        return self._nodes, self._pods
+
+    def _runtime_classes_by_name(self) -> dict[str, Obj]:
+        runtime_classes = self._runtime_classes.all() if self._runtime_classes else []
+        return {rc["metadata"]["name"]: rc for rc in runtime_classes}
 
     # -- running totals ----------------------------------------------------------------------
     def _pod_changed(self, old: Obj | None, new: Obj | None) -> None:
@@ -273,8 +228,11 @@ class Availability:
     def recount(self) -> list[capacity.Disagreement]:
         """Count both tables afresh from the cached nodes and pods and compare; on any
         difference warn once per figure, count it and adopt the recount. The differences."""
-        with self._nodes.paused(), self._pods.paused(), self._totals_lock:
-            nodes, pods = self._nodes.all(), self._pods.all()
+        if not self.informers:
+            return []
+        node_cache, pod_cache = self._counted()
+        with node_cache.paused(), pod_cache.paused(), self._totals_lock:
+            nodes, pods = node_cache.all(), pod_cache.all()
             kept = self._totals.figures()
         # Counted outside the locks: the watches go on meanwhile, and the copies above
         # are of one moment.
@@ -294,8 +252,8 @@ class Availability:
                     "counted": str(wrong.counted),
                 },
             )
-        with self._nodes.paused(), self._pods.paused(), self._totals_lock:
-            self._totals = capacity.Totals.of(self._nodes.all(), self._pods.all())
+        with node_cache.paused(), pod_cache.paused(), self._totals_lock:
+            self._totals = capacity.Totals.of(node_cache.all(), pod_cache.all())
         self.kick()
         return found
 
@@ -327,12 +285,12 @@ class Availability:
         reason = self._reason()
         if reason is not None:
             return _Observed(at=datetime.now(UTC), reason=reason)
-        runtime_classes = self._runtime_classes.all() if self._runtime_classes else []
+        node_cache, _ = self._counted()
         return _Observed(
             at=datetime.now(UTC),
-            nodes=self._nodes.all(),
+            nodes=node_cache.all(),
             usage=self._usage(),
-            runtime_classes={rc["metadata"]["name"]: rc for rc in runtime_classes},
+            runtime_classes=self._runtime_classes_by_name(),
             published=self._published(),
         )
 
@@ -434,8 +392,4 @@ class Availability:
 def _refused(informer: Informer) -> bool:
     """Whether the informer has not loaded because its reads are not allowed."""
     failure = informer.failure
-    return (
-        not informer.synced.is_set()
-        and isinstance(failure, client.ApiException)
-        and failure.status in (401, 403)
-    )
+    return not informer.synced.is_set() and failure is not None and status_of(failure) in (401, 403)

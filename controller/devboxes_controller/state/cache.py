@@ -8,6 +8,9 @@ here rather than through the client library's watch helper, so that every ERROR
 event, HTTP status and dropped connection reaches the recovery logic. Readers never
 touch the apiserver. Each object is kept as ``strip`` makes it (see ``slim``): only what
 the controller reads.
+
+One informer per watch of ``watches.WATCHES``, shared: every reader of a kind subscribes
+to its one informer (:meth:`Informer.subscribe`) rather than watching it again.
 """
 
 from __future__ import annotations
@@ -21,8 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from kubernetes import client
-
+from ..k8s.kinds import describe, status_of
 from ..k8s.kube import CONNECT_SECONDS, Obj, resource_version
 from .metrics import METRICS
 
@@ -87,10 +89,11 @@ class Informer:
     keep ``metadata.name``, ``namespace`` and ``resourceVersion``), so a cache of every pod
     of a cluster stays small. ``keep`` decides which objects are cached at all: one it
     refuses is treated as absent, and a change that makes it refused removes it.
-    ``on_update`` is called after every applied change and every failure. ``on_object``
-    is called with the object before and after each change it applies (None for an
-    object that was or is no more), holding the cache's lock, so that what a reader builds
-    from the changes stays in step with the cache inside :meth:`paused`.
+    ``on_change`` is called with each box whose objects changed, ``on_update`` after every
+    applied change and every failure. ``on_object`` is called with the object before and
+    after each change it applies (None for an object that was or is no more), holding the
+    cache's lock, so that what a reader builds from the changes stays in step with the
+    cache inside :meth:`paused`. Readers that come later add theirs with :meth:`subscribe`.
     """
 
     def __init__(
@@ -98,7 +101,7 @@ class Informer:
         kind: str,
         list_function: Callable[..., Any],
         namespace: str | None,
-        box_of: BoxOf = _no_box,
+        box_of: BoxOf | None = None,
         on_change: OnChange = _ignore,
         label_selector: str | None = None,
         strip: Strip | None = None,
@@ -110,14 +113,15 @@ class Informer:
         self.kind = kind
         self._list = list_function
         self._namespace = namespace
-        self._box_of = box_of
-        self._on_change = on_change
+        self._box_of = box_of or _no_box
         self._selector = label_selector
         self._fields = field_selector
         self._strip = strip
         self._keep = keep
-        self._on_update = on_update
-        self._on_object = on_object
+        self._on_change: list[OnChange] = []
+        self._on_update: list[Callable[[], None]] = []
+        self._on_object: list[OnObject] = []
+        self.subscribe(on_change, on_update, on_object)
         self.failure: Exception | None = None
         self._objects: dict[str, Obj] = {}
         self._by_box: dict[str, dict[str, Obj]] = {}
@@ -128,6 +132,20 @@ class Informer:
         self.synced = threading.Event()
         self.healthy = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"watch-{kind}", daemon=True)
+
+    def subscribe(
+        self,
+        on_change: OnChange | None = None,
+        on_update: Callable[[], None] | None = None,
+        on_object: OnObject | None = None,
+    ) -> None:
+        """Add a reader's handlers, called as the constructor's are; before :meth:`start`."""
+        if on_change is not None and on_change is not _ignore:
+            self._on_change.append(on_change)
+        if on_update is not None:
+            self._on_update.append(on_update)
+        if on_object is not None:
+            self._on_object.append(on_object)
 
     # -- reading -----------------------------------------------------------------------------
     def get(self, name: str) -> Obj | None:
@@ -212,7 +230,7 @@ class Informer:
             except Exception as err:  # noqa: BLE001 - any failure: back off, then resume
                 if self._stop.is_set():
                     break
-                if isinstance(err, client.ApiException) and err.status == 410:
+                if status_of(err) == 410:
                     version = None
                     continue
                 self._failed(err)
@@ -229,7 +247,7 @@ class Informer:
             self._incident = (time.monotonic(), 1)
             log.warning(
                 "watch failed; serving the cached objects until it recovers",
-                extra={"kind": self.kind, "error": _describe(err)},
+                extra={"kind": self.kind, "error": describe(err)},
             )
         else:
             started, failures = self._incident
@@ -336,8 +354,8 @@ class Informer:
         return self._strip(obj) if self._strip is not None else obj
 
     def _updated(self) -> None:
-        if self._on_update is not None:
-            self._on_update()
+        for on_update in self._on_update:
+            on_update()
 
     def _put(self, obj: Obj) -> set[str]:
         name = self._key(obj)
@@ -359,13 +377,12 @@ class Informer:
         return touched
 
     def _changed(self, old: Obj | None, new: Obj | None) -> None:
-        if self._on_object is None:
-            return
-        try:
-            self._on_object(old, new)
-        except Exception:
-            # The watch must go on; a reader's own check finds what it missed.
-            log.exception("object change handler failed", extra={"kind": self.kind})
+        for on_object in self._on_object:
+            try:
+                on_object(old, new)
+            except Exception:
+                # The watch must go on; a reader's own check finds what it missed.
+                log.exception("object change handler failed", extra={"kind": self.kind})
 
     def _drop(self, name: str) -> set[str]:
         """Forget an object; the boxes it belonged to."""
@@ -383,13 +400,8 @@ class Informer:
 
     def _notify(self, boxes: set[str]) -> None:
         for box in boxes:
-            try:
-                self._on_change(box)
-            except Exception:
-                log.exception("status update failed", extra={"box": box})
-
-
-def _describe(err: Exception) -> str:
-    if isinstance(err, client.ApiException):
-        return f"HTTP {err.status}: {err.reason}"
-    return f"{type(err).__name__}: {err}"
+            for on_change in self._on_change:
+                try:
+                    on_change(box)
+                except Exception:
+                    log.exception("status update failed", extra={"box": box})

@@ -1,7 +1,7 @@
 """Ended dashboard sessions, shared by every replica through one ConfigMap.
 
 A session cookie is accepted by every replica holding the operator token (see
-``web.sessions``), so ending one at sign-out has to reach every replica and outlive their
+``web.identity.sessions``), so ending one at sign-out has to reach every replica and outlive their
 restarts. A sign-out ends the session and every earlier session of the same identity (the
 operator, or one person): the ConfigMap ``devboxes-ended-sessions`` in the box namespace
 holds one entry per identity, keyed by a SHA-256 digest of it (never a name), whose value
@@ -31,16 +31,16 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Protocol
 
-from kubernetes import client
-
 from ..k8s import kube
-from ..k8s.kube import ApiProblem, Conflict, NotFound, Obj, Unavailable
+from ..k8s.kinds import CONFIGMAPS
+from ..k8s.kube import ApiClient, ApiProblem, Conflict, NotFound, Obj, Unavailable
 from .cache import Informer
+from .watches import ENDED_SESSIONS, ENDED_SESSIONS_CONFIGMAP
 
 log = logging.getLogger(__name__)
 
-CONFIGMAP = "devboxes-ended-sessions"
-KIND = "configmaps"
+CONFIGMAP = ENDED_SESSIONS_CONFIGMAP
+KIND = ENDED_SESSIONS.name
 LABELS = {
     "app.kubernetes.io/managed-by": "devboxes-controller",
     "app.kubernetes.io/component": "ended-sessions",
@@ -197,18 +197,15 @@ class EndedSessions:
 
 
 class ConfigMapRecord:
-    """The record as the ConfigMap ``CONFIGMAP``, watched, and merge-patched over the
-    version read."""
+    """The record as the ConfigMap ``CONFIGMAP``, watched (``watches.ENDED_SESSIONS``),
+    and merge-patched over the version read."""
 
-    def __init__(self, namespace: str, api: client.ApiClient) -> None:
-        self._core = client.CoreV1Api(api)
+    def __init__(self, namespace: str, api: ApiClient) -> None:
         self._namespace = namespace
-        self.informer = Informer(
-            KIND,
-            self._core.list_namespaced_config_map,
-            namespace,
-            field_selector=f"metadata.name={CONFIGMAP}",
-        )
+        self._create = CONFIGMAPS.call(api, "create")
+        self._read_one = CONFIGMAPS.call(api, "read")
+        self._patch_one = CONFIGMAPS.call(api, "patch")
+        self.informer = ENDED_SESSIONS.informer(api, namespace)
 
     def synced(self) -> bool:
         return self.informer.synced.is_set()
@@ -225,11 +222,7 @@ class ConfigMapRecord:
                 return
             try:
                 if current is None:
-                    kube.call(
-                        self._core.create_namespaced_config_map,
-                        self._namespace,
-                        self._new(patch),
-                    )
+                    kube.call(self._create, self._namespace, self._new(patch))
                 else:
                     self._patch(patch, current["metadata"]["resourceVersion"])
                 return
@@ -240,13 +233,13 @@ class ConfigMapRecord:
 
     def _read(self) -> Obj | None:
         try:
-            return kube.call(self._core.read_namespaced_config_map, CONFIGMAP, self._namespace)
+            return kube.call(self._read_one, CONFIGMAP, self._namespace)
         except NotFound:
             return None
 
     def _patch(self, patch: Patch, version: str) -> None:
         kube.call(
-            self._core.patch_namespaced_config_map,
+            self._patch_one,
             CONFIGMAP,
             self._namespace,
             {"metadata": {"resourceVersion": version}, "data": patch},
@@ -264,7 +257,7 @@ class SharedEndedSessions(EndedSessions):
     """Ended sessions kept in the box namespace's ConfigMap, with the thread that writes
     them."""
 
-    def __init__(self, namespace: str, api: client.ApiClient, clock: Clock = time.time) -> None:
+    def __init__(self, namespace: str, api: ApiClient, clock: Clock = time.time) -> None:
         self._configmap = ConfigMapRecord(namespace, api)
         super().__init__(self._configmap, clock)
         self._wake = threading.Event()

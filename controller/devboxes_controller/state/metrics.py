@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from ..k8s import kube
+
 
 class Metrics:
     def __init__(self) -> None:
@@ -38,12 +40,9 @@ class Metrics:
             ["reason"],
             registry=self.registry,
         )
-        self.writes = Counter(
-            "devboxes_kubernetes_writes_total",
-            "Writes the controller sent to the apiserver",
-            ["verb"],
-            registry=self.registry,
-        )
+        # Counted where the writes are sent.
+        self.writes = kube.WRITTEN
+        self.registry.register(self.writes)
         self.status_updates = Counter(
             "devboxes_status_updates_total",
             "Box statuses recomputed after a watched change",

@@ -5,7 +5,7 @@ every container status); parsed into Python it costs tens of kilobytes, and the 
 hold six kinds for every box. Each function here takes one object as the apiserver sent
 it and returns a new, small object with the same shape, holding only what its readers
 use: status derivation and the waiting line (``status``), the pinned spec and release
-drift (``render.spec_from_deployment``, ``template``), repair and expiry
+drift (``spec_from_deployment``, ``template``), repair and expiry
 (``reconciler``), activity (``activity``, ``ingest``), retained volumes (``volumes``),
 the lifecycle verbs (``lifecycle``) and the caches themselves. Reading a field not kept here
 means adding it here first; ``tests/controller/state/test_controller_slim.py`` checks that
@@ -13,6 +13,12 @@ none of those readers can tell a slim object from a full one.
 
 Building new dicts (rather than deleting keys) also means the keys are this module's
 string constants, shared by every cached object instead of one copy per object.
+
+Every watch's strip is named here (``watches.WATCHES`` takes them from this module). The
+cluster-wide kinds availability counts are kept in the shapes the pure placement code
+reads, which the GPU doctor also makes of what it lists; those strips are therefore
+written beside that code (``placement.capacity``, ``placement.devices``), which cannot
+import this layer, and named here under the cache's name.
 """
 
 from __future__ import annotations
@@ -21,10 +27,11 @@ import sys
 from typing import Any
 
 from ..box import template
+from ..box.naming import ANNOTATION_PREFIX, LABEL_BOX, LABEL_COMPONENT, LABEL_GPU_PROFILE
 from ..box.ownership import ANNOTATION_OWNER
-from ..box.render import ANNOTATION_PREFIX, LABEL_BOX, LABEL_COMPONENT, LABEL_GPU_PROFILE
 from ..box.status import FAILED_CREATE
 from ..k8s.kube import Obj
+from ..placement import capacity, devices
 
 
 def _pick(source: Any, keys: tuple[str, ...]) -> Obj:
@@ -218,3 +225,19 @@ def event(obj: Obj) -> Obj:
     involved = obj.get("involvedObject") or {}
     slim["involvedObject"] = {"kind": _word(involved.get("kind")), "name": involved.get("name")}
     return slim
+
+
+# -- the cluster-wide caches of availability (and, for the slices, of DRA boxes' devices) ----
+
+# A node's labels, taints, readiness and allocatable resources: eligibility and capacity.
+node = capacity.strip_node
+# Any pod of the cluster: its node, phase, summed requests and whether it is a box's.
+cluster_pod = capacity.strip_pod
+# A RuntimeClass's name and the nodeSelector and tolerations admission adds to its pods.
+runtime_class = capacity.strip_runtime_class
+# A ResourceSlice's driver, pool, node and devices: the counting, and a DRA box's device.
+resource_slice = devices.strip_slice
+# Any ResourceClaim of the cluster: the devices its allocation holds.
+held_claim = devices.strip_claim
+# A DeviceClass's selectors and the extended resource it serves.
+device_class = devices.strip_device_class

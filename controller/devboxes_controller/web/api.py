@@ -43,18 +43,20 @@ from devboxes_sdk.models import (
 
 from ..box import idempotency
 from ..box.ownership import OPERATOR
-from ..config.settings import CPU_ACCELERATOR, ImageProfileConfig, Settings
+from ..config.catalog import CPU_ACCELERATOR
+from ..config.images import ImageProfileConfig
+from ..config.settings import Settings
 from ..control import volumes
-from ..control.keys import Keys
 from ..control.lifecycle import Lifecycle
+from ..control.ssh_keys import Keys
 from ..k8s.kube import rule_broken
 from ..placement import doctor, limits
 from ..state.bodies import Body, body, respond
 from ..state.index import CPU
 from ..state.store import BoxStore
-from .auth import admin, caller, owner_scope
+from .identity.base import Identity, owner_scope
+from .identity.chooser import admin, caller
 from .paging import ListTokens, Position
-from .people import Identity
 from .reads import ReadPool, Shared
 from .writes import WritePool
 

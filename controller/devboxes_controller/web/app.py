@@ -26,8 +26,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from devboxes_sdk.models import field_errors, normalize_name
 
-from ..control.keys import Keys
 from ..control.lifecycle import Lifecycle
+from ..control.ssh_keys import Keys
 from ..k8s.kube import ApiProblem, Invalid, NotFound
 from ..placement import doctor
 from ..state.bodies import Body, body, respond
@@ -46,14 +46,14 @@ from .api import (
     list_devboxes,
     router,
 )
-from .auth import IDENTITY_STATE, authenticate
-from .cli_login import LOGIN_PATHS as CLI_LOGIN_PATHS
-from .cli_login import router as cli_login_router
 from .dashboard import mount_dashboard, set_session_cookie
+from .identity.base import Identity, Verifier
+from .identity.chooser import IDENTITY_STATE, authenticate
+from .identity.cli_login import LOGIN_PATHS as CLI_LOGIN_PATHS
+from .identity.cli_login import router as cli_login_router
 from .ingest import MAX_REPORT_BYTES, RateLimiter, is_activity_route
 from .ingest import router as ingest_router
 from .paging import ListTokens
-from .people import Identity, Verifier
 from .probes import health_answer, ready_answer
 from .readiness import Readiness
 from .reads import ReadPool, Shared

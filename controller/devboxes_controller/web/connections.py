@@ -34,7 +34,7 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import ServerState
 
-from ..config.settings import ConnectionSettings
+from ..config.connections import ConnectionSettings
 from ..state.metrics import METRICS
 
 # The longest request head read: the API's are well under 4 KiB, and httptools keeps a

@@ -37,25 +37,19 @@ from fastapi.responses import HTMLResponse, RedirectResponse, StreamingResponse
 from devboxes_sdk.models import MAX_USER_LENGTH
 
 from ..box.ownership import OPERATOR
-from ..config.settings import OidcSettings
+from ..config.auth import OidcSettings
 from ..k8s.kube import ApiProblem
 from ..state.ended_sessions import SharedEndedSessions
 from ..state.store import BoxStore
-from .auth import (
-    SESSION_ENDED,
-    Unauthorized,
-    authenticate,
-    bearer,
-    caller,
-    owner_scope,
-    token_matches,
-)
-from .cli_login import CODE, issuer_authorize_url, login_settings, pkce_challenge, redeem
-from .people import Identity, IdentityUnavailable
-from .sessions import (
+from .identity.base import Identity, IdentityUnavailable, Unauthorized, bearer, owner_scope
+from .identity.chooser import authenticate, caller
+from .identity.cli_login import CODE, issuer_authorize_url, login_settings, pkce_challenge, redeem
+from .identity.operator_token import token_matches
+from .identity.sessions import (
     COOKIE,
     LOGIN_COOKIE,
     LOGIN_SECONDS,
+    SESSION_ENDED,
     CookieTooLarge,
     LoginStart,
     Person,

@@ -20,7 +20,7 @@ from ..box import activity
 from ..control.lifecycle import Lifecycle
 from ..k8s.kube import ApiProblem, Invalid
 from ..state.store import BoxStore
-from .auth import Unauthorized, bearer
+from .identity.base import Unauthorized, bearer
 from .writes import WritePool
 
 ACTIVITY_ROUTE = re.compile(f"^{re.escape(API_PREFIX)}/devboxes/[^/]+/activity$")

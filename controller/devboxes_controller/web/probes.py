@@ -24,7 +24,7 @@ from starlette.types import Receive, Scope, Send
 
 from devboxes_sdk.models import Health
 
-from ..config.settings import ConnectionSettings
+from ..config.connections import ConnectionSettings
 from .connections import server_options
 
 # The kubelet's probe sends its request at once and closes the connection after the

@@ -1,18 +1,24 @@
 """DRA boxes from plain data: the claim template, the pod's claim, the pinned snapshot and
-the devices a ready box reports."""
+the devices a ready box reports, in its status and in the answer to a write."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime
+from types import SimpleNamespace
 from typing import Any
 
-from devboxes_controller.box import render
+from devboxes_controller.box import naming, ownership, render
+from devboxes_controller.box.idempotency import ANNOTATION_CREATE_REQUEST, CreateRequest
+from devboxes_controller.box.spec import BoxSpec, spec_from_deployment
 from devboxes_controller.box.status import BoxObjects, derive
 from devboxes_controller.config.settings import Settings, settings_from_mapping
+from devboxes_controller.control.lifecycle import Lifecycle
+from devboxes_controller.k8s.kube import ApiClient
 from dra_profiles import GPU_40G, H100_OR_A100, IS_A100, IS_H100, NVIDIA
 
-from devboxes_sdk.models import AllocatedDevice, DevboxState
+from devboxes_sdk.models import AllocatedDevice, DevboxCreate, DevboxState
 
 Obj = dict[str, Any]
 L4: Obj = {
@@ -42,8 +48,8 @@ def make_settings() -> Settings:
 SETTINGS = make_settings()
 
 
-def spec(profile: str | None) -> render.BoxSpec:
-    return render.BoxSpec(
+def spec(profile: str | None) -> BoxSpec:
+    return BoxSpec(
         name="atlas",
         preset="small",
         ttl_hours=4,
@@ -61,10 +67,10 @@ def test_prioritized_profile_renders_first_available_subrequests() -> None:
         "metadata": {
             "name": "devbox-atlas-gpu",
             "namespace": "boxes",
-            "labels": render.labels("atlas", render.COMPONENT_GPU),
+            "labels": naming.labels("atlas", naming.COMPONENT_GPU),
         },
         "spec": {
-            "metadata": {"labels": render.labels("atlas", render.COMPONENT_GPU)},
+            "metadata": {"labels": naming.labels("atlas", naming.COMPONENT_GPU)},
             "spec": {
                 "devices": {
                     "requests": [
@@ -124,7 +130,7 @@ def test_only_the_main_container_gets_the_claim_and_no_extended_resource() -> No
     ]
     assert others
     assert all("claims" not in (c.get("resources") or {}) for c in others)
-    assert render.ANNOTATION_GPU_RESOURCE not in deployment["metadata"]["annotations"]
+    assert naming.ANNOTATION_GPU_RESOURCE not in deployment["metadata"]["annotations"]
 
 
 def test_extended_resource_boxes_render_as_before() -> None:
@@ -140,9 +146,9 @@ def test_extended_resource_boxes_render_as_before() -> None:
 
 def test_dra_box_round_trips_through_its_deployment() -> None:
     deployment = render.render_deployment(spec("h100-or-a100"), SETTINGS)
-    pinned = json.loads(deployment["metadata"]["annotations"][render.ANNOTATION_GPU_SNAPSHOT])
+    pinned = json.loads(deployment["metadata"]["annotations"][naming.ANNOTATION_GPU_SNAPSHOT])
     assert pinned == H100_OR_A100
-    back = render.spec_from_deployment(deployment)
+    back = spec_from_deployment(deployment)
     assert back.gpu == SETTINGS.gpu.profile("h100-or-a100")
     # Pinned, the box renders the same pod and the same template again.
     assert render.render_deployment(back, SETTINGS)["spec"] == deployment["spec"]
@@ -160,7 +166,7 @@ def ready_pod(uid: str = "pod-1") -> Obj:
             "name": "devbox-atlas-6d8f9c7b5-x1",
             "uid": uid,
             "creationTimestamp": "2030-01-01T08:00:01Z",
-            "labels": render.labels("atlas", render.COMPONENT_WORKSPACE),
+            "labels": naming.labels("atlas", naming.COMPONENT_WORKSPACE),
         },
         "spec": {"nodeName": "a100-0"},
         "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
@@ -171,7 +177,7 @@ def claim(owner: str, *results: Obj) -> Obj:
     obj: Obj = {
         "metadata": {
             "name": "devbox-atlas-6d8f9c7b5-x1-gpu-abcde",
-            "labels": render.labels("atlas", render.COMPONENT_GPU),
+            "labels": naming.labels("atlas", naming.COMPONENT_GPU),
             "ownerReferences": [{"uid": owner}],
         }
     }
@@ -247,3 +253,75 @@ def test_requests_that_are_not_the_box_gpu_are_ignored() -> None:
         {},
     )
     assert found.gpu.allocated == [AllocatedDevice(alternative=0)]
+
+
+def test_a_box_is_rendered_complete_with_its_records_and_its_owner() -> None:
+    box = BoxSpec(
+        name="atlas",
+        preset="small",
+        ttl_hours=4,
+        repository=None,
+        expires_at=datetime(2030, 1, 1, 12, tzinfo=UTC),
+        gpu=SETTINGS.gpu.profile("h100-or-a100"),
+        owner="alice@example.com",
+    )
+    made_by = CreateRequest.of("key-1", DevboxCreate(name="atlas"))
+    before = render.box(box, SETTINGS, made_by=made_by, owner_groups=["ml"])
+    annotations = before.deployment["metadata"]["annotations"]
+    assert annotations[ANNOTATION_CREATE_REQUEST] == made_by.annotation()
+    assert annotations[ownership.ANNOTATION_OWNER_GROUPS] == '["ml"]'
+    assert annotations[ownership.ANNOTATION_OWNER] == "alice@example.com"
+    # What belongs to the Deployment waits for it: it names the Deployment's uid.
+    assert (before.service, before.claim_template, before.activity_secret) == (None, None, None)
+
+    deployment = {"metadata": {"name": "devbox-atlas", "uid": "u-1"}}
+    after = render.box(box, SETTINGS, owned_by=deployment, credential="c")
+    owner = [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "devbox-atlas", "uid": "u-1"}]
+    assert after.service is not None
+    assert after.claim_template is not None
+    assert after.activity_secret is not None
+    for owned in (after.service, after.claim_template, after.activity_secret):
+        assert owned["metadata"]["ownerReferences"] == owner
+    assert "ownerReferences" not in after.claim["metadata"]
+    assert after.activity_secret["stringData"] == {"credential": "c"}
+    marked = ownership.owner_label("alice@example.com")
+    assert after.service["metadata"]["labels"][ownership.LABEL_OWNER] == marked
+    assert after.claim_template["metadata"]["labels"][ownership.LABEL_OWNER] == marked
+    # Without the records, the Deployment is the one a start or a repair renders.
+    assert ANNOTATION_CREATE_REQUEST not in after.deployment["metadata"]["annotations"]
+    assert render.box(box, SETTINGS, owned_by=deployment).activity_secret is None
+
+
+def test_a_spec_carries_the_names_of_its_objects() -> None:
+    box = spec(None)
+    assert box.names == naming.object_names("atlas")
+    assert replace(box, name="other").names.deployment == "devbox-other"
+
+
+def test_the_answer_to_a_write_the_store_has_not_seen_keeps_the_boxs_claims() -> None:
+    """A write's answer is derived from the store's objects, with the Deployment as written
+    when the store still holds an older one: the box's claims and devices stay."""
+    seen = render.render_deployment(spec("gpu-40g"), SETTINGS)
+    seen["metadata"].update(creationTimestamp="2030-01-01T08:00:00Z", uid="d-1")
+    seen["metadata"]["resourceVersion"] = "10"
+    written = json.loads(json.dumps(seen))
+    written["metadata"]["resourceVersion"] = "11"
+    written["metadata"]["annotations"][naming.ANNOTATION_EXPIRES_AT] = "2030-01-01T13:00:00Z"
+    objects = BoxObjects(
+        deployment=seen,
+        pods=[ready_pod()],
+        service=SERVICE,
+        claims=[claim("pod-1", result("gpu"))],
+        devices={(NVIDIA, "a100-0", "gpu-0"): A100},
+    )
+    store = SimpleNamespace(settings=SETTINGS, clock=lambda: NOW, objects=lambda name: objects)
+    lifecycle = Lifecycle(store, ApiClient(), activity_key=b"k" * 32)  # type: ignore[arg-type]
+    try:
+        answer = lifecycle._current("atlas", written)
+    finally:
+        lifecycle.stop()
+    assert answer.expires_at == datetime(2030, 1, 1, 13, tzinfo=UTC)
+    assert answer.gpu is not None
+    assert answer.gpu.allocated == [
+        AllocatedDevice(product="NVIDIA A100-SXM4-40GB", memory="40Gi", alternative=0)
+    ]

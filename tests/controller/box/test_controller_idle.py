@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 import requests
-from devboxes_controller.box import activity, render
+from devboxes_controller.box import activity, naming, render
+from devboxes_controller.box.spec import BoxSpec
 from devboxes_controller.config.settings import settings_from_mapping
 from devboxes_controller.k8s import timestamps
 from devboxes_controller.state import slim
@@ -44,7 +45,7 @@ def box(process: Controller, name: str) -> dict[str, Any]:
 
 def credential(kube: Any, namespace: str, name: str) -> str:
     secret = client.CoreV1Api(kube).read_namespaced_secret(
-        render.object_names(name).activity_secret, namespace
+        naming.object_names(name).activity_secret, namespace
     )
     return base64.b64decode(secret.data["credential"]).decode()
 
@@ -330,7 +331,7 @@ def test_which_boxes_need_their_credential_written() -> None:
     settings = settings_from_mapping(
         {"idle": {"cpuStopAfterMinutes": 30, "controllerUrl": "http://devboxes:8080"}}
     )
-    spec = render.BoxSpec(
+    spec = BoxSpec(
         name="atlas",
         preset="small",
         ttl_hours=1,

@@ -11,32 +11,31 @@ from typing import Any
 import jsonschema
 import pytest
 from devboxes_controller.box import template
-from devboxes_controller.box.render import (
+from devboxes_controller.box.naming import (
     ANNOTATION_IMAGE_PROFILE,
     ANNOTATION_IMAGE_SNAPSHOT,
     MAIN_CONTAINER,
-    BoxSpec,
-    render_deployment,
-    spec_from_deployment,
 )
+from devboxes_controller.box.render import render_deployment
+from devboxes_controller.box.spec import BoxSpec, spec_from_deployment
 from devboxes_controller.box.status import BoxObjects, derive
-from devboxes_controller.config.loading import load_check_target
-from devboxes_controller.config.settings import (
-    ENVIRONMENT_SIDECAR,
+from devboxes_controller.config.boxes import ENVIRONMENT_SIDECAR
+from devboxes_controller.config.catalog import (
+    MAX_DESCRIPTION,
+    MAX_DISPLAY_NAME,
+    SNAPSHOT_MAX_BYTES,
+    SnapshotError,
+)
+from devboxes_controller.config.images import (
     MAX_ARGS_ITEMS,
     MAX_ARGUMENT_LENGTH,
     MAX_COMMAND_ITEMS,
-    MAX_DESCRIPTION,
-    MAX_DISPLAY_NAME,
     MAX_IMAGE_PORTS,
-    SNAPSHOT_MAX_BYTES,
     ImageProfileConfig,
     ImageRejected,
-    Settings,
-    SnapshotError,
-    settings_from_mapping,
-    validate,
 )
+from devboxes_controller.config.loading import load_check_target
+from devboxes_controller.config.settings import Settings, settings_from_mapping, validate
 from devboxes_controller.config.violations import ConfigError
 from devboxes_controller.web.api import contract, describe_settings
 

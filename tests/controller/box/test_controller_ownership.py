@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
-from devboxes_controller.box import ownership, render, sshkeys, status, template
+from devboxes_controller.box import authorized_keys, ownership, render, status, template
+from devboxes_controller.box.spec import BoxSpec, spec_from_deployment
 from devboxes_controller.config.settings import Settings, settings_from_mapping
 
 EXPIRES = datetime(2030, 5, 17, 9, 30, 0, tzinfo=UTC)
@@ -34,8 +35,8 @@ SETTINGS = settings_from_mapping(
 )
 
 
-def spec(owner: str | None, gpu: bool = True) -> render.BoxSpec:
-    return render.BoxSpec(
+def spec(owner: str | None, gpu: bool = True) -> BoxSpec:
+    return BoxSpec(
         name="atlas",
         preset="small",
         ttl_hours=4,
@@ -88,7 +89,7 @@ def test_the_operators_boxes_render_as_before_and_belong_to_the_operator() -> No
 
 def test_the_owner_is_pinned_so_a_persons_box_never_drifts_from_its_release() -> None:
     deployment = render.render_deployment(spec("alice@example.com"), SETTINGS)
-    read_back = render.spec_from_deployment(deployment)
+    read_back = spec_from_deployment(deployment)
     assert read_back.owner == "alice@example.com"
     assert template.changes(deployment, SETTINGS) == []
     assert (
@@ -115,18 +116,22 @@ def test_only_a_persons_boxes_mount_that_persons_keys() -> None:
         return dict(spec_)
 
     alice = pod("alice")
-    (volume,) = [v for v in alice["volumes"] if v["name"] == sshkeys.VOLUME]
-    assert volume["configMap"]["name"] == sshkeys.config_map_name("alice")
+    (volume,) = [v for v in alice["volumes"] if v["name"] == authorized_keys.VOLUME]
+    assert volume["configMap"]["name"] == authorized_keys.config_map_name("alice")
     assert volume["configMap"]["optional"] is True
     main = alice["containers"][0]
-    assert {"name": sshkeys.VOLUME, "mountPath": sshkeys.MOUNT_PATH, "readOnly": True} in main[
-        "volumeMounts"
-    ]
+    assert {
+        "name": authorized_keys.VOLUME,
+        "mountPath": authorized_keys.MOUNT_PATH,
+        "readOnly": True,
+    } in main["volumeMounts"]
     assert all(
-        m["name"] != sshkeys.VOLUME for c in alice["containers"][1:] for m in c["volumeMounts"]
+        m["name"] != authorized_keys.VOLUME
+        for c in alice["containers"][1:]
+        for m in c["volumeMounts"]
     )
-    assert sshkeys.config_map_name("alice") != sshkeys.config_map_name("bob")
-    assert all(v["name"] != sshkeys.VOLUME for v in pod(None)["volumes"])
+    assert authorized_keys.config_map_name("alice") != authorized_keys.config_map_name("bob")
+    assert all(v["name"] != authorized_keys.VOLUME for v in pod(None)["volumes"])
 
 
 def _openssh(key: Any, comment: str = "me@laptop") -> str:
@@ -146,7 +151,7 @@ def _openssh(key: Any, comment: str = "me@laptop") -> str:
 )
 def test_a_public_key_has_the_fingerprint_ssh_keygen_gives(private: Any, tmp_path: Path) -> None:
     line = _openssh(private.public_key())
-    parsed = sshkeys.parse(f"  {line}\n")
+    parsed = authorized_keys.parse(f"  {line}\n")
     assert parsed.line == line
     assert parsed.comment == "me@laptop"
     pub = tmp_path / "key.pub"
@@ -193,19 +198,21 @@ PRIVATE = (
     ids=lambda value: value if len(value) < 30 and "\n" not in value else "generated",
 )
 def test_what_is_not_one_public_key_is_refused_with_the_reason(text: str, words: str) -> None:
-    with pytest.raises(sshkeys.KeyRejected, match=re.escape(words)):
-        sshkeys.parse(text)
+    with pytest.raises(authorized_keys.KeyRejected, match=re.escape(words)):
+        authorized_keys.parse(text)
 
 
 def test_the_keys_config_map_reads_back_what_was_written_and_skips_edited_lines() -> None:
-    entries = [sshkeys.Entry(ED25519.strip(), "2030-05-17T09:30:00Z")]
-    config_map = sshkeys.render_config_map("alice@example.com", entries, "boxes", {})
-    assert config_map["data"][sshkeys.AUTHORIZED_KEYS] == ED25519.strip() + "\n"
-    assert sshkeys.entries_of(config_map) == entries
-    config_map["data"][sshkeys.RECORD] = '[{"key": "ssh-ed25519 broken", "addedAt": "x"}, 3]'
-    assert sshkeys.entries_of(config_map) == []
-    config_map["data"][sshkeys.RECORD] = "{not json"
-    assert sshkeys.entries_of(config_map) == []
+    entries = [authorized_keys.Entry(ED25519.strip(), "2030-05-17T09:30:00Z")]
+    config_map = authorized_keys.render_config_map("alice@example.com", entries, "boxes", {})
+    assert config_map["data"][authorized_keys.AUTHORIZED_KEYS] == ED25519.strip() + "\n"
+    assert authorized_keys.entries_of(config_map) == entries
+    config_map["data"][authorized_keys.RECORD] = (
+        '[{"key": "ssh-ed25519 broken", "addedAt": "x"}, 3]'
+    )
+    assert authorized_keys.entries_of(config_map) == []
+    config_map["data"][authorized_keys.RECORD] = "{not json"
+    assert authorized_keys.entries_of(config_map) == []
 
 
 def test_the_operators_keys_open_the_operators_boxes_only() -> None:

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from devboxes_controller.box.render import (
+from devboxes_controller.box.naming import (
     ANNOTATION_EXPIRES_AT,
     ANNOTATION_GPU_COUNT,
     ANNOTATION_GPU_PROFILE,
@@ -22,20 +22,14 @@ from devboxes_controller.box.render import (
     ANNOTATION_TTL_HOURS,
     LABEL_BOX,
     MANAGED_SELECTOR,
-    BoxSpec,
     box_name_of,
     object_names,
-    render_deployment,
-    render_pvc,
-    render_service,
-    spec_from_deployment,
 )
-from devboxes_controller.config.settings import (
-    GpuProfileConfig,
-    Settings,
-    SnapshotError,
-    settings_from_mapping,
-)
+from devboxes_controller.box.render import render_deployment, render_pvc, render_service
+from devboxes_controller.box.spec import BoxSpec, spec_from_deployment
+from devboxes_controller.config.catalog import SnapshotError
+from devboxes_controller.config.gpu import GpuProfileConfig
+from devboxes_controller.config.settings import Settings, settings_from_mapping
 from devboxes_controller.k8s.timestamps import format_timestamp
 from hypothesis import given, settings
 from hypothesis import strategies as st

@@ -8,8 +8,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from devboxes_controller.box import render
+from devboxes_controller.box import naming, render
 from devboxes_controller.box.activity import ANNOTATION_ACTIVITY, ANNOTATION_IDLE_STOPPED
+from devboxes_controller.box.spec import BoxSpec
 from devboxes_controller.box.status import BoxObjects, derive, waits_for_node
 from devboxes_controller.config.settings import Settings, settings_from_mapping
 from devboxes_controller.k8s.timestamps import format_timestamp
@@ -52,7 +53,7 @@ NOW = datetime(2030, 1, 1, 9, tzinfo=UTC)
 def deployment(
     replicas: int = 1, gpu: bool = False, annotations: dict[str, str] | None = None
 ) -> Obj:
-    spec = render.BoxSpec(
+    spec = BoxSpec(
         name="atlas",
         preset="medium",
         ttl_hours=4,
@@ -94,7 +95,7 @@ def pod(
         "metadata": {
             "name": name,
             "creationTimestamp": created,
-            "labels": render.labels("atlas", render.COMPONENT_WORKSPACE),
+            "labels": naming.labels("atlas", naming.COMPONENT_WORKSPACE),
         },
         "spec": spec,
         "status": {
@@ -127,7 +128,7 @@ def load_balancer(*ingress: Obj) -> Obj:
 
 def replicaset(name: str = "devbox-atlas-6d8f9c7b5", *conditions: Obj) -> Obj:
     return {
-        "metadata": {"name": name, "labels": render.labels("atlas", "workspace")},
+        "metadata": {"name": name, "labels": naming.labels("atlas", "workspace")},
         "status": {"conditions": list(conditions)},
     }
 
@@ -196,7 +197,7 @@ def test_zero_replicas_is_stopped_whatever_the_pods_say() -> None:
 def test_a_box_stopped_by_its_ttl_says_when() -> None:
     objects = BoxObjects(
         deployment=deployment(
-            replicas=0, annotations={render.ANNOTATION_EXPIRED_AT: "2030-01-01T12:00:00Z"}
+            replicas=0, annotations={naming.ANNOTATION_EXPIRED_AT: "2030-01-01T12:00:00Z"}
         )
     )
     box = derive(objects, SETTINGS, NOW)
@@ -580,7 +581,7 @@ def test_failed_create_events_from_before_the_latest_start_are_stale() -> None:
 
 
 def test_an_unreadable_snapshot_degrades_the_box_instead_of_hiding_it() -> None:
-    broken = deployment(gpu=True, annotations={render.ANNOTATION_GPU_SNAPSHOT: "{not json"})
+    broken = deployment(gpu=True, annotations={naming.ANNOTATION_GPU_SNAPSHOT: "{not json"})
     box = derive(BoxObjects(deployment=broken), SETTINGS, NOW)
     assert box.state is DevboxState.DEGRADED
     assert box.message is not None
@@ -604,5 +605,5 @@ def test_a_box_waits_for_a_node_until_its_pod_has_one(pods: tuple[Obj, ...], wai
 
 def test_a_running_box_records_when_it_began_to_wait_and_a_stopped_one_does_not() -> None:
     annotations = deployment()["metadata"]["annotations"]
-    assert annotations[render.ANNOTATION_WAITING_SINCE] == "2030-01-01T08:00:00Z"
-    assert render.ANNOTATION_WAITING_SINCE not in deployment(replicas=0)["metadata"]["annotations"]
+    assert annotations[naming.ANNOTATION_WAITING_SINCE] == "2030-01-01T08:00:00Z"
+    assert naming.ANNOTATION_WAITING_SINCE not in deployment(replicas=0)["metadata"]["annotations"]

@@ -6,7 +6,8 @@ import copy
 from datetime import UTC, datetime
 from typing import Any
 
-from devboxes_controller.box import render, template
+from devboxes_controller.box import naming, render, template
+from devboxes_controller.box.spec import BoxSpec
 from devboxes_controller.config.settings import Settings, settings_from_mapping
 
 EXPIRES = datetime(2030, 5, 17, 9, 30, 0, tzinfo=UTC)
@@ -32,7 +33,7 @@ def release(**changes: Any) -> Settings:
 
 def deployed(settings: Settings, gpu: bool = True) -> dict[str, Any]:
     """A box's Deployment as the apiserver returns it: with a uid and some defaults."""
-    spec = render.BoxSpec(
+    spec = BoxSpec(
         name="atlas",
         preset="small",
         ttl_hours=4,
@@ -128,7 +129,7 @@ def test_removed_and_changed_parts_are_named() -> None:
 def test_a_box_from_before_the_template_record_is_compared_with_its_pod() -> None:
     settings = release()
     legacy = deployed(settings, gpu=False)
-    for key in (render.ANNOTATION_TEMPLATE, render.ANNOTATION_PINNED_MAIN):
+    for key in (naming.ANNOTATION_TEMPLATE, naming.ANNOTATION_PINNED_MAIN):
         del legacy["metadata"]["annotations"][key]
     # Its image stays what it runs, even though the release moved on.
     moved = release(workspaceImage="registry.example.com/workspace:3.0")

@@ -8,11 +8,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from devboxes_controller.config.settings import (
-    SNAPSHOT_MAX_BYTES,
-    GpuProfileConfig,
-    settings_from_mapping,
-)
+from devboxes_controller.config.catalog import SNAPSHOT_MAX_BYTES
+from devboxes_controller.config.gpu import GpuProfileConfig
+from devboxes_controller.config.settings import settings_from_mapping
 from devboxes_controller.config.violations import ConfigError
 from dra_profiles import GPU_40G, H100_OR_A100, MI300X, NVIDIA, PRODUCT
 

@@ -10,22 +10,19 @@ from typing import Any
 
 import pytest
 import yaml
+from devboxes_controller.config.base import MAX_GROUP_ID
+from devboxes_controller.config.catalog import SNAPSHOT_MAX_BYTES, SnapshotError
 from devboxes_controller.config.formats import quantity_value
-from devboxes_controller.config.loading import CheckTarget, load_check_target, load_settings
-from devboxes_controller.config.settings import (
+from devboxes_controller.config.gpu import (
     INT64_MAX,
     INT64_MIN,
-    MAX_GROUP_ID,
-    SNAPSHOT_MAX_BYTES,
     GpuProfileConfig,
     GpuSettings,
     ProfileRejected,
-    Settings,
-    SnapshotError,
     Toleration,
-    settings_from_mapping,
-    validate,
 )
+from devboxes_controller.config.loading import CheckTarget, load_check_target, load_settings
+from devboxes_controller.config.settings import Settings, settings_from_mapping, validate
 from devboxes_controller.config.violations import ConfigError
 from hypothesis import given, settings
 from hypothesis import strategies as st

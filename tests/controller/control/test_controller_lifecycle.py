@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from devboxes_controller.box import render, status
+from devboxes_controller.box import naming, status
 from devboxes_testbed import L4, MIG, ROCM
 from devboxes_testbed.controller import example_settings, without_gpu_profiles
 from kubernetes import client
@@ -20,7 +20,7 @@ from support import Api, StartController, wait_for
 def box_pod(kube: Any, namespace: str, name: str) -> dict[str, Any]:
     """The box's one live pod, as raw JSON."""
     pods = client.CoreV1Api(kube).list_namespaced_pod(
-        namespace, label_selector=f"{render.LABEL_BOX}={name}", _preload_content=False
+        namespace, label_selector=f"{naming.LABEL_BOX}={name}", _preload_content=False
     )
     live = [p for p in json.loads(pods.data)["items"] if not p["metadata"].get("deletionTimestamp")]
     assert len(live) == 1, [p["metadata"]["name"] for p in live]
@@ -28,7 +28,7 @@ def box_pod(kube: Any, namespace: str, name: str) -> dict[str, Any]:
 
 
 def main_container(pod: dict[str, Any]) -> dict[str, Any]:
-    return next(c for c in pod["spec"]["containers"] if c["name"] == render.MAIN_CONTAINER)
+    return next(c for c in pod["spec"]["containers"] if c["name"] == naming.MAIN_CONTAINER)
 
 
 def node_labels(kube: Any, node: str) -> dict[str, str]:
@@ -38,7 +38,7 @@ def node_labels(kube: Any, node: str) -> dict[str, str]:
 def claim_size(kube: Any, namespace: str, name: str) -> str | None:
     try:
         claim = client.CoreV1Api(kube).read_namespaced_persistent_volume_claim(
-            render.object_names(name).pvc, namespace
+            naming.object_names(name).pvc, namespace
         )
     except client.ApiException as err:
         if err.status == 404:
@@ -102,7 +102,7 @@ def test_l4_boxes_fill_the_nodes_then_wait_for_a_free_gpu(
     assert third["state"] == "starting"
     # The pod waits behind the line's gate, where the scheduler has nothing to say yet.
     assert third["message"] == status.SCHEDULING_BLOCKED.format(reason=status.IN_LINE)
-    assert render.QUEUE_GATE in [
+    assert naming.QUEUE_GATE in [
         g["name"] for g in box_pod(kube, namespace, "l4-third")["spec"]["schedulingGates"]
     ]
 
@@ -225,7 +225,7 @@ def test_start_renews_the_ttl_from_the_stored_hours(
     client.AppsV1Api(kube).patch_namespaced_deployment(
         "devbox-renewed",
         namespace,
-        {"metadata": {"annotations": {render.ANNOTATION_EXPIRES_AT: "2020-01-01T00:00:00Z"}}},
+        {"metadata": {"annotations": {naming.ANNOTATION_EXPIRES_AT: "2020-01-01T00:00:00Z"}}},
     )
     before = datetime.now(UTC).replace(microsecond=0)
     restarted = api.call("POST", "/devboxes/renewed/start")
@@ -267,10 +267,10 @@ def test_a_stopped_box_names_its_leaving_pod_and_a_start_waits_until_it_is_gone(
         # box asks for one, and the only pod is the previous one.
         wait_for(observed)
         replicasets = apps.list_namespaced_replica_set(
-            namespace, label_selector=f"{render.LABEL_BOX}=handover"
+            namespace, label_selector=f"{naming.LABEL_BOX}=handover"
         ).items
         assert [rs.spec.replicas for rs in replicasets if rs.spec.replicas] == []
-        pods = core.list_namespaced_pod(namespace, label_selector=f"{render.LABEL_BOX}=handover")
+        pods = core.list_namespaced_pod(namespace, label_selector=f"{naming.LABEL_BOX}=handover")
         assert [p.metadata.name for p in pods.items] == [old]
     finally:
         core.patch_namespaced_pod(old, namespace, {"metadata": {"finalizers": None}})
@@ -299,7 +299,7 @@ def test_concurrent_creates_of_one_name_have_exactly_one_winner(
     assert sorted(codes) == [201] + [409] * 5
     deployments = (
         client.AppsV1Api(kube)
-        .list_namespaced_deployment(namespace, label_selector=render.MANAGED_SELECTOR)
+        .list_namespaced_deployment(namespace, label_selector=naming.MANAGED_SELECTOR)
         .items
     )
     assert [d.metadata.name for d in deployments] == ["devbox-race"]
@@ -339,7 +339,7 @@ def test_create_right_after_a_purge_says_the_old_volume_is_still_going(
 ) -> None:
     api = Api(start_controller())
     api.created("again")
-    claim = render.object_names("again").pvc
+    claim = naming.object_names("again").pvc
     core = client.CoreV1Api(kube)
     # A finalizer of the test's own holds the old claim in deletion, as a slow storage
     # driver or a pod still using it would.

@@ -9,7 +9,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import requests
-from devboxes_controller.box import render
+from devboxes_controller.box import naming, render
+from devboxes_controller.box.spec import BoxSpec
 from devboxes_controller.config.settings import settings_from_mapping
 from devboxes_controller.k8s.timestamps import format_timestamp
 from devboxes_testbed import MIG
@@ -34,15 +35,15 @@ def expire_now(kube: Any, namespace: str, name: str) -> None:
     """Move the stored deadline into the past, as if the TTL had run out."""
     past = format_timestamp(datetime.now(UTC) - timedelta(minutes=1))
     client.AppsV1Api(kube).patch_namespaced_deployment(
-        render.object_names(name).deployment,
+        naming.object_names(name).deployment,
         namespace,
-        {"metadata": {"annotations": {render.ANNOTATION_EXPIRES_AT: past}}},
+        {"metadata": {"annotations": {naming.ANNOTATION_EXPIRES_AT: past}}},
     )
 
 
 def events(kube: Any, namespace: str, name: str, reason: str) -> list[Any]:
     found = client.CoreV1Api(kube).list_namespaced_event(namespace).items
-    deployment = render.object_names(name).deployment
+    deployment = naming.object_names(name).deployment
     return [
         e
         for e in found
@@ -54,7 +55,7 @@ def events(kube: Any, namespace: str, name: str, reason: str) -> list[Any]:
 
 def replicas(kube: Any, namespace: str, name: str) -> int:
     deployment = client.AppsV1Api(kube).read_namespaced_deployment(
-        render.object_names(name).deployment, namespace
+        naming.object_names(name).deployment, namespace
     )
     return int(deployment.spec.replicas)
 
@@ -90,7 +91,7 @@ def test_ttl_expiry_stops_the_box_and_records_an_event(
 
     # A Deployment whose record was edited by hand must not stall the other boxes.
     broken = render.render_deployment(
-        render.BoxSpec(
+        BoxSpec(
             name="broken",
             preset="small",
             ttl_hours=1,
@@ -101,7 +102,7 @@ def test_ttl_expiry_stops_the_box_and_records_an_event(
         settings_from_mapping(example_settings(namespace)),
         replicas=0,
     )
-    del broken["metadata"]["annotations"][render.ANNOTATION_TTL_HOURS]
+    del broken["metadata"]["annotations"][naming.ANNOTATION_TTL_HOURS]
     client.AppsV1Api(kube).create_namespaced_deployment(namespace, broken)
     expire_now(kube, namespace, "brief")
 
@@ -118,8 +119,8 @@ def test_ttl_expiry_stops_the_box_and_records_an_event(
         .read_namespaced_deployment("devbox-brief", namespace)
         .metadata.annotations
     )
-    assert render.ANNOTATION_EXPIRED_AT in annotations
-    assert render.ANNOTATION_EXPIRES_AT in annotations
+    assert naming.ANNOTATION_EXPIRED_AT in annotations
+    assert naming.ANNOTATION_EXPIRES_AT in annotations
     assert exists(
         client.CoreV1Api(kube).read_namespaced_persistent_volume_claim,
         "devbox-brief-home",
@@ -127,7 +128,7 @@ def test_ttl_expiry_stops_the_box_and_records_an_event(
     )
 
     expired = wait_for(lambda: events(kube, namespace, "brief", "Expired"), timeout=60)
-    assert expired[0].source.component == render.MANAGER
+    assert expired[0].source.component == naming.MANAGER
 
     # Starting again renews the deadline; the reconciler leaves the box running.
     restarted = api_call(process, "POST", "/devboxes/brief/start")
@@ -195,7 +196,7 @@ def test_create_interrupted_after_the_deployment_is_completed(
     # pass before created finds them on the apiserver and records nothing.
     assert messages.count("PersistentVolumeClaim") == messages.count("Service") == 1, messages
     # The repair never duplicates: one claim, one Service, one Deployment.
-    selector = f"{render.LABEL_BOX}=half"
+    selector = f"{naming.LABEL_BOX}=half"
     assert (
         len(core.list_namespaced_persistent_volume_claim(namespace, label_selector=selector).items)
         == 1
@@ -288,10 +289,10 @@ def test_time_to_live_waits_while_the_box_waits_for_a_device(
     assert "time to live" in stopped["message"], stopped
     annotations = (
         client.AppsV1Api(kube)
-        .read_namespaced_deployment(render.object_names("waiter").deployment, namespace)
+        .read_namespaced_deployment(naming.object_names("waiter").deployment, namespace)
         .metadata.annotations
     )
-    assert render.ANNOTATION_WAITING_SINCE not in annotations
-    moved = datetime.fromisoformat(annotations[render.ANNOTATION_EXPIRES_AT])
+    assert naming.ANNOTATION_WAITING_SINCE not in annotations
+    moved = datetime.fromisoformat(annotations[naming.ANNOTATION_EXPIRES_AT])
     waited = freed_at - datetime.fromisoformat(stopped["created_at"])
     assert moved >= deadline + waited - timedelta(seconds=3), (moved, deadline, waited)

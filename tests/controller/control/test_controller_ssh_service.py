@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from devboxes_controller.box import render, ssh_port
+from devboxes_controller.box import naming, render, ssh_port
 from devboxes_controller.config.settings import settings_from_mapping
 from devboxes_testbed.controller import example_settings
 from kubernetes import client
@@ -16,7 +16,7 @@ def node_port(kube: Any, namespace: str, name: str) -> int | None:
     """The node port of the box's SSH Service; None when it has no Service."""
     try:
         service = client.CoreV1Api(kube).read_namespaced_service(
-            render.object_names(name).service, namespace
+            naming.object_names(name).service, namespace
         )
     except client.ApiException as err:
         if err.status == 404:
@@ -29,7 +29,7 @@ def node_port(kube: Any, namespace: str, name: str) -> int | None:
 
 def recorded_port(kube: Any, namespace: str, name: str) -> str | None:
     deployment = client.AppsV1Api(kube).read_namespaced_deployment(
-        render.object_names(name).deployment, namespace
+        naming.object_names(name).deployment, namespace
     )
     return (deployment.metadata.annotations or {}).get(ssh_port.ANNOTATION_SSH_NODE_PORT)
 
@@ -53,7 +53,7 @@ def test_stop_frees_the_service_and_start_brings_it_back_on_the_same_port(
 
     # The running box's missing Service is repaired; the pass that repairs it passes
     # over the stopped box too and leaves it without one.
-    client.CoreV1Api(kube).delete_namespaced_service(render.object_names("busy").service, namespace)
+    client.CoreV1Api(kube).delete_namespaced_service(naming.object_names("busy").service, namespace)
     wait_for(lambda: event_messages(kube, namespace, "busy", "Repaired"), timeout=60)
     assert node_port(kube, namespace, "busy") is not None
     assert api.wait_ready("busy")["state"] == "ready"

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 import requests
-from devboxes_controller.box import render
+from devboxes_controller.box import naming, render
+from devboxes_controller.box.spec import BoxSpec
 from devboxes_controller.config.settings import settings_from_mapping
 from devboxes_testbed import MIG
 from devboxes_testbed.controller import Controller, example_settings
@@ -51,7 +52,7 @@ def devbox(process: Controller, *args: str) -> subprocess.CompletedProcess[str]:
 def claim_uid(kube: Any, namespace: str, name: str) -> str | None:
     try:
         claim = client.CoreV1Api(kube).read_namespaced_persistent_volume_claim(
-            render.object_names(name).pvc, namespace
+            naming.object_names(name).pvc, namespace
         )
     except client.ApiException as err:
         if err.status == 404:
@@ -67,7 +68,7 @@ def test_retained_volumes_are_listed_purged_by_name_and_reused(
     sdk = Client(process.url, process.token)
     # A claim left alone by a crash before the Deployment was written.
     settings = settings_from_mapping(example_settings(namespace))
-    leftover = render.BoxSpec(
+    leftover = BoxSpec(
         name="leftover",
         preset="small",
         ttl_hours=2,
@@ -133,7 +134,7 @@ def test_retained_volumes_are_listed_purged_by_name_and_reused(
     claim = client.CoreV1Api(kube).read_namespaced_persistent_volume_claim(
         "devbox-gone-home", namespace
     )
-    assert render.LABEL_GPU_PROFILE not in (claim.metadata.labels or {})
+    assert naming.LABEL_GPU_PROFILE not in (claim.metadata.labels or {})
     for name in ("gone", "alive"):
         sdk.delete(name, purge=True)
 
@@ -152,12 +153,12 @@ def test_extend_moves_the_deadline_within_the_maximum_ttl(
     def deadline_set() -> str | None:
         """the box's pod has a node and its deadline no longer waits for one"""
         deployment = apps.read_namespaced_deployment(
-            render.object_names("longer").deployment, namespace
+            naming.object_names("longer").deployment, namespace
         )
         annotations = deployment.metadata.annotations or {}
-        if render.ANNOTATION_WAITING_SINCE in annotations:
+        if naming.ANNOTATION_WAITING_SINCE in annotations:
             return None
-        return str(annotations[render.ANNOTATION_EXPIRES_AT])
+        return str(annotations[naming.ANNOTATION_EXPIRES_AT])
 
     deadline = datetime.fromisoformat(wait_for(deadline_set, timeout=60))
     box = wait_for(lambda: (current := box.refresh()).expires_at == deadline and current)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from devboxes_controller.box import render, status
+from devboxes_controller.box import naming, status
 from devboxes_testbed.nodes import KWOK_ANNOTATION
 from kubernetes import client
 from support import Api, DevicePool, StartController, wait_for
@@ -27,7 +27,7 @@ def test_a_box_whose_node_stopped_reporting_names_the_node(
     try:
         api.wait_ready(BOX)
         (pod,) = core.list_namespaced_pod(
-            namespace, label_selector=f"{render.LABEL_BOX}={BOX}"
+            namespace, label_selector=f"{naming.LABEL_BOX}={BOX}"
         ).items
         assert pod.spec.node_name == pool.node
         # kwok no longer manages the node, and its heartbeat stage no longer matches it.

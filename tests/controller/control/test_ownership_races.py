@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import requests
-from devboxes_controller.box import ownership, render
+from devboxes_controller.box import naming, ownership, render
 from devboxes_controller.config.settings import settings_from_mapping
 from devboxes_controller.control.lifecycle import Lifecycle
 from devboxes_controller.k8s.kube import Conflict
@@ -38,7 +38,7 @@ def blind_lifecycle(kube: Any, namespace: str) -> Iterator[Lifecycle]:
 
 def _claim(kube: Any, namespace: str, name: str) -> Any:
     return client.CoreV1Api(kube).read_namespaced_persistent_volume_claim(
-        render.object_names(name).pvc, namespace
+        naming.object_names(name).pvc, namespace
     )
 
 
@@ -102,7 +102,7 @@ def test_objects_left_by_an_earlier_box_of_the_name_are_replaced_not_used(
     assert created.name == "again"
     deployment = client.AppsV1Api(kube).read_namespaced_deployment("devbox-again", namespace)
     owners = core.read_namespaced_service(
-        render.object_names("again").service, namespace
+        naming.object_names("again").service, namespace
     ).metadata.owner_references
     assert [o.uid for o in owners] == [deployment.metadata.uid]
 
@@ -149,11 +149,11 @@ def test_two_people_racing_for_one_name_on_two_replicas_never_share_a_volume(
     assert {name: c for name, c in codes.items() if c != [201, 409]} == {}
     apps, core = client.AppsV1Api(kube), client.CoreV1Api(kube)
     owner_of_box = {
-        render.box_name_of(d.to_dict()): d.metadata.annotations.get(ownership.ANNOTATION_OWNER)
+        naming.box_name_of(d.to_dict()): d.metadata.annotations.get(ownership.ANNOTATION_OWNER)
         for d in apps.list_namespaced_deployment(namespace).items
     }
     owner_of_volume = {
-        render.box_name_of(c.to_dict()): c.metadata.annotations.get(ownership.ANNOTATION_OWNER)
+        naming.box_name_of(c.to_dict()): c.metadata.annotations.get(ownership.ANNOTATION_OWNER)
         for c in core.list_namespaced_persistent_volume_claim(namespace).items
     }
     assert len(owner_of_box) == RACES

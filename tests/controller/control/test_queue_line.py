@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from devboxes_controller.box import ownership, render
+from devboxes_controller.box import naming, ownership
 from devboxes_controller.placement import capacity
 from devboxes_testbed.controller import Controller
 from devboxes_testbed.nodes import POOL_LABEL
@@ -92,7 +92,7 @@ class Boxes:
     def pod(self, box: str) -> Any:
         """The box's pod that is not going away, or None."""
         pods = self.core.list_namespaced_pod(
-            self.namespace, label_selector=f"{render.LABEL_BOX}={box}"
+            self.namespace, label_selector=f"{naming.LABEL_BOX}={box}"
         ).items
         live = [p for p in pods if p.metadata.deletion_timestamp is None]
         return live[0] if len(live) == 1 else None
@@ -100,7 +100,7 @@ class Boxes:
     def gated(self, box: str) -> bool:
         pod = self.pod(box)
         gates = [g.name for g in (pod.spec.scheduling_gates or [])] if pod else []
-        return render.QUEUE_GATE in gates
+        return naming.QUEUE_GATE in gates
 
     def bound(self, box: str) -> bool:
         pod = self.pod(box)
@@ -118,7 +118,7 @@ class Boxes:
         self.names.append(box)
         labels, annotations = ownership.marks(owner)
         marks = {"labels": labels, "annotations": annotations}
-        names = render.object_names(box)
+        names = naming.object_names(box)
         self.core.patch_namespaced_persistent_volume_claim(
             names.pvc, self.namespace, {"metadata": marks}
         )

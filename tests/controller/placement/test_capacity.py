@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 from devboxes_controller.box import status
-from devboxes_controller.config.settings import GpuProfileConfig, Settings, settings_from_mapping
-from devboxes_controller.placement import capacity, doctor, queue
+from devboxes_controller.config.gpu import GpuProfileConfig
+from devboxes_controller.config.settings import Settings, settings_from_mapping
+from devboxes_controller.placement import capacity, doctor, doctor_facts, order
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 GPU_TAINT = {"key": "nvidia.com/gpu", "effect": "NoSchedule"}
@@ -198,7 +199,7 @@ def test_ordinals(position: int, text: str) -> None:
 
 
 def _queued(exact: bool = True, taken: bool = False) -> capacity.Queued:
-    waiter = queue.Waiter("b", "b-pod", "", "nvidia.com/gpu", 1, "2030-01-01T00:00:00Z", True)
+    waiter = order.Waiter("b", "b-pod", "", "nvidia.com/gpu", 1, "2030-01-01T00:00:00Z", True)
     return capacity.Queued("nvidia-l4", "NVIDIA L4", waiter, exact, taken)
 
 
@@ -246,7 +247,7 @@ GI = 2**30
 
 def test_a_box_short_of_cpu_or_memory_beside_a_free_device_names_it() -> None:
     free = capacity.profile_availability(profile(), l4_nodes(), {}, 2)
-    cpu = queue.Lack("cpu", Decimal(2), Decimal("0.5"))
+    cpu = order.Lack("cpu", Decimal(2), Decimal("0.5"))
     # Whatever the free count says, what the box lacks is what it waits for.
     assert capacity.waiting_summary(_queued(), free, 1, lacking=[cpu]) == (
         "Waiting for CPU on a node with a free NVIDIA L4: needs 2 CPU, at most 0.5 free on "
@@ -256,24 +257,24 @@ def test_a_box_short_of_cpu_or_memory_beside_a_free_device_names_it() -> None:
         "Waiting for CPU on a node with a free NVIDIA L4: needs 2 CPU, at most 0.5 free on "
         "any such node; 2nd in line; devices held by a pod that is not a box: ml/a"
     )
-    memory = queue.Lack("memory", Decimal(4 * GI), Decimal(GI + GI // 3))
+    memory = order.Lack("memory", Decimal(4 * GI), Decimal(GI + GI // 3))
     assert capacity.lacking_summary("NVIDIA L4", [cpu, memory]) == (
         "Waiting for CPU and memory on a node with a free NVIDIA L4: needs 2 CPU and 4Gi "
         "memory, at most 0.5 CPU and 1.34Gi memory free on any such node"
     )
-    little = queue.Lack("memory", Decimal(4 * GI), Decimal(300 * 2**20 + 1))
+    little = order.Lack("memory", Decimal(4 * GI), Decimal(300 * 2**20 + 1))
     assert capacity.lacking_summary("NVIDIA L4", [little]) == (
         "Waiting for memory on a node with a free NVIDIA L4: needs 4Gi memory, at most "
         "300.01Mi free on any such node"
     )
-    none = [queue.Lack("cpu", Decimal(2), Decimal(0)), queue.Lack("pods", Decimal(1), Decimal(0))]
+    none = [order.Lack("cpu", Decimal(2), Decimal(0)), order.Lack("pods", Decimal(1), Decimal(0))]
     assert capacity.lacking_summary("NVIDIA L4", none) == (
         "Waiting for CPU and a pod slot on a node with a free NVIDIA L4: needs 2 CPU and 1 "
         "pod slot, none free on any such node"
     )
     apart = [
-        queue.Lack("cpu", Decimal(2), Decimal(4)),
-        queue.Lack("memory", Decimal(GI), Decimal(GI)),
+        order.Lack("cpu", Decimal(2), Decimal(4)),
+        order.Lack("memory", Decimal(GI), Decimal(GI)),
     ]
     assert capacity.lacking_summary("NVIDIA L4", apart) == (
         "Waiting for CPU and memory on a node with a free NVIDIA L4: needs 2 CPU and 1Gi "
@@ -356,7 +357,7 @@ def settings_with(*profiles: dict[str, Any], **extra: Any) -> Settings:
     )
 
 
-def facts(**overrides: Any) -> doctor.Facts:
+def facts(**overrides: Any) -> doctor_facts.Facts:
     values: dict[str, Any] = {
         "nodes": l4_nodes(),
         "runtime_classes": [{"metadata": {"name": "nvidia"}}],
@@ -372,7 +373,7 @@ def facts(**overrides: Any) -> doctor.Facts:
         "limit_ranges": [],
         **overrides,
     }
-    return doctor.Facts(**values)
+    return doctor_facts.Facts(**values)
 
 
 def verdicts(report: Any, check: str) -> list[tuple[str, str, str | None]]:
@@ -434,7 +435,7 @@ def test_doctor_fails_each_missing_prerequisite_with_its_fix() -> None:
 
 def test_doctor_warns_when_it_cannot_read_and_names_denied_permissions() -> None:
     settings = settings_with({"nodeSelector": L4, "tolerations": TOLERATE_GPU})
-    denied = [p for p in doctor.PERMISSIONS if p.resource in ("nodes", "deployments")]
+    denied = [p for p in doctor_facts.PERMISSIONS if p.resource in ("nodes", "deployments")]
     report = doctor.diagnose(
         settings,
         facts(nodes=None, denied=denied, unreadable={"nodes": "nodes is forbidden"}),
@@ -483,7 +484,7 @@ def test_a_named_keys_secret_passes_without_being_read() -> None:
         None,
     )
     assert not any(
-        p.resource == "secrets" and p.verb in ("get", "list") for p in doctor.PERMISSIONS
+        p.resource == "secrets" and p.verb in ("get", "list") for p in doctor_facts.PERMISSIONS
     )
 
 
@@ -579,7 +580,7 @@ def test_permissions_match_the_charts_roles() -> None:
                 for resource in rule["resources"]:
                     for verb in rule["verbs"]:
                         granted.add((group, resource, verb, not cluster))
-    wanted = {(p.group, p.resource, p.verb, p.namespaced) for p in doctor.PERMISSIONS}
+    wanted = {(p.group, p.resource, p.verb, p.namespaced) for p in doctor_facts.PERMISSIONS}
     assert wanted == granted
 
 

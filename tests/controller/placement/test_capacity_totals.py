@@ -10,7 +10,8 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from devboxes_controller.config.settings import GpuProfileConfig, Settings
+from devboxes_controller.config.gpu import GpuProfileConfig
+from devboxes_controller.config.settings import Settings
 from devboxes_controller.placement import capacity
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)

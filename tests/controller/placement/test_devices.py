@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from devboxes_controller.config.settings import GpuProfileConfig, settings_from_mapping
+from devboxes_controller.config.gpu import GpuProfileConfig
+from devboxes_controller.config.settings import settings_from_mapping
 from devboxes_controller.placement import devices
 from dra_profiles import AT_LEAST_40G, GPU_40G, H100_OR_A100, IS_A100, IS_H100, NVIDIA
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from devboxes_controller.config.settings import settings_from_mapping
-from devboxes_controller.placement import capacity, doctor
+from devboxes_controller.placement import capacity, doctor, doctor_facts
 from dra_profiles import MI300X
 
 from devboxes_sdk._render import doctor_text
@@ -104,7 +104,7 @@ def _node(name: str, ready: bool) -> dict[str, Any]:
     )
 
 
-FACTS = doctor.Facts(
+FACTS = doctor_facts.Facts(
     nodes=[_node(NODE_NAMES[0], ready=False), _node(NODE_NAMES[1], ready=False)],
     runtime_classes=[],
     storage_classes=[{"metadata": {"name": "standard"}}],
@@ -118,7 +118,7 @@ FACTS = doctor.Facts(
     device_classes=[],
     slices=None,
     claim_refusals={MI300X["name"]: f"spec.devices: Invalid value: {CEL}"},
-    denied=[p for p in doctor.PERMISSIONS if p.resource == "deployments"],
+    denied=[p for p in doctor_facts.PERMISSIONS if p.resource == "deployments"],
     unreadable={"ResourceSlices": f'User "{SERVICE_ACCOUNT}" cannot list resourceslices'},
 )
 

@@ -7,7 +7,7 @@ from decimal import Decimal
 from typing import Any
 
 from devboxes_controller.config.settings import Settings, settings_from_mapping
-from devboxes_controller.placement import capacity, devices, doctor
+from devboxes_controller.placement import capacity, devices, doctor, doctor_facts
 from dra_profiles import GPU_40G, H100_OR_A100, NVIDIA
 
 from devboxes_sdk.models import GpuAvailability
@@ -61,7 +61,7 @@ A100 = "NVIDIA A100-SXM4-40GB/40Gi"
 L4 = "NVIDIA L4/24Gi"
 
 
-def facts(**overrides: Any) -> doctor.Facts:
+def facts(**overrides: Any) -> doctor_facts.Facts:
     values: dict[str, Any] = {
         "nodes": [],
         "runtime_classes": [],
@@ -73,7 +73,7 @@ def facts(**overrides: Any) -> doctor.Facts:
         "claim_refusals": {"h100-or-a100": None, "gpu-40g": None},
         **overrides,
     }
-    return doctor.Facts(**values)
+    return doctor_facts.Facts(**values)
 
 
 def checks(report: Any, profile: str) -> dict[str, tuple[str, str]]:
@@ -236,7 +236,9 @@ def test_with_a_preset_a_box_counts_only_where_its_cpu_and_memory_fit() -> None:
 
 
 def test_denied_dra_reads_say_that_availability_suffers() -> None:
-    denied = [p for p in doctor.PERMISSIONS if p.resource == "resourceclaims" and not p.namespaced]
+    denied = [
+        p for p in doctor_facts.PERMISSIONS if p.resource == "resourceclaims" and not p.namespaced
+    ]
     report = doctor.diagnose(SETTINGS, facts(denied=denied))
     (warning,) = [c for c in report.checks if c.check == "permissions" and c.verdict == "warn"]
     assert warning.message == (

@@ -6,8 +6,9 @@ import json
 from typing import Any
 
 import pytest
-from devboxes_controller.box import ownership, render
-from devboxes_controller.config.settings import LimitSettings, settings_from_mapping
+from devboxes_controller.box import naming, ownership
+from devboxes_controller.config.limits import LimitSettings
+from devboxes_controller.config.settings import settings_from_mapping
 from devboxes_controller.config.violations import ConfigError
 from devboxes_controller.k8s.kube import Conflict, Invalid
 from devboxes_controller.placement import limits
@@ -187,8 +188,8 @@ def test_a_holding_is_read_from_the_deployment() -> None:
             "annotations": {
                 ownership.ANNOTATION_OWNER: "alice",
                 ownership.ANNOTATION_OWNER_GROUPS: json.dumps(["ml"]),
-                render.ANNOTATION_GPU_RESOURCE: "nvidia.com/gpu",
-                render.ANNOTATION_GPU_COUNT: "2",
+                naming.ANNOTATION_GPU_RESOURCE: "nvidia.com/gpu",
+                naming.ANNOTATION_GPU_COUNT: "2",
             },
         },
         "spec": {"replicas": 0},
@@ -218,8 +219,8 @@ def _recorded(name: str, version: str, count: int) -> dict[str, Any]:
             "name": name,
             "resourceVersion": version,
             "annotations": {
-                render.ANNOTATION_GPU_RESOURCE: "nvidia.com/gpu",
-                render.ANNOTATION_GPU_COUNT: str(count),
+                naming.ANNOTATION_GPU_RESOURCE: "nvidia.com/gpu",
+                naming.ANNOTATION_GPU_COUNT: str(count),
             },
         },
         "spec": {"replicas": 1},

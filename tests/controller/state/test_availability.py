@@ -23,7 +23,7 @@ import pytest
 import requests
 import yaml
 from devboxes_controller.config.settings import Settings, settings_from_mapping
-from devboxes_controller.placement import doctor
+from devboxes_controller.placement import doctor, doctor_profiles
 from devboxes_testbed import L4, L4_SHARED, MIG, ROCM
 from devboxes_testbed.cluster import Testbed
 from devboxes_testbed.controller import Controller, example_settings
@@ -527,7 +527,7 @@ def admitted_presets(kube: Any, namespace: str, settings: Settings) -> dict[str,
     for preset in PRESETS:
         pod = {
             "metadata": {"name": f"probe-{preset}"},
-            "spec": doctor.box_pod(settings, profile, preset),
+            "spec": doctor_profiles.box_pod(settings, profile, preset),
         }
         answers[preset] = dry_run_refusal(core, namespace, pod)
     return answers

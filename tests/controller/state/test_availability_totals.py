@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from devboxes_controller.config.settings import Settings, settings_from_mapping
 from devboxes_controller.placement import capacity
-from devboxes_controller.state import availability, cache
+from devboxes_controller.state import availability, cache, slim, watches
+from devboxes_controller.state.line import DeviceLine
 from devboxes_controller.state.metrics import METRICS
 from kubernetes import client
 
@@ -92,7 +93,7 @@ def test_the_cache_reports_each_change_with_the_object_before_and_after() -> Non
         version = [o and o["metadata"]["resourceVersion"] for o in (old, new)]
         changes.append((version[0], version[1]))
 
-    informer = cache.Informer("pods", server, None, strip=capacity.strip_pod, on_object=seen)
+    informer = cache.Informer("pods", server, None, strip=slim.cluster_pod, on_object=seen)
     server.items = [pod("a", "n"), pod("b", "n")]
     informer._relist()
     assert changes == [(None, "1"), (None, "1")]
@@ -139,10 +140,11 @@ def settings() -> Settings:
 @pytest.fixture
 def served() -> tuple[availability.Availability, Apiserver, Apiserver]:
     """Availability over played nodes and pods; its threads are never started."""
-    counts = availability.Availability(settings(), client.ApiClient(), dict)
+    shared = watches.Watches(settings(), client.ApiClient())
+    counts = availability.Availability(settings(), shared, DeviceLine())
     nodes, pods = Apiserver(), Apiserver()
-    counts._nodes._list = nodes
-    counts._pods._list = pods
+    shared[watches.NODES]._list = nodes
+    shared[watches.CLUSTER_PODS]._list = pods
     return counts, nodes, pods
 
 

@@ -21,7 +21,8 @@ from typing import Any, cast
 
 import pytest
 import yaml
-from devboxes_controller.box import activity, render, template
+from devboxes_controller.box import activity, naming, template
+from devboxes_controller.box.spec import spec_from_deployment
 from devboxes_controller.box.status import BoxObjects, derive, waiting_since
 from devboxes_controller.config.settings import Settings, settings_from_mapping
 from devboxes_controller.control import volumes
@@ -45,8 +46,8 @@ STRIP: dict[str, Callable[[Obj], Obj]] = {
     "events": slim.event,
 }
 BOX_OF: dict[str, Callable[[Obj], str | None]] = {
-    **dict.fromkeys(STRIP, render.box_name_of),
-    "events": render.box_of_event,
+    **dict.fromkeys(STRIP, naming.box_name_of),
+    "events": naming.box_of_event,
 }
 
 
@@ -77,7 +78,7 @@ def box_objects(objects: dict[str, list[Obj]], box: str) -> BoxObjects:
     def of(kind: str) -> list[Obj]:
         return [o for o in objects[kind] if BOX_OF[kind](o) == box]
 
-    names = render.object_names(box)
+    names = naming.object_names(box)
     by_name = {kind: {o["metadata"]["name"]: o for o in objects[kind]} for kind in objects}
     return BoxObjects(
         deployment=by_name["deployments"][names.deployment],
@@ -102,11 +103,11 @@ def slimmed(objects: dict[str, list[Obj]]) -> dict[str, list[Obj]]:
 
 
 def boxes() -> list[str]:
-    return sorted(str(render.box_name_of(d)) for d in RECORDED["deployments"])
+    return sorted(str(naming.box_name_of(d)) for d in RECORDED["deployments"])
 
 
 def _pods_of(objects: dict[str, list[Obj]], box: str) -> list[Obj]:
-    return [p for p in objects["pods"] if render.box_name_of(p) == box]
+    return [p for p in objects["pods"] if naming.box_name_of(p) == box]
 
 
 def _not_ready(objects: dict[str, list[Obj]], *kinds: str) -> None:
@@ -183,7 +184,7 @@ def deadline_exceeded(objects: dict[str, list[Obj]]) -> None:
 def expired(objects: dict[str, list[Obj]]) -> None:
     for deployment in objects["deployments"]:
         deployment["spec"]["replicas"] = 0
-        deployment["metadata"]["annotations"][render.ANNOTATION_EXPIRED_AT] = "2026-12-03T12:00:00Z"
+        deployment["metadata"]["annotations"][naming.ANNOTATION_EXPIRED_AT] = "2026-12-03T12:00:00Z"
 
 
 def load_balanced(objects: dict[str, list[Obj]]) -> None:
@@ -191,7 +192,7 @@ def load_balanced(objects: dict[str, list[Obj]]) -> None:
         service["spec"]["type"] = "LoadBalancer"
         ingress = (
             {"ip": "203.0.113.7", "ipMode": "VIP"}
-            if render.box_name_of(service) == "cpu"
+            if naming.box_name_of(service) == "cpu"
             else {"hostname": "lb.example.org"}
         )
         service["status"] = {"loadBalancer": {"ingress": [ingress]}}
@@ -207,19 +208,19 @@ def before_the_template_record(objects: dict[str, list[Obj]]) -> None:
     drift is found by comparing the pod template as deployed."""
     for deployment in objects["deployments"]:
         annotations = deployment["metadata"]["annotations"]
-        del annotations[render.ANNOTATION_TEMPLATE], annotations[render.ANNOTATION_PINNED_MAIN]
+        del annotations[naming.ANNOTATION_TEMPLATE], annotations[naming.ANNOTATION_PINNED_MAIN]
 
 
 def unreadable_template_record(objects: dict[str, list[Obj]]) -> None:
     for deployment in objects["deployments"]:
-        deployment["metadata"]["annotations"][render.ANNOTATION_TEMPLATE] = "not json"
+        deployment["metadata"]["annotations"][naming.ANNOTATION_TEMPLATE] = "not json"
 
 
 def activity_reported(objects: dict[str, list[Obj]]) -> None:
     """The running boxes' agents reported: one idle for ten minutes, the others active."""
     now = datetime.now(UTC)
     for deployment in objects["deployments"]:
-        idle = render.box_name_of(deployment) == "l4"
+        idle = naming.box_name_of(deployment) == "l4"
         record = activity.Record(
             reported_at=now - timedelta(seconds=30),
             idle_since=now - timedelta(minutes=10) if idle else None,
@@ -281,8 +282,8 @@ def test_status_is_the_same_from_slim_objects(case: str) -> None:
 
 def test_the_pinned_spec_is_the_same_from_a_slim_deployment() -> None:
     for deployment in RECORDED["deployments"]:
-        assert render.spec_from_deployment(slim.deployment(deployment)) == (
-            render.spec_from_deployment(deployment)
+        assert spec_from_deployment(slim.deployment(deployment)) == (
+            spec_from_deployment(deployment)
         )
 
 
@@ -383,7 +384,7 @@ class Store:
     every_claim: list[Obj]
 
     def deployment(self, box: str) -> Obj | None:
-        return self.by_name.get(render.object_names(box).deployment)
+        return self.by_name.get(naming.object_names(box).deployment)
 
     def claims(self) -> list[Obj]:
         return self.every_claim
@@ -403,8 +404,8 @@ def test_retained_volumes_are_listed_the_same_from_slim_claims() -> None:
 def test_a_claim_keeps_the_profile_label_a_restart_compares_against() -> None:
     for claim in RECORDED["persistentvolumeclaims"]:
         labels = slim.persistent_volume_claim(claim)["metadata"]["labels"]
-        assert labels.get(render.LABEL_GPU_PROFILE) == (
-            claim["metadata"]["labels"].get(render.LABEL_GPU_PROFILE)
+        assert labels.get(naming.LABEL_GPU_PROFILE) == (
+            claim["metadata"]["labels"].get(naming.LABEL_GPU_PROFILE)
         )
 
 

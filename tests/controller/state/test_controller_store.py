@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
-from devboxes_controller.box import render
+from devboxes_controller.box import naming
 from devboxes_controller.box.status import SCHEDULING_BLOCKED, WAITING_FOR_POD, BoxObjects
 from devboxes_controller.config.settings import settings_from_mapping
 from devboxes_controller.state import slim
@@ -33,7 +33,7 @@ BOX = "unplaceable"
 
 
 def _of_box(kind: str) -> list[dict[str, Any]]:
-    return [o for o in RECORDED[kind] if render.box_name_of(o) == BOX]
+    return [o for o in RECORDED[kind] if naming.box_name_of(o) == BOX]
 
 
 def test_a_status_read_before_a_new_pod_never_overwrites_one_read_after_it(
@@ -48,7 +48,7 @@ def test_a_status_read_before_a_new_pod_never_overwrites_one_read_after_it(
     store._deployments._put(slim.deployment(deployment))
     for replicaset in _of_box("replicasets"):
         if slim.failing_replicaset(replicaset):
-            store._replicasets._put(slim.replicaset(replicaset))
+            store._caches.replicasets._put(slim.replicaset(replicaset))
 
     # The Deployment's thread reads the caches before the pod lands, then is held back.
     read = store.objects
@@ -70,7 +70,7 @@ def test_a_status_read_before_a_new_pod_never_overwrites_one_read_after_it(
     assert first_read_done.wait(10)
 
     # Meanwhile the pod arrives and the pod's thread announces the box.
-    store._pods._put(slim.pod(pod))
+    store._caches.pods._put(slim.pod(pod))
     pod_thread = threading.Thread(target=store._changed_box, args=(BOX,))
     pod_thread.start()
     pod_thread.join(0.5)
@@ -130,7 +130,7 @@ def test_a_kept_list_body_lasts_while_its_boxes_read_the_same_and_no_longer() ->
 
     # Its pod arrives: the box reads otherwise, and so does every list it is in.
     (pod,) = _of_box("pods")
-    store._pods._put(slim.pod(pod))
+    store._caches.pods._put(slim.pod(pod))
     store._changed_box(BOX)
     assert store.get(BOX).message != before.message
     fresh = b'{"items":[' + store.get_body(BOX).data + b"]}"

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from devboxes_controller.box import render
+from devboxes_controller.box import naming
 from devboxes_controller.config.settings import settings_from_mapping
-from devboxes_controller.placement import queue
+from devboxes_controller.placement import order
 from devboxes_controller.state import slim
 from devboxes_controller.state.store import BoxStore
 from kubernetes import client
@@ -26,11 +26,11 @@ RECORDED: dict[str, list[dict[str, Any]]] = json.loads(
     (REPO / "tests" / "data" / "box_objects.json").read_text()
 )
 BOX = "unplaceable"
-CPU = queue.Lack("cpu", Decimal(2), Decimal("0.5"))
+CPU = order.Lack("cpu", Decimal(2), Decimal("0.5"))
 
 
 def _of_box(kind: str) -> dict[str, Any]:
-    (found,) = [o for o in RECORDED[kind] if render.box_name_of(o) == BOX]
+    (found,) = [o for o in RECORDED[kind] if naming.box_name_of(o) == BOX]
     return copy.deepcopy(found)
 
 
@@ -41,7 +41,7 @@ def _waiting_store() -> tuple[BoxStore, dict[str, Any]]:
     store = BoxStore(settings, client.ApiClient())
     pod = _of_box("pods")
     store._deployments._put(slim.deployment(_of_box("deployments")))
-    store._pods._put(slim.pod(pod))
+    store._caches.pods._put(slim.pod(pod))
     store._changed_box(BOX)
     return store, pod
 
@@ -60,7 +60,7 @@ def test_a_box_short_of_cpu_beside_a_free_device_says_so_and_keeps_its_place() -
     announced: list[str] = []
     store.add_listener(announced.append)
 
-    store.walked(queue.Walk((), frozenset(), {BOX: (CPU,)}))
+    store.walked(order.Walk((), frozenset(), {BOX: (CPU,)}))
     display = _display(store)
     assert store.get(BOX).summary == (
         f"Waiting for CPU on a node with a free {display}: needs 2 CPU, at most 0.5 free on "
@@ -68,9 +68,9 @@ def test_a_box_short_of_cpu_beside_a_free_device_says_so_and_keeps_its_place() -
     )
     assert announced == [BOX]
     # The same walk again tells nobody anything new.
-    store.walked(queue.Walk((), frozenset(), {BOX: (CPU,)}))
+    store.walked(order.Walk((), frozenset(), {BOX: (CPU,)}))
     assert announced == [BOX]
-    store.walked(queue.NO_WALK)
+    store.walked(order.NO_WALK)
     assert store.get(BOX).summary == waiting
 
 
@@ -78,13 +78,13 @@ def test_a_box_let_through_with_room_is_no_longer_in_line() -> None:
     store, pod = _waiting_store()
     # A walk that found room for the box once it is let through does not speak for its
     # gated pod.
-    store.walked(queue.Walk((), frozenset({BOX}), {}))
+    store.walked(order.Walk((), frozenset({BOX}), {}))
     assert (store.get(BOX).summary or "").endswith("1st in line")
 
     # The gate lifted, the scheduler has not placed it yet.
     pod["spec"]["schedulingGates"] = []
     pod["metadata"]["resourceVersion"] = str(int(pod["metadata"]["resourceVersion"]) + 1)
-    store._pods._put(slim.pod(pod))
+    store._caches.pods._put(slim.pod(pod))
     store._changed_box(BOX)
     display = _display(store)
     assert store.get(BOX).summary == (

@@ -26,8 +26,9 @@ import pytest
 import requests
 import uvicorn
 import yaml
-from devboxes_controller.box import render
-from devboxes_controller.config.settings import ConnectionSettings, settings_from_mapping
+from devboxes_controller.box import naming
+from devboxes_controller.config.connections import ConnectionSettings
+from devboxes_controller.config.settings import settings_from_mapping
 from devboxes_controller.control.lifecycle import Lifecycle
 from devboxes_controller.k8s.probe import ApiserverProbe
 from devboxes_controller.state import slim
@@ -63,7 +64,7 @@ class _Ready(Readiness):
 def _waiting_box() -> dict[str, Any]:
     recorded = json.loads((REPO / "tests" / "data" / "box_objects.json").read_text())
     deployment: dict[str, Any] = next(
-        d for d in recorded["deployments"] if render.box_name_of(d) == WAITING_BOX
+        d for d in recorded["deployments"] if naming.box_name_of(d) == WAITING_BOX
     )
     deployment["spec"]["replicas"] = 1
     return deployment
@@ -325,7 +326,7 @@ def test_the_open_file_limit_is_raised_to_fit_the_connections() -> None:
     lets it, and says when that is still too few."""
     script = (
         "import resource\n"
-        "from devboxes_controller.config.settings import ConnectionSettings\n"
+        "from devboxes_controller.config.connections import ConnectionSettings\n"
         "from devboxes_controller.web.connections import allow_open_files\n"
         "for total in (4096, 10000):\n"
         "    short = allow_open_files(ConnectionSettings(max_total=total))\n"

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 import requests
 import yaml
-from devboxes_testbed.cluster import free_port
 from devboxes_testbed.controller import Controller
 from devboxes_testbed.hub import ADMIN_GROUP, Hub
+from devboxes_testbed.process import free_port
 
 
 @pytest.fixture

@@ -7,8 +7,14 @@ from typing import Annotated
 
 import pytest
 from devboxes_controller.k8s.kube import ApiProblem
-from devboxes_controller.web.auth import Forbidden, Unauthorized, caller, owner_scope
-from devboxes_controller.web.people import Identity, IdentityUnavailable
+from devboxes_controller.web.identity.base import (
+    Forbidden,
+    Identity,
+    IdentityUnavailable,
+    Unauthorized,
+    owner_scope,
+)
+from devboxes_controller.web.identity.chooser import caller
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 from fastapi.testclient import TestClient

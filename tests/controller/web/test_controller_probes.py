@@ -17,7 +17,7 @@ from contextlib import ExitStack
 import pytest
 import uvicorn
 from devboxes_controller.__main__ import main
-from devboxes_controller.config.settings import ConnectionSettings
+from devboxes_controller.config.connections import ConnectionSettings
 from devboxes_controller.state.metrics import METRICS
 from devboxes_controller.web.connections import server_options
 from devboxes_controller.web.probes import PROBE_CONNECTIONS, ServerWithProbes, probe_socket

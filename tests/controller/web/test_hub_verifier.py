@@ -13,10 +13,14 @@ from typing import Any, TypeVar
 import pytest
 from devboxes_controller.config.settings import settings_from_mapping
 from devboxes_controller.config.violations import ConfigError
-from devboxes_controller.web import hub as hub_module
-from devboxes_controller.web.auth import Unauthorized
-from devboxes_controller.web.hub import REFUSAL_SECONDS, STALE_SECONDS, HubVerifier, hub_verifier
-from devboxes_controller.web.people import Identity, IdentityUnavailable
+from devboxes_controller.web.identity import hub as hub_module
+from devboxes_controller.web.identity.base import Identity, IdentityUnavailable, Unauthorized
+from devboxes_controller.web.identity.hub import (
+    REFUSAL_SECONDS,
+    STALE_SECONDS,
+    HubVerifier,
+    hub_verifier,
+)
 from devboxes_testbed.hub import Hub
 from support import Clock, OutageHandler, OutageServer, serving, wait_for
 

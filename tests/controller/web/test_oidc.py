@@ -17,11 +17,12 @@ import httpx
 import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
-from devboxes_controller.config.settings import OidcSettings, Settings
+from devboxes_controller.config.auth import OidcSettings
+from devboxes_controller.config.settings import Settings
 from devboxes_controller.k8s.kube import ApiProblem
-from devboxes_controller.web import oidc
-from devboxes_controller.web.oidc import OidcVerifier, oidc_verifier
-from devboxes_controller.web.people import Identity, IdentityUnavailable
+from devboxes_controller.web.identity import oidc
+from devboxes_controller.web.identity.base import Identity, IdentityUnavailable
+from devboxes_controller.web.identity.oidc import OidcVerifier, oidc_verifier
 from devboxes_testbed.issuer import CLI_CLIENT_ID, Issuer
 from support import Clock, OutageHandler, OutageServer, serving
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 import requests
+from devboxes_controller.box.naming import object_names
 from devboxes_controller.box.ownership import LABEL_OWNER
-from devboxes_controller.box.render import object_names
 from devboxes_testbed.controller import Controller, example_settings
 from devboxes_testbed.issuer import CLI_CLIENT_ID, Issuer
 from support import StartController

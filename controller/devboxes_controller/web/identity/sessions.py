@@ -33,10 +33,10 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 
-from ..box.ownership import OPERATOR
-from ..k8s.kube import Unavailable
-from ..state.ended_sessions import EndedSessions
-from .people import Identity
+from ...box.ownership import OPERATOR
+from ...k8s.kube import Unavailable
+from ...state.ended_sessions import EndedSessions
+from .base import Identity
 
 COOKIE = "devboxes_session"
 CSRF_HEADER = "X-Devboxes-CSRF"
@@ -45,6 +45,7 @@ ABSOLUTE_SECONDS = 24 * 3600
 # A used session's cookie is re-issued with a new last-use time at most this often.
 REISSUE_SECONDS = 60
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+SESSION_ENDED = "session expired or invalid; log in again"
 # The person's part of an operator session's cookie.
 _OPERATOR = "-"
 _VERSION = "v3"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from .people import IdentityUnavailable
+from .base import IdentityUnavailable
 
 FIRST_WAIT_SECONDS = 1.0
 MAX_WAIT_SECONDS = 60.0

@@ -26,10 +26,10 @@ from typing import Any
 import httpx
 import jwt
 
-from ..config.settings import OidcSettings, Settings
-from .auth import Unauthorized
+from ...config.auth import OidcSettings
+from ...config.settings import Settings
 from .backoff import Backoff
-from .people import Identity, IdentityUnavailable
+from .base import Identity, IdentityUnavailable, Unauthorized
 
 # Asymmetric algorithms only: a symmetric one (HS256) would let anyone holding the
 # public key sign tokens, and "none" signs nothing.
@@ -58,7 +58,7 @@ def oidc_verifier(settings: Settings) -> OidcVerifier | None:
 
 
 class OidcVerifier:
-    """A ``people.Verifier`` for the JWT access tokens of one issuer."""
+    """A ``base.Verifier`` for the JWT access tokens of one issuer."""
 
     def __init__(
         self,

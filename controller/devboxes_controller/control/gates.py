@@ -1,6 +1,6 @@
 """The line for devices kept as a promise: box pods that ask for a device wait behind the
 scheduling gate ``devboxes.io/queue``, and this loop lifts the gate of the box whose turn it
-is once a node it fits has the device free (:mod:`..placement.queue` has the order).
+is once a node it fits has the device free (:mod:`..placement.order` has the order).
 
 Every replica walks the line, so that each one's summaries say what a waiting box lacks
 and which boxes are about to be placed; only the Lease holder lifts gates. Everything a
@@ -17,15 +17,15 @@ import threading
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
 
-from kubernetes import client
-
-from ..box import render
+from ..box import naming
+from ..box.spec import spec_from_deployment
+from ..config.catalog import SnapshotError
 from ..config.formats import quantity_value
-from ..config.settings import Settings, SnapshotError
+from ..config.settings import Settings
 from ..k8s import kube
 from ..k8s.kube import ApiProblem, NotFound, Obj
 from ..k8s.lease import LeaderElector
-from ..placement import capacity, queue
+from ..placement import capacity, order
 from ..state.availability import Cluster
 from ..state.store import BoxStore
 
@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 # A pass reads only the waiting boxes and the nodes: cheap enough to run often, so a
 # device freed by a change no listener reports is handed on within this.
 RESYNC_SECONDS = 1.0
-LIFT = {"spec": {"schedulingGates": [{"$patch": "delete", "name": render.QUEUE_GATE}]}}
+LIFT = {"spec": {"schedulingGates": [{"$patch": "delete", "name": naming.QUEUE_GATE}]}}
 
 
 def free_room(cluster: Cluster) -> dict[str, capacity.Usage]:
@@ -50,11 +50,11 @@ def free_room(cluster: Cluster) -> dict[str, capacity.Usage]:
     return room
 
 
-def demand(deployment: Obj, settings: Settings, cluster: Cluster) -> queue.Demand | None:
+def demand(deployment: Obj, settings: Settings, cluster: Cluster) -> order.Demand | None:
     """What the box's pod takes from a node and the nodes that could ever hold it; None
     for a box whose pinned profile is unreadable or not of an extended resource."""
     try:
-        spec = render.spec_from_deployment(deployment)
+        spec = spec_from_deployment(deployment)
     except SnapshotError:
         return None
     profile = spec.gpu
@@ -74,11 +74,11 @@ def demand(deployment: Obj, settings: Settings, cluster: Cluster) -> queue.Deman
         for n in eligible
         if all(capacity.allocatable(n, r) >= amount for r, amount in needs.items())
     )
-    return queue.Demand(needs, nodes)
+    return order.Demand(needs, nodes)
 
 
 def reserve_unplaced(
-    room: dict[str, capacity.Usage], holders: Sequence[queue.Holder], placed: frozenset[str]
+    room: dict[str, capacity.Usage], holders: Sequence[order.Holder], placed: frozenset[str]
 ) -> None:
     """Keep the device of a pod the box caches show bound while the cluster-wide usage does
     not count it yet: the two watches see the binding at slightly different moments."""
@@ -92,9 +92,9 @@ class Gatekeeper:
     """Walks the line on every replica, and lifts gates in line order while this replica
     holds the Lease."""
 
-    def __init__(self, store: BoxStore, api: client.ApiClient, elector: LeaderElector) -> None:
+    def __init__(self, store: BoxStore, api: kube.ApiClient, elector: LeaderElector) -> None:
         self._store = store
-        self._core = client.CoreV1Api(api)
+        self._core = kube.Apis(api).core
         self._elector = elector
         self._strict = store.settings.queue.order == "strict"
         self._wake = threading.Event()
@@ -128,28 +128,28 @@ class Gatekeeper:
         gated = [w for w in waiters if w.gated]
         availability = self._store.availability
         if not availability.enabled or availability.forbidden():
-            self._store.walked(queue.NO_WALK)
+            self._store.walked(order.NO_WALK)
             # No view of free devices to keep a line by (turned off since these pods were
             # made, or never granted): the scheduler places them, as without the line.
             return [w.box for w in gated if self._elector.is_leading() and self._lift(w, {})]
         if not waiters:
-            self._store.walked(queue.NO_WALK)
+            self._store.walked(order.NO_WALK)
             return []
         cluster = availability.cluster(h.uid for h in holders)
         if cluster is None:
             return []
         room = free_room(cluster)
         reserve_unplaced(room, holders, cluster.placed)
-        demands: dict[str, queue.Demand] = {}
+        demands: dict[str, order.Demand] = {}
         for waiter in waiters:
             deployment = self._store.deployment(waiter.box)
             found = demand(deployment, self._store.settings, cluster) if deployment else None
             if found is not None:
                 demands[waiter.box] = found
-        holdings = queue.held(holders)
+        holdings = order.held(holders)
         resources = sorted({w.resource for w in waiters if w.box in demands})
-        lines = [queue.line(waiters, r, holdings) for r in resources]
-        walk = queue.walk(lines, demands, room, self._strict)
+        lines = [order.line(waiters, r, holdings) for r in resources]
+        walk = order.walk(lines, demands, room, self._strict)
         self._store.walked(walk)
         if not self._elector.is_leading():
             return []
@@ -160,7 +160,7 @@ class Gatekeeper:
             for w in gated
             if w.box in demands and not demands[w.box].nodes and self._lift(w, {})
         ]
-        places = queue.places(waiters, holdings, walk.placing)
+        places = order.places(waiters, holdings, walk.placing)
         for waiter in walk.lift:
             if not self._elector.is_leading():
                 break
@@ -168,7 +168,7 @@ class Gatekeeper:
                 lifted.append(waiter.box)
         return lifted
 
-    def _lift(self, waiter: queue.Waiter, places: Mapping[str, int]) -> bool:
+    def _lift(self, waiter: order.Waiter, places: Mapping[str, int]) -> bool:
         try:
             kube.call(
                 self._core.patch_namespaced_pod,

@@ -27,10 +27,9 @@ from dataclasses import dataclass
 
 import httpx
 
-from ..config.settings import Settings
-from .auth import Unauthorized
+from ...config.settings import Settings
 from .backoff import Backoff
-from .people import Identity, IdentityUnavailable
+from .base import Identity, IdentityUnavailable, Unauthorized
 
 # At most this many tokens' answers are kept; the least recently used go first.
 MAX_CACHED = 10_000
@@ -56,7 +55,7 @@ class _Answer:
 
 
 class HubVerifier:
-    """Implements :class:`.people.Verifier` for one JupyterHub.
+    """Implements :class:`.base.Verifier` for one JupyterHub.
 
     ``hub_requests`` counts the questions put to the hub, for tests and benchmarks;
     ``clock`` is the time the cache goes by, so that they need not wait for it. Its

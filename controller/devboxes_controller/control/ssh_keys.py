@@ -14,15 +14,12 @@ import logging
 from collections.abc import Callable
 from datetime import datetime
 
-from kubernetes import client
-
 from devboxes_sdk.models import SshKey, SshKeyList
 
-from ..box import ownership, render, sshkeys
+from ..box import authorized_keys, naming, ownership
 from ..k8s import kube
 from ..k8s.kube import ApiProblem, Conflict, NotFound, Obj, Unavailable, rule_broken
 from ..k8s.timestamps import format_timestamp, parse_timestamp
-from ..state.metrics import METRICS
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +30,7 @@ ATTEMPTS = 4
 ANNOTATION_KEYS_VERSION = "devboxes.io/keys-version"
 
 
-def _key(entry: sshkeys.Entry) -> SshKey:
+def _key(entry: authorized_keys.Entry) -> SshKey:
     parsed = entry.key()
     return SshKey(
         fingerprint=parsed.fingerprint,
@@ -46,17 +43,17 @@ def _key(entry: sshkeys.Entry) -> SshKey:
 class Keys:
     def __init__(
         self,
-        api: client.ApiClient,
+        api: kube.ApiClient,
         namespace: str,
         clock: Callable[[], datetime],
         operator_secret: str | None,
     ) -> None:
-        self._core = client.CoreV1Api(api)
+        self._core = kube.Apis(api).core
         self._namespace = namespace
         self._clock = clock
         self._operator_has_no_keys = (
             "the operator token has no SSH keys of its own: "
-            + sshkeys.operator_keys_fix(operator_secret, namespace)
+            + authorized_keys.operator_keys_fix(operator_secret, namespace)
             + "; to keep keys of your own, log in as yourself"
         )
 
@@ -64,7 +61,7 @@ class Keys:
         try:
             found: Obj = kube.call(
                 self._core.read_namespaced_config_map,
-                sshkeys.config_map_name(owner),
+                authorized_keys.config_map_name(owner),
                 self._namespace,
             )
         except NotFound:
@@ -79,26 +76,26 @@ class Keys:
         if owner is None:
             return SshKeyList(items=[])
         found = self._read(owner)
-        entries = sshkeys.entries_of(found) if found is not None else []
+        entries = authorized_keys.entries_of(found) if found is not None else []
         return SshKeyList(items=[_key(e) for e in entries])
 
     def add(self, owner: str | None, text: str) -> SshKey:
         if owner is None:
             raise Conflict(self._operator_has_no_keys)
         try:
-            parsed = sshkeys.parse(text)
-        except sshkeys.KeyRejected as err:
+            parsed = authorized_keys.parse(text)
+        except authorized_keys.KeyRejected as err:
             raise rule_broken(["body", "key"], str(err)) from None
 
-        def added(entries: list[sshkeys.Entry]) -> list[sshkeys.Entry]:
+        def added(entries: list[authorized_keys.Entry]) -> list[authorized_keys.Entry]:
             if any(e.key().fingerprint == parsed.fingerprint for e in entries):
                 raise Conflict(f"the key {parsed.fingerprint} is already added")
-            if len(entries) >= sshkeys.MAX_KEYS_PER_PERSON:
+            if len(entries) >= authorized_keys.MAX_KEYS_PER_PERSON:
                 raise Conflict(
-                    f"a person may have at most {sshkeys.MAX_KEYS_PER_PERSON} keys; "
+                    f"a person may have at most {authorized_keys.MAX_KEYS_PER_PERSON} keys; "
                     "remove one first"
                 )
-            return [*entries, sshkeys.Entry(parsed.line, format_timestamp(self._clock()))]
+            return [*entries, authorized_keys.Entry(parsed.line, format_timestamp(self._clock()))]
 
         entries = self._change(owner, added)
         return _key(entries[-1])
@@ -106,9 +103,9 @@ class Keys:
     def remove(self, owner: str | None, fingerprint: str) -> SshKey:
         if owner is None:
             raise Conflict(self._operator_has_no_keys)
-        removed: list[sshkeys.Entry] = []
+        removed: list[authorized_keys.Entry] = []
 
-        def without(entries: list[sshkeys.Entry]) -> list[sshkeys.Entry]:
+        def without(entries: list[authorized_keys.Entry]) -> list[authorized_keys.Entry]:
             kept = [e for e in entries if e.key().fingerprint != fingerprint]
             if len(kept) == len(entries):
                 raise NotFound(f"no key with fingerprint {fingerprint}")
@@ -119,33 +116,33 @@ class Keys:
         return _key(removed[0])
 
     def _change(
-        self, owner: str, change: Callable[[list[sshkeys.Entry]], list[sshkeys.Entry]]
-    ) -> list[sshkeys.Entry]:
+        self,
+        owner: str,
+        change: Callable[[list[authorized_keys.Entry]], list[authorized_keys.Entry]],
+    ) -> list[authorized_keys.Entry]:
         """Apply ``change`` to the person's keys, writing only over the version read."""
         for _ in range(ATTEMPTS):
             found = self._read(owner)
-            entries = change(sshkeys.entries_of(found) if found is not None else [])
-            wanted = sshkeys.render_config_map(
+            entries = change(authorized_keys.entries_of(found) if found is not None else [])
+            wanted = authorized_keys.render_config_map(
                 owner,
                 entries,
                 self._namespace,
-                render.person_labels(owner, sshkeys.COMPONENT_KEYS),
+                naming.person_labels(owner, authorized_keys.COMPONENT_KEYS),
             )
             try:
                 if found is None:
-                    written = kube.call(
+                    written = kube.write(
                         self._core.create_namespaced_config_map, self._namespace, wanted
                     )
-                    METRICS.writes.labels("create").inc()
                 else:
                     wanted["metadata"]["resourceVersion"] = found["metadata"]["resourceVersion"]
-                    written = kube.call(
+                    written = kube.write(
                         self._core.replace_namespaced_config_map,
                         wanted["metadata"]["name"],
                         self._namespace,
                         wanted,
                     )
-                    METRICS.writes.labels("replace").inc()
             except Conflict:
                 continue
             self._refresh_mounts(owner, written["metadata"]["resourceVersion"])
@@ -165,7 +162,7 @@ class Keys:
                 if ownership.owner_of(pod) != owner:
                     continue
                 try:
-                    kube.call(
+                    kube.write(
                         self._core.patch_namespaced_pod,
                         pod["metadata"]["name"],
                         self._namespace,
@@ -173,7 +170,6 @@ class Keys:
                     )
                 except NotFound:
                     continue
-                METRICS.writes.labels("patch").inc()
         except ApiProblem as err:
             # The keys are saved; the boxes still take them at the kubelet's next sync.
             log.warning("keys not pushed to running boxes", extra={"error": err.detail})

@@ -1,4 +1,5 @@
-"""People's SSH public keys: parsed, checked and fingerprinted as OpenSSH does.
+"""People's SSH public keys as sshd reads them: parsed, checked and fingerprinted as
+OpenSSH does, and kept in each person's ConfigMap that their boxes mount.
 
 A key is one ``authorized_keys`` line without options: ``<type> <base64> [comment]``.
 Options (``command=``, ``from=``) are refused rather than kept: a key added through the

@@ -34,11 +34,10 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from devboxes_sdk.models import API_PREFIX
 
-from ..config.settings import OidcSettings
-from ..k8s.kube import ApiProblem
-from .auth import Unauthorized
+from ...config.auth import OidcSettings
+from ...k8s.kube import ApiProblem
+from .base import Identity, IdentityUnavailable, Unauthorized
 from .oidc import OidcVerifier
-from .people import Identity, IdentityUnavailable
 
 AUTHORIZE_PATH = "/auth/cli/authorize"
 TOKEN_PATH = f"{API_PREFIX}/auth/cli/token"

@@ -1,0 +1,703 @@
+"""What each ``devbox`` command does, on the client, and how it ends: its exit code, or a
+:class:`UsageError` when the command line cannot be carried out as given."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import os
+import re
+import shutil
+import sys
+import threading
+import webbrowser
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import NoReturn, TextIO
+
+from devboxes_sdk import _render, oidc_login
+from devboxes_sdk.client import DEFAULT_PAGE_SIZE, Client, Devbox
+from devboxes_sdk.config import (
+    ENV_TOKEN,
+    ENV_URL,
+    config_path,
+    normalize_token,
+    normalize_url,
+    read_config,
+    write_config,
+)
+from devboxes_sdk.errors import (
+    ConfigurationError,
+    Conflict,
+    DevboxesError,
+    NotConfigured,
+    NotFound,
+    ValidationError,
+)
+from devboxes_sdk.labels import status_line
+from devboxes_sdk.models import API_PREFIX, DevboxState, GpuAvailability
+
+# A .pub file is one line; anything much longer is not one.
+MAX_KEY_FILE_BYTES = 16384
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_TIMEOUT = 3
+EXIT_DEGRADED = 4
+EXIT_INTERRUPTED = 130
+
+# whoami's mode for the operator token.
+OPERATOR_MODE = "operator"
+
+# The server's host and user become one argument of the local ssh; neither may start
+# with "-" or hold anything but name characters, so that a server can never slip in an
+# option (e.g. ProxyCommand).
+_SSH_HOST_RE = re.compile(r"^[A-Za-z0-9.:\[\]_][A-Za-z0-9.:\[\]_-]*$")
+_SSH_USER_RE = re.compile(r"^[A-Za-z0-9._][A-Za-z0-9._-]{0,63}$")
+
+# The API's names for the fields of a create, and the flags that set them, so that a
+# refused request is explained in the words the user typed. None: the message already
+# names the field in plain words.
+_CREATE_FLAGS: dict[str, str | None] = {
+    "name": None,
+    "preset": "--preset",
+    "ttl_hours": "--ttl",
+    "repository": "--repo",
+    "gpu": "--gpu",
+    "gpu.profile": "--gpu-profile",
+    "image": "--image",
+}
+_EXTEND_FLAGS: dict[str, str | None] = {"hours": "--hours"}
+_FLAG_UNITS = {"--ttl": ("hour", "hours")}
+_TRAILING_NUMBER = re.compile(r"\b(\d+)$")
+
+_NOT_CONFIGURED = {
+    "url": f"no Devboxes URL configured: run 'devbox login --url URL' or set {ENV_URL}",
+    "token": f"no Devboxes token configured: run 'devbox login' or set {ENV_TOKEN}",
+}
+
+
+class UsageError(Exception):
+    """The command line is well-formed for argparse but cannot be carried out as given."""
+
+
+# -- helpers ------------------------------------------------------------------------
+
+
+def _client(args: argparse.Namespace) -> Client:
+    """A client for the URL and token of the command line, environment or config file,
+    with problems explained in terms of this command's options."""
+    url: str | None = args.url
+    if url is not None:
+        try:
+            url = normalize_url(url)
+        except ConfigurationError as error:
+            raise ConfigurationError(f"{error} (from --url)") from None
+    token = None if args.token is None else normalize_token(args.token, "--token")
+    try:
+        return Client(url, token)
+    except NotConfigured as error:
+        raise ConfigurationError(_NOT_CONFIGURED[error.setting]) from None
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def print_json(data: object) -> None:
+    print(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+def print_error(message: str) -> None:
+    print(_render.clean(message), file=sys.stderr)
+
+
+def _print_box(box: Devbox, args: argparse.Namespace) -> None:
+    if args.json:
+        print_json(box.raw)
+    else:
+        print(_render.boxes_table([box], _now()))
+
+
+class Progress:
+    """Shows a box's way to ready on a stream: a live spinner on a terminal, otherwise
+    one line per change of state or message."""
+
+    _UNICODE_FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+    _ASCII_FRAMES = "|/-\\"
+    _INTERVAL = 0.1
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self._live = stream.isatty()
+        encoding = (getattr(stream, "encoding", None) or "ascii").lower()
+        unicode = "utf" in encoding
+        self._frames = self._UNICODE_FRAMES if unicode else self._ASCII_FRAMES
+        self._ellipsis = "…" if unicode else "..."
+        self._text = ""
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def update(self, box: Devbox) -> None:
+        line = _render.progress_line(box)
+        if line == self._text:
+            return
+        if not self._live:
+            self._text = line
+            print(line, file=self._stream, flush=True)
+            return
+        with self._lock:
+            self._text = line
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._spin, name="devbox-spinner", daemon=True)
+            self._thread.start()
+
+    def _spin(self) -> None:
+        frame = 0
+        while True:
+            with self._lock:
+                text = f"{self._frames[frame % len(self._frames)]} {self._text}"
+                # One short of the edge: a wrapped line cannot be erased with \r.
+                width = max(shutil.get_terminal_size().columns - 1, 10)
+                text = _render.fit(text, width, self._ellipsis)
+                self._stream.write(f"\r\x1b[2K{text}")
+                self._stream.flush()
+            frame += 1
+            if self._stopped.wait(self._INTERVAL):
+                return
+
+    def close(self) -> None:
+        self._stopped.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._stream.write("\r\x1b[2K")
+            self._stream.flush()
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _wait(box: Devbox, timeout: float) -> Devbox:
+    with Progress(sys.stderr) as progress:
+        if box.state is not DevboxState.READY:
+            progress.update(box)
+        return box.wait_ready(timeout, on_update=progress.update)
+
+
+def ssh_argv(box: Devbox, extra: Sequence[str]) -> list[str]:
+    """The ``ssh`` command line for a box, from its ssh_host, ssh_port and ssh_user."""
+    destination = box.ssh_host
+    if not destination or not _SSH_HOST_RE.fullmatch(destination):
+        raise DevboxesError(f"{box.name} has no usable SSH address yet")
+    if box.ssh_user is not None:
+        if not _SSH_USER_RE.fullmatch(box.ssh_user):
+            raise DevboxesError(f"{box.name} names an unusable SSH user: {box.ssh_user!r}")
+        destination = f"{box.ssh_user}@{destination}"
+    extra_args = list(extra)
+    if extra_args and extra_args[0] == "--":
+        extra_args = extra_args[1:]
+    return ["ssh", "-p", str(box.ssh_port), destination, *extra_args]
+
+
+def _exec_ssh(box: Devbox, extra: Sequence[str]) -> NoReturn:
+    argv = ssh_argv(box, extra)
+    executable = shutil.which("ssh")
+    if executable is None:
+        raise DevboxesError("ssh is not installed (no 'ssh' on PATH)")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execv(executable, argv)  # noqa: S606 - replacing this process with ssh is the point
+    except OSError as error:
+        raise DevboxesError(f"cannot run {executable}: {error.strerror}") from None
+
+
+def _not_ready(box: Devbox) -> DevboxesError:
+    status = status_line(box.state, box.message)
+    hint = f"start it with: devbox start {box.name}"
+    if box.state is DevboxState.STARTING:
+        hint = f"wait for it with: devbox start {box.name}"
+    return DevboxesError(f"{box.name} is not ready ({status}); {hint}")
+
+
+# -- commands -----------------------------------------------------------------------
+
+
+def _read_token(url: str) -> str:
+    if sys.stdin.isatty():
+        return getpass.getpass(f"Token for {url}: ")
+    return sys.stdin.readline()
+
+
+def cmd_login(args: argparse.Namespace) -> int:
+    url = args.url or os.environ.get(ENV_URL) or read_config(config_path()).url
+    if not url:
+        raise UsageError("login needs --url URL, the address of your Devboxes server")
+    url = normalize_url(url)
+    if args.oidc:
+        return _oidc_login(args, url)
+    if args.no_browser or args.device:
+        raise UsageError(f"{'--device' if args.device else '--no-browser'} goes with --oidc")
+    raw_token = args.token if args.token is not None else _read_token(url)
+    token = normalize_token(raw_token, "--token" if args.token is not None else "the prompt")
+    with Client(url, token) as client:
+        me = client.whoami()
+    path = config_path()
+    write_config(path, url, token)
+    if args.json:
+        print_json({"url": url, "user": me.user, "mode": me.mode, "config": str(path)})
+    else:
+        print(f"Logged in to {url} as {_render.clean(me.user)}.")
+        print(f"Configuration saved to {path} (readable only by you).")
+    return EXIT_OK
+
+
+def _oidc_login(args: argparse.Namespace, url: str) -> int:
+    if args.token is not None:
+        raise UsageError("--oidc and --token cannot be combined: --oidc gets the token")
+
+    def show(authorize_url: str) -> None:
+        # The URL holds no secret: a PKCE challenge and a state, both of this login only.
+        print("Open this URL to log in:", file=sys.stderr)
+        print(f"  {authorize_url}", file=sys.stderr, flush=True)
+
+    def show_code(page: str, code: str, filled_in: str | None) -> None:
+        # The issuer wrote these: shown without any terminal control characters.
+        clean = _render.clean
+        print(f"Open {clean(page)} in a browser and enter the code {clean(code)}", file=sys.stderr)
+        if filled_in:
+            print(f"  (or open {clean(filled_in)})", file=sys.stderr)
+        print("Waiting for the login ...", file=sys.stderr, flush=True)
+
+    if args.device and args.no_browser:
+        raise UsageError("--device opens no browser already; leave out --no-browser")
+    device = args.device or not (args.no_browser or _browser_available())
+    if device and not args.device:
+        # Waiting for a browser that never opens would only end in the login's timeout.
+        print(
+            "No browser can be opened here: logging in with a one-time code instead (--device).",
+            file=sys.stderr,
+        )
+    if device:
+        result = oidc_login.device_login(url, show_code)
+    else:
+        opener = None if args.no_browser else webbrowser.open
+        result = oidc_login.login(url, show, opener)
+    path = config_path()
+    write_config(path, url, result.token)
+    groups = ", ".join(_render.clean(g) for g in result.groups) or "none"
+    if args.json:
+        print_json(
+            {
+                "url": url,
+                "user": result.user,
+                "mode": "oidc",
+                "groups": list(result.groups),
+                "config": str(path),
+            }
+        )
+    else:
+        print(f"Logged in to {url} as {_render.clean(result.user)} (oidc; groups: {groups}).")
+        print(f"Configuration saved to {path} (readable only by you).")
+    return EXIT_OK
+
+
+def _browser_available() -> bool:
+    """Whether ``webbrowser`` knows a browser to open here: none without a display or a
+    text-mode browser, as in an SSH session (or the one ``$BROWSER`` names)."""
+    try:
+        webbrowser.get()
+    except webbrowser.Error:
+        return False
+    return True
+
+
+def cmd_whoami(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        if args.json:
+            print_json(client.request_json("GET", f"{API_PREFIX}/whoami"))
+            return EXIT_OK
+        me = client.whoami()
+    print(f"{_render.clean(me.user)} ({_render.clean(me.mode)}) at {client.url}")
+    if me.groups:
+        print(f"groups: {', '.join(_render.clean(group) for group in me.groups)}")
+    if me.admin:
+        print("admin: sees and acts on every box")
+    return EXIT_OK
+
+
+def _names_or_json(args: argparse.Namespace) -> None:
+    if args.quiet and args.json:
+        raise UsageError("-q and --json cannot be combined (-q prints names, --json the JSON)")
+
+
+def _availability(client: Client) -> GpuAvailability | None:
+    """The free counts, or None from a server that predates them."""
+    try:
+        return client.gpu.availability()
+    except NotFound:
+        return None
+
+
+def cmd_gpu_profiles(args: argparse.Namespace) -> int:
+    _names_or_json(args)
+    with _client(args) as client:
+        catalog = client.capabilities().gpu
+        availability = _availability(client) if catalog.enabled and not args.quiet else None
+    if args.json:
+        data = catalog.model_dump(mode="json")
+        if availability is not None:
+            data["availability"] = availability.model_dump(mode="json")
+        print_json(data)
+    elif args.quiet:
+        for profile in catalog.profiles:
+            print(_render.clean(profile.name))
+    elif not catalog.enabled:
+        print("GPU acceleration is disabled on this Devboxes server.")
+    elif not catalog.profiles:
+        print("No GPU profiles are configured.")
+    else:
+        print(_render.profiles_table(catalog, availability))
+    return EXIT_OK
+
+
+def cmd_image_profiles(args: argparse.Namespace) -> int:
+    _names_or_json(args)
+    with _client(args) as client:
+        catalog = client.capabilities().images
+    if args.json:
+        print_json(catalog.model_dump(mode="json"))
+    elif args.quiet:
+        for profile in catalog.profiles:
+            print(_render.clean(profile.name))
+    elif not catalog.enabled:
+        print("Image profiles are disabled on this Devboxes server.")
+    elif not catalog.profiles:
+        print("No image profiles are configured.")
+    else:
+        print(_render.images_table(catalog))
+    return EXIT_OK
+
+
+def cmd_gpu_doctor(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        report = client.gpu.doctor()
+    if args.json:
+        print_json(report.model_dump(mode="json"))
+    else:
+        print(_render.doctor_text(report))
+    return EXIT_OK if report.ok else EXIT_ERROR
+
+
+def _finish_wait(box: Devbox, args: argparse.Namespace) -> int:
+    ready = _wait(box, args.timeout)
+    _print_box(ready, args)
+    if not args.json and ready.ssh_command:
+        print(f"\nConnect with: {_render.clean(ready.ssh_command)}  (or: devbox ssh {ready.name})")
+    return EXIT_OK
+
+
+def flag_message(error: ValidationError, flags: Mapping[str, str | None] = _CREATE_FLAGS) -> str:
+    """A refused request in the words of the command line: ``--ttl must be at most 168
+    hours`` for the API's ``ttl_hours``: ``must be at most 168``."""
+    parts = []
+    for item in error.errors:
+        field = ".".join(str(part) for part in item.loc if part != "body")
+        message = item.msg
+        # A rule that says what the value must be reads on from the flag.
+        separator = " " if message.startswith("must ") else ": "
+        flag = flags.get(field, field)
+        if flag in _FLAG_UNITS and (number := _TRAILING_NUMBER.search(message)):
+            one, many = _FLAG_UNITS[flag]
+            message += f" {one if number.group(1) == '1' else many}"
+        parts.append(f"{flag}{separator}{message}" if flag else message)
+    return "; ".join(parts)
+
+
+def _note_retained_volume(client: Client, name: str) -> None:
+    """Say when a create will pick up the home volume an earlier box of this name left."""
+    try:
+        volumes = client.volumes()
+    except NotFound:
+        # A server from before volume listing: the create still reuses the volume.
+        return
+    kept = next((volume for volume in volumes if volume.name == name), None)
+    if kept is not None:
+        size = f" ({kept.size})" if kept.size else ""
+        print_error(
+            f"note: reusing the retained home volume {kept.claim}{size} of an earlier {name}"
+        )
+
+
+def cmd_create(args: argparse.Namespace) -> int:
+    if args.ssh and args.no_wait:
+        raise UsageError("--ssh needs the box to be ready; drop --no-wait")
+    gpu: bool | str | None = True if args.gpu else args.gpu_profile
+    with _client(args) as client:
+        if args.typed_name.strip() != args.name:
+            print_error(f"note: using the name {args.name!r} (box names are lower case)")
+        _note_retained_volume(client, args.name)
+        try:
+            box = client.create(
+                args.name,
+                preset=args.preset,
+                ttl_hours=args.ttl,
+                repository=args.repo,
+                gpu=gpu,
+                image=args.image,
+            )
+        except ValidationError as error:
+            # Every field of a create comes from an option, so a refused rule is a bad
+            # argument, whether the SDK or the server found it.
+            raise UsageError(flag_message(error)) from None
+        if args.no_wait:
+            _print_box(box, args)
+            return EXIT_OK
+        _finish_wait(box, args)
+    if args.ssh:
+        _exec_ssh(box, [])
+    return EXIT_OK
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    _names_or_json(args)
+    with _client(args) as client:
+        wanted = (("state", args.state), ("profile", args.profile), ("owner", args.owner))
+        filters = {k: v for k, v in wanted if v}
+        if args.json:
+            print_json(client.request_json("GET", f"{API_PREFIX}/devboxes", params=filters))
+            return EXIT_OK
+        boxes = client.list(
+            state=args.state, profile=args.profile, owner=args.owner, page_size=DEFAULT_PAGE_SIZE
+        )
+        if args.quiet:
+            for box in boxes:
+                print(box.name)
+            return EXIT_OK
+        if not boxes:
+            print("No devboxes yet. Create one with: devbox create NAME")
+            return EXIT_OK
+        owners = _render.shows_owners(boxes, client.whoami())
+    print(_render.boxes_table(boxes, _now(), owners=owners))
+    return EXIT_OK
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        box = client.get(args.name)
+    if args.json:
+        print_json(box.raw)
+    else:
+        print(_render.box_details(box, _now()))
+    return EXIT_OK
+
+
+def cmd_start(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        box = client.start(args.name)
+        if args.no_wait:
+            _print_box(box, args)
+            return EXIT_OK
+        return _finish_wait(box, args)
+
+
+def _holds_device(box: Devbox) -> bool:
+    """Whether the box has a GPU placed on a node (not stopped, not waiting for one)."""
+    return (
+        box.gpu is not None
+        and box.state is not DevboxState.STOPPED
+        and box.scheduling_detail is None
+        and box.pod_name is not None
+    )
+
+
+def _queue_note(client: Client, profile: str) -> str | None:
+    """Who may take the device a stop frees: a box waiting for the same profile, or any
+    other pod that asks for the device (Kubernetes picks, not the place in line)."""
+    try:
+        entry = client.gpu.availability().profile(profile)
+    except DevboxesError:
+        return None
+    if entry is None or entry.waiting == 0:
+        return None
+    if entry.waiting == 1:
+        return f"1 box is waiting for {profile}; it may take this GPU"
+    return f"{entry.waiting} boxes are waiting for {profile}; one of them may take this GPU"
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        before = client.get(args.name)
+        box = client.stop(args.name)
+        note = (
+            _queue_note(client, before.gpu.profile)
+            if before.gpu is not None and _holds_device(before) and not args.json
+            else None
+        )
+    _print_box(box, args)
+    if not args.json:
+        print(
+            f"\nThe home volume of {box.name} is kept; start it again with: devbox start {box.name}"
+        )
+        if note is not None:
+            print(_render.clean(note))
+    return EXIT_OK
+
+
+def _confirm(name: str, warning: str, refused: str) -> None:
+    """Ask for the box name to be typed before something that cannot be undone."""
+    if not sys.stdin.isatty():
+        raise UsageError(
+            f"refusing to purge {name} without confirmation: stdin is not a terminal; "
+            "pass --yes to purge anyway"
+        )
+    print(warning, file=sys.stderr)
+    answer = input(f"Type the box name ({name}) to confirm: ")
+    if answer.strip() != name:
+        raise DevboxesError(f"confirmation did not match; {refused}")
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    if args.purge and not args.yes:
+        _confirm(
+            args.name,
+            f"This deletes {args.name} and its home volume. "
+            "Files in the home volume cannot be recovered.",
+            f"{args.name} was not deleted",
+        )
+    with _client(args) as client:
+        if args.json:
+            result = client.request_json(
+                "DELETE",
+                f"{API_PREFIX}/devboxes/{args.name}",
+                params={"purge": "true" if args.purge else "false"},
+            )
+            print_json(result)
+            return EXIT_OK
+        deleted = client.delete(args.name, purge=args.purge)
+    print(_render.clean(deleted.message))
+    return EXIT_OK
+
+
+def cmd_extend(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        try:
+            box = client.extend(args.name, args.hours)
+        except ValidationError as error:
+            raise UsageError(flag_message(error, _EXTEND_FLAGS)) from None
+        except Conflict as error:
+            # The box's deadline leaves less room than asked for: a refused --hours.
+            if error.detail.startswith("hours "):
+                raise UsageError(f"--{error.detail}") from None
+            # Otherwise no --hours would do (a stopped box, one at the latest time
+            # allowed); the server's sentence says why and what to do.
+            raise DevboxesError(error.detail) from None
+    _print_box(box, args)
+    return EXIT_OK
+
+
+def cmd_volumes(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        if args.json:
+            print_json(client.request_json("GET", f"{API_PREFIX}/volumes"))
+            return EXIT_OK
+        volumes = client.volumes()
+        owners = bool(volumes) and _render.shows_owners(volumes, client.whoami())
+    if not volumes:
+        print("No retained home volumes.")
+    else:
+        print(_render.volumes_table(volumes, _now(), owners=owners))
+        print("\nPurge one with: devbox volumes purge NAME (its files cannot be recovered)")
+    return EXIT_OK
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        keys = client.keys.list()
+        operator = not keys and not args.json and client.whoami().mode == OPERATOR_MODE
+    if args.json:
+        print_json([key.model_dump(mode="json") for key in keys])
+    elif operator:
+        # The server refuses keys for the operator token: point at where its keys live.
+        print(
+            "The operator token has no SSH keys of its own: the operator's boxes accept the "
+            "keys of the Secret that the controller's ssh.authorizedKeysSecret names "
+            "(devbox gpu doctor shows it). To keep keys of your own, log in as yourself: "
+            "devbox login --oidc"
+        )
+    elif not keys:
+        print("No SSH keys yet. Add one with: devbox keys add ~/.ssh/id_ed25519.pub")
+    else:
+        print(_render.keys_table(keys))
+    return EXIT_OK
+
+
+def _read_key(path: str) -> str:
+    if path == "-":
+        return sys.stdin.read(MAX_KEY_FILE_BYTES + 1)
+    try:
+        with open(os.path.expanduser(path), encoding="utf-8") as file:
+            text = file.read(MAX_KEY_FILE_BYTES + 1)
+    except OSError as err:
+        raise UsageError(f"cannot read {path}: {err.strerror}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{path} is not a text file; give the .pub file of a key") from None
+    if "PRIVATE KEY" in text:
+        raise UsageError(f"{path} is a private key; give its .pub file and keep this one secret")
+    return text
+
+
+def cmd_key_add(args: argparse.Namespace) -> int:
+    text = _read_key(args.file)
+    with _client(args) as client:
+        key = client.keys.add(text)
+    if args.json:
+        print_json(key.model_dump(mode="json"))
+    else:
+        print(f"Added {key.fingerprint} ({key.algorithm}); your boxes accept it within seconds.")
+    return EXIT_OK
+
+
+def cmd_key_remove(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        key = client.keys.remove(args.fingerprint)
+    if args.json:
+        print_json(key.model_dump(mode="json"))
+    else:
+        print(f"Removed {key.fingerprint}.")
+    return EXIT_OK
+
+
+def cmd_volume_purge(args: argparse.Namespace) -> int:
+    if not args.yes:
+        _confirm(
+            args.name,
+            f"This deletes the home volume of {args.name}. Its files cannot be recovered.",
+            f"the home volume of {args.name} was not deleted",
+        )
+    with _client(args) as client:
+        result = client.purge_volume(args.name)
+    if args.json:
+        print_json(result.model_dump())
+    else:
+        print(_render.clean(result.message))
+    return EXIT_OK
+
+
+def cmd_ssh(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        box = client.get(args.name)
+    if box.state is not DevboxState.READY:
+        raise _not_ready(box)
+    _exec_ssh(box, args.ssh_args)

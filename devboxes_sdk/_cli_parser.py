@@ -1,0 +1,362 @@
+"""The ``devbox`` command line's grammar: its commands, options and argument checks, which
+the completion scripts are generated from too."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
+
+from devboxes_sdk._cli_commands import (
+    EXIT_OK,
+    UsageError,
+    cmd_create,
+    cmd_delete,
+    cmd_extend,
+    cmd_gpu_doctor,
+    cmd_gpu_profiles,
+    cmd_image_profiles,
+    cmd_key_add,
+    cmd_key_remove,
+    cmd_keys,
+    cmd_list,
+    cmd_login,
+    cmd_ssh,
+    cmd_start,
+    cmd_status,
+    cmd_stop,
+    cmd_volume_purge,
+    cmd_volumes,
+    cmd_whoami,
+)
+from devboxes_sdk._completion import (
+    BOXES,
+    IMAGES,
+    PROFILES,
+    SHELLS,
+    complete_with,
+    completion_script,
+)
+from devboxes_sdk._version import __version__
+from devboxes_sdk.config import ENV_URL
+from devboxes_sdk.models import PRESETS, DevboxState, normalize_name, normalize_repository
+
+DEFAULT_WAIT_TIMEOUT = 600.0
+
+
+class BadCommandLine(UsageError):
+    """A command line argparse refused; ``prog`` is the (sub)command that refused it."""
+
+    def __init__(self, prog: str, message: str) -> None:
+        self.prog = prog
+        super().__init__(message)
+
+
+class _Parser(argparse.ArgumentParser):
+    """Reports a usage error as one line and where to find help, not the usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        raise BadCommandLine(self.prog, message)
+
+
+# -- argument types -----------------------------------------------------------------
+
+
+def _box_name(value: str) -> str:
+    try:
+        return normalize_name(value)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+class _NewBoxName(argparse.Action):
+    """Stores the checked name and, as ``typed_name``, what was typed, so that a create
+    can say when the name it uses differs from the one given."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        typed = str(values)
+        try:
+            name = normalize_name(typed)
+        except ValueError as error:
+            raise argparse.ArgumentError(self, str(error)) from None
+        setattr(namespace, self.dest, name)
+        namespace.typed_name = typed
+
+
+def _repository(value: str) -> str | None:
+    try:
+        return normalize_repository(value)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
+    return number
+
+
+def _positive_seconds(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {value!r}") from None
+    if not 0 < number < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {value}")
+    return number
+
+
+# -- parser -------------------------------------------------------------------------
+
+
+def _global_options(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
+    """Add --url/--token/--json; on subcommands they default to SUPPRESS so that
+    ``devbox --json list`` and ``devbox list --json`` both work."""
+    default: Any = argparse.SUPPRESS if suppress else None
+    parser.add_argument(
+        "--url", default=default, help=f"Devboxes API URL (default: ${ENV_URL} or the config file)"
+    )
+    parser.add_argument(
+        "--token",
+        default=default,
+        help="API token (default: $DEVBOX_TOKEN or the config file; prefer those, "
+        "command lines are visible to other local users)",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        default=argparse.SUPPRESS if suppress else False,
+        help="print the server's JSON instead of tables",
+    )
+
+
+def _box_argument(parser: argparse.ArgumentParser) -> None:
+    """The NAME of an existing box, completed from the server's list."""
+    complete_with(parser.add_argument("name", type=_box_name, metavar="NAME"), BOXES)
+
+
+def _wait_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--no-wait", action="store_true", help="return at once instead of waiting until ready"
+    )
+    parser.add_argument(
+        "--timeout",
+        type=_positive_seconds,
+        default=DEFAULT_WAIT_TIMEOUT,
+        metavar="S",
+        help=f"seconds to wait for the box to be ready (default {DEFAULT_WAIT_TIMEOUT:g})",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="devbox",
+        description="Persistent SSH development boxes, with GPUs, on Devboxes.",
+        epilog="exit codes: 0 ok, 1 error, 2 usage, 3 not ready in time, 4 degraded, "
+        "130 interrupted",
+    )
+    parser.add_argument("--version", action="version", version=f"devbox {__version__}")
+    _global_options(parser, suppress=False)
+    common = _Parser(add_help=False)
+    _global_options(common, suppress=True)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def add(name: str, help_text: str, handler: Callable[[argparse.Namespace], int]) -> Any:
+        sub = commands.add_parser(name, help=help_text, description=help_text, parents=[common])
+        sub.set_defaults(handler=handler, prog=sub.prog)
+        return sub
+
+    login = add("login", "check a URL and token and save them to the config file", cmd_login)
+    login.add_argument(
+        "--oidc",
+        action="store_true",
+        help="log in through the server's identity provider in a browser instead of giving a token",
+    )
+    login.add_argument(
+        "--no-browser",
+        action="store_true",
+        help="with --oidc: print the URL to open instead of opening a browser",
+    )
+    login.add_argument(
+        "--device",
+        action="store_true",
+        help="with --oidc: log in from a browser anywhere with a one-time code (for SSH "
+        "sessions and remote terminals)",
+    )
+    add("whoami", "show who the token belongs to", cmd_whoami)
+
+    gpu = commands.add_parser(
+        "gpu", help="GPU catalog", description="GPU catalog", parents=[common]
+    )
+    gpu_commands = gpu.add_subparsers(dest="gpu_command", metavar="COMMAND", required=True)
+    profiles = gpu_commands.add_parser(
+        "profiles",
+        help="list the GPU profiles you can ask for",
+        description="list the GPU profiles you can ask for",
+        parents=[common],
+    )
+    profiles.add_argument("-q", "--quiet", action="store_true", help="print profile names only")
+    profiles.set_defaults(handler=cmd_gpu_profiles, prog=profiles.prog)
+    doctor = gpu_commands.add_parser(
+        "doctor",
+        help="check the cluster's GPU prerequisites (operator)",
+        description="check every prerequisite of every GPU profile on the cluster; "
+        "exits 1 when any check fails",
+        parents=[common],
+    )
+    doctor.set_defaults(handler=cmd_gpu_doctor, prog=doctor.prog)
+
+    image = commands.add_parser(
+        "image", help="image profiles", description="image profiles", parents=[common]
+    )
+    image_commands = image.add_subparsers(dest="image_command", metavar="COMMAND", required=True)
+    image_profiles = image_commands.add_parser(
+        "profiles",
+        help="list the image profiles you can create a box with",
+        description="list the image profiles you can create a box with",
+        parents=[common],
+    )
+    image_profiles.add_argument(
+        "-q", "--quiet", action="store_true", help="print profile names only"
+    )
+    image_profiles.set_defaults(handler=cmd_image_profiles, prog=image_profiles.prog)
+
+    create = add("create", "create a box and wait until it is ready", cmd_create)
+    create.add_argument("name", action=_NewBoxName, metavar="NAME")
+    create.add_argument(
+        "--preset", choices=PRESETS, default="small", help="box size (default small)"
+    )
+    create.add_argument(
+        "--ttl",
+        type=_positive_int,
+        default=24,
+        metavar="HOURS",
+        help="stop the box automatically after this many hours (default 24)",
+    )
+    create.add_argument(
+        "--repo", type=_repository, metavar="REPOSITORY", help="owner/repo or GitHub https URL"
+    )
+    accelerator = create.add_mutually_exclusive_group()
+    accelerator.add_argument(
+        "--gpu", action="store_true", help="attach the operator's default GPU profile"
+    )
+    complete_with(
+        accelerator.add_argument(
+            "--gpu-profile", metavar="PROFILE", help="attach this GPU profile"
+        ),
+        PROFILES,
+    )
+    complete_with(
+        create.add_argument(
+            "--image",
+            metavar="PROFILE",
+            help="create the box with this image profile (see: devbox image profiles)",
+        ),
+        IMAGES,
+    )
+    _wait_options(create)
+    create.add_argument("--ssh", action="store_true", help="open an SSH session once ready")
+
+    listing = add("list", "list your boxes, newest first", cmd_list)
+    listing.add_argument("-q", "--quiet", action="store_true", help="print box names only")
+    listing.add_argument(
+        "--state", choices=[state.value for state in DevboxState], help="only boxes in this state"
+    )
+    complete_with(
+        listing.add_argument(
+            "--profile", metavar="PROFILE", help="only boxes of this GPU profile, or 'cpu'"
+        ),
+        PROFILES,
+    )
+    listing.add_argument(
+        "--owner", metavar="USER", help="only this person's boxes (admins; others see their own)"
+    )
+
+    status = add("status", "show every detail of one box", cmd_status)
+    _box_argument(status)
+
+    start = add("start", "start a stopped box (renews its auto-stop time)", cmd_start)
+    _box_argument(start)
+    _wait_options(start)
+
+    stop = add("stop", "stop a box; its home volume is kept", cmd_stop)
+    _box_argument(stop)
+
+    delete = add("delete", "delete a box (its home volume is kept unless --purge)", cmd_delete)
+    _box_argument(delete)
+    delete.add_argument(
+        "--purge", action="store_true", help="also delete the home volume, permanently"
+    )
+    delete.add_argument(
+        "--yes", action="store_true", help="do not ask for confirmation before purging"
+    )
+
+    extend = add(
+        "extend", "push a running box's auto-stop time back, without a restart", cmd_extend
+    )
+    _box_argument(extend)
+    extend.add_argument(
+        "--hours", type=_positive_int, required=True, metavar="N", help="hours to add"
+    )
+
+    volumes = add("volumes", "list home volumes kept after their box was deleted", cmd_volumes)
+    volume_commands = volumes.add_subparsers(dest="volume_command", metavar="COMMAND")
+    purge = volume_commands.add_parser(
+        "purge",
+        help="delete a retained home volume, permanently",
+        description="delete a retained home volume, permanently",
+        parents=[common],
+    )
+    purge.add_argument("name", type=_box_name, metavar="NAME")
+    purge.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    purge.set_defaults(handler=cmd_volume_purge, prog=purge.prog)
+
+    keys = add("keys", "list your SSH public keys, which all your boxes accept", cmd_keys)
+    key_commands = keys.add_subparsers(dest="key_command", metavar="COMMAND")
+    key_add = key_commands.add_parser(
+        "add",
+        help="add a public key: a .pub file, or - for standard input",
+        description="add a public key: a .pub file, or - for standard input",
+        parents=[common],
+    )
+    key_add.add_argument("file", metavar="FILE", help="e.g. ~/.ssh/id_ed25519.pub, or -")
+    key_add.set_defaults(handler=cmd_key_add, prog=key_add.prog)
+    key_remove = key_commands.add_parser(
+        "remove",
+        help="remove a key by its fingerprint (see: devbox keys)",
+        description="remove a key by its fingerprint (see: devbox keys)",
+        parents=[common],
+    )
+    key_remove.add_argument("fingerprint", metavar="FINGERPRINT", help="SHA256:... as listed")
+    key_remove.set_defaults(handler=cmd_key_remove, prog=key_remove.prog)
+
+    ssh = add("ssh", "open an SSH session to a ready box", cmd_ssh)
+    _box_argument(ssh)
+    ssh.add_argument(
+        "ssh_args", nargs=argparse.REMAINDER, metavar="-- ARGS", help="passed on to ssh"
+    )
+
+    completion = commands.add_parser(
+        "completion",
+        help="print a shell completion script",
+        description="print a shell completion script; e.g. source <(devbox completion bash)",
+    )
+    completion.add_argument("shell", choices=SHELLS)
+    completion.set_defaults(handler=_cmd_completion, prog=completion.prog)
+    return parser
+
+
+def _cmd_completion(args: argparse.Namespace) -> int:
+    sys.stdout.write(completion_script(build_parser(), args.shell))
+    return EXIT_OK
