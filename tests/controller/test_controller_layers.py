@@ -1,5 +1,6 @@
 """The controller's subpackages are layers: a module imports only from its own subpackage
-and from the layers below it, never from a layer above or from a peer.
+and from the layers below it, never from a layer above or from a peer. Only ``k8s`` talks
+to the Kubernetes client; every other layer goes through it, so every write is counted.
 
 Read from the source with ``ast``, so an import inside a function counts as much as one at
 the top of a module.
@@ -25,6 +26,8 @@ FLOORS: tuple[frozenset[str], ...] = (
     frozenset({"box"}),
     frozenset({"config", "k8s"}),
 )
+# The one layer that may import the Kubernetes client.
+CLIENT_LAYER = "k8s"
 FLOOR = {package: height for height, floor in enumerate(reversed(FLOORS)) for package in floor}
 
 
@@ -36,8 +39,10 @@ def _module(path: Path, root: Path) -> tuple[str, ...]:
     return (PACKAGE, *parts)
 
 
-def _imported(path: Path, root: Path) -> list[tuple[int, tuple[str, ...]]]:
-    """Every name under this package that the file imports, with its line."""
+def _imported(
+    path: Path, root: Path, package_name: str = PACKAGE
+) -> list[tuple[int, tuple[str, ...]]]:
+    """Every name under ``package_name`` that the file imports, with its line."""
     module = _module(path, root)
     package = module if path.name == "__init__.py" else module[:-1]
     found: list[tuple[int, tuple[str, ...]]] = []
@@ -52,7 +57,7 @@ def _imported(path: Path, root: Path) -> list[tuple[int, tuple[str, ...]]]:
                 target = tuple((node.module or "").split("."))
             # ``from package import name`` may name a subpackage: count each name.
             found += [(node.lineno, (*target, alias.name)) for alias in node.names]
-    return [(line, target) for line, target in found if target[0] == PACKAGE]
+    return [(line, target) for line, target in found if target[0] == package_name]
 
 
 def _layer(dotted: tuple[str, ...]) -> str | None:
@@ -81,6 +86,16 @@ def violations(root: Path = ROOT) -> list[str]:
     return problems
 
 
+def client_importers(root: Path = ROOT) -> list[str]:
+    """Each import of the Kubernetes client outside ``CLIENT_LAYER``, as ``file:line``."""
+    return [
+        f"{path.relative_to(root)}:{line}"
+        for path in sorted(root.rglob("*.py"))
+        if _layer(_module(path, root)) != CLIENT_LAYER
+        for line, _ in _imported(path, root, "kubernetes")
+    ]
+
+
 def test_every_module_belongs_to_a_layer() -> None:
     loose = [
         path.name for path in ROOT.glob("*.py") if path.name not in {"__init__.py", "__main__.py"}
@@ -91,6 +106,31 @@ def test_every_module_belongs_to_a_layer() -> None:
 
 def test_imports_point_down_only() -> None:
     assert violations() == []
+
+
+def test_only_k8s_imports_the_kubernetes_client() -> None:
+    assert client_importers() == []
+
+
+@pytest.mark.parametrize(
+    ("module", "source", "caught"),
+    [
+        ("control/writer", "from kubernetes import client\n", True),
+        ("state/cache", "import kubernetes.watch\n", True),
+        ("web/app", "def f():\n    from kubernetes.client import ApiException\n", True),
+        ("k8s/kube", "from kubernetes import client, config\n", False),
+        ("box/render", "from ..k8s import kube\n", False),
+    ],
+)
+def test_a_client_import_outside_k8s_is_caught(
+    tmp_path: Path, module: str, source: str, caught: bool
+) -> None:
+    path = tmp_path / f"{module}.py"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(source)
+    assert client_importers(tmp_path) == (
+        [f"{module}.py:{source.count(chr(10))}"] if caught else []
+    )
 
 
 @pytest.mark.parametrize(

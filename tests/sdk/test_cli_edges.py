@@ -31,6 +31,7 @@ from devboxes_controller.k8s.timestamps import format_timestamp
 from devboxes_controller.state import slim
 from devboxes_controller.state.ended_sessions import SharedEndedSessions
 from devboxes_controller.state.store import BoxStore
+from devboxes_controller.state.watches import DEPLOYMENTS, Watches
 from devboxes_controller.web.app import create_app
 from devboxes_controller.web.readiness import Readiness
 from devboxes_testbed import pki
@@ -122,8 +123,9 @@ def controller_url() -> Iterator[Callable[[datetime], str]]:
         )
         assert settings.ttl.max_hours == MAX_HOURS
         api = client.ApiClient()
-        store = BoxStore(settings, api, clock=lambda: NOW)
-        store._deployments._put(slim.deployment(_recorded_box(expires_at)))
+        watches = Watches(settings, api)
+        store = BoxStore(settings, watches, clock=lambda: NOW)
+        watches[DEPLOYMENTS]._put(slim.deployment(_recorded_box(expires_at)))
         lifecycle = Lifecycle(store, api, activity_key=b"k" * 32)
         # Never started: the API's routes take the token, not a dashboard session.
         ended = SharedEndedSessions(settings.namespace, api)

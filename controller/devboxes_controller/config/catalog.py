@@ -18,7 +18,8 @@ from pydantic import (
     WithJsonSchema,
 )
 
-from .violations import describe, fail, join
+from .base import entry_name
+from .violations import Violation, describe, fail, join, repeats
 
 MAX_PROFILES = 32
 MAX_DISPLAY_NAME = 80
@@ -52,6 +53,19 @@ def check_profile_name(value: str) -> str:
             "'-', starting and ending with a letter or digit"
         )
     return value
+
+
+def repeated_names(profiles: object, what: str) -> list[Violation]:
+    """One violation for each profile whose name an earlier one of ``profiles`` took;
+    ``what`` names the catalog in the message ("profile", "image profile")."""
+    return [
+        (
+            ("profiles", index, "name"),
+            f"{what} name {name!r} is used more than once (also profiles[{first}]); "
+            f"{what} names must be unique",
+        )
+        for index, first, name in repeats(profiles, entry_name)
+    ]
 
 
 def _check_display_name(value: str) -> str:

@@ -28,7 +28,6 @@ from devboxes_sdk.models import GpuAllocation, GpuCapabilities, GpuProfile, GpuR
 from .base import (
     GroupId,
     Model,
-    entry_name,
     entry_names,
     int_range,
     integers,
@@ -44,6 +43,7 @@ from .catalog import (
     DisplayName,
     check_profile_name,
     read_snapshot,
+    repeated_names,
     snapshot_of,
 )
 from .cel import MAX_SELECTOR_LENGTH, selector_problem
@@ -373,14 +373,7 @@ class GpuSettings(Model):
     @classmethod
     def _rules(cls, raw: Mapping[str, Any]) -> list[Violation]:
         profiles = lookup(raw, "profiles")
-        found: list[Violation] = [
-            (
-                ("profiles", index, "name"),
-                f"profile name {name!r} is used more than once (also profiles[{first}]); "
-                "profile names must be unique",
-            )
-            for index, first, name in repeats(profiles, entry_name)
-        ]
+        found = repeated_names(profiles, "profile")
         names = entry_names(profiles)
         default = lookup(raw, "default_profile")
         if isinstance(default, str) and default not in names:

@@ -39,6 +39,7 @@ from .catalog import (
     DisplayName,
     check_profile_name,
     read_snapshot,
+    repeated_names,
     snapshot_of,
 )
 from .formats import PinnedImage, PortName, Quantity, is_quantity, quantity_value
@@ -323,14 +324,7 @@ class ImageSettings(Model):
     @classmethod
     def _rules(cls, raw: Mapping[str, Any]) -> list[Violation]:
         profiles = lookup(raw, "profiles")
-        found: list[Violation] = [
-            (
-                ("profiles", index, "name"),
-                f"image profile name {name!r} is used more than once (also profiles[{first}]); "
-                "image profile names must be unique",
-            )
-            for index, first, name in repeats(profiles, entry_name)
-        ]
+        found = repeated_names(profiles, "image profile")
         if lookup(raw, "enabled") is True and isinstance(profiles, list | None) and not profiles:
             found.append((("profiles",), "enabled: true needs at least one profile"))
         return found

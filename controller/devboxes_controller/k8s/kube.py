@@ -97,6 +97,7 @@ class Apis:
     def __init__(self, api: ApiClient) -> None:
         self.core = client.CoreV1Api(api)
         self.apps = client.AppsV1Api(api)
+        self.node = client.NodeV1Api(api)
         self.resource = client.ResourceV1Api(api)
 
 
@@ -176,6 +177,21 @@ def in_background(uid: str | None = None) -> client.V1DeleteOptions:
     of that uid, never one that replaced it meanwhile."""
     preconditions = client.V1Preconditions(uid=uid) if uid is not None else None
     return client.V1DeleteOptions(propagation_policy="Background", preconditions=preconditions)
+
+
+def status_of(err: BaseException) -> int | None:
+    """The HTTP status of an apiserver's answer raised by the client; None for any other
+    failure (a dropped connection, a timeout)."""
+    if isinstance(err, client.ApiException):
+        return int(err.status) if err.status is not None else None
+    return None
+
+
+def describe(err: BaseException) -> str:
+    """A failure in one line for a log: the apiserver's status and reason, or the error."""
+    if isinstance(err, client.ApiException):
+        return f"HTTP {err.status}: {err.reason}"
+    return f"{type(err).__name__}: {err}"
 
 
 def resource_version(obj: Obj) -> int:

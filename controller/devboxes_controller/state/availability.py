@@ -39,8 +39,7 @@ from devboxes_sdk.models import GpuAvailability, Preset, ProfileAvailability
 from ..config.boxes import PresetSettings
 from ..config.gpu import GpuProfileConfig
 from ..config.settings import Settings
-from ..k8s.kinds import status_of
-from ..k8s.kube import Obj
+from ..k8s.kube import Obj, status_of
 from ..placement import capacity, devices
 from .bodies import Body, body
 from .cache import Informer

@@ -24,8 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..k8s.kinds import describe, status_of
-from ..k8s.kube import CONNECT_SECONDS, Obj, resource_version
+from ..k8s.kube import CONNECT_SECONDS, Obj, describe, resource_version, status_of
 from .metrics import METRICS
 
 log = logging.getLogger(__name__)

@@ -33,7 +33,7 @@ from typing import Protocol
 
 from ..k8s import kube
 from ..k8s.kinds import CONFIGMAPS
-from ..k8s.kube import ApiClient, ApiProblem, Conflict, NotFound, Obj, Unavailable
+from ..k8s.kube import ApiClient, ApiProblem, Apis, Conflict, NotFound, Obj, Unavailable
 from .cache import Informer
 from .watches import ENDED_SESSIONS, ENDED_SESSIONS_CONFIGMAP
 
@@ -201,11 +201,12 @@ class ConfigMapRecord:
     and merge-patched over the version read."""
 
     def __init__(self, namespace: str, api: ApiClient) -> None:
+        apis = Apis(api)
         self._namespace = namespace
-        self._create = CONFIGMAPS.call(api, "create")
-        self._read_one = CONFIGMAPS.call(api, "read")
-        self._patch_one = CONFIGMAPS.call(api, "patch")
-        self.informer = ENDED_SESSIONS.informer(api, namespace)
+        self._create = CONFIGMAPS.call(apis, "create")
+        self._read_one = CONFIGMAPS.call(apis, "read")
+        self._patch_one = CONFIGMAPS.call(apis, "patch")
+        self.informer = ENDED_SESSIONS.informer(apis, namespace)
 
     def synced(self) -> bool:
         return self.informer.synced.is_set()

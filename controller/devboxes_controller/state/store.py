@@ -22,7 +22,7 @@ from ..config.catalog import SnapshotError
 from ..config.gpu import GpuProfileConfig
 from ..config.settings import Settings
 from ..k8s import kube
-from ..k8s.kube import ApiClient, NotFound, Obj
+from ..k8s.kube import NotFound, Obj
 from ..placement import order
 from .answers import Answers
 from .availability import Availability
@@ -87,20 +87,18 @@ class Caches:
 class BoxStore:
     """Derived status of every box in one namespace, from the shared ``watches``.
 
-    Handed a client instead of the watches, it makes what a process makes at start: the
-    watches, the device line and availability (never started: a test fills the caches).
+    Without ``availability`` and ``line``, it makes its own over the same watches (a test
+    that fills the caches by hand needs no others).
     """
 
     def __init__(
         self,
         settings: Settings,
-        watches: Watches | ApiClient,
+        watches: Watches,
         availability: Availability | None = None,
         line: DeviceLine | None = None,
         clock: Clock = utcnow,
     ) -> None:
-        if not isinstance(watches, Watches):
-            watches = Watches(settings, watches)
         self.settings = settings
         self.clock = clock
         self.device_line = line or DeviceLine()
@@ -117,11 +115,6 @@ class BoxStore:
         if self._caches.slices is not None:
             self._caches.slices.subscribe(on_update=self._devices_changed)
         self.availability.add_listener(self._availability_changed)
-
-    @property
-    def _deployments(self) -> Informer:
-        """For tests that fill the cache by hand."""
-        return self._caches.deployments
 
     def deployment(self, name: str) -> Obj | None:
         return self._caches.deployments.get(naming.object_names(name).deployment)

@@ -44,7 +44,7 @@ from ..box import naming
 from ..config.settings import Settings
 from ..k8s import kinds
 from ..k8s.kinds import Kind
-from ..k8s.kube import ApiClient
+from ..k8s.kube import ApiClient, Apis
 from . import slim
 from .cache import BoxOf, Informer, Keep, OnChange, Strip
 
@@ -94,11 +94,11 @@ class Watch:
     field_selector: str | None = None
     ready: bool = True
 
-    def informer(self, api: ApiClient, namespace: str) -> Informer:
+    def informer(self, apis: Apis, namespace: str) -> Informer:
         """A new, unstarted informer of this watch in the box ``namespace``."""
         return Informer(
             self.name,
-            self.kind.lister(api, all_namespaces=self.cluster),
+            self.kind.lister(apis, all_namespaces=self.cluster),
             None if self.cluster else namespace,
             box_of=self.box_of,
             label_selector=self.label_selector,
@@ -237,8 +237,9 @@ class Watches:
     sessions') that ``settings`` call for, built once. Started and stopped together."""
 
     def __init__(self, settings: Settings, api: ApiClient) -> None:
+        apis = Apis(api)
         self._informers = {
-            watch.name: watch.informer(api, settings.namespace)
+            watch.name: watch.informer(apis, settings.namespace)
             for watch in WATCHES
             if watch not in OWN and watch.when(settings)
         }

@@ -14,6 +14,7 @@ from devboxes_controller.config.settings import settings_from_mapping
 from devboxes_controller.control.lifecycle import Lifecycle
 from devboxes_controller.k8s.kube import Conflict
 from devboxes_controller.state.store import BoxStore
+from devboxes_controller.state.watches import Watches
 from devboxes_testbed.controller import example_settings
 from devboxes_testbed.issuer import CLI_CLIENT_ID, Issuer
 from kubernetes import client
@@ -31,7 +32,7 @@ def blind_lifecycle(kube: Any, namespace: str) -> Iterator[Lifecycle]:
     """A lifecycle whose store has loaded nothing: every object it meets, it meets first
     as the answer to a write, as a replica does whose cache lags behind another's write."""
     settings = settings_from_mapping(example_settings(namespace))
-    lifecycle = Lifecycle(BoxStore(settings, kube), kube, activity_key=b"k" * 32)
+    lifecycle = Lifecycle(BoxStore(settings, Watches(settings, kube)), kube, activity_key=b"k" * 32)
     yield lifecycle
     lifecycle.stop()
 

@@ -23,6 +23,7 @@ from devboxes_controller.box.status import SCHEDULING_BLOCKED, WAITING_FOR_POD, 
 from devboxes_controller.config.settings import settings_from_mapping
 from devboxes_controller.state import slim
 from devboxes_controller.state.store import BoxStore
+from devboxes_controller.state.watches import DEPLOYMENTS, PODS, REPLICASETS, Watches
 from kubernetes import client
 
 REPO = Path(__file__).resolve().parents[3]
@@ -42,13 +43,14 @@ def test_a_status_read_before_a_new_pod_never_overwrites_one_read_after_it(
     settings = settings_from_mapping(
         yaml.safe_load((REPO / "testbed" / "settings.yaml").read_text())
     )
-    store = BoxStore(settings, client.ApiClient())
+    watches = Watches(settings, client.ApiClient())
+    store = BoxStore(settings, watches)
     (deployment,) = _of_box("deployments")
     (pod,) = _of_box("pods")
-    store._deployments._put(slim.deployment(deployment))
+    watches[DEPLOYMENTS]._put(slim.deployment(deployment))
     for replicaset in _of_box("replicasets"):
         if slim.failing_replicaset(replicaset):
-            store._caches.replicasets._put(slim.replicaset(replicaset))
+            watches[REPLICASETS]._put(slim.replicaset(replicaset))
 
     # The Deployment's thread reads the caches before the pod lands, then is held back.
     read = store.objects
@@ -70,7 +72,7 @@ def test_a_status_read_before_a_new_pod_never_overwrites_one_read_after_it(
     assert first_read_done.wait(10)
 
     # Meanwhile the pod arrives and the pod's thread announces the box.
-    store._caches.pods._put(slim.pod(pod))
+    watches[PODS]._put(slim.pod(pod))
     pod_thread = threading.Thread(target=store._changed_box, args=(BOX,))
     pod_thread.start()
     pod_thread.join(0.5)
@@ -84,20 +86,21 @@ def test_a_status_read_before_a_new_pod_never_overwrites_one_read_after_it(
     assert (box.message or "").startswith(SCHEDULING_BLOCKED.split("{", 1)[0])
 
 
-def _store_with_deployment() -> tuple[BoxStore, dict[str, Any]]:
+def _store_with_deployment() -> tuple[BoxStore, Watches, dict[str, Any]]:
     """A store that has seen the box's Deployment, and nothing else of it."""
     settings = settings_from_mapping(
         yaml.safe_load((REPO / "testbed" / "settings.yaml").read_text())
     )
-    store = BoxStore(settings, client.ApiClient())
+    watches = Watches(settings, client.ApiClient())
+    store = BoxStore(settings, watches)
     (deployment,) = _of_box("deployments")
-    store._deployments._put(slim.deployment(deployment))
+    watches[DEPLOYMENTS]._put(slim.deployment(deployment))
     store._changed_box(BOX)
-    return store, deployment
+    return store, watches, deployment
 
 
 def test_the_list_indexes_follow_a_box_from_its_first_event_to_its_deletion() -> None:
-    store, deployment = _store_with_deployment()
+    store, watches, deployment = _store_with_deployment()
     box = store.get(BOX)
     profile = box.gpu.profile if box.gpu is not None else "cpu"
     owned = (box.owner, box.state.value, profile)
@@ -109,7 +112,7 @@ def test_the_list_indexes_follow_a_box_from_its_first_event_to_its_deletion() ->
     assert store.list_body("someone-else").data == b'{"items":[]}'
     assert store.profiles() == {profile}
 
-    store._deployments._remove(deployment["metadata"]["name"])
+    watches[DEPLOYMENTS]._remove(deployment["metadata"]["name"])
     store._changed_box(BOX)
     assert store.page((None, None, None), "", 10) == ([], None)
     assert store.filtered_body(box.state.value, None, None).data == b'{"items":[]}'
@@ -117,7 +120,7 @@ def test_the_list_indexes_follow_a_box_from_its_first_event_to_its_deletion() ->
 
 
 def test_a_kept_list_body_lasts_while_its_boxes_read_the_same_and_no_longer() -> None:
-    store, deployment = _store_with_deployment()
+    store, watches, deployment = _store_with_deployment()
     before = store.get(BOX)
     whole, owned = store.list_body(), store.list_body(before.owner)
     in_state = store.filtered_body(before.state.value, None, None)
@@ -130,7 +133,7 @@ def test_a_kept_list_body_lasts_while_its_boxes_read_the_same_and_no_longer() ->
 
     # Its pod arrives: the box reads otherwise, and so does every list it is in.
     (pod,) = _of_box("pods")
-    store._caches.pods._put(slim.pod(pod))
+    watches[PODS]._put(slim.pod(pod))
     store._changed_box(BOX)
     assert store.get(BOX).message != before.message
     fresh = b'{"items":[' + store.get_body(BOX).data + b"]}"
@@ -138,7 +141,7 @@ def test_a_kept_list_body_lasts_while_its_boxes_read_the_same_and_no_longer() ->
     assert store.list_body(before.owner).data == fresh
     assert store.filtered_body(before.state.value, None, None).data == fresh
 
-    store._deployments._remove(deployment["metadata"]["name"])
+    watches[DEPLOYMENTS]._remove(deployment["metadata"]["name"])
     store._changed_box(BOX)
     assert store.list_body(before.owner).data == b'{"items":[]}'
     assert store.filtered_body(before.state.value, None, None).data == b'{"items":[]}'

@@ -19,6 +19,7 @@ from devboxes_controller.config.settings import settings_from_mapping
 from devboxes_controller.placement import order
 from devboxes_controller.state import slim
 from devboxes_controller.state.store import BoxStore
+from devboxes_controller.state.watches import DEPLOYMENTS, PODS, Watches
 from kubernetes import client
 
 REPO = Path(__file__).resolve().parents[3]
@@ -34,16 +35,17 @@ def _of_box(kind: str) -> dict[str, Any]:
     return copy.deepcopy(found)
 
 
-def _waiting_store() -> tuple[BoxStore, dict[str, Any]]:
+def _waiting_store() -> tuple[BoxStore, Watches, dict[str, Any]]:
     settings = settings_from_mapping(
         yaml.safe_load((REPO / "testbed" / "settings.yaml").read_text())
     )
-    store = BoxStore(settings, client.ApiClient())
+    watches = Watches(settings, client.ApiClient())
+    store = BoxStore(settings, watches)
     pod = _of_box("pods")
-    store._deployments._put(slim.deployment(_of_box("deployments")))
-    store._caches.pods._put(slim.pod(pod))
+    watches[DEPLOYMENTS]._put(slim.deployment(_of_box("deployments")))
+    watches[PODS]._put(slim.pod(pod))
     store._changed_box(BOX)
-    return store, pod
+    return store, watches, pod
 
 
 def _display(store: BoxStore) -> str:
@@ -53,7 +55,7 @@ def _display(store: BoxStore) -> str:
 
 
 def test_a_box_short_of_cpu_beside_a_free_device_says_so_and_keeps_its_place() -> None:
-    store, _pod = _waiting_store()
+    store, _watches, _pod = _waiting_store()
     waiting = store.get(BOX).summary
     assert waiting is not None
     assert waiting.endswith("1st in line")
@@ -75,7 +77,7 @@ def test_a_box_short_of_cpu_beside_a_free_device_says_so_and_keeps_its_place() -
 
 
 def test_a_box_let_through_with_room_is_no_longer_in_line() -> None:
-    store, pod = _waiting_store()
+    store, watches, pod = _waiting_store()
     # A walk that found room for the box once it is let through does not speak for its
     # gated pod.
     store.walked(order.Walk((), frozenset({BOX}), {}))
@@ -84,7 +86,7 @@ def test_a_box_let_through_with_room_is_no_longer_in_line() -> None:
     # The gate lifted, the scheduler has not placed it yet.
     pod["spec"]["schedulingGates"] = []
     pod["metadata"]["resourceVersion"] = str(int(pod["metadata"]["resourceVersion"]) + 1)
-    store._caches.pods._put(slim.pod(pod))
+    watches[PODS]._put(slim.pod(pod))
     store._changed_box(BOX)
     display = _display(store)
     assert store.get(BOX).summary == (

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from devboxes_controller.config.settings import Settings, settings_from_mapping
+from devboxes_controller.k8s.kube import Apis
 from devboxes_controller.state import cache, slim, watches
 from devboxes_controller.state.availability import Availability
 from devboxes_controller.state.line import DeviceLine
@@ -67,11 +68,11 @@ def test_the_settings_call_for_the_same_watches_as_ever(
 
 
 def test_each_row_is_listed_by_the_client_and_kept_as_slim_keeps_it() -> None:
-    api = client.ApiClient()
+    apis = Apis(client.ApiClient())
     strips = {getattr(slim, name) for name in dir(slim) if not name.startswith("_")}
     assert len({w.name for w in watches.WATCHES}) == len(watches.WATCHES) == 15
     for watch in watches.WATCHES:
-        lister = watch.kind.lister(api, all_namespaces=watch.cluster)
+        lister = watch.kind.lister(apis, all_namespaces=watch.cluster)
         assert callable(lister)
         scope = "for_all_namespaces" if watch.cluster and watch.kind.namespaced else ""
         assert lister.__name__.startswith("list_")

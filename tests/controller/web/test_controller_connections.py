@@ -34,6 +34,7 @@ from devboxes_controller.k8s.probe import ApiserverProbe
 from devboxes_controller.state import slim
 from devboxes_controller.state.ended_sessions import SharedEndedSessions
 from devboxes_controller.state.store import BoxStore
+from devboxes_controller.state.watches import DEPLOYMENTS, Watches
 from devboxes_controller.web.app import create_app
 from devboxes_controller.web.connections import MAX_HEAD_BYTES, server_options
 from devboxes_controller.web.readiness import Readiness
@@ -79,8 +80,9 @@ def serve() -> Iterator[Serve]:
         data = yaml.safe_load((REPO / "testbed" / "settings.yaml").read_text())
         settings = settings_from_mapping({**data, "connections": connections})
         api = client.ApiClient()
-        store = BoxStore(settings, api)
-        store._deployments._put(slim.deployment(_waiting_box()))
+        watches = Watches(settings, api)
+        store = BoxStore(settings, watches)
+        watches[DEPLOYMENTS]._put(slim.deployment(_waiting_box()))
         store._changed_box(WAITING_BOX)
         lifecycle = Lifecycle(store, api, activity_key=b"k" * 32)
         ended = SharedEndedSessions(settings.namespace, api)
