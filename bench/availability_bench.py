@@ -41,7 +41,6 @@ import random
 import secrets
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -604,35 +603,12 @@ def recount_figures(served: Served) -> str:
 
 def run_churn(args: argparse.Namespace) -> None:
     workdir = Path(tempfile.mkdtemp(prefix="devboxes-availability-churn-"))
-    baseline_tree = workdir / "baseline"
-    succeeded = False
-    try:
-        subprocess.run(
-            [
-                "git",
-                "-C",
-                str(REPO),
-                "worktree",
-                "add",
-                "--detach",
-                str(baseline_tree),
-                args.baseline,
-            ],
-            check=True,
-            capture_output=True,
-        )
+    with record.checkout(args.baseline, workdir / "baseline") as baseline_tree:
         log(f"starting a scale testbed ({args.pool_file.name}) in {workdir} ...")
         with Rig(workdir) as rig:
             measure_churn(args, rig, baseline_tree)
-        succeeded = True
-    finally:
-        subprocess.run(
-            ["git", "-C", str(REPO), "worktree", "remove", "--force", str(baseline_tree)],
-            check=False,
-            capture_output=True,
-        )
-        if succeeded:
-            shutil.rmtree(workdir, ignore_errors=True)
+    # Only after a success: on failure the logs stay for a post-mortem.
+    shutil.rmtree(workdir, ignore_errors=True)
 
 
 def measure_churn(args: argparse.Namespace, rig: Rig, baseline_tree: Path) -> None:

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -202,57 +202,35 @@ def load_header(labels: list[str]) -> tuple[str, ...]:
 
 def run_testbed(args: argparse.Namespace, log: Any) -> None:
     workdir = Path(tempfile.mkdtemp(prefix="devboxes-load-"))
-    baseline_tree = workdir / "baseline"
-    succeeded = False
-    try:
+    with contextlib.ExitStack() as stack:
+        sources = {"this": REPO}
+        if args.baseline:
+            where = workdir / "baseline"
+            sources[args.baseline] = stack.enter_context(record.checkout(args.baseline, where))
         log(f"starting a scale testbed in {workdir} ...")
-        with Rig(workdir) as rig:
-            rig.start_testbed(REPO / "testbed" / "nodes-scale.yaml")
-            rig.create_namespace(args.namespace)
-            sources = {"this": REPO}
-            if args.baseline:
-                subprocess.run(
-                    [
-                        "git",
-                        "-C",
-                        str(REPO),
-                        "worktree",
-                        "add",
-                        "--detach",
-                        str(baseline_tree),
-                        args.baseline,
-                    ],
-                    check=True,
-                    capture_output=True,
-                )
-                sources[args.baseline] = baseline_tree
-            controllers: list[Controller] = []
-            try:
-                for label, source in sources.items():
-                    # The controller of the checkout at ``source``, imported from there and
-                    # nowhere else.
-                    controllers.append(
-                        rig.start_controller(
-                            example_settings(args.namespace),
-                            identity=label,
-                            lease_seconds=None,
-                            source=source,
-                        )
+        rig = stack.enter_context(Rig(workdir))
+        rig.start_testbed(REPO / "testbed" / "nodes-scale.yaml")
+        rig.create_namespace(args.namespace)
+        controllers: list[Controller] = []
+        try:
+            for label, source in sources.items():
+                # The controller of the checkout at ``source``, imported from there and
+                # nowhere else.
+                controllers.append(
+                    rig.start_controller(
+                        example_settings(args.namespace),
+                        identity=label,
+                        lease_seconds=None,
+                        source=source,
                     )
-                measure_testbed(args, controllers, log)
-            finally:
-                for controller in controllers:
-                    stop(controller, log)
-        succeeded = True
-    finally:
-        if baseline_tree.exists():
-            subprocess.run(
-                ["git", "-C", str(REPO), "worktree", "remove", "--force", str(baseline_tree)],
-                check=False,
-            )
-        if succeeded:
-            # On failure the controllers' and the cluster's logs stay for a post-mortem.
-            shutil.rmtree(workdir, ignore_errors=True)
+                )
+            measure_testbed(args, controllers, log)
+        finally:
+            for controller in controllers:
+                stop(controller, log)
+    # Only after a success: on failure the controllers' and the cluster's logs stay for a
+    # post-mortem.
+    shutil.rmtree(workdir, ignore_errors=True)
 
 
 def measure_testbed(args: argparse.Namespace, controllers: list[Controller], log: Any) -> None:

@@ -44,6 +44,21 @@ def git(*args: str) -> str:
     ).stdout.strip()
 
 
+@contextmanager
+def checkout(revision: str, where: Path) -> Iterator[Path]:
+    """The tree of ``revision`` at ``where`` for one ``with`` block, to run an earlier
+    release's controller beside this one's."""
+    git("worktree", "add", "--detach", str(where), revision)
+    try:
+        yield where
+    finally:
+        subprocess.run(
+            ["git", "-C", str(REPO), "worktree", "remove", "--force", str(where)],
+            check=False,
+            capture_output=True,
+        )
+
+
 def commit() -> str:
     """The short commit, with ``+dirty`` when tracked files differ from it."""
     head = git("rev-parse", "--short", "HEAD")

@@ -8,7 +8,6 @@ added to a rendered object afterwards.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -22,7 +21,7 @@ from ..config.images import ImagePortConfig, ImageProfileConfig
 from ..config.settings import Settings
 from ..k8s.kube import Obj
 from ..k8s.timestamps import format_timestamp
-from . import authorized_keys, ownership
+from . import authorized_keys, ownership, template_hash
 from .idempotency import ANNOTATION_CREATE_REQUEST, CreateRequest
 from .naming import (
     ANNOTATION_EXPIRES_AT,
@@ -51,7 +50,6 @@ from .naming import (
     MAIN_CONTAINER,
     QUEUE_GATE,
     box_selector,
-    canonical_json,
     choice_name,
     labels,
 )
@@ -177,10 +175,11 @@ def _metadata(
         "namespace": settings.namespace,
         "labels": labels(spec.name, component),
     }
-    owner_labels, owner_annotations = ownership.marks(spec.owner) if marked else ({}, {})
+    owner_labels, owner_annotations = spec.marks if marked else ({}, {})
     metadata["labels"].update(owner_labels)
     if owner_annotations:
-        metadata["annotations"] = owner_annotations
+        # A copy: the spec's marks are shared by every object rendered from it.
+        metadata["annotations"] = dict(owner_annotations)
     if owned_by is not None:
         metadata["ownerReferences"] = _owner_references(owned_by)
     return metadata
@@ -347,7 +346,7 @@ def _main_container(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
                         "readOnly": True,
                     }
                 ]
-                if ownership.person(spec.owner) is not None
+                if spec.person is not None
                 else []
             ),
             *(
@@ -478,7 +477,7 @@ def _gpu_samples_volume() -> dict[str, Any]:
 def _operator_keys(spec: BoxSpec, settings: Settings) -> bool:
     """The operator's keys open the operator's boxes only: a person's box trusts the keys
     that person added, so one leaked operator key does not open every box."""
-    return bool(settings.ssh.authorized_keys_secret) and ownership.person(spec.owner) is None
+    return bool(settings.ssh.authorized_keys_secret) and spec.person is None
 
 
 def _person_keys_volume(owner: str) -> dict[str, Any]:
@@ -561,11 +560,7 @@ def _pod_spec(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
                 if _operator_keys(spec, settings)
                 else []
             ),
-            *(
-                [_person_keys_volume(owner)]
-                if (owner := ownership.person(spec.owner)) is not None
-                else []
-            ),
+            *([_person_keys_volume(owner)] if (owner := spec.person) is not None else []),
             *([_activity_volume(spec)] if _reports_activity(spec, settings) else []),
             *([_gpu_samples_volume()] if _samples_gpu(spec, settings) else []),
         ],
@@ -591,25 +586,6 @@ def _pod_spec(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
                 }
             ]
     return pod
-
-
-def template_parts(template: dict[str, Any]) -> dict[str, Any]:
-    """A pod template cut into the parts a release change is reported by: each container,
-    the volumes, and the rest of the pod."""
-    pod = dict(template.get("spec") or {})
-    parts: dict[str, Any] = {
-        f"container:{c.get('name')}": c for c in pod.pop("containers", None) or []
-    }
-    parts["volumes"] = pod.pop("volumes", None) or []
-    parts["pod"] = {"metadata": template.get("metadata") or {}, "spec": pod}
-    return parts
-
-
-def template_hashes(template: dict[str, Any]) -> dict[str, str]:
-    return {
-        part: hashlib.sha256(canonical_json(value).encode()).hexdigest()[:16]
-        for part, value in template_parts(template).items()
-    }
 
 
 def _pinned_main(template: dict[str, Any]) -> PinnedMain:
@@ -665,7 +641,7 @@ def render_deployment(
         **metadata.get("annotations", {}),
         **_annotations(spec),
         ANNOTATION_PINNED_MAIN: _pinned_main(template).to_json(),
-        ANNOTATION_TEMPLATE: canonical_json(template_hashes(template)),
+        ANNOTATION_TEMPLATE: template_hash.record(template),
     }
     if replicas:
         asked = spec.expires_at - timedelta(hours=spec.ttl_hours)

@@ -65,11 +65,16 @@ class BoxSpec:
     image: ImageProfileConfig | None = None
     # The person the box belongs to; None for the operator's boxes.
     owner: str | None = None
-    # The names of the box's objects, made once with the spec.
+    # Made once with the spec: the names of the box's objects, the person who owns it
+    # (None for the operator's boxes) and the labels and annotations that record them.
     names: ObjectNames = field(init=False, repr=False)
+    person: str | None = field(init=False, repr=False)
+    marks: tuple[dict[str, str], dict[str, str]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "names", object_names(self.name))
+        object.__setattr__(self, "person", ownership.person(self.owner))
+        object.__setattr__(self, "marks", ownership.marks(self.owner))
 
 
 def spec_from_deployment(deployment: dict[str, Any]) -> BoxSpec:

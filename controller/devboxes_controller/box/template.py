@@ -8,13 +8,12 @@ reconciler; a running box reports that a restart would apply the change.
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from typing import Any
 
 from ..config.settings import Settings
 from ..k8s.kube import Obj
-from . import naming, render
+from . import naming, render, template_hash
 from .spec import pinned_from_template, spec_from_deployment
 
 
@@ -30,25 +29,10 @@ def desired(deployment: Obj, settings: Settings) -> Obj:
     return render.render_deployment(spec, settings, replicas=replicas)
 
 
-def _recorded_hashes(deployment: Obj) -> dict[str, str] | None:
-    text = ((deployment.get("metadata") or {}).get("annotations") or {}).get(
-        naming.ANNOTATION_TEMPLATE
-    )
-    if not isinstance(text, str):
-        return None
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return None
-    if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
-        return None
-    return data
-
-
 def container_names(deployment: Obj) -> set[str]:
     """The containers of the box's pod, from its template record or, for a box written
     before the record, from the deployed template: the cache keeps only the one it needs."""
-    recorded = _recorded_hashes(deployment)
+    recorded = template_hash.recorded(deployment)
     if recorded is not None:
         prefix = "container:"
         return {part.removeprefix(prefix) for part in recorded if part.startswith(prefix)}
@@ -61,7 +45,10 @@ def reads_deployed_template(deployment: Obj) -> bool:
     no readable record of the template's parts, and for its main container, when the box
     has no pinned record of it. Only boxes written before those records qualify."""
     annotations = (deployment.get("metadata") or {}).get("annotations") or {}
-    return _recorded_hashes(deployment) is None or naming.ANNOTATION_PINNED_MAIN not in annotations
+    return (
+        template_hash.recorded(deployment) is None
+        or naming.ANNOTATION_PINNED_MAIN not in annotations
+    )
 
 
 def _covers(wanted: Any, actual: Any) -> bool:
@@ -82,16 +69,16 @@ def _covers(wanted: Any, actual: Any) -> bool:
 def _changed_parts(deployment: Obj, wanted: Obj) -> list[tuple[str, str]]:
     """(part, how) for every part of the template that differs between the box's
     ``deployment`` and the Deployment the release ``wanted``: added, removed, changed."""
-    hashes = _recorded_hashes(wanted) or {}
-    recorded = _recorded_hashes(deployment)
+    hashes = template_hash.recorded(wanted) or {}
+    recorded = template_hash.recorded(deployment)
     if recorded is not None:
         # The record the box has against the record the release would write.
         differs = {part for part in hashes if hashes[part] != recorded.get(part)}
         present = set(recorded)
     else:
         # A box written before the template record: compare with the deployed template.
-        parts = render.template_parts(wanted["spec"]["template"])
-        actual = render.template_parts((deployment.get("spec") or {}).get("template") or {})
+        parts = template_hash.parts(wanted["spec"]["template"])
+        actual = template_hash.parts((deployment.get("spec") or {}).get("template") or {})
         differs = {p for p in parts if p not in actual or not _covers(parts[p], actual[p])}
         present = set(actual)
     found = [(p, "added" if p not in present else "changed") for p in sorted(differs)]

@@ -142,7 +142,7 @@ class Gatekeeper:
         reserve_unplaced(room, holders, cluster.placed)
         demands: dict[str, order.Demand] = {}
         for waiter in waiters:
-            deployment = self._store.deployment(waiter.box)
+            deployment = self._store.deployment(naming.object_names(waiter.box))
             found = demand(deployment, self._store.settings, cluster) if deployment else None
             if found is not None:
                 demands[waiter.box] = found

@@ -20,6 +20,7 @@ from devboxes_sdk.labels import accelerator_label
 from devboxes_sdk.models import ActivityReport, DeleteResult, Devbox, DevboxCreate
 
 from ..box import activity, idempotency, naming, ownership, render, ssh_port, status, template
+from ..box.naming import ObjectNames
 from ..box.spec import BoxSpec, spec_from_deployment
 from ..config.boxes import ACTIVITY_SIDECAR
 from ..config.catalog import SnapshotError
@@ -101,7 +102,7 @@ class Lifecycle:
         # both take the last place.
         with self._limits_lock:
             ask = limits.Ask(asker, new_box=True, device=_device(spec), count=_count(spec))
-            existing = self.store.deployment(spec.name)
+            existing = self.store.deployment(spec.names)
             if existing is None:
                 holdings = self._holdings.of(self.store.deployments())
                 limits.check_quota(self.settings.limits, ask, holdings)
@@ -116,10 +117,10 @@ class Lifecycle:
     ) -> Devbox:
         owner = spec.owner
         made_by = idempotency.CreateRequest.of(key, request) if key is not None else None
-        existing = self.store.deployment(spec.name)
+        existing = self.store.deployment(spec.names)
         if existing is not None:
-            return self._created_before(spec.name, existing, made_by, owner)
-        claim = self.store.claim(spec.name)
+            return self._created_before(spec.names, existing, made_by, owner)
+        claim = self.store.claim(spec.names)
         groups = None if asker is None else _limited_groups(self.settings, asker)
         # Everything is rendered before the first write; what belongs to the Deployment
         # is rendered again with it once it is written, for its uid.
@@ -145,7 +146,7 @@ class Lifecycle:
                     f"devbox '{spec.name}' was deleted while this create was being made; "
                     "send the create again to make a new box"
                 ) from None
-            return self._created_before(spec.name, existing, made_by, owner)
+            return self._created_before(spec.names, existing, made_by, owner)
         wanted = self._wanted(spec, deployment, made_by=made_by, owner_groups=groups)
         if wanted.service is not None:
             self._writer.service(wanted.service, deployment)
@@ -164,11 +165,11 @@ class Lifecycle:
                 "image_profile": spec.image.name if spec.image else None,
             },
         )
-        return self._current(spec.name, deployment)
+        return self._current(spec.names, deployment)
 
     def _created_before(
         self,
-        name: str,
+        names: ObjectNames,
         existing: Obj,
         made_by: idempotency.CreateRequest | None,
         owner: str | None,
@@ -178,16 +179,16 @@ class Lifecycle:
         mine = ownership.owner_of(existing) == (owner or ownership.OPERATOR)
         if not mine:
             # Names are unique across people, but whose box holds one is not told.
-            raise Conflict(taken(name))
+            raise Conflict(taken(names.box))
         if made_by is None or not made_by.made(existing):
-            raise Conflict(f"devbox '{name}' already exists")
-        return self._current(name, existing)
+            raise Conflict(f"devbox '{names.box}' already exists")
+        return self._current(names, existing)
 
-    def _current(self, name: str, deployment: Obj) -> Devbox:
+    def _current(self, names: ObjectNames, deployment: Obj) -> Devbox:
         """The box's status, derived at once so the response reflects the write just made:
         the box's objects as the store holds them, with ``deployment`` when the store has
         not seen it yet."""
-        objects = self.store.objects(name)
+        objects = self.store.objects(names)
         if objects is None:
             objects = status.BoxObjects(deployment=deployment)
         elif kube.resource_version(objects.deployment) < kube.resource_version(deployment):
@@ -221,13 +222,13 @@ class Lifecycle:
         """Create the home claim, or reuse a retained one and grow it; never shrink it.
         True when this call created the claim."""
         wanted = wanted or self._wanted(spec)
-        return self._writer.claim(wanted.claim, self.store.claim(spec.name))
+        return self._writer.claim(wanted.claim, self.store.claim(spec.names))
 
     def ensure_service(
         self, spec: BoxSpec, deployment: Obj, wanted: render.Box | None = None
     ) -> bool:
         """True when this call created the Service."""
-        service = self.store.service(spec.name)
+        service = self.store.service(spec.names)
         if service is not None and belongs_to(service, deployment):
             return False
         wanted = wanted or self._wanted(spec, deployment)
@@ -241,7 +242,7 @@ class Lifecycle:
         pinned to a DRA profile is not repaired, rather than written to on every pass."""
         if not self.store.watches_claims:
             return False
-        existing = self.store.claim_template(spec.name)
+        existing = self.store.claim_template(spec.names)
         if existing is not None and belongs_to(existing, deployment):
             return False
         wanted = wanted or self._wanted(spec, deployment)
@@ -250,24 +251,24 @@ class Lifecycle:
             claim_template, deployment
         )
 
-    def release_service(self, name: str) -> bool:
+    def release_service(self, names: ObjectNames) -> bool:
         """Delete a stopped box's SSH Service, which frees its node port; True when this
         call deleted it."""
-        deleted = self._writer.delete_service(naming.object_names(name))
+        deleted = self._writer.delete_service(names)
         # So that the answer to the stop, and a start right after it, see it gone.
-        self.store.has_forgotten_service(name)
+        self.store.has_forgotten_service(names)
         return deleted
 
-    def _keep_ssh_port(self, name: str, annotations: dict[str, Any]) -> None:
+    def _keep_ssh_port(self, names: ObjectNames, annotations: dict[str, Any]) -> None:
         """Add the box's node port to the annotations a stop writes, for the next start."""
-        port = ssh_port.node_port(self.store.service(name))
+        port = ssh_port.node_port(self.store.service(names))
         if port is not None and self._writer.node_ports:
             annotations[ssh_port.ANNOTATION_SSH_NODE_PORT] = str(port)
 
-    def keep_ssh_port(self, name: str, deployment: Obj) -> int | None:
+    def keep_ssh_port(self, names: ObjectNames, deployment: Obj) -> int | None:
         """Record a stopped box's node port before its Service goes; the port kept."""
         annotations: dict[str, Any] = {}
-        self._keep_ssh_port(name, annotations)
+        self._keep_ssh_port(names, annotations)
         port = annotations.get(ssh_port.ANNOTATION_SSH_NODE_PORT)
         if port is not None and ssh_port.recorded(deployment) != int(port):
             self._writer.patch(deployment, {"metadata": {"annotations": annotations}})
@@ -288,7 +289,7 @@ class Lifecycle:
 
     def record_activity(self, name: str, report: ActivityReport) -> None:
         """Write back what a box's agent reported, when it changes what is known."""
-        deployment = self._deployment(name)
+        deployment = self._deployment(naming.object_names(name))
         if (deployment.get("spec") or {}).get("replicas", 1) == 0:
             return
         now = self.clock()
@@ -304,24 +305,25 @@ class Lifecycle:
 
     def stop_idle(self, name: str, limit: timedelta) -> Devbox:
         """Stop a box nobody used for ``limit``, like a TTL expiry."""
-        deployment = self._deployment(name)
+        names = naming.object_names(name)
+        deployment = self._deployment(names)
         minutes = activity.minutes_text(limit)
         annotations = {activity.ANNOTATION_IDLE_STOPPED: minutes}
-        self._keep_ssh_port(name, annotations)
+        self._keep_ssh_port(names, annotations)
         updated = self._writer.patch(
             deployment, {"metadata": {"annotations": annotations}, "spec": {"replicas": 0}}
         )
-        self.release_service(name)
+        self.release_service(names)
         self.record(updated, "IdleStopped", f"Stopped after {minutes} min idle; storage kept")
         log.info("box stopped for idleness", extra={"box": name, "minutes": minutes})
-        return self._current(name, updated)
+        return self._current(names, updated)
 
-    def _deployment(self, name: str, scope: str | None = None) -> Obj:
+    def _deployment(self, names: ObjectNames, scope: str | None = None) -> Obj:
         """The box's Deployment, when the box is ``scope``'s (any box's when None):
         another person's box is as absent as one that does not exist."""
-        deployment = self.store.deployment(name)
+        deployment = self.store.deployment(names)
         if deployment is None or not ownership.visible(deployment, scope):
-            raise NotFound(f"devbox '{name}' not found")
+            raise NotFound(f"devbox '{names.box}' not found")
         return deployment
 
     def start_box(
@@ -335,7 +337,7 @@ class Lifecycle:
             return self._start(name, scope, asker)
 
     def _start(self, name: str, scope: str | None, asker: limits.Asker | None) -> Devbox:
-        deployment = self._deployment(name, scope)
+        deployment = self._deployment(naming.object_names(name), scope)
         try:
             spec = spec_from_deployment(deployment)
         except SnapshotError as err:
@@ -389,7 +391,7 @@ class Lifecycle:
             "Started",
             f"Started; stops automatically at {format_timestamp(expires)}",
         )
-        return self._current(name, updated)
+        return self._current(spec.names, updated)
 
     def begin_time_to_live(self, name: str, deployment: Obj, now: datetime) -> Obj:
         """A box whose pod was first given a node since it was created or started: its
@@ -442,26 +444,27 @@ class Lifecycle:
         self, name: str, expired_at: datetime | None = None, scope: str | None = None
     ) -> Devbox:
         """Replicas 0 and no Service; the claim, the snapshot and the TTL annotation stay."""
-        deployment = self._deployment(name, scope)
+        names = naming.object_names(name)
+        deployment = self._deployment(names, scope)
         annotations: dict[str, Any] = {}
         if expired_at is not None:
             annotations[naming.ANNOTATION_EXPIRED_AT] = format_timestamp(expired_at)
-        self._keep_ssh_port(name, annotations)
+        self._keep_ssh_port(names, annotations)
         updated = self._writer.patch(
             deployment, {"metadata": {"annotations": annotations}, "spec": {"replicas": 0}}
         )
-        self.release_service(name)
+        self.release_service(names)
         if expired_at is not None:
             self.record(updated, "Expired", "Stopped: its time to live ran out; storage kept")
         else:
             self.record(updated, "Stopped", "Stopped on request; storage kept")
-        return self._current(name, updated)
+        return self._current(names, updated)
 
     def delete(self, name: str, purge: bool, scope: str | None = None) -> DeleteResult:
         """Compute and Service go; the home claim stays unless ``purge``."""
         names = naming.object_names(name)
-        deployment = self.store.deployment(name)
-        claim = self.store.claim(name)
+        deployment = self.store.deployment(names)
+        claim = self.store.claim(names)
         if deployment is not None and not ownership.visible(deployment, scope):
             deployment = claim = None
         if claim is not None and not ownership.visible(claim, scope):
@@ -471,8 +474,8 @@ class Lifecycle:
         self._writer.delete_deployment(names)
         self._writer.delete_service(names)
         if purge:
-            self.purge_claim(name)
-        self.store.has_forgotten(name)
+            self.purge_claim(names)
+        self.store.has_forgotten(names)
         message = (
             f"devbox '{name}' deleted with its home volume"
             if purge
@@ -481,17 +484,17 @@ class Lifecycle:
         log.info("box deleted", extra={"box": name, "purged": purge})
         return DeleteResult(name=name, purged=purge, message=message)
 
-    def purge_claim(self, name: str) -> bool:
+    def purge_claim(self, names: ObjectNames) -> bool:
         """Delete a box's home claim: the only code path that deletes one."""
-        deleted = self._writer.delete_claim(naming.object_names(name))
+        deleted = self._writer.delete_claim(names)
         if deleted:
             # So that the volume list read right after the purge no longer shows it.
-            self.store.has_forgotten_claim(name)
+            self.store.has_forgotten_claim(names)
         return deleted
 
     def extend_box(self, name: str, hours: int, scope: str | None = None) -> Devbox:
         """Push a running box's deadline back, never beyond ``ttl.maxHours`` from now."""
-        deployment = self._deployment(name, scope)
+        deployment = self._deployment(naming.object_names(name), scope)
         if (deployment.get("spec") or {}).get("replicas", 1) == 0:
             raise Conflict(f"devbox '{name}' is stopped; start it, which renews its time to live")
         try:
@@ -539,7 +542,7 @@ class Lifecycle:
             "Extended",
             f"Extended by {hours} h; stops automatically at {stamp}",
         )
-        return self._current(name, updated)
+        return self._current(spec.names, updated)
 
 
 def _device(spec: BoxSpec) -> str | None:

@@ -111,7 +111,9 @@ class Reconciler:
 
     def reconcile_boxes(self, names: set[str]) -> None:
         """One pass over these boxes only."""
-        found = [(name, self._store.deployment(name)) for name in sorted(names)]
+        found = [
+            (name, self._store.deployment(naming.object_names(name))) for name in sorted(names)
+        ]
         for name, deployment in found:
             if deployment is None:
                 self._deadlines.pop(name, None)
@@ -168,7 +170,7 @@ class Reconciler:
         # A box waiting in line for a device has not begun its time to live.
         ttl_runs = running
         if running and naming.ANNOTATION_WAITING_SINCE in annotations:
-            objects = self._store.objects(name)
+            objects = self._store.objects(naming.object_names(name))
             ttl_runs = objects is not None and not status.waits_for_node(objects)
             if ttl_runs:
                 deployment = self._lifecycle.begin_time_to_live(name, deployment, now)
@@ -204,7 +206,7 @@ class Reconciler:
         # Only what this pass created counts: until the watch delivers an object written
         # by the pass before, the cache still misses it, and recreating it finds it there.
         repaired = []
-        if self._store.claim(name) is None and self._lifecycle.ensure_storage(spec):
+        if self._store.claim(spec.names) is None and self._lifecycle.ensure_storage(spec):
             repaired.append("PersistentVolumeClaim")
         if running and self._lifecycle.ensure_service(spec, deployment):
             repaired.append("Service")
@@ -221,18 +223,19 @@ class Reconciler:
     def _release_service(self, name: str, deployment: Obj, now: datetime) -> None:
         """Remove the Service of a stopped box, as a stop does: boxes stopped by a
         release that kept their Services give their node ports back."""
-        service = self._store.service(name)
+        names = naming.object_names(name)
+        service = self._store.service(names)
         if service is None or service["metadata"].get("deletionTimestamp"):
             return
         made = service["metadata"].get("creationTimestamp")
         # A start makes the Service just before it scales the box up.
         if made is None or now - parse_timestamp(made) < REPAIR_GRACE:
             return
-        current = self._store.deployment(name)
+        current = self._store.deployment(names)
         if current is None or (current.get("spec") or {}).get("replicas", 1) != 0:
             return
-        port = self._lifecycle.keep_ssh_port(name, current)
-        if self._lifecycle.release_service(name):
+        port = self._lifecycle.keep_ssh_port(names, current)
+        if self._lifecycle.release_service(names):
             kept = f"; node port {port} is kept for its next start" if port else ""
             self._lifecycle.record(
                 current, "ServiceRemoved", f"Removed the SSH Service of the stopped box{kept}"

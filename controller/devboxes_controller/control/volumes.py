@@ -43,9 +43,10 @@ def _retained_claim(store: BoxStore, claim: Obj) -> str | None:
         return None
     if (metadata.get("labels") or {}).get(naming.LABEL_COMPONENT) != naming.COMPONENT_HOME:
         return None
-    if metadata["name"] != naming.object_names(box).pvc:
+    names = naming.object_names(box)
+    if metadata["name"] != names.pvc:
         return None
-    if store.deployment(box) is not None:
+    if store.deployment(names) is not None:
         return None
     return box
 
@@ -64,17 +65,18 @@ def retained(store: BoxStore, scope: str | None = None) -> VolumeList:
 def purge(lifecycle: Lifecycle, name: str, scope: str | None = None) -> DeleteResult:
     """Delete the retained home volume of ``name``; a box that still exists keeps its own.
     Another person's volume (``scope`` set) is as absent as one that does not exist."""
-    pvc = naming.object_names(name).pvc
+    names = naming.object_names(name)
+    pvc = names.pvc
     store = lifecycle.store
-    claim = store.claim(name)
+    claim = store.claim(names)
     if claim is not None and not ownership.visible(claim, scope):
         claim = None
-    deployment = store.deployment(name)
+    deployment = store.deployment(names)
     if deployment is not None and ownership.visible(deployment, scope):
         raise Conflict(
             f"devbox '{name}' still exists and uses {pvc}; delete the box with purge instead"
         )
-    if claim is None or _retained_claim(store, claim) is None or not lifecycle.purge_claim(name):
+    if claim is None or _retained_claim(store, claim) is None or not lifecycle.purge_claim(names):
         raise NotFound(f"no retained home volume for '{name}'")
     log.info("volume purged", extra={"box": name})
     return DeleteResult(name=name, purged=True, message=f"home volume {pvc} of '{name}' deleted")

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from devboxes_sdk.models import Devbox, DevboxState
 
 from ..box import naming, status
+from ..box.naming import ObjectNames
 from ..box.spec import spec_from_deployment
 from ..config.catalog import SnapshotError
 from ..config.gpu import GpuProfileConfig
@@ -116,32 +117,32 @@ class BoxStore:
             self._caches.slices.subscribe(on_update=self._devices_changed)
         self.availability.add_listener(self._availability_changed)
 
-    def deployment(self, name: str) -> Obj | None:
-        return self._caches.deployments.get(naming.object_names(name).deployment)
+    def deployment(self, names: ObjectNames) -> Obj | None:
+        return self._caches.deployments.get(names.deployment)
 
     def deployments(self) -> list[Obj]:
         return self._caches.deployments.all()
 
-    def claim(self, name: str) -> Obj | None:
+    def claim(self, names: ObjectNames) -> Obj | None:
         """The box's home claim, which may outlive the box."""
-        return self._caches.pvcs.get(naming.object_names(name).pvc)
+        return self._caches.pvcs.get(names.pvc)
 
     def claims(self) -> list[Obj]:
         return self._caches.pvcs.all()
 
-    def service(self, name: str) -> Obj | None:
-        return self._caches.services.get(naming.object_names(name).service)
+    def service(self, names: ObjectNames) -> Obj | None:
+        return self._caches.services.get(names.service)
 
     @property
     def watches_claims(self) -> bool:
         """Whether the DRA kinds are cached: only while some profile is of DRA devices."""
         return self._caches.claim_templates is not None
 
-    def claim_template(self, name: str) -> Obj | None:
+    def claim_template(self, names: ObjectNames) -> Obj | None:
         """A DRA box's ResourceClaimTemplate, when cached."""
         if self._caches.claim_templates is None:
             return None
-        return self._caches.claim_templates.get(naming.object_names(name).claim_template)
+        return self._caches.claim_templates.get(names.claim_template)
 
     def has_seen(self, deployment: Obj) -> bool:
         """Wait briefly until the cache holds this version of a written Deployment, so the
@@ -150,17 +151,17 @@ class BoxStore:
             deployment["metadata"]["name"], kube.resource_version(deployment)
         )
 
-    def has_forgotten(self, name: str) -> bool:
+    def has_forgotten(self, names: ObjectNames) -> bool:
         """Wait briefly until the cache no longer holds the box's Deployment."""
-        return self._caches.deployments.wait_for_absence(naming.object_names(name).deployment)
+        return self._caches.deployments.wait_for_absence(names.deployment)
 
-    def has_forgotten_service(self, name: str) -> bool:
+    def has_forgotten_service(self, names: ObjectNames) -> bool:
         """Wait briefly until the cache no longer holds the box's SSH Service, or sees it go."""
-        return self._caches.services.wait_for_absence(naming.object_names(name).service)
+        return self._caches.services.wait_for_absence(names.service)
 
-    def has_forgotten_claim(self, name: str) -> bool:
+    def has_forgotten_claim(self, names: ObjectNames) -> bool:
         """Wait briefly until the cache no longer holds the box's home claim, or sees it go."""
-        return self._caches.pvcs.wait_for_absence(naming.object_names(name).pvc)
+        return self._caches.pvcs.wait_for_absence(names.pvc)
 
     def synced(self) -> bool:
         """Whether every watch ``/ready`` waits for has listed its objects."""
@@ -183,8 +184,8 @@ class BoxStore:
         the box changes: its body, or its absence."""
         self._answer_listeners.append(listener)
 
-    def objects(self, name: str) -> status.BoxObjects | None:
-        caches, names = self._caches, naming.object_names(name)
+    def objects(self, names: ObjectNames) -> status.BoxObjects | None:
+        caches, name = self._caches, names.box
         deployment = caches.deployments.get(names.deployment)
         if deployment is None:
             return None
@@ -226,7 +227,7 @@ class BoxStore:
             # Read under the lock: watch threads of two kinds may announce the same box at
             # once, and the one that stores last must also have read last, or its older
             # view (a Deployment without its new pod) would stand until the next event.
-            objects = self.objects(name)
+            objects = self.objects(naming.object_names(name))
             changed: set[str] = set()
             if objects is None:
                 if self._answers.remove(name):
@@ -250,7 +251,7 @@ class BoxStore:
 
     def _pinned_gpu(self, name: str) -> GpuProfileConfig | None:
         """The GPU profile pinned on the box's Deployment; None when unreadable."""
-        deployment = self.deployment(name)
+        deployment = self.deployment(naming.object_names(name))
         try:
             return spec_from_deployment(deployment).gpu if deployment else None
         except SnapshotError:

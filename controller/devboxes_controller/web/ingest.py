@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from devboxes_sdk.models import API_PREFIX, ActivityReport, field_errors, normalize_name
 
-from ..box import activity
+from ..box import activity, naming
 from ..control.lifecycle import Lifecycle
 from ..k8s.kube import ApiProblem, Invalid
 from ..state.store import BoxStore
@@ -63,7 +63,7 @@ def _authenticated_box(request: Request, name: str) -> str:
         box = normalize_name(name)
     except ValueError:
         raise Unauthorized("invalid box credential") from None
-    deployment = store.deployment(box)
+    deployment = store.deployment(naming.object_names(box))
     if (
         presented is None
         or deployment is None

@@ -314,10 +314,10 @@ def test_the_answer_to_a_write_the_store_has_not_seen_keeps_the_boxs_claims() ->
         claims=[claim("pod-1", result("gpu"))],
         devices={(NVIDIA, "a100-0", "gpu-0"): A100},
     )
-    store = SimpleNamespace(settings=SETTINGS, clock=lambda: NOW, objects=lambda name: objects)
+    store = SimpleNamespace(settings=SETTINGS, clock=lambda: NOW, objects=lambda names: objects)
     lifecycle = Lifecycle(store, ApiClient(), activity_key=b"k" * 32)  # type: ignore[arg-type]
     try:
-        answer = lifecycle._current("atlas", written)
+        answer = lifecycle._current(naming.object_names("atlas"), written)
     finally:
         lifecycle.stop()
     assert answer.expires_at == datetime(2030, 1, 1, 13, tzinfo=UTC)

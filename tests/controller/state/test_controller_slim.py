@@ -383,8 +383,8 @@ class Store:
     by_name: dict[str, Obj]
     every_claim: list[Obj]
 
-    def deployment(self, box: str) -> Obj | None:
-        return self.by_name.get(naming.object_names(box).deployment)
+    def deployment(self, names: naming.ObjectNames) -> Obj | None:
+        return self.by_name.get(names.deployment)
 
     def claims(self) -> list[Obj]:
         return self.every_claim
