@@ -14,10 +14,11 @@ import threading
 import webbrowser
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from types import TracebackType
 from typing import NoReturn, TextIO
 
-from devboxes_sdk import _render, oidc_login
+from devboxes_sdk import _cli_ssh, _render, oidc_login
 from devboxes_sdk.client import DEFAULT_PAGE_SIZE, Client, Devbox
 from devboxes_sdk.config import (
     ENV_TOKEN,
@@ -195,35 +196,7 @@ def _wait(box: Devbox, timeout: float) -> Devbox:
         return box.wait_ready(timeout, on_update=progress.update)
 
 
-def ssh_argv(box: Devbox, extra: Sequence[str]) -> list[str]:
-    """The ``ssh`` command line for a box, from its ssh_host, ssh_port and ssh_user."""
-    destination = box.ssh_host
-    if not destination or not _SSH_HOST_RE.fullmatch(destination):
-        raise DevboxesError(f"{box.name} has no usable SSH address yet")
-    if box.ssh_user is not None:
-        if not _SSH_USER_RE.fullmatch(box.ssh_user):
-            raise DevboxesError(f"{box.name} names an unusable SSH user: {box.ssh_user!r}")
-        destination = f"{box.ssh_user}@{destination}"
-    extra_args = list(extra)
-    if extra_args and extra_args[0] == "--":
-        extra_args = extra_args[1:]
-    return ["ssh", "-p", str(box.ssh_port), destination, *extra_args]
-
-
-def _exec_ssh(box: Devbox, extra: Sequence[str]) -> NoReturn:
-    argv = ssh_argv(box, extra)
-    executable = shutil.which("ssh")
-    if executable is None:
-        raise DevboxesError("ssh is not installed (no 'ssh' on PATH)")
-    sys.stdout.flush()
-    sys.stderr.flush()
-    try:
-        os.execv(executable, argv)  # noqa: S606 - replacing this process with ssh is the point
-    except OSError as error:
-        raise DevboxesError(f"cannot run {executable}: {error.strerror}") from None
-
-
-def _not_ready(box: Devbox) -> DevboxesError:
+def not_ready(box: Devbox) -> DevboxesError:
     status = status_line(box.state, box.message)
     hint = f"start it with: devbox start {box.name}"
     if box.state is DevboxState.STARTING:
@@ -400,12 +373,12 @@ def cmd_gpu_doctor(args: argparse.Namespace) -> int:
     return EXIT_OK if report.ok else EXIT_ERROR
 
 
-def _finish_wait(box: Devbox, args: argparse.Namespace) -> int:
+def _finish_wait(box: Devbox, args: argparse.Namespace) -> Devbox:
     ready = _wait(box, args.timeout)
     _print_box(ready, args)
     if not args.json and ready.ssh_command:
         print(f"\nConnect with: {_render.clean(ready.ssh_command)}  (or: devbox ssh {ready.name})")
-    return EXIT_OK
+    return ready
 
 
 def flag_message(error: ValidationError, flags: Mapping[str, str | None] = _CREATE_FLAGS) -> str:
@@ -464,9 +437,9 @@ def cmd_create(args: argparse.Namespace) -> int:
         if args.no_wait:
             _print_box(box, args)
             return EXIT_OK
-        _finish_wait(box, args)
-    if args.ssh:
-        _exec_ssh(box, [])
+        ready = _finish_wait(box, args)
+        if args.ssh:
+            open_ssh(args, client, ready, [])
     return EXIT_OK
 
 
@@ -509,7 +482,8 @@ def cmd_start(args: argparse.Namespace) -> int:
         if args.no_wait:
             _print_box(box, args)
             return EXIT_OK
-        return _finish_wait(box, args)
+        _finish_wait(box, args)
+        return EXIT_OK
 
 
 def _holds_device(box: Devbox) -> bool:
@@ -695,9 +669,75 @@ def cmd_volume_purge(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _ssh_environment(args: argparse.Namespace, client: Client) -> dict[str, str]:
+    """ssh's environment: the ``ProxyCommand`` it runs must reach the same API as this
+    command, with the token given here (which never goes on a command line)."""
+    environment = {**os.environ, ENV_URL: client.url}
+    if args.token is not None:
+        environment[ENV_TOKEN] = normalize_token(args.token, "--token")
+    return environment
+
+
+def open_ssh(
+    args: argparse.Namespace, client: Client, box: Devbox, extra: Sequence[str]
+) -> NoReturn:
+    """Replace this process with ssh to a ready box: through the controller's tunnel when
+    it offers one, else at the box's own address."""
+    if "tunnel" in client.capabilities().ssh_access:
+        argv = _cli_ssh.tunnel_argv(box, extra)
+    else:
+        argv = _cli_ssh.service_argv(box, extra)
+    _cli_ssh.exec_ssh(argv, _ssh_environment(args, client))
+
+
 def cmd_ssh(args: argparse.Namespace) -> int:
+    if args.stdio:
+        if args.ssh_args:
+            raise UsageError("--stdio takes no ssh arguments: ssh runs it as a ProxyCommand")
+        with _client(args) as client:
+            reason = _cli_ssh.stdio(client, args.name)
+        if reason:
+            print(
+                f"devbox: the controller closed the tunnel: {_render.clean(reason)}",
+                file=sys.stderr,
+            )
+        return EXIT_OK
     with _client(args) as client:
         box = client.get(args.name)
-    if box.state is not DevboxState.READY:
-        raise _not_ready(box)
-    _exec_ssh(box, args.ssh_args)
+        if box.state is not DevboxState.READY:
+            raise not_ready(box)
+        open_ssh(args, client, box, args.ssh_args)
+
+
+def cmd_config_ssh(args: argparse.Namespace) -> int:
+    path = Path(args.file).expanduser()
+    try:
+        text = path.read_text(encoding="utf-8") if path.exists() else ""
+    except (OSError, UnicodeDecodeError) as error:
+        raise DevboxesError(f"cannot read {path}: {error}") from None
+    if args.remove:
+        updated = _cli_ssh.without_block(text)
+        done = (
+            f"removed the devbox block from {path}"
+            if updated != text
+            else f"{path} has no devbox block"
+        )
+    else:
+        with _client(args) as client:
+            if "tunnel" not in client.capabilities().ssh_access:
+                raise DevboxesError(
+                    f"the controller at {client.url} offers no tunnel; "
+                    "reach boxes with: devbox ssh NAME"
+                )
+            updated = _cli_ssh.with_block(text, _cli_ssh.config_block(client.url))
+        done = f"wrote the devbox block to {path}: connect with ssh NAME{_cli_ssh.HOST_SUFFIX}"
+    if args.dry_run:
+        sys.stdout.write(updated)
+        return EXIT_OK
+    if updated != text:
+        try:
+            _cli_ssh.write_config(path, updated)
+        except OSError as error:
+            raise DevboxesError(f"cannot write {path}: {error.strerror or error}") from None
+    print(done)
+    return EXIT_OK

@@ -11,6 +11,7 @@ from typing import Any, NoReturn
 from devboxes_sdk._cli_commands import (
     EXIT_OK,
     UsageError,
+    cmd_config_ssh,
     cmd_create,
     cmd_delete,
     cmd_extend,
@@ -30,6 +31,7 @@ from devboxes_sdk._cli_commands import (
     cmd_volumes,
     cmd_whoami,
 )
+from devboxes_sdk._cli_ssh import box_of_host
 from devboxes_sdk._completion import (
     BOXES,
     IMAGES,
@@ -64,8 +66,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _box_name(value: str) -> str:
+    """An existing box's name; ``NAME.devbox``, as ssh and the config block name a box,
+    names box NAME."""
     try:
-        return normalize_name(value)
+        return normalize_name(box_of_host(value))
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
 
@@ -344,7 +348,32 @@ def build_parser() -> argparse.ArgumentParser:
     ssh = add("ssh", "open an SSH session to a ready box", cmd_ssh)
     _box_argument(ssh)
     ssh.add_argument(
+        "--stdio",
+        action="store_true",
+        help="carry one SSH connection over standard input and output through the "
+        "controller, as ssh's ProxyCommand (NAME may end in .devbox)",
+    )
+    ssh.add_argument(
         "ssh_args", nargs=argparse.REMAINDER, metavar="-- ARGS", help="passed on to ssh"
+    )
+
+    config_ssh = add(
+        "config-ssh",
+        "let ssh, scp, rsync and editors reach every box as NAME.devbox through the "
+        "controller, with one marked block in the SSH config",
+        cmd_config_ssh,
+    )
+    config_ssh.add_argument(
+        "--file",
+        default="~/.ssh/config",
+        metavar="PATH",
+        help="the SSH config to edit (default: ~/.ssh/config)",
+    )
+    config_ssh.add_argument(
+        "--dry-run", action="store_true", help="print the config it would write; change nothing"
+    )
+    config_ssh.add_argument(
+        "--remove", action="store_true", help="remove the block and nothing else"
     )
 
     completion = commands.add_parser(

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 import requests
 from pydantic import BaseModel
 from pydantic import ValidationError as PydanticValidationError
+from websockets.sync.client import ClientConnection
 
 from devboxes_sdk._version import __version__
 from devboxes_sdk.errors import (
@@ -30,6 +31,7 @@ from devboxes_sdk.errors import (
     error_from_body,
 )
 from devboxes_sdk.models import IDEMPOTENCY_HEADER
+from devboxes_sdk.tunnel import open_tunnel
 
 # Only requests that can be repeated without a second effect are retried: these methods,
 # and a request carrying an idempotency key, which the server answers once.
@@ -53,10 +55,10 @@ class _BearerAuth(requests.auth.AuthBase):
     """Sets the bearer header; as an ``auth`` object it also wins over ``~/.netrc``."""
 
     def __init__(self, token: str) -> None:
-        self._token = token
+        self.token = token
 
     def __call__(self, request: requests.PreparedRequest) -> requests.PreparedRequest:
-        request.headers["Authorization"] = f"Bearer {self._token}"
+        request.headers["Authorization"] = f"Bearer {self.token}"
         return request
 
     def __repr__(self) -> str:
@@ -207,6 +209,10 @@ class Transport:
     def close(self) -> None:
         if self._owns_session:
             self._session.close()
+
+    def tunnel(self, name: str) -> ClientConnection:
+        """A tunnel to box ``name``'s sshd, with this transport's URL and token."""
+        return open_tunnel(self.url, self._auth.token, name)
 
     def request(
         self,

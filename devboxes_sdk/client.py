@@ -17,6 +17,7 @@ from urllib.parse import urlencode
 import requests
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from pydantic import ValidationError as PydanticValidationError
+from websockets.sync.client import ClientConnection
 
 from devboxes_sdk import models
 from devboxes_sdk._transport import Transport, decode, parse
@@ -296,6 +297,12 @@ class Client:
 
     def __repr__(self) -> str:
         return f"Client(url={self.url!r})"
+
+    def tunnel(self, name: str) -> ClientConnection:
+        """A tunnel to box ``name``'s SSH server through the controller: a WebSocket whose
+        binary messages carry the SSH connection (see :mod:`devboxes_sdk.tunnel`). The box
+        must be ready; the API's error otherwise (404, 409 with its state)."""
+        return self._http.tunnel(name)
 
     def close(self) -> None:
         self._http.close()

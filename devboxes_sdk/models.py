@@ -179,6 +179,10 @@ class GpuCapabilities(_Response):
 
 
 ImageMode = Literal["sidecar", "workspace"]
+# How people reach a box's sshd: through the controller's tunnel
+# (``/api/v1/devboxes/{name}/ssh``), or at the box's own address (``ssh_host``/``ssh_port``).
+SshAccess = Literal["tunnel", "service"]
+_SERVICE_ONLY: tuple[SshAccess, ...] = ("service",)
 
 
 class ImagePort(_Response):
@@ -222,6 +226,8 @@ class Capabilities(_Response):
     images: ImageCapabilities = Field(
         default_factory=lambda: ImageCapabilities(enabled=False, profiles=[])
     )
+    # Servers from before the tunnel send none: only the box's own address.
+    ssh_access: list[SshAccess] = Field(default_factory=lambda: list(_SERVICE_ONLY))
 
 
 class AllocatedDevice(_Response):

@@ -259,6 +259,8 @@ export interface components {
         Capabilities: {
             gpu?: components["schemas"]["GpuCapabilities"];
             images?: components["schemas"]["ImageCapabilities"];
+            /** Ssh Access */
+            ssh_access?: ("tunnel" | "service")[];
         };
         /**
          * DeleteResult
@@ -2055,6 +2057,7 @@ type ReadonlyArray<T> = [
 ] ? Readonly<Exclude<T, undefined>> : Readonly<Exclude<T, undefined>[]>;
 export const pathsApiV1GpuAvailabilityGetParametersQueryPresetAnyOf0Values: ReadonlyArray<FlattenedDeepRequired<paths>["/api/v1/gpu/availability"]["get"]["parameters"]["query"]["preset"]> = ["small", "medium", "large"];
 export const activityStateValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["Activity"]["state"]> = ["active", "idle", "unknown"];
+export const capabilitiesSsh_accessValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["Capabilities"]["ssh_access"]> = ["tunnel", "service"];
 export const devboxCreatePresetValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["DevboxCreate"]["preset"]> = ["small", "medium", "large"];
 export const devboxStateValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["DevboxState"]> = ["starting", "ready", "stopped", "degraded"];
 export const doctorCheckVerdictValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["DoctorCheck"]["verdict"]> = ["pass", "warn", "fail"];

@@ -9,8 +9,11 @@ from typing import Any
 import pytest
 import requests
 from devboxes_testbed.controller import Controller
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
 
 from devboxes_sdk.models import ErrorBody
+from devboxes_sdk.tunnel import tunnel_url
 
 SECURITY_HEADERS = {
     "X-Content-Type-Options": "nosniff",
@@ -78,6 +81,20 @@ def test_every_documented_route_refuses_without_the_token(
             )
             assert_refused(response, f"{method} {path} with {why}")
             assert response.headers.get("Cache-Control") == "no-store"
+
+
+def test_the_tunnel_refuses_without_the_token(controller: Controller) -> None:
+    """The WebSocket route outside the OpenAPI document: refused before the upgrade, with
+    the same 401 as every route, and a dashboard session's cookie is not enough."""
+    url = tunnel_url(controller.url, "atlas")
+    cookie = {"Cookie": "devboxes_session=anything"}
+    for why, headers in [*refusals(controller), ("a session cookie", cookie)]:
+        with pytest.raises(InvalidStatus) as refused:
+            connect(url, additional_headers=headers, proxy=None, open_timeout=10).close()
+        response = refused.value.response
+        assert response.status_code == 401, f"{why}: {response.status_code}"
+        assert response.headers.get("WWW-Authenticate") == "Bearer", why
+        assert isinstance(ErrorBody.model_validate_json(response.body or b"").detail, str)
 
 
 def test_refusal_comes_before_validation(controller: Controller) -> None:

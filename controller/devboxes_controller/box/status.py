@@ -132,6 +132,16 @@ def current_pod(pods: Sequence[Obj]) -> Obj | None:
     )
 
 
+def tunnel_address(objects: BoxObjects) -> str | None:
+    """Where a tunnel dials the box's sshd: its current pod's address, once that pod is
+    ready; None before."""
+    pod = current_pod(objects.pods)
+    if pod is None or not _pod_ready(pod):
+        return None
+    address = (pod.get("status") or {}).get("podIP")
+    return str(address) if address else None
+
+
 def ssh_address(service: Obj | None, settings: Settings) -> tuple[str | None, int]:
     """Where SSH reaches the box, or (None, 22) while the Service has no address."""
     if not service:

@@ -1,5 +1,6 @@
 """The ``connections`` block: how the controller's HTTP server treats its clients, with
-read deadlines for a request and caps on the connections they hold open.
+read deadlines for a request, caps on the connections they hold open, and the bounds of
+the tunnels to boxes.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ MAX_READ_SECONDS = 300
 MAX_CONNECTIONS = 1_000_000
 DEFAULT_MAX_CONNECTIONS = 4096
 DEFAULT_MAX_CONNECTIONS_PER_CLIENT = 256
+# A day: past it a silent tunnel is surely a client that went away without closing.
+MAX_TUNNEL_IDLE_SECONDS = 86_400
+MAX_TUNNELS_PER_PERSON = 1000
 
 
 ReadSeconds = Annotated[
@@ -24,6 +28,18 @@ ReadSeconds = Annotated[
     BeforeValidator(whole_number),
     AfterValidator(int_range(1, MAX_READ_SECONDS)),
     integers(1, MAX_READ_SECONDS),
+]
+TunnelIdleSeconds = Annotated[
+    int,
+    BeforeValidator(whole_number),
+    AfterValidator(int_range(30, MAX_TUNNEL_IDLE_SECONDS)),
+    integers(30, MAX_TUNNEL_IDLE_SECONDS),
+]
+TunnelCount = Annotated[
+    int,
+    BeforeValidator(whole_number),
+    AfterValidator(int_range(1, MAX_TUNNELS_PER_PERSON)),
+    integers(1, MAX_TUNNELS_PER_PERSON),
 ]
 ConnectionCount = Annotated[
     int,
@@ -50,6 +66,12 @@ class ConnectionSettings(Model):
     max_total: ConnectionCount = DEFAULT_MAX_CONNECTIONS
     # Behind an Ingress or another proxy every client has the proxy's address.
     max_per_client: ConnectionCount = DEFAULT_MAX_CONNECTIONS_PER_CLIENT
+    # A tunnel to a box that carries no byte either way this long is closed. `devbox ssh`
+    # and the blocks `devbox config-ssh` writes have ssh send a keepalive every minute,
+    # so only a client that went away stays silent.
+    tunnel_idle_seconds: TunnelIdleSeconds = 900
+    # Tunnels one person may hold open at once on one replica.
+    tunnels_per_person: TunnelCount = 16
 
     @classmethod
     def _rules(cls, raw: Mapping[str, Any]) -> list[Violation]:

@@ -93,7 +93,11 @@ class Settings(Model):
 
     def capabilities(self) -> Capabilities:
         """Discovery: the GPU and image catalogs as users may see them."""
-        return Capabilities(gpu=self.gpu.capabilities(), images=self.images.capabilities())
+        return Capabilities(
+            gpu=self.gpu.capabilities(),
+            images=self.images.capabilities(),
+            ssh_access=["tunnel", "service"],
+        )
 
 
 def _limit_rules(raw: Mapping[str, Any]) -> list[Violation]:

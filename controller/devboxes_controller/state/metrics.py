@@ -40,6 +40,23 @@ class Metrics:
             ["reason"],
             registry=self.registry,
         )
+        self.tunnels = Gauge(
+            "devboxes_tunnels",
+            "Tunnels to boxes open on this replica",
+            registry=self.registry,
+        )
+        self.tunnels_ended = Counter(
+            "devboxes_tunnels_ended_total",
+            "Tunnels to boxes refused or closed, by how they ended",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.tunnel_bytes = Counter(
+            "devboxes_tunnel_bytes_total",
+            "Bytes carried by tunnels to boxes, by direction",
+            ["direction"],
+            registry=self.registry,
+        )
         # Counted where the writes are sent.
         self.writes = kube.WRITTEN
         self.registry.register(self.writes)

@@ -131,7 +131,7 @@ def _container_status(container: Obj) -> Obj:
 def pod(obj: Obj) -> Obj:
     """Node, phase, readiness, the scheduler's words and the containers' waiting reasons;
     its uid, which owns a DRA box's claim; its scheduling gates and owner, which place it
-    in the line for a device."""
+    in the line for a device; its address, which a tunnel to the box dials."""
     slim: Obj = {"metadata": _metadata(obj, "uid", "creationTimestamp")}
     owner = ((obj.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_OWNER)
     if owner is not None:
@@ -146,6 +146,8 @@ def pod(obj: Obj) -> Obj:
         slim["spec"] = slim_spec
     status = obj.get("status") or {}
     slim_status = _words(status, ("phase", "reason"))
+    if status.get("podIP"):
+        slim_status["podIP"] = status["podIP"]
     if "message" in status:
         slim_status["message"] = status["message"]
     # Since when Ready is withdrawn: how long the pod's node has been out of reach.

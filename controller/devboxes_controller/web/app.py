@@ -57,6 +57,8 @@ from .paging import ListTokens
 from .probes import health_answer, ready_answer
 from .readiness import Readiness
 from .reads import ReadPool, Shared
+from .tunnel import Tunnels
+from .tunnel import router as tunnel_router
 from .writes import WritePool
 
 log = logging.getLogger(__name__)
@@ -387,6 +389,8 @@ def create_app(
     app.include_router(router)
     app.include_router(ingest_router)
     app.include_router(cli_login_router)
+    app.state.tunnels = Tunnels(store.settings.connections)
+    app.include_router(tunnel_router)
     app.state.activity_limiter = RateLimiter()
     mount_dashboard(app, store, ended)
     _install_handlers(app)

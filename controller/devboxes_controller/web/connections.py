@@ -19,6 +19,10 @@ with:
   buffer is full and stays full for :data:`SEND_STALL_SECONDS`, the connection is dropped,
   and with it whatever the answer still held (a stalled event stream's list of boxes).
 
+A request that upgrades to a WebSocket (a tunnel to a box) leaves this protocol for
+uvicorn's WebSocket protocol; the connection stays counted until that one loses it, and
+from then on the tunnel's own idle time bounds it.
+
 The counts are this process's own: every replica applies the caps to its connections,
 and each server (the API's port, the probe port) has its own.
 """
@@ -28,10 +32,12 @@ from __future__ import annotations
 import asyncio
 import json
 import resource
+from collections.abc import Callable
 from typing import Any, ClassVar, Literal, TypedDict
 
 from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from uvicorn.server import ServerState
 
 from ..config.connections import ConnectionSettings
@@ -89,6 +95,21 @@ class Gate:
             del self.by_client[client]
 
 
+class UpgradedProtocol(WebSocketsSansIOProtocol):
+    """uvicorn's WebSocket protocol, which calls ``on_lost`` when its connection goes: the
+    HTTP protocol it took the connection from is no longer told."""
+
+    on_lost: Callable[[], None] | None = None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        try:
+            super().connection_lost(exc)
+        finally:
+            if self.on_lost is not None:
+                self.on_lost()
+                self.on_lost = None
+
+
 class LimitedProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with read deadlines and connection caps; ``gate`` is
     set on the subclass :func:`protocol` makes for one server."""
@@ -126,12 +147,24 @@ class LimitedProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_clock()
         self._stop_stall()
+        self._release()
+        super().connection_lost(exc)
+
+    def _release(self) -> None:
         if self._address is not None:
             self.gate.release(self._address)
             if self.gate.metered:
                 METRICS.connections.dec()
             self._address = None
-        super().connection_lost(exc)
+
+    def handle_websocket_upgrade(self) -> None:
+        # The head is read; the WebSocket protocol owns the connection from here on.
+        self._stop_clock()
+        self._stop_stall()
+        super().handle_websocket_upgrade()
+        upgraded = self.transport.get_protocol()
+        if isinstance(upgraded, UpgradedProtocol):
+            upgraded.on_lost = self._release
 
     def data_received(self, data: bytes) -> None:
         # Bytes between requests (even blank lines, which start no message) start the
@@ -252,19 +285,22 @@ def protocol(settings: ConnectionSettings, metered: bool = True) -> type[Limited
 
 class ServerOptions(TypedDict):
     http: type[asyncio.Protocol]
-    ws: Literal["none"]
+    ws: type[asyncio.Protocol]
+    ws_per_message_deflate: bool
     timeout_keep_alive: int
 
 
 def server_options(settings: ConnectionSettings, metered: bool = True) -> ServerOptions:
     """uvicorn's options for serving with these limits.
 
-    No WebSocket: the controller serves none, and an upgraded connection would leave
-    this protocol without being released from the counts.
+    No compression of WebSocket messages: a tunnel carries SSH, which is encrypted and
+    does not compress, and each connection's compressor would cost far more memory than
+    an idle tunnel otherwise holds.
     """
     return ServerOptions(
         http=protocol(settings, metered),
-        ws="none",
+        ws=UpgradedProtocol,
+        ws_per_message_deflate=False,
         timeout_keep_alive=settings.keep_alive_timeout_seconds,
     )
 

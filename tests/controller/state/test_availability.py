@@ -306,7 +306,7 @@ def assert_everything_else_works(controller: Controller, reason: str) -> None:
         assert entry.reason is not None
         assert reason in entry.reason
     caps = api.call("GET", "/capabilities")
-    assert set(caps) == {"gpu", "images"}
+    assert set(caps) == {"gpu", "images", "ssh_access"}
     assert set(caps["gpu"]) == {"enabled", "default_profile", "profiles"}
     api.created("cpu-box")
     box = Devbox.model_validate(api.wait_ready("cpu-box"))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal, Protocol
 
-from fastapi import Request
+from starlette.requests import HTTPConnection
 
 from ...k8s.kube import ApiProblem
 
@@ -60,8 +60,8 @@ class Verifier(Protocol):
         """Close the provider's connections, when the controller stops."""
 
 
-def bearer(request: Request) -> str | None:
-    header = request.headers.get("authorization", "")
+def bearer(connection: HTTPConnection) -> str | None:
+    header = connection.headers.get("authorization", "")
     scheme, _, value = header.partition(" ")
     if scheme.lower() != "bearer" or not value.strip():
         return None

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from fastapi import Request
+from starlette.datastructures import State
+from starlette.requests import HTTPConnection
 
 from ...box.ownership import OPERATOR
 from .base import Forbidden, Identity, Unauthorized, Verifier, bearer, with_admin_groups
@@ -40,17 +42,7 @@ async def authenticate(request: Request) -> Identity:
     state = request.app.state
     presented = bearer(request)
     if presented is not None:
-        if token_matches(presented, state.token):
-            return OPERATOR_IDENTITY
-        verifiers: Sequence[Verifier] = getattr(state, "verifiers", ())
-        for verifier in verifiers:
-            identity = await verifier.identify(presented)
-            if identity is None:
-                continue
-            if identity.user == OPERATOR:
-                raise Unauthorized(f"the name '{OPERATOR}' is reserved for the operator token")
-            return with_admin_groups(identity, getattr(state, "admin_groups", frozenset()))
-        raise Unauthorized("invalid token")
+        return await _token_identity(state, presented)
     sessions: SessionStore | None = getattr(state, "sessions", None)
     cookie = request.cookies.get(COOKIE)
     if sessions is not None and cookie is not None:
@@ -66,6 +58,32 @@ async def authenticate(request: Request) -> Identity:
             raise Forbidden(f"missing or wrong {CSRF_HEADER} header")
         return session_identity(session, getattr(state, "admin_groups", frozenset()))
     raise Unauthorized()
+
+
+async def _token_identity(state: State, presented: str) -> Identity:
+    """Who a bearer token speaks for: the operator, else the first identity provider that
+    vouches for it; 401 when none does."""
+    if token_matches(presented, state.token):
+        return OPERATOR_IDENTITY
+    verifiers: Sequence[Verifier] = getattr(state, "verifiers", ())
+    for verifier in verifiers:
+        identity = await verifier.identify(presented)
+        if identity is None:
+            continue
+        if identity.user == OPERATOR:
+            raise Unauthorized(f"the name '{OPERATOR}' is reserved for the operator token")
+        return with_admin_groups(identity, getattr(state, "admin_groups", frozenset()))
+    raise Unauthorized("invalid token")
+
+
+async def authenticate_token(connection: HTTPConnection) -> Identity:
+    """Who a connection that carries a bearer token speaks for. A browser session is not
+    enough: a WebSocket carries no CSRF value, and any site's page could open one to the
+    controller with the session's cookie."""
+    presented = bearer(connection)
+    if presented is None:
+        raise Unauthorized("a bearer token is required (Authorization: Bearer ...)")
+    return await _token_identity(connection.app.state, presented)
 
 
 async def caller(request: Request) -> Identity:

@@ -1,0 +1,243 @@
+"""``/api/v1/devboxes/{name}/ssh``: a tunnel to a box's sshd over a WebSocket.
+
+The tunnel adds reach, not trust: the route checks the person as every route does (the
+box's owner or an admin; another person's box is as absent as one that does not exist),
+then carries bytes between the WebSocket's binary messages and a TCP connection to the
+box pod's sshd, which still checks the person's key. Any replica serves any tunnel: the
+pod's address comes from the watches every replica keeps.
+
+A refusal is an HTTP answer in the API's error shape, sent instead of the upgrade, so a
+client can say what failed in one line. A tunnel that carries no byte either way for
+``connections.tunnelIdleSeconds`` is closed; a person holds at most
+``connections.tunnelsPerPerson`` tunnels open on one replica.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from fastapi import APIRouter, WebSocket
+from fastapi.responses import JSONResponse
+from starlette.websockets import WebSocketState
+
+from devboxes_sdk.models import API_PREFIX, DevboxState, normalize_name
+
+from ..box import naming, status
+from ..config.boxes import SSH_CONTAINER_PORT
+from ..config.connections import ConnectionSettings
+from ..control.lifecycle import Lifecycle
+from ..k8s.kube import ApiProblem, Conflict, Unavailable, rule_broken
+from ..state.metrics import METRICS
+from ..state.store import BoxStore
+from .identity.base import Identity
+from .identity.chooser import authenticate_token
+
+log = logging.getLogger(__name__)
+
+# Dialling a ready pod on the cluster network takes milliseconds; a pod that does not
+# answer within this is not going to.
+DIAL_SECONDS = 5.0
+# One read from sshd: about what one SSH packet of a bulk copy is, and what a tunnel
+# holds at most while the client takes it.
+CHUNK_BYTES = 64 * 1024
+# How the controller closes a tunnel, by how it ended: WebSocket close codes (RFC 6455)
+# and the reason sent with them.
+CLOSES = {
+    "client_closed": (1000, ""),
+    "box_closed": (1001, "the box's SSH server closed the connection"),
+    "idle": (1013, "closed after no traffic for connections.tunnelIdleSeconds"),
+}
+
+router = APIRouter(prefix=API_PREFIX)
+
+
+class TooManyTunnels(ApiProblem):
+    def __init__(self, held: int) -> None:
+        super().__init__(
+            429,
+            f"you hold {held} tunnels on this replica, the limit "
+            "(connections.tunnelsPerPerson); close one first",
+        )
+
+
+@dataclass
+class Tunnels:
+    """The tunnels open on this replica, counted per person."""
+
+    settings: ConnectionSettings
+    held: Counter[str] = field(default_factory=Counter)
+
+    def take(self, person: str) -> None:
+        if self.held[person] >= self.settings.tunnels_per_person:
+            raise TooManyTunnels(self.held[person])
+        self.held[person] += 1
+        METRICS.tunnels.inc()
+
+    def give_back(self, person: str) -> None:
+        self.held[person] -= 1
+        if self.held[person] <= 0:
+            del self.held[person]
+        METRICS.tunnels.dec()
+
+
+def _address(store: BoxStore, name: str, identity: Identity) -> str:
+    """Where the box's sshd listens, when the caller may reach the box and it is ready."""
+    try:
+        name = normalize_name(name)
+    except ValueError as err:
+        raise rule_broken(["path", "name"], str(err)) from None
+    box = store.get(name, identity.scope)
+    if box.state is DevboxState.STOPPED:
+        raise Conflict(f"devbox '{name}' is stopped; start it with: devbox start {name}")
+    objects = store.objects(naming.object_names(name))
+    address = status.tunnel_address(objects) if objects is not None else None
+    if address is None:
+        raise Conflict(
+            f"devbox '{name}' is {box.state.value}, not ready: {box.message}", retry_after=5
+        )
+    return address
+
+
+async def _refuse(websocket: WebSocket, problem: ApiProblem) -> None:
+    """The refusal as an HTTP answer instead of the upgrade, where the server can send one;
+    else a close whose reason says it."""
+    METRICS.tunnels_ended.labels(f"refused_{problem.status}").inc()
+    if "websocket.http.response" in websocket.scope.get("extensions", {}):
+        response = JSONResponse(problem.body(), problem.status, headers=problem.headers)
+        await websocket.send_denial_response(response)
+    else:
+        await websocket.close(code=1008, reason=problem.detail[:120])
+
+
+@router.websocket("/devboxes/{name}/ssh")
+async def ssh_tunnel(websocket: WebSocket, name: str) -> None:
+    state = websocket.app.state
+    store: BoxStore = state.store
+    lifecycle: Lifecycle = state.lifecycle
+    tunnels: Tunnels = state.tunnels
+    try:
+        identity = await authenticate_token(websocket)
+        address = _address(store, name, identity)
+        tunnels.take(identity.user)
+    except ApiProblem as problem:
+        await _refuse(websocket, problem)
+        return
+    try:
+        await _serve(websocket, store, lifecycle, identity, normalize_name(name), address)
+    finally:
+        tunnels.give_back(identity.user)
+
+
+async def _serve(
+    websocket: WebSocket,
+    store: BoxStore,
+    lifecycle: Lifecycle,
+    identity: Identity,
+    name: str,
+    address: str,
+) -> None:
+    try:
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(address, SSH_CONTAINER_PORT, limit=CHUNK_BYTES), DIAL_SECONDS
+        )
+    except (OSError, TimeoutError):
+        await _refuse(
+            websocket, Unavailable(f"devbox '{name}' is ready but its SSH server did not answer")
+        )
+        return
+    await websocket.accept()
+    deployment = store.deployment(naming.object_names(name))
+    if deployment is not None:
+        lifecycle.record(deployment, "TunnelOpened", f"SSH tunnel opened by {identity.user}")
+    log.info("tunnel opened", extra={"box": name, "user": identity.user})
+    started = time.monotonic()
+    pipe = Pipe(store.settings.connections.tunnel_idle_seconds)
+    outcome = await pipe.run(websocket, reader, writer)
+    METRICS.tunnels_ended.labels(outcome).inc()
+    seconds = int(time.monotonic() - started)
+    if deployment is not None:
+        lifecycle.record(
+            deployment,
+            "TunnelClosed",
+            f"SSH tunnel of {identity.user} closed ({outcome}) after {seconds} s, "
+            f"{pipe.sent + pipe.received} bytes",
+        )
+    log.info(
+        "tunnel closed",
+        extra={"box": name, "user": identity.user, "outcome": outcome, "seconds": seconds},
+    )
+
+
+class Pipe:
+    """Carries bytes both ways until either side ends or both stay silent for
+    ``idle_seconds``; ``run`` returns how it ended."""
+
+    def __init__(self, idle_seconds: float) -> None:
+        self.idle_seconds = idle_seconds
+        self.last = time.monotonic()
+        # To the box, and from it.
+        self.sent = 0
+        self.received = 0
+
+    async def run(
+        self, websocket: WebSocket, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> str:
+        inbound = asyncio.create_task(self._to_box(websocket, writer), name="tunnel-in")
+        outbound = asyncio.create_task(self._from_box(websocket, reader), name="tunnel-out")
+        idle = asyncio.create_task(self._watch_idle(), name="tunnel-idle")
+        tasks = {inbound: "client_closed", outbound: "box_closed", idle: "idle"}
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            writer.close()
+        ended = next(iter(done))
+        outcome = tasks[ended]
+        if outcome == "client_closed" and isinstance(ended.exception(), OSError):
+            outcome = "box_closed"
+        if websocket.client_state is WebSocketState.CONNECTED:
+            code, reason = CLOSES[outcome]
+            # The client may have gone away meanwhile.
+            with contextlib.suppress(RuntimeError, OSError):
+                await websocket.close(code=code, reason=reason)
+        return outcome
+
+    async def _to_box(self, websocket: WebSocket, writer: asyncio.StreamWriter) -> None:
+        while True:
+            message = await websocket.receive()
+            data = message.get("bytes")
+            if message["type"] == "websocket.disconnect" or data is None:
+                # A text message: not a tunnel's client.
+                return
+            if not data:
+                # The client has no more to send: sshd is told so, and its answer still
+                # comes back until it closes.
+                if writer.can_write_eof():
+                    writer.write_eof()
+                continue
+            self.last = time.monotonic()
+            self.sent += len(data)
+            METRICS.tunnel_bytes.labels("to_box").inc(len(data))
+            writer.write(data)
+            await writer.drain()
+
+    async def _from_box(self, websocket: WebSocket, reader: asyncio.StreamReader) -> None:
+        while data := await reader.read(CHUNK_BYTES):
+            self.last = time.monotonic()
+            self.received += len(data)
+            METRICS.tunnel_bytes.labels("from_box").inc(len(data))
+            await websocket.send_bytes(data)
+
+    async def _watch_idle(self) -> None:
+        while True:
+            left = self.last + self.idle_seconds - time.monotonic()
+            if left <= 0:
+                return
+            await asyncio.sleep(left)

@@ -1,0 +1,155 @@
+"""How ``devbox`` reaches a box's sshd: the ``ssh`` command line (through the controller's
+tunnel when it offers one, else at the box's own address), the ``ProxyCommand`` end of the
+tunnel, and the block ``devbox config-ssh`` keeps in ``~/.ssh/config``.
+
+Building command lines and the config block are pure functions; running ssh and touching
+files happen in :func:`exec_ssh`, :func:`stdio` and :func:`write_config`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from devboxes_sdk.client import Client, Devbox
+from devboxes_sdk.errors import DevboxesError
+from devboxes_sdk.tunnel import join
+
+# ``ssh NAME.devbox``: the host names the config block and ``devbox ssh`` give boxes.
+HOST_SUFFIX = ".devbox"
+# The workspace image's login user, for a server that names none.
+DEFAULT_USER = "dev"
+# ssh asks the box for a sign of life this often, so a tunnel with a live client is never
+# closed as idle, and one whose client went away is.
+KEEPALIVE_SECONDS = 60
+BEGIN = "# --- devbox config-ssh: begin"
+END = "# --- devbox config-ssh: end ---"
+_SSH_HOST_RE = re.compile(r"^[A-Za-z0-9.:\[\]_][A-Za-z0-9.:\[\]_-]*$")
+_SSH_USER_RE = re.compile(r"^[A-Za-z0-9._][A-Za-z0-9._-]{0,63}$")
+
+
+def _user(box: Devbox) -> str:
+    user = box.ssh_user or DEFAULT_USER
+    if not _SSH_USER_RE.fullmatch(user):
+        raise DevboxesError(f"{box.name} names an unusable SSH user: {user!r}")
+    return user
+
+
+def _extra(extra: Sequence[str]) -> list[str]:
+    found = list(extra)
+    return found[1:] if found and found[0] == "--" else found
+
+
+def proxy_command() -> str:
+    """The ``ProxyCommand`` that carries ssh through the tunnel; ssh puts the host name
+    it was given (``NAME.devbox``) in place of ``%n``."""
+    return shlex.join([sys.executable, "-m", "devboxes_sdk", "ssh", "--stdio"]) + " %n"
+
+
+def tunnel_argv(box: Devbox, extra: Sequence[str]) -> list[str]:
+    """``ssh`` to the box through the controller's tunnel."""
+    return [
+        "ssh",
+        "-o",
+        f"ProxyCommand={proxy_command()}",
+        "-o",
+        f"ServerAliveInterval={KEEPALIVE_SECONDS}",
+        f"{_user(box)}@{box.name}{HOST_SUFFIX}",
+        *_extra(extra),
+    ]
+
+
+def service_argv(box: Devbox, extra: Sequence[str]) -> list[str]:
+    """``ssh`` to the box at its own address, from its ssh_host, ssh_port and ssh_user."""
+    destination = box.ssh_host
+    if not destination or not _SSH_HOST_RE.fullmatch(destination):
+        raise DevboxesError(f"{box.name} has no usable SSH address yet")
+    if box.ssh_user is not None:
+        destination = f"{_user(box)}@{destination}"
+    return ["ssh", "-p", str(box.ssh_port), destination, *_extra(extra)]
+
+
+def exec_ssh(argv: Sequence[str], environment: Mapping[str, str]) -> NoReturn:
+    """Replace this process with ``ssh``."""
+    executable = shutil.which("ssh")
+    if executable is None:
+        raise DevboxesError("ssh is not installed (no 'ssh' on PATH)")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execve(executable, list(argv), dict(environment))  # noqa: S606 - the point
+    except OSError as error:
+        raise DevboxesError(f"cannot run {executable}: {error.strerror}") from None
+
+
+def box_of_host(host: str) -> str:
+    """The box a host name given to ssh names: ``NAME.devbox`` or ``NAME``."""
+    return host.removesuffix(HOST_SUFFIX)
+
+
+def stdio(client: Client, name: str) -> str | None:
+    """Join standard input and output to a tunnel to box ``name``, until either ends; the
+    controller's reason when it closed the tunnel with one."""
+    connection = client.tunnel(name)
+    with connection:
+        return join(connection, sys.stdin.buffer, sys.stdout.buffer)
+
+
+def config_block(url: str) -> str:
+    """The ``~/.ssh/config`` block that makes ``ssh NAME.devbox`` reach box NAME of the
+    controller at ``url`` through its tunnel, for every tool that runs ssh."""
+    return "\n".join(
+        [
+            f"{BEGIN} ({url}) ---",
+            "# Written by 'devbox config-ssh'; 'devbox config-ssh --remove' removes it.",
+            f"Host *{HOST_SUFFIX}",
+            f"    ProxyCommand env DEVBOX_URL={shlex.quote(url)} {proxy_command()}",
+            f"    User {DEFAULT_USER}",
+            f"    ServerAliveInterval {KEEPALIVE_SECONDS}",
+            END,
+            "",
+        ]
+    )
+
+
+def _without_block(text: str) -> tuple[str, int | None]:
+    """``text`` without its config-ssh block, and the line the block began at."""
+    lines = text.splitlines(keepends=True)
+    begin = next((i for i, line in enumerate(lines) if line.startswith(BEGIN)), None)
+    if begin is None:
+        return text, None
+    end = next((i for i in range(begin, len(lines)) if lines[i].rstrip("\n") == END), None)
+    if end is None:
+        raise DevboxesError(
+            f"the devbox block in the SSH config has a begin line but no '{END}' line; "
+            "mend or remove it by hand"
+        )
+    return "".join(lines[:begin] + lines[end + 1 :]), begin
+
+
+def with_block(text: str, block: str) -> str:
+    """``text`` with ``block`` in place of its config-ssh block, or first when it has
+    none: ssh takes the first value it reads, and a ``Host *`` further up would win."""
+    rest, begin = _without_block(text)
+    lines = rest.splitlines(keepends=True)
+    at = 0 if begin is None else begin
+    return "".join(lines[:at]) + block + "".join(lines[at:])
+
+
+def without_block(text: str) -> str:
+    return _without_block(text)[0]
+
+
+def write_config(path: Path, text: str) -> None:
+    """Write the SSH config as ssh wants it: only its owner may write it."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.devbox-tmp")
+    temporary.write_text(text, encoding="utf-8")
+    temporary.chmod(0o600)
+    temporary.replace(path)

@@ -1,0 +1,273 @@
+"""The tunnel to a box's sshd: ``/api/v1/devboxes/{name}/ssh`` over a WebSocket.
+
+The controller's real application is served by uvicorn with the controller's own protocol
+and options on loopback, its caches filled with recorded boxes and never started. The
+ready box's pod address is moved to a loopback address where a plain TCP server stands
+in for the box's sshd: it answers each chunk in upper case, so an answer cannot be the
+client's own bytes. The SDK's client and the ``devbox`` command are the clients.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+import uvicorn
+import yaml
+from devboxes_controller.box import naming
+from devboxes_controller.config.boxes import SSH_CONTAINER_PORT
+from devboxes_controller.config.settings import settings_from_mapping
+from devboxes_controller.control.lifecycle import Lifecycle
+from devboxes_controller.k8s.probe import ApiserverProbe
+from devboxes_controller.state import slim
+from devboxes_controller.state.ended_sessions import SharedEndedSessions
+from devboxes_controller.state.store import BoxStore
+from devboxes_controller.state.watches import DEPLOYMENTS, PODS, SERVICES, Watches
+from devboxes_controller.web.app import create_app
+from devboxes_controller.web.connections import server_options
+from devboxes_controller.web.identity.base import Identity
+from devboxes_controller.web.readiness import Readiness
+from kubernetes import client
+from support import wait_for
+
+from devboxes_sdk import Client
+from devboxes_sdk.errors import ApiError, AuthenticationError, Conflict, NotFound
+
+REPO = Path(__file__).resolve().parents[3]
+TOKEN = "tunnel-test-token-" + "t" * 32
+# A person's token, as the identity provider below vouches for it: "person-<name>".
+PERSON = "person-"
+READY_BOX = "cpu"
+
+
+class _Ready(Readiness):
+    def write_problem(self) -> str | None:
+        return None
+
+    def problem(self) -> str | None:
+        return None
+
+
+class _People:
+    """An identity provider that vouches for ``person-<name>`` tokens."""
+
+    async def identify(self, token: str) -> Identity | None:
+        if not token.startswith(PERSON):
+            return None
+        return Identity(user=token.removeprefix(PERSON), mode="oidc")
+
+    async def aclose(self) -> None:
+        return None
+
+
+class Upper:
+    """A TCP server that answers every chunk it reads in upper case, on one loopback
+    address; stands in for a box's sshd."""
+
+    def __init__(self) -> None:
+        # A loopback address of its own: the port is the box's fixed SSH port.
+        self.address = f"127.0.{random.randint(1, 254)}.{random.randint(2, 254)}"
+        self.listener = socket.create_server((self.address, SSH_CONTAINER_PORT))
+        self.accepted = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                connection, _ = self.listener.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            threading.Thread(target=self._answer, args=(connection,), daemon=True).start()
+
+    @staticmethod
+    def _answer(connection: socket.socket) -> None:
+        with connection:
+            while data := connection.recv(65536):
+                connection.sendall(data.upper())
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def _recorded(kind: str, box: str) -> dict[str, Any]:
+    recorded = json.loads((REPO / "tests" / "data" / "box_objects.json").read_text())
+    found: dict[str, Any] = next(o for o in recorded[kind] if naming.box_name_of(o) == box)
+    return copy.deepcopy(found)
+
+
+@pytest.fixture
+def sshd() -> Iterator[Upper]:
+    server = Upper()
+    yield server
+    server.close()
+
+
+Serve = Callable[..., str]
+
+
+@pytest.fixture
+def serve(sshd: Upper) -> Iterator[Serve]:
+    """Call with ``connections`` settings (camelCase keys); returns the API's URL."""
+    servers: list[tuple[uvicorn.Server, threading.Thread]] = []
+
+    def start(**connections: int) -> str:
+        data = yaml.safe_load((REPO / "testbed" / "settings.yaml").read_text())
+        settings = settings_from_mapping({**data, "connections": connections})
+        api = client.ApiClient()
+        watches = Watches(settings, api)
+        store = BoxStore(settings, watches)
+        for box in (READY_BOX, "stopped", "unplaceable"):
+            watches[DEPLOYMENTS]._put(slim.deployment(_recorded("deployments", box)))
+            watches[SERVICES]._put(slim.service(_recorded("services", box)))
+        pod = _recorded("pods", READY_BOX)
+        pod["status"]["podIP"] = sshd.address
+        watches[PODS]._put(slim.pod(pod))
+        for box in (READY_BOX, "stopped", "unplaceable"):
+            store._changed_box(box)
+        lifecycle = Lifecycle(store, api, activity_key=b"k" * 32)
+        ended = SharedEndedSessions(settings.namespace, api)
+        readiness = _Ready(ApiserverProbe(api), store, ended)
+        app = create_app(store, lifecycle, TOKEN, readiness, ended, verifiers=[_People()])
+        config = uvicorn.Config(
+            app, host="127.0.0.1", port=0, log_level="error", **server_options(settings.connections)
+        )
+        server = uvicorn.Server(config)
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        servers.append((server, thread))
+        wait_for(lambda: server.started, timeout=60, interval=0.05)
+        port: int = server.servers[0].sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{port}"
+
+    yield start
+    for server, thread in servers:
+        server.should_exit = True
+        thread.join(10)
+
+
+def _metric(url: str, name: str) -> float:
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    text = requests.get(f"{url}/metrics", headers=auth, timeout=15).text
+    line = next(line for line in text.splitlines() if line.startswith(f"{name} "))
+    return float(line.split()[1])
+
+
+def test_bytes_cross_the_tunnel_both_ways_and_the_connection_is_released(
+    serve: Serve, sshd: Upper
+) -> None:
+    url = serve()
+    before = _metric(url, "devboxes_http_connections")
+    with Client(url, TOKEN) as api:
+        tunnel = api.tunnel(READY_BOX)
+        with tunnel:
+            assert _metric(url, "devboxes_tunnels") == 1
+            for chunk in (b"ssh-2.0-openssh\r\n", bytes(range(256)) * 300):
+                tunnel.send(chunk)
+                received = b""
+                while len(received) < len(chunk):
+                    received += tunnel.recv(timeout=15)  # type: ignore[operator]
+                assert received == chunk.upper()
+    assert sshd.accepted == 1
+    wait_for(lambda: _metric(url, "devboxes_tunnels") == 0, timeout=15)
+    wait_for(lambda: _metric(url, "devboxes_http_connections") == before, timeout=15)
+    assert _metric(url, 'devboxes_tunnel_bytes_total{direction="to_box"}') == 17 + 256 * 300
+
+
+def test_a_tunnel_is_refused_as_the_api_refuses_the_box(serve: Serve, sshd: Upper) -> None:
+    url = serve()
+    with pytest.raises(AuthenticationError):
+        Client(url, "not-a-token-" + "x" * 20).tunnel(READY_BOX)
+    # Another person's box is as absent as one that does not exist.
+    with pytest.raises(NotFound) as elsewhere:
+        Client(url, PERSON + "alice").tunnel(READY_BOX)
+    with pytest.raises(NotFound) as absent:
+        Client(url, TOKEN).tunnel("no-such-box")
+    assert str(elsewhere.value).replace(READY_BOX, "X") == str(absent.value).replace(
+        "no-such-box", "X"
+    )
+    with pytest.raises(Conflict, match="devbox 'stopped' is stopped; start it with"):
+        Client(url, TOKEN).tunnel("stopped")
+    with pytest.raises(Conflict, match="devbox 'unplaceable' is starting, not ready"):
+        Client(url, TOKEN).tunnel("unplaceable")
+    assert sshd.accepted == 0
+
+
+def test_a_person_holds_at_most_their_share_of_tunnels(serve: Serve) -> None:
+    url = serve(tunnelsPerPerson=1)
+    with Client(url, TOKEN) as api, api.tunnel(READY_BOX):
+        with pytest.raises(ApiError, match=r"tunnelsPerPerson") as refused:
+            api.tunnel(READY_BOX)
+        assert refused.value.status == 429
+    with Client(url, TOKEN) as api, api.tunnel(READY_BOX) as again:
+        again.send(b"x")
+        assert again.recv(timeout=15) == b"X"
+
+
+def test_devbox_ssh_stdio_carries_standard_input_and_output(serve: Serve) -> None:
+    url = serve()
+    environment = {**os.environ, "DEVBOX_URL": url, "DEVBOX_TOKEN": TOKEN}
+    done = subprocess.run(
+        [sys.executable, "-m", "devboxes_sdk", "ssh", "--stdio", f"{READY_BOX}.devbox"],
+        input=b"hello box\n",
+        capture_output=True,
+        env=environment,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == b"HELLO BOX\n"
+
+
+def test_devbox_ssh_stdio_says_in_one_line_why_a_box_cannot_be_reached(serve: Serve) -> None:
+    url = serve()
+    environment = {**os.environ, "DEVBOX_URL": url, "DEVBOX_TOKEN": TOKEN}
+    done = subprocess.run(
+        [sys.executable, "-m", "devboxes_sdk", "ssh", "--stdio", "stopped"],
+        capture_output=True,
+        env=environment,
+        timeout=60,
+        check=False,
+        text=True,
+    )
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines() == [
+        "Devboxes API returned 409: devbox 'stopped' is stopped; start it with: "
+        "devbox start stopped"
+    ]
+
+
+def test_config_ssh_writes_one_block_for_the_controller_it_was_given(
+    serve: Serve, tmp_path: Path
+) -> None:
+    url = serve()
+    config = tmp_path / "ssh" / "config"
+    environment = {**os.environ, "DEVBOX_URL": url, "DEVBOX_TOKEN": TOKEN}
+
+    def config_ssh(*extra: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "devboxes_sdk", "config-ssh", "--file", str(config)]
+        return subprocess.run(
+            [*command, *extra], capture_output=True, env=environment, text=True, check=False
+        )
+
+    shown = config_ssh("--dry-run")
+    assert shown.returncode == 0, shown.stderr
+    assert not config.exists()
+    written = config_ssh()
+    assert written.returncode == 0, written.stderr
+    assert config.read_text() == shown.stdout
+    assert f"env DEVBOX_URL={url} " in shown.stdout
+    assert config.stat().st_mode & 0o777 == 0o600
+    assert config_ssh().returncode == 0
+    assert config.read_text() == shown.stdout
