@@ -39,6 +39,7 @@ from devboxes_sdk.errors import (
 )
 from devboxes_sdk.labels import status_line
 from devboxes_sdk.models import API_PREFIX, DevboxState, GpuAvailability
+from devboxes_sdk.tunnel import HOST_SUFFIX
 
 # A .pub file is one line; anything much longer is not one.
 MAX_KEY_FILE_BYTES = 16384
@@ -730,7 +731,7 @@ def cmd_config_ssh(args: argparse.Namespace) -> int:
                     "reach boxes with: devbox ssh NAME"
                 )
             updated = _cli_ssh.with_block(text, _cli_ssh.config_block(client.url))
-        done = f"wrote the devbox block to {path}: connect with ssh NAME{_cli_ssh.HOST_SUFFIX}"
+        done = f"wrote the devbox block to {path}: connect with ssh NAME{HOST_SUFFIX}"
     if args.dry_run:
         sys.stdout.write(updated)
         return EXIT_OK

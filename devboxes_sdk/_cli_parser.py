@@ -31,7 +31,6 @@ from devboxes_sdk._cli_commands import (
     cmd_volumes,
     cmd_whoami,
 )
-from devboxes_sdk._cli_ssh import box_of_host
 from devboxes_sdk._completion import (
     BOXES,
     IMAGES,
@@ -43,6 +42,7 @@ from devboxes_sdk._completion import (
 from devboxes_sdk._version import __version__
 from devboxes_sdk.config import ENV_URL
 from devboxes_sdk.models import PRESETS, DevboxState, normalize_name, normalize_repository
+from devboxes_sdk.tunnel import box_of_host
 
 DEFAULT_WAIT_TIMEOUT = 600.0
 

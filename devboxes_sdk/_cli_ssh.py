@@ -19,10 +19,8 @@ from typing import NoReturn
 
 from devboxes_sdk.client import Client, Devbox
 from devboxes_sdk.errors import DevboxesError
-from devboxes_sdk.tunnel import join
+from devboxes_sdk.tunnel import HOST_SUFFIX, join, proxy_command
 
-# ``ssh NAME.devbox``: the host names the config block and ``devbox ssh`` give boxes.
-HOST_SUFFIX = ".devbox"
 # The workspace image's login user, for a server that names none.
 DEFAULT_USER = "dev"
 # ssh asks the box for a sign of life this often, so a tunnel with a live client is never
@@ -44,12 +42,6 @@ def _user(box: Devbox) -> str:
 def _extra(extra: Sequence[str]) -> list[str]:
     found = list(extra)
     return found[1:] if found and found[0] == "--" else found
-
-
-def proxy_command() -> str:
-    """The ``ProxyCommand`` that carries ssh through the tunnel; ssh puts the host name
-    it was given (``NAME.devbox``) in place of ``%n``."""
-    return shlex.join([sys.executable, "-m", "devboxes_sdk", "ssh", "--stdio"]) + " %n"
 
 
 def tunnel_argv(box: Devbox, extra: Sequence[str]) -> list[str]:
@@ -86,11 +78,6 @@ def exec_ssh(argv: Sequence[str], environment: Mapping[str, str]) -> NoReturn:
         os.execve(executable, list(argv), dict(environment))  # noqa: S606 - the point
     except OSError as error:
         raise DevboxesError(f"cannot run {executable}: {error.strerror}") from None
-
-
-def box_of_host(host: str) -> str:
-    """The box a host name given to ssh names: ``NAME.devbox`` or ``NAME``."""
-    return host.removesuffix(HOST_SUFFIX)
 
 
 def stdio(client: Client, name: str) -> str | None:

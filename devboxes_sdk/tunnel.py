@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import ssl
+import sys
 import threading
 from typing import BinaryIO
 from urllib.parse import quote, urlsplit
@@ -34,11 +36,26 @@ from devboxes_sdk._version import __version__
 from devboxes_sdk.errors import DevboxesError, Unavailable, error_from_body
 from devboxes_sdk.models import API_PREFIX
 
+# ``ssh NAME.devbox``: the host names ``devbox ssh``, the config block and the Lab's kernels
+# give boxes reached through the tunnel.
+HOST_SUFFIX = ".devbox"
 # One read of standard input: about what one SSH packet of a bulk copy is.
 CHUNK_BYTES = 64 * 1024
 # The tunnel's own WebSocket pings: a dead controller or proxy is noticed within these.
 PING_SECONDS = 20.0
 OPEN_SECONDS = 15.0
+
+
+def proxy_command() -> str:
+    """The ``ProxyCommand`` that carries ssh through the tunnel; ssh puts the host name
+    it was given (``NAME.devbox``) in place of ``%n``. The interpreter running now, so it
+    does not depend on what the shell's PATH finds."""
+    return shlex.join([sys.executable, "-m", "devboxes_sdk", "ssh", "--stdio"]) + " %n"
+
+
+def box_of_host(host: str) -> str:
+    """The box a host name given to ssh names: ``NAME.devbox`` or ``NAME``."""
+    return host.removesuffix(HOST_SUFFIX)
 
 
 def tunnel_url(api_url: str, name: str) -> str:

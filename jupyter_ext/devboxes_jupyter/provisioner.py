@@ -44,6 +44,7 @@ from devboxes_sdk import models
 from devboxes_sdk.client import Client, Devbox
 from devboxes_sdk.errors import BoxNotReady, Conflict, DevboxesError, NotFound
 from devboxes_sdk.labels import CPU_ONLY
+from devboxes_sdk.tunnel import HOST_SUFFIX, proxy_command
 
 PROVISIONER_NAME = "devboxes"
 CPU = "cpu"
@@ -193,6 +194,15 @@ class DevboxKernelProvisioner(LocalProvisioner):
         "<Jupyter data dir>/devboxes/known_hosts.",
     ).tag(config=True)
 
+    ssh_route = Enum(
+        ["auto", "tunnel", "address"],
+        "auto",
+        help="How kernels reach a box's sshd: 'tunnel' through the controller's HTTPS (the "
+        "Lab needs only the controller's URL), 'address' at the box's own SSH address "
+        "(ssh_host and ssh_port), 'auto' through the tunnel whenever the controller "
+        "offers one.",
+    ).tag(config=True)
+
     owner = Unicode(
         "",
         help="The <owner> part of box names (nb-<owner>-<profile>). Empty: the user "
@@ -241,6 +251,9 @@ class DevboxKernelProvisioner(LocalProvisioner):
     _key_path: Path | None = None
     # What the box's host key is recorded under (see hostkeys.py), set with the connection.
     _host_key_alias: str | None = None
+    # Whether ssh reaches the box through the controller's tunnel (when the controller
+    # offers one) rather than at the box's own address; set with the connection.
+    _through_tunnel: bool = False
 
     @property
     def box_name(self) -> str:
@@ -330,12 +343,16 @@ class DevboxKernelProvisioner(LocalProvisioner):
         assert self._box is not None
         assert self._control_dir is not None
         assert self._host_key_alias is not None
+        if self._through_tunnel:
+            reach = ["-o", f"ProxyCommand={proxy_command()}"]
+            host = f"{self._box.name}{HOST_SUFFIX}"
+        else:
+            reach, host = ["-p", str(self._box.ssh_port)], str(self._box.ssh_host)
         return [
             "ssh",
             "-i",
             str(self._key_path),
-            "-p",
-            str(self._box.ssh_port),
+            *reach,
             "-S",
             str(self._control_dir / "ctl"),
             "-o",
@@ -358,7 +375,7 @@ class DevboxKernelProvisioner(LocalProvisioner):
             "-o",
             "LogLevel=ERROR",
             *extra,
-            f"{self._login()}@{self._box.ssh_host}",
+            f"{self._login()}@{host}",
             *([] if command is None else [command]),
         ]
 
@@ -392,10 +409,19 @@ class DevboxKernelProvisioner(LocalProvisioner):
             self._key_path = self._key()
         known = self._known_hosts()
         known.parent.mkdir(parents=True, exist_ok=True)
-        self._host_key_alias = hostkeys.alias(Client().url, self._box)
+        controller = Client()
+        self._host_key_alias = hostkeys.alias(controller.url, self._box)
+        self._through_tunnel = self.ssh_route == "tunnel"
+        if self.ssh_route == "auto":
+            try:
+                self._through_tunnel = "tunnel" in controller.capabilities().ssh_access
+            except DevboxesError as error:
+                raise self._fail(f"the Devboxes controller cannot be asked: {error}") from None
         self._control_dir = Path(tempfile.mkdtemp(prefix="devbox-ssh-"))
         errors = self._control_dir / "master.err"
         where = f"{self._login()}@{self._box.ssh_host}:{self._box.ssh_port}"
+        if self._through_tunnel:
+            where = f"{self._login()}@{self._box.name}, through the controller"
         self._report("connecting", f"connecting to box {self._box.name} over SSH ({where})")
         deadline = time.monotonic() + self.ssh_connect_timeout
         while True:

@@ -300,6 +300,8 @@ def running_kernel_lab(
         f"--DevboxKernelProvisioner.owner={owner}",
         f"--DevboxKernelProvisioner.known_hosts_file={known_hosts}",
         f"--DevboxKernelProvisioner.ssh_connect_timeout={connect_timeout}",
+        # kwok pods run nothing: an sshd on loopback at the box's SSH address stands in.
+        "--DevboxKernelProvisioner.ssh_route=address",
         f"--DevboxesJupyterApp.kernel_python={sys.executable}",
     ]
     with running_lab(base / "lab", controller_url, controller_token, args) as lab:

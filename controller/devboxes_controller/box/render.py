@@ -137,7 +137,7 @@ def box(
     return Box(
         claim=claim,
         deployment=deployment,
-        service=render_service(spec, settings, owned_by),
+        service=render_service(spec, settings, owned_by) if settings.ssh.has_service else None,
         claim_template=render_claim_template(spec, settings, owned_by),
         activity_secret=(
             None

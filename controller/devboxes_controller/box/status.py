@@ -437,6 +437,7 @@ def derive(objects: BoxObjects, settings: Settings, now: datetime) -> Devbox:
     metadata = deployment["metadata"]
     annotations = _annotations(deployment)
     replicas = (deployment.get("spec") or {}).get("replicas", 1)
+    name = naming.box_name_of(deployment) or metadata["name"]
     pod = current_pod(objects.pods)
     host, port = ssh_address(objects.service, settings)
     ready = _pod_ready(pod)
@@ -457,7 +458,7 @@ def derive(objects: BoxObjects, settings: Settings, now: datetime) -> Devbox:
         state, message = DevboxState.STOPPED, _stopped_message(deployment, objects.pods)
     elif broken_snapshot is not None:
         state, message = DevboxState.DEGRADED, broken_snapshot
-    elif ready and host:
+    elif ready and (host or not settings.ssh.has_service):
         state, message = DevboxState.READY, READY
     elif (reason := degraded_reason(objects, pod)) is not None:
         state, message = DevboxState.DEGRADED, reason
@@ -474,7 +475,7 @@ def derive(objects: BoxObjects, settings: Settings, now: datetime) -> Devbox:
     show_ssh = state is DevboxState.READY
     detail = scheduling_detail(pod) if state is DevboxState.STARTING else None
     return Devbox(
-        name=naming.box_name_of(deployment) or metadata["name"],
+        name=name,
         state=state,
         preset=annotations.get(naming.ANNOTATION_PRESET, "small"),
         created_at=_parse_time(metadata.get("creationTimestamp")) or now,
@@ -485,7 +486,7 @@ def derive(objects: BoxObjects, settings: Settings, now: datetime) -> Devbox:
         ssh_host=host if show_ssh else None,
         ssh_port=port,
         ssh_user=naming.BOX_USER if show_ssh else None,
-        ssh_command=f"ssh -p {port} {naming.BOX_USER}@{host}" if show_ssh else None,
+        ssh_command=_ssh_command(name, host, port) if show_ssh else None,
         pod_name=pod["metadata"]["name"] if running and pod else None,
         pod_ready=ready if running else False,
         restarts=restarts if running else 0,
@@ -498,6 +499,13 @@ def derive(objects: BoxObjects, settings: Settings, now: datetime) -> Devbox:
         **_restart(deployment, settings, running=replicas != 0),
         activity=activity.of(deployment, settings, now) if replicas != 0 else None,
     )
+
+
+def _ssh_command(name: str, host: str | None, port: int) -> str:
+    """How a person connects: at the box's own address, else through the controller."""
+    if host is None:
+        return f"devbox ssh {name}"
+    return f"ssh -p {port} {naming.BOX_USER}@{host}"
 
 
 def _restart(deployment: Obj, settings: Settings, running: bool) -> dict[str, Any]:

@@ -72,8 +72,9 @@ def _empty_host(value: object) -> object:
     return None if value == "" else value
 
 
-# How a box's SSH Service is exposed.
-SshServiceType = Literal["NodePort", "LoadBalancer"]
+# How a box's SSH Service is exposed; "None": boxes have no Service, and people reach
+# them only through the controller's tunnel.
+SshServiceType = Literal["NodePort", "LoadBalancer", "None"]
 
 
 class SshSettings(Model):
@@ -85,6 +86,11 @@ class SshSettings(Model):
     # A Secret in the boxes' namespace whose key `authorized_keys` lists the public keys
     # allowed to log in as dev; mounted read-only into every box.
     authorized_keys_secret: DnsSubdomain | None = None
+
+    @property
+    def has_service(self) -> bool:
+        """Whether each box gets an SSH Service of its own."""
+        return self.service_type != "None"
 
 
 # A time to live.

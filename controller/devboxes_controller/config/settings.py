@@ -96,7 +96,7 @@ class Settings(Model):
         return Capabilities(
             gpu=self.gpu.capabilities(),
             images=self.images.capabilities(),
-            ssh_access=["tunnel", "service"],
+            ssh_access=["tunnel", "service"] if self.ssh.has_service else ["tunnel"],
         )
 
 

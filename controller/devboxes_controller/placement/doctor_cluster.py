@@ -161,6 +161,14 @@ def check_ssh_keys(settings: Settings) -> DoctorCheck:
 
 def check_ssh_host(settings: Settings) -> DoctorCheck:
     ssh = settings.ssh
+    if not ssh.has_service:
+        return finding(
+            None,
+            "ssh-host",
+            "pass",
+            "boxes have no SSH Service: people reach them through the controller "
+            "(devbox ssh, devbox config-ssh), which must reach the boxes' pods on port 2222",
+        )
     if ssh.service_type == "LoadBalancer":
         return finding(
             None, "ssh-host", "pass", "SSH commands show each box's LoadBalancer address"

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from devboxes_controller.box import render
 from devboxes_controller.box.naming import (
     ANNOTATION_EXPIRES_AT,
     ANNOTATION_GPU_COUNT,
@@ -192,6 +193,14 @@ def test_service(service_type: str) -> None:
         "selector": {LABEL_BOX: "atlas"},
         "ports": [{"name": "ssh", "protocol": "TCP", "port": 22, "targetPort": 2222}],
     }
+
+
+def test_without_services_a_box_is_rendered_without_one() -> None:
+    config = make_settings(ssh={"serviceType": "None"})
+    owner = {"metadata": {"name": "devbox-atlas", "uid": "u-1"}}
+    rendered = render.box(box(config=config), config, owned_by=owner)
+    assert rendered.service is None
+    assert rendered.deployment["metadata"]["name"] == "devbox-atlas"
 
 
 # --- the Deployment ----------------------------------------------------------------------

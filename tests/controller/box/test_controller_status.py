@@ -293,6 +293,15 @@ def test_load_balancer_without_ingress_waits_for_an_address() -> None:
     assert box.message == "Waiting for the SSH service to get an address."
 
 
+def test_without_services_a_ready_pod_is_ready_and_reached_through_the_controller() -> None:
+    settings = make_settings(ssh={"serviceType": "None"})
+    box = derive(BoxObjects(deployment=deployment(), pods=[pod(ready=True)]), settings, NOW)
+    assert box.state is DevboxState.READY
+    assert (box.ssh_host, box.ssh_port, box.ssh_user) == (None, 22, "dev")
+    assert box.ssh_command == "devbox ssh atlas"
+    assert settings.capabilities().ssh_access == ["tunnel"]
+
+
 # -- degraded --------------------------------------------------------------------------------
 def test_failed_pod_is_degraded_with_its_message() -> None:
     failed = pod(phase="Failed", message="The node was low on resource: memory.", reason="Evicted")

@@ -180,7 +180,7 @@ def test_every_violation_of_every_section_is_listed() -> None:
         "workspaceImage: 'https://example.com/ws' is not an image reference",
         "storageClassName: 'Fast SSD' is not a valid DNS subdomain",
         "ttl.defaultHours: must be at least 1, got 0",
-        "ssh.serviceType: must be 'NodePort' or 'LoadBalancer', got \"ClusterIP\"",
+        "ssh.serviceType: must be 'NodePort', 'LoadBalancer' or 'None', got \"ClusterIP\"",
         "presets.small.cpu: 'lots' is not a Kubernetes quantity",
         "presets.small.storage: is required",
         "presets.small.memoryRequest: 8Gi must not exceed memoryLimit (4Gi)",
