@@ -38,8 +38,8 @@ from devboxes_sdk.errors import (
     ValidationError,
 )
 from devboxes_sdk.labels import status_line
-from devboxes_sdk.models import API_PREFIX, DevboxState, GpuAvailability
-from devboxes_sdk.tunnel import HOST_SUFFIX
+from devboxes_sdk.models import API_PREFIX, DevboxState, GpuAvailability, normalize_name
+from devboxes_sdk.tunnel import HOST_SUFFIX, box_of_host
 
 # A .pub file is one line; anything much longer is not one.
 MAX_KEY_FILE_BYTES = 16384
@@ -741,4 +741,18 @@ def cmd_config_ssh(args: argparse.Namespace) -> int:
         except OSError as error:
             raise DevboxesError(f"cannot write {path}: {error.strerror or error}") from None
     print(done)
+    return EXIT_OK
+
+
+def cmd_known_hosts(args: argparse.Namespace) -> int:
+    """What ssh's ``KnownHostsCommand`` asks: the known_hosts lines of the host keys the
+    controller publishes for the box that ``host`` names."""
+    try:
+        name = normalize_name(box_of_host(args.host))
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    with _client(args) as client:
+        box = client.get(name)
+    for key in box.ssh_host_keys:
+        print(f"{args.host} {key}")
     return EXIT_OK

@@ -21,6 +21,7 @@ from devboxes_sdk._cli_commands import (
     cmd_key_add,
     cmd_key_remove,
     cmd_keys,
+    cmd_known_hosts,
     cmd_list,
     cmd_login,
     cmd_ssh,
@@ -355,6 +356,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ssh.add_argument(
         "ssh_args", nargs=argparse.REMAINDER, metavar="-- ARGS", help="passed on to ssh"
+    )
+
+    known_hosts = add(
+        "known-hosts",
+        "print the host keys the controller publishes for a box, as known_hosts lines "
+        "(ssh's KnownHostsCommand)",
+        cmd_known_hosts,
+    )
+    known_hosts.add_argument(
+        "host", metavar="HOST", help="the box's name, or NAME.devbox as ssh names it"
     )
 
     config_ssh = add(

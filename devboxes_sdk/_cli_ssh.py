@@ -19,7 +19,7 @@ from typing import NoReturn
 
 from devboxes_sdk.client import Client, Devbox
 from devboxes_sdk.errors import DevboxesError
-from devboxes_sdk.tunnel import HOST_SUFFIX, join, proxy_command
+from devboxes_sdk.tunnel import HOST_SUFFIX, join, known_hosts_command, proxy_command
 
 # The workspace image's login user, for a server that names none.
 DEFAULT_USER = "dev"
@@ -44,12 +44,25 @@ def _extra(extra: Sequence[str]) -> list[str]:
     return found[1:] if found and found[0] == "--" else found
 
 
+def _host_key_options(box: Devbox) -> list[str]:
+    """The box's published host keys, when it has any, and then no other key."""
+    if not box.ssh_host_keys:
+        return []
+    return [
+        "-o",
+        f"KnownHostsCommand={known_hosts_command()}",
+        "-o",
+        "StrictHostKeyChecking=yes",
+    ]
+
+
 def tunnel_argv(box: Devbox, extra: Sequence[str]) -> list[str]:
     """``ssh`` to the box through the controller's tunnel."""
     return [
         "ssh",
         "-o",
         f"ProxyCommand={proxy_command()}",
+        *_host_key_options(box),
         "-o",
         f"ServerAliveInterval={KEEPALIVE_SECONDS}",
         f"{_user(box)}@{box.name}{HOST_SUFFIX}",
@@ -64,7 +77,17 @@ def service_argv(box: Devbox, extra: Sequence[str]) -> list[str]:
         raise DevboxesError(f"{box.name} has no usable SSH address yet")
     if box.ssh_user is not None:
         destination = f"{_user(box)}@{destination}"
-    return ["ssh", "-p", str(box.ssh_port), destination, *_extra(extra)]
+    # The box's keys are published under its name, whichever address reaches it.
+    alias = ["-o", f"HostKeyAlias={box.name}{HOST_SUFFIX}"] if box.ssh_host_keys else []
+    return [
+        "ssh",
+        "-p",
+        str(box.ssh_port),
+        *alias,
+        *_host_key_options(box),
+        destination,
+        *_extra(extra),
+    ]
 
 
 def exec_ssh(argv: Sequence[str], environment: Mapping[str, str]) -> NoReturn:
@@ -97,6 +120,7 @@ def config_block(url: str) -> str:
             "# Written by 'devbox config-ssh'; 'devbox config-ssh --remove' removes it.",
             f"Host *{HOST_SUFFIX}",
             f"    ProxyCommand env DEVBOX_URL={shlex.quote(url)} {proxy_command()}",
+            f"    KnownHostsCommand env DEVBOX_URL={shlex.quote(url)} {known_hosts_command()}",
             f"    User {DEFAULT_USER}",
             f"    ServerAliveInterval {KEEPALIVE_SECONDS}",
             END,

@@ -297,6 +297,10 @@ class Devbox(_Response):
     # for people, these three fields say it for programs.
     ssh_user: str | None = None
     ssh_command: str | None = None
+    # The box's SSH host public keys ("ssh-ed25519 AAAA..."), which its sshd must present:
+    # clients check the box against them. Empty for a box made before the controller made
+    # host keys, and from controllers that do not send them.
+    ssh_host_keys: list[str] = Field(default_factory=list)
     pod_name: str | None = None
     pod_ready: bool = False
     restarts: int = 0

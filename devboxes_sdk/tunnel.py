@@ -53,6 +53,12 @@ def proxy_command() -> str:
     return shlex.join([sys.executable, "-m", "devboxes_sdk", "ssh", "--stdio"]) + " %n"
 
 
+def known_hosts_command() -> str:
+    """The ``KnownHostsCommand`` that gives ssh the host keys the controller publishes for
+    the box it connects to; ssh puts the host name it checks in place of ``%H``."""
+    return shlex.join([sys.executable, "-m", "devboxes_sdk", "known-hosts"]) + " %H"
+
+
 def box_of_host(host: str) -> str:
     """The box a host name given to ssh names: ``NAME.devbox`` or ``NAME``."""
     return host.removesuffix(HOST_SUFFIX)

@@ -360,9 +360,7 @@ class DevboxKernelProvisioner(LocalProvisioner):
             "-o",
             "BatchMode=yes",
             "-o",
-            f"UserKnownHostsFile={self._known_hosts()}",
-            "-o",
-            "StrictHostKeyChecking=accept-new",
+            *self._host_key_options(),
             # Boxes behind one NodePort host share host:port over time, and one name
             # can belong to boxes of two clusters or to a box made again: the alias of
             # the controller and the box's identity keeps each box's host key apart.
@@ -377,6 +375,24 @@ class DevboxKernelProvisioner(LocalProvisioner):
             *extra,
             f"{self._login()}@{host}",
             *([] if command is None else [command]),
+        ]
+
+    def _published_hosts(self) -> Path | None:
+        """The box's published host keys as a known_hosts file of this connection, when
+        the controller publishes them; then no key is trusted on first use."""
+        if self._control_dir is None or self._box is None or not self._box.ssh_host_keys:
+            return None
+        return self._control_dir / "published_known_hosts"
+
+    def _host_key_options(self) -> list[str]:
+        published = self._published_hosts()
+        if published is not None:
+            return ["-o", f"UserKnownHostsFile={published}", "-o", "StrictHostKeyChecking=yes"]
+        return [
+            "-o",
+            f"UserKnownHostsFile={self._known_hosts()}",
+            "-o",
+            "StrictHostKeyChecking=accept-new",
         ]
 
     def _master_alive(self) -> bool:
@@ -418,6 +434,11 @@ class DevboxKernelProvisioner(LocalProvisioner):
             except DevboxesError as error:
                 raise self._fail(f"the Devboxes controller cannot be asked: {error}") from None
         self._control_dir = Path(tempfile.mkdtemp(prefix="devbox-ssh-"))
+        published = self._published_hosts()
+        if published is not None:
+            published.write_text(
+                hostkeys.known_hosts_lines(self._host_key_alias, self._box.ssh_host_keys)
+            )
         errors = self._control_dir / "master.err"
         where = f"{self._login()}@{self._box.ssh_host}:{self._box.ssh_port}"
         if self._through_tunnel:
@@ -440,6 +461,8 @@ class DevboxKernelProvisioner(LocalProvisioner):
             if result.returncode == 0:
                 return
             said = errors.read_text(errors="replace")
+            if published is not None and hostkeys.REFUSED_MARK in said:
+                raise self._fail(hostkeys.not_published_message(self._box.name))
             if hostkeys.CHANGED_MARK in said:
                 raise self._fail(
                     hostkeys.changed_message(self._box.name, self._host_key_alias, known)

@@ -311,6 +311,8 @@ export interface components {
             ssh_user?: string | null;
             /** Ssh Command */
             ssh_command?: string | null;
+            /** Ssh Host Keys */
+            ssh_host_keys?: string[];
             /** Pod Name */
             pod_name?: string | null;
             /**

@@ -150,6 +150,8 @@ export interface components {
              * @default null
              */
             ssh_command: string | null;
+            /** Ssh Host Keys */
+            ssh_host_keys?: string[];
             /**
              * Pod Name
              * @default null

@@ -45,6 +45,9 @@ ANNOTATION_REPOSITORY = ANNOTATION_PREFIX + "repository"
 # does not run while it waits in line for a device, and once its pod has a node the
 # reconciler moves its deadline later by the wait and removes this.
 ANNOTATION_WAITING_SINCE = ANNOTATION_PREFIX + "waiting-since"
+# The box's SSH host public key ("ssh-ed25519 AAAA..."), made by the controller with the
+# box and published in the API, so that clients check the box's identity without asking.
+ANNOTATION_HOST_KEY = ANNOTATION_PREFIX + "ssh-host-key"
 # Written by the reconciler when the TTL stops a box.
 ANNOTATION_EXPIRED_AT = ANNOTATION_PREFIX + "expired-at"
 # The main container's image and resources as created: pinned like the GPU profile, so
@@ -80,6 +83,7 @@ class ObjectNames:
     service: str
     activity_secret: str
     claim_template: str
+    host_key_secret: str
 
 
 def object_names(box: str) -> ObjectNames:
@@ -90,6 +94,7 @@ def object_names(box: str) -> ObjectNames:
         service=f"devbox-{box}-ssh",
         activity_secret=f"devbox-{box}-activity",
         claim_template=f"devbox-{box}-gpu",
+        host_key_secret=f"devbox-{box}-host-key",
     )
 
 

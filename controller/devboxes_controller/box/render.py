@@ -21,7 +21,7 @@ from ..config.images import ImagePortConfig, ImageProfileConfig
 from ..config.settings import Settings
 from ..k8s.kube import Obj
 from ..k8s.timestamps import format_timestamp
-from . import authorized_keys, ownership, template_hash
+from . import authorized_keys, host_key, ownership, template_hash
 from .idempotency import ANNOTATION_CREATE_REQUEST, CreateRequest
 from .naming import (
     ANNOTATION_EXPIRES_AT,
@@ -30,6 +30,7 @@ from .naming import (
     ANNOTATION_GPU_PROFILE,
     ANNOTATION_GPU_RESOURCE,
     ANNOTATION_GPU_SNAPSHOT,
+    ANNOTATION_HOST_KEY,
     ANNOTATION_IMAGE_PROFILE,
     ANNOTATION_IMAGE_SNAPSHOT,
     ANNOTATION_PINNED_MAIN,
@@ -112,6 +113,8 @@ class Box:
     claim_template: Obj | None = None
     # Only a box that runs the agent has one.
     activity_secret: Obj | None = None
+    # Only a box whose host key this rendering was given has one.
+    host_key_secret: Obj | None = None
 
 
 def box(
@@ -122,13 +125,15 @@ def box(
     owner_groups: Sequence[str] | None = None,
     owned_by: Obj | None = None,
     credential: str | None = None,
+    private_host_key: str | None = None,
 ) -> Box:
     """Every object of the box of ``spec``.
 
     ``made_by`` is the client's create request, recorded on the Deployment for its retries;
     ``owner_groups`` the owner's groups the limits count the box towards. ``owned_by`` is
     the box's Deployment as the apiserver holds it: without it, the objects that belong to
-    it are not rendered. ``credential`` is the agent's, for a box whose pod runs the agent.
+    it are not rendered. ``credential`` is the agent's, for a box whose pod runs the agent;
+    ``private_host_key`` the private half of the box's host key, when it was just made.
     """
     claim = render_pvc(spec, settings)
     deployment = render_deployment(spec, settings, made_by=made_by, owner_groups=owner_groups)
@@ -143,6 +148,11 @@ def box(
             None
             if credential is None
             else render_activity_secret(spec, settings, credential, owned_by)
+        ),
+        host_key_secret=(
+            None
+            if private_host_key is None
+            else _host_key_secret(spec, settings, private_host_key, owned_by)
         ),
     )
 
@@ -354,6 +364,7 @@ def _main_container(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
                 if _samples_gpu(spec, settings)
                 else []
             ),
+            *([host_key.mount()] if spec.host_key is not None else []),
         ],
         "readinessProbe": {
             "tcpSocket": {"port": SSH_CONTAINER_PORT},
@@ -522,6 +533,18 @@ def render_activity_secret(
     }
 
 
+def _host_key_secret(spec: BoxSpec, settings: Settings, private: str, owned_by: Obj) -> Obj:
+    """The private half of the box's host key, for its sshd alone."""
+    name = spec.names.host_key_secret
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _metadata(spec, name, settings, COMPONENT_SSH, owned_by, marked=False),
+        "type": "Opaque",
+        "stringData": {host_key.KEY_FILE: private},
+    }
+
+
 def _pod_spec(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
     security: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
     pod: dict[str, Any] = {
@@ -563,6 +586,7 @@ def _pod_spec(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
             *([_person_keys_volume(owner)] if (owner := spec.person) is not None else []),
             *([_activity_volume(spec)] if _reports_activity(spec, settings) else []),
             *([_gpu_samples_volume()] if _samples_gpu(spec, settings) else []),
+            *([host_key.volume(spec.names.host_key_secret)] if spec.host_key is not None else []),
         ],
     }
     gpu = spec.gpu
@@ -614,6 +638,8 @@ def _annotations(spec: BoxSpec) -> dict[str, str]:
     if spec.image is not None:
         annotations[ANNOTATION_IMAGE_SNAPSHOT] = spec.image.snapshot_json()
         annotations[ANNOTATION_IMAGE_PROFILE] = spec.image.name
+    if spec.host_key is not None:
+        annotations[ANNOTATION_HOST_KEY] = spec.host_key
     return annotations
 
 

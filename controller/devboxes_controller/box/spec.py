@@ -20,6 +20,7 @@ from ..config.gpu import GpuProfileConfig
 from ..config.images import ImageProfileConfig
 from ..k8s.timestamps import parse_timestamp
 from . import ownership
+from .host_key import published
 from .naming import (
     ANNOTATION_EXPIRES_AT,
     ANNOTATION_GPU_SNAPSHOT,
@@ -65,6 +66,9 @@ class BoxSpec:
     image: ImageProfileConfig | None = None
     # The person the box belongs to; None for the operator's boxes.
     owner: str | None = None
+    # The box's SSH host public key as published; None for a box made before the
+    # controller made host keys, whose sshd keeps its own.
+    host_key: str | None = None
     # Made once with the spec: the names of the box's objects, the person who owns it
     # (None for the operator's boxes) and the labels and annotations that record them.
     names: ObjectNames = field(init=False, repr=False)
@@ -141,6 +145,7 @@ def spec_from_deployment(deployment: dict[str, Any]) -> BoxSpec:
         pinned=None if pinned_text is None else _read_pinned(name, pinned_text),
         image=image,
         owner=ownership.person(owner),
+        host_key=next(iter(published(deployment)), None),
     )
 
 

@@ -28,7 +28,7 @@ from ..config.images import ImageProfileConfig
 from ..config.settings import Settings
 from ..k8s.kube import Obj
 from ..k8s.timestamps import format_timestamp, parse_timestamp
-from . import activity, naming, ownership, template
+from . import activity, host_key, naming, ownership, template
 
 STOPPED = "Stopped; storage is kept. Start it to continue."
 EXPIRED = "Stopped when its time to live ran out at {at}; storage is kept."
@@ -487,6 +487,7 @@ def derive(objects: BoxObjects, settings: Settings, now: datetime) -> Devbox:
         ssh_port=port,
         ssh_user=naming.BOX_USER if show_ssh else None,
         ssh_command=_ssh_command(name, host, port) if show_ssh else None,
+        ssh_host_keys=host_key.published(deployment),
         pod_name=pod["metadata"]["name"] if running and pod else None,
         pod_ready=ready if running else False,
         restarts=restarts if running else 0,

@@ -19,7 +19,17 @@ from typing import Any
 from devboxes_sdk.labels import accelerator_label
 from devboxes_sdk.models import ActivityReport, DeleteResult, Devbox, DevboxCreate
 
-from ..box import activity, idempotency, naming, ownership, render, ssh_port, status, template
+from ..box import (
+    activity,
+    host_key,
+    idempotency,
+    naming,
+    ownership,
+    render,
+    ssh_port,
+    status,
+    template,
+)
 from ..box.naming import ObjectNames
 from ..box.spec import BoxSpec, spec_from_deployment
 from ..config.boxes import ACTIVITY_SIDECAR
@@ -122,6 +132,8 @@ class Lifecycle:
             return self._created_before(spec.names, existing, made_by, owner)
         claim = self.store.claim(spec.names)
         groups = None if asker is None else _limited_groups(self.settings, asker)
+        made_key = host_key.generate()
+        spec = dataclasses.replace(spec, host_key=made_key.public)
         # Everything is rendered before the first write; what belongs to the Deployment
         # is rendered again with it once it is written, for its uid.
         wanted = self._wanted(spec, made_by=made_by, owner_groups=groups)
@@ -147,7 +159,15 @@ class Lifecycle:
                     "send the create again to make a new box"
                 ) from None
             return self._created_before(spec.names, existing, made_by, owner)
-        wanted = self._wanted(spec, deployment, made_by=made_by, owner_groups=groups)
+        wanted = self._wanted(
+            spec,
+            deployment,
+            made_by=made_by,
+            owner_groups=groups,
+            private_host_key=made_key.private,
+        )
+        if wanted.host_key_secret is not None:
+            self._writer.host_key_secret(wanted.host_key_secret, deployment)
         if wanted.service is not None:
             self._writer.service(wanted.service, deployment)
         if wanted.claim_template is not None:
@@ -202,6 +222,7 @@ class Lifecycle:
         *,
         made_by: idempotency.CreateRequest | None = None,
         owner_groups: list[str] | None = None,
+        private_host_key: str | None = None,
     ) -> render.Box:
         """Every object of the box; those that belong to its Deployment once it is given,
         the agent's Secret among them when the Deployment's pod runs the agent."""
@@ -216,6 +237,7 @@ class Lifecycle:
             owner_groups=owner_groups,
             owned_by=deployment,
             credential=credential,
+            private_host_key=private_host_key,
         )
 
     def ensure_storage(self, spec: BoxSpec, wanted: render.Box | None = None) -> bool:

@@ -156,6 +156,16 @@ class BoxWriter:
             deployment,
         )
 
+    def host_key_secret(self, wanted: Obj, deployment: Obj) -> None:
+        """Write the private half of the box's host key, made with the box."""
+        self._create_owned(
+            lambda: kube.write(self._core.create_namespaced_secret, self._namespace, wanted),
+            self._core.read_namespaced_secret,
+            self._core.delete_namespaced_secret,
+            wanted["metadata"]["name"],
+            deployment,
+        )
+
     def activity_secret(self, wanted: Obj, deployment: Obj) -> None:
         """Write the box's agent credential: created, or the box's own rewritten."""
         name = wanted["metadata"]["name"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 import threading
@@ -10,7 +11,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from devboxes_controller.box import naming, status
+from cryptography.hazmat.primitives import serialization
+from devboxes_controller.box import host_key, naming, status
 from devboxes_testbed import L4, MIG, ROCM
 from devboxes_testbed.controller import example_settings, without_gpu_profiles
 from kubernetes import client
@@ -371,3 +373,47 @@ def test_create_right_after_a_purge_says_the_old_volume_is_still_going(
 
     wait_for(recreated, timeout=60)
     assert api.delete("again", purge=True).status_code == 200
+
+
+def _host_key_secret(kube: Any, namespace: str, name: str) -> dict[str, str]:
+    secret = client.CoreV1Api(kube).read_namespaced_secret(
+        naming.object_names(name).host_key_secret, namespace
+    )
+    return {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
+
+
+def test_a_box_publishes_the_host_key_its_sshd_is_given_and_keeps_it_until_deleted(
+    start_controller: StartController, kube: Any, namespace: str, purge_after: list[tuple[Api, str]]
+) -> None:
+    api = Api(start_controller())
+    purge_after.append((api, "keyed"))
+    created = api.created("keyed")
+    (published,) = created["ssh_host_keys"]
+    assert published.startswith("ssh-ed25519 ")
+    private = wait_for(lambda: _host_key_secret(kube, namespace, "keyed"))[host_key.KEY_FILE]
+    key = serialization.load_ssh_private_key(private.encode(), password=None)
+    public = key.public_key().public_bytes(
+        serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
+    )
+    assert public.decode() == published
+    pod = box_pod(kube, namespace, "keyed")
+    volume = next(v for v in pod["spec"]["volumes"] if v["name"] == host_key.VOLUME)
+    assert volume["secret"]["secretName"] == naming.object_names("keyed").host_key_secret
+    assert {"name": host_key.VOLUME, "mountPath": host_key.MOUNT_PATH, "readOnly": True} in (
+        main_container(pod)["volumeMounts"]
+    )
+    # Kept across stop and start.
+    api.call("POST", "/devboxes/keyed/stop")
+    assert api.call("POST", "/devboxes/keyed/start")["ssh_host_keys"] == [published]
+    assert _host_key_secret(kube, namespace, "keyed")[host_key.KEY_FILE] == private
+    # A box deleted and made again under its name is another box, with another key.
+    api.delete("keyed")
+    wait_for(lambda: api.delete("keyed").status_code == 404)
+
+    def made_again() -> dict[str, Any] | None:
+        response = api.create({"name": "keyed"})
+        return dict(response.json()) if response.status_code == 201 else None
+
+    again = wait_for(made_again)
+    assert len(again["ssh_host_keys"]) == 1
+    assert again["ssh_host_keys"] != [published]
