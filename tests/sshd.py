@@ -2,12 +2,14 @@
 
 kwok runs no containers, so a testbed box is a pod object with no sshd behind its
 reported SSH address. Debian's ``/usr/sbin/sshd`` listening on that host and port plays
-the box: everything from the controller's answer to the SSH login, the port forwards
-and the kernel is real.
+the box, with the host key the controller made for the box: everything from the
+controller's answer to the SSH login, the host key check, the port forwards and the
+kernel is real.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import getpass
 import socket
@@ -17,6 +19,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from devboxes_testbed.controller import Controller
+from kubernetes import client as kube_client
+from kubernetes import config as kube_config
 
 SSHD = Path("/usr/sbin/sshd")
 
@@ -36,12 +41,32 @@ def make_key(directory: Path) -> Path:
     return key
 
 
+def box_host_key(controller: Controller, box: str) -> str:
+    """The private half of the host key the controller made for ``box``: what the box's
+    sshd presents, and what clients check against the key the API publishes."""
+    api = kube_config.new_client_from_config(str(controller.kubeconfig))
+    try:
+        secret = kube_client.CoreV1Api(api).read_namespaced_secret(
+            f"devbox-{box}-host-key", controller.settings["namespace"]
+        )
+    finally:
+        api.close()
+    return base64.b64decode(secret.data["ssh_host_ed25519_key"]).decode()
+
+
 @contextlib.contextmanager
-def loopback_sshd(directory: Path, port: int, public_key: Path) -> Iterator[None]:
-    """sshd on 127.0.0.1:``port`` that lets the current user in with ``public_key``."""
+def loopback_sshd(
+    directory: Path, port: int, public_key: Path, host_key_text: str | None = None
+) -> Iterator[None]:
+    """sshd on 127.0.0.1:``port`` that lets the current user in with ``public_key`` and
+    presents ``host_key_text`` (a private key in OpenSSH's format), else a key of its own."""
     directory.mkdir(parents=True, exist_ok=True)
     host_key = directory / "host_ed25519"
-    if not host_key.exists():
+    if host_key_text is not None:
+        host_key.unlink(missing_ok=True)
+        host_key.touch(mode=0o600)
+        host_key.write_text(host_key_text)
+    elif not host_key.exists():
         subprocess.run(
             ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(host_key)], check=True
         )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from devboxes_sdk.models import PRESETS, Preset
 
@@ -38,6 +38,7 @@ from .naming import (
 )
 
 _PRESET_BY_NAME: dict[str, Preset] = {preset: preset for preset in PRESETS}
+_Profile = TypeVar("_Profile", GpuProfileConfig, ImageProfileConfig)
 
 
 @dataclass(frozen=True)
@@ -118,20 +119,8 @@ def spec_from_deployment(deployment: dict[str, Any]) -> BoxSpec:
         raise SnapshotError(
             f"box {name!r}: {ANNOTATION_EXPIRES_AT} is {expires_text!r}, not an RFC 3339 time"
         ) from None
-    gpu = None
-    snapshot = annotations.get(ANNOTATION_GPU_SNAPSHOT)
-    if snapshot is not None:
-        try:
-            gpu = GpuProfileConfig.from_snapshot(snapshot)
-        except SnapshotError as exc:
-            raise SnapshotError(f"box {name!r}: {exc}") from None
-    image = None
-    image_snapshot = annotations.get(ANNOTATION_IMAGE_SNAPSHOT)
-    if image_snapshot is not None:
-        try:
-            image = ImageProfileConfig.from_snapshot(image_snapshot)
-        except SnapshotError as exc:
-            raise SnapshotError(f"box {name!r}: {exc}") from None
+    gpu = _pinned_profile(name, GpuProfileConfig, annotations.get(ANNOTATION_GPU_SNAPSHOT))
+    image = _pinned_profile(name, ImageProfileConfig, annotations.get(ANNOTATION_IMAGE_SNAPSHOT))
     repository = annotations.get(ANNOTATION_REPOSITORY)
     pinned_text = annotations.get(ANNOTATION_PINNED_MAIN)
     owner = ownership.owner_of(deployment)
@@ -147,6 +136,16 @@ def spec_from_deployment(deployment: dict[str, Any]) -> BoxSpec:
         owner=ownership.person(owner),
         host_key=next(iter(published(deployment)), None),
     )
+
+
+def _pinned_profile(box: str, kind: type[_Profile], snapshot: object) -> _Profile | None:
+    """The profile of ``kind`` pinned on the box, or None when it has none."""
+    if snapshot is None:
+        return None
+    try:
+        return kind.from_snapshot(str(snapshot))
+    except SnapshotError as exc:
+        raise SnapshotError(f"box {box!r}: {exc}") from None
 
 
 def _read_pinned(box: str, text: str) -> PinnedMain:

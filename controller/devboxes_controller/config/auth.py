@@ -10,14 +10,13 @@ from typing import Annotated
 import httpx
 from pydantic import (
     AfterValidator,
-    BeforeValidator,
     Field,
     StrictStr,
     StringConstraints,
     WithJsonSchema,
 )
 
-from .base import Model, int_range, integers, whole_number
+from .base import Model, WholeNumber
 from .formats import UrlWithoutCredentials
 from .violations import fail
 
@@ -110,12 +109,7 @@ class HubSettings(Model):
     api_url: Annotated[UrlWithoutCredentials, AfterValidator(_hub_address)]
     # How long the hub's answer about a token is trusted; a token the hub revokes keeps
     # working for at most this long.
-    cache_seconds: Annotated[
-        int,
-        BeforeValidator(whole_number),
-        AfterValidator(int_range(1, MAX_HUB_CACHE_SECONDS)),
-        integers(1, MAX_HUB_CACHE_SECONDS),
-    ] = 30
+    cache_seconds: Annotated[int, WholeNumber(1, MAX_HUB_CACHE_SECONDS)] = 30
 
 
 class AuthSettings(Model):

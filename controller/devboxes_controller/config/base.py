@@ -18,17 +18,22 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Annotated, Any, Self, get_args, get_origin
 
 from pydantic import (
     AfterValidator,
     BaseModel,
     ConfigDict,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
     StrictInt,
     WithJsonSchema,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import core_schema
 
 from .violations import Loc, Violation, fail, is_model, rules_failed, unwrap
 
@@ -62,6 +67,29 @@ def int_range(low: int, high: int) -> Callable[[int], int]:
 def integers(low: int, high: int) -> WithJsonSchema:
     """The JSON Schema of :func:`int_range`."""
     return WithJsonSchema({"type": "integer", "minimum": low, "maximum": high})
+
+
+@dataclass(frozen=True)
+class WholeNumber:
+    """``Annotated[int, WholeNumber(low, high)]``: a whole number (2.0 counts as 2) from
+    ``low`` to ``high``, refused with a message naming the bounds, and the JSON Schema
+    that says the same."""
+
+    low: int
+    high: int
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        checked = core_schema.no_info_after_validator_function(
+            int_range(self.low, self.high), handler(source)
+        )
+        return core_schema.no_info_before_validator_function(whole_number, checked)
+
+    def __get_pydantic_json_schema__(
+        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        return {"type": "integer", "minimum": self.low, "maximum": self.high}
 
 
 def _check_group(value: int) -> int:

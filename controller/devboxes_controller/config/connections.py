@@ -8,9 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BeforeValidator
-
-from .base import Model, int_range, integers, lookup, whole_number
+from .base import Model, WholeNumber, lookup
 from .violations import Violation
 
 MAX_READ_SECONDS = 300
@@ -23,30 +21,10 @@ MAX_TUNNEL_IDLE_SECONDS = 86_400
 MAX_TUNNELS_PER_PERSON = 1000
 
 
-ReadSeconds = Annotated[
-    int,
-    BeforeValidator(whole_number),
-    AfterValidator(int_range(1, MAX_READ_SECONDS)),
-    integers(1, MAX_READ_SECONDS),
-]
-TunnelIdleSeconds = Annotated[
-    int,
-    BeforeValidator(whole_number),
-    AfterValidator(int_range(30, MAX_TUNNEL_IDLE_SECONDS)),
-    integers(30, MAX_TUNNEL_IDLE_SECONDS),
-]
-TunnelCount = Annotated[
-    int,
-    BeforeValidator(whole_number),
-    AfterValidator(int_range(1, MAX_TUNNELS_PER_PERSON)),
-    integers(1, MAX_TUNNELS_PER_PERSON),
-]
-ConnectionCount = Annotated[
-    int,
-    BeforeValidator(whole_number),
-    AfterValidator(int_range(1, MAX_CONNECTIONS)),
-    integers(1, MAX_CONNECTIONS),
-]
+ReadSeconds = Annotated[int, WholeNumber(1, MAX_READ_SECONDS)]
+TunnelIdleSeconds = Annotated[int, WholeNumber(30, MAX_TUNNEL_IDLE_SECONDS)]
+TunnelCount = Annotated[int, WholeNumber(1, MAX_TUNNELS_PER_PERSON)]
+ConnectionCount = Annotated[int, WholeNumber(1, MAX_CONNECTIONS)]
 
 
 class ConnectionSettings(Model):

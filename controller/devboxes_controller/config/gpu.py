@@ -13,7 +13,6 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
     AfterValidator,
-    BeforeValidator,
     ConfigDict,
     Field,
     StrictBool,
@@ -28,11 +27,11 @@ from devboxes_sdk.models import GpuAllocation, GpuCapabilities, GpuProfile, GpuR
 from .base import (
     GroupId,
     Model,
+    WholeNumber,
     entry_names,
     int_range,
     integers,
     lookup,
-    whole_number,
 )
 from .catalog import (
     CPU_ACCELERATOR,
@@ -114,12 +113,7 @@ Selector = Annotated[
         }
     ),
 ]
-GpuCount = Annotated[
-    int,
-    BeforeValidator(whole_number),
-    AfterValidator(int_range(1, MAX_GPU_COUNT)),
-    integers(1, MAX_GPU_COUNT),
-]
+GpuCount = Annotated[int, WholeNumber(1, MAX_GPU_COUNT)]
 
 
 _EXISTS: JsonDict = {"properties": {"operator": {"const": "Exists"}}, "required": ["operator"]}

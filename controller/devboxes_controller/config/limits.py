@@ -6,22 +6,17 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import AfterValidator, BeforeValidator, Field, StrictInt, StringConstraints
+from pydantic import Field, StrictInt, StringConstraints
 
 from devboxes_sdk.models import Preset
 
 from .auth import GroupName
-from .base import Model, int_range, integers, whole_number
+from .base import Model, WholeNumber
 
 MAX_LIMITED_BOXES = 100_000
 MAX_LIMITED_DEVICES = 100_000
 MAX_LIMITED_GROUPS = 256
-LimitCount = Annotated[
-    int,
-    BeforeValidator(whole_number),
-    AfterValidator(int_range(0, MAX_LIMITED_BOXES)),
-    integers(0, MAX_LIMITED_BOXES),
-]
+LimitCount = Annotated[int, WholeNumber(0, MAX_LIMITED_BOXES)]
 # A device limit is keyed by what profiles request: an extended resource name or a DRA
 # device class name.
 DeviceKey = Annotated[str, StringConstraints(min_length=1, max_length=253)]
