@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import http.server
 import json
+import secrets
 import socketserver
 import subprocess
 import threading
@@ -30,6 +31,8 @@ from devboxes_testbed.controller import Controller, example_settings, without_gp
 from devboxes_testbed.nodes import KWOK_ANNOTATION, POOL_LABEL
 from kubernetes import client
 
+from devboxes_sdk.client import Client, Devbox
+from devboxes_sdk.errors import BoxNotReady
 from devboxes_sdk.models import IDEMPOTENCY_HEADER, GpuAvailability
 
 REPO = Path(__file__).resolve().parent.parent
@@ -118,6 +121,43 @@ def wait_until_no_pod_requests(kube: Any, resource: str, timeout: float = 300) -
         return not any(asks(p) for p in pods if p.status.phase not in ("Succeeded", "Failed"))
 
     wait_for(none_asks, timeout=timeout)
+
+
+class _Blocked(Exception):
+    """Ends a filler box's wait: the scheduler cannot place it."""
+
+
+# More boxes than any node pool of the testbed has devices of one profile.
+FILL_LIMIT = 16
+
+
+def fill_profile_until_blocked(
+    controller_client: Client, profile: str, cleanup: list[str], prefix: str = "fill-"
+) -> None:
+    """Create boxes of GPU profile ``profile`` until the scheduler cannot place one.
+
+    Afterwards every device of the profile is taken, however many the node pools have,
+    and the last box created waits for one. Each box goes into ``cleanup`` as it is
+    created; its name is ``prefix``, its number and a random suffix. A box that neither
+    becomes ready nor is blocked fails the test, and so do ``FILL_LIMIT`` boxes that were
+    all placed.
+    """
+
+    def stop_when_blocked(box: Devbox) -> None:
+        if (box.message or "").startswith("Scheduling blocked"):
+            raise _Blocked
+
+    for index in range(FILL_LIMIT):
+        filler = f"{prefix}{index}-{secrets.token_hex(3)}"
+        controller_client.create(filler, gpu=profile, ttl_hours=1)
+        cleanup.append(filler)
+        try:
+            controller_client.wait_ready(filler, 120, on_update=stop_when_blocked)
+        except _Blocked:
+            return
+        except BoxNotReady as error:
+            pytest.fail(f"filler box {filler} did not become ready: {error}")
+    pytest.fail(f"{FILL_LIMIT} boxes of {profile} were all placed; cannot exhaust it")
 
 
 # The ``start_controller`` fixture: settings (the example ones by default) and

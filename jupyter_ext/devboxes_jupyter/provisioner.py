@@ -359,7 +359,6 @@ class DevboxKernelProvisioner(LocalProvisioner):
             "IdentitiesOnly=yes",
             "-o",
             "BatchMode=yes",
-            "-o",
             *self._host_key_options(),
             # Boxes behind one NodePort host share host:port over time, and one name
             # can belong to boxes of two clusters or to a box made again: the alias of

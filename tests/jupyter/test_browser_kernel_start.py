@@ -8,7 +8,6 @@ once the kernel is there, or says why it did not run. The Lab and its setup are 
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,13 +17,12 @@ from devboxes_testbed import ROCM
 from devboxes_testbed.controller import Controller
 from labserver import KernelLab, running_kernel_lab
 from sshd import loopback_sshd, need_sshd
-from support import wait_for
+from support import fill_profile_until_blocked, wait_for
 from test_browser import READY_TIMEOUT_MS, _browser_page, _need_browser, _open_lab
-from test_devbox_kernel import _Blocked, _box_port
+from test_devbox_kernel import _box_port
 
 from devboxes_sdk import models
-from devboxes_sdk.client import Client, Devbox
-from devboxes_sdk.errors import BoxNotReady
+from devboxes_sdk.client import Client
 
 pytestmark = pytest.mark.browser
 
@@ -101,22 +99,7 @@ def test_interrupting_a_start_that_waits_for_a_device_cancels_it_and_says_so_in_
     profile = controller_client.capabilities().gpu.profile(ROCM)
     assert profile is not None, "the session's controller serves the example GPU profiles"
 
-    def stop_when_blocked(box: Devbox) -> None:
-        if (box.message or "").startswith("Scheduling blocked"):
-            raise _Blocked
-
-    for index in range(16):
-        filler = f"fill-b{index}-{threading.get_native_id()}"
-        controller_client.create(filler, gpu=profile.name, ttl_hours=1)
-        cleanup.append(filler)
-        try:
-            controller_client.wait_ready(filler, 120, on_update=stop_when_blocked)
-        except _Blocked:
-            break
-        except BoxNotReady as error:
-            pytest.fail(f"filler box {filler} did not become ready: {error}")
-    else:
-        pytest.fail(f"16 boxes of {profile.name} were all placed; cannot exhaust it")
+    fill_profile_until_blocked(controller_client, profile.name, cleanup, prefix="fill-b")
 
     name = box_name(setup.owner, profile.name)
     cleanup.append(name)

@@ -36,12 +36,12 @@ from labserver import (
     write_kernelspec,
 )
 from sshd import loopback_sshd, need_sshd
-from support import StartController, wait_for
+from support import StartController, fill_profile_until_blocked, wait_for
 from test_jupyter_logo import png_size
 
 from devboxes_sdk import models
 from devboxes_sdk.client import Client, Devbox
-from devboxes_sdk.errors import BoxNotReady, Conflict, NotFound
+from devboxes_sdk.errors import Conflict, NotFound
 
 KERNEL_START_TIMEOUT = 400
 
@@ -292,33 +292,13 @@ def test_a_box_with_another_accelerator_is_refused_in_display_names(
     )
 
 
-class _Blocked(Exception):
-    pass
-
-
 def test_no_free_device_before_the_timeout_is_the_message(
     setup: KernelLab, controller_client: Client, cleanup: list[str]
 ) -> None:
     profile = controller_client.capabilities().gpu.profile(ROCM)
     assert profile is not None, "the session's controller serves the example GPU profiles"
 
-    def stop_when_blocked(box: Devbox) -> None:
-        if (box.message or "").startswith("Scheduling blocked"):
-            raise _Blocked
-
-    # Take every device of the profile, however many the node pools have.
-    for _ in range(16):
-        filler = f"fill-{secrets.token_hex(3)}"
-        controller_client.create(filler, gpu=profile.name, ttl_hours=1)
-        cleanup.append(filler)
-        try:
-            controller_client.wait_ready(filler, 120, on_update=stop_when_blocked)
-        except _Blocked:
-            break
-        except BoxNotReady as error:
-            pytest.fail(f"filler box {filler} did not become ready: {error}")
-    else:
-        pytest.fail(f"16 boxes of {profile.name} were all placed; cannot exhaust it")
+    fill_profile_until_blocked(controller_client, profile.name, cleanup)
 
     cleanup.append(box_name(setup.owner, profile.name))
     write_kernelspec(

@@ -30,12 +30,11 @@ from labserver import (
     write_kernelspec,
 )
 from sshd import loopback_sshd, need_sshd
-from support import wait_for
-from test_devbox_kernel import _Blocked, _box_port
+from support import fill_profile_until_blocked, wait_for
+from test_devbox_kernel import _box_port
 
 from devboxes_sdk import models
-from devboxes_sdk.client import Client, Devbox
-from devboxes_sdk.errors import BoxNotReady
+from devboxes_sdk.client import Client
 
 
 @pytest.fixture(scope="module")
@@ -142,22 +141,7 @@ def test_a_start_waiting_for_a_device_is_cancelled_and_gives_the_box_back(
     profile = controller_client.capabilities().gpu.profile(ROCM)
     assert profile is not None, "the session's controller serves the example GPU profiles"
 
-    def stop_when_blocked(box: Devbox) -> None:
-        if (box.message or "").startswith("Scheduling blocked"):
-            raise _Blocked
-
-    for index in range(16):
-        filler = f"fill-c{index}-{threading.get_native_id()}"
-        controller_client.create(filler, gpu=profile.name, ttl_hours=1)
-        cleanup.append(filler)
-        try:
-            controller_client.wait_ready(filler, 120, on_update=stop_when_blocked)
-        except _Blocked:
-            break
-        except BoxNotReady as error:
-            pytest.fail(f"filler box {filler} did not become ready: {error}")
-    else:
-        pytest.fail(f"16 boxes of {profile.name} were all placed; cannot exhaust it")
+    fill_profile_until_blocked(controller_client, profile.name, cleanup, prefix="fill-c")
 
     name = box_name(setup.owner, profile.name)
     cleanup.append(name)

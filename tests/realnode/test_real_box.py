@@ -40,6 +40,7 @@ from devboxes_testbed.cluster import Testbed
 from devboxes_testbed.controller import ANY_ADDRESS, Controller, example_settings
 from devboxes_testbed.issuer import CLI_CLIENT_ID, Issuer
 from devboxes_testbed.process import free_port
+from devboxes_testbed.rig import Rig
 from footprint import Footprint
 from labserver import KernelChannels, running_lab
 from sshd import make_key
@@ -78,16 +79,15 @@ def real_testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
     why = host.can_run()
     if why is not None:
         pytest.skip(f"this machine cannot run a real node: {why}")
-    state = tmp_path_factory.mktemp("real-testbed")
-    bed = Testbed(state, REPO / "tests" / "data" / "nodes-real.yaml", log=lambda message: None)
-    bed.start()
-    node = bed.real_node
-    assert node is not None
-    try:
+    with Rig(tmp_path_factory.mktemp("real-testbed")) as rig:
+        bed = rig.start_testbed(
+            REPO / "tests" / "data" / "nodes-real.yaml", log=lambda message: None
+        )
+        node = bed.real_node
+        assert node is not None
         made = Footprint.of(node)
         yield bed
-    finally:
-        bed.stop()
+    # Only once the testbed stopped: what the node leaves behind is what its stop left.
     left = made.left()
     assert left == [], f"the real node left these behind: {left}"
 

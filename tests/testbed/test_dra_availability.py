@@ -6,12 +6,12 @@ extended resource a DeviceClass serves, and for partitions that share counters."
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from devboxes_testbed.cluster import Testbed
-from devboxes_testbed.controller import Controller, example_settings, without_gpu_profiles
+from devboxes_testbed.controller import example_settings, without_gpu_profiles
+from devboxes_testbed.rig import Rig
 from dra_profiles import DRA_PROFILES, NVIDIA
 from support import Api, wait_for, wait_for_value
 
@@ -89,23 +89,18 @@ def mig_objects() -> list[tuple[str, dict[str, Any]]]:
 def api(dra_testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
     from kubernetes import client
 
-    kube = dra_testbed.api_client()
-    client.CoreV1Api(kube).create_namespace({"metadata": {"name": NAMESPACE}})
-    resource = client.ResourceV1Api(kube)
-    for kind, body in mig_objects():
-        if kind == "slice":
-            resource.create_resource_slice(body)
-        else:
-            resource.create_device_class(body)
-    example = example_settings(NAMESPACE)
-    settings = without_gpu_profiles(example, *(p["name"] for p in example["gpu"]["profiles"]))
-    settings["gpu"] = {"enabled": True, "defaultProfile": "h100-or-a100", "profiles": PROFILES}
-    workdir: Path = tmp_path_factory.mktemp("dra-free-controller")
-    controller = Controller(dra_testbed.kubeconfig, settings, workdir).start()
-    try:
-        yield Api(controller)
-    finally:
-        controller.stop()
+    with Rig(tmp_path_factory.mktemp("dra-free-controller"), dra_testbed) as rig:
+        rig.create_namespace(NAMESPACE)
+        resource = client.ResourceV1Api(dra_testbed.api_client())
+        for kind, body in mig_objects():
+            if kind == "slice":
+                resource.create_resource_slice(body)
+            else:
+                resource.create_device_class(body)
+        example = example_settings(NAMESPACE)
+        settings = without_gpu_profiles(example, *(p["name"] for p in example["gpu"]["profiles"]))
+        settings["gpu"] = {"enabled": True, "defaultProfile": "h100-or-a100", "profiles": PROFILES}
+        yield Api(rig.start_controller(settings))
 
 
 def free_by_cluster(bed: Testbed) -> dict[str, int]:

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 from devboxes_testbed.cluster import Testbed
-from devboxes_testbed.controller import Controller, example_settings, without_gpu_profiles
+from devboxes_testbed.controller import example_settings, without_gpu_profiles
+from devboxes_testbed.rig import Rig
 from dra_profiles import DRA_PROFILES
 from support import Api, wait_for
 
@@ -28,16 +29,9 @@ def dra_settings(profiles: list[dict[str, Any]], default: str) -> dict[str, Any]
 
 @pytest.fixture(scope="module")
 def api(dra_testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
-    from kubernetes import client
-
-    client.CoreV1Api(dra_testbed.api_client()).create_namespace({"metadata": {"name": NAMESPACE}})
-    settings = dra_settings(DRA_PROFILES, "h100-or-a100")
-    workdir: Path = tmp_path_factory.mktemp("dra-controller")
-    controller = Controller(dra_testbed.kubeconfig, settings, workdir).start()
-    try:
-        yield Api(controller)
-    finally:
-        controller.stop()
+    with Rig(tmp_path_factory.mktemp("dra-controller"), dra_testbed) as rig:
+        rig.create_namespace(NAMESPACE)
+        yield Api(rig.start_controller(dra_settings(DRA_PROFILES, "h100-or-a100")))
 
 
 def resource_api(bed: Testbed) -> Any:
@@ -182,11 +176,8 @@ def test_the_doctor_refuses_selectors_kubernetes_cannot_compile_and_missing_clas
         "count": 1,
     }
     settings = dra_settings([DRA_PROFILES[1], broken, missing], "gpu-40g")
-    controller = Controller(dra_testbed.kubeconfig, settings, tmp_path).start()
-    try:
-        report = Api(controller).call("GET", "/gpu/doctor")
-    finally:
-        controller.stop()
+    with Rig(tmp_path, dra_testbed) as rig:
+        report = Api(rig.start_controller(settings)).call("GET", "/gpu/doctor")
     found = {(c["profile"], c["check"]): (c["verdict"], c["message"]) for c in report["checks"]}
     assert found[("gpu-40g", "device-class")][0] == "pass"
     assert found[("gpu-40g", "claim-template")][0] == "pass"
