@@ -756,3 +756,21 @@ def cmd_known_hosts(args: argparse.Namespace) -> int:
     for key in box.ssh_host_keys:
         print(f"{args.host} {key}")
     return EXIT_OK
+
+
+def cmd_port_forward(args: argparse.Namespace) -> int:
+    port, local = args.ports
+    with _client(args) as client:
+        if "tunnel" not in client.capabilities().ssh_access:
+            raise DevboxesError(
+                f"the controller at {client.url} offers no tunnel; forward with: "
+                f"devbox ssh {args.name} -- -N -L {local}:127.0.0.1:{port}"
+            )
+        box = client.get(args.name)
+        if box.state is not DevboxState.READY:
+            raise not_ready(box)
+        print_error(
+            f"forwarding http://127.0.0.1:{local} to port {port} of {box.name} through the "
+            "controller; Ctrl-C stops it"
+        )
+        _cli_ssh.exec_ssh(_cli_ssh.forward_argv(box, port, local), _ssh_environment(args, client))

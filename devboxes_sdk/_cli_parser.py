@@ -24,6 +24,7 @@ from devboxes_sdk._cli_commands import (
     cmd_known_hosts,
     cmd_list,
     cmd_login,
+    cmd_port_forward,
     cmd_ssh,
     cmd_start,
     cmd_status,
@@ -110,6 +111,21 @@ def _positive_int(value: str) -> int:
     if number < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
     return number
+
+
+def _port_pair(value: str) -> tuple[int, int]:
+    """``PORT`` or ``PORT:LOCAL``, each from 1 to 65535."""
+    parts = value.split(":")
+    if len(parts) > 2:
+        raise argparse.ArgumentTypeError(f"expected PORT or PORT:LOCAL, got {value!r}")
+    numbers = []
+    for part in parts:
+        if not (part.isascii() and part.isdigit()) or not 1 <= int(part) <= 65535:
+            raise argparse.ArgumentTypeError(
+                f"a port is a whole number from 1 to 65535, got {part!r} in {value!r}"
+            )
+        numbers.append(int(part))
+    return numbers[0], numbers[-1]
 
 
 def _positive_seconds(value: str) -> float:
@@ -356,6 +372,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ssh.add_argument(
         "ssh_args", nargs=argparse.REMAINDER, metavar="-- ARGS", help="passed on to ssh"
+    )
+
+    port_forward = add(
+        "port-forward",
+        "reach a port of a ready box (a web preview, a notebook server) on this machine's "
+        "loopback, through the controller",
+        cmd_port_forward,
+    )
+    _box_argument(port_forward)
+    port_forward.add_argument(
+        "ports",
+        type=_port_pair,
+        metavar="PORT[:LOCAL]",
+        help="the box's port, and the local one (default: the same number)",
     )
 
     known_hosts = add(

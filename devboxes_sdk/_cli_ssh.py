@@ -70,6 +70,21 @@ def tunnel_argv(box: Devbox, extra: Sequence[str]) -> list[str]:
     ]
 
 
+def forward_argv(box: Devbox, port: int, local: int) -> list[str]:
+    """``ssh`` that forwards 127.0.0.1:``local`` here to ``port`` on the box's loopback
+    through the tunnel, and runs nothing else."""
+    return tunnel_argv(
+        box,
+        [
+            "-N",
+            "-o",
+            "ExitOnForwardFailure=yes",
+            "-L",
+            f"127.0.0.1:{local}:127.0.0.1:{port}",
+        ],
+    )
+
+
 def service_argv(box: Devbox, extra: Sequence[str]) -> list[str]:
     """``ssh`` to the box at its own address, from its ssh_host, ssh_port and ssh_user."""
     destination = box.ssh_host
@@ -114,13 +129,15 @@ def stdio(client: Client, name: str) -> str | None:
 def config_block(url: str) -> str:
     """The ``~/.ssh/config`` block that makes ``ssh NAME.devbox`` reach box NAME of the
     controller at ``url`` through its tunnel, for every tool that runs ssh."""
+    # ssh runs a KnownHostsCommand without a shell, and only by an absolute path.
+    with_url = f"{shutil.which('env') or '/usr/bin/env'} DEVBOX_URL={shlex.quote(url)}"
     return "\n".join(
         [
             f"{BEGIN} ({url}) ---",
             "# Written by 'devbox config-ssh'; 'devbox config-ssh --remove' removes it.",
             f"Host *{HOST_SUFFIX}",
-            f"    ProxyCommand env DEVBOX_URL={shlex.quote(url)} {proxy_command()}",
-            f"    KnownHostsCommand env DEVBOX_URL={shlex.quote(url)} {known_hosts_command()}",
+            f"    ProxyCommand {with_url} {proxy_command()}",
+            f"    KnownHostsCommand {with_url} {known_hosts_command()}",
             f"    User {DEFAULT_USER}",
             f"    ServerAliveInterval {KEEPALIVE_SECONDS}",
             END,

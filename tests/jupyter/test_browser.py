@@ -37,7 +37,7 @@ from labserver import (
     start_kernel,
     write_kernelspec,
 )
-from sshd import loopback_sshd, need_sshd
+from sshd import box_host_key, loopback_sshd, need_sshd
 from support import (
     CHROMIUM,
     DevicePool,
@@ -523,7 +523,11 @@ def test_picker_shows_free_devices_and_follows_a_stop_without_reload(
 
 
 def test_devbox_kernel_from_the_launcher_runs_a_cell(
-    page: Any, setup: KernelLab, controller_client: Client, cleanup: list[str]
+    controller: Controller,
+    page: Any,
+    setup: KernelLab,
+    controller_client: Client,
+    cleanup: list[str],
 ) -> None:
     from playwright.sync_api import expect
 
@@ -552,7 +556,9 @@ def test_devbox_kernel_from_the_launcher_runs_a_cell(
     page.screenshot(path=str(IMAGES / "jupyter-kernel-progress.png"))
 
     port = controller_client.get(name).ssh_port
-    with loopback_sshd(setup.base / "sshd", port, setup.key.with_suffix(".pub")):
+    with loopback_sshd(
+        setup.base / "sshd", port, setup.key.with_suffix(".pub"), box_host_key(controller, name)
+    ):
         expect(page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")).to_be_attached(
             timeout=READY_TIMEOUT_MS
         )

@@ -16,7 +16,7 @@ from devboxes_jupyter.provisioner import box_name
 from devboxes_testbed import ROCM
 from devboxes_testbed.controller import Controller
 from labserver import KernelLab, running_kernel_lab
-from sshd import loopback_sshd, need_sshd
+from sshd import box_host_key, loopback_sshd, need_sshd
 from support import fill_profile_until_blocked, wait_for
 from test_browser import READY_TIMEOUT_MS, _browser_page, _need_browser, _open_lab
 from test_devbox_kernel import _box_port
@@ -67,7 +67,11 @@ def _run_first_cell(page: Any, code: str) -> None:
 
 
 def test_a_cell_run_while_the_kernel_starts_is_held_and_runs_when_it_is_up(
-    page: Any, setup: KernelLab, controller_client: Client, cleanup: list[str]
+    controller: Controller,
+    page: Any,
+    setup: KernelLab,
+    controller_client: Client,
+    cleanup: list[str],
 ) -> None:
     from playwright.sync_api import expect
 
@@ -83,7 +87,12 @@ def test_a_cell_run_while_the_kernel_starts_is_held_and_runs_when_it_is_up(
     expect(held).to_contain_text("over SSH", timeout=READY_TIMEOUT_MS)
 
     port = _box_port(controller_client, name)
-    with loopback_sshd(setup.base / "sshd-early", port, setup.key.with_suffix(".pub")):
+    with loopback_sshd(
+        setup.base / "sshd-early",
+        port,
+        setup.key.with_suffix(".pub"),
+        box_host_key(controller, name),
+    ):
         expect(first.locator(".jp-OutputArea-output")).to_have_text("42", timeout=READY_TIMEOUT_MS)
         expect(first.locator(".jp-InputPrompt")).to_contain_text("[1]")
         expect(held).to_have_count(0)

@@ -22,9 +22,13 @@ from typing import Any
 
 import pytest
 import requests
+from devboxes_controller.box.naming import ANNOTATION_HOST_KEY
+from devboxes_jupyter import hostkeys
 from devboxes_jupyter.provisioner import box_name, running_message
 from devboxes_testbed import L4, ROCM
 from devboxes_testbed.controller import Controller
+from kubernetes import client as kube_client
+from kubernetes import config as kube_config
 from labserver import (
     KernelChannels,
     KernelLab,
@@ -35,7 +39,7 @@ from labserver import (
     start_kernel,
     write_kernelspec,
 )
-from sshd import loopback_sshd, need_sshd
+from sshd import box_host_key, loopback_sshd, need_sshd
 from support import StartController, fill_profile_until_blocked, wait_for
 from test_jupyter_logo import png_size
 
@@ -108,7 +112,7 @@ def test_kernelspecs_offer_cpu_and_every_profile(
 
 
 def test_kernel_runs_in_the_box_interrupts_restarts_and_shuts_down(
-    setup: KernelLab, controller_client: Client, cleanup: list[str]
+    controller: Controller, setup: KernelLab, controller_client: Client, cleanup: list[str]
 ) -> None:
     profile = controller_client.capabilities().gpu.profile(L4)
     assert profile is not None, "the session's controller serves the example GPU profiles"
@@ -123,7 +127,9 @@ def test_kernel_runs_in_the_box_interrupts_restarts_and_shuts_down(
     starter.start()
     # The provisioner creates the box; its sshd comes up at the address the box reports.
     port = _box_port(controller_client, name)
-    with loopback_sshd(setup.base / "sshd-gpu", port, setup.key.with_suffix(".pub")):
+    with loopback_sshd(
+        setup.base / "sshd-gpu", port, setup.key.with_suffix(".pub"), box_host_key(controller, name)
+    ):
         starter.join(KERNEL_START_TIMEOUT)
         assert started, "the kernel start did not answer"
         assert started[0].status_code == 201, started[0].text
@@ -184,7 +190,7 @@ def test_kernel_runs_in_the_box_interrupts_restarts_and_shuts_down(
 
 
 def test_the_cpu_kernel_uses_the_box_whatever_its_environment_and_names_it(
-    setup: KernelLab, controller_client: Client, cleanup: list[str]
+    controller: Controller, setup: KernelLab, controller_client: Client, cleanup: list[str]
 ) -> None:
     name = box_name(setup.owner, None)
     cleanup.append(name)
@@ -198,7 +204,9 @@ def test_the_cpu_kernel_uses_the_box_whatever_its_environment_and_names_it(
     starter = threading.Thread(target=lambda: started.append(start_kernel(setup.lab, "devbox-cpu")))
     starter.start()
     port = _box_port(controller_client, name)
-    with loopback_sshd(setup.base / "sshd-env", port, setup.key.with_suffix(".pub")):
+    with loopback_sshd(
+        setup.base / "sshd-env", port, setup.key.with_suffix(".pub"), box_host_key(controller, name)
+    ):
         starter.join(KERNEL_START_TIMEOUT)
         assert started, "the kernel start did not answer"
         assert started[0].status_code == 201, started[0].text
@@ -223,7 +231,11 @@ def test_the_running_message_names_the_environment_of_a_box_that_has_one() -> No
 
 
 def test_failures_end_the_start_with_one_message(
-    setup: KernelLab, controller_client: Client, cleanup: list[str], tmp_path: Path
+    controller: Controller,
+    setup: KernelLab,
+    controller_client: Client,
+    cleanup: list[str],
+    tmp_path: Path,
 ) -> None:
     name = box_name(setup.owner, None)
     cleanup.append(name)
@@ -240,7 +252,9 @@ def test_failures_end_the_start_with_one_message(
     assert message.endswith(f"; box {name}, started for this kernel, is stopped again (home kept)")
     assert controller_client.get(name).state is models.DevboxState.STOPPED
 
-    with loopback_sshd(setup.base / "sshd-cpu", port, setup.key.with_suffix(".pub")):
+    with loopback_sshd(
+        setup.base / "sshd-cpu", port, setup.key.with_suffix(".pub"), box_host_key(controller, name)
+    ):
         # An image without ipykernel: a python with nothing installed.
         bare = tmp_path / "bare"
         import venv
@@ -345,8 +359,18 @@ def test_one_person_s_boxes_of_one_name_on_two_clusters_keep_their_own_host_keys
         running_kernel_lab(
             tmp_path / "second", other.url, other.token, "", connect_timeout=20, share_with=setup
         ) as second,
-        loopback_sshd(setup.base / "sshd-here", here, setup.key.with_suffix(".pub")),
-        loopback_sshd(tmp_path / "sshd-there", there, setup.key.with_suffix(".pub")),
+        loopback_sshd(
+            setup.base / "sshd-here",
+            here,
+            setup.key.with_suffix(".pub"),
+            box_host_key(controller, name),
+        ),
+        loopback_sshd(
+            tmp_path / "sshd-there",
+            there,
+            setup.key.with_suffix(".pub"),
+            box_host_key(other, name),
+        ),
     ):
         wait_for(lambda: "devbox-cpu" in _kernelspecs(setup.lab), timeout=60)
         wait_for(lambda: "devbox-cpu" in _kernelspecs(second.lab), timeout=60)
@@ -357,14 +381,19 @@ def test_one_person_s_boxes_of_one_name_on_two_clusters_keep_their_own_host_keys
 
 
 def test_a_box_recreated_under_its_name_is_trusted_anew(
-    setup: KernelLab, controller_client: Client, cleanup: list[str]
+    controller: Controller, setup: KernelLab, controller_client: Client, cleanup: list[str]
 ) -> None:
     name = box_name(setup.owner, None)
     cleanup.append(name)
     first = controller_client.create(name, ttl_hours=1)
     wait_for(lambda: "devbox-cpu" in _kernelspecs(setup.lab), timeout=60)
     port = _box_port(controller_client, name)
-    with loopback_sshd(setup.base / "sshd-before", port, setup.key.with_suffix(".pub")):
+    with loopback_sshd(
+        setup.base / "sshd-before",
+        port,
+        setup.key.with_suffix(".pub"),
+        box_host_key(controller, name),
+    ):
         _kernel_starts(setup.lab, "devbox-cpu")
     # With its home volume goes the box's host key: the new box makes another.
     controller_client.delete(name, purge=True)
@@ -380,16 +409,64 @@ def test_a_box_recreated_under_its_name_is_trusted_anew(
     assert first.uid is not None
     assert again.uid not in (None, first.uid)
     port = _box_port(controller_client, name)
-    with loopback_sshd(setup.base / "sshd-after", port, setup.key.with_suffix(".pub")):
+    with loopback_sshd(
+        setup.base / "sshd-after",
+        port,
+        setup.key.with_suffix(".pub"),
+        box_host_key(controller, name),
+    ):
         _kernel_starts(setup.lab, "devbox-cpu")
 
 
-def test_a_changed_host_key_of_the_same_box_fails_the_start_saying_how_to_recover(
-    setup: KernelLab, controller_client: Client, cleanup: list[str]
+def test_a_box_answering_with_another_key_than_the_published_one_is_refused(
+    controller: Controller, setup: KernelLab, controller_client: Client, cleanup: list[str]
+) -> None:
+    name = box_name(setup.owner, None)
+    cleanup.append(name)
+    box = controller_client.create(name, ttl_hours=1)
+    assert len(box.ssh_host_keys) == 1
+    wait_for(lambda: "devbox-cpu" in _kernelspecs(setup.lab), timeout=60)
+    port = _box_port(controller_client, name)
+    # An sshd with a key of its own, not the one the controller made for the box.
+    with loopback_sshd(setup.base / "sshd-impostor", port, setup.key.with_suffix(".pub")):
+        message = refused(start_kernel(setup.lab, "devbox-cpu"))
+        assert message.startswith(
+            f"box {name} answered SSH with another host key than the one the Devboxes "
+            "controller published for it, so the connection was refused"
+        ), message
+        # The box was running before the start: it is left running.
+        assert controller_client.get(name).state is models.DevboxState.READY
+    with loopback_sshd(
+        setup.base / "sshd-genuine",
+        port,
+        setup.key.with_suffix(".pub"),
+        box_host_key(controller, name),
+    ):
+        _kernel_starts(setup.lab, "devbox-cpu")
+    # Nothing was trusted on first use: the file of recorded keys holds no entry for it.
+    known_hosts = setup.base / "known_hosts"
+    alias = hostkeys.alias(controller.url, controller_client.get(name))
+    found = subprocess.run(
+        ["ssh-keygen", "-F", alias, "-f", str(known_hosts)], capture_output=True, check=False
+    )
+    assert found.returncode != 0, found.stdout
+
+
+def test_a_box_without_a_published_key_is_trusted_on_first_use_and_a_changed_key_refused(
+    controller: Controller, setup: KernelLab, controller_client: Client, cleanup: list[str]
 ) -> None:
     name = box_name(setup.owner, None)
     cleanup.append(name)
     controller_client.create(name, ttl_hours=1)
+    # As a box made before the controller made host keys: it publishes none.
+    api = kube_config.new_client_from_config(str(controller.kubeconfig))
+    kube_client.AppsV1Api(api).patch_namespaced_deployment(
+        f"devbox-{name}",
+        controller.settings["namespace"],
+        {"metadata": {"annotations": {ANNOTATION_HOST_KEY: None}}},
+    )
+    api.close()
+    wait_for(lambda: controller_client.get(name).ssh_host_keys == [], timeout=30)
     wait_for(lambda: "devbox-cpu" in _kernelspecs(setup.lab), timeout=60)
     port = _box_port(controller_client, name)
     with loopback_sshd(setup.base / "sshd-kept", port, setup.key.with_suffix(".pub")):

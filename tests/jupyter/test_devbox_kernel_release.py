@@ -21,7 +21,7 @@ import pytest
 from devboxes_jupyter.provisioner import RESTART_HINT, box_name
 from devboxes_testbed.controller import Controller
 from labserver import KernelChannels, KernelLab, Lab, running_kernel_lab, start_kernel
-from sshd import loopback_sshd, need_sshd
+from sshd import box_host_key, loopback_sshd, need_sshd
 from support import wait_for
 from test_devbox_kernel import _box_port, _kernelspecs
 
@@ -91,13 +91,13 @@ def _box_with_sshd_port(setup: KernelLab, client: Client, name: str) -> int:
 
 
 def test_a_box_stopped_under_its_kernel_stays_stopped_until_the_kernel_is_restarted(
-    setup: KernelLab, controller_client: Client, cleanup: list[str]
+    controller: Controller, setup: KernelLab, controller_client: Client, cleanup: list[str]
 ) -> None:
     name = box_name(setup.owner, None)
     cleanup.append(name)
     port = _box_with_sshd_port(setup, controller_client, name)
     sshd = setup.base / "sshd"
-    with loopback_sshd(sshd, port, setup.key.with_suffix(".pub")):
+    with loopback_sshd(sshd, port, setup.key.with_suffix(".pub"), box_host_key(controller, name)):
         kernel_id = _running_kernel(setup.lab, "devbox-cpu")
         stopped = controller_client.stop(name)
         _drop_connections(sshd)
@@ -138,12 +138,14 @@ def test_a_box_stopped_under_its_kernel_stays_stopped_until_the_kernel_is_restar
 
 
 def test_a_shut_down_kernel_gives_its_box_back_after_the_grace(
-    setup: KernelLab, controller_client: Client, cleanup: list[str]
+    controller: Controller, setup: KernelLab, controller_client: Client, cleanup: list[str]
 ) -> None:
     name = box_name(setup.owner, None)
     cleanup.append(name)
     port = _box_with_sshd_port(setup, controller_client, name)
-    with loopback_sshd(setup.base / "sshd", port, setup.key.with_suffix(".pub")):
+    with loopback_sshd(
+        setup.base / "sshd", port, setup.key.with_suffix(".pub"), box_host_key(controller, name)
+    ):
         kernel_id = _running_kernel(setup.lab, "devbox-cpu")
         setup.lab.api("DELETE", f"api/kernels/{kernel_id}", timeout=60)
         closed = time.monotonic()
@@ -156,12 +158,14 @@ def test_a_shut_down_kernel_gives_its_box_back_after_the_grace(
 
 
 def test_a_box_two_kernels_use_is_kept_until_the_last_one_shuts_down(
-    setup: KernelLab, controller_client: Client, cleanup: list[str]
+    controller: Controller, setup: KernelLab, controller_client: Client, cleanup: list[str]
 ) -> None:
     name = box_name(setup.owner, None)
     cleanup.append(name)
     port = _box_with_sshd_port(setup, controller_client, name)
-    with loopback_sshd(setup.base / "sshd", port, setup.key.with_suffix(".pub")):
+    with loopback_sshd(
+        setup.base / "sshd", port, setup.key.with_suffix(".pub"), box_host_key(controller, name)
+    ):
         first = _running_kernel(setup.lab, "devbox-cpu")
         second = _running_kernel(setup.lab, "devbox-cpu")
         setup.lab.api("DELETE", f"api/kernels/{first}", timeout=60)
@@ -194,7 +198,7 @@ def _run_cell(page: Any, code: str, output: str) -> None:
 
 @pytest.mark.browser
 def test_the_notebook_says_why_its_kernel_ended_and_restart_kernel_starts_the_box(
-    setup: KernelLab, controller_client: Client, cleanup: list[str]
+    controller: Controller, setup: KernelLab, controller_client: Client, cleanup: list[str]
 ) -> None:
     from playwright.sync_api import expect
     from test_browser import IMAGES, _browser_page, _need_browser, _open_lab
@@ -204,7 +208,10 @@ def test_the_notebook_says_why_its_kernel_ended_and_restart_kernel_starts_the_bo
     cleanup.append(name)
     port = _box_with_sshd_port(setup, controller_client, name)
     sshd = setup.base / "sshd"
-    with loopback_sshd(sshd, port, setup.key.with_suffix(".pub")), _browser_page() as page:
+    with (
+        loopback_sshd(sshd, port, setup.key.with_suffix(".pub"), box_host_key(controller, name)),
+        _browser_page() as page,
+    ):
         _open_lab(page, setup.lab)
         page.locator(
             ".jp-LauncherCard[data-category='Notebook']", has_text="Python 3 on CPU (devbox)"

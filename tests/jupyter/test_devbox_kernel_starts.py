@@ -29,7 +29,7 @@ from labserver import (
     start_kernel,
     write_kernelspec,
 )
-from sshd import loopback_sshd, need_sshd
+from sshd import box_host_key, loopback_sshd, need_sshd
 from support import fill_profile_until_blocked, wait_for
 from test_devbox_kernel import _box_port
 
@@ -57,7 +57,7 @@ def _starts(kernel_lab: KernelLab) -> list[dict[str, Any]]:
 
 
 def test_two_kernels_started_at_once_share_one_box_and_both_run(
-    setup: KernelLab, controller_client: Client, cleanup: list[str]
+    controller: Controller, setup: KernelLab, controller_client: Client, cleanup: list[str]
 ) -> None:
     name = box_name(setup.owner, None)
     cleanup.append(name)
@@ -74,7 +74,12 @@ def test_two_kernels_started_at_once_share_one_box_and_both_run(
     for starter in starters:
         starter.start()
     port = _box_port(controller_client, name)
-    with loopback_sshd(setup.base / "sshd-shared", port, setup.key.with_suffix(".pub")):
+    with loopback_sshd(
+        setup.base / "sshd-shared",
+        port,
+        setup.key.with_suffix(".pub"),
+        box_host_key(controller, name),
+    ):
         for starter in starters:
             starter.join(KERNEL_START_TIMEOUT)
         assert [answer.status_code for answer in answers] == [201, 201], [

@@ -17,14 +17,18 @@ nothing behind when the testbed stops.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import threading
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -42,6 +46,7 @@ from devboxes_testbed.issuer import CLI_CLIENT_ID, Issuer
 from devboxes_testbed.process import free_port
 from devboxes_testbed.rig import Rig
 from footprint import Footprint
+from kubernetes import client as kube_client
 from labserver import KernelChannels, running_lab
 from sshd import make_key
 from support import REPO, Api, wait_for
@@ -1067,3 +1072,210 @@ def kubectl(bed: Testbed, namespace: str, *args: str) -> str:
 
 def api_node_address(api: Api) -> str:
     return str(api.controller.settings["ssh"]["host"])
+
+
+TUNNEL_NAMESPACE = "tunnel-boxes"
+
+
+class Proxy:
+    """An HTTP proxy on loopback, as a person's network may put between them and the
+    controller: it opens tunnels (CONNECT), which it counts, and passes plain requests on."""
+
+    def __init__(self) -> None:
+        self.tunnels = 0
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._connect, args=(client,), daemon=True).start()
+
+    def _connect(self, client: socket.socket) -> None:
+        with client:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                chunk = client.recv(4096)
+                if not chunk:
+                    return
+                head += chunk
+            method, target, rest = head.split(b" ", 2)
+            if method == b"CONNECT":
+                where, _, port = target.decode().rpartition(":")
+                first = b""
+            else:
+                # http://host:port/path: the request goes on with the path alone.
+                address = urllib.parse.urlsplit(target.decode())
+                where, port = address.hostname or "", str(address.port or 80)
+                first = b" ".join([method, (address.path or "/").encode(), rest])
+            with socket.create_connection((where, int(port)), timeout=10) as upstream:
+                if method == b"CONNECT":
+                    self.tunnels += 1
+                    client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                else:
+                    upstream.sendall(first)
+                upstream.settimeout(None)
+                copy = threading.Thread(target=self._copy, args=(upstream, client), daemon=True)
+                copy.start()
+                self._copy(client, upstream)
+                copy.join(30)
+
+    @staticmethod
+    def _copy(source: socket.socket, sink: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                sink.sendall(data)
+            sink.shutdown(socket.SHUT_WR)
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def test_a_box_without_a_service_is_reached_through_the_controller_by_every_ssh_tool(
+    real_testbed: Testbed, key: Path, tmp_path: Path
+) -> None:
+    """With no per-box Service, ssh, scp, sftp and ssh -L reach a box through the
+    controller's tunnel by the block `devbox config-ssh` writes, checking the box's host
+    key against the one the API publishes; also through an HTTP CONNECT proxy."""
+    controller = serve(
+        real_testbed,
+        TUNNEL_NAMESPACE,
+        key,
+        tmp_path / "controller",
+        ssh={"serviceType": "None", "authorizedKeysSecret": KEYS_SECRET},
+    )
+    proxy = Proxy()
+    try:
+        api = Api(controller)
+        api.created("tunneled")
+        box = api.wait_ready("tunneled", timeout=180)
+        assert (box["ssh_host"], box["ssh_command"]) == (None, "devbox ssh tunneled")
+        (published,) = box["ssh_host_keys"]
+        core = kube_client.CoreV1Api(real_testbed.api_client())
+        assert core.list_namespaced_service(TUNNEL_NAMESPACE).items == []
+        environment = {
+            **os.environ,
+            "DEVBOX_URL": controller.url,
+            "DEVBOX_TOKEN": controller.token,
+        }
+        config = tmp_path / "ssh_config"
+        written = subprocess.run(
+            [sys.executable, "-m", "devboxes_sdk", "config-ssh", "--file", str(config)],
+            env=environment,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert written.returncode == 0, written.stderr
+        options = [
+            "-F", str(config),
+            "-i", str(key),
+            "-o", "IdentitiesOnly=yes",
+            "-o", "BatchMode=yes",
+            # Only the key the controller published is trusted: none was recorded before.
+            "-o", "UserKnownHostsFile=/dev/null",
+            "-o", "StrictHostKeyChecking=yes",
+        ]  # fmt: skip
+
+        def run(*argv: str, via: dict[str, str] = environment) -> str:
+            done = subprocess.run(
+                list(argv), env=via, capture_output=True, text=True, timeout=120, check=False
+            )
+            assert done.returncode == 0, f"{argv[0]}: {done.stderr}"
+            return done.stdout
+
+        assert run("ssh", *options, "tunneled.devbox", "uname -n").startswith("devbox-tunneled")
+
+        # scp of 100 MB, both ways equal.
+        big = tmp_path / "big"
+        big.write_bytes(os.urandom(100 * 1024 * 1024))
+        run("scp", *options, str(big), "tunneled.devbox:/tmp/big")
+        local = hashlib.sha256(big.read_bytes()).hexdigest()
+        assert run("ssh", *options, "tunneled.devbox", "sha256sum /tmp/big").split()[0] == local
+
+        batch = tmp_path / "sftp-batch"
+        batch.write_text("ls -l /tmp/big\n")
+        assert "/tmp/big" in run("sftp", *options, "-b", str(batch), "tunneled.devbox")
+
+        # ssh -L to a port in the box.
+        run(
+            "ssh", *options, "tunneled.devbox",
+            "nohup python3 -m http.server 8765 --bind 127.0.0.1 --directory /tmp "
+            ">/dev/null 2>&1 &",
+        )  # fmt: skip
+        local_port = free_port()
+        forward = subprocess.Popen(
+            ["ssh", *options, "-N", "-L", f"127.0.0.1:{local_port}:127.0.0.1:8765",
+             "tunneled.devbox"],
+            env=environment,
+        )  # fmt: skip
+        try:
+
+            def listing() -> str | None:
+                with contextlib.suppress(requests.RequestException):
+                    return requests.get(f"http://127.0.0.1:{local_port}/", timeout=5).text
+                return None
+
+            assert "big" in wait_for(listing, timeout=60)
+        finally:
+            forward.terminate()
+            forward.wait(15)
+
+        # devbox port-forward, with the person's key in their agent as ssh finds it.
+        agent = dict(
+            line.split(";")[0].split("=", 1)
+            for line in run("ssh-agent", "-s").splitlines()
+            if line.startswith("SSH_AUTH_SOCK=") or line.startswith("SSH_AGENT_PID=")
+        )
+        with_agent = {**environment, **agent}
+        try:
+            run("ssh-add", str(key), via=with_agent)
+            local_port = free_port()
+            forwarding = subprocess.Popen(
+                [sys.executable, "-m", "devboxes_sdk", "port-forward", "tunneled",
+                 f"8765:{local_port}"],
+                env=with_agent,
+            )  # fmt: skip
+            try:
+                assert "big" in wait_for(listing, timeout=60)
+            finally:
+                forwarding.terminate()
+                forwarding.wait(15)
+        finally:
+            subprocess.run(["ssh-agent", "-k"], env=with_agent, capture_output=True, check=False)
+
+        # Through an HTTP proxy: the same, and the tunnel went through CONNECT.
+        proxied = {name: value for name, value in environment.items() if name.lower() != "no_proxy"}
+        for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
+            proxied[name] = proxy.url
+        assert run("ssh", *options, "tunneled.devbox", "true", via=proxied) == ""
+        assert proxy.tunnels >= 1
+
+        # A box answering with another key than the published one is refused.
+        other = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKkjqDdHrvbNz0BMqo9aYthg2EPqhEXqfGvE3oTSnGuu"
+        assert other != published
+        refused = subprocess.run(
+            ["ssh", *options, "-o", f"KnownHostsCommand=/bin/echo %H {other}",
+             "tunneled.devbox", "true"],
+            env=environment, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert refused.returncode == 255
+        assert "REMOTE HOST IDENTIFICATION HAS CHANGED" in refused.stderr
+
+        # A stopped box: one line that says so, from the tunnel's refusal.
+        api.call("POST", "/devboxes/tunneled/stop")
+        stopped = subprocess.run(
+            ["ssh", *options, "tunneled.devbox", "true"],
+            env=environment, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert stopped.returncode == 255
+        assert "devbox 'tunneled' is stopped; start it with: devbox start tunneled" in (
+            stopped.stderr
+        )
+    finally:
+        proxy.close()
+        controller.stop()

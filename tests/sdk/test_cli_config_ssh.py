@@ -23,7 +23,7 @@ def test_the_block_goes_first_so_that_a_later_catch_all_cannot_override_it() -> 
     assert written.startswith(f"{_cli_ssh.BEGIN} ({URL}) ---\n")
     assert written.endswith(THEIRS)
     assert "Host *.devbox\n" in written
-    assert f"ProxyCommand env DEVBOX_URL={URL} {sys.executable} -m devboxes_sdk" in written
+    assert f"DEVBOX_URL={URL} {sys.executable} -m devboxes_sdk ssh --stdio %n" in written
     assert "StrictHostKeyChecking" not in written
 
 

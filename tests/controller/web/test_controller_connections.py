@@ -15,7 +15,6 @@ import resource
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, suppress
@@ -24,21 +23,16 @@ from typing import Any
 
 import pytest
 import requests
-import uvicorn
 import yaml
 from devboxes_controller.box import naming
 from devboxes_controller.config.connections import ConnectionSettings
 from devboxes_controller.config.settings import settings_from_mapping
-from devboxes_controller.control.lifecycle import Lifecycle
-from devboxes_controller.k8s.probe import ApiserverProbe
 from devboxes_controller.state import slim
-from devboxes_controller.state.ended_sessions import SharedEndedSessions
 from devboxes_controller.state.store import BoxStore
 from devboxes_controller.state.watches import DEPLOYMENTS, Watches
-from devboxes_controller.web.app import create_app
-from devboxes_controller.web.connections import MAX_HEAD_BYTES, server_options
-from devboxes_controller.web.readiness import Readiness
+from devboxes_controller.web.connections import MAX_HEAD_BYTES
 from kubernetes import client
+from served import Served
 from support import wait_for
 
 REPO = Path(__file__).resolve().parents[3]
@@ -54,14 +48,6 @@ GRACE = 15.0
 Serve = Callable[..., str]
 
 
-class _Ready(Readiness):
-    def write_problem(self) -> str | None:
-        return None
-
-    def problem(self) -> str | None:
-        return None
-
-
 def _waiting_box() -> dict[str, Any]:
     recorded = json.loads((REPO / "tests" / "data" / "box_objects.json").read_text())
     deployment: dict[str, Any] = next(
@@ -74,7 +60,7 @@ def _waiting_box() -> dict[str, Any]:
 @pytest.fixture
 def serve() -> Iterator[Serve]:
     """Call with ``controller.connections`` settings (camelCase keys); returns the port."""
-    servers: list[tuple[uvicorn.Server, threading.Thread]] = []
+    served = Served()
 
     def start(**connections: int) -> int:
         data = yaml.safe_load((REPO / "testbed" / "settings.yaml").read_text())
@@ -84,28 +70,10 @@ def serve() -> Iterator[Serve]:
         store = BoxStore(settings, watches)
         watches[DEPLOYMENTS]._put(slim.deployment(_waiting_box()))
         store._changed_box(WAITING_BOX)
-        lifecycle = Lifecycle(store, api, activity_key=b"k" * 32)
-        ended = SharedEndedSessions(settings.namespace, api)
-        app = create_app(store, lifecycle, TOKEN, _Ready(ApiserverProbe(api), store, ended), ended)
-        config = uvicorn.Config(
-            app,
-            host="127.0.0.1",
-            port=0,
-            log_level="error",
-            **server_options(settings.connections),
-        )
-        server = uvicorn.Server(config)
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        servers.append((server, thread))
-        wait_for(lambda: server.started, timeout=60, interval=0.05)
-        port: int = server.servers[0].sockets[0].getsockname()[1]
-        return port
+        return served.start(settings, store, api, TOKEN)
 
     yield start
-    for server, thread in servers:
-        server.should_exit = True
-        thread.join(10)
+    served.stop()
 
 
 def connect(port: int, source: str = "127.0.0.1") -> socket.socket:

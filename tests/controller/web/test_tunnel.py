@@ -23,22 +23,16 @@ from typing import Any
 
 import pytest
 import requests
-import uvicorn
 import yaml
 from devboxes_controller.box import naming
 from devboxes_controller.config.boxes import SSH_CONTAINER_PORT
 from devboxes_controller.config.settings import settings_from_mapping
-from devboxes_controller.control.lifecycle import Lifecycle
-from devboxes_controller.k8s.probe import ApiserverProbe
 from devboxes_controller.state import slim
-from devboxes_controller.state.ended_sessions import SharedEndedSessions
 from devboxes_controller.state.store import BoxStore
 from devboxes_controller.state.watches import DEPLOYMENTS, PODS, SERVICES, Watches
-from devboxes_controller.web.app import create_app
-from devboxes_controller.web.connections import server_options
 from devboxes_controller.web.identity.base import Identity
-from devboxes_controller.web.readiness import Readiness
 from kubernetes import client
+from served import Served
 from support import wait_for
 
 from devboxes_sdk import Client
@@ -49,14 +43,6 @@ TOKEN = "tunnel-test-token-" + "t" * 32
 # A person's token, as the identity provider below vouches for it: "person-<name>".
 PERSON = "person-"
 READY_BOX = "cpu"
-
-
-class _Ready(Readiness):
-    def write_problem(self) -> str | None:
-        return None
-
-    def problem(self) -> str | None:
-        return None
 
 
 class _People:
@@ -120,7 +106,7 @@ Serve = Callable[..., str]
 @pytest.fixture
 def serve(sshd: Upper) -> Iterator[Serve]:
     """Call with ``connections`` settings (camelCase keys); returns the API's URL."""
-    servers: list[tuple[uvicorn.Server, threading.Thread]] = []
+    served = Served()
 
     def start(**connections: int) -> str:
         data = yaml.safe_load((REPO / "testbed" / "settings.yaml").read_text())
@@ -136,25 +122,11 @@ def serve(sshd: Upper) -> Iterator[Serve]:
         watches[PODS]._put(slim.pod(pod))
         for box in (READY_BOX, "stopped", "unplaceable"):
             store._changed_box(box)
-        lifecycle = Lifecycle(store, api, activity_key=b"k" * 32)
-        ended = SharedEndedSessions(settings.namespace, api)
-        readiness = _Ready(ApiserverProbe(api), store, ended)
-        app = create_app(store, lifecycle, TOKEN, readiness, ended, verifiers=[_People()])
-        config = uvicorn.Config(
-            app, host="127.0.0.1", port=0, log_level="error", **server_options(settings.connections)
-        )
-        server = uvicorn.Server(config)
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        servers.append((server, thread))
-        wait_for(lambda: server.started, timeout=60, interval=0.05)
-        port: int = server.servers[0].sockets[0].getsockname()[1]
+        port = served.start(settings, store, api, TOKEN, verifiers=[_People()])
         return f"http://127.0.0.1:{port}"
 
     yield start
-    for server, thread in servers:
-        server.should_exit = True
-        thread.join(10)
+    served.stop()
 
 
 def _metric(url: str, name: str) -> float:
@@ -267,7 +239,7 @@ def test_config_ssh_writes_one_block_for_the_controller_it_was_given(
     written = config_ssh()
     assert written.returncode == 0, written.stderr
     assert config.read_text() == shown.stdout
-    assert f"env DEVBOX_URL={url} " in shown.stdout
+    assert f"/env DEVBOX_URL={url} " in shown.stdout
     assert config.stat().st_mode & 0o777 == 0o600
     assert config_ssh().returncode == 0
     assert config.read_text() == shown.stdout

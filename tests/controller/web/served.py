@@ -1,0 +1,64 @@
+"""The controller's real application served by uvicorn with the controller's own protocol
+and options, on loopback, over a store whose caches a test fills by hand: no cluster runs,
+the caches are never started."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+import uvicorn
+from devboxes_controller.config.settings import Settings
+from devboxes_controller.control.lifecycle import Lifecycle
+from devboxes_controller.k8s.probe import ApiserverProbe
+from devboxes_controller.state.ended_sessions import SharedEndedSessions
+from devboxes_controller.state.store import BoxStore
+from devboxes_controller.web.app import create_app
+from devboxes_controller.web.connections import server_options
+from devboxes_controller.web.identity.base import Verifier
+from devboxes_controller.web.readiness import Readiness
+from kubernetes import client
+from support import wait_for
+
+
+class _Ready(Readiness):
+    def write_problem(self) -> str | None:
+        return None
+
+    def problem(self) -> str | None:
+        return None
+
+
+class Served:
+    """Applications served for one test; each ``start`` answers its port."""
+
+    def __init__(self) -> None:
+        self._servers: list[tuple[uvicorn.Server, threading.Thread]] = []
+
+    def start(
+        self,
+        settings: Settings,
+        store: BoxStore,
+        api: client.ApiClient,
+        token: str,
+        verifiers: Sequence[Verifier] = (),
+    ) -> int:
+        lifecycle = Lifecycle(store, api, activity_key=b"k" * 32)
+        ended = SharedEndedSessions(settings.namespace, api)
+        readiness = _Ready(ApiserverProbe(api), store, ended)
+        app = create_app(store, lifecycle, token, readiness, ended, verifiers=verifiers)
+        config = uvicorn.Config(
+            app, host="127.0.0.1", port=0, log_level="error", **server_options(settings.connections)
+        )
+        server = uvicorn.Server(config)
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        self._servers.append((server, thread))
+        wait_for(lambda: server.started, timeout=60, interval=0.05)
+        port: int = server.servers[0].sockets[0].getsockname()[1]
+        return port
+
+    def stop(self) -> None:
+        for server, thread in self._servers:
+            server.should_exit = True
+            thread.join(10)
