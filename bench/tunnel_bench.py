@@ -172,6 +172,8 @@ def measure(args: argparse.Namespace, rig: Rig, work: Path) -> None:
         "host": node.address,
         "authorizedKeysSecret": KEYS_SECRET,
     }
+    # Every idle tunnel is the operator's: one person's bound must let them all open.
+    settings["connections"] = {"tunnelsPerPerson": max(args.idle, 16)}
     controller = rig.start_controller(settings)
     api = Api(controller.url, controller.token)
     assert api.request("POST", "/devboxes", json={"name": BOX}).status_code == 201
