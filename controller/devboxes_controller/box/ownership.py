@@ -62,3 +62,15 @@ def groups_record(groups: Sequence[str]) -> str:
 def visible(obj: dict[str, Any], scope: str | None) -> bool:
     """Whether a caller who sees ``scope``'s boxes (every box when None) sees this one."""
     return scope is None or owner_of(obj) == scope
+
+
+def owner_references(deployment: dict[str, Any]) -> list[dict[str, Any]]:
+    """Owner references that let the garbage collector remove an object with its box."""
+    return [
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "name": deployment["metadata"]["name"],
+            "uid": deployment["metadata"]["uid"],
+        }
+    ]

@@ -152,21 +152,16 @@ def box(
         host_key_secret=(
             None
             if private_host_key is None
-            else _host_key_secret(spec, settings, private_host_key, owned_by)
+            else _secret(
+                spec,
+                settings,
+                spec.names.host_key_secret,
+                COMPONENT_SSH,
+                {host_key.KEY_FILE: private_host_key},
+                owned_by,
+            )
         ),
     )
-
-
-def _owner_references(deployment: Obj) -> list[Obj]:
-    """Owner references that let the garbage collector remove an object with its box."""
-    return [
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "name": deployment["metadata"]["name"],
-            "uid": deployment["metadata"]["uid"],
-        }
-    ]
 
 
 def _metadata(
@@ -191,7 +186,7 @@ def _metadata(
         # A copy: the spec's marks are shared by every object rendered from it.
         metadata["annotations"] = dict(owner_annotations)
     if owned_by is not None:
-        metadata["ownerReferences"] = _owner_references(owned_by)
+        metadata["ownerReferences"] = ownership.owner_references(owned_by)
     return metadata
 
 
@@ -519,30 +514,30 @@ def _activity_volume(spec: BoxSpec) -> dict[str, Any]:
     }
 
 
+def _secret(
+    spec: BoxSpec,
+    settings: Settings,
+    name: str,
+    component: str,
+    data: dict[str, str],
+    owned_by: Obj | None,
+) -> Obj:
+    """A Secret of the box, written and never read back by the controller."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _metadata(spec, name, settings, component, owned_by, marked=False),
+        "type": "Opaque",
+        "stringData": data,
+    }
+
+
 def render_activity_secret(
     spec: BoxSpec, settings: Settings, credential: str, owned_by: Obj | None = None
 ) -> Obj:
     """The box's agent credential; write-only towards the controller's ingest route."""
-    name = spec.names.activity_secret
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": _metadata(spec, name, settings, COMPONENT_ACTIVITY, owned_by, marked=False),
-        "type": "Opaque",
-        "stringData": {ACTIVITY_CREDENTIAL_KEY: credential},
-    }
-
-
-def _host_key_secret(spec: BoxSpec, settings: Settings, private: str, owned_by: Obj) -> Obj:
-    """The private half of the box's host key, for its sshd alone."""
-    name = spec.names.host_key_secret
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": _metadata(spec, name, settings, COMPONENT_SSH, owned_by, marked=False),
-        "type": "Opaque",
-        "stringData": {host_key.KEY_FILE: private},
-    }
+    data = {ACTIVITY_CREDENTIAL_KEY: credential}
+    return _secret(spec, settings, spec.names.activity_secret, COMPONENT_ACTIVITY, data, owned_by)
 
 
 def _pod_spec(spec: BoxSpec, settings: Settings) -> dict[str, Any]:

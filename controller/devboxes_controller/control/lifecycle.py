@@ -167,7 +167,7 @@ class Lifecycle:
             private_host_key=made_key.private,
         )
         if wanted.host_key_secret is not None:
-            self._writer.host_key_secret(wanted.host_key_secret, deployment)
+            self._writer.host_key_secret(wanted.host_key_secret)
         if wanted.service is not None:
             self._writer.service(wanted.service, deployment)
         if wanted.claim_template is not None:

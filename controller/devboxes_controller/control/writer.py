@@ -156,15 +156,31 @@ class BoxWriter:
             deployment,
         )
 
-    def host_key_secret(self, wanted: Obj, deployment: Obj) -> None:
-        """Write the private half of the box's host key, made with the box."""
-        self._create_owned(
-            lambda: kube.write(self._core.create_namespaced_secret, self._namespace, wanted),
-            self._core.read_namespaced_secret,
-            self._core.delete_namespaced_secret,
-            wanted["metadata"]["name"],
-            deployment,
-        )
+    def host_key_secret(self, wanted: Obj) -> None:
+        """Write the private half of the box's host key, made with the box. One left under
+        its name by an earlier box of the name, not yet collected, is taken over with this
+        box's key and owner: the controller writes Secrets but may never read them."""
+        name = wanted["metadata"]["name"]
+        for _ in range(2):
+            try:
+                kube.write(self._core.create_namespaced_secret, self._namespace, wanted)
+                return
+            except Conflict:
+                pass
+            try:
+                kube.write(
+                    self._core.patch_namespaced_secret,
+                    name,
+                    self._namespace,
+                    {
+                        "metadata": {"ownerReferences": wanted["metadata"]["ownerReferences"]},
+                        "stringData": wanted["stringData"],
+                    },
+                )
+                return
+            except NotFound:
+                # Collected in between: it can be created now.
+                continue
 
     def activity_secret(self, wanted: Obj, deployment: Obj) -> None:
         """Write the box's agent credential: created, or the box's own rewritten."""

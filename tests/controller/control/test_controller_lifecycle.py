@@ -417,3 +417,28 @@ def test_a_box_publishes_the_host_key_its_sshd_is_given_and_keeps_it_until_delet
     again = wait_for(made_again)
     assert len(again["ssh_host_keys"]) == 1
     assert again["ssh_host_keys"] != [published]
+
+
+def test_a_host_key_secret_left_under_the_box_s_name_is_taken_over_never_read(
+    start_controller: StartController, kube: Any, namespace: str, purge_after: list[tuple[Api, str]]
+) -> None:
+    """As an earlier box's Secret not yet collected: the new box writes its own key over
+    it and owns it."""
+    left = naming.object_names("inherits").host_key_secret
+    client.CoreV1Api(kube).create_namespaced_secret(
+        namespace,
+        {"metadata": {"name": left}, "stringData": {host_key.KEY_FILE: "an earlier box's key"}},
+    )
+    api = Api(start_controller())
+    purge_after.append((api, "inherits"))
+    (published,) = api.created("inherits")["ssh_host_keys"]
+    private = _host_key_secret(kube, namespace, "inherits")[host_key.KEY_FILE]
+    key = serialization.load_ssh_private_key(private.encode(), password=None)
+    public = key.public_key().public_bytes(
+        serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
+    )
+    assert public.decode() == published
+    owners = (
+        client.CoreV1Api(kube).read_namespaced_secret(left, namespace).metadata.owner_references
+    )
+    assert [o.name for o in owners] == ["devbox-inherits"]
