@@ -7,6 +7,7 @@ writes, and when, is the lifecycle's.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import logging
 from collections.abc import Callable
@@ -158,9 +159,23 @@ class BoxWriter:
 
     def host_key_secret(self, wanted: Obj) -> None:
         """Write the private half of the box's host key, made with the box. One left under
-        its name by an earlier box of the name, not yet collected, is taken over with this
-        box's key and owner: the controller writes Secrets but may never read them."""
+        its name by an earlier box of the name, not yet collected, is overwritten whole
+        (its data, labels and owner replaced, nothing of it kept) rather than read: the
+        controller writes Secrets but may never read them."""
         name = wanted["metadata"]["name"]
+        data = {
+            key: base64.b64encode(value.encode()).decode()
+            for key, value in wanted["stringData"].items()
+        }
+        replace = [
+            {"op": "add", "path": "/metadata/labels", "value": wanted["metadata"]["labels"]},
+            {
+                "op": "add",
+                "path": "/metadata/ownerReferences",
+                "value": wanted["metadata"]["ownerReferences"],
+            },
+            {"op": "add", "path": "/data", "value": data},
+        ]
         for _ in range(2):
             try:
                 kube.write(self._core.create_namespaced_secret, self._namespace, wanted)
@@ -168,15 +183,7 @@ class BoxWriter:
             except Conflict:
                 pass
             try:
-                kube.write(
-                    self._core.patch_namespaced_secret,
-                    name,
-                    self._namespace,
-                    {
-                        "metadata": {"ownerReferences": wanted["metadata"]["ownerReferences"]},
-                        "stringData": wanted["stringData"],
-                    },
-                )
+                kube.write(self._core.patch_namespaced_secret, name, self._namespace, replace)
                 return
             except NotFound:
                 # Collected in between: it can be created now.

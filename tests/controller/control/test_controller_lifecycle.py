@@ -427,7 +427,10 @@ def test_a_host_key_secret_left_under_the_box_s_name_is_taken_over_never_read(
     left = naming.object_names("inherits").host_key_secret
     client.CoreV1Api(kube).create_namespaced_secret(
         namespace,
-        {"metadata": {"name": left}, "stringData": {host_key.KEY_FILE: "an earlier box's key"}},
+        {
+            "metadata": {"name": left, "labels": {"left": "behind"}},
+            "stringData": {host_key.KEY_FILE: "an earlier box's key", "extra": "not kept"},
+        },
     )
     api = Api(start_controller())
     purge_after.append((api, "inherits"))
