@@ -173,7 +173,7 @@ class Lifecycle:
         if wanted.claim_template is not None:
             self._writer.claim_template(wanted.claim_template, deployment)
         if wanted.activity_secret is not None:
-            self._writer.activity_secret(wanted.activity_secret, deployment)
+            self._writer.activity_secret(wanted.activity_secret)
         self.store.has_seen(deployment)
         self.record(deployment, "Created", _created_message(spec, reused=claim is not None))
         log.info(
@@ -302,7 +302,7 @@ class Lifecycle:
         every report, so a running box follows a rotated key without a restart."""
         secret = self._wanted(spec_from_deployment(deployment), deployment).activity_secret
         if secret is not None:
-            self._writer.activity_secret(secret, deployment)
+            self._writer.activity_secret(secret)
         key = activity.key_id(self.activity_key)
         self._writer.patch(
             deployment, {"metadata": {"annotations": {activity.ANNOTATION_CREDENTIAL_KEY: key}}}
@@ -407,7 +407,7 @@ class Lifecycle:
         )
         self.ensure_claim_template(spec, updated, wanted)
         if wanted.activity_secret is not None:
-            self._writer.activity_secret(wanted.activity_secret, deployment)
+            self._writer.activity_secret(wanted.activity_secret)
         self.record(
             updated,
             "Started",

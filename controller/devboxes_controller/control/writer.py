@@ -158,10 +158,18 @@ class BoxWriter:
         )
 
     def host_key_secret(self, wanted: Obj) -> None:
-        """Write the private half of the box's host key, made with the box. One left under
-        its name by an earlier box of the name, not yet collected, is overwritten whole
-        (its data, labels and owner replaced, nothing of it kept) rather than read: the
-        controller writes Secrets but may never read them."""
+        """Write the private half of the box's host key, made with the box."""
+        self._write_secret(wanted)
+
+    def activity_secret(self, wanted: Obj) -> None:
+        """Write the box's agent credential: created, or rewritten with the current key."""
+        self._write_secret(wanted)
+
+    def _write_secret(self, wanted: Obj) -> None:
+        """Create a Secret of the box. One already under its name (the box's own, or one an
+        earlier box of the name left, not yet collected) is overwritten whole, its data,
+        labels and owner replaced and nothing of it kept, rather than read: the controller
+        writes Secrets but may never read them."""
         name = wanted["metadata"]["name"]
         data = {
             key: base64.b64encode(value.encode()).decode()
@@ -188,27 +196,6 @@ class BoxWriter:
             except NotFound:
                 # Collected in between: it can be created now.
                 continue
-
-    def activity_secret(self, wanted: Obj, deployment: Obj) -> None:
-        """Write the box's agent credential: created, or the box's own rewritten."""
-        name = wanted["metadata"]["name"]
-        created = self._create_owned(
-            lambda: kube.write(self._core.create_namespaced_secret, self._namespace, wanted),
-            self._core.read_namespaced_secret,
-            self._core.delete_namespaced_secret,
-            name,
-            deployment,
-        )
-        if not created:
-            kube.write(
-                self._core.patch_namespaced_secret,
-                name,
-                self._namespace,
-                {
-                    "metadata": {"ownerReferences": wanted["metadata"]["ownerReferences"]},
-                    "stringData": wanted["stringData"],
-                },
-            )
 
     def _create_owned(
         self,
