@@ -240,6 +240,19 @@ class Lifecycle:
             private_host_key=private_host_key,
         )
 
+    def still_present(self, deployment: Obj) -> bool:
+        """Whether the apiserver still holds this very Deployment, not being deleted. A
+        purge deletes the Deployment before the home claim, but the watches may deliver
+        the claim's end first: the cache alone cannot tell a purge from a lost claim."""
+        try:
+            live = self._writer.read_deployment(deployment["metadata"]["name"])
+        except NotFound:
+            return False
+        metadata = live["metadata"]
+        return metadata.get("uid") == deployment["metadata"].get("uid") and not metadata.get(
+            "deletionTimestamp"
+        )
+
     def ensure_storage(self, spec: BoxSpec, wanted: render.Box | None = None) -> bool:
         """Create the home claim, or reuse a retained one and grow it; never shrink it.
         True when this call created the claim."""

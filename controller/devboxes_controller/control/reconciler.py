@@ -206,7 +206,11 @@ class Reconciler:
         # Only what this pass created counts: until the watch delivers an object written
         # by the pass before, the cache still misses it, and recreating it finds it there.
         repaired = []
-        if self._store.claim(spec.names) is None and self._lifecycle.ensure_storage(spec):
+        if (
+            self._store.claim(spec.names) is None
+            and self._lifecycle.still_present(deployment)
+            and self._lifecycle.ensure_storage(spec)
+        ):
             repaired.append("PersistentVolumeClaim")
         if running and self._lifecycle.ensure_service(spec, deployment):
             repaired.append("Service")

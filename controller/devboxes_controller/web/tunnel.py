@@ -85,8 +85,9 @@ class Tunnels:
         METRICS.tunnels.dec()
 
 
-def _address(store: BoxStore, name: str, identity: Identity) -> str:
-    """Where the box's sshd listens, when the caller may reach the box and it is ready."""
+def _address(store: BoxStore, name: str, identity: Identity) -> tuple[str, str]:
+    """The box's name and where its sshd listens, when the caller may reach the box and
+    it is ready."""
     try:
         name = normalize_name(name)
     except ValueError as err:
@@ -100,7 +101,7 @@ def _address(store: BoxStore, name: str, identity: Identity) -> str:
         raise Conflict(
             f"devbox '{name}' is {box.state.value}, not ready: {box.message}", retry_after=5
         )
-    return address
+    return name, address
 
 
 async def _refuse(websocket: WebSocket, problem: ApiProblem) -> None:
@@ -122,13 +123,13 @@ async def ssh_tunnel(websocket: WebSocket, name: str) -> None:
     tunnels: Tunnels = state.tunnels
     try:
         identity = await authenticate_token(websocket)
-        address = _address(store, name, identity)
+        name, address = _address(store, name, identity)
         tunnels.take(identity.user)
     except ApiProblem as problem:
         await _refuse(websocket, problem)
         return
     try:
-        await _serve(websocket, store, lifecycle, identity, normalize_name(name), address)
+        await _serve(websocket, store, lifecycle, identity, name, address)
     finally:
         tunnels.give_back(identity.user)
 
