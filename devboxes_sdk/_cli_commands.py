@@ -374,11 +374,14 @@ def cmd_gpu_doctor(args: argparse.Namespace) -> int:
     return EXIT_OK if report.ok else EXIT_ERROR
 
 
-def _finish_wait(box: Devbox, args: argparse.Namespace) -> Devbox:
+def _finish_wait(box: Devbox, args: argparse.Namespace, controller_url: str) -> Devbox:
     ready = _wait(box, args.timeout)
     _print_box(ready, args)
     if not args.json and ready.ssh_command:
         print(f"\nConnect with: {_render.clean(ready.ssh_command)}  (or: devbox ssh {ready.name})")
+    if not args.json and ready.state is DevboxState.READY:
+        for link in _render.preview_links(ready, controller_url):
+            print(f"Open its preview in a browser: {_render.clean(link)}")
     return ready
 
 
@@ -438,7 +441,7 @@ def cmd_create(args: argparse.Namespace) -> int:
         if args.no_wait:
             _print_box(box, args)
             return EXIT_OK
-        ready = _finish_wait(box, args)
+        ready = _finish_wait(box, args, client.url)
         if args.ssh:
             open_ssh(args, client, ready, [])
     return EXIT_OK
@@ -473,7 +476,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print_json(box.raw)
     else:
-        print(_render.box_details(box, _now()))
+        print(_render.box_details(box, _now(), client.url))
     return EXIT_OK
 
 
@@ -483,7 +486,7 @@ def cmd_start(args: argparse.Namespace) -> int:
         if args.no_wait:
             _print_box(box, args)
             return EXIT_OK
-        _finish_wait(box, args)
+        _finish_wait(box, args, client.url)
         return EXIT_OK
 
 

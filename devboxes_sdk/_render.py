@@ -14,6 +14,7 @@ from devboxes_sdk.labels import (
     status_line,
 )
 from devboxes_sdk.models import (
+    PREVIEW_PATH,
     DevboxState,
     DoctorReport,
     GpuAvailability,
@@ -196,6 +197,16 @@ def image_text(image: ImageAllocation | None) -> str:
     return f"{image.display_name} ({image.profile}, {image.mode}{ports})"
 
 
+def preview_links(box: Devbox, controller_url: str) -> list[str]:
+    """Where a browser opens each TCP port the box's image profile declares."""
+    ports = box.image.ports if box.image is not None else []
+    return [
+        controller_url.rstrip("/") + PREVIEW_PATH.format(name=box.name, port=port.container_port)
+        for port in ports
+        if port.protocol == "TCP"
+    ]
+
+
 def doctor_text(report: DoctorReport) -> str:
     """The doctor's findings, one line each with its fix, and a closing verdict."""
     rows = [
@@ -262,7 +273,7 @@ def activity_text(box: Devbox, now: datetime) -> str:
     return f"{idle}; stops {relative_time(activity.stops_at, now)}"
 
 
-def box_details(box: Devbox, now: datetime) -> str:
+def box_details(box: Devbox, now: datetime, controller_url: str) -> str:
     """Every field of one box as aligned ``Key: value`` lines."""
     expires = EMPTY
     if box.expires_at is not None:
@@ -294,6 +305,7 @@ def box_details(box: Devbox, now: datetime) -> str:
         ),
         ("Auto-stop", expires),
         ("SSH", box.ssh_command or EMPTY),
+        ("Previews", " ".join(preview_links(box, controller_url)) or EMPTY),
         ("Repository", box.repository or EMPTY),
         ("Storage", box.storage_size or EMPTY),
         ("Pod", box.pod_name or EMPTY),

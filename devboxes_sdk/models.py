@@ -18,6 +18,9 @@ from typing import Annotated, Any, Literal
 from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 API_PREFIX = "/api/v1"
+# Where the dashboard opens a port a box's image profile declares (a web preview), for
+# the box's owner or an admin signed in to it.
+PREVIEW_PATH = "/dashboard/devboxes/{name}/ports/{port}/"
 # ``GET {API_PREFIX}/devboxes/{name}?wait=ready&timeout=S`` holds the request until the
 # box is settled; a server that does so says it with this header, valued ``ready``.
 WAIT_HEADER = "X-Devboxes-Wait"

@@ -820,3 +820,22 @@ def test_ingress_routes_to_the_service(render: Render) -> None:
         "port": {"name": "http"},
     }
     assert service["spec"]["ports"][0]["targetPort"] == "http"
+
+
+def test_the_ingress_routes_the_preview_domain_to_the_service_when_previews_are_set(
+    render: Render,
+) -> None:
+    ingress_values = {"enabled": True, "className": "", "host": "devboxes.example.com", "tls": []}
+    values = with_token({"ingress": ingress_values})
+    values["controller"] = {"connections": {"previewUrl": "https://*.preview.example.com"}}
+    docs = objects(render(values))
+    service = find(docs, "Service")
+    dashboard, previews = find(docs, "Ingress")["spec"]["rules"]
+    assert dashboard["host"] == "devboxes.example.com"
+    assert previews["host"] == "*.preview.example.com"
+    (path,) = previews["http"]["paths"]
+    assert path["backend"]["service"] == {
+        "name": service["metadata"]["name"],
+        "port": {"name": "http"},
+    }
+    assert rendered_settings(docs)["connections"]["previewUrl"] == "https://*.preview.example.com"

@@ -38,6 +38,7 @@ from devboxes_sdk.client import create_body
 from devboxes_sdk.errors import BoxDegraded, StartTimeout, error_from_body
 
 NOW = datetime(2026, 12, 2, 9, 0, tzinfo=UTC)
+URL = "https://devboxes.example.com/"
 TOKEN = "unit-test-token-" + "x" * 32
 
 L4 = {
@@ -348,7 +349,7 @@ def test_box_details_lists_every_field(client: Client) -> None:
         restarts=2,
         owner="ada",
     )
-    lines = dict(line.split(":", 1) for line in render.box_details(box, NOW).splitlines())
+    lines = dict(line.split(":", 1) for line in render.box_details(box, NOW, URL).splitlines())
     assert lines["Owner"].strip() == "ada"
     assert lines["State"].strip() == "starting"
     assert lines["Message"].strip().endswith("3 Insufficient nvidia.com/gpu.")
@@ -357,6 +358,23 @@ def test_box_details_lists_every_field(client: Client) -> None:
     assert lines["Created"].strip() == "2026-12-02T08:00:00+00:00 (1h ago)"
     assert lines["Repository"].strip() == "octo/repo"
     assert lines["Restarts"].strip() == "2"
+
+
+def test_box_details_link_each_declared_tcp_port_through_the_dashboard(client: Client) -> None:
+    ports = [
+        {"name": "http", "container_port": 8080},
+        {"name": "lab", "container_port": 8888, "protocol": "TCP"},
+        {"name": "dns", "container_port": 5353, "protocol": "UDP"},
+    ]
+    image = {"profile": "web", "display_name": "Web", "mode": "sidecar", "ports": ports}
+    box = make_box(client, name="site", image=image)
+    lines = dict(line.split(":", 1) for line in render.box_details(box, NOW, URL).splitlines())
+    assert lines["Previews"].strip() == (
+        "https://devboxes.example.com/dashboard/devboxes/site/ports/8080/ "
+        "https://devboxes.example.com/dashboard/devboxes/site/ports/8888/"
+    )
+    without = render.box_details(make_box(client), NOW, URL).splitlines()
+    assert "Previews:    -" in without
 
 
 def test_box_details_show_the_dra_devices_allocated(client: Client) -> None:
@@ -373,12 +391,12 @@ def test_box_details_show_the_dra_devices_allocated(client: Client) -> None:
         ],
     }
     box = make_box(client, gpu=gpu)
-    lines = dict(line.split(":", 1) for line in render.box_details(box, NOW).splitlines())
+    lines = dict(line.split(":", 1) for line in render.box_details(box, NOW, URL).splitlines())
     assert lines["Accelerator"].strip() == "NVIDIA H100 or A100 · NVIDIA H100 80GB, else A100 40GB"
     assert lines["Allocated"].strip() == (
         "NVIDIA A100-SXM4-40GB (40Gi, alternative 1), unnamed device"
     )
-    assert "Allocated" not in render.box_details(make_box(client), NOW)
+    assert "Allocated" not in render.box_details(make_box(client), NOW, URL)
 
 
 @pytest.mark.parametrize(
@@ -403,7 +421,7 @@ def test_box_details_show_activity_and_a_required_restart(
     box = make_box(
         client, activity=activity, restart_required=restart is not None, restart_reason=restart
     )
-    lines = dict(line.split(":", 1) for line in render.box_details(box, NOW).splitlines())
+    lines = dict(line.split(":", 1) for line in render.box_details(box, NOW, URL).splitlines())
     assert lines["Activity"].strip().startswith(shown[0])
     assert lines["Restart"].strip() == shown[1]
 
@@ -649,12 +667,12 @@ def test_unbound_claims_while_starting_is_shown_as_waiting_for_storage(client: C
     assert render.progress_line(starting) == "atlas: starting — Waiting for the home volume."
     degraded = make_box(client, state="degraded", message=message)
     assert "unbound immediate PersistentVolumeClaims" in render.progress_line(degraded)
-    assert render.box_details(starting, NOW).count("unbound immediate") == 1
+    assert render.box_details(starting, NOW, URL).count("unbound immediate") == 1
 
 
 def test_status_keeps_the_whole_scheduler_sentence(client: Client) -> None:
     box = make_box(client, state="starting", message=SCHEDULER_SENTENCE)
-    assert f"Message:     {SCHEDULER_SENTENCE}" in render.box_details(box, NOW).splitlines()
+    assert f"Message:     {SCHEDULER_SENTENCE}" in render.box_details(box, NOW, URL).splitlines()
     assert render.progress_line(box) == (
         "atlas: starting — Scheduling blocked: Insufficient nvidia.com/gpu"
     )
@@ -665,7 +683,7 @@ def test_progress_of_a_waiting_box_gives_its_estimated_place_in_line(client: Cli
     box = make_box(client, state="starting", message=SCHEDULER_SENTENCE, summary=waiting)
     assert render.progress_line(box) == f"atlas: starting — {waiting}"
     # devbox status keeps both: the one line and the scheduler's whole sentence.
-    details = render.box_details(box, NOW)
+    details = render.box_details(box, NOW, URL)
     assert waiting in details
     assert SCHEDULER_SENTENCE in details
     # A CPU box keeps the scheduler's gist: its summary only says it waits for room.

@@ -1,6 +1,6 @@
 """The ``connections`` block: how the controller's HTTP server treats its clients, with
-read deadlines for a request, caps on the connections they hold open, and the bounds of
-the tunnels to boxes.
+read deadlines for a request, caps on the connections they hold open, the bounds of
+the tunnels to boxes, and where boxes' web previews are served.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Annotated, Any
 
 from .base import Model, WholeNumber, lookup
+from .previews import PreviewOrigins, PreviewUrl
 from .violations import Violation
 
 MAX_READ_SECONDS = 300
@@ -50,6 +51,14 @@ class ConnectionSettings(Model):
     tunnel_idle_seconds: TunnelIdleSeconds = 900
     # Tunnels one person may hold open at once on one replica.
     tunnels_per_person: TunnelCount = 16
+    # Where ports that image profiles declare are served, one origin per box and port:
+    # "https://*.preview.example.com" serves port 8080 of box web at
+    # https://8080-web.preview.example.com. Unset, the dashboard serves no preview.
+    preview_url: PreviewUrl | None = None
+
+    @property
+    def previews(self) -> PreviewOrigins | None:
+        return PreviewOrigins.parse(self.preview_url) if self.preview_url else None
 
     @classmethod
     def _rules(cls, raw: Mapping[str, Any]) -> list[Violation]:

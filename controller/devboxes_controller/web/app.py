@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any
 
+import httpx
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -31,7 +32,7 @@ from ..control.ssh_keys import Keys
 from ..k8s.kube import ApiProblem, Invalid, NotFound
 from ..placement import doctor
 from ..state.bodies import Body, body, respond
-from ..state.ended_sessions import SharedEndedSessions
+from ..state.ended_sessions import EndedSessions
 from ..state.metrics import METRICS
 from ..state.store import BoxStore
 from .api import (
@@ -54,6 +55,8 @@ from .identity.cli_login import router as cli_login_router
 from .ingest import MAX_REPORT_BYTES, RateLimiter, is_activity_route
 from .ingest import router as ingest_router
 from .paging import ListTokens
+from .previews import CONNECT_SECONDS, PreviewHosts
+from .previews import router as previews_router
 from .probes import health_answer, ready_answer
 from .readiness import Readiness
 from .reads import ReadPool, Shared
@@ -330,10 +333,12 @@ class ReadFastPath:
 
 def _install_middleware(app: FastAPI) -> None:
     # Innermost first: the fast path runs after authentication, and the guard's refusals
-    # are counted and carry the security headers too.
+    # are counted and carry the security headers too. A preview's host is served before
+    # any of them: it is the box's site, not the API.
     app.add_middleware(ReadFastPath, api=app)
     app.add_middleware(RequestGuard)
     app.add_middleware(HeadersAndMetrics)
+    app.add_middleware(PreviewHosts, api=app)
 
 
 def create_app(
@@ -341,7 +346,7 @@ def create_app(
     lifecycle: Lifecycle,
     token: str,
     readiness: Readiness,
-    ended: SharedEndedSessions,
+    ended: EndedSessions,
     background: Callable[[], AsyncIterator[None]] | None = None,
     verifiers: Sequence[Verifier] = (),
 ) -> FastAPI:
@@ -361,6 +366,7 @@ def create_app(
         finally:
             writes.shutdown()
             reads.shutdown()
+            await app.state.preview_client.aclose()
 
     app = FastAPI(
         title=TITLE,
@@ -391,6 +397,12 @@ def create_app(
     app.include_router(cli_login_router)
     app.state.tunnels = Tunnels(store.settings.connections)
     app.include_router(tunnel_router)
+    app.include_router(previews_router)
+    # Previews go to pods on the cluster network: never through an HTTP proxy of the
+    # controller's environment.
+    app.state.preview_client = httpx.AsyncClient(
+        timeout=httpx.Timeout(None, connect=CONNECT_SECONDS), trust_env=False
+    )
     app.state.activity_limiter = RateLimiter()
     mount_dashboard(app, store, ended)
     _install_handlers(app)

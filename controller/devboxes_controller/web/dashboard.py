@@ -39,7 +39,7 @@ from devboxes_sdk.models import MAX_USER_LENGTH
 from ..box.ownership import OPERATOR
 from ..config.auth import OidcSettings
 from ..k8s.kube import ApiProblem
-from ..state.ended_sessions import SharedEndedSessions
+from ..state.ended_sessions import EndedSessions
 from ..state.store import BoxStore
 from .identity.base import Identity, IdentityUnavailable, Unauthorized, bearer, owner_scope
 from .identity.chooser import authenticate, caller
@@ -65,6 +65,7 @@ STATIC = Path(__file__).resolve().parent / "static"
 ASSETS = {
     "labels.js": "text/javascript",
     "dashboard.js": "text/javascript",
+    "open_preview.js": "text/javascript",
     "dashboard.css": "text/css",
 }
 PAGE_CSP = (
@@ -617,7 +618,7 @@ async def events(
     )
 
 
-def mount_dashboard(app: FastAPI, store: BoxStore, ended: SharedEndedSessions) -> None:
+def mount_dashboard(app: FastAPI, store: BoxStore, ended: EndedSessions) -> None:
     """Sessions, the push of box changes, and the dashboard routes."""
     app.state.ended = ended
     app.state.sessions = SessionStore(app.state.token, ended)

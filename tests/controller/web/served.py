@@ -11,7 +11,7 @@ import uvicorn
 from devboxes_controller.config.settings import Settings
 from devboxes_controller.control.lifecycle import Lifecycle
 from devboxes_controller.k8s.probe import ApiserverProbe
-from devboxes_controller.state.ended_sessions import SharedEndedSessions
+from devboxes_controller.state.ended_sessions import EndedSessions, SharedEndedSessions
 from devboxes_controller.state.store import BoxStore
 from devboxes_controller.web.app import create_app
 from devboxes_controller.web.connections import server_options
@@ -42,13 +42,22 @@ class Served:
         api: client.ApiClient,
         token: str,
         verifiers: Sequence[Verifier] = (),
+        ended: EndedSessions | None = None,
+        port: int = 0,
     ) -> int:
+        """Serve the app on loopback (on ``port``, any free one when 0); answers the port.
+        Without ``ended``, sign-outs are recorded as the controller records them, which
+        needs a cluster."""
         lifecycle = Lifecycle(store, api, activity_key=b"k" * 32)
-        ended = SharedEndedSessions(settings.namespace, api)
-        readiness = _Ready(ApiserverProbe(api), store, ended)
-        app = create_app(store, lifecycle, token, readiness, ended, verifiers=verifiers)
+        shared = SharedEndedSessions(settings.namespace, api)
+        readiness = _Ready(ApiserverProbe(api), store, shared)
+        app = create_app(store, lifecycle, token, readiness, ended or shared, verifiers=verifiers)
         config = uvicorn.Config(
-            app, host="127.0.0.1", port=0, log_level="error", **server_options(settings.connections)
+            app,
+            host="127.0.0.1",
+            port=port,
+            log_level="error",
+            **server_options(settings.connections),
         )
         server = uvicorn.Server(config)
         thread = threading.Thread(target=server.run, daemon=True)

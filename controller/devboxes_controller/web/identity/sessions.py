@@ -53,6 +53,12 @@ _VERSION = "v3"
 # sign in to the dashboard (a token still works).
 MAX_COOKIE_BYTES = 3800
 LOGIN_COOKIE = "devboxes_login"
+# A preview's origin keeps its own cookie; the dashboard hands it a code to make one.
+PREVIEW_COOKIE = "devboxes_preview"
+PREVIEW_CODE = "pc1"
+PREVIEW_PASS = "pp1"  # noqa: S105 - a kind tag, not a secret
+# Long enough for a browser to follow the dashboard's hand-off, too short to be of use later.
+PREVIEW_CODE_SECONDS = 60
 # Long enough to type a password at the issuer, short enough that a stolen cookie is stale.
 LOGIN_SECONDS = 600
 _LOGIN_VERSION = "l1"
@@ -81,6 +87,17 @@ class Session:
     # None: the operator signed in with the operator token.
     person: Person | None = None
     reissued: bool = False
+
+
+@dataclass(frozen=True)
+class PreviewGrant:
+    """A session's leave to see one port of one box, on that preview's own origin."""
+
+    box: str
+    port: int
+    # The session's start, in Unix milliseconds: a sign-out ends its grants with it.
+    created_ms: int
+    person: Person | None
 
 
 @dataclass(frozen=True)
@@ -147,11 +164,15 @@ def _identity(person: Person | None) -> str:
 def session_identity(session: Session, admin_groups: frozenset[str]) -> Identity:
     """Whom a session acts for: the operator (an admin), or the person who signed in,
     an admin when in one of ``admin_groups``."""
-    if session.person is None:
+    return person_identity(session.person, admin_groups)
+
+
+def person_identity(person: Person | None, admin_groups: frozenset[str]) -> Identity:
+    if person is None:
         return Identity(user=OPERATOR, mode="browser-session", admin=True)
-    groups = session.person.groups
+    groups = person.groups
     return Identity(
-        user=session.person.user,
+        user=person.user,
         mode="browser-session",
         groups=groups,
         admin=not admin_groups.isdisjoint(groups),
@@ -245,6 +266,44 @@ class SessionStore:
         the future is done once every replica has been told (``ended``)."""
         until = session.created_ms // 1000 + int(self.absolute_seconds) + 1
         return self.ended.end(_identity(session.person), session.created_ms, until)
+
+    def sign_preview(self, grant: PreviewGrant, kind: str) -> str:
+        """The grant, signed: the short-lived code the dashboard hands to the preview's
+        origin (``PREVIEW_CODE``), or the cookie that origin keeps (``PREVIEW_PASS``),
+        which ends with the session it came from."""
+        now = self._clock()
+        ends = grant.created_ms // 1000 + int(self.absolute_seconds)
+        lifetime = PREVIEW_CODE_SECONDS if kind == PREVIEW_CODE else self.idle_seconds
+        expires = min(int(now + lifetime), ends)
+        fields = [kind, grant.box, str(grant.port), str(expires), str(grant.created_ms)]
+        payload = ".".join([*fields, _encode_person(grant.person)])
+        return f"{payload}.{self._mac('preview.' + payload)}"
+
+    def preview_of(self, text: str | None, kind: str, box: str, port: int) -> PreviewGrant | None:
+        """The grant ``text`` holds for this box's port, unless it is missing, forged,
+        of another kind, box or port, expired, or its session was signed out."""
+        if not text:
+            return None
+        if not self.ended.synced():
+            raise SessionsLoading()
+        payload, _, mac = text.rpartition(".")
+        parts = payload.split(".")
+        if len(parts) != 6 or parts[0] != kind:
+            return None
+        if not hmac.compare_digest(mac.encode(), self._mac("preview." + payload).encode()):
+            return None
+        _, granted_box, granted_port, expires, created_ms, person_text = parts
+        if (granted_box, granted_port) != (box, str(port)):
+            return None
+        if not (expires.isdigit() and created_ms.isdigit()) or int(expires) < self._clock():
+            return None
+        try:
+            person = _decode_person(person_text)
+        except ValueError:
+            return None
+        if self.ended.is_ended(_identity(person), int(created_ms)):
+            return None
+        return PreviewGrant(box, port, int(created_ms), person)
 
     def start_login(self, next_path: str) -> tuple[LoginStart, str]:
         """A new sign-in through the issuer and the signed cookie that binds it to the

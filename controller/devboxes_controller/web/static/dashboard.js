@@ -384,6 +384,20 @@ import * as labels from "./labels.js";
       row.cells.accelerator.append(got);
     }
     row.cells.environment.textContent = labels.environmentLabel(box.image);
+    // Each port the box's image declares opens in a tab of its own, on the preview's own
+    // origin (the controller hands the browser over); never with this page as its opener.
+    const ports = box.state === "ready" && box.image ? box.image.ports : [];
+    for (const port of ports.filter((p) => (p.protocol || "TCP") === "TCP")) {
+      const link = document.createElement("a");
+      link.href = `/dashboard/devboxes/${encodeURIComponent(box.name)}/ports/${port.container_port}/`;
+      link.target = "_blank";
+      link.rel = "noopener noreferrer";
+      link.className = "preview-link";
+      link.textContent = `Open ${port.name} (${port.container_port})`;
+      const line = document.createElement("div");
+      line.append(link);
+      row.cells.environment.append(line);
+    }
     row.cells.preset.textContent = box.preset;
     fillAutoStop(row);
     if (box.ssh_command) {
