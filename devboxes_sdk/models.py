@@ -207,6 +207,8 @@ class ImageProfile(_Response):
     description: str | None = None
     mode: ImageMode
     ports: list[ImagePort] = Field(default_factory=list)
+    # The folder of the box's home (relative to it) that a sidecar serves, read-only.
+    home_folder: str | None = None
 
 
 class ImageCapabilities(_Response):
@@ -266,6 +268,8 @@ class ImageAllocation(_Response):
     display_name: str
     mode: ImageMode
     ports: list[ImagePort] = Field(default_factory=list)
+    # The folder of the box's home (relative to it) that a sidecar serves, read-only.
+    home_folder: str | None = None
 
 
 class Activity(_Response):

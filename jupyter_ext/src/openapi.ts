@@ -562,6 +562,8 @@ export interface components {
             mode: "sidecar" | "workspace";
             /** Ports */
             ports?: components["schemas"]["ImagePort"][];
+            /** Home Folder */
+            home_folder?: string | null;
         };
         /**
          * ImageCapabilities
@@ -608,6 +610,8 @@ export interface components {
             mode: "sidecar" | "workspace";
             /** Ports */
             ports?: components["schemas"]["ImagePort"][];
+            /** Home Folder */
+            home_folder?: string | null;
         };
         /**
          * ProfileAvailability

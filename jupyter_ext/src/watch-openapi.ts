@@ -271,6 +271,11 @@ export interface components {
             mode: "sidecar" | "workspace";
             /** Ports */
             ports?: components["schemas"]["ImagePort"][];
+            /**
+             * Home Folder
+             * @default null
+             */
+            home_folder: string | null;
         };
         /**
          * ImagePort

@@ -73,6 +73,8 @@ ACTIVITY_COMMAND = "devbox-activity-agent"
 GPU_SAMPLES_VOLUME = "gpu-samples"
 GPU_SAMPLES_PATH = "/run/devbox-gpu-samples"
 GPU_SAMPLES_ENV = "DEVBOX_GPU_SAMPLES"
+# The folder of the home a sidecar serves, which the box's entrypoint makes its person's.
+SERVED_FOLDER_ENV = "DEVBOX_SERVED_FOLDER"
 HOME_MOUNT_PATH = f"/home/{BOX_USER}"
 
 # What the workspace entrypoint and sshd need, and nothing more. The entrypoint runs as
@@ -317,6 +319,11 @@ def _main_container(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
         if _samples_gpu(spec, settings):
             env.append(_env(GPU_SAMPLES_ENV, GPU_SAMPLES_PATH))
         image = gpu.workspace_image or image
+    served = spec.image.home_folder if spec.image is not None else None
+    if served is not None:
+        # The kubelet makes a missing folder for the sidecar's mount as root; the box's
+        # entrypoint makes it its person's.
+        env.append(_env(SERVED_FOLDER_ENV, served.path))
     ports = [{"name": SSH_PORT_NAME, "containerPort": SSH_CONTAINER_PORT, "protocol": "TCP"}]
     workspace = spec.image if spec.image is not None and spec.image.mode == "workspace" else None
     if workspace is not None:
@@ -380,8 +387,9 @@ def _port(port: ImagePortConfig) -> dict[str, Any]:
 
 def _environment_container(profile: ImageProfileConfig) -> dict[str, Any]:
     """A sidecar image profile: beside the workspace in the pod's network, as a non-root
-    user with no capabilities, within its bounded resources, and with no volume, Secret,
-    credential or device of the box."""
+    user with no capabilities, within its bounded resources, and with no Secret,
+    credential or device of the box; of its home volume, only the folder the profile
+    serves, read-only."""
     security: dict[str, Any] = {
         "privileged": False,
         "allowPrivilegeEscalation": False,
@@ -403,6 +411,15 @@ def _environment_container(profile: ImageProfileConfig) -> dict[str, Any]:
         container["ports"] = [_port(port) for port in profile.ports]
     if profile.resources is not None:
         container["resources"] = profile.resources.to_kubernetes()
+    if profile.home_folder is not None:
+        container["volumeMounts"] = [
+            {
+                "name": HOME_VOLUME,
+                "mountPath": profile.home_folder.mount_path,
+                "subPath": profile.home_folder.path,
+                "readOnly": True,
+            }
+        ]
     container["securityContext"] = security
     return container
 

@@ -135,6 +135,28 @@ class ImageResources(Model):
         }
 
 
+_FOLDER = r"[A-Za-z0-9_][A-Za-z0-9._-]*"
+_HOME_FOLDER_PATTERN = rf"^{_FOLDER}$"
+_MOUNT_PATH_PATTERN = rf"^(/{_FOLDER})+$"
+MAX_PATH_LENGTH = 200
+# A folder directly in the box's home: one name, never a path out of it.
+HomeFolderPath = Annotated[
+    StrictStr,
+    Field(max_length=MAX_PATH_LENGTH, pattern=_HOME_FOLDER_PATTERN),
+]
+MountPath = Annotated[StrictStr, Field(max_length=MAX_PATH_LENGTH, pattern=_MOUNT_PATH_PATTERN)]
+
+
+class HomeFolderConfig(Model):
+    """A folder of the box's home volume a sidecar serves: mounted read-only at
+    ``mountPath`` in the sidecar, and made by the box, as its person's, at ``path`` under
+    the home. What the person writes there, the sidecar shows; nothing else of the home
+    is in the sidecar."""
+
+    path: HomeFolderPath
+    mount_path: MountPath
+
+
 Argument = Annotated[StrictStr, Field(max_length=MAX_ARGUMENT_LENGTH)]
 _WORKSPACE: JsonDict = {"properties": {"mode": {"const": "workspace"}}, "required": ["mode"]}
 # Fields only a sidecar-mode profile may set; a workspace image keeps the workspace contract.
@@ -144,6 +166,7 @@ _SIDECAR_ONLY: dict[str, JsonDict] = {
     "run_as_user": {"type": "integer"},
     "command": {"type": "array", "minItems": 1},
     "args": {"type": "array", "minItems": 1},
+    "home_folder": {"type": "object"},
 }
 
 
@@ -198,6 +221,7 @@ class ImageProfileConfig(Model):
     run_as_user: GroupId | None = None
     command: list[Argument] = Field(default_factory=list, max_length=MAX_COMMAND_ITEMS)
     args: list[Argument] = Field(default_factory=list, max_length=MAX_ARGS_ITEMS)
+    home_folder: HomeFolderConfig | None = None
 
     @classmethod
     def _rules(cls, raw: Mapping[str, Any]) -> list[Violation]:
@@ -283,6 +307,7 @@ class ImageProfileConfig(Model):
             description=self.description,
             mode=self.mode,
             ports=[port.to_wire() for port in self.ports],
+            home_folder=self.home_folder.path if self.home_folder is not None else None,
         )
 
     def allocation(self) -> ImageAllocation:
@@ -292,6 +317,7 @@ class ImageProfileConfig(Model):
             display_name=self.display_name,
             mode=self.mode,
             ports=[port.to_wire() for port in self.ports],
+            home_folder=self.home_folder.path if self.home_folder is not None else None,
         )
 
 

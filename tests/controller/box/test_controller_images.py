@@ -158,6 +158,11 @@ def test_a_catalog_of_both_modes_is_accepted_and_images_are_off_by_default() -> 
         ({"runAsUser": 1000}, "images.profiles[0].runAsUser", "only a sidecar"),
         ({"command": ["sh"]}, "images.profiles[0].command", "only a sidecar"),
         (
+            {"homeFolder": {"path": "public", "mountPath": "/srv"}},
+            "images.profiles[0].homeFolder",
+            "only a sidecar",
+        ),
+        (
             {"ports": [{"name": "ssh", "containerPort": 2223}]},
             "images.profiles[0].ports[0].name",
             "SSH port",
@@ -218,6 +223,31 @@ def test_a_broken_workspace_profile_is_refused_with_its_values_path(
             {"args": ["x" * (MAX_ARGUMENT_LENGTH + 1)]},
             "images.profiles[0].args[0]",
             "at most",
+        ),
+        (
+            {"homeFolder": {"path": "../etc", "mountPath": "/srv"}},
+            "images.profiles[0].homeFolder.path",
+            "should match pattern",
+        ),
+        (
+            {"homeFolder": {"path": "site/public", "mountPath": "/srv"}},
+            "images.profiles[0].homeFolder.path",
+            "should match pattern",
+        ),
+        (
+            {"homeFolder": {"path": "public", "mountPath": "srv"}},
+            "images.profiles[0].homeFolder.mountPath",
+            "should match pattern",
+        ),
+        (
+            {"homeFolder": {"path": "public", "mountPath": "/srv/../etc"}},
+            "images.profiles[0].homeFolder.mountPath",
+            "should match pattern",
+        ),
+        (
+            {"homeFolder": {"path": "public"}},
+            "images.profiles[0].homeFolder.mountPath",
+            "required",
         ),
     ],
 )
@@ -293,6 +323,7 @@ def test_discovery_shows_what_a_profile_is_never_what_it_runs() -> None:
                 "description": "The workspace with PyTorch and CUDA 12.4",
                 "mode": "workspace",
                 "ports": [{"name": "tensorboard", "container_port": 6006, "protocol": "TCP"}],
+                "home_folder": None,
             },
             {
                 "name": "docs",
@@ -300,6 +331,7 @@ def test_discovery_shows_what_a_profile_is_never_what_it_runs() -> None:
                 "description": None,
                 "mode": "sidecar",
                 "ports": [{"name": "http", "container_port": 8080, "protocol": "TCP"}],
+                "home_folder": None,
             },
         ],
     }
@@ -407,6 +439,31 @@ def test_a_sidecar_profile_runs_beside_the_workspace_unprivileged_and_bounded() 
     assert pod["automountServiceAccountToken"] is False
 
 
+def test_a_sidecar_serves_one_folder_of_the_home_read_only_which_the_box_makes_its_persons() -> (
+    None
+):
+    served = {**WEB, "homeFolder": {"path": "public", "mountPath": "/usr/share/nginx/html"}}
+    settings = make_settings({"enabled": True, "profiles": [CUDA, served]})
+    deployment = render_deployment(spec(settings, "docs"), settings)
+    found = containers(deployment)
+    assert found[ENVIRONMENT_SIDECAR]["volumeMounts"] == [
+        {
+            "name": "home",
+            "mountPath": "/usr/share/nginx/html",
+            "subPath": "public",
+            "readOnly": True,
+        }
+    ]
+    assert {"name": "DEVBOX_SERVED_FOLDER", "value": "public"} in found[MAIN_CONTAINER]["env"]
+    box = settings.images.profile("docs")
+    assert box is not None
+    assert box.to_wire().home_folder == box.allocation().home_folder == "public"
+    # Without a home folder, the sidecar has no volume at all.
+    plain = containers(render_deployment(spec(make_settings(), "docs"), make_settings()))
+    assert "volumeMounts" not in plain[ENVIRONMENT_SIDECAR]
+    assert all(e["name"] != "DEVBOX_SERVED_FOLDER" for e in plain[MAIN_CONTAINER]["env"])
+
+
 def test_the_box_pins_its_image_profile_and_catalog_edits_never_reach_it() -> None:
     settings = make_settings()
     deployment = render_deployment(spec(settings, "docs"), settings)
@@ -464,6 +521,7 @@ def test_status_reports_the_pinned_image_profile() -> None:
         "display_name": "Docs preview",
         "mode": "sidecar",
         "ports": [{"name": "http", "container_port": 8080, "protocol": "TCP"}],
+        "home_folder": None,
     }
     plain = derive(
         BoxObjects(deployment=render_deployment(spec(settings, None), settings)), settings, NOW
