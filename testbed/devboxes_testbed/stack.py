@@ -134,9 +134,12 @@ class Stack:
         client.CoreV1Api(self.testbed.api_client()).create_namespaced_secret(NAMESPACE, secret)
 
     def settings(self, port: int | None = None) -> dict[str, Any]:
-        """The controller's settings; with a real node, ``port`` is where its boxes'
-        activity agents reach the controller."""
+        """The controller's settings. ``port`` is the controller's: web previews are
+        served on ``{port}-{box}.localhost`` there (browsers resolve ``*.localhost`` to
+        this machine), and with a real node its boxes' activity agents report to it."""
         settings = example_settings(NAMESPACE)
+        if port is not None:
+            settings["connections"] = {"previewUrl": f"http://*.localhost:{port}"}
         node = self.testbed.real_node
         if node is not None and port is not None:
             settings["idle"] = {
@@ -180,11 +183,12 @@ class Stack:
         token_file = self.state_dir / "controller-token"
         write_private(token_file, self.controller_token)
         listen_host = "127.0.0.1"
+        # The settings name the port before the controller starts.
+        port = port or free_port()
         if self.testbed.real_node is not None:
             # The agents in the real node's boxes reach the controller at the machine's
-            # address, on a port their settings name before it starts.
+            # address.
             listen_host = ANY_ADDRESS
-            port = port or free_port()
         return Controller(
             self.testbed.kubeconfig,
             self.settings(port),
@@ -309,6 +313,7 @@ class Stack:
             if node is not None
             else "  Real node        none on this machine: boxes are scheduled, not run"
         )
+        previews_port = self.controller_url.rsplit(":", 1)[1]
         return "\n".join(
             [
                 "",
@@ -317,6 +322,8 @@ class Stack:
                 where,
                 f"  Devboxes API     {self.controller_url}   (dashboard: {self.controller_url}"
                 "/dashboard)",
+                f"  Web previews     http://<port>-<box>.localhost:{previews_port}/   (open "
+                "them from the dashboard; devbox create web --image web-preview)",
                 f"  JupyterLab       {self.jupyter_url}",
                 f"  OpenID provider  {self.issuer.url if self.issuer else '-'}   (people: "
                 + ", ".join(f"{p.username} in {', '.join(p.groups)}" for p in DEMO_PEOPLE)

@@ -49,7 +49,7 @@ from footprint import Footprint
 from kubernetes import client as kube_client
 from labserver import KernelChannels, running_lab
 from sshd import make_key
-from support import REPO, Api, wait_for
+from support import CHROMIUM, REPO, Api, launch_chromium, wait_for
 
 NAMESPACE = "real-boxes"
 KEYS_SECRET = "devbox-keys"
@@ -108,12 +108,13 @@ def serve(
     key: Path,
     workdir: Path,
     idle_minutes: float | None = None,
+    previews: bool = False,
     **changes: Any,
 ) -> Controller:
     """A controller on its own namespace whose boxes accept ``key`` and print the real
     node's address in their ssh commands, reachable from boxes on the real node;
-    ``idle_minutes`` stops idle boxes after that window; ``changes`` replace top-level
-    settings."""
+    ``idle_minutes`` stops idle boxes after that window; with ``previews``, it serves
+    web previews on ``{port}-{box}.localhost``; ``changes`` replace top-level settings."""
     from kubernetes import client
 
     node = bed.real_node
@@ -139,6 +140,8 @@ def serve(
             "cpuStopAfterMinutes": idle_minutes,
             "controllerUrl": f"http://{node.machine_address}:{port}",
         }
+    if previews:
+        settings["connections"] = {"previewUrl": f"http://*.localhost:{port}"}
     return Controller(bed.kubeconfig, settings, workdir, port=port, listen_host=ANY_ADDRESS).start()
 
 
@@ -1278,4 +1281,81 @@ def test_a_box_without_a_service_is_reached_through_the_controller_by_every_ssh_
         )
     finally:
         proxy.close()
+        controller.stop()
+
+
+PREVIEW_NAMESPACE = "preview-boxes"
+ARTIFACTS = REPO / "test-artifacts" / "realnode"
+PREVIEW_PAGE = "<h1 id=made>made in the box</h1>"
+
+
+def test_a_web_preview_serves_what_the_person_writes_and_opens_from_the_dashboard(
+    real_testbed: Testbed, key: Path, tmp_path: Path
+) -> None:
+    """The "web-preview" sidecar serves the box's ~/public, which the box makes its
+    person's; with no per-box Service, the dashboard opens it in Chromium on the preview's
+    own origin, and `devbox status` says where."""
+    if not CHROMIUM.exists():
+        pytest.skip("Debian's chromium is not installed at /usr/bin/chromium")
+    from playwright.sync_api import expect, sync_playwright
+
+    controller = serve(
+        real_testbed,
+        PREVIEW_NAMESPACE,
+        key,
+        tmp_path / "controller",
+        previews=True,
+        ssh={"serviceType": "None", "authorizedKeysSecret": KEYS_SECRET},
+    )
+    try:
+        api = Api(controller)
+        api.created("site", image="web-preview")
+        api.wait_ready("site", timeout=180)
+        pod = pod_name(real_testbed, PREVIEW_NAMESPACE, "site")
+        as_person = ["exec", f"pod/{pod}", "-c", MAIN_CONTAINER, "--", "runuser", "-u", "dev"]
+        owner = kubectl(
+            real_testbed, PREVIEW_NAMESPACE, *as_person, "--", "stat", "-c", "%U %a",
+            "/home/dev/public",
+        )  # fmt: skip
+        assert owner.split() == ["dev", "755"]
+        kubectl(
+            real_testbed, PREVIEW_NAMESPACE, *as_person, "--", "sh", "-c",
+            f"echo '{PREVIEW_PAGE}' > /home/dev/public/index.html",
+        )  # fmt: skip
+        # The sidecar sees that folder only, read-only.
+        refused = subprocess.run(
+            ["kubectl", "--kubeconfig", str(real_testbed.kubeconfig), "-n", PREVIEW_NAMESPACE,
+             "exec", f"pod/{pod}", "-c", "environment", "--", "touch", "/srv/x"],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert refused.returncode != 0
+        assert "Read-only file system" in refused.stderr
+
+        environment = {**os.environ, "DEVBOX_URL": controller.url, "DEVBOX_TOKEN": controller.token}
+        status = subprocess.run(
+            [sys.executable, "-m", "devboxes_sdk", "status", "site"],
+            env=environment, capture_output=True, text=True, timeout=60, check=True,
+        )  # fmt: skip
+        assert f"{controller.url}/dashboard/devboxes/site/ports/8080/" in status.stdout
+
+        with sync_playwright() as playwright:
+            browser = launch_chromium(playwright)
+            try:
+                context = browser.new_context(viewport={"width": 1200, "height": 800})
+                page = context.new_page()
+                page.goto(f"{controller.url}/dashboard")
+                page.get_by_label("Operator token").fill(controller.token)
+                page.get_by_label("Operator token").press("Enter")
+                with context.expect_page() as opened:
+                    page.get_by_role("link", name="Open http (8080)").click()
+                preview = opened.value
+                expect(preview.locator("#made")).to_have_text("made in the box")
+                port = controller.url.rsplit(":", 1)[1]
+                assert preview.url == f"http://8080-site.localhost:{port}/"
+                ARTIFACTS.mkdir(parents=True, exist_ok=True)
+                preview.screenshot(path=str(ARTIFACTS / "real-node-web-preview.png"))
+            finally:
+                browser.close()
+        api.purge("site")
+    finally:
         controller.stop()
