@@ -72,6 +72,13 @@ class DevboxesJupyterApp(ExtensionApp):
         "Empty: DEVBOX_URL, then the SDK configuration file.",
     ).tag(config=True)
 
+    dashboard_url = Unicode(
+        "",
+        help="The controller's address as people's browsers reach it, for the sidebar's "
+        "links that open a box's web preview on the dashboard. Empty: the controller URL "
+        "this server uses.",
+    ).tag(config=True)
+
     token = Unicode(
         "",
         help="Bearer token for the controller. It stays on the server: it is never sent "
@@ -172,7 +179,12 @@ class DevboxesJupyterApp(ExtensionApp):
         if self._kernel_dir is None and self.devbox_kernels:
             self.log.warning("devboxes: no devbox kernels are offered: %s", self._kernel_problem)
         self._watcher = Watcher(
-            self._factory, self.poll_interval, self._kernel_dir, self.kernel_python, self.log
+            self._factory,
+            self.poll_interval,
+            self._kernel_dir,
+            self.kernel_python,
+            self.log,
+            dashboard_url=self.dashboard_url.strip().rstrip("/"),
         )
         self._watcher.start()
         self.settings.update(

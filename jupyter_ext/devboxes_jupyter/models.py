@@ -90,6 +90,8 @@ class WatchView(BaseModel):
     error: str | None
     # None when the controller does not count free devices.
     availability: models.GpuAvailability | None
+    # Where the browser opens a box's web previews: the controller's dashboard.
+    dashboard_url: str | None = None
     kernels: list[KernelProgress]
     poll_interval: float
 

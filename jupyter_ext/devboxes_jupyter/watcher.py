@@ -60,6 +60,7 @@ class _Listing:
     observed_at: datetime | None = None
     error: str | None = None
     availability: models.GpuAvailability | None = None
+    dashboard_url: str | None = None
 
 
 class Watcher:
@@ -70,8 +71,10 @@ class Watcher:
         kernel_dir: Path | None,
         kernel_python: str,
         log: Any,
+        dashboard_url: str = "",
     ) -> None:
         self._client = client
+        self._dashboard_url = dashboard_url
         self.poll_interval = poll_interval
         self._kernel_dir = kernel_dir
         self._kernel_python = kernel_python
@@ -150,6 +153,7 @@ class Watcher:
                 items=list(client.list()),
                 observed_at=datetime.now(UTC),
                 availability=self._availability(client),
+                dashboard_url=self._dashboard_url or client.url,
             )
         except DevboxesError as error:
             listing = replace(self._listing, error=str(error))
@@ -203,6 +207,7 @@ class Watcher:
             observed_at=listing.observed_at,
             error=listing.error,
             availability=listing.availability,
+            dashboard_url=listing.dashboard_url,
             kernels=progress.REGISTRY.snapshot(),
             poll_interval=self.poll_interval,
         )

@@ -647,6 +647,25 @@ export class DevboxSidebar extends Widget {
         element('span', { 'data-testid': `devbox-row-environment-${box.name}` }, environmentLabel(box.image))
       );
     }
+    // A ready box's declared ports open on the dashboard, which hands the browser over to
+    // the port's own origin; never with the Lab as the new tab's opener.
+    const dashboard = this.view?.dashboard_url;
+    const ports = box.state === 'ready' && box.image && dashboard ? (box.image.ports ?? []) : [];
+    for (const port of ports.filter(p => (p.protocol ?? 'TCP') === 'TCP')) {
+      const path = `/dashboard/devboxes/${encodeURIComponent(box.name)}/ports/${port.container_port}/`;
+      facts.append(
+        element(
+          'a',
+          {
+            href: `${dashboard}${path}`,
+            target: '_blank',
+            rel: 'noopener noreferrer',
+            'data-testid': `devbox-preview-${box.name}-${port.container_port}`
+          },
+          `Open ${port.name} (${port.container_port})`
+        )
+      );
+    }
     if (box.state !== 'stopped') {
       facts.append(element('span', {}, `auto-stop ${autoStopLabel(box)}`));
     }

@@ -356,6 +356,11 @@ export interface components {
             /** Error */
             error: string | null;
             availability: components["schemas"]["GpuAvailability"] | null;
+            /**
+             * Dashboard Url
+             * @default null
+             */
+            dashboard_url: string | null;
             /** Kernels */
             kernels: components["schemas"]["KernelProgress"][];
             /** Poll Interval */

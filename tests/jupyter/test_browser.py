@@ -478,6 +478,16 @@ def test_the_environment_is_chosen_beside_the_accelerator_and_a_refusal_shows_un
     with pytest.raises(NotFound):
         controller_client.get(refused)
 
+    # Once ready, its declared port links to the dashboard, which opens the preview.
+    controller_client.wait_ready(created, timeout=120)
+    link = sidebar.get_by_test_id(f"devbox-preview-{created}-8080")
+    expect(link).to_have_text("Open http (8080)", timeout=60_000)
+    assert link.get_attribute("href") == (
+        f"{controller_client.url}/dashboard/devboxes/{created}/ports/8080/"
+    )
+    assert link.get_attribute("rel") == "noopener noreferrer"
+    assert link.get_attribute("target") == "_blank"
+
 
 def test_picker_shows_free_devices_and_follows_a_stop_without_reload(
     page: Any, lab: Lab, controller_client: Client, kube: Any, cleanup: list[str]
