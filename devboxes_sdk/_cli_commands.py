@@ -378,7 +378,9 @@ def _finish_wait(box: Devbox, args: argparse.Namespace, controller_url: str) -> 
     ready = _wait(box, args.timeout)
     _print_box(ready, args)
     if not args.json and ready.ssh_command:
-        print(f"\nConnect with: {_render.clean(ready.ssh_command)}  (or: devbox ssh {ready.name})")
+        command = _render.clean(ready.ssh_command)
+        other = f"devbox ssh {ready.name}"
+        print(f"\nConnect with: {command}" + (f"  (or: {other})" if command != other else ""))
     if not args.json and ready.state is DevboxState.READY:
         for link in _render.preview_links(ready, controller_url):
             print(f"Open its preview in a browser: {_render.clean(link)}")

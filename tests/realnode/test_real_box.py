@@ -985,7 +985,7 @@ def test_the_operator_guides_walkthrough_runs_on_the_real_node(
             [str(shims), str(venv / "bin"), str(real_testbed.bin_dir), os.environ["PATH"]]
         ),
     }
-    ours = {"registry.example.com": real_testbed.registry, "gpu-nodes.example.com": node.address}
+    ours = {"registry.example.com": real_testbed.registry}
     TRANSCRIPT.parent.mkdir(parents=True, exist_ok=True)
     terminal = Terminal(checkout, environment, TRANSCRIPT)
     try:
@@ -1017,7 +1017,8 @@ def test_the_operator_guides_walkthrough_runs_on_the_real_node(
     device, listed = lines[at + 1], lines[at + 2]
     assert device in node.gpu_ids, lines[at:]
     assert f"(UUID: {device})" in listed
-    assert "ssh -p " in terminal.text()  # devbox create printed the box's SSH command
+    # devbox create printed how to connect: through the controller, no Service of its own.
+    assert "Connect with: devbox ssh first" in terminal.text().splitlines()
 
     def verdict(name: str) -> list[tuple[str, str]]:
         report = json.loads((verdicts / name).read_text())
