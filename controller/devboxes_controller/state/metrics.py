@@ -57,6 +57,12 @@ class Metrics:
             ["direction"],
             registry=self.registry,
         )
+        self.preview_requests = Counter(
+            "devboxes_preview_requests_total",
+            "Requests on web preview hosts, by kind and by the status answered",
+            ["kind", "status"],
+            registry=self.registry,
+        )
         # Counted where the writes are sent.
         self.writes = kube.WRITTEN
         self.registry.register(self.writes)

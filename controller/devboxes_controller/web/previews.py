@@ -31,7 +31,7 @@ from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
-from starlette.websockets import WebSocket, WebSocketDisconnect
+from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 from websockets.asyncio.client import ClientConnection
 
 from devboxes_sdk.models import PREVIEW_PATH, DevboxState, normalize_name
@@ -39,6 +39,7 @@ from devboxes_sdk.models import PREVIEW_PATH, DevboxState, normalize_name
 from ..box import naming, status
 from ..config.previews import PreviewOrigins
 from ..k8s.kube import NotFound
+from ..state.metrics import METRICS
 from ..state.store import BoxStore
 from .identity.sessions import (
     COOKIE,
@@ -189,9 +190,11 @@ class PreviewHosts:
             return
         preview = Preview(self._state, origins, *target)
         if scope["type"] == "websocket":
-            await preview.websocket(WebSocket(scope, receive, send))
+            accepted = await preview.websocket(WebSocket(scope, receive, send))
+            METRICS.preview_requests.labels("websocket", "101" if accepted else "403").inc()
         else:
             response = await preview.http(Request(scope, receive))
+            METRICS.preview_requests.labels("http", str(response.status_code)).inc()
             await response(scope, receive, send)
 
 
@@ -217,15 +220,17 @@ class Preview:
             return problem
         return await _forward(self.state.preview_client, request, f"http://{address}:{self.port}")
 
-    async def websocket(self, websocket: WebSocket) -> None:
+    async def websocket(self, websocket: WebSocket) -> bool:
+        """Pipe the WebSocket to the box's port; False when it was refused."""
         if websocket.headers.get("origin") != self.origin:
             await websocket.close(code=1008, reason="only this preview's own pages may connect")
-            return
+            return False
         problem, address = self._admitted(websocket.cookies.get(PREVIEW_COOKIE))
         if problem is not None:
             await websocket.close(code=1008, reason=NOT_SIGNED_IN[:120])
-            return
+            return False
         await _pipe_websocket(websocket, f"ws://{address}:{self.port}")
+        return True
 
     def _admitted(self, cookie: str | None) -> tuple[Response | None, str | None]:
         """The box pod's address, or why this browser may not reach the port now."""
@@ -412,5 +417,7 @@ async def _relay(websocket: WebSocket, upstream: ClientConnection) -> None:
                 asyncio.CancelledError, WebSocketDisconnect, websockets.ConnectionClosed
             ):
                 await task
-        with contextlib.suppress(RuntimeError):
-            await websocket.close()
+        if websocket.client_state is WebSocketState.CONNECTED:
+            # The box ended first; a browser that already left is told nothing.
+            with contextlib.suppress(WebSocketDisconnect):
+                await websocket.close()

@@ -11,6 +11,7 @@ HTTP clients reach the same server with the host in the ``Host`` header.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import random
@@ -47,7 +48,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse
 from starlette.routing import Route, WebSocketRoute
-from starlette.websockets import WebSocket
+from starlette.websockets import WebSocket, WebSocketDisconnect
 from support import CHROMIUM, MemoryRecord, launch_chromium, wait_for
 
 REPO = Path(__file__).resolve().parents[3]
@@ -87,9 +88,10 @@ async def _seen(request: Request) -> JSONResponse:
 
 async def _socket(websocket: WebSocket) -> None:
     await websocket.accept()
-    while True:
-        text = await websocket.receive_text()
-        await websocket.send_text(text.upper())
+    with contextlib.suppress(WebSocketDisconnect):
+        while True:
+            text = await websocket.receive_text()
+            await websocket.send_text(text.upper())
 
 
 class BoxSite:
@@ -286,6 +288,15 @@ def test_a_websocket_of_the_previews_own_page_is_piped_to_the_box(serve: Serve) 
     with connect(previews.origin) as connection:
         connection.send("hello box")
         assert connection.recv(timeout=10) == "HELLO BOX"
+
+    def counted() -> bool:
+        """the piped WebSocket is counted once it ended"""
+        metrics = requests.get(
+            f"{previews.url}/metrics", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10
+        ).text
+        return 'devboxes_preview_requests_total{kind="websocket",status="101"} 1.0' in metrics
+
+    wait_for(counted, timeout=15)
     # A page of another origin (another box's preview) may not open one with the pass.
     with (
         pytest.raises(websockets.exceptions.InvalidStatus) as refused,
