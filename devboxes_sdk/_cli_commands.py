@@ -11,8 +11,9 @@ import re
 import shutil
 import sys
 import threading
+import time
 import webbrowser
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
@@ -37,7 +38,7 @@ from devboxes_sdk.errors import (
     NotFound,
     ValidationError,
 )
-from devboxes_sdk.labels import status_line
+from devboxes_sdk.labels import elapsed_label, status_line
 from devboxes_sdk.models import API_PREFIX, DevboxState, GpuAvailability, normalize_name
 from devboxes_sdk.tunnel import HOST_SUFFIX, box_of_host
 
@@ -124,15 +125,18 @@ def _print_box(box: Devbox, args: argparse.Namespace) -> None:
 
 
 class Progress:
-    """Shows a box's way to ready on a stream: a live spinner on a terminal, otherwise
-    one line per change of state or message."""
+    """Shows a box's way to ready on a stream: a live spinner on a terminal with how long
+    the current step has lasted and how long since the request, otherwise one line per
+    change of state or message, with the seconds since the request."""
 
     _UNICODE_FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
     _ASCII_FRAMES = "|/-\\"
     _INTERVAL = 0.1
 
-    def __init__(self, stream: TextIO) -> None:
+    def __init__(self, stream: TextIO, clock: Callable[[], float] = time.monotonic) -> None:
         self._stream = stream
+        self._clock = clock
+        self._asked = self._since = clock()
         self._live = stream.isatty()
         encoding = (getattr(stream, "encoding", None) or "ascii").lower()
         unicode = "utf" in encoding
@@ -147,12 +151,14 @@ class Progress:
         line = _render.progress_line(box)
         if line == self._text:
             return
+        now = self._clock()
         if not self._live:
             self._text = line
-            print(line, file=self._stream, flush=True)
+            print(f"{line} (after {int(now - self._asked)} s)", file=self._stream, flush=True)
             return
         with self._lock:
             self._text = line
+            self._since = now
         if self._thread is None:
             self._thread = threading.Thread(target=self._spin, name="devbox-spinner", daemon=True)
             self._thread.start()
@@ -161,7 +167,10 @@ class Progress:
         frame = 0
         while True:
             with self._lock:
-                text = f"{self._frames[frame % len(self._frames)]} {self._text}"
+                now = self._clock()
+                elapsed = elapsed_label(now - self._since, now - self._asked)
+                line = f"{self._text} {elapsed}"
+                text = f"{self._frames[frame % len(self._frames)]} {line}"
                 # One short of the edge: a wrapped line cannot be erased with \r.
                 width = max(shutil.get_terminal_size().columns - 1, 10)
                 text = _render.fit(text, width, self._ellipsis)

@@ -107,6 +107,13 @@ def stale_notice(observed_at: datetime | None, now: datetime) -> str:
     return f"Controller unreachable. {listed}; actions are off until it answers again."
 
 
+def elapsed_label(step_seconds: float, total_seconds: float) -> str:
+    """How long a start's current step has lasted and how long since it was asked for:
+    ``(4 s; 12 s in all)``, one figure while the first step lasts."""
+    step, total = int(step_seconds), int(total_seconds)
+    return f"({step} s)" if step == total else f"({step} s; {total} s in all)"
+
+
 def _span(seconds: int) -> str:
     minutes = max(seconds // 60, 1)
     days, minutes = divmod(minutes, 24 * 60)

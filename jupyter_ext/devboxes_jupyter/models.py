@@ -77,6 +77,10 @@ class KernelProgress(BaseModel):
     message: str
     # Seconds since the epoch.
     updated: float
+    # How long the current message has held and since the start began, as of the
+    # answer that carries them (the sidebar counts on from there).
+    step_seconds: float = 0.0
+    total_seconds: float = 0.0
 
 
 class WatchView(BaseModel):

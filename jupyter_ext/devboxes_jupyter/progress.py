@@ -22,11 +22,19 @@ class ProgressRegistry:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._items: dict[str, KernelProgress] = {}
+        # When each start began and when its message last changed (monotonic seconds).
+        self._began: dict[str, float] = {}
+        self._since: dict[str, float] = {}
         # Called after every change, from whichever thread made it.
         self.listeners: list[Callable[[], None]] = []
 
     def update(self, kernel_id: str, box: str, profile: str, phase: str, message: str) -> None:
+        now = time.monotonic()
         with self._lock:
+            self._began.setdefault(kernel_id, now)
+            known = self._items.get(kernel_id)
+            if known is None or known.message != message:
+                self._since[kernel_id] = now
             self._items[kernel_id] = KernelProgress(
                 kernel_id=kernel_id,
                 box=box,
@@ -40,6 +48,8 @@ class ProgressRegistry:
     def forget(self, kernel_id: str) -> None:
         with self._lock:
             known = self._items.pop(kernel_id, None) is not None
+            self._began.pop(kernel_id, None)
+            self._since.pop(kernel_id, None)
         if known:
             self._notify()
 
@@ -53,6 +63,8 @@ class ProgressRegistry:
             if known is None or known.phase != FAILED:
                 return False
             del self._items[kernel_id]
+            self._began.pop(kernel_id, None)
+            self._since.pop(kernel_id, None)
         self._notify()
         return True
 
@@ -61,8 +73,18 @@ class ProgressRegistry:
             listener()
 
     def snapshot(self) -> list[KernelProgress]:
+        """Every start, with its seconds as of now."""
+        now = time.monotonic()
         with self._lock:
-            return list(self._items.values())
+            return [
+                item.model_copy(
+                    update={
+                        "step_seconds": now - self._since[kernel_id],
+                        "total_seconds": now - self._began[kernel_id],
+                    }
+                )
+                for kernel_id, item in self._items.items()
+            ]
 
 
 REGISTRY = ProgressRegistry()

@@ -19,6 +19,7 @@ export {
   autoStopLabel,
   CPU_ONLY,
   DEFAULT_ENVIRONMENT,
+  elapsedLabel,
   environmentChoiceLabel,
   environmentLabel,
   reason,

@@ -36,6 +36,7 @@ import {
   CPU_ONLY,
   DEFAULT_ENVIRONMENT,
   detail,
+  elapsedLabel,
   environmentChoiceLabel,
   environmentLabel,
   GPU_DISABLED_NOTE,
@@ -149,6 +150,8 @@ export class DevboxSidebar extends Widget {
   // Kernel starts already known when the page loaded pop up no notification: a failure
   // from before would otherwise come back as a toast on every page load.
   private knownKernels: Set<string> | null = null;
+  // Counts the kernel starts' seconds on while any is listed.
+  private elapsedTimer: number | null = null;
 
   constructor() {
     super();
@@ -545,12 +548,52 @@ export class DevboxSidebar extends Widget {
           cancel.title = 'Cancel this kernel start and give back a box it started';
           head.append(cancel);
         }
-        item.append(head, element('span', { class: 'jp-Devboxes-kernelMessage' }, k.message));
+        const message = element('span', { class: 'jp-Devboxes-kernelMessage' }, k.message);
+        if (k.phase !== 'failed') {
+          // Counted on in the page from the seconds the answer carried, so the clocks of
+          // the browser and the server never need to agree.
+          const elapsed = element('span', {
+            class: 'jp-Devboxes-elapsed',
+            'data-testid': `devbox-kernel-elapsed-${k.box}`,
+            'data-step': String(k.step_seconds ?? 0),
+            'data-total': String(k.total_seconds ?? 0),
+            'data-at': String(performance.now())
+          });
+          message.append(' ', elapsed);
+        }
+        item.append(head, message);
         return item;
       })
     );
+    this.tickElapsed();
     this.notify(kernels);
     this.onKernels?.(kernels);
+  }
+
+  dispose(): void {
+    if (this.elapsedTimer !== null) {
+      window.clearInterval(this.elapsedTimer);
+      this.elapsedTimer = null;
+    }
+    super.dispose();
+  }
+
+  /** The seconds of each kernel start on its way, counted on since its answer came. */
+  private tickElapsed(): void {
+    const spans = Array.from(this.kernelList.querySelectorAll<HTMLElement>('.jp-Devboxes-elapsed'));
+    for (const span of spans) {
+      const since = (performance.now() - Number(span.dataset.at)) / 1000;
+      span.textContent = elapsedLabel(
+        Number(span.dataset.step) + since,
+        Number(span.dataset.total) + since
+      );
+    }
+    if (spans.length > 0 && this.elapsedTimer === null) {
+      this.elapsedTimer = window.setInterval(() => this.tickElapsed(), 1000);
+    } else if (spans.length === 0 && this.elapsedTimer !== null) {
+      window.clearInterval(this.elapsedTimer);
+      this.elapsedTimer = null;
+    }
   }
 
   /** A JupyterLab notification per kernel start, so progress shows wherever the user is. */

@@ -309,6 +309,16 @@ export interface components {
             message: string;
             /** Updated */
             updated: number;
+            /**
+             * Step Seconds
+             * @default 0
+             */
+            step_seconds: number;
+            /**
+             * Total Seconds
+             * @default 0
+             */
+            total_seconds: number;
         };
         /**
          * ProfileAvailability

@@ -563,6 +563,11 @@ def test_devbox_kernel_from_the_launcher_runs_a_cell(
     title = f"Python 3 on {profile.display_name} (devbox)"
     expect(progress).to_contain_text(title)
     expect(page.locator(".Toastify__toast", has_text=f"{title}:").first).to_be_visible()
+    # The seconds of the step it waits at and of the whole start count on in the page.
+    elapsed = sidebar.get_by_test_id(f"devbox-kernel-elapsed-{name}")
+    expect(elapsed).to_have_text(re.compile(r"\(\d+ s(; \d+ s in all)?\)"))
+    first = elapsed.text_content()
+    expect(elapsed).not_to_have_text(first or "", timeout=5_000)
     page.screenshot(path=str(IMAGES / "jupyter-kernel-progress.png"))
 
     port = controller_client.get(name).ssh_port

@@ -103,6 +103,8 @@ REASONS = [
     {"summary": None, "message": "Waiting for the SSH server to become ready."},
     {"summary": None, "message": None},
 ]  # fmt: skip
+# (step, total) seconds of a start on its way: the first step, and a later one.
+ELAPSED = [(0.4, 0.4), (3.9, 3.9), (2.5, 9.7), (61.0, 125.2)]
 # When a list that is no longer refreshed was last read.
 OBSERVED = [None, *(NOW - timedelta(seconds=s) for s in (30, 11 * 60 + 5, 3 * 3600 + 60))]
 
@@ -133,6 +135,7 @@ function render(w) {
     free: input.free.map(entry => w.freeText(entry)),
     reasons: input.reasons.map(box => w.reason(box)),
     stale: input.observed.map(at => w.staleNotice(at, now)),
+    elapsed: input.elapsed.map(([step, total]) => w.elapsedLabel(step, total)),
     default_environment: w.DEFAULT_ENVIRONMENT,
     environment_choices: input.images.map(profile => w.environmentChoiceLabel(profile)),
     environments: input.box_images.map(image => w.environmentLabel(image)),
@@ -186,6 +189,7 @@ def _python() -> dict[str, Any]:
         # An empty reason is no text at all in TypeScript.
         "reasons": [labels.reason(r["summary"], r["message"]) or "" for r in REASONS],
         "stale": [labels.stale_notice(at, NOW) for at in OBSERVED],
+        "elapsed": [labels.elapsed_label(step, total) for step, total in ELAPSED],
         "default_environment": labels.DEFAULT_ENVIRONMENT,
         "environment_choices": [
             labels.environment_choice_label(models.ImageProfile.model_validate(profile))
@@ -220,6 +224,7 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "images": IMAGES,
         "box_images": BOX_IMAGES,
         "observed": [None if at is None else at.isoformat() for at in OBSERVED],
+        "elapsed": ELAPSED,
     }
     result = subprocess.run(
         ["node", "-e", HARNESS],
@@ -244,6 +249,7 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "allocated",
         "reasons",
         "stale",
+        "elapsed",
         "default_environment",
         "environment_choices",
         "environments",
@@ -253,6 +259,16 @@ def test_python_the_lab_and_the_dashboard_say_the_same(rendered: dict[str, Any],
     python = _python()[key]
     assert rendered["lab"][key] == python
     assert rendered["dashboard"][key] == python
+
+
+@needs_node
+def test_a_start_counts_its_step_and_its_whole_wait(rendered: dict[str, Any]) -> None:
+    assert rendered["lab"]["elapsed"] == [
+        "(0 s)",
+        "(3 s)",
+        "(2 s; 9 s in all)",
+        "(61 s; 125 s in all)",
+    ]
 
 
 @needs_node

@@ -104,3 +104,24 @@ def test_a_failure_a_later_kernel_of_the_same_box_replaced_is_dismissed() -> Non
         watcher.stop()
         for kernel_id in ids:
             registry.forget(kernel_id)
+
+
+def test_a_start_counts_its_current_step_and_its_whole_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = [1000.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: clock[0])
+    registry = progress.ProgressRegistry()
+    registry.update("k1", "nb-ada-cpu", "", "waiting", "box nb-ada-cpu: starting")
+    clock[0] += 4
+    # The same words again: the step goes on.
+    registry.update("k1", "nb-ada-cpu", "", "waiting", "box nb-ada-cpu: starting")
+    clock[0] += 3
+    ((seen),) = registry.snapshot()
+    assert (seen.step_seconds, seen.total_seconds) == (7, 7)
+    registry.update("k1", "nb-ada-cpu", "", "connecting", "connecting to nb-ada-cpu")
+    clock[0] += 2
+    ((seen),) = registry.snapshot()
+    assert (seen.step_seconds, seen.total_seconds) == (2, 9)
+    registry.forget("k1")
+    assert registry.snapshot() == []

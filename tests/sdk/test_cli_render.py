@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import wait_for
 
 from devboxes_sdk import (
     ApiError,
@@ -723,10 +724,20 @@ class _Terminal(io.StringIO):
         return True
 
 
+class _Clock:
+    """Seconds that pass only when a test says so."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 @pytest.mark.parametrize(
     ("columns", "shown"),
     [
-        (80, "trainer: starting — Scheduling blocked: Insufficient nvidia.com/gpu"),
+        (90, "trainer: starting — Scheduling blocked: Insufficient nvidia.com/gpu (0 s)"),
         (40, "trainer: starting — Scheduling block…"),
     ],
 )
@@ -736,7 +747,7 @@ def test_spinner_keeps_the_reason_within_the_terminal_width(
     monkeypatch.setenv("COLUMNS", str(columns))
     terminal = _Terminal()
     box = make_box(client, name="trainer", state="starting", message=SCHEDULER_SENTENCE)
-    with Progress(terminal) as progress:
+    with Progress(terminal, clock=_Clock()) as progress:
         progress.update(box)
     frames = [frame for frame in terminal.getvalue().split("\r\x1b[2K") if frame]
     assert frames
@@ -745,18 +756,40 @@ def test_spinner_keeps_the_reason_within_the_terminal_width(
         assert frame[2:] == shown
 
 
-def test_progress_prints_each_change_once_without_a_tty(client: Client) -> None:
+def test_progress_prints_each_change_once_without_a_tty_with_the_seconds_since_asked(
+    client: Client,
+) -> None:
     stream = io.StringIO()
-    progress = Progress(stream)
+    clock = _Clock()
+    progress = Progress(stream, clock=clock)
     starting = make_box(client, state="starting", message="Scheduling blocked: x")
     progress.update(starting)
+    clock.now += 3.7
     progress.update(starting)
+    clock.now += 5
     progress.update(make_box(client, state="ready", message=None))
     progress.close()
     assert stream.getvalue().splitlines() == [
-        "atlas: starting — Scheduling blocked: x",
-        "atlas: ready",
+        "atlas: starting — Scheduling blocked: x (after 0 s)",
+        "atlas: ready (after 8 s)",
     ]
+
+
+def test_the_spinner_counts_the_current_step_and_the_whole_wait(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    ssh = "Waiting for the SSH server to become ready."
+    terminal = _Terminal()
+    clock = _Clock()
+    with Progress(terminal, clock=clock) as progress:
+        progress.update(make_box(client, state="starting", message="Waiting for the scheduler."))
+        scheduler = "atlas: starting — Waiting for the scheduler. (0 s)"
+        wait_for(lambda: scheduler in terminal.getvalue(), timeout=5)
+        clock.now += 7.2
+        progress.update(make_box(client, state="starting", message=ssh))
+        clock.now += 2.5
+        wait_for(lambda: f"{ssh} (2 s; 9 s in all)" in terminal.getvalue(), timeout=5)
 
 
 # -- ssh -----------------------------------------------------------------------------

@@ -50,6 +50,11 @@ PREVIOUS_POD_OVERDUE = (
 # kubelet reports a pod gone a few seconds after its containers stop.
 OVERDUE_AFTER = timedelta(seconds=60)
 WAITING_FOR_CONTAINER = "Waiting for the container to start on {node}."
+# The two parts of that wait, when the kubelet reports PodReadyToStartContainers.
+PREPARING_POD = "Mounting the home volume and preparing the pod on {node}."
+STARTING_CONTAINERS = (
+    "Starting the containers on {node}, pulling their images if the node lacks them."
+)
 WAITING_FOR_SSH = "Waiting for the SSH server to become ready."
 NODE_NOT_READY = (
     "Its node {node} is not ready{since}, so Kubernetes no longer counts the pod as ready. "
@@ -353,7 +358,12 @@ def _starting_message(pod: Obj | None, pods: Sequence[Obj], now: datetime) -> st
         since = (_condition(pod, "Ready") or {}).get("lastTransitionTime")
         return NODE_NOT_READY.format(node=node, since=f" since {since}" if since else "")
     if (pod.get("status") or {}).get("phase") != "Running":
-        return WAITING_FOR_CONTAINER.format(node=node)
+        sandbox = _condition(pod, "PodReadyToStartContainers")
+        if sandbox is None:
+            return WAITING_FOR_CONTAINER.format(node=node)
+        if sandbox.get("status") != "True":
+            return PREPARING_POD.format(node=node)
+        return STARTING_CONTAINERS.format(node=node)
     return WAITING_FOR_SSH
 
 

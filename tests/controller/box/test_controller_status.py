@@ -76,6 +76,11 @@ def with_conditions(obj: Obj, *conditions: Obj) -> Obj:
     return obj
 
 
+# What the kubelet reports before and after the pod's volumes and sandbox are ready.
+SANDBOX_NOT_READY = {"type": "PodReadyToStartContainers", "status": "False"}
+SANDBOX_READY = {"type": "PodReadyToStartContainers", "status": "True"}
+
+
 def pod(
     name: str = "devbox-atlas-6d8f9c7b5-x1",
     *,
@@ -421,13 +426,29 @@ def test_unschedulable_pod_is_starting_with_the_scheduler_words_verbatim() -> No
         ([], "Waiting for the pod to be created."),
         ([pod(node=None, phase="Pending")], "Waiting for the scheduler."),
         ([pod(node="cpu-1", phase="Pending")], "Waiting for the container to start on cpu-1."),
+        (
+            [pod(node="cpu-1", phase="Pending", conditions=(SANDBOX_NOT_READY,))],
+            "Mounting the home volume and preparing the pod on cpu-1.",
+        ),
+        (
+            [pod(node="cpu-1", phase="Pending", conditions=(SANDBOX_READY,))],
+            "Starting the containers on cpu-1, pulling their images if the node lacks them.",
+        ),
         ([pod(node="cpu-1", phase="Running")], "Waiting for the SSH server to become ready."),
         (
             [pod(node="cpu-1", phase="Running", conditions=(CONTAINERS_NOT_READY,))],
             "Waiting for the SSH server to become ready.",
         ),
     ],
-    ids=["no-pod", "unscheduled", "pending", "running", "containers-not-ready"],
+    ids=[
+        "no-pod",
+        "unscheduled",
+        "pending",
+        "preparing",
+        "starting-containers",
+        "running",
+        "containers-not-ready",
+    ],
 )
 def test_starting_says_what_it_waits_for(pods: list[Obj], message: str) -> None:
     box = derive(

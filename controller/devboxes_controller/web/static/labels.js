@@ -88,6 +88,15 @@ export function autoStopLabel(devbox, now = Date.now()) {
 export function reason(devbox) {
     return devbox.summary || devbox.message || '';
 }
+/**
+ * How long a start's current step has lasted and how long since it was asked for:
+ * `(4 s; 12 s in all)`, one figure while the first step lasts.
+ */
+export function elapsedLabel(stepSeconds, totalSeconds) {
+    const step = Math.floor(stepSeconds);
+    const total = Math.floor(totalSeconds);
+    return step === total ? `(${step} s)` : `(${step} s; ${total} s in all)`;
+}
 /** Said on top of a list the controller can no longer refresh, with how old the list is. */
 export function staleNotice(observedAt, now = Date.now()) {
     const age = observedAt ? Math.floor((now - Date.parse(observedAt)) / 1000) : null;

@@ -1,0 +1,335 @@
+"""The seconds people feel, on the testbed's real node: from asking for a box to the
+first output of a command in it, and where those seconds go.
+
+Starts a testbed whose only node is the real one (tests/data/nodes-real.yaml) and the
+controller on it with no Service per box, so that SSH goes through the controller's
+tunnel, as `devbox ssh` does by default. Then, with the images cached:
+
+- ``--boxes`` CPU boxes one after another: create request → first output of
+  `devbox ssh NAME -- echo` (the person's own path: the CLI's create waits for ready,
+  then ssh logs in through the tunnel);
+- the same number at once: each box's request → first output, and the last one;
+- ``--restarts`` times, a stopped box started: start request → first output;
+- ``--handoffs`` times, a GPU box holding the last free L4 stopped while another waits
+  in line for one: stop request → the waiting box's first output.
+
+Each figure comes with its breakdown, from a watch on the pods that notes when each
+step was seen here (sub-second, unlike Kubernetes' own timestamps): the API's answer,
+the pod's creation by the Deployment and ReplicaSet controllers, scheduling (with the
+gate for a device), the volume and the pod's sandbox (PodReadyToStartContainers), the
+container's start, the SSH server's readiness (the Ready condition), the API's report
+of it, and the login.
+
+    PYTHONPATH=testbed:bench .venv/bin/python bench/seconds_bench.py --results
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import record
+from devboxes_testbed import L4, host, realnode
+from devboxes_testbed.api import Api
+from devboxes_testbed.controller import example_settings
+from devboxes_testbed.rig import Rig
+from kubernetes import client, watch
+
+REPO = Path(__file__).resolve().parent.parent
+NAMESPACE = "seconds"
+KEYS_SECRET = "devbox-keys"  # noqa: S105 - the name of a Secret, not a secret
+BOX_LABEL = "devboxes.io/box"
+# The steps of a box's way to a login, in order, as the pod watch sees them.
+STEPS = ("created", "scheduled", "sandbox", "running", "ready")
+STEP_NAMES = {
+    "created": "pod created (Deployment, ReplicaSet)",
+    "scheduled": "scheduled (gates, scheduler)",
+    "sandbox": "volume and sandbox",
+    "running": "container started (image, runtime)",
+    "ready": "SSH server ready (entrypoint, probe)",
+}
+
+
+@dataclass
+class Timeline:
+    """When each step of one box's newest pod was first seen here (monotonic seconds)."""
+
+    seen: dict[str, float] = field(default_factory=dict)
+
+    def note(self, step: str, at: float) -> None:
+        self.seen.setdefault(step, at)
+
+
+class PodSteps:
+    """A watch on the namespace's pods, noting the steps of each box's newest pod."""
+
+    def __init__(self, core: client.CoreV1Api) -> None:
+        self._core = core
+        self._lock = threading.Lock()
+        self._boxes: dict[str, dict[str, Timeline]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            stream = watch.Watch()
+            try:
+                for event in stream.stream(
+                    self._core.list_namespaced_pod, NAMESPACE, timeout_seconds=30
+                ):
+                    self._seen(event["object"], time.monotonic())
+                    if self._stop.is_set():
+                        stream.stop()
+            except Exception:  # noqa: BLE001 - a dropped watch is started again
+                time.sleep(0.1)
+
+    def _seen(self, pod: Any, at: float) -> None:
+        box = (pod.metadata.labels or {}).get(BOX_LABEL)
+        if box is None or pod.metadata.deletion_timestamp is not None:
+            return
+        conditions = {c.type: c.status for c in pod.status.conditions or []}
+        running = any(s.state and s.state.running for s in pod.status.container_statuses or [])
+        with self._lock:
+            timeline = self._boxes.setdefault(box, {}).setdefault(pod.metadata.uid, Timeline())
+            timeline.note("created", at)
+            if conditions.get("PodScheduled") == "True":
+                timeline.note("scheduled", at)
+            if conditions.get("PodReadyToStartContainers") == "True":
+                timeline.note("sandbox", at)
+            if running:
+                timeline.note("running", at)
+            if conditions.get("Ready") == "True":
+                timeline.note("ready", at)
+
+    def newest(self, box: str, after: float) -> Timeline:
+        """The timeline of the box's pod first seen after ``after``."""
+        with self._lock:
+            found = [t for t in self._boxes.get(box, {}).values() if t.seen["created"] >= after]
+        assert found, f"no pod of {box} seen since the request"
+        return min(found, key=lambda t: t.seen["created"])
+
+    def close(self) -> None:
+        self._stop.set()
+
+
+@dataclass
+class Sample:
+    """One way from a request to a first output, split into its steps (seconds)."""
+
+    total: float
+    parts: dict[str, float]
+
+
+class Boxes:
+    def __init__(self, api: Api, steps: PodSteps, environment: dict[str, str]) -> None:
+        self.api = api
+        self.steps = steps
+        self.environment = environment
+
+    def first_output(self, name: str) -> float:
+        """Log in through the tunnel as `devbox ssh` does, run echo; when it printed."""
+        done = subprocess.run(
+            [sys.executable, "-m", "devboxes_sdk", "ssh", name, "--", "echo", "in-the-box"],
+            env=self.environment, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert done.stdout.strip() == "in-the-box", done.stderr
+        return time.monotonic()
+
+    def wait_ready(self, name: str) -> float:
+        box = self.api.request(
+            "GET", f"/devboxes/{name}", params={"wait": "ready", "timeout": "300"}, timeout=360
+        ).json()
+        assert box["state"] == "ready", box
+        return time.monotonic()
+
+    def sample(self, name: str, asked: float, answered: float) -> Sample:
+        """After an ask answered at ``answered``: wait for ready, log in, and split."""
+        reported = self.wait_ready(name)
+        printed = self.first_output(name)
+        timeline = self.steps.newest(name, asked).seen
+        parts = {"API answer": answered - asked}
+        previous = answered
+        for step in STEPS:
+            at = timeline.get(step)
+            if at is None:
+                continue
+            parts[STEP_NAMES[step]] = max(at - previous, 0.0)
+            previous = max(at, previous)
+        parts["ready reported by the API"] = max(reported - previous, 0.0)
+        parts["login and first output"] = printed - reported
+        return Sample(printed - asked, parts)
+
+    def create(self, name: str, **body: Any) -> Sample:
+        asked = time.monotonic()
+        response = self.api.request("POST", "/devboxes", json={"name": name, **body})
+        assert response.status_code == 201, response.text
+        return self.sample(name, asked, time.monotonic())
+
+    def start(self, name: str) -> Sample:
+        asked = time.monotonic()
+        assert self.api.request("POST", f"/devboxes/{name}/start").status_code == 200
+        return self.sample(name, asked, time.monotonic())
+
+    def stop(self, name: str) -> None:
+        assert self.api.request("POST", f"/devboxes/{name}/stop").status_code == 200
+        self.wait_gone(name)
+
+    def wait_gone(self, name: str) -> None:
+        core = self.steps._core
+        deadline = time.monotonic() + 120
+        while core.list_namespaced_pod(NAMESPACE, label_selector=f"{BOX_LABEL}={name}").items:
+            assert time.monotonic() < deadline, f"{name}'s pod is still there"
+            time.sleep(0.2)
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
+
+
+def report(title: str, samples: list[Sample]) -> None:
+    totals = [s.total for s in samples]
+    print(
+        f"{title} ({len(samples)}): p50 {statistics.median(totals):.2f} s / "
+        f"p99 {percentile(totals, 0.99):.2f} s / max {max(totals):.2f} s"
+    )
+    names = list(dict.fromkeys(name for s in samples for name in s.parts))
+    for name in names:
+        values = [s.parts.get(name, 0.0) for s in samples]
+        print(f"    {name:<40} p50 {statistics.median(values):5.2f} s   max {max(values):5.2f} s")
+
+
+def handoff(boxes: Boxes, index: int) -> Sample:
+    """Two GPU boxes hold both L4s; a third waits in line; one of the two is stopped:
+    the stop request → the waiting box's first output."""
+    holders = [f"hold-{index}-{n}" for n in range(2)]
+    for name in holders:
+        boxes.create(name, gpu={"profile": L4})
+    waiting = f"next-{index}"
+    response = boxes.api.request(
+        "POST", "/devboxes", json={"name": waiting, "gpu": {"profile": L4}}
+    )
+    assert response.status_code == 201, response.text
+    deadline = time.monotonic() + 60
+    while "line" not in (boxes.api.request("GET", f"/devboxes/{waiting}").json()["summary"] or ""):
+        assert time.monotonic() < deadline, "the third box never waited in line"
+        time.sleep(0.2)
+    asked = time.monotonic()
+    assert boxes.api.request("POST", f"/devboxes/{holders[0]}/stop").status_code == 200
+    sample = boxes.sample(waiting, asked, time.monotonic())
+    for name in [*holders, waiting]:
+        boxes.api.request("DELETE", f"/devboxes/{name}", params={"purge": "true"})
+    for name in [*holders, waiting]:
+        boxes.wait_gone(name)
+    return sample
+
+
+def measure(args: argparse.Namespace, rig: Rig, home: Path) -> None:
+    bed = rig.testbed
+    core = client.CoreV1Api(bed.api_client())
+    rig.create_namespace(NAMESPACE)
+    key = home / ".ssh" / "id_ed25519"
+    core.create_namespaced_secret(
+        NAMESPACE,
+        {
+            "metadata": {"name": KEYS_SECRET},
+            "stringData": {"authorized_keys": key.with_suffix(".pub").read_text()},
+        },
+    )
+    settings = example_settings(NAMESPACE)
+    settings["ssh"] = {"serviceType": "None", "authorizedKeysSecret": KEYS_SECRET}
+    controller = rig.start_controller(settings)
+    api = Api(controller.url, controller.token)
+    environment = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("DEVBOX_")},
+        "HOME": str(home),
+        "DEVBOX_URL": controller.url,
+        "DEVBOX_TOKEN": controller.token,
+    }
+    steps = PodSteps(core)
+    boxes = Boxes(api, steps, environment)
+    try:
+        # The first box pulls nothing (images cached) but warms the node's caches.
+        boxes.create("warm-up")
+        one_by_one = [boxes.create(f"one-{n}") for n in range(args.boxes)]
+        report("create request → first output, one box at a time", one_by_one)
+        began = time.monotonic()
+        with ThreadPoolExecutor(args.boxes) as pool:
+            at_once = list(pool.map(boxes.create, [f"many-{n}" for n in range(args.boxes)]))
+        print(
+            f"{args.boxes} creates at once: the last first output {time.monotonic() - began:.2f} s"
+        )
+        report(f"create request → first output, {args.boxes} at once", at_once)
+        for n in range(args.boxes):
+            boxes.api.request("DELETE", f"/devboxes/many-{n}", params={"purge": "true"})
+        restarts = []
+        for _ in range(args.restarts):
+            boxes.stop("one-0")
+            restarts.append(boxes.start("one-0"))
+        report("start request → first output, a stopped box", restarts)
+        if args.handoffs:
+            report(
+                "stop of an L4 box → the next in line's first output",
+                [handoff(boxes, n) for n in range(args.handoffs)],
+            )
+    finally:
+        steps.close()
+        controller.stop()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--boxes", type=int, default=10, help="CPU boxes, one by one and at once")
+    parser.add_argument("--restarts", type=int, default=5, help="starts of a stopped box")
+    parser.add_argument("--handoffs", type=int, default=3, help="hand-offs of a freed L4")
+    record.add_arguments(parser)
+    args = parser.parse_args()
+    why = host.can_run()
+    if why is not None:
+        print(f"this machine cannot run a real node: {why}", file=sys.stderr)
+        return 2
+    with record.recording("seconds_bench", args):
+        work = Path(tempfile.mkdtemp(prefix="seconds-bench-"))
+        home = work / "home"
+        (home / ".ssh").mkdir(parents=True)
+        subprocess.run(
+            [
+                "ssh-keygen",
+                "-q",
+                "-t",
+                "ed25519",
+                "-N",
+                "",
+                "-f",
+                str(home / ".ssh" / "id_ed25519"),
+            ],
+            check=True,
+        )
+        with Rig(work) as rig:
+            bed = rig.start_testbed(REPO / "tests" / "data" / "nodes-real.yaml")
+            node = bed.real_node
+            assert node is not None
+            try:
+                measure(args, rig, home)
+            finally:
+                rig.stop()
+                left = realnode.leftovers(node.index, node.state_dir)
+                print(f"left behind: {left or 'nothing'}")
+                shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
