@@ -209,6 +209,7 @@ def test_capabilities_list_the_image_profiles_by_what_they_are(api: CheckedApi) 
                 "description": "The standard workspace image, pinned, for boxes without a GPU",
                 "mode": "workspace",
                 "ports": [{"name": "notebook", "container_port": 8888, "protocol": "TCP"}],
+                "home_folder": None,
             },
             {
                 "name": "cuda",
@@ -216,14 +217,16 @@ def test_capabilities_list_the_image_profiles_by_what_they_are(api: CheckedApi) 
                 "description": "The workspace with CUDA 12.8, on NVIDIA GPUs only",
                 "mode": "workspace",
                 "ports": [],
+                "home_folder": None,
             },
             {
                 "name": "web-preview",
                 "display_name": "Web preview",
-                "description": "A static file server beside the workspace, on port 8080 inside "
-                "the box",
+                "description": "Serves the box's ~/public folder on port 8080, beside the "
+                "workspace",
                 "mode": "sidecar",
                 "ports": [{"name": "http", "container_port": 8080, "protocol": "TCP"}],
+                "home_folder": "public",
             },
         ],
     }
@@ -240,6 +243,7 @@ def test_a_box_with_an_image_profile_reports_and_runs_it(
         "display_name": "Web preview",
         "mode": "sidecar",
         "ports": [{"name": "http", "container_port": 8080, "protocol": "TCP"}],
+        "home_folder": "public",
     }
     cuda = boxes({"name": unique("cuda"), "gpu": {"profile": MIG}, "image": "cuda"})
     assert cuda.image is not None
@@ -257,6 +261,14 @@ def test_a_box_with_an_image_profile_reports_and_runs_it(
         True,
     )
     assert environment.resources.limits == {"cpu": "250m", "memory": "128Mi"}
+    # Of the box's volumes, the sidecar has the folder it serves, read-only.
+    (served,) = environment.volume_mounts
+    assert (served.name, served.sub_path, served.mount_path, served.read_only) == (
+        "home",
+        "public",
+        "/srv",
+        True,
+    )
     main = apps.read_namespaced_deployment(f"devbox-{cuda.name}", namespace)
     assert main.spec.template.spec.containers[0].image == "devboxes/workspace-cuda:12.8"
     waited = parse(Devbox, api.get(sidecar.name, wait="ready", timeout=120), 200)
