@@ -114,11 +114,15 @@ class PodSteps:
                 timeline.note("ready", at)
 
     def newest(self, box: str, after: float) -> Timeline:
-        """The timeline of the box's pod first seen after ``after``."""
+        """The timeline of the box's first pod seen after ``after``, else of its newest:
+        a box waiting in line for a device has its pod before the request that frees one."""
         with self._lock:
-            found = [t for t in self._boxes.get(box, {}).values() if t.seen["created"] >= after]
-        assert found, f"no pod of {box} seen since the request"
-        return min(found, key=lambda t: t.seen["created"])
+            timelines = list(self._boxes.get(box, {}).values())
+        assert timelines, f"no pod of {box} seen"
+        later = [t for t in timelines if t.seen["created"] >= after]
+        if later:
+            return min(later, key=lambda t: t.seen["created"])
+        return max(timelines, key=lambda t: t.seen["created"])
 
     def close(self) -> None:
         self._stop.set()
@@ -252,12 +256,23 @@ def measure(args: argparse.Namespace, rig: Rig, home: Path) -> None:
     settings["ssh"] = {"serviceType": "None", "authorizedKeysSecret": KEYS_SECRET}
     controller = rig.start_controller(settings)
     api = Api(controller.url, controller.token)
+    # ssh reads the user's home from the password database, not HOME: the key goes to
+    # an agent of the bench's own, as a person's key sits in theirs.
+    agent = dict(
+        line.split(";")[0].split("=", 1)
+        for line in subprocess.run(
+            ["ssh-agent", "-s"], capture_output=True, text=True, check=True
+        ).stdout.splitlines()
+        if line.startswith(("SSH_AUTH_SOCK=", "SSH_AGENT_PID="))
+    )
     environment = {
         **{k: v for k, v in os.environ.items() if not k.startswith("DEVBOX_")},
+        **agent,
         "HOME": str(home),
         "DEVBOX_URL": controller.url,
         "DEVBOX_TOKEN": controller.token,
     }
+    subprocess.run(["ssh-add", "-q", str(key)], env=environment, check=True)
     steps = PodSteps(core)
     boxes = Boxes(api, steps, environment)
     try:
@@ -287,6 +302,7 @@ def measure(args: argparse.Namespace, rig: Rig, home: Path) -> None:
     finally:
         steps.close()
         controller.stop()
+        subprocess.run(["ssh-agent", "-k"], env=environment, capture_output=True, check=False)
 
 
 def main() -> int:

@@ -30,6 +30,10 @@ BEGIN = "# --- devbox config-ssh: begin"
 END = "# --- devbox config-ssh: end ---"
 _SSH_HOST_RE = re.compile(r"^[A-Za-z0-9.:\[\]_][A-Za-z0-9.:\[\]_-]*$")
 _SSH_USER_RE = re.compile(r"^[A-Za-z0-9._][A-Za-z0-9._-]{0,63}$")
+# A public host key as it may stand on ssh's command line: a type and base64, nothing
+# that ssh's %-expansion or word splitting would change.
+_HOST_KEY_RE = re.compile(r"^ssh-(ed25519|rsa) [A-Za-z0-9+/]+={0,2}$")
+_ECHO = "/bin/echo"
 
 
 def _user(box: Devbox) -> str:
@@ -45,15 +49,16 @@ def _extra(extra: Sequence[str]) -> list[str]:
 
 
 def _host_key_options(box: Devbox) -> list[str]:
-    """The box's published host keys, when it has any, and then no other key."""
+    """The box's published host keys, when it has any, and then no other key. One key,
+    as the controller publishes, is handed to ssh by ``echo``: the box was just read,
+    and asking the controller again would start another interpreter on every login."""
     if not box.ssh_host_keys:
         return []
-    return [
-        "-o",
-        f"KnownHostsCommand={known_hosts_command()}",
-        "-o",
-        "StrictHostKeyChecking=yes",
-    ]
+    keys = box.ssh_host_keys
+    command = known_hosts_command()
+    if len(keys) == 1 and _HOST_KEY_RE.fullmatch(keys[0]):
+        command = f"{_ECHO} %H {keys[0]}"
+    return ["-o", f"KnownHostsCommand={command}", "-o", "StrictHostKeyChecking=yes"]
 
 
 def tunnel_argv(box: Devbox, extra: Sequence[str]) -> list[str]:

@@ -36,6 +36,8 @@ from devboxes_sdk.errors import BoxNotReady
 from devboxes_sdk.models import IDEMPOTENCY_HEADER, GpuAvailability
 
 REPO = Path(__file__).resolve().parent.parent
+# What the testbed's apiserver sent for boxes in several states (tests/data/record_box_objects.py).
+RECORDED_BOXES = REPO / "tests" / "data" / "box_objects.json"
 # The Lease the controllers of one namespace elect their leader with.
 LEASE = "devboxes-controller"
 
@@ -59,6 +61,12 @@ def wait_for_value(read: Any, expected: Any, timeout: float = 60, interval: floa
         if time.monotonic() > deadline:
             pytest.fail(f"still {value!r} after {timeout}s, expected {expected!r}")
         time.sleep(interval)
+
+
+def recorded(kind: str, box: str | None = None) -> list[dict[str, Any]]:
+    """Fresh copies of the recorded objects of one kind, only ``box``'s when given."""
+    objects: list[dict[str, Any]] = json.loads(RECORDED_BOXES.read_text())[kind]
+    return [o for o in objects if box is None or naming.box_name_of(o) == box]
 
 
 def event_messages(kube: Any, namespace: str, name: str, reason: str) -> list[str]:

@@ -67,6 +67,25 @@ def test_devbox_ssh_reaches_the_box_by_its_devbox_host_name_through_the_tunnel()
         _cli_ssh.tunnel_argv(_box(ssh_user="-oProxyCommand=x"), [])
 
 
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKkjqDdHrvbNz0BMqo9aYthg2EPqhEXqfGvE3oTSnGuu"
+
+
+def _known_hosts(box: Devbox) -> list[str]:
+    argv = _cli_ssh.tunnel_argv(box, [])
+    return [
+        argv[i + 1] for i, part in enumerate(argv) if part == "-o" and "KnownHosts" in argv[i + 1]
+    ]
+
+
+def test_the_one_published_host_key_goes_to_ssh_without_asking_the_controller_again() -> None:
+    assert _known_hosts(_box(ssh_host_keys=[KEY])) == [f"KnownHostsCommand=/bin/echo %H {KEY}"]
+    # Several keys, or one ssh's %-expansion would change, are asked for as editors ask.
+    asked = f"KnownHostsCommand={sys.executable} -m devboxes_sdk known-hosts %H"
+    assert _known_hosts(_box(ssh_host_keys=[KEY, KEY.replace("Gu", "Gv")])) == [asked]
+    assert _known_hosts(_box(ssh_host_keys=[KEY + " %d"])) == [asked]
+    assert _known_hosts(_box()) == []
+
+
 def test_config_ssh_dry_run_and_remove_leave_other_lines_alone(tmp_path: Path) -> None:
     config = tmp_path / "config"
     config.write_text(THEIRS)

@@ -10,7 +10,6 @@ paths, a refused extend) are decided before any call to Kubernetes, so no cluste
 from __future__ import annotations
 
 import http.server
-import json
 import ssl
 import threading
 from collections.abc import Callable, Iterator
@@ -36,7 +35,7 @@ from devboxes_controller.web.app import create_app
 from devboxes_controller.web.readiness import Readiness
 from devboxes_testbed import pki
 from kubernetes import client
-from support import serving, wait_for
+from support import recorded, serving, wait_for
 from test_cli_live import devbox
 
 from devboxes_sdk import Client, ConfigurationError, NotADevboxesServer, NotFound, Unavailable
@@ -101,10 +100,7 @@ class _Ready(Readiness):
 
 
 def _recorded_box(expires_at: datetime) -> dict[str, Any]:
-    recorded = json.loads((REPO / "tests" / "data" / "box_objects.json").read_text())
-    deployment: dict[str, Any] = next(
-        d for d in recorded["deployments"] if naming.box_name_of(d) == BOX
-    )
+    (deployment,) = recorded("deployments", BOX)
     deployment["spec"]["replicas"] = 1
     deployment["metadata"]["annotations"][naming.ANNOTATION_EXPIRES_AT] = format_timestamp(
         expires_at

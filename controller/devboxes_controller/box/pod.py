@@ -18,6 +18,9 @@ from .naming import BOX_USER, GPU_CLAIM, MAIN_CONTAINER, QUEUE_GATE
 from .spec import BoxSpec
 
 SSH_PORT_NAME = "ssh"
+# How long the workspace may take from its start to its sshd's first answer before the
+# kubelet restarts it.
+STARTUP_SECONDS = 900
 HOME_VOLUME = "home"
 KEYS_VOLUME = "authorized-keys"
 # The workspace entrypoint reads operator keys from /etc/devbox/authorized_keys.
@@ -150,6 +153,15 @@ def _main_container(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
             ),
             *([host_key.mount()] if spec.host_key is not None else []),
         ],
+        # Asked every second until sshd first answers: the kubelet then asks readiness at
+        # once, so a box is ready within a second of its sshd, not at the next 5-second
+        # readiness period. Generous, since a start may first clone a repository.
+        "startupProbe": {
+            "tcpSocket": {"port": SSH_CONTAINER_PORT},
+            "periodSeconds": 1,
+            "timeoutSeconds": 1,
+            "failureThreshold": STARTUP_SECONDS,
+        },
         "readinessProbe": {
             "tcpSocket": {"port": SSH_CONTAINER_PORT},
             "periodSeconds": 5,

@@ -225,6 +225,10 @@ def test_main_container() -> None:
     assert main["ports"] == [{"name": "ssh", "containerPort": 2222, "protocol": "TCP"}]
     assert main["volumeMounts"] == [{"name": "home", "mountPath": "/home/dev"}]
     assert main["readinessProbe"]["tcpSocket"] == {"port": 2222}
+    # Until sshd first answers it is asked every second, for 15 minutes at most.
+    startup = main["startupProbe"]
+    assert startup["tcpSocket"] == {"port": 2222}
+    assert (startup["periodSeconds"], startup["failureThreshold"]) == (1, 900)
     assert main["resources"] == {
         "requests": {"cpu": "750m", "memory": "2Gi"},
         "limits": {"memory": "8Gi"},

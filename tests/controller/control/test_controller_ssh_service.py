@@ -34,6 +34,27 @@ def recorded_port(kube: Any, namespace: str, name: str) -> str | None:
     return (deployment.metadata.annotations or {}).get(ssh_port.ANNOTATION_SSH_NODE_PORT)
 
 
+def squat(kube: Any, namespace: str, port: int) -> bool:
+    """Take the node port with another Service; False while the port is still allocated."""
+    try:
+        client.CoreV1Api(kube).create_namespaced_service(
+            namespace,
+            {
+                "metadata": {"name": "squatter"},
+                "spec": {
+                    "type": "NodePort",
+                    "selector": {"app": "squatter"},
+                    "ports": [{"port": 22, "nodePort": port}],
+                },
+            },
+        )
+    except client.ApiException as err:
+        if err.status == 422 and "already allocated" in str(err.body):
+            return False
+        raise
+    return True
+
+
 def test_stop_frees_the_service_and_start_brings_it_back_on_the_same_port(
     start_controller: StartController, kube: Any, namespace: str
 ) -> None:
@@ -82,17 +103,9 @@ def test_a_port_taken_while_the_box_was_stopped_is_replaced_and_said(
     api.created("moved")
     port = api.wait_ready("moved")["ssh_port"]
     api.call("POST", "/devboxes/moved/stop")
-    client.CoreV1Api(kube).create_namespaced_service(
-        namespace,
-        {
-            "metadata": {"name": "squatter"},
-            "spec": {
-                "type": "NodePort",
-                "selector": {"app": "squatter"},
-                "ports": [{"port": 22, "nodePort": port}],
-            },
-        },
-    )
+    wait_for(lambda: node_port(kube, namespace, "moved") is None)
+    # The apiserver frees a deleted Service's node port a moment after the delete.
+    wait_for(lambda: squat(kube, namespace, port))
 
     api.call("POST", "/devboxes/moved/start")
     ready = api.wait_ready("moved")

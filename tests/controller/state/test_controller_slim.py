@@ -29,14 +29,13 @@ from devboxes_controller.control import volumes
 from devboxes_controller.k8s.kube import resource_version
 from devboxes_controller.state import slim
 from devboxes_controller.state.store import BoxStore
+from support import RECORDED_BOXES
 
 from devboxes_sdk.models import DevboxState
 
 Obj = dict[str, Any]
 REPO = Path(__file__).resolve().parents[3]
-RECORDED: dict[str, list[Obj]] = json.loads(
-    (REPO / "tests" / "data" / "box_objects.json").read_text()
-)
+RECORDED: dict[str, list[Obj]] = json.loads(RECORDED_BOXES.read_text())
 STRIP: dict[str, Callable[[Obj], Obj]] = {
     "deployments": slim.deployment,
     "replicasets": slim.replicaset,

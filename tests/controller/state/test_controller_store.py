@@ -11,30 +11,26 @@ started, so the caches hold exactly what the test puts in them.
 
 from __future__ import annotations
 
-import json
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from devboxes_controller.box import naming
 from devboxes_controller.box.status import SCHEDULING_BLOCKED, WAITING_FOR_POD, BoxObjects
 from devboxes_controller.config.settings import settings_from_mapping
 from devboxes_controller.state import slim
 from devboxes_controller.state.store import BoxStore
 from devboxes_controller.state.watches import DEPLOYMENTS, PODS, REPLICASETS, Watches
 from kubernetes import client
+from support import recorded
 
 REPO = Path(__file__).resolve().parents[3]
-RECORDED: dict[str, list[dict[str, Any]]] = json.loads(
-    (REPO / "tests" / "data" / "box_objects.json").read_text()
-)
 BOX = "unplaceable"
 
 
 def _of_box(kind: str) -> list[dict[str, Any]]:
-    return [o for o in RECORDED[kind] if naming.box_name_of(o) == BOX]
+    return recorded(kind, BOX)
 
 
 def test_a_status_read_before_a_new_pod_never_overwrites_one_read_after_it(

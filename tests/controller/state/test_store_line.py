@@ -1,14 +1,14 @@
 """What the line's walk makes of a waiting box's summary in the box store, from plain objects.
 
 The objects are the testbed's own (tests/data/box_objects.json): ``unplaceable`` is a GPU
-box whose pod waits behind the line's gate. The store is never started, so its caches
-hold exactly what the test puts in them, and its walk is the one the test hands it.
+box; its pod is put back behind the line's gate, as the controller creates it (the
+recording may have caught it after the gate was lifted for a profile no node offers).
+The store is never started, so its caches hold exactly what the test puts in them, and its
+walk is the one the test hands it.
 """
 
 from __future__ import annotations
 
-import copy
-import json
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -21,18 +21,16 @@ from devboxes_controller.state import slim
 from devboxes_controller.state.store import BoxStore
 from devboxes_controller.state.watches import DEPLOYMENTS, PODS, Watches
 from kubernetes import client
+from support import recorded
 
 REPO = Path(__file__).resolve().parents[3]
-RECORDED: dict[str, list[dict[str, Any]]] = json.loads(
-    (REPO / "tests" / "data" / "box_objects.json").read_text()
-)
 BOX = "unplaceable"
 CPU = order.Lack("cpu", Decimal(2), Decimal("0.5"))
 
 
 def _of_box(kind: str) -> dict[str, Any]:
-    (found,) = [o for o in RECORDED[kind] if naming.box_name_of(o) == BOX]
-    return copy.deepcopy(found)
+    (found,) = recorded(kind, BOX)
+    return found
 
 
 def _waiting_store() -> tuple[BoxStore, Watches, dict[str, Any]]:
@@ -42,6 +40,11 @@ def _waiting_store() -> tuple[BoxStore, Watches, dict[str, Any]]:
     watches = Watches(settings, client.ApiClient())
     store = BoxStore(settings, watches)
     pod = _of_box("pods")
+    pod["spec"]["schedulingGates"] = [{"name": naming.QUEUE_GATE}]
+    pod["status"] = {
+        "phase": "Pending",
+        "conditions": [{"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}],
+    }
     watches[DEPLOYMENTS]._put(slim.deployment(_of_box("deployments")))
     watches[PODS]._put(slim.pod(pod))
     store._changed_box(BOX)

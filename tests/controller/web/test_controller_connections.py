@@ -24,7 +24,6 @@ from typing import Any
 import pytest
 import requests
 import yaml
-from devboxes_controller.box import naming
 from devboxes_controller.config.connections import ConnectionSettings
 from devboxes_controller.config.settings import settings_from_mapping
 from devboxes_controller.state import slim
@@ -33,7 +32,7 @@ from devboxes_controller.state.watches import DEPLOYMENTS, Watches
 from devboxes_controller.web.connections import MAX_HEAD_BYTES
 from kubernetes import client
 from served import Served
-from support import wait_for
+from support import recorded, wait_for
 
 REPO = Path(__file__).resolve().parents[3]
 TOKEN = "connections-test-token-" + "z" * 32
@@ -49,10 +48,7 @@ Serve = Callable[..., str]
 
 
 def _waiting_box() -> dict[str, Any]:
-    recorded = json.loads((REPO / "tests" / "data" / "box_objects.json").read_text())
-    deployment: dict[str, Any] = next(
-        d for d in recorded["deployments"] if naming.box_name_of(d) == WAITING_BOX
-    )
+    (deployment,) = recorded("deployments", WAITING_BOX)
     deployment["spec"]["replicas"] = 1
     return deployment
 

@@ -12,8 +12,6 @@ HTTP clients reach the same server with the host in the ``Host`` header.
 from __future__ import annotations
 
 import contextlib
-import copy
-import json
 import random
 import re
 import socket
@@ -49,7 +47,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
-from support import CHROMIUM, MemoryRecord, launch_chromium, wait_for
+from support import CHROMIUM, MemoryRecord, launch_chromium, recorded, wait_for
 
 REPO = Path(__file__).resolve().parents[3]
 ARTIFACTS = REPO / "test-artifacts" / "previews"
@@ -116,12 +114,6 @@ class BoxSite:
     def close(self) -> None:
         self.server.should_exit = True
         self.thread.join(10)
-
-
-def _recorded(kind: str, box: str) -> dict[str, Any]:
-    recorded = json.loads((REPO / "tests" / "data" / "box_objects.json").read_text())
-    found: dict[str, Any] = next(o for o in recorded[kind] if naming.box_name_of(o) == box)
-    return copy.deepcopy(found)
 
 
 def _free_port() -> int:
@@ -212,13 +204,14 @@ def serve(box_site: BoxSite) -> Iterator[Serve]:
         profile = settings.images.profile("web-preview")
         assert profile is not None
         for box in (READY_BOX, "stopped"):
-            deployment = _recorded("deployments", box)
+            (deployment,) = recorded("deployments", box)
             annotations = deployment["metadata"]["annotations"]
             annotations[naming.ANNOTATION_IMAGE_SNAPSHOT] = profile.snapshot_json()
             annotations[naming.ANNOTATION_IMAGE_PROFILE] = profile.name
             watches[DEPLOYMENTS]._put(slim.deployment(deployment))
-            watches[SERVICES]._put(slim.service(_recorded("services", box)))
-        pod = _recorded("pods", READY_BOX)
+            for service in recorded("services", box):
+                watches[SERVICES]._put(slim.service(service))
+        (pod,) = recorded("pods", READY_BOX)
         pod["status"]["podIP"] = box_site.address
         watches[PODS]._put(slim.pod(pod))
         for box in (READY_BOX, "stopped"):

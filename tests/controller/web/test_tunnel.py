@@ -9,8 +9,6 @@ client's own bytes. The SDK's client and the ``devbox`` command are the clients.
 
 from __future__ import annotations
 
-import copy
-import json
 import os
 import random
 import socket
@@ -19,12 +17,10 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import requests
 import yaml
-from devboxes_controller.box import naming
 from devboxes_controller.config.boxes import SSH_CONTAINER_PORT
 from devboxes_controller.config.settings import settings_from_mapping
 from devboxes_controller.state import slim
@@ -33,7 +29,7 @@ from devboxes_controller.state.watches import DEPLOYMENTS, PODS, SERVICES, Watch
 from devboxes_controller.web.identity.base import Identity
 from kubernetes import client
 from served import Served
-from support import wait_for
+from support import recorded, wait_for
 
 from devboxes_sdk import Client
 from devboxes_sdk.errors import ApiError, AuthenticationError, Conflict, NotFound
@@ -87,12 +83,6 @@ class Upper:
         self.listener.close()
 
 
-def _recorded(kind: str, box: str) -> dict[str, Any]:
-    recorded = json.loads((REPO / "tests" / "data" / "box_objects.json").read_text())
-    found: dict[str, Any] = next(o for o in recorded[kind] if naming.box_name_of(o) == box)
-    return copy.deepcopy(found)
-
-
 @pytest.fixture
 def sshd() -> Iterator[Upper]:
     server = Upper()
@@ -115,9 +105,11 @@ def serve(sshd: Upper) -> Iterator[Serve]:
         watches = Watches(settings, api)
         store = BoxStore(settings, watches)
         for box in (READY_BOX, "stopped", "unplaceable"):
-            watches[DEPLOYMENTS]._put(slim.deployment(_recorded("deployments", box)))
-            watches[SERVICES]._put(slim.service(_recorded("services", box)))
-        pod = _recorded("pods", READY_BOX)
+            (deployment,) = recorded("deployments", box)
+            watches[DEPLOYMENTS]._put(slim.deployment(deployment))
+            for service in recorded("services", box):
+                watches[SERVICES]._put(slim.service(service))
+        (pod,) = recorded("pods", READY_BOX)
         pod["status"]["podIP"] = sshd.address
         watches[PODS]._put(slim.pod(pod))
         for box in (READY_BOX, "stopped", "unplaceable"):
