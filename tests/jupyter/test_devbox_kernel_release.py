@@ -154,7 +154,10 @@ def test_a_shut_down_kernel_gives_its_box_back_after_the_grace(
             timeout=GRACE_SECONDS + 60,
         )
         assert time.monotonic() - closed >= GRACE_SECONDS, "stopped before the grace was over"
-    assert f"box {name} stopped, no kernel of this server uses it" in setup.lab.log_text()
+    # The Lab says so once the controller has answered the stop, a moment after the box
+    # reads as stopped.
+    said = f"box {name} stopped, no kernel of this server uses it"
+    wait_for(lambda: said in setup.lab.log_text(), timeout=30)
 
 
 def test_a_box_two_kernels_use_is_kept_until_the_last_one_shuts_down(
