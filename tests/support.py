@@ -63,10 +63,10 @@ def wait_for_value(read: Any, expected: Any, timeout: float = 60, interval: floa
         time.sleep(interval)
 
 
-def recorded(kind: str, box: str | None = None) -> list[dict[str, Any]]:
-    """Fresh copies of the recorded objects of one kind, only ``box``'s when given."""
+def recorded(kind: str, box: str) -> list[dict[str, Any]]:
+    """Fresh copies of one box's recorded objects of one kind."""
     objects: list[dict[str, Any]] = json.loads(RECORDED_BOXES.read_text())[kind]
-    return [o for o in objects if box is None or naming.box_name_of(o) == box]
+    return [o for o in objects if naming.box_name_of(o) == box]
 
 
 def event_messages(kube: Any, namespace: str, name: str, reason: str) -> list[str]:
