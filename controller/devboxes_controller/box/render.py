@@ -14,27 +14,14 @@ from datetime import timedelta
 from typing import Any
 
 from ..config.boxes import SSH_CONTAINER_PORT
-from ..config.gpu import DeviceAlternative
 from ..config.settings import Settings
 from ..k8s.kube import Obj
 from ..k8s.timestamps import format_timestamp
 from . import host_key, ownership, template_hash
 from .idempotency import ANNOTATION_CREATE_REQUEST, CreateRequest
 from .naming import (
-    ANNOTATION_EXPIRES_AT,
-    ANNOTATION_GPU_COUNT,
-    ANNOTATION_GPU_DEVICE_CLASS,
     ANNOTATION_GPU_PROFILE,
-    ANNOTATION_GPU_RESOURCE,
-    ANNOTATION_GPU_SNAPSHOT,
-    ANNOTATION_HOST_KEY,
-    ANNOTATION_IMAGE_PROFILE,
-    ANNOTATION_IMAGE_SNAPSHOT,
-    ANNOTATION_PINNED_MAIN,
-    ANNOTATION_PRESET,
-    ANNOTATION_REPOSITORY,
     ANNOTATION_TEMPLATE,
-    ANNOTATION_TTL_HOURS,
     ANNOTATION_WAITING_SINCE,
     COMPONENT_ACTIVITY,
     COMPONENT_GPU,
@@ -43,13 +30,12 @@ from .naming import (
     COMPONENT_WORKSPACE,
     GPU_REQUEST,
     LABEL_GPU_PROFILE,
-    MAIN_CONTAINER,
     box_selector,
     choice_name,
     labels,
 )
 from .pod import ACTIVITY_CREDENTIAL_KEY, SSH_PORT_NAME, pod_spec
-from .spec import BoxSpec, PinnedMain
+from .spec import BoxSpec, pin_annotations
 
 # Older ReplicaSets a box's Deployment keeps; each start of a stopped box makes one.
 REVISION_HISTORY = 2
@@ -101,7 +87,6 @@ def box(
         claim=claim,
         deployment=deployment,
         service=render_service(spec, settings, owned_by) if settings.ssh.has_service else None,
-        claim_template=render_claim_template(spec, settings, owned_by),
         activity_secret=(
             None
             if credential is None
@@ -119,6 +104,7 @@ def box(
                 owned_by,
             )
         ),
+        claim_template=render_claim_template(spec, settings, owned_by),
     )
 
 
@@ -188,17 +174,6 @@ def render_service(spec: BoxSpec, settings: Settings, owned_by: Obj | None = Non
     }
 
 
-def _device_request(choice: DeviceAlternative) -> dict[str, Any]:
-    request: dict[str, Any] = {
-        "deviceClassName": choice.device_class_name,
-        "allocationMode": "ExactCount",
-        "count": choice.count,
-    }
-    if choice.selectors:
-        request["selectors"] = [{"cel": {"expression": e}} for e in choice.selectors]
-    return request
-
-
 def render_claim_template(
     spec: BoxSpec, settings: Settings, owned_by: Obj | None = None
 ) -> Obj | None:
@@ -211,20 +186,20 @@ def render_claim_template(
     gpu = spec.gpu
     if gpu is None or not gpu.is_dra:
         return None
+    metadata = _metadata(spec, spec.names.claim_template, settings, COMPONENT_GPU, owned_by)
     choices = gpu.choices()
     request: dict[str, Any] = {"name": GPU_REQUEST}
     if len(choices) == 1:
-        request["exactly"] = _device_request(choices[0])
+        request["exactly"] = choices[0].device_request()
     else:
         request["firstAvailable"] = [
-            {"name": choice_name(index), **_device_request(choice)}
+            {"name": choice_name(index), **choice.device_request()}
             for index, choice in enumerate(choices)
         ]
-    name = spec.names.claim_template
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",
-        "metadata": _metadata(spec, name, settings, COMPONENT_GPU, owned_by),
+        "metadata": metadata,
         "spec": {
             "metadata": {"labels": labels(spec.name, COMPONENT_GPU)},
             "spec": {"devices": {"requests": [request]}},
@@ -258,37 +233,6 @@ def render_activity_secret(
     return _secret(spec, settings, spec.names.activity_secret, COMPONENT_ACTIVITY, data, owned_by)
 
 
-def _pinned_main(template: dict[str, Any]) -> PinnedMain:
-    main = next(c for c in template["spec"]["containers"] if c["name"] == MAIN_CONTAINER)
-    # A DRA box's claim follows its pinned profile, not these amounts.
-    amounts = {kind: main["resources"][kind] for kind in ("requests", "limits")}
-    return PinnedMain(image=main["image"], resources=amounts)
-
-
-def _annotations(spec: BoxSpec) -> dict[str, str]:
-    annotations = {
-        ANNOTATION_PRESET: spec.preset,
-        ANNOTATION_TTL_HOURS: str(spec.ttl_hours),
-        ANNOTATION_EXPIRES_AT: format_timestamp(spec.expires_at),
-    }
-    if spec.repository:
-        annotations[ANNOTATION_REPOSITORY] = spec.repository
-    if spec.gpu is not None:
-        annotations[ANNOTATION_GPU_SNAPSHOT] = spec.gpu.snapshot_json()
-        annotations[ANNOTATION_GPU_PROFILE] = spec.gpu.name
-        if spec.gpu.resource_name is not None:
-            annotations[ANNOTATION_GPU_RESOURCE] = spec.gpu.resource_name
-        if spec.gpu.device_class_name is not None:
-            annotations[ANNOTATION_GPU_DEVICE_CLASS] = spec.gpu.device_class_name
-        annotations[ANNOTATION_GPU_COUNT] = str(spec.gpu.count)
-    if spec.image is not None:
-        annotations[ANNOTATION_IMAGE_SNAPSHOT] = spec.image.snapshot_json()
-        annotations[ANNOTATION_IMAGE_PROFILE] = spec.image.name
-    if spec.host_key is not None:
-        annotations[ANNOTATION_HOST_KEY] = spec.host_key
-    return annotations
-
-
 def render_deployment(
     spec: BoxSpec,
     settings: Settings,
@@ -311,8 +255,7 @@ def render_deployment(
     template = {"metadata": template_metadata, "spec": pod_spec(spec, settings)}
     metadata["annotations"] = {
         **metadata.get("annotations", {}),
-        **_annotations(spec),
-        ANNOTATION_PINNED_MAIN: _pinned_main(template).to_json(),
+        **pin_annotations(spec, template),
         ANNOTATION_TEMPLATE: template_hash.record(template),
     }
     if replicas:

@@ -18,12 +18,18 @@ from devboxes_sdk.models import PRESETS, Preset
 from ..config.catalog import SnapshotError
 from ..config.gpu import GpuProfileConfig
 from ..config.images import ImageProfileConfig
-from ..k8s.timestamps import parse_timestamp
+from ..k8s.timestamps import format_timestamp, parse_timestamp
 from . import ownership
 from .host_key import published
 from .naming import (
     ANNOTATION_EXPIRES_AT,
+    ANNOTATION_GPU_COUNT,
+    ANNOTATION_GPU_DEVICE_CLASS,
+    ANNOTATION_GPU_PROFILE,
+    ANNOTATION_GPU_RESOURCE,
     ANNOTATION_GPU_SNAPSHOT,
+    ANNOTATION_HOST_KEY,
+    ANNOTATION_IMAGE_PROFILE,
     ANNOTATION_IMAGE_SNAPSHOT,
     ANNOTATION_PINNED_MAIN,
     ANNOTATION_PRESET,
@@ -166,13 +172,13 @@ def _read_pinned(box: str, text: str) -> PinnedMain:
     return PinnedMain(image=image, resources=resources)
 
 
-def pinned_from_template(deployment: dict[str, Any]) -> PinnedMain | None:
-    """The main container's image and resources as deployed, for a box created before
-    they were pinned in an annotation."""
-    template = (deployment.get("spec") or {}).get("template") or {}
+def main_pins(template: dict[str, Any]) -> PinnedMain | None:
+    """The main container's image and resources in a pod template, or None when it has
+    no main container with an image."""
     for container in (template.get("spec") or {}).get("containers") or []:
         if container.get("name") == MAIN_CONTAINER and container.get("image"):
             resources = container.get("resources") or {}
+            # A DRA box's claim follows its pinned profile, not these amounts.
             return PinnedMain(
                 image=str(container["image"]),
                 resources={
@@ -181,3 +187,38 @@ def pinned_from_template(deployment: dict[str, Any]) -> PinnedMain | None:
                 },
             )
     return None
+
+
+def pinned_from_template(deployment: dict[str, Any]) -> PinnedMain | None:
+    """The main container's image and resources as deployed, for a box created before
+    they were pinned in an annotation."""
+    return main_pins((deployment.get("spec") or {}).get("template") or {})
+
+
+def pin_annotations(spec: BoxSpec, template: dict[str, Any]) -> dict[str, str]:
+    """The annotations that pin ``spec`` on its Deployment, read back by
+    :func:`spec_from_deployment`; ``template`` is the pod template rendered from it."""
+    annotations = {
+        ANNOTATION_PRESET: spec.preset,
+        ANNOTATION_TTL_HOURS: str(spec.ttl_hours),
+        ANNOTATION_EXPIRES_AT: format_timestamp(spec.expires_at),
+    }
+    if spec.repository:
+        annotations[ANNOTATION_REPOSITORY] = spec.repository
+    if spec.gpu is not None:
+        annotations[ANNOTATION_GPU_SNAPSHOT] = spec.gpu.snapshot_json()
+        annotations[ANNOTATION_GPU_PROFILE] = spec.gpu.name
+        if spec.gpu.resource_name is not None:
+            annotations[ANNOTATION_GPU_RESOURCE] = spec.gpu.resource_name
+        if spec.gpu.device_class_name is not None:
+            annotations[ANNOTATION_GPU_DEVICE_CLASS] = spec.gpu.device_class_name
+        annotations[ANNOTATION_GPU_COUNT] = str(spec.gpu.count)
+    if spec.image is not None:
+        annotations[ANNOTATION_IMAGE_SNAPSHOT] = spec.image.snapshot_json()
+        annotations[ANNOTATION_IMAGE_PROFILE] = spec.image.name
+    if spec.host_key is not None:
+        annotations[ANNOTATION_HOST_KEY] = spec.host_key
+    pinned = main_pins(template)
+    if pinned is not None:
+        annotations[ANNOTATION_PINNED_MAIN] = pinned.to_json()
+    return annotations

@@ -189,6 +189,17 @@ class DeviceAlternative(Model):
     selectors: list[Selector] = Field(default_factory=list, max_length=MAX_SELECTORS)
     count: GpuCount = 1
 
+    def device_request(self) -> dict[str, Any]:
+        """This alternative as a ResourceClaim's device request, without its name."""
+        request: dict[str, Any] = {
+            "deviceClassName": self.device_class_name,
+            "allocationMode": "ExactCount",
+            "count": self.count,
+        }
+        if self.selectors:
+            request["selectors"] = [{"cel": {"expression": e}} for e in self.selectors]
+        return request
+
 
 _ONE_KIND: JsonDict = {
     "allOf": [
