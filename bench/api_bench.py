@@ -409,13 +409,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="start a scale testbed and a controller in a temporary directory",
     )
-    record.add_arguments(parser)
-    args = parser.parse_args(argv)
+    return record.run("api_bench", parser, run, argv, check=_check)
+
+
+def _check(args: argparse.Namespace) -> str | None:
     if not args.start_testbed and (not args.url or not args.token):
-        parser.error("give --url and --token (or DEVBOX_URL/DEVBOX_TOKEN), or --start-testbed")
-    with record.recording("api_bench", args):
-        run(args)
-    return 0
+        return "give --url and --token (or DEVBOX_URL/DEVBOX_TOKEN), or --start-testbed"
+    return None
 
 
 if __name__ == "__main__":

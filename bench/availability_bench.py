@@ -706,14 +706,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--baseline", default=BASELINE)
     parser.add_argument("--churn-minutes", type=float, default=3)
-    record.add_arguments(parser)
-    args = parser.parse_args(argv)
-    with record.recording("availability_bench", args):
-        if args.churn:
-            run_churn(args)
-        else:
-            run(args)
-    return 0
+    return record.run(
+        "availability_bench",
+        parser,
+        lambda args: run_churn(args) if args.churn else run(args),
+        argv,
+    )
 
 
 if __name__ == "__main__":

@@ -192,11 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--creates", type=int, default=60)
     parser.add_argument("--rounds", type=int, default=5)
-    record.add_arguments(parser)
-    args = parser.parse_args(argv)
-    with record.recording("fault_bench", args):
-        run(args)
-    return 0
+    return record.run("fault_bench", parser, run, argv)
 
 
 if __name__ == "__main__":

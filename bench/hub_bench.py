@@ -106,11 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reads", type=int, default=500)
     parser.add_argument("--people", type=int, default=30)
     parser.add_argument("--burst", type=int, default=8)
-    record.add_arguments(parser)
-    args = parser.parse_args(argv)
-    with record.recording("hub_bench", args):
-        run(args)
-    return 0
+    return record.run("hub_bench", parser, run, argv)
 
 
 if __name__ == "__main__":

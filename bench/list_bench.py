@@ -154,14 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--walks", type=int, default=5)
     parser.add_argument("--settle-timeout", type=float, default=900)
     parser.add_argument("--namespace", default="devboxes-list")
-    record.add_arguments(parser)
-    args = parser.parse_args(argv)
-    if not 0 < args.running < args.boxes:
-        parser.error("--running must be between 1 and --boxes")
-
-    with record.recording("list_bench", args):
-        run(args)
-    return 0
+    return record.run("list_bench", parser, run, argv, check=record.running_within_boxes)
 
 
 if __name__ == "__main__":

@@ -21,20 +21,18 @@ reports:
 from __future__ import annotations
 
 import argparse
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import record
-from devboxes_testbed import host, realnode
 from devboxes_testbed.api import Api
 from devboxes_testbed.cluster import Testbed
 from devboxes_testbed.controller import example_settings
 from devboxes_testbed.rig import Rig
 from kubernetes import client
+from real_node import real_node_rig
 
 REPO = Path(__file__).resolve().parent.parent
 NAMESPACE = "bench"
@@ -176,30 +174,12 @@ def main() -> int:
         action="store_true",
         help="give boxes a sidecar that ignores SIGTERM, as a shell or sleep does",
     )
-    record.add_arguments(parser)
-    args = parser.parse_args()
-    why = host.can_run()
-    if why is not None:
-        print(f"this machine cannot run a real node: {why}", file=sys.stderr)
-        return 2
-    with record.recording("realnode_bench", args):
-        work = Path(tempfile.mkdtemp(prefix="realnode-bench-"))
-        with Rig(work) as rig:
-            started = time.monotonic()
-            bed = rig.start_testbed(REPO / "tests" / "data" / "nodes-real.yaml")
-            print(f"testbed with the real node started in {time.monotonic() - started:.1f} s")
-            node = bed.real_node
-            assert node is not None
-            try:
-                measure(args, rig)
-            finally:
-                stopping = time.monotonic()
-                rig.stop()
-                print(f"testbed stopped in {time.monotonic() - stopping:.1f} s")
-                left = realnode.leftovers(node.index, node.state_dir)
-                print(f"left behind: {left or 'nothing'}")
-                shutil.rmtree(work, ignore_errors=True)
-    return 0
+    return record.run("realnode_bench", parser, run, real_node=True)
+
+
+def run(args: argparse.Namespace) -> None:
+    with real_node_rig("realnode-bench-") as (rig, _):
+        measure(args, rig)
 
 
 if __name__ == "__main__":

@@ -18,11 +18,13 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
+
+from devboxes_testbed import host
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
@@ -36,6 +38,40 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="also write the output to bench/results/DATE-COMMIT-BENCH[-LABEL].txt",
     )
     parser.add_argument("--label", default="", help="suffix of the --results file name")
+
+
+def run(
+    bench: str,
+    parser: argparse.ArgumentParser,
+    measure: Callable[[argparse.Namespace], object],
+    argv: Sequence[str] | None = None,
+    *,
+    check: Callable[[argparse.Namespace], str | None] | None = None,
+    real_node: bool = False,
+) -> int:
+    """A bench's whole command: its arguments with ``--results`` and ``--label``, refused
+    with ``check``'s sentence when it finds one; then ``measure``, with its output kept
+    when asked. A bench on the ``real_node`` needs a machine that can run one."""
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    problem = check(args) if check is not None else None
+    if problem is not None:
+        parser.error(problem)
+    if real_node:
+        why = host.can_run()
+        if why is not None:
+            print(f"this machine cannot run a real node: {why}", file=sys.stderr)
+            return 2
+    with recording(bench, args):
+        measure(args)
+    return 0
+
+
+def running_within_boxes(args: argparse.Namespace) -> str | None:
+    """The check of a bench that runs ``--running`` of its ``--boxes``."""
+    if not 0 < args.running < args.boxes:
+        return "--running must be between 1 and --boxes"
+    return None
 
 
 def git(*args: str) -> str:

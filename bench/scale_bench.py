@@ -214,14 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="give each stopped box the older ReplicaSets two starts and stops leave",
     )
-    record.add_arguments(parser)
-    args = parser.parse_args(argv)
-    if not 0 < args.running < args.boxes:
-        parser.error("--running must be between 1 and --boxes")
-
-    with record.recording("scale_bench", args):
-        run(args)
-    return 0
+    return record.run("scale_bench", parser, run, argv, check=record.running_within_boxes)
 
 
 if __name__ == "__main__":

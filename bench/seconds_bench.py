@@ -27,11 +27,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -40,11 +38,12 @@ from pathlib import Path
 from typing import Any
 
 import record
-from devboxes_testbed import L4, host, realnode
+from devboxes_testbed import L4
 from devboxes_testbed.api import Api
 from devboxes_testbed.controller import example_settings
 from devboxes_testbed.rig import Rig
 from kubernetes import client, watch
+from real_node import real_node_rig
 
 REPO = Path(__file__).resolve().parent.parent
 NAMESPACE = "seconds"
@@ -310,41 +309,16 @@ def main() -> int:
     parser.add_argument("--boxes", type=int, default=10, help="CPU boxes, one by one and at once")
     parser.add_argument("--restarts", type=int, default=5, help="starts of a stopped box")
     parser.add_argument("--handoffs", type=int, default=3, help="hand-offs of a freed L4")
-    record.add_arguments(parser)
-    args = parser.parse_args()
-    why = host.can_run()
-    if why is not None:
-        print(f"this machine cannot run a real node: {why}", file=sys.stderr)
-        return 2
-    with record.recording("seconds_bench", args):
-        work = Path(tempfile.mkdtemp(prefix="seconds-bench-"))
+    return record.run("seconds_bench", parser, run, real_node=True)
+
+
+def run(args: argparse.Namespace) -> None:
+    with real_node_rig("seconds-bench-") as (rig, work):
         home = work / "home"
         (home / ".ssh").mkdir(parents=True)
-        subprocess.run(
-            [
-                "ssh-keygen",
-                "-q",
-                "-t",
-                "ed25519",
-                "-N",
-                "",
-                "-f",
-                str(home / ".ssh" / "id_ed25519"),
-            ],
-            check=True,
-        )
-        with Rig(work) as rig:
-            bed = rig.start_testbed(REPO / "tests" / "data" / "nodes-real.yaml")
-            node = bed.real_node
-            assert node is not None
-            try:
-                measure(args, rig, home)
-            finally:
-                rig.stop()
-                left = realnode.leftovers(node.index, node.state_dir)
-                print(f"left behind: {left or 'nothing'}")
-                shutil.rmtree(work, ignore_errors=True)
-    return 0
+        key = home / ".ssh" / "id_ed25519"
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+        measure(args, rig, home)
 
 
 if __name__ == "__main__":

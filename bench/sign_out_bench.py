@@ -140,11 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sign-outs", type=int, default=10_000)
     parser.add_argument("--people", type=int, default=100)
     parser.add_argument("--clients", type=int, default=100)
-    record.add_arguments(parser)
-    args = parser.parse_args(argv)
-    with record.recording("sign_out_bench", args):
-        run(args)
-    return 0
+    return record.run("sign_out_bench", parser, run, argv)
 
 
 if __name__ == "__main__":

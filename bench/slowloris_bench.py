@@ -302,11 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reopen-after", type=float, default=5)
     parser.add_argument("--processes", type=int, default=4, help="processes holding them")
     parser.add_argument("--boxes", type=int, default=10)
-    record.add_arguments(parser)
-    args = parser.parse_args(argv)
-    with record.recording("slowloris_bench", args):
-        run(args)
-    return 0
+    return record.run("slowloris_bench", parser, run, argv)
 
 
 if __name__ == "__main__":

@@ -372,16 +372,15 @@ def main(argv: list[str] | None = None) -> int:
         help="open the streams once every box has its own ReplicaSet and the two older ones "
         "two starts and stops leave",
     )
-    record.add_arguments(parser)
-    args = parser.parse_args(argv)
-    if not 0 < 2 * args.samples <= args.boxes:
-        parser.error("--boxes must hold two rounds of --samples")
-    if not 0 <= args.people <= 100:
-        parser.error("--people must be between 0 and 100")
+    return record.run("stream_bench", parser, run, argv, check=_check)
 
-    with record.recording("stream_bench", args):
-        run(args)
-    return 0
+
+def _check(args: argparse.Namespace) -> str | None:
+    if not 0 < 2 * args.samples <= args.boxes:
+        return "--boxes must hold two rounds of --samples"
+    if not 0 <= args.people <= 100:
+        return "--people must be between 0 and 100"
+    return None
 
 
 if __name__ == "__main__":

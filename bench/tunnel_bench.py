@@ -23,17 +23,16 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import record
 import requests
-from devboxes_testbed import host
 from devboxes_testbed.api import Api
 from devboxes_testbed.controller import Controller, example_settings
 from devboxes_testbed.rig import Rig
 from kubernetes import client
+from real_node import real_node_rig
 
 from devboxes_sdk.tunnel import HOST_SUFFIX, proxy_command
 
@@ -208,18 +207,12 @@ def main() -> int:
     parser.add_argument("--megabytes", type=int, default=100, help="MiB read per copy")
     parser.add_argument("--copies", type=int, default=3, help="reads per path")
     parser.add_argument("--idle", type=int, default=100, help="idle tunnels open at once")
-    record.add_arguments(parser)
-    args = parser.parse_args()
-    why = host.can_run()
-    if why is not None:
-        print(f"this machine cannot run a real node: {why}", file=sys.stderr)
-        return 2
-    with record.recording("tunnel_bench", args):
-        work = Path(tempfile.mkdtemp(prefix="tunnel-bench-"))
-        with Rig(work) as rig:
-            rig.start_testbed(REPO / "tests" / "data" / "nodes-real.yaml")
-            measure(args, rig, work)
-    return 0
+    return record.run("tunnel_bench", parser, run, real_node=True)
+
+
+def run(args: argparse.Namespace) -> None:
+    with real_node_rig("tunnel-bench-") as (rig, work):
+        measure(args, rig, work)
 
 
 if __name__ == "__main__":
