@@ -17,15 +17,17 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
+from devboxes_testbed.controller import Controller
 from devboxes_testbed.process import free_port, wait_healthy
 from devboxes_testbed.stack import lab_environment
+from sshd import make_key, need_sshd
 
 REPO = Path(__file__).resolve().parents[2]
 LABEXTENSION = REPO / "jupyter_ext" / "devboxes_jupyter" / "labextension"
@@ -276,8 +278,7 @@ class KernelLab:
 @contextlib.contextmanager
 def running_kernel_lab(
     base: Path,
-    controller_url: str,
-    controller_token: str,
+    controller: Controller,
     owner_prefix: str,
     connect_timeout: int,
     extra_args: list[str] | None = None,
@@ -288,8 +289,6 @@ def running_kernel_lab(
 
     With ``share_with``, a second Lab of that Lab's person: the same owner, key and
     known_hosts file, as one OS user's Jupyter servers share them."""
-    from sshd import make_key
-
     key = share_with.key if share_with else make_key(base)
     owner = share_with.owner if share_with else f"{owner_prefix}{secrets.token_hex(3)}"
     known_hosts = (share_with.base if share_with else base) / "known_hosts"
@@ -304,8 +303,32 @@ def running_kernel_lab(
         "--DevboxKernelProvisioner.ssh_route=address",
         f"--DevboxesJupyterApp.kernel_python={sys.executable}",
     ]
-    with running_lab(base / "lab", controller_url, controller_token, args) as lab:
+    with running_lab(base / "lab", controller.url, controller.token, args) as lab:
         yield KernelLab(lab, owner, key, base)
+
+
+def module_kernel_lab(
+    owner_prefix: str,
+    connect_timeout: int,
+    *extra_args: str,
+    needs: Sequence[Callable[[], None]] = (need_sshd,),
+) -> Any:
+    """A test module's ``setup`` fixture: one :func:`running_kernel_lab` for the module's
+    tests, once each of ``needs`` has found what the module needs on this machine."""
+
+    @pytest.fixture(scope="module")
+    def setup(
+        controller: Controller, tmp_path_factory: pytest.TempPathFactory
+    ) -> Iterator[KernelLab]:
+        for need in needs:
+            need()
+        base = tmp_path_factory.mktemp(f"lab-{owner_prefix}")
+        with running_kernel_lab(
+            base, controller, owner_prefix, connect_timeout, list(extra_args)
+        ) as kernel_lab:
+            yield kernel_lab
+
+    return setup
 
 
 def write_kernelspec(lab: Lab, name: str, argv0: str, config: dict[str, Any]) -> None:

@@ -31,6 +31,7 @@ from labserver import (
     LABEXTENSION,
     KernelLab,
     Lab,
+    module_kernel_lab,
     refused,
     running_kernel_lab,
     running_lab,
@@ -86,22 +87,14 @@ def _browser_page() -> Iterator[Any]:
             browser.close()
 
 
-@pytest.fixture(scope="module")
-def setup(controller: Controller, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KernelLab]:
-    _need_browser()
-    with running_kernel_lab(
-        tmp_path_factory.mktemp("browser"),
-        controller.url,
-        controller.token,
-        owner_prefix="b",
-        connect_timeout=120,
-        extra_args=[
-            # The theme switch for the dark screenshots goes through the app's commands.
-            "--LabApp.expose_app_in_browser=True",
-            "--DevboxesJupyterApp.poll_interval=2",
-        ],
-    ) as kernel_lab:
-        yield kernel_lab
+setup = module_kernel_lab(
+    "b",
+    120,
+    # The theme switch for the dark screenshots goes through the app's commands.
+    "--LabApp.expose_app_in_browser=True",
+    "--DevboxesJupyterApp.poll_interval=2",
+    needs=(_need_browser,),
+)
 
 
 @pytest.fixture
@@ -609,7 +602,7 @@ def test_a_profile_no_node_serves_gets_no_tile_until_a_node_serves_it(
     args = ["--LabApp.expose_app_in_browser=True", "--DevboxesJupyterApp.poll_interval=2"]
     with (
         running_kernel_lab(
-            tmp_path, controller.url, controller.token, "o", connect_timeout=5, extra_args=args
+            tmp_path, controller, "o", connect_timeout=5, extra_args=args
         ) as kernel_lab,
         _browser_page() as page,
     ):

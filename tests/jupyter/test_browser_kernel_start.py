@@ -15,7 +15,7 @@ import pytest
 from devboxes_jupyter.provisioner import box_name
 from devboxes_testbed import ROCM
 from devboxes_testbed.controller import Controller
-from labserver import KernelLab, running_kernel_lab
+from labserver import KernelLab, module_kernel_lab
 from sshd import box_host_key, loopback_sshd, need_sshd
 from support import fill_profile_until_blocked, wait_for
 from test_browser import READY_TIMEOUT_MS, _browser_page, _need_browser, _open_lab
@@ -29,19 +29,9 @@ pytestmark = pytest.mark.browser
 WAITING = "Waiting for the kernel"
 
 
-@pytest.fixture(scope="module")
-def setup(controller: Controller, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KernelLab]:
-    _need_browser()
-    need_sshd()
-    with running_kernel_lab(
-        tmp_path_factory.mktemp("browser-kernel-start"),
-        controller.url,
-        controller.token,
-        owner_prefix="e",
-        connect_timeout=120,
-        extra_args=["--DevboxesJupyterApp.poll_interval=2"],
-    ) as kernel_lab:
-        yield kernel_lab
+setup = module_kernel_lab(
+    "e", 120, "--DevboxesJupyterApp.poll_interval=2", needs=(_need_browser, need_sshd)
+)
 
 
 @pytest.fixture

@@ -16,7 +16,6 @@ import shlex
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,13 +32,14 @@ from labserver import (
     KernelChannels,
     KernelLab,
     Lab,
+    module_kernel_lab,
     refused,
     running_kernel_lab,
     running_lab,
     start_kernel,
     write_kernelspec,
 )
-from sshd import box_host_key, loopback_sshd, need_sshd
+from sshd import box_host_key, loopback_sshd
 from support import StartController, fill_profile_until_blocked, wait_for
 from test_jupyter_logo import png_size
 
@@ -50,17 +50,7 @@ from devboxes_sdk.errors import Conflict, NotFound
 KERNEL_START_TIMEOUT = 400
 
 
-@pytest.fixture(scope="module")
-def setup(controller: Controller, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KernelLab]:
-    need_sshd()
-    with running_kernel_lab(
-        tmp_path_factory.mktemp("devbox-kernel"),
-        controller.url,
-        controller.token,
-        owner_prefix="t",
-        connect_timeout=20,
-    ) as kernel_lab:
-        yield kernel_lab
+setup = module_kernel_lab("t", 20)
 
 
 def _kernelspecs(lab: Lab) -> dict[str, Any]:
@@ -357,7 +347,7 @@ def test_one_person_s_boxes_of_one_name_on_two_clusters_keep_their_own_host_keys
     here, there = _box_port(controller_client, name), _box_port(other_client, name)
     with (
         running_kernel_lab(
-            tmp_path / "second", other.url, other.token, "", connect_timeout=20, share_with=setup
+            tmp_path / "second", other, "", connect_timeout=20, share_with=setup
         ) as second,
         loopback_sshd(
             setup.base / "sshd-here",

@@ -13,15 +13,14 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from devboxes_jupyter.provisioner import RESTART_HINT, box_name
 from devboxes_testbed.controller import Controller
-from labserver import KernelChannels, KernelLab, Lab, running_kernel_lab, start_kernel
-from sshd import box_host_key, loopback_sshd, need_sshd
+from labserver import KernelChannels, KernelLab, Lab, module_kernel_lab, start_kernel
+from sshd import box_host_key, loopback_sshd
 from support import wait_for
 from test_devbox_kernel import _box_port, _kernelspecs
 
@@ -31,18 +30,7 @@ from devboxes_sdk.client import Client
 GRACE_SECONDS = 4
 
 
-@pytest.fixture(scope="module")
-def setup(controller: Controller, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KernelLab]:
-    need_sshd()
-    with running_kernel_lab(
-        tmp_path_factory.mktemp("devbox-release"),
-        controller.url,
-        controller.token,
-        owner_prefix="g",
-        connect_timeout=20,
-        extra_args=[f"--DevboxKernelProvisioner.stop_grace_seconds={GRACE_SECONDS}"],
-    ) as kernel_lab:
-        yield kernel_lab
+setup = module_kernel_lab("g", 20, f"--DevboxKernelProvisioner.stop_grace_seconds={GRACE_SECONDS}")
 
 
 def _descendants(pid: int) -> list[int]:

@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 import requests
 from devboxes_jupyter.box_start import BoxRequest, BoxStarts, Readiness
 from devboxes_jupyter.provisioner import box_name
@@ -24,30 +22,19 @@ from labserver import (
     KERNEL_START_TIMEOUT,
     KernelChannels,
     KernelLab,
+    module_kernel_lab,
     refused,
-    running_kernel_lab,
     start_kernel,
     write_kernelspec,
 )
-from sshd import box_host_key, loopback_sshd, need_sshd
+from sshd import box_host_key, loopback_sshd
 from support import fill_profile_until_blocked, wait_for
 from test_devbox_kernel import _box_port
 
 from devboxes_sdk import models
 from devboxes_sdk.client import Client
 
-
-@pytest.fixture(scope="module")
-def setup(controller: Controller, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KernelLab]:
-    need_sshd()
-    with running_kernel_lab(
-        tmp_path_factory.mktemp("devbox-kernel-starts"),
-        controller.url,
-        controller.token,
-        owner_prefix="s",
-        connect_timeout=120,
-    ) as kernel_lab:
-        yield kernel_lab
+setup = module_kernel_lab("s", 120)
 
 
 def _starts(kernel_lab: KernelLab) -> list[dict[str, Any]]:
