@@ -284,6 +284,23 @@ class Activity(_Response):
     stops_at: AwareDatetime | None = None
 
 
+StopReason = Literal["ttl", "idle"]
+
+
+class StopWarning(_Response):
+    """The controller stops this running box soon: at ``stops_at``, because its time to
+    live ends (``ttl``; ``extend`` pushes it back) or it was idle for its window
+    (``idle``; any use, or ``extend``, starts the window again). Sent from the operator's
+    lead time before the stop; ``message`` says it in one sentence. For an idle stop,
+    ``gpu_utilization`` is the last GPU utilization (percent) the box reported, when known.
+    """
+
+    reason: StopReason
+    stops_at: AwareDatetime
+    message: str
+    gpu_utilization: float | None = None
+
+
 class Devbox(_Response):
     """One box as the API reports it."""
 
@@ -324,6 +341,9 @@ class Devbox(_Response):
     restart_required: bool = False
     restart_reason: str | None = None
     activity: Activity | None = None
+    # Set while the box is within the operator's warning time of a stop the controller
+    # enforces; None otherwise, and from controllers that do not warn.
+    stop_warning: StopWarning | None = None
 
 
 class ProfileAvailability(_Response):

@@ -72,18 +72,21 @@ def credential_matches(key: bytes, deployment: Obj, presented: str) -> bool:
 
 @dataclass(frozen=True)
 class Record:
-    """The last report that was written back: when, and since when the box is idle."""
+    """The last report that was written back: when, since when the box is idle, and the
+    GPU utilization it gave (percent; None for a CPU box or when unknown)."""
 
     reported_at: datetime
     idle_since: datetime | None
+    gpu_utilization: float | None = None
 
     def to_json(self) -> str:
-        return naming.canonical_json(
-            {
-                "reportedAt": format_timestamp(self.reported_at),
-                "idleSince": (format_timestamp(self.idle_since) if self.idle_since else None),
-            }
-        )
+        data: dict[str, Any] = {
+            "reportedAt": format_timestamp(self.reported_at),
+            "idleSince": (format_timestamp(self.idle_since) if self.idle_since else None),
+        }
+        if self.gpu_utilization is not None:
+            data["gpuUtilization"] = self.gpu_utilization
+        return naming.canonical_json(data)
 
 
 def recorded(deployment: Obj) -> Record | None:
@@ -94,9 +97,15 @@ def recorded(deployment: Obj) -> Record | None:
         if not isinstance(data, dict):
             return None
         idle = data.get("idleSince")
+        utilization = data.get("gpuUtilization")
         return Record(
             reported_at=parse_timestamp(str(data["reportedAt"])),
             idle_since=parse_timestamp(str(idle)) if idle else None,
+            gpu_utilization=(
+                float(utilization)
+                if isinstance(utilization, int | float) and not isinstance(utilization, bool)
+                else None
+            ),
         )
     except (KeyError, ValueError):
         return None
@@ -118,13 +127,15 @@ def is_idle(report: ActivityReport, gpu_box: bool, threshold: int) -> bool:
     return report.gpu_utilization is not None and report.gpu_utilization < threshold
 
 
-def next_record(previous: Record | None, idle: bool, now: datetime) -> Record:
+def next_record(
+    previous: Record | None, idle: bool, now: datetime, gpu_utilization: float | None = None
+) -> Record:
     if not idle:
-        return Record(reported_at=now, idle_since=None)
+        return Record(reported_at=now, idle_since=None, gpu_utilization=gpu_utilization)
     fresh = previous is not None and now - previous.reported_at <= REPORT_STALE
     # A gap in the reports is time nobody watched: idleness counts again from now.
     since = previous.idle_since if fresh and previous and previous.idle_since else now
-    return Record(reported_at=now, idle_since=since)
+    return Record(reported_at=now, idle_since=since, gpu_utilization=gpu_utilization)
 
 
 def needs_write(previous: Record | None, new: Record, now: datetime) -> bool:

@@ -28,7 +28,7 @@ from ..config.images import ImageProfileConfig
 from ..config.settings import Settings
 from ..k8s.kube import Obj
 from ..k8s.timestamps import format_timestamp, parse_timestamp
-from . import activity, host_key, naming, ownership, template
+from . import activity, host_key, naming, ownership, stop_warning, template
 
 STOPPED = "Stopped; storage is kept. Start it to continue."
 EXPIRED = "Stopped when its time to live ran out at {at}; storage is kept."
@@ -509,6 +509,7 @@ def derive(objects: BoxObjects, settings: Settings, now: datetime) -> Devbox:
         scheduling_detail=detail,
         **_restart(deployment, settings, running=replicas != 0),
         activity=activity.of(deployment, settings, now) if replicas != 0 else None,
+        stop_warning=stop_warning.warning(deployment, settings, now),
     )
 
 

@@ -37,6 +37,7 @@ from .formats import DnsLabel, DnsSubdomain, Image
 from .gpu import AvailabilitySettings, GpuSettings, QueueSettings
 from .images import ImageSettings
 from .limits import LimitSettings
+from .stop_warnings import StopWarningSettings
 from .violations import RULE_ERROR, Loc, Violation, config_error, describe, path, repeats
 
 
@@ -53,6 +54,7 @@ class Settings(Model):
     availability: AvailabilitySettings = Field(default_factory=AvailabilitySettings)
     queue: QueueSettings = Field(default_factory=QueueSettings)
     idle: IdleSettings = Field(default_factory=IdleSettings)
+    stop_warnings: StopWarningSettings = Field(default_factory=StopWarningSettings)
     connections: ConnectionSettings = Field(default_factory=ConnectionSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
     limits: LimitSettings = Field(default_factory=LimitSettings)

@@ -28,6 +28,7 @@ from ..box import (
     render,
     ssh_port,
     status,
+    stop_warning,
     template,
 )
 from ..box.naming import ObjectNames
@@ -41,6 +42,7 @@ from ..k8s import kube
 from ..k8s.kube import Conflict, NotFound, Obj, rule_broken
 from ..k8s.timestamps import format_timestamp, parse_timestamp
 from ..placement import limits
+from ..state.metrics import METRICS
 from ..state.store import BoxStore
 from .events import Events
 from .writer import BoxWriter, belongs_to, refuse_foreign_claim, taken
@@ -331,12 +333,48 @@ class Lifecycle:
         previous = activity.recorded(deployment)
         gpu_box = activity.gpu_profile(deployment) is not None
         idle = activity.is_idle(report, gpu_box, self.settings.idle.gpu_utilization_percent)
-        record = activity.next_record(previous, idle, now)
+        record = activity.next_record(previous, idle, now, report.gpu_utilization)
         if activity.needs_write(previous, record, now):
             self._writer.patch(
                 deployment,
                 {"metadata": {"annotations": {activity.ANNOTATION_ACTIVITY: record.to_json()}}},
             )
+
+    def warn_stop(self, deployment: Obj, stop: stop_warning.NextStop) -> Obj | None:
+        """Mark the box warned of ``stop`` and say so in an Event; None when another
+        writer changed the box in between, which the next pass looks at afresh."""
+        name = naming.box_name_of(deployment) or deployment["metadata"]["name"]
+        text = stop_warning.message(name, stop, self.clock())
+        try:
+            updated = self._writer.patch(
+                deployment,
+                {
+                    "metadata": {
+                        "annotations": {stop_warning.ANNOTATION_STOP_WARNED: stop.key},
+                        # Once per stop, even when two replicas briefly both lead.
+                        "resourceVersion": deployment["metadata"]["resourceVersion"],
+                    }
+                },
+            )
+        except Conflict:
+            return None
+        self.record(updated, "StopWarning", text)
+        METRICS.stop_warnings.labels(reason=stop.reason).inc()
+        log.info(
+            "box warned of its stop",
+            extra={"box": name, "reason": stop.reason, "stops_at": format_timestamp(stop.at)},
+        )
+        return updated
+
+    def mark_webhook_sent(self, name: str, key: str) -> None:
+        """Note that the webhook's receiver took the warning of the stop ``key``."""
+        deployment = self.store.deployment(naming.object_names(name))
+        if deployment is None or stop_warning.webhook_sent(deployment) == key:
+            return
+        self._writer.patch(
+            deployment,
+            {"metadata": {"annotations": {stop_warning.ANNOTATION_WEBHOOK_SENT: key}}},
+        )
 
     def stop_idle(self, name: str, limit: timedelta) -> Devbox:
         """Stop a box nobody used for ``limit``, like a TTL expiry."""
@@ -568,8 +606,8 @@ class Lifecycle:
         record = activity.recorded(deployment)
         if record is not None and record.idle_since is not None:
             # Asking for more time is a sign of life: the idle window starts again.
-            annotations[activity.ANNOTATION_ACTIVITY] = activity.Record(
-                reported_at=record.reported_at, idle_since=now
+            annotations[activity.ANNOTATION_ACTIVITY] = dataclasses.replace(
+                record, idle_since=now
             ).to_json()
         updated = self._writer.patch(deployment, {"metadata": {"annotations": annotations}})
         self.record(

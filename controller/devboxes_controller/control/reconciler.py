@@ -1,6 +1,6 @@
-"""Level-triggered reconciliation, run only by the Lease holder: TTL and idle expiry,
-repair, renewing activity credentials after a key rotation, and rebuilding stopped
-boxes for the release.
+"""Level-triggered reconciliation, run only by the Lease holder: TTL and idle expiry and
+the warnings before them, repair, renewing activity credentials after a key rotation,
+and rebuilding stopped boxes for the release.
 
 Each pass reads the caches, stops boxes whose deadline has passed and recreates a
 missing claim, Service (of a running box) or DRA ResourceClaimTemplate from the
@@ -19,8 +19,9 @@ import threading
 import time
 from datetime import datetime, timedelta
 
-from ..box import activity, naming, status
+from ..box import activity, naming, ownership, status, stop_warning
 from ..box.spec import BoxSpec, spec_from_deployment
+from ..box.stop_warning import NextStop
 from ..config.catalog import SnapshotError
 from ..k8s.kube import ApiProblem, Obj
 from ..k8s.lease import LeaderElector
@@ -28,6 +29,7 @@ from ..k8s.timestamps import parse_timestamp
 from ..state.metrics import METRICS
 from ..state.store import BoxStore
 from .lifecycle import Lifecycle
+from .webhook import Delivery, Webhook
 
 log = logging.getLogger(__name__)
 
@@ -53,16 +55,26 @@ class Reconciler:
         # By box: the Deployment version these were read from.
         self._specs: dict[str, tuple[str, BoxSpec]] = {}
         self._release_current: dict[str, str] = {}
+        hook = lifecycle.settings.stop_warnings.webhook
+        self._webhook = (
+            None
+            if hook is None
+            else Webhook(hook, lifecycle.mark_webhook_sent, elector.is_leading, lifecycle.clock)
+        )
         store.add_listener(self._box_changed)
         elector.add_listener(self.leadership_changed)
 
     def start(self) -> None:
+        if self._webhook is not None:
+            self._webhook.start()
         self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
         self._thread.join(timeout=5)
+        if self._webhook is not None:
+            self._webhook.stop()
 
     def leadership_changed(self, leading: bool) -> None:
         METRICS.leader.set(1 if leading else 0)
@@ -187,6 +199,8 @@ class Reconciler:
         if idle_stop is not None and limit is not None and idle_stop <= now:
             self._lifecycle.stop_idle(name, limit)
             return None
+        stop = stop_warning.next_stop(deployment, self._lifecycle.settings, now)
+        deployment = self._warn(name, deployment, stop, now)
         created = parse_timestamp(deployment["metadata"]["creationTimestamp"])
         if now - created >= REPAIR_GRACE:
             self._repair(name, spec, deployment, running)
@@ -200,7 +214,31 @@ class Reconciler:
         deadlines = [spec.expires_at] if ttl_runs else []
         if idle_stop is not None:
             deadlines.append(idle_stop)
+        if stop is not None and stop_warning.warned(deployment) != stop.key:
+            moment = stop_warning.warn_at(stop, self._lifecycle.settings)
+            if moment is not None:
+                deadlines.append(moment)
         return min(deadlines, default=None)
+
+    def _warn(self, name: str, deployment: Obj, stop: NextStop | None, now: datetime) -> Obj:
+        """Warn of the box's next stop once it is due, and have the webhook told until its
+        receiver takes it; the Deployment as it is afterwards."""
+        settings = self._lifecycle.settings
+        if stop_warning.due(deployment, stop, settings, now):
+            assert stop is not None
+            deployment = self._lifecycle.warn_stop(deployment, stop) or deployment
+        if (
+            self._webhook is not None
+            and stop is not None
+            and stop.at > now
+            and stop_warning.warned(deployment) == stop.key
+            and stop_warning.webhook_sent(deployment) != stop.key
+        ):
+            text = stop_warning.message(name, stop, now)
+            owner = ownership.owner_of(deployment)
+            body = stop_warning.webhook_body(name, owner, stop, text)
+            self._webhook.send(Delivery(name, stop.key, body, stop.at))
+        return deployment
 
     def _repair(self, name: str, spec: BoxSpec, deployment: Obj, running: bool) -> None:
         # Only what this pass created counts: until the watch delivers an object written

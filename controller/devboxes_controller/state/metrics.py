@@ -76,6 +76,18 @@ class Metrics:
             "Boxes stopped because their time to live ran out",
             registry=self.registry,
         )
+        self.stop_warnings = Counter(
+            "devboxes_stop_warnings_total",
+            "Owners warned that their box stops soon, by the stop's reason",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.webhooks = Counter(
+            "devboxes_stop_warning_webhooks_total",
+            "Stop-warning webhook attempts by outcome: delivered, retried, given_up",
+            ["outcome"],
+            registry=self.registry,
+        )
         self.repairs = Counter(
             "devboxes_repairs_total",
             "Objects recreated by reconciliation",
