@@ -177,6 +177,11 @@ class Boxes:
     def create(self, name: str, **body: Any) -> Sample:
         asked = time.monotonic()
         response = self.api.request("POST", "/devboxes", json={"name": name, **body})
+        while response.status_code == 429:
+            # Past the person's share of changes in flight: the SDK and the CLI wait and
+            # send again, and so does the person here; the wait counts.
+            time.sleep(float(response.headers.get("Retry-After", "1")))
+            response = self.api.request("POST", "/devboxes", json={"name": name, **body})
         assert response.status_code == 201, response.text
         return self.sample(name, asked, time.monotonic())
 

@@ -126,9 +126,9 @@ def exec_ssh(argv: Sequence[str], environment: Mapping[str, str]) -> NoReturn:
 def stdio(client: Client, name: str) -> str | None:
     """Join standard input and output to a tunnel to box ``name``, until either ends; the
     controller's reason when it closed the tunnel with one."""
-    connection = client.tunnel(name)
+    connection = client.tunnel(name, notices=True)
     with connection:
-        return join(connection, sys.stdin.buffer, sys.stdout.buffer)
+        return join(connection, sys.stdin.buffer, sys.stdout.buffer, sys.stderr)
 
 
 def config_block(url: str) -> str:

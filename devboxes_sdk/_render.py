@@ -103,7 +103,7 @@ def box_row(box: Devbox, now: datetime) -> Row:
         box.name,
         box.state.value,
         box.preset,
-        auto_stop_label(box.state, box.expires_at, now),
+        auto_stop_label(box.state, box.expires_at, now, box.stop_warning),
         accelerator_label(box.gpu),
         box.ssh_command or EMPTY,
     )
@@ -276,12 +276,14 @@ def activity_text(box: Devbox, now: datetime) -> str:
 def box_details(box: Devbox, now: datetime, controller_url: str) -> str:
     """Every field of one box as aligned ``Key: value`` lines."""
     expires = EMPTY
-    if box.expires_at is not None:
-        stamp = box.expires_at.isoformat(timespec="seconds")
+    # A warned stop may come before the time to live's end: an idle one does.
+    stops_at = box.stop_warning.stops_at if box.stop_warning else box.expires_at
+    if stops_at is not None:
+        stamp = stops_at.isoformat(timespec="seconds")
         expires = (
             stamp
             if box.state is DevboxState.STOPPED
-            else f"{stamp} ({auto_stop_label(box.state, box.expires_at, now)})"
+            else f"{stamp} ({auto_stop_label(box.state, box.expires_at, now, box.stop_warning)})"
         )
     fields = [
         ("Name", box.name),
@@ -304,6 +306,7 @@ def box_details(box: Devbox, now: datetime, controller_url: str) -> str:
             f"({relative_time(box.created_at, now)})",
         ),
         ("Auto-stop", expires),
+        *([("Warning", box.stop_warning.message)] if box.stop_warning else []),
         ("SSH", box.ssh_command or EMPTY),
         ("Previews", " ".join(preview_links(box, controller_url)) or EMPTY),
         ("Repository", box.repository or EMPTY),

@@ -210,9 +210,9 @@ class Transport:
         if self._owns_session:
             self._session.close()
 
-    def tunnel(self, name: str) -> ClientConnection:
+    def tunnel(self, name: str, *, notices: bool = False) -> ClientConnection:
         """A tunnel to box ``name``'s sshd, with this transport's URL and token."""
-        return open_tunnel(self.url, self._auth.token, name)
+        return open_tunnel(self.url, self._auth.token, name, notices=notices)
 
     def request(
         self,

@@ -298,11 +298,13 @@ class Client:
     def __repr__(self) -> str:
         return f"Client(url={self.url!r})"
 
-    def tunnel(self, name: str) -> ClientConnection:
+    def tunnel(self, name: str, *, notices: bool = False) -> ClientConnection:
         """A tunnel to box ``name``'s SSH server through the controller: a WebSocket whose
         binary messages carry the SSH connection (see :mod:`devboxes_sdk.tunnel`). The box
-        must be ready; the API's error otherwise (404, 409 with its state)."""
-        return self._http.tunnel(name)
+        must be ready; the API's error otherwise (404, 409 with its state). With
+        ``notices``, the controller also sends the box's stop warnings, each once, as text
+        messages."""
+        return self._http.tunnel(name, notices=notices)
 
     def close(self) -> None:
         self._http.close()

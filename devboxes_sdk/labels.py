@@ -18,6 +18,7 @@ from devboxes_sdk.models import (
     GpuKind,
     ImageAllocation,
     ImageProfile,
+    StopWarning,
 )
 
 CPU_ONLY = "CPU only"
@@ -125,13 +126,28 @@ def _span(seconds: int) -> str:
     return f"{minutes} min"
 
 
-def auto_stop_label(state: DevboxState, expires_at: datetime | None, now: datetime) -> str:
-    """When a running box stops on its own: ``in 3 h 20 min``, ``due now`` or ``never``."""
+# What a warned stop is for, in the words the auto-stop label uses.
+STOP_REASONS = {"ttl": "time to live", "idle": "idle"}
+
+
+def auto_stop_label(
+    state: DevboxState,
+    expires_at: datetime | None,
+    now: datetime,
+    warning: StopWarning | None = None,
+) -> str:
+    """When a running box stops on its own: ``in 3 h 20 min``, ``due now`` or ``never``;
+    a stop the controller has warned of, which may come before ``expires_at``, with its
+    reason: ``in 9 min (idle)``."""
     if state is DevboxState.STOPPED:
         return "stopped"
+    if warning is not None:
+        return f"{_countdown(warning.stops_at, now)} ({STOP_REASONS[warning.reason]})"
     if expires_at is None:
         return "never"
-    remaining = int((expires_at - now).total_seconds())
-    if remaining <= 0:
-        return "due now"
-    return f"in {_span(remaining)}"
+    return _countdown(expires_at, now)
+
+
+def _countdown(moment: datetime, now: datetime) -> str:
+    remaining = int((moment - now).total_seconds())
+    return "due now" if remaining <= 0 else f"in {_span(remaining)}"

@@ -17,7 +17,7 @@ import shlex
 import ssl
 import sys
 import threading
-from typing import BinaryIO
+from typing import BinaryIO, TextIO
 from urllib.parse import quote, urlsplit
 
 from requests.utils import DEFAULT_CA_BUNDLE_PATH
@@ -44,6 +44,9 @@ CHUNK_BYTES = 64 * 1024
 # The tunnel's own WebSocket pings: a dead controller or proxy is noticed within these.
 PING_SECONDS = 20.0
 OPEN_SECONDS = 15.0
+# Asks the controller for notices (a warning that the box stops soon) as text messages
+# beside the binary ones; a client that does not ask gets none.
+NOTICES_HEADER = "Devboxes-Notices"
 
 
 def proxy_command() -> str:
@@ -82,15 +85,19 @@ def _tls(url: str) -> ssl.SSLContext | None:
         raise DevboxesError(f"cannot read the CA bundle {bundle}: {error}") from None
 
 
-def open_tunnel(api_url: str, token: str, name: str) -> ClientConnection:
-    """A tunnel to box ``name``'s sshd; the API's error for a refusal (404, 409...), or
-    one line that says which hop failed."""
+def open_tunnel(api_url: str, token: str, name: str, *, notices: bool = False) -> ClientConnection:
+    """A tunnel to box ``name``'s sshd, which also carries the box's stop warnings as text
+    messages when ``notices``; the API's error for a refusal (404, 409...), or one line
+    that says which hop failed."""
     url = tunnel_url(api_url, name)
+    headers = {"Authorization": f"Bearer {token}"}
+    if notices:
+        headers[NOTICES_HEADER] = "text"
     try:
         return connect(
             url,
             ssl=_tls(url),
-            additional_headers={"Authorization": f"Bearer {token}"},
+            additional_headers=headers,
             user_agent_header=f"devboxes-sdk/{__version__}",
             compression=None,
             open_timeout=OPEN_SECONDS,
@@ -138,15 +145,22 @@ def _pump_input(connection: ClientConnection, source: BinaryIO) -> None:
         connection.close()
 
 
-def join(connection: ClientConnection, source: BinaryIO, sink: BinaryIO) -> str | None:
-    """Carry bytes between ``source``/``sink`` and the tunnel until either ends; the
-    controller's reason when it closed the tunnel with one."""
+def join(
+    connection: ClientConnection, source: BinaryIO, sink: BinaryIO, notices: TextIO
+) -> str | None:
+    """Carry bytes between ``source``/``sink`` and the tunnel until either ends, and the
+    controller's notices to ``notices`` (ssh shows a ProxyCommand's standard error on the
+    person's terminal); the controller's reason when it closed the tunnel with one."""
     reader = threading.Thread(target=_pump_input, args=(connection, source), daemon=True)
     reader.start()
     try:
         for message in connection:
-            data = message if isinstance(message, bytes) else message.encode()
-            sink.write(data)
+            if isinstance(message, str):
+                # The terminal may be in raw mode: a line of its own, ended as it expects.
+                notices.write(f"\r\ndevbox: {message}\r\n")
+                notices.flush()
+                continue
+            sink.write(message)
             sink.flush()
     except ConnectionClosed:
         pass

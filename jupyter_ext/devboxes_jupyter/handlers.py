@@ -26,6 +26,7 @@ from devboxes_jupyter.models import (
     devbox_json,
     error_body,
     parse_create,
+    parse_extend,
     parse_name,
     parse_purge,
     parse_wait,
@@ -205,6 +206,21 @@ class DevboxActionHandler(DevboxesHandler):
         await self._respond(lambda client: _box_json(call(client, name)))
 
 
+class ExtendHandler(DevboxesHandler):
+    """Pushes a running box's auto-stop time back, as a stop warning's Extend asks."""
+
+    @web.authenticated
+    @authorized
+    async def post(self, name: str) -> None:
+        try:
+            name = parse_name(name)
+            request = parse_extend(self.request.body)
+        except RequestRejected as error:
+            self._reject(error)
+            return
+        await self._respond(lambda client: _box_json(client.extend(name, request.hours)))
+
+
 class WatchHandler(DevboxesHandler):
     """The boxes, GPU availability and devbox kernel starts, held until they change."""
 
@@ -271,4 +287,5 @@ def routes() -> list[tuple[str, type[DevboxesHandler]]]:
         (f"{API_ROOT}/devboxes", DevboxCollectionHandler),
         (f"{API_ROOT}/devboxes/{_NAME}", DevboxHandler),
         (f"{API_ROOT}/devboxes/{_NAME}/{_ACTION}", DevboxActionHandler),
+        (f"{API_ROOT}/devboxes/{_NAME}/extend", ExtendHandler),
     ]

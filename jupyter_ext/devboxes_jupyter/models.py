@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 from pydantic import ValidationError as PydanticValidationError
@@ -30,6 +30,9 @@ from devboxes_sdk.errors import (
 # so a short bound keeps threads free without costing the user anything.
 MAX_WAIT_SECONDS = 120
 DEFAULT_WAIT_SECONDS = 30
+
+
+_Body = TypeVar("_Body", models.DevboxCreate, models.DevboxExtend)
 
 
 class RequestRejected(Exception):
@@ -209,8 +212,8 @@ def parse_purge(query: Mapping[str, Sequence[bytes]]) -> bool:
     )
 
 
-def parse_create(body: bytes) -> models.DevboxCreate:
-    """The create body, checked with the wire model before it reaches the controller."""
+def _parse_body(body: bytes, model: type[_Body]) -> _Body:
+    """A request body, checked with its wire model before it reaches the controller."""
     try:
         data = json.loads(body or b"null")
     except (ValueError, UnicodeDecodeError):
@@ -218,9 +221,17 @@ def parse_create(body: bytes) -> models.DevboxCreate:
     if not isinstance(data, dict):
         raise RequestRejected(422, "the request body must be a JSON object")
     try:
-        return models.DevboxCreate.model_validate(data)
+        return model.model_validate(data)
     except PydanticValidationError as error:
         raise RequestRejected(422, models.field_errors(error.errors(), "body")) from None
+
+
+def parse_create(body: bytes) -> models.DevboxCreate:
+    return _parse_body(body, models.DevboxCreate)
+
+
+def parse_extend(body: bytes) -> models.DevboxExtend:
+    return _parse_body(body, models.DevboxExtend)
 
 
 def error_body(error: DevboxesError) -> tuple[int, dict[str, Any]]:

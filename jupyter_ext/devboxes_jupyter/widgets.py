@@ -287,7 +287,8 @@ class _Row:
         self.state = widgets.HTML(escape(status_line(box.state, reason(box.summary, box.message))))
         self.accelerator = widgets.HTML(_accelerator_html(box))
         self.environment = widgets.HTML(escape(environment_label(box.image)))
-        self.auto_stop = widgets.HTML(escape(auto_stop_label(box.state, box.expires_at, now)))
+        stop = auto_stop_label(box.state, box.expires_at, now, box.stop_warning)
+        self.auto_stop = widgets.HTML(escape(stop))
         stopped = box.state is models.DevboxState.STOPPED
         self.start_button = _action_button("Start", "play", f"Start {box.name}", not stopped)
         self.stop_button = _action_button("Stop", "stop", f"Stop {box.name}", stopped)

@@ -151,6 +151,14 @@ export function changeDevbox(name: string, action: 'start' | 'stop'): Promise<De
   return request<Devbox>(`devboxes/${encodeURIComponent(name)}/${action}`, { method: 'POST' });
 }
 
+/** Push a running box's auto-stop time back by `hours`; the box as it then is. */
+export function extendDevbox(name: string, hours: number): Promise<Devbox> {
+  return request<Devbox>(`devboxes/${encodeURIComponent(name)}/extend`, {
+    method: 'POST',
+    body: JSON.stringify({ hours })
+  });
+}
+
 export function deleteDevbox(name: string, purge: boolean): Promise<DeleteResult> {
   return request<DeleteResult>(
     `devboxes/${encodeURIComponent(name)}`,

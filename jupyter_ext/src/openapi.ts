@@ -343,6 +343,7 @@ export interface components {
             /** Restart Reason */
             restart_reason?: string | null;
             activity?: components["schemas"]["Activity"] | null;
+            stop_warning?: components["schemas"]["StopWarning"] | null;
         };
         /**
          * DevboxCreate
@@ -667,6 +668,30 @@ export interface components {
         SshKeyList: {
             /** Items */
             items: components["schemas"]["SshKey"][];
+        };
+        /**
+         * StopWarning
+         * @description The controller stops this running box soon: at ``stops_at``, because its time to
+         *     live ends (``ttl``; ``extend`` pushes it back) or it was idle for its window
+         *     (``idle``; any use, or ``extend``, starts the window again). Sent from the operator's
+         *     lead time before the stop; ``message`` says it in one sentence. For an idle stop,
+         *     ``gpu_utilization`` is the last GPU utilization (percent) the box reported, when known.
+         */
+        StopWarning: {
+            /**
+             * Reason
+             * @enum {string}
+             */
+            reason: "ttl" | "idle";
+            /**
+             * Stops At
+             * Format: date-time
+             */
+            stops_at: string;
+            /** Message */
+            message: string;
+            /** Gpu Utilization */
+            gpu_utilization?: number | null;
         };
         /**
          * Volume
@@ -2071,3 +2096,4 @@ export const gpuAllocationKindValues: ReadonlyArray<FlattenedDeepRequired<compon
 export const gpuProfileKindValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["GpuProfile"]["kind"]> = ["extended-resource", "dra"];
 export const imageAllocationModeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ImageAllocation"]["mode"]> = ["sidecar", "workspace"];
 export const imageProfileModeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ImageProfile"]["mode"]> = ["sidecar", "workspace"];
+export const stopWarningReasonValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["StopWarning"]["reason"]> = ["ttl", "idle"];

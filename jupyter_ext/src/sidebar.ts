@@ -21,6 +21,7 @@ import {
   DevboxesApiError,
   dismissFailedKernels,
   dismissKernel,
+  extendDevbox,
   getCapabilities,
   getWhoAmI,
   IKernelProgress,
@@ -140,6 +141,8 @@ export class DevboxSidebar extends Widget {
   private view: IView | null = null;
   private readonly expanded = new Set<string>();
   private readonly notices = new Map<string, string>();
+  // Stop warnings shown, by box and stop, with their notification's id.
+  private readonly stopNotices = new Map<string, string>();
   // The chosen accelerator: '' for CPU only, else a profile name.
   private accelerator = '';
   // The chosen environment: '' for the operator's workspace image, else an image profile.
@@ -493,6 +496,7 @@ export class DevboxSidebar extends Widget {
     if (view.items === null) {
       return;
     }
+    this.warnStops(view.items);
     this.boxList.classList.toggle('jp-mod-stale', this.stale !== null);
     this.boxList.replaceChildren(...view.items.map(box => this.row(box)));
     if (view.items.length === 0) {
@@ -593,6 +597,44 @@ export class DevboxSidebar extends Widget {
     } else if (spans.length === 0 && this.elapsedTimer !== null) {
       window.clearInterval(this.elapsedTimer);
       this.elapsedTimer = null;
+    }
+  }
+
+  /**
+   * A notification per stop the controller warned of, with an Extend button, wherever the
+   * user is; gone once the stop moved (an extend, new activity) or the box stopped.
+   */
+  private warnStops(boxes: Devbox[]): void {
+    const warned = new Set<string>();
+    for (const box of boxes) {
+      const warning = box.stop_warning;
+      if (!warning || box.state === 'stopped') {
+        continue;
+      }
+      const key = `${box.name} ${warning.reason} ${warning.stops_at}`;
+      warned.add(key);
+      if (this.stopNotices.has(key)) {
+        continue;
+      }
+      const name = box.name;
+      const id = Notification.warning(warning.message, {
+        autoClose: false,
+        actions: [
+          {
+            label: 'Extend 1 h',
+            caption: `Keep ${name} running an hour longer`,
+            displayType: 'accent',
+            callback: () => void this.act(`extend ${name}`, () => extendDevbox(name, 1))
+          }
+        ]
+      });
+      this.stopNotices.set(key, id);
+    }
+    for (const [key, id] of this.stopNotices) {
+      if (!warned.has(key)) {
+        Notification.dismiss(id);
+        this.stopNotices.delete(key);
+      }
     }
   }
 

@@ -203,6 +203,8 @@ export interface components {
             restart_reason: string | null;
             /** @default null */
             activity: components["schemas"]["Activity"] | null;
+            /** @default null */
+            stop_warning: components["schemas"]["StopWarning"] | null;
         };
         /**
          * DevboxState
@@ -350,6 +352,33 @@ export interface components {
              * @default null
              */
             reason: string | null;
+        };
+        /**
+         * StopWarning
+         * @description The controller stops this running box soon: at ``stops_at``, because its time to
+         *     live ends (``ttl``; ``extend`` pushes it back) or it was idle for its window
+         *     (``idle``; any use, or ``extend``, starts the window again). Sent from the operator's
+         *     lead time before the stop; ``message`` says it in one sentence. For an idle stop,
+         *     ``gpu_utilization`` is the last GPU utilization (percent) the box reported, when known.
+         */
+        StopWarning: {
+            /**
+             * Reason
+             * @enum {string}
+             */
+            reason: "ttl" | "idle";
+            /**
+             * Stops At
+             * Format: date-time
+             */
+            stops_at: string;
+            /** Message */
+            message: string;
+            /**
+             * Gpu Utilization
+             * @default null
+             */
+            gpu_utilization: number | null;
         };
         /**
          * WatchView

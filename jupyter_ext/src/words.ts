@@ -93,19 +93,37 @@ function span(seconds: number): string {
   return `${minutes} min`;
 }
 
-/** When a running box stops on its own: "in 3 h 20 min", "due now" or "never". */
+/** What a warned stop is for, in the words the auto-stop label uses. */
+export const STOP_REASONS: Record<Schemas['StopWarning']['reason'], string> = {
+  ttl: 'time to live',
+  idle: 'idle'
+};
+
+function countdown(moment: string, now: number): string {
+  const remaining = Math.floor((Date.parse(moment) - now) / 1000);
+  return remaining <= 0 ? 'due now' : `in ${span(remaining)}`;
+}
+
+/**
+ * When a running box stops on its own: "in 3 h 20 min", "due now" or "never"; a stop the
+ * controller has warned of, which may come before expires_at, with its reason:
+ * "in 9 min (idle)".
+ */
 export function autoStopLabel(
-  devbox: Pick<Schemas['Devbox'], 'state' | 'expires_at'>,
+  devbox: Pick<Schemas['Devbox'], 'state' | 'expires_at' | 'stop_warning'>,
   now: number = Date.now()
 ): string {
   if (devbox.state === 'stopped') {
     return 'stopped';
   }
+  const warning = devbox.stop_warning;
+  if (warning) {
+    return `${countdown(warning.stops_at, now)} (${STOP_REASONS[warning.reason]})`;
+  }
   if (!devbox.expires_at) {
     return 'never';
   }
-  const remaining = Math.floor((Date.parse(devbox.expires_at) - now) / 1000);
-  return remaining <= 0 ? 'due now' : `in ${span(remaining)}`;
+  return countdown(devbox.expires_at, now);
 }
 
 /**

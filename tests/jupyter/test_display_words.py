@@ -54,6 +54,8 @@ BOXES: list[tuple[str, str | None, dict[str, Any] | None]] = [
     ("ready", None, None),
     ("stopped", "2026-12-02T09:00:00Z", None),
 ]
+# Stops the controller warned of: a time to live's end, and an idle stop before it.
+WARNINGS = [("ttl", "2026-12-02T08:09:00Z"), ("idle", "2026-12-02T08:04:30Z")]
 PROFILES = [
     {"name": "nvidia-l4", "display_name": "NVIDIA L4", "description": None,
      "resource_name": "nvidia.com/gpu", "count": 1, "default": True},
@@ -167,6 +169,17 @@ def _boxes() -> list[dict[str, Any]]:
             "gpu": gpu,
         }
         for index, (state, expires_at, gpu) in enumerate(BOXES)
+    ] + [
+        {
+            "name": f"warned-{index}",
+            "state": "ready",
+            "preset": "small",
+            "created_at": "2026-12-01T08:00:00Z",
+            "expires_at": "2026-12-02T20:00:00Z",
+            "gpu": None,
+            "stop_warning": {"reason": reason, "stops_at": at, "message": "Stops soon."},
+        }
+        for index, (reason, at) in enumerate(WARNINGS)
     ]
 
 
@@ -176,7 +189,10 @@ def _python() -> dict[str, Any]:
     return {
         "cpu_only": labels.CPU_ONLY,
         "allocations": [labels.accelerator_label(box.gpu) for box in boxes],
-        "auto_stop": [labels.auto_stop_label(box.state, box.expires_at, NOW) for box in boxes],
+        "auto_stop": [
+            labels.auto_stop_label(box.state, box.expires_at, NOW, box.stop_warning)
+            for box in boxes
+        ],
         "units": [labels.accelerator_label(profile) for profile in profiles],
         "allocated": [
             labels.allocated_label(
@@ -329,6 +345,8 @@ def test_the_auto_stop_words_cover_every_branch() -> None:
         "due now",
         "never",
         "stopped",
+        "in 9 min (time to live)",
+        "in 4 min (idle)",
     ]
 
 

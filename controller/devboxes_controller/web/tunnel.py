@@ -6,6 +6,10 @@ then carries bytes between the WebSocket's binary messages and a TCP connection 
 box pod's sshd, which still checks the person's key. Any replica serves any tunnel: the
 pod's address comes from the watches every replica keeps.
 
+A client that asks (the ``Devboxes-Notices: text`` header, as ``devbox ssh`` sends it) is
+also sent the box's stop warnings as text messages, each once, which ``devbox`` prints on
+the person's terminal.
+
 A refusal is an HTTP answer in the API's error shape, sent instead of the upgrade, so a
 client can say what failed in one line. A tunnel that carries no byte either way for
 ``connections.tunnelIdleSeconds`` is closed; a person holds at most
@@ -19,7 +23,9 @@ import contextlib
 import logging
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from fastapi import APIRouter, WebSocket
 from fastapi.responses import JSONResponse
@@ -27,7 +33,7 @@ from starlette.websockets import WebSocketState
 
 from devboxes_sdk.models import API_PREFIX, DevboxState, normalize_name
 
-from ..box import naming, status
+from ..box import naming, status, stop_warning
 from ..config.boxes import SSH_CONTAINER_PORT
 from ..config.connections import ConnectionSettings
 from ..control.lifecycle import Lifecycle
@@ -42,6 +48,11 @@ log = logging.getLogger(__name__)
 # Dialling a ready pod on the cluster network takes milliseconds; a pod that does not
 # answer within this is not going to.
 DIAL_SECONDS = 5.0
+# How often a tunnel looks for a notice to carry: a warning reaches an open session
+# within this after the leader made it.
+NOTICE_SECONDS = 2.0
+# A client that sends this header with "text" takes notices as text messages.
+NOTICES_HEADER = "devboxes-notices"
 # One read from sshd: about what one SSH packet of a bulk copy is, and what a tunnel
 # holds at most while the client takes it.
 CHUNK_BYTES = 64 * 1024
@@ -157,7 +168,9 @@ async def _serve(
         lifecycle.record(deployment, "TunnelOpened", f"SSH tunnel opened by {identity.user}")
     log.info("tunnel opened", extra={"box": name, "user": identity.user})
     started = time.monotonic()
-    pipe = Pipe(store.settings.connections.tunnel_idle_seconds)
+    asked = websocket.headers.get(NOTICES_HEADER, "").strip().lower() == "text"
+    notices = StopNotices(store, name, lifecycle.clock) if asked else None
+    pipe = Pipe(store.settings.connections.tunnel_idle_seconds, notices)
     outcome = await pipe.run(websocket, reader, writer)
     METRICS.tunnels_ended.labels(outcome).inc()
     seconds = int(time.monotonic() - started)
@@ -174,16 +187,44 @@ async def _serve(
     )
 
 
+class StopNotices:
+    """The warnings of one box's coming stop that one tunnel has not carried yet: each
+    stop the leader warned of, once, while it is still the box's next stop."""
+
+    def __init__(self, store: BoxStore, name: str, clock: Callable[[], datetime]) -> None:
+        self._store = store
+        self._names = naming.object_names(name)
+        self._clock = clock
+        self._told: str | None = None
+
+    def __call__(self) -> str | None:
+        deployment = self._store.deployment(self._names)
+        key = stop_warning.warned(deployment) if deployment is not None else None
+        if deployment is None or key is None or key == self._told:
+            return None
+        now = self._clock()
+        stop = stop_warning.next_stop(deployment, self._store.settings, now)
+        if stop is None or stop.key != key:
+            # Moved by an extend or by activity since: nothing to tell any more.
+            return None
+        self._told = key
+        return stop_warning.message(self._names.box, stop, now)
+
+
 class Pipe:
     """Carries bytes both ways until either side ends or both stay silent for
-    ``idle_seconds``; ``run`` returns how it ended."""
+    ``idle_seconds``, and the ``notices`` as text messages when the client asked for
+    them; ``run`` returns how it ended."""
 
-    def __init__(self, idle_seconds: float) -> None:
+    def __init__(self, idle_seconds: float, notices: Callable[[], str | None] | None) -> None:
         self.idle_seconds = idle_seconds
+        self.notices = notices
         self.last = time.monotonic()
         # To the box, and from it.
         self.sent = 0
         self.received = 0
+        # One message at a time on the WebSocket: SSH bytes and notices interleave whole.
+        self._sending = asyncio.Lock()
 
     async def run(
         self, websocket: WebSocket, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
@@ -192,12 +233,18 @@ class Pipe:
         outbound = asyncio.create_task(self._from_box(websocket, reader), name="tunnel-out")
         idle = asyncio.create_task(self._watch_idle(), name="tunnel-idle")
         tasks = {inbound: "client_closed", outbound: "box_closed", idle: "idle"}
+        notifier = (
+            None
+            if self.notices is None
+            else asyncio.create_task(self._notify(websocket, self.notices), name="tunnel-notices")
+        )
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for task in tasks:
+            running = [*tasks, *([notifier] if notifier is not None else [])]
+            for task in running:
                 task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.gather(*running, return_exceptions=True)
             writer.close()
         ended = next(iter(done))
         outcome = tasks[ended]
@@ -234,7 +281,16 @@ class Pipe:
             self.last = time.monotonic()
             self.received += len(data)
             METRICS.tunnel_bytes.labels("from_box").inc(len(data))
-            await websocket.send_bytes(data)
+            async with self._sending:
+                await websocket.send_bytes(data)
+
+    async def _notify(self, websocket: WebSocket, notices: Callable[[], str | None]) -> None:
+        while True:
+            text = notices()
+            if text is not None:
+                async with self._sending:
+                    await websocket.send_text(text)
+            await asyncio.sleep(NOTICE_SECONDS)
 
     async def _watch_idle(self) -> None:
         while True:

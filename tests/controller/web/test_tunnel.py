@@ -16,17 +16,21 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 import requests
 import yaml
+from devboxes_controller.box import naming, stop_warning
 from devboxes_controller.config.boxes import SSH_CONTAINER_PORT
 from devboxes_controller.config.settings import settings_from_mapping
+from devboxes_controller.k8s.timestamps import format_timestamp
 from devboxes_controller.state import slim
 from devboxes_controller.state.store import BoxStore
 from devboxes_controller.state.watches import DEPLOYMENTS, PODS, SERVICES, Watches
 from devboxes_controller.web.identity.base import Identity
+from devboxes_controller.web.tunnel import NOTICE_SECONDS
 from kubernetes import client
 from served import Served
 from support import recorded, wait_for
@@ -98,7 +102,8 @@ def serve(sshd: Upper) -> Iterator[Serve]:
     """Call with ``connections`` settings (camelCase keys); returns the API's URL."""
     served = Served()
 
-    def start(**connections: int) -> str:
+    def start(annotations: dict[str, str] | None = None, **connections: int) -> str:
+        """``annotations`` are added to the ready box's Deployment."""
         data = yaml.safe_load((REPO / "testbed" / "settings.yaml").read_text())
         settings = settings_from_mapping({**data, "connections": connections})
         api = client.ApiClient()
@@ -106,6 +111,8 @@ def serve(sshd: Upper) -> Iterator[Serve]:
         store = BoxStore(settings, watches)
         for box in (READY_BOX, "stopped", "unplaceable"):
             (deployment,) = recorded("deployments", box)
+            if box == READY_BOX:
+                deployment["metadata"]["annotations"].update(annotations or {})
             watches[DEPLOYMENTS]._put(slim.deployment(deployment))
             for service in recorded("services", box):
                 watches[SERVICES]._put(slim.service(service))
@@ -235,3 +242,71 @@ def test_config_ssh_writes_one_block_for_the_controller_it_was_given(
     assert config.stat().st_mode & 0o777 == 0o600
     assert config_ssh().returncode == 0
     assert config.read_text() == shown.stdout
+
+
+def _warned(stops_in: timedelta, warned_in: timedelta | None = None) -> dict[str, str]:
+    """The ready box's annotations once the leader warned of its time to live's end,
+    ``stops_in`` from now (of a stop ``warned_in`` from now, when that one has moved)."""
+    now = datetime.now(UTC)
+    warned = format_timestamp(now + (warned_in or stops_in))
+    return {
+        naming.ANNOTATION_EXPIRES_AT: format_timestamp(now + stops_in),
+        stop_warning.ANNOTATION_STOP_WARNED: f"ttl {warned}",
+    }
+
+
+def test_a_tunnel_that_asks_carries_the_box_s_stop_warning_once(serve: Serve) -> None:
+    url = serve(_warned(timedelta(minutes=5)))
+    with Client(url, TOKEN) as api, api.tunnel(READY_BOX, notices=True) as tunnel:
+        notice = tunnel.recv(timeout=15)
+        assert isinstance(notice, str)
+        assert notice.startswith(f"Box {READY_BOX} stops in 5 min, at ")
+        assert "its time to live ends" in notice
+        tunnel.send(b"still here")
+        assert tunnel.recv(timeout=15) == b"STILL HERE"
+        # Told once: the next looks find nothing new.
+        with pytest.raises(TimeoutError):
+            tunnel.recv(timeout=3 * NOTICE_SECONDS)
+    # A client that did not ask gets bytes only.
+    with Client(url, TOKEN) as api, api.tunnel(READY_BOX) as tunnel:
+        tunnel.send(b"quiet")
+        assert tunnel.recv(timeout=15) == b"QUIET"
+        with pytest.raises(TimeoutError):
+            tunnel.recv(timeout=3 * NOTICE_SECONDS)
+
+
+def test_a_warning_of_a_stop_that_has_moved_since_is_not_carried(serve: Serve) -> None:
+    url = serve(_warned(timedelta(hours=2), warned_in=timedelta(minutes=5)))
+    with Client(url, TOKEN) as api, api.tunnel(READY_BOX, notices=True) as tunnel:
+        tunnel.send(b"x")
+        assert tunnel.recv(timeout=15) == b"X"
+        with pytest.raises(TimeoutError):
+            tunnel.recv(timeout=3 * NOTICE_SECONDS)
+
+
+def test_devbox_ssh_stdio_prints_the_warning_on_its_own_line_beside_the_session(
+    serve: Serve,
+) -> None:
+    url = serve(_warned(timedelta(minutes=5)))
+    environment = {**os.environ, "DEVBOX_URL": url, "DEVBOX_TOKEN": TOKEN}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "devboxes_sdk", "ssh", "--stdio", f"{READY_BOX}.devbox"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=environment,
+    )
+    assert process.stdin is not None
+    assert process.stdout is not None
+    process.stdin.write(b"hello box\n")
+    process.stdin.flush()
+    assert process.stdout.readline() == b"HELLO BOX\n"
+    # Past the tunnel's first looks for a notice.
+    threading.Event().wait(2 * NOTICE_SECONDS)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+    assert out == b""
+    lines = err.decode().split("\r\n")
+    notices = [line for line in lines if line.startswith(f"devbox: Box {READY_BOX} stops in ")]
+    assert len(notices) == 1, err
+    assert notices[0].startswith(f"devbox: Box {READY_BOX} stops in 5 min, at ")

@@ -282,11 +282,19 @@ import * as labels from "./labels.js";
   function fillAutoStop(row) {
     const box = row.box;
     const time = document.createElement("time");
-    if (box.expires_at && box.state !== "stopped") {
-      time.dateTime = box.expires_at;
-      time.title = new Date(box.expires_at).toLocaleString();
+    // A warned stop may come before expires_at: an idle one does.
+    const warning = box.state !== "stopped" ? box.stop_warning : null;
+    const stopsAt = warning ? warning.stops_at : box.expires_at;
+    if (stopsAt && box.state !== "stopped") {
+      time.dateTime = stopsAt;
+      time.title = new Date(stopsAt).toLocaleString();
     }
     time.textContent = labels.autoStopLabel(box);
+    if (warning) {
+      time.className = "stop-warned";
+      time.title = warning.message;
+      time.dataset.testid = `stop-warning-${box.name}`;
+    }
     row.cells.autostop.replaceChildren(time);
   }
 

@@ -69,16 +69,32 @@ function span(seconds) {
     }
     return `${minutes} min`;
 }
-/** When a running box stops on its own: "in 3 h 20 min", "due now" or "never". */
+/** What a warned stop is for, in the words the auto-stop label uses. */
+export const STOP_REASONS = {
+    ttl: 'time to live',
+    idle: 'idle'
+};
+function countdown(moment, now) {
+    const remaining = Math.floor((Date.parse(moment) - now) / 1000);
+    return remaining <= 0 ? 'due now' : `in ${span(remaining)}`;
+}
+/**
+ * When a running box stops on its own: "in 3 h 20 min", "due now" or "never"; a stop the
+ * controller has warned of, which may come before expires_at, with its reason:
+ * "in 9 min (idle)".
+ */
 export function autoStopLabel(devbox, now = Date.now()) {
     if (devbox.state === 'stopped') {
         return 'stopped';
     }
+    const warning = devbox.stop_warning;
+    if (warning) {
+        return `${countdown(warning.stops_at, now)} (${STOP_REASONS[warning.reason]})`;
+    }
     if (!devbox.expires_at) {
         return 'never';
     }
-    const remaining = Math.floor((Date.parse(devbox.expires_at) - now) / 1000);
-    return remaining <= 0 ? 'due now' : `in ${span(remaining)}`;
+    return countdown(devbox.expires_at, now);
 }
 /**
  * The one line a box shows for why it is not ready: the controller's summary when it
