@@ -94,7 +94,8 @@ def test_an_idle_stop_before_the_time_to_live_is_the_next_one_with_its_utilizati
 def test_a_tie_is_named_the_time_to_live_which_an_extend_moves() -> None:
     tied = deployment(idle_since=EXPIRES - timedelta(minutes=60))
     stop = stop_warning.next_stop(tied, SETTINGS, EXPIRES - timedelta(minutes=1))
-    assert stop is not None and stop.reason == "ttl"
+    assert stop is not None
+    assert stop.reason == "ttl"
 
 
 @pytest.mark.parametrize(

@@ -38,7 +38,7 @@ class Receiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - the name http.server calls
+            def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 receiver.posts.append((dict(self.headers), body))
                 refused = len(receiver.posts) <= refusals
@@ -114,8 +114,9 @@ def test_a_box_is_warned_once_before_its_time_to_live_ends_and_the_webhook_told_
     assert (body["box"], body["owner"], body["reason"]) == ("warned", "operator", "ttl")
     assert body["stopsAt"] == shown["stops_at"].replace("+00:00", "Z")
     marks = wait_for(
-        lambda: (found := annotations(kube, namespace, "warned")).get(ANNOTATION_WEBHOOK_SENT)
-        and found,
+        lambda: (
+            (found := annotations(kube, namespace, "warned")).get(ANNOTATION_WEBHOOK_SENT) and found
+        ),
         timeout=30,
     )
     assert marks[ANNOTATION_WEBHOOK_SENT] == marks[ANNOTATION_STOP_WARNED]
