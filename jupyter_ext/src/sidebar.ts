@@ -617,7 +617,10 @@ export class DevboxSidebar extends Widget {
         continue;
       }
       const name = box.name;
-      const id = Notification.warning(warning.message, {
+      // The first sentence (when and why) fits a notification; the rest tells a shell
+      // user how to extend, which the button does here.
+      const [when] = warning.message.split('. ');
+      const id = Notification.warning(when.endsWith('.') ? when : `${when}.`, {
         autoClose: false,
         actions: [
           {

@@ -19,13 +19,14 @@ import secrets
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from devboxes_jupyter.provisioner import box_name
 from devboxes_testbed import L4, MIG
-from devboxes_testbed.controller import Controller
+from devboxes_testbed.controller import Controller, example_settings
 from devboxes_testbed.process import free_port
 from labserver import (
     LABEXTENSION,
@@ -818,3 +819,43 @@ def test_widgets_render_in_a_notebook(
         action = table.get_by_role("button", name=label).first
         assert action.evaluate("b => b.scrollWidth <= b.clientWidth"), label
     page.screenshot(path=str(IMAGES / "jupyter-widgets.png"), full_page=True)
+
+
+def test_a_stop_warning_pops_up_in_the_lab_and_its_extend_keeps_the_box(
+    start_controller: StartController, namespace: str, tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    _need_browser()
+    settings = example_settings(namespace)
+    # Longer than the box's hour to live: it is warned of as soon as its time to live runs.
+    settings["stopWarnings"] = {"leadMinutes": 61}
+    controller = start_controller(settings)
+    client = Client(controller.url, controller.token)
+    name = f"sw-{secrets.token_hex(3)}"
+    client.create(name, ttl_hours=1)
+    wait_for(lambda: client.get(name).stop_warning is not None, timeout=60)
+    args = ["--DevboxesJupyterApp.poll_interval=2"]
+    with (
+        running_kernel_lab(tmp_path, controller, "w", connect_timeout=5, extra_args=args) as lab,
+        _browser_page() as page,
+    ):
+        # The sidebar closed: the notification comes wherever the person is.
+        _open_lab(page, lab.lab)
+        toast = page.locator(".Toastify__toast", has_text=f"Box {name} stops in")
+        expect(toast).to_be_visible(timeout=60_000)
+        expect(toast).to_contain_text("its time to live ends")
+        page.screenshot(path=str(IMAGES / "jupyter-stop-warning.png"))
+        before = client.get(name).expires_at
+        assert before is not None
+        toast.get_by_role("button", name="Extend 1 h").click()
+        # Two hours ahead now, out of the warning time: the notification goes by itself.
+        expect(toast).to_have_count(0, timeout=60_000)
+        after = client.get(name)
+        assert after.expires_at == before + timedelta(hours=1)
+        assert after.stop_warning is None
+        sidebar = _open_sidebar(page)
+        row = sidebar.locator(f"[data-testid='devbox-row-{name}']")
+        # No reason named: the stop is not within the warning time any more.
+        expect(row).to_contain_text(re.compile(r"auto-stop in 1 h 5\d min(?! \()"))
+    client.delete(name, purge=True)

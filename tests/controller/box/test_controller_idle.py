@@ -192,6 +192,12 @@ def test_idle_boxes_stop_busy_and_silent_ones_keep_running(
     )
     assert quiet["activity"] is None
     assert wait_for(lambda: event_messages(kube, namespace, "quiet", "IdleStopped"), timeout=60)
+    # Warned first, once, with the utilization that made it idle: the window is shorter
+    # than the warning time, so the warning came as soon as the box was idle.
+    (warning,) = event_messages(kube, namespace, "quiet", "StopWarning")
+    assert warning.startswith("Box quiet stops in 1 min, at "), warning
+    assert ": idle since " in warning
+    assert ", GPU 2% busy. " in warning
     # Like any stop, an idle stop frees the box's node port and keeps it for its next start.
     services = client.CoreV1Api(kube).list_namespaced_service(namespace).items
     assert "devbox-quiet-ssh" not in [s.metadata.name for s in services]
@@ -213,6 +219,7 @@ def test_idle_boxes_stop_busy_and_silent_ones_keep_running(
     wait_for(stopped("busy"), timeout=180)
     assert box(process, "silent")["state"] != "stopped"
     assert not event_messages(kube, namespace, "silent", "IdleStopped")
+    assert not event_messages(kube, namespace, "silent", "StopWarning")
     for name in ("busy", "quiet", "silent", "cpu"):
         call(process, "DELETE", f"/devboxes/{name}", params={"purge": "true"})
 
