@@ -355,6 +355,18 @@ def cmd_gpu_profiles(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_gpu_when(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        found = client.gpu.when(args.profile)
+    if args.json:
+        print_json(found.model_dump(mode="json"))
+    elif not found.profiles:
+        print("No GPU profiles are configured.")
+    else:
+        print(_render.when_text(found))
+    return EXIT_OK
+
+
 def cmd_image_profiles(args: argparse.Namespace) -> int:
     _names_or_json(args)
     with _client(args) as client:

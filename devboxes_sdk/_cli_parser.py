@@ -17,6 +17,7 @@ from devboxes_sdk._cli_commands import (
     cmd_extend,
     cmd_gpu_doctor,
     cmd_gpu_profiles,
+    cmd_gpu_when,
     cmd_image_profiles,
     cmd_key_add,
     cmd_key_remove,
@@ -229,6 +230,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     profiles.add_argument("-q", "--quiet", action="store_true", help="print profile names only")
     profiles.set_defaults(handler=cmd_gpu_profiles, prog=profiles.prog)
+    when = gpu_commands.add_parser(
+        "when",
+        help="say when a new box of a GPU profile would get a device",
+        description="say when a new box of each GPU profile (or of PROFILE) would get a "
+        "device, as things stand: now, by a time at the latest, an estimate, or unknown, "
+        "with the reason",
+        parents=[common],
+    )
+    when.add_argument("profile", nargs="?", metavar="PROFILE", help="only this GPU profile")
+    when.set_defaults(handler=cmd_gpu_when, prog=when.prog)
     doctor = gpu_commands.add_parser(
         "doctor",
         help="check the cluster's GPU prerequisites (operator)",

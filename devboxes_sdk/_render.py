@@ -19,6 +19,7 @@ from devboxes_sdk.models import (
     DoctorReport,
     GpuAvailability,
     GpuCapabilities,
+    GpuWhen,
     ImageAllocation,
     ImageCapabilities,
     ImagePort,
@@ -172,6 +173,11 @@ def profiles_table(catalog: GpuCapabilities, availability: GpuAvailability | Non
         else set()
     )
     return "\n".join([text, *(f"\nFREE is unknown: {clean(r)}" for r in reasons)])
+
+
+def when_text(found: GpuWhen) -> str:
+    """One line per profile: its name, then the controller's sentence."""
+    return "\n".join(f"{clean(p.name)}: {clean(p.basis)}" for p in found.profiles)
 
 
 def ports_text(ports: Sequence[ImagePort]) -> str:

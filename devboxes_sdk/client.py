@@ -225,6 +225,12 @@ class GpuNamespace:
             f"{API_PREFIX}/gpu/availability", models.GpuAvailability, params
         )
 
+    def when(self, profile: str | None = None) -> models.GpuWhen:
+        """When a new box of each GPU profile (or only ``profile``) would get a device, as
+        things stand: now, a time with the reason for it, or unknown."""
+        params = {"profile": profile} if profile is not None else None
+        return self._client._http.get_model(f"{API_PREFIX}/gpu/when", models.GpuWhen, params)
+
     def doctor(self) -> models.DoctorReport:
         """The operator's preflight: every prerequisite of every profile, checked live."""
         return self._client._http.get_model(f"{API_PREFIX}/gpu/doctor", models.DoctorReport)

@@ -370,6 +370,34 @@ class GpuAvailability(_Response):
         return next((p for p in self.profiles if p.name == name), None)
 
 
+class ProfileWhen(_Response):
+    """When a new box of one GPU profile would get a device, as things stand.
+
+    ``free_at`` is now while a device is free beyond the boxes already waiting; later, the
+    time to live's end of the box whose device it would get in turn; None when the
+    controller cannot tell (``basis`` says why). With ``bound``, every device of the
+    profile is free or held by a box of it whose stop the controller enforces, so the time
+    is the latest as things stand: later only if the owner of a box ahead extends it or
+    someone holding fewer of these devices joins the line first. Without, it is an
+    estimate. ``basis`` says it in one sentence.
+    """
+
+    name: str
+    free_at: AwareDatetime | None = None
+    bound: bool = False
+    basis: str
+
+
+class GpuWhen(_Response):
+    """Body of ``GET /api/v1/gpu/when``."""
+
+    observed_at: AwareDatetime
+    profiles: list[ProfileWhen] = Field(default_factory=list)
+
+    def profile(self, name: str) -> ProfileWhen | None:
+        return next((p for p in self.profiles if p.name == name), None)
+
+
 DoctorVerdict = Literal["pass", "warn", "fail"]
 
 

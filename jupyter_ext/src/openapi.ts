@@ -55,6 +55,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/gpu/when": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Gpu When
+         * @description When a new box of each GPU profile would get a device, as things stand.
+         */
+        get: operations["gpu_when_api_v1_gpu_when_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/gpu/doctor": {
         parameters: {
             query?: never;
@@ -548,6 +568,19 @@ export interface components {
             profile?: string | null;
         };
         /**
+         * GpuWhen
+         * @description Body of ``GET /api/v1/gpu/when``.
+         */
+        GpuWhen: {
+            /**
+             * Observed At
+             * Format: date-time
+             */
+            observed_at: string;
+            /** Profiles */
+            profiles?: components["schemas"]["ProfileWhen"][];
+        };
+        /**
          * ImageAllocation
          * @description The image profile pinned to a box at creation.
          */
@@ -635,6 +668,31 @@ export interface components {
             waiting: number;
             /** Reason */
             reason?: string | null;
+        };
+        /**
+         * ProfileWhen
+         * @description When a new box of one GPU profile would get a device, as things stand.
+         *
+         *     ``free_at`` is now while a device is free beyond the boxes already waiting; later, the
+         *     time to live's end of the box whose device it would get in turn; None when the
+         *     controller cannot tell (``basis`` says why). With ``bound``, every device of the
+         *     profile is free or held by a box of it whose stop the controller enforces, so the time
+         *     is the latest as things stand: later only if the owner of a box ahead extends it or
+         *     someone holding fewer of these devices joins the line first. Without, it is an
+         *     estimate. ``basis`` says it in one sentence.
+         */
+        ProfileWhen: {
+            /** Name */
+            name: string;
+            /** Free At */
+            free_at?: string | null;
+            /**
+             * Bound
+             * @default false
+             */
+            bound: boolean;
+            /** Basis */
+            basis: string;
         };
         /**
          * SshKey
@@ -861,6 +919,56 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Request Entity Too Large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    gpu_when_api_v1_gpu_when_get: {
+        parameters: {
+            query?: {
+                /** @description Only this GPU profile (all of them when left out) */
+                profile?: string | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GpuWhen"];
+                };
             };
             /** @description Unauthorized */
             401: {

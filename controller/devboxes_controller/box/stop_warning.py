@@ -12,7 +12,6 @@ leaves nothing more to send for the old one.
 
 from __future__ import annotations
 
-import contextlib
 import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -53,18 +52,29 @@ def _annotations(deployment: Obj) -> dict[str, Any]:
     return (deployment.get("metadata") or {}).get("annotations") or {}
 
 
+def time_to_live_end(deployment: Obj) -> datetime | None:
+    """When a running box whose time to live runs (it has its device) stops at the
+    latest; None for a stopped box, one waiting in line, or an unreadable deadline (which
+    its status reports)."""
+    if (deployment.get("spec") or {}).get("replicas", 1) == 0:
+        return None
+    annotations = _annotations(deployment)
+    expires = annotations.get(naming.ANNOTATION_EXPIRES_AT)
+    if naming.ANNOTATION_WAITING_SINCE in annotations or not isinstance(expires, str):
+        return None
+    try:
+        return parse_timestamp(expires)
+    except ValueError:
+        return None
+
+
 def next_stop(deployment: Obj, settings: Settings, now: datetime) -> NextStop | None:
     """The earlier of the time to live's end, once it runs, and the idle window's end,
     once the box is idle; None for a stopped box or one with neither."""
     if (deployment.get("spec") or {}).get("replicas", 1) == 0:
         return None
-    annotations = _annotations(deployment)
-    stops: list[NextStop] = []
-    expires = annotations.get(naming.ANNOTATION_EXPIRES_AT)
-    if naming.ANNOTATION_WAITING_SINCE not in annotations and isinstance(expires, str):
-        # An unreadable deadline is reported by the box's status, not warned of.
-        with contextlib.suppress(ValueError):
-            stops.append(NextStop("ttl", parse_timestamp(expires)))
+    ends = time_to_live_end(deployment)
+    stops = [] if ends is None else [NextStop("ttl", ends)]
     idle_stop = activity.idle_stop_at(deployment, settings, now)
     if idle_stop is not None:
         record = activity.recorded(deployment)

@@ -9,6 +9,8 @@ share per person.
 from __future__ import annotations
 
 import json
+from collections import Counter
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
@@ -32,7 +34,9 @@ from devboxes_sdk.models import (
     DoctorReport,
     ErrorBody,
     GpuAvailability,
+    GpuWhen,
     Preset,
+    ProfileAvailability,
     SshKey,
     SshKeyAdd,
     SshKeyList,
@@ -41,7 +45,7 @@ from devboxes_sdk.models import (
     normalize_name,
 )
 
-from ..box import idempotency
+from ..box import activity, idempotency, stop_warning
 from ..box.ownership import OPERATOR
 from ..config.catalog import CPU_ACCELERATOR
 from ..config.images import ImageProfileConfig
@@ -50,7 +54,7 @@ from ..control import volumes
 from ..control.lifecycle import Lifecycle
 from ..control.ssh_keys import Keys
 from ..k8s.kube import rule_broken
-from ..placement import doctor, limits
+from ..placement import doctor, limits, when
 from ..state.bodies import Body, body, respond
 from ..state.index import CPU
 from ..state.store import BoxStore
@@ -287,6 +291,47 @@ async def gpu_availability(
     ] = None,
 ) -> Response:
     return respond(request, store.availability.body(preset))
+
+
+@router.get("/gpu/when", response_model=GpuWhen, responses=_errors(422))
+async def gpu_when(
+    _: Caller,
+    store: StoreDep,
+    profile: Annotated[
+        str | None, Query(description="Only this GPU profile (all of them when left out)")
+    ] = None,
+) -> GpuWhen:
+    """When a new box of each GPU profile would get a device, as things stand."""
+    settings = store.settings
+    profiles = settings.gpu.profiles if settings.gpu.enabled else []
+    if profile is not None:
+        offered = [p.name for p in profiles]
+        if profile not in offered:
+            listed = ", ".join(offered) or "none"
+            raise rule_broken(["query", "profile"], f"unknown profile '{profile}'; one of {listed}")
+        profiles = [p for p in profiles if p.name == profile]
+    wanted = {p.name for p in profiles}
+    holders: dict[str, list[datetime]] = {name: [] for name in wanted}
+    for deployment in store.deployments():
+        name = activity.gpu_profile(deployment)
+        ends = stop_warning.time_to_live_end(deployment) if name in wanted else None
+        if name is not None and ends is not None:
+            holders[name].append(ends)
+    devices = Counter(p.resource_name or p.device_class_name for p in settings.gpu.profiles)
+    counts = store.availability.current()
+    now = datetime.now(UTC)
+    return GpuWhen(
+        observed_at=now,
+        profiles=[
+            when.when(
+                counts.profile(p.name) or ProfileAvailability(name=p.name),
+                holders[p.name],
+                now,
+                shared=devices[p.resource_name or p.device_class_name] > 1,
+            )
+            for p in profiles
+        ],
+    )
 
 
 @router.get("/gpu/doctor", responses=_errors(429, 503))
