@@ -12,7 +12,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 import requests
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
@@ -228,8 +228,10 @@ class GpuNamespace:
     def when(self, profile: str | None = None) -> models.GpuWhen:
         """When a new box of each GPU profile (or only ``profile``) would get a device, as
         things stand: now, a time with the reason for it, or unknown."""
-        params = {"profile": profile} if profile is not None else None
-        return self._client._http.get_model(f"{API_PREFIX}/gpu/when", models.GpuWhen, params)
+        path = f"{API_PREFIX}/gpu/when"
+        if profile is not None:
+            path += "/" + quote(profile, safe="")
+        return self._client._http.get_model(path, models.GpuWhen)
 
     def doctor(self) -> models.DoctorReport:
         """The operator's preflight: every prerequisite of every profile, checked live."""

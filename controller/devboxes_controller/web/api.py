@@ -47,13 +47,14 @@ from devboxes_sdk.models import (
 
 from ..box import activity, idempotency, stop_warning
 from ..box.ownership import OPERATOR
-from ..config.catalog import CPU_ACCELERATOR
+from ..config.catalog import CPU_ACCELERATOR, PROFILE_NAME_RE
+from ..config.gpu import GpuProfileConfig
 from ..config.images import ImageProfileConfig
 from ..config.settings import Settings
 from ..control import volumes
 from ..control.lifecycle import Lifecycle
 from ..control.ssh_keys import Keys
-from ..k8s.kube import rule_broken
+from ..k8s.kube import NotFound, rule_broken
 from ..placement import doctor, limits, when
 from ..state.bodies import Body, body, respond
 from ..state.index import CPU
@@ -293,23 +294,32 @@ async def gpu_availability(
     return respond(request, store.availability.body(preset))
 
 
-@router.get("/gpu/when", response_model=GpuWhen, responses=_errors(422))
-async def gpu_when(
+@router.get("/gpu/when", response_model=GpuWhen)
+async def gpu_when(_: Caller, store: StoreDep) -> GpuWhen:
+    """When a new box of each GPU profile would get a device, as things stand."""
+    settings = store.settings
+    return _when(store, settings.gpu.profiles if settings.gpu.enabled else [])
+
+
+@router.get("/gpu/when/{profile}", response_model=GpuWhen, responses=_errors(404, 422))
+async def gpu_when_of(
     _: Caller,
     store: StoreDep,
     profile: Annotated[
-        str | None, Query(description="Only this GPU profile (all of them when left out)")
-    ] = None,
+        str, Path(pattern=PROFILE_NAME_RE.pattern, description="A GPU profile of the catalog")
+    ],
 ) -> GpuWhen:
-    """When a new box of each GPU profile would get a device, as things stand."""
+    """When a new box of this GPU profile would get a device, as things stand."""
     settings = store.settings
-    profiles = settings.gpu.profiles if settings.gpu.enabled else []
-    if profile is not None:
-        offered = [p.name for p in profiles]
-        if profile not in offered:
-            listed = ", ".join(offered) or "none"
-            raise rule_broken(["query", "profile"], f"unknown profile '{profile}'; one of {listed}")
-        profiles = [p for p in profiles if p.name == profile]
+    offered = settings.gpu.profiles if settings.gpu.enabled else []
+    chosen = [p for p in offered if p.name == profile]
+    if not chosen:
+        listed = ", ".join(p.name for p in offered) or "none"
+        raise NotFound(f"no GPU profile '{profile}' is offered; the profiles: {listed}")
+    return _when(store, chosen)
+
+
+def _when(store: BoxStore, profiles: list[GpuProfileConfig]) -> GpuWhen:
     wanted = {p.name for p in profiles}
     holders: dict[str, list[datetime]] = {name: [] for name in wanted}
     for deployment in store.deployments():
@@ -317,7 +327,8 @@ async def gpu_when(
         ends = stop_warning.time_to_live_end(deployment) if name in wanted else None
         if name is not None and ends is not None:
             holders[name].append(ends)
-    devices = Counter(p.resource_name or p.device_class_name for p in settings.gpu.profiles)
+    catalog = store.settings.gpu.profiles
+    devices = Counter(p.resource_name or p.device_class_name for p in catalog)
     counts = store.availability.current()
     now = datetime.now(UTC)
     return GpuWhen(

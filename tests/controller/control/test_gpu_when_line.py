@@ -15,7 +15,7 @@ from devboxes_testbed.controller import Controller
 from support import DevicePool, StartController, wait_for
 
 from devboxes_sdk import Client
-from devboxes_sdk.errors import ValidationError
+from devboxes_sdk.errors import NotFound
 from devboxes_sdk.models import DevboxState
 
 PROFILE = DevicePool.PROFILE
@@ -98,9 +98,11 @@ def test_when_refuses_a_profile_the_catalog_does_not_offer(
 ) -> None:
     controller = start_controller(pool.settings(namespace))
     client = Client(controller.url, controller.token)
-    with pytest.raises(ValidationError, match=f"unknown profile 'nope'; one of {PROFILE}"):
+    with pytest.raises(
+        NotFound, match=f"no GPU profile 'nope' is offered; the profiles: {PROFILE}"
+    ):
         client.gpu.when("nope")
     shown = _devbox(controller, "gpu", "when", "nope")
     assert shown.returncode != 0
-    assert "unknown profile 'nope'" in shown.stderr
+    assert "no GPU profile 'nope' is offered" in shown.stderr
     assert "Traceback" not in shown.stderr
