@@ -39,7 +39,7 @@ from devboxes_sdk.errors import (
     ValidationError,
 )
 from devboxes_sdk.labels import elapsed_label, status_line
-from devboxes_sdk.models import API_PREFIX, DevboxState, GpuAvailability, normalize_name
+from devboxes_sdk.models import API_PREFIX, DevboxState, GpuAvailability, GpuWhen, normalize_name
 from devboxes_sdk.tunnel import HOST_SUFFIX, box_of_host
 
 # A .pub file is one line; anything much longer is not one.
@@ -333,15 +333,27 @@ def _availability(client: Client) -> GpuAvailability | None:
         return None
 
 
+def _when(client: Client) -> GpuWhen | None:
+    """When devices come free, or None from a server that predates the answer."""
+    try:
+        return client.gpu.when()
+    except NotFound:
+        return None
+
+
 def cmd_gpu_profiles(args: argparse.Namespace) -> int:
     _names_or_json(args)
     with _client(args) as client:
         catalog = client.capabilities().gpu
-        availability = _availability(client) if catalog.enabled and not args.quiet else None
+        counted = catalog.enabled and not args.quiet
+        availability = _availability(client) if counted else None
+        found = _when(client) if counted else None
     if args.json:
         data = catalog.model_dump(mode="json")
         if availability is not None:
             data["availability"] = availability.model_dump(mode="json")
+        if found is not None:
+            data["when"] = found.model_dump(mode="json")
         print_json(data)
     elif args.quiet:
         for profile in catalog.profiles:
@@ -351,7 +363,7 @@ def cmd_gpu_profiles(args: argparse.Namespace) -> int:
     elif not catalog.profiles:
         print("No GPU profiles are configured.")
     else:
-        print(_render.profiles_table(catalog, availability))
+        print(_render.profiles_table(catalog, availability, found))
     return EXIT_OK
 
 

@@ -151,10 +151,29 @@ def free_text(availability: GpuAvailability | None, name: str) -> tuple[str, str
     return f"{entry.available} of {entry.capacity}", str(entry.waiting)
 
 
-def profiles_table(catalog: GpuCapabilities, availability: GpuAvailability | None) -> str:
+def next_free_text(found: GpuWhen | None, name: str) -> str:
+    """NEXT FREE for one profile: ``now``, ``within 2h`` (the latest as things stand),
+    ``about 2h`` (an estimate) or ``?``; ``devbox gpu when`` says why."""
+    entry = found.profile(name) if found is not None else None
+    if found is None or entry is None or entry.free_at is None:
+        return "?"
+    seconds = (entry.free_at - found.observed_at).total_seconds()
+    if seconds < 1:
+        return "now"
+    return f"{'within' if entry.bound else 'about'} {duration(seconds)}"
+
+
+def profiles_table(
+    catalog: GpuCapabilities,
+    availability: GpuAvailability | None,
+    found: GpuWhen | None = None,
+) -> str:
+    """The catalog with each profile's free count and line; with ``found``, a NEXT FREE
+    column beside them."""
     rows = []
     for profile in catalog.profiles:
         free, waiting = free_text(availability, profile.name)
+        when = (next_free_text(found, profile.name),) if found is not None else ()
         rows.append(
             (
                 f"{profile.name} (default)" if profile.default else profile.name,
@@ -163,10 +182,14 @@ def profiles_table(catalog: GpuCapabilities, availability: GpuAvailability | Non
                 (profile.devices or EMPTY) if profile.kind == "dra" else profile.resource_name,
                 free,
                 waiting,
+                *when,
                 profile.description or EMPTY,
             )
         )
-    text = table(PROFILE_HEADERS, rows)
+    headers: Row = PROFILE_HEADERS
+    if found is not None:
+        headers = (*headers[:-1], "NEXT FREE", headers[-1])
+    text = table(headers, rows)
     reasons = sorted(
         {p.reason for p in availability.profiles if p.capacity is None and p.reason}
         if availability is not None

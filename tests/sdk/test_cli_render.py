@@ -1110,3 +1110,25 @@ def test_zsh_completion_registers_when_sourced_or_evaluated(tmp_path: Path, load
     )
     result = subprocess.run([zsh, "-f", "-c", probe], text=True, capture_output=True, check=True)
     assert result.stdout.strip() == "_shtab_devbox", result.stderr
+
+
+def test_profiles_table_says_beside_free_when_a_device_comes_free() -> None:
+    found = models.GpuWhen.model_validate(
+        {
+            "observed_at": "2026-12-02T09:00:00Z",
+            "profiles": [
+                {"name": "nvidia-l4", "free_at": "2026-12-02T11:00:00Z", "bound": True,
+                 "basis": "By 11:00."},
+                {"name": "mig-1g", "free_at": "2026-12-02T09:30:00Z", "bound": False,
+                 "basis": "About 09:30."},
+            ],
+        }
+    )  # fmt: skip
+    lines = render.profiles_table(make_catalog(), None, found).splitlines()
+    assert "WAITING  NEXT FREE  DESCRIPTION" in lines[0]
+    assert lines[1].split("nvidia.com/gpu")[1].split()[2:4] == ["within", "2h"]
+    assert lines[2].split("nvidia.com/mig-1g.10gb")[1].split()[2:4] == ["about", "30m"]
+    now = found.model_copy(update={"profiles": [found.profiles[0].model_copy(
+        update={"free_at": found.observed_at})]})  # fmt: skip
+    assert render.next_free_text(now, "nvidia-l4") == "now"
+    assert render.next_free_text(now, "mig-1g") == "?"
