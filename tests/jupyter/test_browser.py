@@ -842,7 +842,7 @@ def test_a_stop_warning_pops_up_in_the_lab_and_its_extend_keeps_the_box(
     ):
         # The sidebar closed: the notification comes wherever the person is.
         _open_lab(page, lab.lab)
-        toast = page.locator(".Toastify__toast", has_text=f"Box {name} stops in")
+        toast = page.locator(".Toastify__toast", has_text=f"Box {name} stops at")
         expect(toast).to_be_visible(timeout=60_000)
         expect(toast).to_contain_text("its time to live ends")
         page.screenshot(path=str(IMAGES / "jupyter-stop-warning.png"))

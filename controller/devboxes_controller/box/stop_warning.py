@@ -129,9 +129,12 @@ def _clock(moment: datetime) -> str:
     return f"{format_timestamp(moment)[11:16]} UTC"
 
 
-def message(name: str, stop: NextStop, now: datetime) -> str:
-    """The warning in one sentence, with what keeps the box running."""
-    when = f"in {minutes_left(stop, now)} min, at {_clock(stop.at)}"
+def message(name: str, stop: NextStop, now: datetime | None) -> str:
+    """The warning in one sentence, with what keeps the box running; counting the minutes
+    from ``now`` when given (a message sent once), else with the time alone (one shown
+    until the box changes, whose reader counts the minutes)."""
+    clock = _clock(stop.at)
+    when = f"at {clock}" if now is None else f"in {minutes_left(stop, now)} min, at {clock}"
     if stop.reason == "ttl":
         return (
             f"Box {name} stops {when}: its time to live ends. "
@@ -157,7 +160,7 @@ def warning(deployment: Obj, settings: Settings, now: datetime) -> StopWarning |
     return StopWarning(
         reason=stop.reason,
         stops_at=stop.at,
-        message=message(name, stop, now),
+        message=message(name, stop, None),
         gpu_utilization=stop.gpu_utilization if stop.reason == "idle" else None,
     )
 

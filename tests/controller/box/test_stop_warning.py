@@ -85,7 +85,7 @@ def test_an_idle_stop_before_the_time_to_live_is_the_next_one_with_its_utilizati
         "gpu_utilization": 2.5,
     }
     assert warning.message == (
-        "Box atlas stops in 5 min, at 09:05 UTC: idle since 08:05 UTC, GPU 2.5% busy. "
+        "Box atlas stops at 09:05 UTC: idle since 08:05 UTC, GPU 2.5% busy. "
         "Using it, or `devbox extend atlas --hours 1`, keeps it running; its home volume "
         "is kept."
     )

@@ -103,7 +103,7 @@ def test_a_box_is_warned_once_before_its_time_to_live_ends_and_the_webhook_told_
 
     shown = wait_for(warning, timeout=60)
     assert shown["reason"] == "ttl"
-    assert shown["message"].startswith("Box warned stops in ")
+    assert shown["message"].startswith("Box warned stops at ")
     assert "`devbox extend warned --hours 1`" in shown["message"]
     wait_for(lambda: receiver.taken == 1, timeout=60)
     assert len(receiver.posts) == REFUSALS + 1
