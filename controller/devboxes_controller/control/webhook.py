@@ -76,8 +76,10 @@ class Webhook:
         self._due: list[tuple[float, int, Delivery]] = []
         self._order = itertools.count()
         # The boxes' keys queued or in flight, so that each pass of the reconciler may ask
-        # again without sending twice.
+        # again without sending twice; and those given up, with their stops, so that a
+        # receiver that keeps failing is not tried again by this replica.
         self._held: set[tuple[str, str]] = set()
+        self._given_up: dict[tuple[str, str], datetime] = {}
         self._stopped = False
         self._thread = threading.Thread(target=self._run, name="webhook", daemon=True)
 
@@ -93,11 +95,15 @@ class Webhook:
         self._client.close()
 
     def send(self, delivery: Delivery) -> None:
-        """Queue ``delivery`` unless the same warning is queued or in flight."""
+        """Queue ``delivery`` unless the same warning is queued, in flight or given up."""
+        now = self._clock()
         with self._lock:
-            if (delivery.box, delivery.key) in self._held:
+            for passed in [k for k, stop in self._given_up.items() if stop <= now]:
+                del self._given_up[passed]
+            warning = (delivery.box, delivery.key)
+            if warning in self._held or warning in self._given_up:
                 return
-            self._held.add((delivery.box, delivery.key))
+            self._held.add(warning)
             self._schedule(delivery, 0.0)
 
     def _schedule(self, delivery: Delivery, delay: float) -> None:
@@ -126,14 +132,15 @@ class Webhook:
         problem = self._post(delivery)
         if problem is None:
             METRICS.webhooks.labels(outcome="delivered").inc()
-            self._release(delivery)
             try:
+                # Marked before it is let go, so that no pass in between sends it again.
                 self._acknowledged(delivery.box, delivery.key)
             except Exception as err:  # noqa: BLE001 - a lost mark costs one repeat, no more
                 log.warning(
                     "stop-warning webhook delivered but not marked",
                     extra={"box": delivery.box, "error": str(err)},
                 )
+            self._release(delivery)
             return
         if delivery.attempt >= self._settings.attempts:
             METRICS.webhooks.labels(outcome="given_up").inc()
@@ -141,6 +148,8 @@ class Webhook:
                 "stop-warning webhook given up",
                 extra={"box": delivery.box, "attempts": delivery.attempt, "error": problem},
             )
+            with self._lock:
+                self._given_up[(delivery.box, delivery.key)] = delivery.stops_at
             self._release(delivery)
             return
         METRICS.webhooks.labels(outcome="retried").inc()
