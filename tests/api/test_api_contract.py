@@ -144,6 +144,8 @@ def test_openapi_documents_every_route(api: CheckedApi) -> None:
         ("GET", "/api/v1/capabilities"),
         ("GET", "/api/v1/gpu/availability"),
         ("GET", "/api/v1/gpu/doctor"),
+        ("GET", "/api/v1/gpu/when"),
+        ("GET", "/api/v1/gpu/when/{profile}"),
         ("GET", BOXES),
         ("POST", BOXES),
         ("GET", f"{BOXES}/{{name}}"),
