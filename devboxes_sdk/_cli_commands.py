@@ -73,6 +73,12 @@ _CREATE_FLAGS: dict[str, str | None] = {
     "image": "--image",
 }
 _EXTEND_FLAGS: dict[str, str | None] = {"hours": "--hours"}
+_BOOK_FLAGS: dict[str, str | None] = {
+    "profile": "PROFILE",
+    "starts_at": "--at",
+    "hours": "--hours",
+    "box": "--box",
+}
 _FLAG_UNITS = {"--ttl": ("hour", "hours")}
 _TRAILING_NUMBER = re.compile(r"\b(\d+)$")
 
@@ -617,6 +623,49 @@ def cmd_extend(args: argparse.Namespace) -> int:
             # allowed); the server's sentence says why and what to do.
             raise DevboxesError(error.detail) from None
     _print_box(box, args)
+    return EXIT_OK
+
+
+def cmd_book(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        try:
+            booking = client.bookings.create(args.profile, args.starts_at, args.hours, args.box)
+        except ValidationError as error:
+            raise UsageError(flag_message(error, _BOOK_FLAGS)) from None
+    if args.json:
+        print_json(booking.model_dump(mode="json"))
+    else:
+        print(f"{booking.name}: {_render.clean(booking.message)}")
+        print(f"Cancel with: devbox bookings cancel {booking.name}")
+    return EXIT_OK
+
+
+def cmd_bookings(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        try:
+            bookings = client.bookings.list(args.profile)
+        except ValidationError as error:
+            raise UsageError(flag_message(error, {"profile": "--profile"})) from None
+        owners = any(b.owner != client.whoami().user for b in bookings)
+    if args.json:
+        print_json([b.model_dump(mode="json") for b in bookings])
+    elif not bookings:
+        print("No bookings. Book a device with: devbox book PROFILE --at TIME --hours N")
+    else:
+        print(_render.bookings_table(bookings, owners))
+    return EXIT_OK
+
+
+def cmd_booking_cancel(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        try:
+            booking = client.bookings.cancel(args.booking)
+        except ValidationError as error:
+            raise UsageError(flag_message(error, {"name": "BOOKING"})) from None
+    if args.json:
+        print_json(booking.model_dump(mode="json"))
+    else:
+        print(f"{booking.name} cancelled: {_render.clean(booking.message)}")
     return EXIT_OK
 
 

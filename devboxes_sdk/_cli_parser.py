@@ -4,13 +4,18 @@ the completion scripts are generated from too."""
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn
 
 from devboxes_sdk._cli_commands import (
     EXIT_OK,
     UsageError,
+    cmd_book,
+    cmd_booking_cancel,
+    cmd_bookings,
     cmd_config_ssh,
     cmd_create,
     cmd_delete,
@@ -75,6 +80,40 @@ def _box_name(value: str) -> str:
         return normalize_name(box_of_host(value))
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
+
+
+_OFFSET = re.compile(r"^\+(\d{1,4})([mhd])$")
+_CLOCK = re.compile(r"^(\d{1,2}):(\d{2})$")
+MOMENT_FORMS = "now, +30m, +2h, +1d, 14:00 (the next one), or 2030-05-17 09:00 (local time)"
+
+
+def moment(text: str, now: datetime) -> datetime:
+    """A time as typed: relative to ``now``, the next time of day on the local clock, or a
+    date and time (local unless it names its zone)."""
+    value = text.strip()
+    if value == "now":
+        return now
+    offset = _OFFSET.match(value)
+    if offset:
+        unit = {"m": "minutes", "h": "hours", "d": "days"}[offset.group(2)]
+        return now + timedelta(**{unit: int(offset.group(1))})
+    clock = _CLOCK.match(value)
+    if clock:
+        hour, minute = int(clock.group(1)), int(clock.group(2))
+        if hour > 23 or minute > 59:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a time of day")
+        local = now.astimezone()
+        found = local.replace(hour=hour, minute=minute, second=0, microsecond=0)
+        return found if found > local else found + timedelta(days=1)
+    try:
+        found = datetime.fromisoformat(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a time; give {MOMENT_FORMS}") from None
+    return found if found.tzinfo is not None else found.astimezone()
+
+
+def _moment(text: str) -> datetime:
+    return moment(text, datetime.now(UTC))
 
 
 class _NewBoxName(argparse.Action):
@@ -372,6 +411,35 @@ def build_parser() -> argparse.ArgumentParser:
     )
     key_remove.add_argument("fingerprint", metavar="FINGERPRINT", help="SHA256:... as listed")
     key_remove.set_defaults(handler=cmd_key_remove, prog=key_remove.prog)
+
+    book = add(
+        "book",
+        "book one device of a GPU profile for a window; refused with the earliest window "
+        "that fits when this one does not",
+        cmd_book,
+    )
+    complete_with(book.add_argument("profile", metavar="PROFILE"), PROFILES)
+    book.add_argument(
+        "--at", dest="starts_at", type=_moment, required=True, metavar="TIME", help=MOMENT_FORMS
+    )
+    book.add_argument("--hours", type=_positive_int, required=True, metavar="N")
+    book.add_argument(
+        "--box",
+        type=_box_name,
+        metavar="NAME",
+        help="the box of yours that gets the device first (default: any of yours of PROFILE)",
+    )
+    bookings = add("bookings", "list your bookings (an admin's: everyone's)", cmd_bookings)
+    bookings.add_argument("--profile", metavar="PROFILE", help="only this GPU profile's")
+    booking_commands = bookings.add_subparsers(dest="booking_command", metavar="COMMAND")
+    cancel = booking_commands.add_parser(
+        "cancel",
+        help="cancel a booking; it keeps nothing from now",
+        description="cancel a booking; it keeps nothing from now",
+        parents=[common],
+    )
+    cancel.add_argument("booking", metavar="BOOKING", help="its name, as listed: bk-...")
+    cancel.set_defaults(handler=cmd_booking_cancel, prog=cancel.prog)
 
     ssh = add("ssh", "open an SSH session to a ready box", cmd_ssh)
     _box_argument(ssh)

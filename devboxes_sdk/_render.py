@@ -15,6 +15,7 @@ from devboxes_sdk.labels import (
 )
 from devboxes_sdk.models import (
     PREVIEW_PATH,
+    Booking,
     DevboxState,
     DoctorReport,
     GpuAvailability,
@@ -201,6 +202,30 @@ def profiles_table(
 def when_text(found: GpuWhen) -> str:
     """One line per profile: its name, then the controller's sentence."""
     return "\n".join(f"{clean(p.name)}: {clean(p.basis)}" for p in found.profiles)
+
+
+BOOKING_HEADERS = ("NAME", "PROFILE", "FROM", "TO", "STATE", "BOX")
+
+
+def _minute(moment: datetime) -> str:
+    return moment.astimezone().strftime("%Y-%m-%d %H:%M")
+
+
+def bookings_table(bookings: Sequence[Booking], owners: bool) -> str:
+    """One row per booking, times in the local zone; an OWNER column for an admin's view."""
+    headers = ("OWNER", *BOOKING_HEADERS) if owners else BOOKING_HEADERS
+    rows = []
+    for b in bookings:
+        row = [
+            b.name,
+            b.profile,
+            _minute(b.starts_at),
+            _minute(b.ends_at),
+            b.state.value,
+            b.used_by or b.box or EMPTY,
+        ]
+        rows.append([b.owner, *row] if owners else row)
+    return table(headers, rows)
 
 
 def ports_text(ports: Sequence[ImagePort]) -> str:

@@ -8,11 +8,13 @@ from __future__ import annotations
 import builtins
 import copy
 import math
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
+from datetime import datetime
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import urlencode
 
 import requests
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
@@ -38,7 +40,7 @@ from devboxes_sdk.models import (
     FieldError,
 )
 
-__all__ = ["Client", "Devbox", "GpuNamespace", "UpdateCallback"]
+__all__ = ["BookingsNamespace", "Client", "Devbox", "GpuNamespace", "UpdateCallback"]
 
 # With a progress callback, server-side waits are cut into rounds this long so that
 # messages that change while the box starts (e.g. the scheduler's reason) still arrive.
@@ -230,12 +232,66 @@ class GpuNamespace:
         things stand: now, a time with the reason for it, or unknown."""
         path = f"{API_PREFIX}/gpu/when"
         if profile is not None:
-            path += "/" + quote(profile, safe="")
+            path += "/" + _profile_or_error(profile)
         return self._client._http.get_model(path, models.GpuWhen)
 
     def doctor(self) -> models.DoctorReport:
         """The operator's preflight: every prerequisite of every profile, checked live."""
         return self._client._http.get_model(f"{API_PREFIX}/gpu/doctor", models.DoctorReport)
+
+
+def _profile_or_error(profile: str) -> str:
+    if not models.NAME_RE.fullmatch(profile):
+        raise ValidationError(
+            [FieldError(loc=["profile"], msg=f"invalid profile {profile!r}: {models.NAME_RULE}")],
+            local=True,
+        )
+    return profile
+
+
+class BookingsNamespace:
+    """``client.bookings``: devices of a GPU profile promised to the caller for a window."""
+
+    __slots__ = ("_client",)
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def list(self, profile: str | None = None) -> builtins.list[models.Booking]:
+        """The caller's bookings (an admin's: everyone's), earliest window first."""
+        params = {"profile": _profile_or_error(profile)} if profile is not None else None
+        path = f"{API_PREFIX}/bookings"
+        return self._client._http.get_model(path, models.BookingList, params).items
+
+    def create(
+        self, profile: str, starts_at: datetime, hours: int, box: str | None = None
+    ) -> models.Booking:
+        """Book one unit of ``profile`` from ``starts_at`` for ``hours``. Refused with a
+        ConflictError naming the earliest window that fits when this one does not."""
+        try:
+            body = models.BookingCreate(profile=profile, starts_at=starts_at, hours=hours, box=box)
+        except PydanticValidationError as error:
+            raise ValidationError.from_pydantic(error) from None
+        response = self._client._http.request(
+            "POST", f"{API_PREFIX}/bookings", body=body.model_dump(mode="json")
+        )
+        return parse(models.Booking, decode(response), response.status_code)
+
+    def cancel(self, name: str) -> models.Booking:
+        """Cancel a booking; it keeps nothing from now."""
+        if not re.fullmatch(models.BOOKING_NAME_PATTERN, name):
+            raise ValidationError(
+                [
+                    FieldError(
+                        loc=["name"],
+                        msg=f"invalid booking name {name!r}: bk- and 8 "
+                        "lowercase letters or digits, as listed",
+                    )
+                ],
+                local=True,
+            )
+        response = self._client._http.request("DELETE", f"{API_PREFIX}/bookings/{name}")
+        return parse(models.Booking, decode(response), response.status_code)
 
 
 class KeysNamespace:
@@ -289,6 +345,7 @@ class Client:
         self._http = Transport(settings.url, settings.token, float(timeout), session)
         self.gpu = GpuNamespace(self)
         self.keys = KeysNamespace(self)
+        self.bookings = BookingsNamespace(self)
 
     @property
     def url(self) -> str:

@@ -398,6 +398,68 @@ class GpuWhen(_Response):
         return next((p for p in self.profiles if p.name == name), None)
 
 
+class BookingState(StrEnum):
+    """Where a booking stands, derived by the controller from its record and the clock."""
+
+    # The window has not opened.
+    BOOKED = "booked"
+    # The window is open and the booking's box has not had its device yet.
+    OPEN = "open"
+    # A box of the booking had its device in the window.
+    USED = "used"
+    # Unused after the grace time, or cancelled by an admin; it keeps nothing.
+    RELEASED = "released"
+    # The window has closed.
+    ENDED = "ended"
+
+
+# A booking's name, chosen by the controller.
+BOOKING_NAME_PATTERN = r"^bk-[a-z0-9]{8}$"
+# The longest window one booking may ask for, whatever the settings say.
+MAX_BOOKING_HOURS = 168
+
+
+class BookingCreate(_Request):
+    """Body of ``POST /api/v1/bookings``: one device of ``profile``, for its own units, from
+    ``starts_at`` for ``hours``; ``box`` (one of the asker's boxes) is the box that gets it
+    first, else any of the asker's boxes of the profile."""
+
+    profile: Annotated[str, Field(pattern=NAME_PATTERN)]
+    starts_at: AwareDatetime
+    hours: Annotated[int, Field(ge=1, le=MAX_BOOKING_HOURS), JSON_NUMBER]
+    box: Annotated[str, Field(json_schema_extra={"pattern": NAME_INPUT_PATTERN})] | None = None
+
+    @field_validator("box")
+    @classmethod
+    def _box(cls, value: str | None) -> str | None:
+        return None if value is None else normalize_name(value)
+
+
+class Booking(_Response):
+    """A promise of one unit of a GPU profile to ``owner`` over ``[starts_at, ends_at)``.
+
+    ``used_by`` is the box that had the device in the window; ``message`` says in one
+    sentence what the booking keeps and, released, why.
+    """
+
+    name: str
+    owner: str
+    profile: str
+    starts_at: AwareDatetime
+    ends_at: AwareDatetime
+    box: str | None = None
+    state: BookingState
+    used_by: str | None = None
+    created_at: AwareDatetime
+    message: str
+
+
+class BookingList(_Response):
+    """Body of ``GET /api/v1/bookings``: earliest window first."""
+
+    items: list[Booking] = Field(default_factory=list)
+
+
 DoctorVerdict = Literal["pass", "warn", "fail"]
 
 

@@ -164,6 +164,7 @@ def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from .box.activity import activity_key
+    from .control.bookings import Desk, Keeper
     from .control.gates import Gatekeeper
     from .control.lifecycle import Lifecycle
     from .control.reconciler import Reconciler
@@ -232,6 +233,7 @@ def serve(args: argparse.Namespace) -> int:
     )
     reconciler = Reconciler(store, lifecycle, elector)
     gatekeeper = Gatekeeper(store, api, elector)
+    keeper = Keeper(store, Desk(store, api), elector)
     # People with a token of the configured OpenID Connect issuer or JupyterHub, beside
     # the operator.
     oidc = oidc_verifier(settings)
@@ -246,9 +248,11 @@ def serve(args: argparse.Namespace) -> int:
         elector.start()
         reconciler.start()
         gatekeeper.start()
+        keeper.start()
         try:
             yield
         finally:
+            keeper.stop()
             gatekeeper.stop()
             reconciler.stop()
             stopper = threading.Thread(target=elector.stop)

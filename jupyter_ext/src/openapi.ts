@@ -252,6 +252,52 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/bookings": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List Bookings
+         * @description The caller's bookings (an admin's: everyone's), earliest window first, until a day
+         *     after each ended.
+         */
+        get: operations["list_bookings_api_v1_bookings_get"];
+        put?: never;
+        /**
+         * Book
+         * @description Book one unit of a GPU profile for a window; 409 with the earliest window that fits
+         *     when it does not.
+         */
+        post: operations["book_api_v1_bookings_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/bookings/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Cancel Booking
+         * @description Cancel a booking of the caller's (an admin: anyone's); it keeps nothing from now.
+         */
+        delete: operations["cancel_booking_api_v1_bookings__name__delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -292,6 +338,76 @@ export interface components {
              */
             alternative: number;
         };
+        /**
+         * Booking
+         * @description A promise of one unit of a GPU profile to ``owner`` over ``[starts_at, ends_at)``.
+         *
+         *     ``used_by`` is the box that had the device in the window; ``message`` says in one
+         *     sentence what the booking keeps and, released, why.
+         */
+        Booking: {
+            /** Name */
+            name: string;
+            /** Owner */
+            owner: string;
+            /** Profile */
+            profile: string;
+            /**
+             * Starts At
+             * Format: date-time
+             */
+            starts_at: string;
+            /**
+             * Ends At
+             * Format: date-time
+             */
+            ends_at: string;
+            /** Box */
+            box?: string | null;
+            state: components["schemas"]["BookingState"];
+            /** Used By */
+            used_by?: string | null;
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /** Message */
+            message: string;
+        };
+        /**
+         * BookingCreate
+         * @description Body of ``POST /api/v1/bookings``: one device of ``profile``, for its own units, from
+         *     ``starts_at`` for ``hours``; ``box`` (one of the asker's boxes) is the box that gets it
+         *     first, else any of the asker's boxes of the profile.
+         */
+        BookingCreate: {
+            /** Profile */
+            profile: string;
+            /**
+             * Starts At
+             * Format: date-time
+             */
+            starts_at: string;
+            /** Hours */
+            hours: number;
+            /** Box */
+            box?: string | null;
+        };
+        /**
+         * BookingList
+         * @description Body of ``GET /api/v1/bookings``: earliest window first.
+         */
+        BookingList: {
+            /** Items */
+            items?: components["schemas"]["Booking"][];
+        };
+        /**
+         * BookingState
+         * @description Where a booking stands, derived by the controller from its record and the clock.
+         * @enum {string}
+         */
+        BookingState: "booked" | "open" | "used" | "released" | "ended";
         /**
          * Capabilities
          * @description Body of ``GET /api/v1/capabilities``.
@@ -2252,6 +2368,274 @@ export interface operations {
             };
         };
     };
+    list_bookings_api_v1_bookings_get: {
+        parameters: {
+            query?: {
+                /** @description Only this GPU profile's bookings */
+                profile?: string | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BookingList"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Request Entity Too Large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    book_api_v1_bookings_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["BookingCreate"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Booking"];
+                };
+            };
+            /** @description Bad Request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Request Entity Too Large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too Many Requests */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Bad Gateway */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Service Unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    cancel_booking_api_v1_bookings__name__delete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The booking's name */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Booking"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Request Entity Too Large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too Many Requests */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Bad Gateway */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Service Unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
 }
 type FlattenedDeepRequired<T> = {
     [K in keyof T]-?: FlattenedDeepRequired<T[K] extends unknown[] | undefined | null ? Extract<T[K], unknown[]>[number] : T[K]>;
@@ -2263,6 +2647,7 @@ type ReadonlyArray<T> = [
 ] ? Readonly<Exclude<T, undefined>> : Readonly<Exclude<T, undefined>[]>;
 export const pathsApiV1GpuAvailabilityGetParametersQueryPresetAnyOf0Values: ReadonlyArray<FlattenedDeepRequired<paths>["/api/v1/gpu/availability"]["get"]["parameters"]["query"]["preset"]> = ["small", "medium", "large"];
 export const activityStateValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["Activity"]["state"]> = ["active", "idle", "unknown"];
+export const bookingStateValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["BookingState"]> = ["booked", "open", "used", "released", "ended"];
 export const capabilitiesSsh_accessValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["Capabilities"]["ssh_access"]> = ["tunnel", "service"];
 export const devboxCreatePresetValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["DevboxCreate"]["preset"]> = ["small", "medium", "large"];
 export const devboxStateValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["DevboxState"]> = ["starting", "ready", "stopped", "degraded"];

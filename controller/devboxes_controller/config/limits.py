@@ -29,6 +29,8 @@ class Quota(Model):
     boxes: LimitCount | None = None
     # Devices held by running boxes, by resource name or DRA device class name.
     devices: dict[DeviceKey, LimitCount] = Field(default_factory=dict, max_length=64)
+    # Hours of bookings not yet over (the part of each window still ahead), all profiles.
+    booked_hours: LimitCount | None = None
 
 
 class GroupLimits(Quota):
@@ -38,6 +40,8 @@ class GroupLimits(Quota):
     presets: list[Preset] | None = Field(default=None, min_length=1)
     # The longest time to live members may ask for; None: ttl.maxHours.
     max_ttl_hours: Annotated[StrictInt, Field(ge=1)] | None = None
+    # The longest window members may book; None: bookings.maxHours.
+    max_booking_hours: Annotated[StrictInt, Field(ge=1)] | None = None
 
 
 class LimitSettings(Model):

@@ -4,10 +4,10 @@ Settings fail closed. Every rule is checked at start-up and every violation is r
 at once, as ``path: message`` with the key names an operator writes in the values file,
 so a bad rollout never becomes Ready. Each block is a model in a module of its own
 (:mod:`.gpu`, :mod:`.images`, :mod:`.boxes`, :mod:`.connections`, :mod:`.auth`,
-:mod:`.limits`), built on the shared model of :mod:`.base`; here are their root and the
-rules that relate several blocks. Value formats are in :mod:`.formats`, the wording of
-violations in :mod:`.violations`, reading files in :mod:`.loading` and the chart's values
-in :mod:`.chart_values`.
+:mod:`.limits`, :mod:`.bookings`), built on the shared model of :mod:`.base`; here are
+their root and the rules that relate several blocks. Value formats are in
+:mod:`.formats`, the wording of violations in :mod:`.violations`, reading files in
+:mod:`.loading` and the chart's values in :mod:`.chart_values`.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from devboxes_sdk.models import PRESETS, Capabilities, Preset
 
 from .auth import AuthSettings
 from .base import Model, entry_name, entry_names, lookup, raw_rules
+from .bookings import BookingSettings
 from .boxes import (
     DEFAULT_PRESETS,
     MAX_SIDECARS,
@@ -55,6 +56,7 @@ class Settings(Model):
     queue: QueueSettings = Field(default_factory=QueueSettings)
     idle: IdleSettings = Field(default_factory=IdleSettings)
     stop_warnings: StopWarningSettings = Field(default_factory=StopWarningSettings)
+    bookings: BookingSettings = Field(default_factory=BookingSettings)
     connections: ConnectionSettings = Field(default_factory=ConnectionSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
     limits: LimitSettings = Field(default_factory=LimitSettings)

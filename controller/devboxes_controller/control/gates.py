@@ -8,6 +8,11 @@ walk decides from is in the caches: which boxes wait and hold devices (the box s
 what every pod of the cluster uses on every node (availability). It keeps no memory of its
 own, so a replica that takes the Lease goes on from the cluster as it is. Each pass is
 idempotent: lifting a gate already lifted changes nothing.
+
+Bookings: a box whose owner's booking of its profile is open goes ahead of the other
+gated boxes, and a box that could run less than ``promises.MIN_RUN`` before breaking
+someone's booking is left out of the walk until it could (its time to live is cut at the
+booking's start when it starts, :meth:`.lifecycle.Lifecycle.begin_time_to_live`).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
 
-from ..box import naming
+from ..box import activity, naming
 from ..box.spec import spec_from_deployment
 from ..config.catalog import SnapshotError
 from ..config.formats import quantity_value
@@ -28,6 +33,7 @@ from ..k8s.lease import LeaderElector
 from ..placement import capacity, order
 from ..state.availability import Cluster
 from ..state.store import BoxStore
+from .promises import MIN_RUN, Promises, booked_for, time_to_live
 
 log = logging.getLogger(__name__)
 
@@ -96,12 +102,14 @@ class Gatekeeper:
         self._store = store
         self._core = kube.Apis(api).core
         self._elector = elector
+        self._promises = Promises(store)
         self._strict = store.settings.queue.order == "strict"
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="queue", daemon=True)
         store.add_listener(lambda _name: self._wake.set())
         store.availability.add_listener(self._wake.set)
+        store.bookings.add_listener(self._wake.set)
         elector.add_listener(lambda _leading: self._wake.set())
 
     def start(self) -> None:
@@ -147,8 +155,10 @@ class Gatekeeper:
             if found is not None:
                 demands[waiter.box] = found
         holdings = order.held(holders)
+        booked, held_back = self._bookings(waiters)
         resources = sorted({w.resource for w in waiters if w.box in demands})
-        lines = [order.line(waiters, r, holdings) for r in resources]
+        free = [w for w in waiters if w.box not in held_back]
+        lines = [order.line(free, r, holdings, booked) for r in resources]
         walk = order.walk(lines, demands, room, self._strict)
         self._store.walked(walk)
         if not self._elector.is_leading():
@@ -167,6 +177,28 @@ class Gatekeeper:
             if self._lift(waiter, places):
                 lifted.append(waiter.box)
         return lifted
+
+    def _bookings(self, waiters: Sequence[order.Waiter]) -> tuple[set[str], set[str]]:
+        """The gated boxes whose owner's booking is open (they go first), and those that
+        would break someone's booking within ``MIN_RUN`` of getting a device (they wait)."""
+        booked: set[str] = set()
+        held_back: set[str] = set()
+        now = self._store.clock()
+        for waiter in waiters:
+            deployment = self._store.deployment(naming.object_names(waiter.box))
+            profile = activity.gpu_profile(deployment) if deployment is not None else None
+            if not waiter.gated or deployment is None or profile is None:
+                continue
+            records = self._promises.records(profile, now)
+            if not records:
+                continue
+            if booked_for(records, waiter.owner, waiter.box, now) is not None:
+                booked.add(waiter.box)
+            until = now + time_to_live(deployment)
+            clash = self._promises.clash(profile, waiter.box, waiter.owner, until, now)
+            if clash is not None and clash.at - now < MIN_RUN:
+                held_back.add(waiter.box)
+        return booked, held_back
 
     def _lift(self, waiter: order.Waiter, places: Mapping[str, int]) -> bool:
         try:

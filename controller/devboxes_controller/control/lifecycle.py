@@ -45,6 +45,7 @@ from ..placement import limits
 from ..state.metrics import METRICS
 from ..state.store import BoxStore
 from .events import Events
+from .promises import Promises
 from .writer import BoxWriter, belongs_to, refuse_foreign_claim, taken
 
 log = logging.getLogger(__name__)
@@ -65,6 +66,7 @@ class Lifecycle:
         self._writer = BoxWriter(store, apis, self._events)
         self._limits_lock = threading.Lock()
         self._holdings = limits.Holdings()
+        self._promises = Promises(store)
 
     def stop(self) -> None:
         self._events.stop()
@@ -474,6 +476,14 @@ class Lifecycle:
         since = parse_timestamp(annotations[naming.ANNOTATION_WAITING_SINCE])
         waited = max(now - since, timedelta(0))
         expires = parse_timestamp(annotations[naming.ANNOTATION_EXPIRES_AT]) + waited
+        profile = activity.gpu_profile(deployment)
+        clash = (
+            None
+            if profile is None
+            else self._promises.clash(profile, name, ownership.owner_of(deployment), expires, now)
+        )
+        if clash is not None:
+            expires = clash.at
         stamp = format_timestamp(expires)
         updated = self._writer.patch(
             deployment,
@@ -488,7 +498,14 @@ class Lifecycle:
                 }
             },
         )
-        if waited >= timedelta(minutes=1):
+        if clash is not None:
+            self.record(
+                updated,
+                "TimeToLiveCut",
+                f"Stops automatically at {stamp}, before its time to live ends, to keep a "
+                f"booking: {clash.sentence()}",
+            )
+        elif waited >= timedelta(minutes=1):
             self.record(
                 updated,
                 "TimeToLiveMoved",
@@ -601,6 +618,7 @@ class Lifecycle:
                 f"{format_timestamp(base)}"
             )
         expires = base + timedelta(hours=hours)
+        self._keeps_bookings(name, deployment, spec, base, expires, now)
         stamp = format_timestamp(expires)
         annotations = {naming.ANNOTATION_EXPIRES_AT: stamp}
         record = activity.recorded(deployment)
@@ -616,6 +634,33 @@ class Lifecycle:
             f"Extended by {hours} h; stops automatically at {stamp}",
         )
         return self._current(spec.names, updated)
+
+    def _keeps_bookings(
+        self,
+        name: str,
+        deployment: Obj,
+        spec: BoxSpec,
+        base: datetime,
+        expires: datetime,
+        now: datetime,
+    ) -> None:
+        """Conflict naming the booking that running until ``expires`` would break."""
+        if spec.gpu is None:
+            return
+        owner = ownership.owner_of(deployment)
+        clash = self._promises.clash(spec.gpu.name, name, owner, expires, now, since=base)
+        if clash is None:
+            return
+        room = int((clash.at - base) / timedelta(hours=1))
+        more = (
+            f"it can be extended by at most {room} h"
+            if room >= 1
+            else "it cannot be extended by a whole hour"
+        )
+        raise Conflict(
+            f"{name} cannot run past {format_timestamp(clash.at)}: every {spec.gpu.name} "
+            f"device is promised then ({clash.sentence()}); {more}"
+        )
 
 
 def _device(spec: BoxSpec) -> str | None:

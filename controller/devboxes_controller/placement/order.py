@@ -7,11 +7,12 @@ resource. Its order, the same for the place a box reports and for the lifting:
 
 1. boxes already let through (gate lifted) and not yet placed: they take the next device
    they fit, whatever the order of the rest;
-2. then the box whose owner (``box.ownership.owner_of`` of its pod) holds the
+2. then the box whose owner has a booking of its profile open now (``control.promises``);
+3. then the box whose owner (``box.ownership.owner_of`` of its pod) holds the
    fewest devices of that resource (devices held or let through);
-3. then the box that has waited longest (its pod's creation: when it was created or last
+4. then the box that has waited longest (its pod's creation: when it was created or last
    started);
-4. then the box name.
+5. then the box name.
 
 The boxes made with the operator token all belong to the operator, one person.
 
@@ -75,12 +76,22 @@ def held(holders: Iterable[Holder]) -> dict[tuple[str, str], int]:
 
 
 def line(
-    waiters: Iterable[Waiter], resource: str, holdings: Mapping[tuple[str, str], int]
+    waiters: Iterable[Waiter],
+    resource: str,
+    holdings: Mapping[tuple[str, str], int],
+    booked: Collection[str] = frozenset(),
 ) -> list[Waiter]:
-    """The boxes waiting for ``resource`` in the order they get it, first first."""
+    """The boxes waiting for ``resource`` in the order they get it, first first; the
+    ``booked`` boxes (whose owner's booking is open) ahead of the other gated ones."""
     return sorted(
         (w for w in waiters if w.resource == resource),
-        key=lambda w: (w.gated, holdings.get((w.owner, resource), 0), w.since, w.box),
+        key=lambda w: (
+            w.gated,
+            w.box not in booked,
+            holdings.get((w.owner, resource), 0),
+            w.since,
+            w.box,
+        ),
     )
 
 

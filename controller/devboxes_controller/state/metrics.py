@@ -88,6 +88,12 @@ class Metrics:
             ["outcome"],
             registry=self.registry,
         )
+        self.bookings = Counter(
+            "devboxes_bookings_total",
+            "Bookings by what befell them: booked, cancelled, used, released",
+            ["event"],
+            registry=self.registry,
+        )
         self.repairs = Counter(
             "devboxes_repairs_total",
             "Objects recreated by reconciliation",

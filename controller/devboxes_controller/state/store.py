@@ -28,11 +28,13 @@ from ..placement import order
 from .answers import Answers
 from .availability import Availability
 from .bodies import Body
+from .bookings import Bookings
 from .cache import Informer
 from .index import Key
 from .line import DeviceLine, entry
 from .metrics import METRICS
 from .watches import (
+    BOOKINGS,
     CLAIM_TEMPLATES,
     DEPLOYMENTS,
     EVENTS,
@@ -105,6 +107,7 @@ class BoxStore:
         self.device_line = line or DeviceLine()
         self.availability = availability or Availability(settings, watches, self.device_line)
         self._caches = Caches.of(watches)
+        self.bookings = Bookings(watches[BOOKINGS])
         self._answers = Answers()
         self._status_lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -341,6 +344,13 @@ class BoxStore:
         """The profiles some box has now."""
         with self._status_lock:
             return self._answers.profiles()
+
+    def boxes_of_profile(self, profile: str) -> list[Obj]:
+        """The Deployments of the boxes of ``profile``, by the index, not a scan."""
+        with self._status_lock:
+            names = self._answers.names((None, None, profile))
+        found = (self.deployment(naming.object_names(name)) for name in sorted(names))
+        return [d for d in found if d is not None]
 
     def counts(self) -> dict[str, int]:
         return self._answers.counts()

@@ -26,6 +26,8 @@ In short (``WATCHES`` below is the source; ``slim`` names each strip):
 - resourceclaims (all namespaces), deviceclasses: the cluster; the free DRA devices;
   while availability is counted.
 - configmaps: the one ConfigMap of ended sessions in the box namespace; always.
+- bookings: the one ConfigMap of bookings in the box namespace; the line, extend, the
+  bookings' keeper and the API; always.
 
 "Managed" is the managed-object label selector; "availability is counted" is
 ``Settings.counts_devices`` (``availability.enabled`` and GPUs enabled). ``/ready`` waits
@@ -46,6 +48,7 @@ from ..k8s import kinds
 from ..k8s.kinds import Kind
 from ..k8s.kube import ApiClient, Apis
 from . import slim
+from .bookings import BOOKINGS_CONFIGMAP
 from .cache import BoxOf, Informer, Keep, OnChange, Strip
 
 Condition = Callable[[Settings], bool]
@@ -211,6 +214,15 @@ ENDED_SESSIONS = Watch(
     field_selector=f"metadata.name={ENDED_SESSIONS_CONFIGMAP}",
 )
 
+BOOKINGS = Watch(
+    "bookings",
+    kinds.CONFIGMAPS,
+    False,
+    None,
+    "the line, extend, the bookings' keeper, the API",
+    field_selector=f"metadata.name={BOOKINGS_CONFIGMAP}",
+)
+
 # The namespace's box objects, whose changes a box's status is derived from.
 BOX_WATCHES = (
     DEPLOYMENTS,
@@ -229,7 +241,7 @@ COUNTING = (NODES, CLUSTER_PODS, RUNTIME_CLASSES)
 DEVICES = (RESOURCE_SLICES, CLUSTER_CLAIMS, DEVICE_CLASSES)
 # Built and run by the ended sessions themselves.
 OWN = (ENDED_SESSIONS,)
-WATCHES: tuple[Watch, ...] = BOX_WATCHES + COUNTING + DEVICES + OWN
+WATCHES: tuple[Watch, ...] = (*BOX_WATCHES, BOOKINGS, *COUNTING, *DEVICES, *OWN)
 
 
 class Watches:

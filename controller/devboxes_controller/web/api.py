@@ -18,12 +18,16 @@ from fastapi.openapi.utils import get_openapi
 
 from devboxes_sdk.models import (
     API_PREFIX,
+    BOOKING_NAME_PATTERN,
     IDEMPOTENCY_HEADER,
     MAX_LIST_LIMIT,
     MAX_USER_LENGTH,
     MAX_WAIT_SECONDS,
     NAME_INPUT_PATTERN,
     WAIT_HEADER,
+    Booking,
+    BookingCreate,
+    BookingList,
     Capabilities,
     DeleteResult,
     Devbox,
@@ -52,6 +56,7 @@ from ..config.gpu import GpuProfileConfig
 from ..config.images import ImageProfileConfig
 from ..config.settings import Settings
 from ..control import volumes
+from ..control.bookings import Desk
 from ..control.lifecycle import Lifecycle
 from ..control.ssh_keys import Keys
 from ..k8s.kube import NotFound, rule_broken
@@ -126,6 +131,11 @@ async def _keys(request: Request) -> Keys:
     return keys
 
 
+async def _bookings(request: Request) -> Desk:
+    desk: Desk = request.app.state.bookings
+    return desk
+
+
 async def _reads(request: Request) -> ReadPool:
     reads: ReadPool = request.app.state.reads
     return reads
@@ -146,6 +156,7 @@ TokensDep = Annotated[ListTokens, Depends(_tokens)]
 LifecycleDep = Annotated[Lifecycle, Depends(_lifecycle)]
 WritesDep = Annotated[WritePool, Depends(_writes)]
 KeysDep = Annotated[Keys, Depends(_keys)]
+BookingsDep = Annotated[Desk, Depends(_bookings)]
 ReadsDep = Annotated[ReadPool, Depends(_reads)]
 DoctorDep = Annotated[Shared[DoctorReport], Depends(_doctor)]
 
@@ -538,3 +549,38 @@ async def remove_key(
     ],
 ) -> SshKey:
     return await writes.run_for(identity.user, keys.remove, _owner(identity), fingerprint)
+
+
+# Bookings: written on the apiserver, off the event loop; listed from the watch.
+@router.get("/bookings", responses=_errors(422))
+async def list_bookings(
+    identity: Caller,
+    desk: BookingsDep,
+    profile: Annotated[
+        str | None,
+        Query(pattern=PROFILE_NAME_RE.pattern, description="Only this GPU profile's bookings"),
+    ] = None,
+) -> BookingList:
+    """The caller's bookings (an admin's: everyone's), earliest window first, until a day
+    after each ended."""
+    return desk.listing(identity.scope, profile)
+
+
+@router.post("/bookings", status_code=201, responses={**WITH_BODY, **WRITES})
+async def book(
+    body: BookingCreate, identity: Caller, desk: BookingsDep, writes: WritesDep
+) -> Booking:
+    """Book one unit of a GPU profile for a window; 409 with the earliest window that fits
+    when it does not."""
+    return await writes.run_for(identity.user, desk.book, body, _asker(identity))
+
+
+@router.delete("/bookings/{name}", responses={**NAMED, **WRITES})
+async def cancel_booking(
+    name: Annotated[str, Path(pattern=BOOKING_NAME_PATTERN, description="The booking's name")],
+    identity: Caller,
+    desk: BookingsDep,
+    writes: WritesDep,
+) -> Booking:
+    """Cancel a booking of the caller's (an admin: anyone's); it keeps nothing from now."""
+    return await writes.run_for(identity.user, desk.cancel, name, identity.scope)

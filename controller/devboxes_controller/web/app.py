@@ -27,6 +27,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from devboxes_sdk.models import field_errors, normalize_name
 
+from ..control.bookings import Desk
 from ..control.lifecycle import Lifecycle
 from ..control.ssh_keys import Keys
 from ..k8s.kube import ApiProblem, Invalid, NotFound
@@ -384,6 +385,7 @@ def create_app(
         store.clock,
         store.settings.ssh.authorized_keys_secret,
     )
+    app.state.bookings = Desk(store, lifecycle.api)
     app.state.token = token
     app.state.verifiers = tuple(verifiers)
     app.state.admin_groups = frozenset(store.settings.auth.admin_groups)

@@ -26,7 +26,15 @@ L4: dict[str, Any] = {
 }
 BY_RUNTIME = {**L4, "name": "l4-runtime", "runtimeClassName": "nvidia"}
 
-BOXES = {"deployments", "replicasets", "pods", "services", "persistentvolumeclaims", "events"}
+BOXES = {
+    "deployments",
+    "replicasets",
+    "pods",
+    "services",
+    "persistentvolumeclaims",
+    "events",
+    "bookings",
+}
 DRA = {"resourceclaimtemplates", "resourceclaims"}
 COUNTING = {"nodes", "pods (all namespaces)"}
 DEVICES = {"resourceslices", "resourceclaims (all namespaces)", "deviceclasses"}
@@ -70,7 +78,7 @@ def test_the_settings_call_for_the_same_watches_as_ever(
 def test_each_row_is_listed_by_the_client_and_kept_as_slim_keeps_it() -> None:
     apis = Apis(client.ApiClient())
     strips = {getattr(slim, name) for name in dir(slim) if not name.startswith("_")}
-    assert len({w.name for w in watches.WATCHES}) == len(watches.WATCHES) == 15
+    assert len({w.name for w in watches.WATCHES}) == len(watches.WATCHES) == 16
     for watch in watches.WATCHES:
         lister = watch.kind.lister(apis, all_namespaces=watch.cluster)
         assert callable(lister)

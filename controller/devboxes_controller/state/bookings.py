@@ -1,0 +1,151 @@
+"""Bookings as the cluster keeps them: one ConfigMap, ``devboxes-bookings`` in the box
+namespace, one data entry per booking (its name) holding its record as JSON. One object,
+so that every booking is admitted against all the others by a write over the version it
+was checked against: two replicas admitting at once cannot both promise the same device.
+
+A record is what was asked and what became of it; its state and sentence are derived
+from the record and the clock (:func:`state`, :func:`message`), with no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta
+
+from devboxes_sdk.models import Booking, BookingState
+
+from ..k8s.kube import Obj
+from ..k8s.timestamps import format_timestamp, parse_timestamp
+from .cache import Informer
+
+BOOKINGS_CONFIGMAP = "devboxes-bookings"
+# A ConfigMap holds at most 1 MiB; a record takes under 400 bytes.
+MAX_BOOKINGS = 2000
+# How long an ended or released booking is still listed.
+KEPT_AFTER_END = timedelta(days=1)
+
+
+@dataclass(frozen=True)
+class Record:
+    name: str
+    owner: str
+    groups: tuple[str, ...]
+    profile: str
+    starts_at: str
+    ends_at: str
+    box: str | None
+    created_at: str
+    used_by: str | None = None
+    released_at: str | None = None
+    released_why: str | None = None
+
+    @property
+    def start(self) -> datetime:
+        return parse_timestamp(self.starts_at)
+
+    @property
+    def end(self) -> datetime:
+        return parse_timestamp(self.ends_at)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Record | None:
+        """The record, or None for an entry that is not one (edited by hand)."""
+        try:
+            raw = json.loads(text)
+            record = cls(**{**raw, "groups": tuple(raw.get("groups") or ())})
+            record.start, record.end  # noqa: B018 - both times must parse
+        except (ValueError, TypeError):
+            return None
+        return record
+
+    def holds(self, now: datetime) -> bool:
+        """Whether it still keeps a device from ``now`` on: not released, not over."""
+        return self.released_at is None and self.end > now
+
+
+def records_of(config_map: Obj | None) -> list[Record]:
+    """Every readable booking of the ConfigMap, earliest window first."""
+    data: Mapping[str, str] = (config_map or {}).get("data") or {}
+    found = [r for r in (Record.from_json(text) for text in data.values()) if r is not None]
+    return sorted(found, key=lambda r: (r.start, r.name))
+
+
+def state(record: Record, now: datetime) -> BookingState:
+    if record.released_at is not None:
+        return BookingState.RELEASED
+    if now >= record.end:
+        return BookingState.ENDED
+    if record.used_by is not None:
+        return BookingState.USED
+    return BookingState.OPEN if now >= record.start else BookingState.BOOKED
+
+
+def _clock(moment: datetime) -> str:
+    return f"{format_timestamp(moment)[:16].replace('T', ' ')} UTC"
+
+
+def window(record: Record) -> str:
+    return f"{record.profile} from {_clock(record.start)} to {_clock(record.end)}"
+
+
+def message(record: Record, now: datetime, grace: timedelta) -> str:
+    which = f"{record.box}" if record.box else f"any of {record.owner}'s boxes of it"
+    current = state(record, now)
+    if current is BookingState.RELEASED:
+        return f"Released: {window(record)}; {record.released_why or 'cancelled'}."
+    if current is BookingState.ENDED:
+        return f"Ended: {window(record)}."
+    if current is BookingState.USED:
+        return f"In use by {record.used_by}: {window(record)}."
+    if current is BookingState.OPEN:
+        return (
+            f"Open: {window(record)}; {which} gets the device ahead of the line if started "
+            f"by {_clock(record.start + grace)}, else the booking is released."
+        )
+    return f"Booked: {window(record)}; {which} gets the device ahead of the line then."
+
+
+def to_model(record: Record, now: datetime, grace: timedelta) -> Booking:
+    return Booking(
+        name=record.name,
+        owner=record.owner,
+        profile=record.profile,
+        starts_at=record.start,
+        ends_at=record.end,
+        box=record.box,
+        state=state(record, now),
+        used_by=record.used_by,
+        created_at=parse_timestamp(record.created_at),
+        message=message(record, now, grace),
+    )
+
+
+class Bookings:
+    """The bookings as the shared watch of their ConfigMap last saw them, read once per
+    resourceVersion."""
+
+    def __init__(self, informer: Informer) -> None:
+        self._informer = informer
+        self._lock = threading.Lock()
+        self._read: tuple[object, list[Record]] = (None, [])
+
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        self._informer.subscribe(on_update=listener)
+
+    def all(self) -> list[Record]:
+        found = self._informer.get(BOOKINGS_CONFIGMAP)
+        version = (found or {}).get("metadata", {}).get("resourceVersion")
+        with self._lock:
+            if self._read[0] != version or version is None:
+                self._read = (version, records_of(found))
+            return self._read[1]
+
+    def of_profile(self, profile: str, now: datetime) -> list[Record]:
+        """The profile's bookings that still keep a device from ``now`` on."""
+        return [r for r in self.all() if r.profile == profile and r.holds(now)]
