@@ -158,6 +158,9 @@ def test_openapi_documents_every_route(api: CheckedApi) -> None:
         ("GET", "/api/v1/keys"),
         ("POST", "/api/v1/keys"),
         ("DELETE", "/api/v1/keys"),
+        ("GET", "/api/v1/bookings"),
+        ("POST", "/api/v1/bookings"),
+        ("DELETE", "/api/v1/bookings/{name}"),
     }
 
 
