@@ -399,6 +399,14 @@ class GpuSettings(Model):
     def profile(self, name: str) -> GpuProfileConfig | None:
         return next((p for p in self.profiles if p.name == name), None)
 
+    def shares_devices(self, profile: GpuProfileConfig) -> bool:
+        """Whether another profile of the catalog asks for the same devices."""
+        asked = profile.resource_name or profile.device_class_name
+        return any(
+            p.name != profile.name and (p.resource_name or p.device_class_name) == asked
+            for p in self.profiles
+        )
+
     @property
     def uses_dra(self) -> bool:
         """Whether any profile is of DRA devices, so the controller watches claims."""

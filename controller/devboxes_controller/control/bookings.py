@@ -34,7 +34,6 @@ from ..state.bookings import (
     KEPT_AFTER_END,
     MAX_BOOKINGS,
     Record,
-    records_of,
     to_model,
     window,
 )
@@ -70,7 +69,7 @@ class Desk:
 
     def __init__(self, store: BoxStore, api: kube.ApiClient) -> None:
         self._store = store
-        self._promises = Promises(store)
+        self.promises = Promises(store)
         self._core = kube.Apis(api).core
         self._namespace = store.settings.namespace
 
@@ -86,6 +85,9 @@ class Desk:
         except NotFound:
             return None
         return found
+
+    def records(self, found: Obj | None) -> list[Record]:
+        return self._store.bookings.parse(found)
 
     def write(self, found: Obj | None, records: Sequence[Record]) -> None:
         """Replace the bookings, over the version read; Conflict when it moved."""
@@ -115,10 +117,10 @@ class Desk:
 
     def _checked(self, request: BookingCreate, asker: Asker, now: datetime) -> None:
         settings = self._store.settings
-        why = self._promises.why_not(request.profile)
+        why = self.promises.why_not(request.profile)
         if why is not None:
             offered = ", ".join(p.name for p in settings.gpu.profiles) or "none"
-            if self._promises.profile(request.profile) is None:
+            if self.promises.profile(request.profile) is None:
                 raise NotFound(
                     f"no GPU profile '{request.profile}' is offered; the profiles: {offered}"
                 )
@@ -180,7 +182,7 @@ class Desk:
         length = timedelta(hours=request.hours)
         for _ in range(ATTEMPTS):
             found = self.read()
-            everything = records_of(found)
+            everything = self.records(found)
             if len(everything) >= MAX_BOOKINGS:
                 raise Conflict(
                     f"the cluster holds {len(everything)} bookings, the most it keeps; "
@@ -188,7 +190,7 @@ class Desk:
                 )
             self._limits(everything, asker, request.hours, now)
             kept = [r for r in everything if r.profile == request.profile and r.holds(now)]
-            ledger = self._promises.ledger(request.profile, now, records=kept)
+            ledger = self.promises.ledger(request.profile, now, records=kept)
             if ledger is None:
                 raise Unavailable(
                     f"the controller cannot count {request.profile}'s devices right now; retry"
@@ -234,7 +236,7 @@ class Desk:
         now = self._store.clock()
         for _ in range(ATTEMPTS):
             found = self.read()
-            everything = records_of(found)
+            everything = self.records(found)
             record = next(
                 (r for r in everything if r.name == name and scope in (None, r.owner)), None
             )
@@ -314,7 +316,8 @@ class Keeper:
         if not records:
             return []
         now = self._store.clock()
-        holding = {r.profile: sittings(self._store, r.profile, now) for r in records}
+        holds = self._desk.promises.holds
+        holding = {r.profile: sittings(self._store, holds, r.profile, now) for r in records}
 
         def users(record: Record) -> str | None:
             user = user_of(record, holding[record.profile], now)
@@ -325,7 +328,7 @@ class Keeper:
         if settled == records:
             return []
         found = self._desk.read()
-        if records_of(found) != records:
+        if self._desk.records(found) != records:
             return []  # changed since the cache saw it: the next pass reads it again
         try:
             self._desk.write(found, settled)

@@ -14,11 +14,12 @@ devices joins the line first (the line favours them). Otherwise it is an estimat
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from devboxes_sdk.models import ProfileAvailability, ProfileWhen
 
 from ..k8s.timestamps import format_timestamp
+from .ledger import Ledger
 
 
 def _ordinal(n: int) -> str:
@@ -36,14 +37,16 @@ def when(
     now: datetime,
     *,
     shared: bool,
+    dra: bool = False,
 ) -> ProfileWhen:
     """``holders``: the time-to-live ends of the running boxes of the profile that hold a
-    device; ``shared``: another profile asks for the same devices."""
+    device; ``shared``: another profile asks for the same devices; ``dra``: the profile's
+    devices are DRA devices, which the scheduler hands out, not the controller's line."""
     name, free, waiting = availability.name, availability.available, availability.waiting
     if free is None or availability.capacity is None:
         why = availability.reason or "the controller cannot count this profile's devices"
         return ProfileWhen(name=name, basis=f"Unknown: {why}.")
-    complete = not shared and free + len(holders) >= availability.capacity
+    complete = not shared and not dra and free + len(holders) >= availability.capacity
     if free > waiting:
         ahead = f", {waiting} waiting" if waiting else ""
         return ProfileWhen(
@@ -73,13 +76,43 @@ def when(
             "extends it or someone holding fewer of these devices joins the line first."
         )
     else:
-        others = (
-            "another profile asks for the same devices"
-            if shared
-            else "pods that are not boxes hold some of these devices"
-        )
+        if dra:
+            others = "the scheduler, not the controller's line, hands out DRA devices"
+        elif shared:
+            others = "another profile asks for the same devices"
+        else:
+            others = "pods that are not boxes hold some of these devices"
         basis = (
             f"About {_clock(at)}, an estimate: {place} reaches the end of its time to "
             f"live then{ahead}, but {others}."
         )
     return ProfileWhen(name=name, free_at=at, bound=complete, basis=basis)
+
+
+def after_bookings(
+    answer: ProfileWhen, ledger: Ledger, run: timedelta, latest: datetime
+) -> ProfileWhen:
+    """The answer moved past the bookings: a box given a device must be able to run
+    ``run`` before any booking it would break, so the device is not its until then."""
+    if answer.free_at is None:
+        return answer
+    fits = ledger.earliest(answer.free_at, run, latest)
+    if fits == answer.free_at:
+        return answer
+    if fits is None:
+        return ProfileWhen(
+            name=answer.name,
+            basis=(
+                f"Unknown: bookings hold every device of the profile from "
+                f"{_clock(answer.free_at)} to past {_clock(latest)}."
+            ),
+        )
+    return ProfileWhen(
+        name=answer.name,
+        free_at=fits,
+        bound=False,
+        basis=(
+            f"About {_clock(fits)}, an estimate: a device comes free sooner, but bookings "
+            f"hold it until then (devbox bookings lists yours)."
+        ),
+    )

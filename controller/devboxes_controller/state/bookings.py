@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
+from functools import cached_property
 
 from devboxes_sdk.models import Booking, BookingState
 
@@ -42,16 +43,18 @@ class Record:
     released_at: str | None = None
     released_why: str | None = None
 
-    @property
+    # Read once: a ledger asks each record for its times many times.
+    @cached_property
     def start(self) -> datetime:
         return parse_timestamp(self.starts_at)
 
-    @property
+    @cached_property
     def end(self) -> datetime:
         return parse_timestamp(self.ends_at)
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True)
+        kept = {f.name: getattr(self, f.name) for f in fields(self)}
+        return json.dumps(kept, separators=(",", ":"), sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> Record | None:
@@ -69,11 +72,24 @@ class Record:
         return self.released_at is None and self.end > now
 
 
+def read_entries(
+    config_map: Obj | None, known: Mapping[str, Record | None]
+) -> dict[str, Record | None]:
+    """Each entry's text and its record (None: not one); a text in ``known`` (read
+    before) is not parsed again."""
+    data: Mapping[str, str] = (config_map or {}).get("data") or {}
+    return {
+        text: known[text] if text in known else Record.from_json(text) for text in data.values()
+    }
+
+
+def earliest_first(records: Iterable[Record | None]) -> list[Record]:
+    return sorted((r for r in records if r is not None), key=lambda r: (r.start, r.name))
+
+
 def records_of(config_map: Obj | None) -> list[Record]:
     """Every readable booking of the ConfigMap, earliest window first."""
-    data: Mapping[str, str] = (config_map or {}).get("data") or {}
-    found = [r for r in (Record.from_json(text) for text in data.values()) if r is not None]
-    return sorted(found, key=lambda r: (r.start, r.name))
+    return earliest_first(read_entries(config_map, {}).values())
 
 
 def state(record: Record, now: datetime) -> BookingState:
@@ -126,25 +142,39 @@ def to_model(record: Record, now: datetime, grace: timedelta) -> Booking:
     )
 
 
-class Bookings:
-    """The bookings as the shared watch of their ConfigMap last saw them, read once per
-    resourceVersion."""
+class Reader:
+    """Records read from versions of the ConfigMap: each version once, and of a new version
+    only the entries that changed (an admission at a thousand bookings would otherwise
+    spend most of its time reading the ones it did not touch)."""
 
-    def __init__(self, informer: Informer) -> None:
-        self._informer = informer
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._read: tuple[object, list[Record]] = (None, [])
+        self._texts: dict[str, Record | None] = {}
+
+    def parse(self, config_map: Obj | None) -> list[Record]:
+        """The records of this version of the ConfigMap, earliest window first."""
+        version = ((config_map or {}).get("metadata") or {}).get("resourceVersion")
+        with self._lock:
+            if version is None or self._read[0] != version:
+                self._texts = read_entries(config_map, self._texts)
+                self._read = (version, earliest_first(self._texts.values()))
+            return self._read[1]
+
+
+class Bookings(Reader):
+    """The bookings as the shared watch of their ConfigMap last saw them; a read of the
+    ConfigMap from the apiserver is parsed here too."""
+
+    def __init__(self, informer: Informer) -> None:
+        super().__init__()
+        self._informer = informer
 
     def add_listener(self, listener: Callable[[], None]) -> None:
         self._informer.subscribe(on_update=listener)
 
     def all(self) -> list[Record]:
-        found = self._informer.get(BOOKINGS_CONFIGMAP)
-        version = (found or {}).get("metadata", {}).get("resourceVersion")
-        with self._lock:
-            if self._read[0] != version or version is None:
-                self._read = (version, records_of(found))
-            return self._read[1]
+        return self.parse(self._informer.get(BOOKINGS_CONFIGMAP))
 
     def of_profile(self, profile: str, now: datetime) -> list[Record]:
         """The profile's bookings that still keep a device from ``now`` on."""

@@ -345,10 +345,16 @@ class BoxStore:
         with self._status_lock:
             return self._answers.profiles()
 
-    def boxes_of_profile(self, profile: str) -> list[Obj]:
-        """The Deployments of the boxes of ``profile``, by the index, not a scan."""
+    def running_boxes_of(self, profile: str) -> list[Obj]:
+        """The Deployments of the boxes of ``profile`` that are not stopped, by the index,
+        not a scan."""
         with self._status_lock:
-            names = self._answers.names((None, None, profile))
+            names = [
+                name
+                for state in DevboxState
+                if state is not DevboxState.STOPPED
+                for name in self._answers.names((None, state.value, profile))
+            ]
         found = (self.deployment(naming.object_names(name)) for name in sorted(names))
         return [d for d in found if d is not None]
 

@@ -9,8 +9,7 @@ share per person.
 from __future__ import annotations
 
 import json
-from collections import Counter
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
@@ -49,7 +48,7 @@ from devboxes_sdk.models import (
     normalize_name,
 )
 
-from ..box import activity, idempotency, stop_warning
+from ..box import idempotency, stop_warning
 from ..box.ownership import OPERATOR
 from ..config.catalog import CPU_ACCELERATOR, PROFILE_NAME_RE
 from ..config.gpu import GpuProfileConfig
@@ -58,6 +57,7 @@ from ..config.settings import Settings
 from ..control import volumes
 from ..control.bookings import Desk
 from ..control.lifecycle import Lifecycle
+from ..control.promises import MIN_RUN, Promises
 from ..control.ssh_keys import Keys
 from ..k8s.kube import NotFound, rule_broken
 from ..placement import doctor, limits, when
@@ -306,16 +306,17 @@ async def gpu_availability(
 
 
 @router.get("/gpu/when", response_model=GpuWhen)
-async def gpu_when(_: Caller, store: StoreDep) -> GpuWhen:
+async def gpu_when(_: Caller, store: StoreDep, desk: BookingsDep) -> GpuWhen:
     """When a new box of each GPU profile would get a device, as things stand."""
     settings = store.settings
-    return _when(store, settings.gpu.profiles if settings.gpu.enabled else [])
+    return _when(store, desk.promises, settings.gpu.profiles if settings.gpu.enabled else [])
 
 
 @router.get("/gpu/when/{profile}", response_model=GpuWhen, responses=_errors(404, 422))
 async def gpu_when_of(
     _: Caller,
     store: StoreDep,
+    desk: BookingsDep,
     profile: Annotated[
         str, Path(pattern=PROFILE_NAME_RE.pattern, description="A GPU profile of the catalog")
     ],
@@ -327,33 +328,32 @@ async def gpu_when_of(
     if not chosen:
         listed = ", ".join(p.name for p in offered) or "none"
         raise NotFound(f"no GPU profile '{profile}' is offered; the profiles: {listed}")
-    return _when(store, chosen)
+    return _when(store, desk.promises, chosen)
 
 
-def _when(store: BoxStore, profiles: list[GpuProfileConfig]) -> GpuWhen:
-    wanted = {p.name for p in profiles}
-    holders: dict[str, list[datetime]] = {name: [] for name in wanted}
-    for deployment in store.deployments():
-        name = activity.gpu_profile(deployment)
-        ends = stop_warning.time_to_live_end(deployment) if name in wanted else None
-        if name is not None and ends is not None:
-            holders[name].append(ends)
-    catalog = store.settings.gpu.profiles
-    devices = Counter(p.resource_name or p.device_class_name for p in catalog)
-    counts = store.availability.current()
+def _when(store: BoxStore, promises: Promises, profiles: list[GpuProfileConfig]) -> GpuWhen:
     now = datetime.now(UTC)
-    return GpuWhen(
-        observed_at=now,
-        profiles=[
-            when.when(
-                counts.profile(p.name) or ProfileAvailability(name=p.name),
-                holders[p.name],
-                now,
-                shared=devices[p.resource_name or p.device_class_name] > 1,
-            )
-            for p in profiles
-        ],
-    )
+    latest = now + timedelta(days=store.settings.bookings.days_ahead)
+    counts = store.availability.current()
+    answers = []
+    for profile in profiles:
+        holders = [
+            ends
+            for deployment in store.running_boxes_of(profile.name)
+            if (ends := stop_warning.time_to_live_end(deployment)) is not None
+        ]
+        answer = when.when(
+            counts.profile(profile.name) or ProfileAvailability(name=profile.name),
+            holders,
+            now,
+            shared=store.settings.gpu.shares_devices(profile),
+            dra=profile.is_dra,
+        )
+        ledger = promises.ledger(profile.name, now) if promises.records(profile.name, now) else None
+        if ledger is not None:
+            answer = when.after_bookings(answer, ledger, MIN_RUN, latest)
+        answers.append(answer)
+    return GpuWhen(observed_at=now, profiles=answers)
 
 
 @router.get("/gpu/doctor", responses=_errors(429, 503))

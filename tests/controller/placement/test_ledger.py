@@ -58,3 +58,13 @@ def test_no_window_fits_before_the_latest_start():
 def test_a_profile_without_devices_fits_nothing():
     assert Ledger(0, []).first_full(at(0), at(1)) == at(0)
     assert Ledger(0, []).earliest(at(0), timedelta(hours=1), at(48)) is None
+
+
+def test_units_held_from_before_count_like_spans_and_free_where_they_end():
+    apart = Ledger(2, [booking(2, 3, "a")], [at(1), at(4)])
+    together = Ledger(2, [box(1), box(4), booking(2, 3, "a")])
+    for ledger in (apart, together):
+        assert ledger.promised(at(0.5)) == 2
+        assert ledger.first_full(at(1), at(5)) == at(2)
+        assert ledger.earliest(at(0), timedelta(hours=1), at(48)) == at(1)
+        assert ledger.earliest(at(0), timedelta(hours=2), at(48)) == at(3)

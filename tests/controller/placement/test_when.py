@@ -5,11 +5,18 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from devboxes_controller.placement.when import when
+from devboxes_controller.placement.ledger import Ledger, Span
+from devboxes_controller.placement.when import after_bookings, when
 
 from devboxes_sdk.models import ProfileAvailability
 
 NOW = datetime(2030, 1, 1, 9, tzinfo=UTC)
+
+
+def at(minutes: int) -> datetime:
+    return NOW + timedelta(minutes=minutes)
+
+
 STOPS = [NOW + timedelta(hours=3), NOW + timedelta(hours=1), NOW + timedelta(hours=2)]
 
 
@@ -56,6 +63,28 @@ def test_another_profile_on_the_same_devices_makes_it_an_estimate() -> None:
     found = when(counts(0, 3, 0), STOPS, NOW, shared=True)
     assert not found.bound
     assert found.basis.endswith("but another profile asks for the same devices.")
+
+
+def test_a_dra_profile_is_an_estimate_even_when_its_boxes_hold_every_device() -> None:
+    found = when(counts(0, 3, 0), STOPS, NOW, shared=False, dra=True)
+    assert (found.free_at, found.bound) == (NOW + timedelta(hours=1), False)
+    assert found.basis.endswith(
+        "but the scheduler, not the controller's line, hands out DRA devices."
+    )
+
+
+def test_bookings_move_the_answer_to_when_a_box_could_run_before_the_next_one() -> None:
+    # One device; its box stops at 10:00 and a booking holds it from 10:10 to 12:00.
+    stops = Ledger(1, [Span(NOW, NOW + timedelta(hours=1)), Span(at(70), at(180), "bk-a")])
+    found = when(counts(0, 1, 0), [NOW + timedelta(hours=1)], NOW, shared=False)
+    moved = after_bookings(found, stops, timedelta(minutes=15), NOW + timedelta(days=1))
+    assert (moved.free_at, moved.bound) == (at(180), False)
+    assert moved.basis.startswith("About 2030-01-01 12:00 UTC, an estimate: ")
+    # A box that could run 15 min before the booking keeps the first answer.
+    early = Ledger(1, [Span(NOW, NOW + timedelta(hours=1)), Span(at(75), at(180), "bk-a")])
+    assert after_bookings(found, early, timedelta(minutes=15), NOW + timedelta(days=1)) == found
+    full = after_bookings(found, stops, timedelta(minutes=15), at(120))
+    assert (full.free_at, full.basis.startswith("Unknown: bookings hold")) == (None, True)
 
 
 def test_more_waiting_than_boxes_hold_devices_is_unknown() -> None:

@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 from devboxes_controller.control.bookings import booked_hours, settle
 from devboxes_controller.k8s.timestamps import format_timestamp
 from devboxes_controller.state.bookings import Record, records_of, state, to_model
+
 from devboxes_sdk.models import BookingState
 
 NOW = datetime(2030, 5, 17, 8, 0, tzinfo=UTC)
