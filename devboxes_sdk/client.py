@@ -235,6 +235,11 @@ class GpuNamespace:
             path += "/" + _profile_or_error(profile)
         return self._client._http.get_model(path, models.GpuWhen)
 
+    def timeline(self) -> models.GpuTimeline:
+        """The next 24 hours of each GPU profile: per unit of it, the running boxes until
+        they stop on their own and the bookings (others' boxes unnamed)."""
+        return self._client._http.get_model(f"{API_PREFIX}/gpu/timeline", models.GpuTimeline)
+
     def doctor(self) -> models.DoctorReport:
         """The operator's preflight: every prerequisite of every profile, checked live."""
         return self._client._http.get_model(f"{API_PREFIX}/gpu/doctor", models.DoctorReport)

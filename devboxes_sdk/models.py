@@ -460,6 +460,40 @@ class BookingList(_Response):
     items: list[Booking] = Field(default_factory=list)
 
 
+# What one stretch of a device's next hours is: a running box until its time to live
+# ends, a booking's window, or pods that are not boxes.
+SegmentKind = Literal["box", "booking", "other"]
+
+
+class TimelineSegment(_Response):
+    """One unit of a profile promised from ``starts_at`` to ``ends_at``. ``label`` names
+    the caller's own boxes and every booking's owner; others' boxes are "a box"."""
+
+    kind: SegmentKind
+    starts_at: AwareDatetime
+    ends_at: AwareDatetime
+    label: str
+    mine: bool = False
+
+
+class ProfileTimeline(_Response):
+    """One GPU profile's next hours: one lane per unit of it, and the boxes waiting.
+    ``note`` says why there are no lanes (the devices are not counted)."""
+
+    name: str
+    lanes: list[list[TimelineSegment]] = Field(default_factory=list)
+    waiting: int = 0
+    note: str | None = None
+
+
+class GpuTimeline(_Response):
+    """Body of ``GET /api/v1/gpu/timeline``: the next 24 hours of each bookable profile."""
+
+    starts_at: AwareDatetime
+    ends_at: AwareDatetime
+    profiles: list[ProfileTimeline] = Field(default_factory=list)
+
+
 DoctorVerdict = Literal["pass", "warn", "fail"]
 
 

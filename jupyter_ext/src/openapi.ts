@@ -95,6 +95,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/gpu/timeline": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Gpu Timeline
+         * @description The next 24 hours of each GPU profile: per unit of it, the running boxes until
+         *     their time to live ends and the bookings; others' boxes unnamed.
+         */
+        get: operations["gpu_timeline_api_v1_gpu_timeline_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/gpu/doctor": {
         parameters: {
             query?: never;
@@ -704,6 +725,24 @@ export interface components {
             profile?: string | null;
         };
         /**
+         * GpuTimeline
+         * @description Body of ``GET /api/v1/gpu/timeline``: the next 24 hours of each bookable profile.
+         */
+        GpuTimeline: {
+            /**
+             * Starts At
+             * Format: date-time
+             */
+            starts_at: string;
+            /**
+             * Ends At
+             * Format: date-time
+             */
+            ends_at: string;
+            /** Profiles */
+            profiles?: components["schemas"]["ProfileTimeline"][];
+        };
+        /**
          * GpuWhen
          * @description Body of ``GET /api/v1/gpu/when``.
          */
@@ -806,6 +845,24 @@ export interface components {
             reason?: string | null;
         };
         /**
+         * ProfileTimeline
+         * @description One GPU profile's next hours: one lane per unit of it, and the boxes waiting.
+         *     ``note`` says why there are no lanes (the devices are not counted).
+         */
+        ProfileTimeline: {
+            /** Name */
+            name: string;
+            /** Lanes */
+            lanes?: components["schemas"]["TimelineSegment"][][];
+            /**
+             * Waiting
+             * @default 0
+             */
+            waiting: number;
+            /** Note */
+            note?: string | null;
+        };
+        /**
          * ProfileWhen
          * @description When a new box of one GPU profile would get a device, as things stand.
          *
@@ -886,6 +943,35 @@ export interface components {
             message: string;
             /** Gpu Utilization */
             gpu_utilization?: number | null;
+        };
+        /**
+         * TimelineSegment
+         * @description One unit of a profile promised from ``starts_at`` to ``ends_at``. ``label`` names
+         *     the caller's own boxes and every booking's owner; others' boxes are "a box".
+         */
+        TimelineSegment: {
+            /**
+             * Kind
+             * @enum {string}
+             */
+            kind: "box" | "booking" | "other";
+            /**
+             * Starts At
+             * Format: date-time
+             */
+            starts_at: string;
+            /**
+             * Ends At
+             * Format: date-time
+             */
+            ends_at: string;
+            /** Label */
+            label: string;
+            /**
+             * Mine
+             * @default false
+             */
+            mine: boolean;
         };
         /**
          * Volume
@@ -1173,6 +1259,44 @@ export interface operations {
             };
             /** @description Unprocessable Entity */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    gpu_timeline_api_v1_gpu_timeline_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GpuTimeline"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Request Entity Too Large */
+            413: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2657,3 +2781,4 @@ export const gpuProfileKindValues: ReadonlyArray<FlattenedDeepRequired<component
 export const imageAllocationModeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ImageAllocation"]["mode"]> = ["sidecar", "workspace"];
 export const imageProfileModeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ImageProfile"]["mode"]> = ["sidecar", "workspace"];
 export const stopWarningReasonValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["StopWarning"]["reason"]> = ["ttl", "idle"];
+export const timelineSegmentKindValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["TimelineSegment"]["kind"]> = ["box", "booking", "other"];

@@ -146,6 +146,7 @@ def test_openapi_documents_every_route(api: CheckedApi) -> None:
         ("GET", "/api/v1/gpu/doctor"),
         ("GET", "/api/v1/gpu/when"),
         ("GET", "/api/v1/gpu/when/{profile}"),
+        ("GET", "/api/v1/gpu/timeline"),
         ("GET", BOXES),
         ("POST", BOXES),
         ("GET", f"{BOXES}/{{name}}"),

@@ -24,6 +24,7 @@ from devboxes_testbed.process import free_port
 from support import (
     CHROMIUM,
     Api,
+    DevicePool,
     StartController,
     launch_chromium,
     wait_for,
@@ -820,3 +821,76 @@ def test_a_person_signs_in_through_the_issuer_and_sees_only_their_boxes(
                 headers=operator,
                 timeout=60,
             )
+
+
+def test_gpu_time_shows_each_device_s_next_hours_and_books_a_device_in_chromium(
+    start_controller: StartController,
+    issuer: Issuer,
+    kube: Any,
+    namespace: str,
+    chromium: Any,
+) -> None:
+    from playwright.sync_api import expect
+
+    pool = DevicePool(kube, devices=2)
+    try:
+        settings = pool.settings(namespace)
+        settings["auth"] = {
+            "oidc": {"issuer": issuer.url, "audience": CLI_CLIENT_ID, "cliClientId": CLI_CLIENT_ID}
+        }
+        controller = start_controller(settings)
+        bob = {"Authorization": f"Bearer {issuer.token_for('bob')}"}
+        created = httpx.post(
+            f"{controller.url}/api/v1/devboxes",
+            json={"name": "bobs", "gpu": {"profile": DevicePool.PROFILE}, "ttl_hours": 3},
+            headers=bob,
+            timeout=30,
+        )
+        assert created.status_code == 201, created.text
+        page = chromium.new_context(viewport={"width": 1280, "height": 900}).new_page()
+        page.set_default_timeout(30_000)
+        page.goto(f"{controller.url}/dashboard")
+        page.get_by_role("link", name=f"Sign in with {issuer.url.removeprefix('http://')}").click()
+        page.locator('input[name="username"]').fill("alice")
+        page.locator('input[name="password"]').fill(issuer.passwords["alice"])
+        page.locator('input[name="password"]').press("Enter")
+        expect(page.locator("#connection")).to_have_text("Live")
+
+        # bob's running box shows on one device, unnamed, until its time to live ends.
+        figure = page.locator(f'figure[data-profile="{DevicePool.PROFILE}"]')
+        expect(figure.get_by_role("list")).to_have_count(2)
+        expect(figure.locator(".segment.box")).to_have_text(["a box"], timeout=READY_MS)
+
+        # A booking two hours from now for three hours, then one that no longer fits.
+        start = page.evaluate(
+            "new Date(Math.ceil(Date.now() / 3600000) * 3600000 + 7200000)"
+            ".toISOString().slice(0, 13)"
+        )
+        local = page.evaluate(
+            f"(() => {{ const d = new Date('{start}:00:00Z'); const p = (n) => "
+            "String(n).padStart(2, '0'); return `${d.getFullYear()}-${p(d.getMonth() + 1)}-"
+            "${p(d.getDate())}T${p(d.getHours())}:00`; })()"
+        )
+        page.locator("#book-start").fill(local)
+        page.locator("#book-hours").fill("3")
+        page.get_by_role("button", name="Book", exact=True).click()
+        expect(page.locator("#booking-rows tr")).to_have_count(1)
+        expect(page.locator("#booking-rows tr td").nth(4)).to_have_text("booked")
+        expect(figure.locator(".segment.booking.mine")).to_have_text(["your booking"])
+        # bob's box and alice's booking take both devices from then: a second is refused.
+        page.get_by_role("button", name="Book", exact=True).click()
+        expect(page.locator("#book-error")).to_contain_text("no device left to promise")
+        expect(page.locator("#book-error")).to_contain_text("the earliest window of 3 h that fits")
+        expect(page.locator("#booking-rows tr")).to_have_count(1)
+        shot(page, "gpu-time")
+
+        # Cancelled, a booking keeps nothing: the same window fits again.
+        page.locator("#booking-rows tr").first.get_by_role(
+            "button", name=re.compile("^Cancel ")
+        ).click()
+        expect(page.locator("#no-bookings")).to_be_visible()
+        expect(figure.locator(".segment.booking")).to_have_count(0)
+        page.get_by_role("button", name="Book", exact=True).click()
+        expect(page.locator("#booking-rows tr")).to_have_count(1)
+    finally:
+        pool.delete()

@@ -20,10 +20,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
+from devboxes_sdk.models import ProfileTimeline, TimelineSegment
+
 from ..box import naming, ownership, stop_warning
 from ..config.gpu import GpuProfileConfig
 from ..k8s.kube import Obj
 from ..k8s.timestamps import parse_timestamp
+from ..placement import timeline
 from ..placement.ledger import Ledger, Span
 from ..state.bookings import Record, window
 from ..state.store import BoxStore
@@ -253,3 +256,57 @@ class Promises:
             return None
         names = {s.booking for s in ledger.bookings_at(at)}
         return Clash(at, tuple(r for r in records if r.name in names))
+
+    def timeline(
+        self, profile: str, scope: str | None, viewer: str, now: datetime, end: datetime
+    ) -> ProfileTimeline:
+        """The profile's units from ``now`` to ``end``, as lanes. ``scope``: whose boxes
+        the viewer may see by name (everyone's for None)."""
+        why = self.why_not(profile)
+        counts = self._store.availability.current().profile(profile)
+        if why is None and (counts is None or counts.capacity is None):
+            why = (counts.reason if counts is not None else None) or "not counted yet"
+        if why is not None or counts is None or counts.capacity is None:
+            return ProfileTimeline(name=profile, note=why)
+        holding = sittings(self._store, self.holds, profile, now)
+        records = self.records(profile, now)
+        in_use = counts.capacity - (counts.available or 0)
+        others = max(in_use - sum(1 for s in holding if s.placed), 0)
+        segments = [
+            TimelineSegment(
+                kind="other", starts_at=now, ends_at=end, label="pods that are not boxes"
+            )
+            for _ in range(others)
+        ]
+        for record in records:
+            mine = record.owner == viewer
+            segments.append(
+                TimelineSegment(
+                    kind="booking",
+                    starts_at=record.start,
+                    ends_at=record.end,
+                    label=f"{'your' if mine else record.owner + chr(39) + 's'} booking",
+                    mine=mine,
+                )
+            )
+        using = {u.name: r for r in records if (u := user_of(r, holding, now)) is not None}
+        for sitting in holding:
+            used = using.get(sitting.name)
+            seen = scope in (None, sitting.owner)
+            label = sitting.name if sitting.owner == viewer else "a box"
+            if seen and sitting.owner != viewer:
+                label = f"{sitting.name} ({sitting.owner})"
+            segments.append(
+                TimelineSegment(
+                    kind="box",
+                    starts_at=used.end if used is not None else now,
+                    ends_at=sitting.until,
+                    label=label,
+                    mine=sitting.owner == viewer,
+                )
+            )
+        return ProfileTimeline(
+            name=profile,
+            lanes=timeline.lanes(counts.capacity, segments, now, end),
+            waiting=counts.waiting,
+        )

@@ -37,6 +37,7 @@ from devboxes_sdk.models import (
     DoctorReport,
     ErrorBody,
     GpuAvailability,
+    GpuTimeline,
     GpuWhen,
     Preset,
     ProfileAvailability,
@@ -180,6 +181,8 @@ def _name(name: str) -> str:
 
 
 router = APIRouter(prefix=API_PREFIX, responses=GUARDED)
+# How far ahead the timeline of a profile's devices reaches.
+TIMELINE = timedelta(hours=24)
 TITLE = "Devboxes API"
 VERSION = "1"
 
@@ -354,6 +357,23 @@ def _when(store: BoxStore, promises: Promises, profiles: list[GpuProfileConfig])
             answer = when.after_bookings(answer, ledger, MIN_RUN, latest)
         answers.append(answer)
     return GpuWhen(observed_at=now, profiles=answers)
+
+
+@router.get("/gpu/timeline", response_model=GpuTimeline)
+async def gpu_timeline(identity: Caller, store: StoreDep, desk: BookingsDep) -> GpuTimeline:
+    """The next 24 hours of each GPU profile: per unit of it, the running boxes until
+    their time to live ends and the bookings; others' boxes unnamed."""
+    settings = store.settings
+    now = datetime.now(UTC)
+    end = now + TIMELINE
+    return GpuTimeline(
+        starts_at=now,
+        ends_at=end,
+        profiles=[
+            desk.promises.timeline(p.name, identity.scope, identity.user, now, end)
+            for p in (settings.gpu.profiles if settings.gpu.enabled else [])
+        ],
+    )
 
 
 @router.get("/gpu/doctor", responses=_errors(429, 503))

@@ -42,8 +42,8 @@ import * as labels from "./labels.js";
   let stale = false;
 
   // Every button that asks the controller for something; Cancel and Sign out stay.
-  const ACTIONS = "#box-rows button, #volume-rows button, #create-button, " +
-    "#delete-submit, #extend-submit, #volume-submit";
+  const ACTIONS = "#box-rows button, #volume-rows button, #booking-rows button, " +
+    "#create-button, #book-button, #delete-submit, #extend-submit, #volume-submit";
 
   function applyStale() {
     document.body.dataset.stale = String(stale);
@@ -627,6 +627,164 @@ import * as labels from "./labels.js";
     }
   }
 
+  // -- GPU time: the next 24 hours of each profile, and bookings -----------------------
+  const HOUR_MS = 3600000;
+
+  function clock(ms) {
+    return new Date(ms).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+  }
+
+  function when(iso) {
+    return new Date(iso).toLocaleString([], {
+      month: "short", day: "numeric", hour: "2-digit", minute: "2-digit",
+    });
+  }
+
+  function drawProfile(profile, start, span) {
+    const figure = document.createElement("figure");
+    figure.className = "timeline";
+    figure.dataset.profile = profile.name;
+    const caption = document.createElement("figcaption");
+    caption.textContent = profile.name + (profile.waiting ? ` · ${profile.waiting} waiting` : "");
+    if (profile.note) {
+      const note = document.createElement("span");
+      note.className = "note";
+      note.textContent = " — " + profile.note;
+      caption.append(note);
+    }
+    figure.append(caption);
+    if (!profile.lanes.length) return figure;
+    const ticks = document.createElement("div");
+    ticks.className = "ticks";
+    ticks.setAttribute("aria-hidden", "true");
+    for (let hour = 0; hour < 24; hour += 3) {
+      const tick = document.createElement("span");
+      tick.style.left = `${(hour * HOUR_MS / span) * 100}%`;
+      tick.textContent = hour ? clock(start + hour * HOUR_MS) : "now";
+      ticks.append(tick);
+    }
+    figure.append(ticks);
+    profile.lanes.forEach((lane, index) => {
+      const row = document.createElement("div");
+      row.className = "lane";
+      row.setAttribute("role", "list");
+      row.setAttribute("aria-label", `${profile.name}, device ${index + 1}`);
+      for (const segment of lane) {
+        const from = Date.parse(segment.starts_at);
+        const to = Date.parse(segment.ends_at);
+        const block = document.createElement("div");
+        block.className = `segment ${segment.kind}` + (segment.mine ? " mine" : "");
+        block.setAttribute("role", "listitem");
+        block.style.left = `${((from - start) / span) * 100}%`;
+        block.style.width = `${((to - from) / span) * 100}%`;
+        block.textContent = segment.label;
+        block.title = `${segment.label}: ${when(segment.starts_at)} – ${when(segment.ends_at)}`;
+        row.append(block);
+      }
+      figure.append(row);
+    });
+    return figure;
+  }
+
+  function bookingRow(booking) {
+    const tr = document.createElement("tr");
+    tr.dataset.booking = booking.name;
+    const name = document.createElement("th");
+    name.scope = "row";
+    name.textContent = booking.name;
+    tr.append(name);
+    for (const text of [booking.owner, booking.profile, when(booking.starts_at),
+      when(booking.ends_at), booking.state, booking.message]) {
+      const cell = document.createElement("td");
+      cell.textContent = text;
+      tr.append(cell);
+    }
+    const actions = document.createElement("td");
+    actions.className = "col-actions";
+    if (booking.state === "booked" || booking.state === "open" || booking.state === "used") {
+      actions.append(actionButton("Cancel", booking, cancelBooking, "secondary"));
+    }
+    tr.append(actions);
+    return tr;
+  }
+
+  let timeAsked = 0;
+  async function loadTime() {
+    const asked = ++timeAsked;
+    const [timeline, bookings] = await Promise.all([
+      api("GET", "/gpu/timeline"), api("GET", "/bookings"),
+    ]);
+    if (asked !== timeAsked || !timeline.ok) return;
+    const start = Date.parse(timeline.data.starts_at);
+    const span = Date.parse(timeline.data.ends_at) - start;
+    const profiles = timeline.data.profiles;
+    $("timelines").replaceChildren(...profiles.map((p) => drawProfile(p, start, span)));
+    const select = $("book-profile");
+    const chosen = select.value;
+    select.replaceChildren(...profiles.filter((p) => !p.note).map((p) => new Option(p.name, p.name)));
+    if ([...select.options].some((o) => o.value === chosen)) select.value = chosen;
+    $("book-form").hidden = select.options.length === 0;
+    $("gpu-time").hidden = profiles.length === 0;
+    if (bookings.ok) {
+      $("booking-rows").replaceChildren(...bookings.data.items.map(bookingRow));
+      $("no-bookings").hidden = bookings.data.items.length > 0;
+    }
+  }
+
+  // The next whole hour, as a datetime-local field takes it (local time, no zone).
+  function nextHour() {
+    const next = new Date(Math.ceil(Date.now() / HOUR_MS) * HOUR_MS);
+    const pad = (n) => String(n).padStart(2, "0");
+    return `${next.getFullYear()}-${pad(next.getMonth() + 1)}-${pad(next.getDate())}` +
+      `T${pad(next.getHours())}:${pad(next.getMinutes())}`;
+  }
+
+  async function book(event) {
+    event.preventDefault();
+    $("book-error").textContent = "";
+    const start = new Date($("book-start").value);
+    if (Number.isNaN(start.getTime())) {
+      $("book-error").textContent = "From: give a date and time.";
+      return;
+    }
+    const body = {
+      profile: $("book-profile").value,
+      starts_at: start.toISOString(),
+      hours: Number($("book-hours").value),
+    };
+    if ($("book-box").value.trim()) body.box = $("book-box").value.trim();
+    $("book-button").disabled = true;
+    try {
+      const { ok, data } = await api("POST", "/bookings", body);
+      if (ok) {
+        announce(`${data.name}: ${data.message}`);
+        await loadTime();
+      } else {
+        $("book-error").textContent = detailText(data);
+      }
+    } finally {
+      $("book-button").disabled = stale;
+    }
+  }
+
+  async function cancelBooking(name) {
+    const { ok, data } = await api("DELETE", `/bookings/${encodeURIComponent(name)}`);
+    announce(ok ? `${data.name} cancelled.` : detailText(data));
+    await loadTime();
+  }
+
+  // Availability changes come in bursts; the timeline is read again at most this often.
+  const TIME_PAUSE_MS = 5000;
+  let timeDue = null;
+
+  function timeChanged() {
+    if (timeDue !== null) return;
+    timeDue = setTimeout(() => {
+      timeDue = null;
+      loadTime().catch(() => undefined);
+    }, TIME_PAUSE_MS);
+  }
+
   // -- the owner filter ----------------------------------------------------------------
   // Offered to admins, who see everyone's boxes. The stream itself is narrowed to the
   // chosen owner (its ?owner=), so the rows are the server's answer, not a hidden subset;
@@ -678,13 +836,17 @@ import * as labels from "./labels.js";
       const box = JSON.parse(e.data);
       const known = rows.has(box.name);
       upsert(box);
+      timeChanged();
       if (!known) loadVolumes().catch(() => undefined);
     });
     stream.addEventListener("removed", (e) => {
       remove(JSON.parse(e.data).name);
       loadVolumes().catch(() => undefined);
     });
-    stream.addEventListener("availability", (e) => showAvailability(JSON.parse(e.data)));
+    stream.addEventListener("availability", (e) => {
+      showAvailability(JSON.parse(e.data));
+      timeChanged();
+    });
     stream.addEventListener("expired", () => { stream.close(); toLogin(); });
     stream.addEventListener("error", async () => {
       status.textContent = "Reconnecting…";
@@ -730,8 +892,12 @@ import * as labels from "./labels.js";
     loadCapabilities().catch(() => undefined);
     offerOwnerFilter().catch(() => undefined);
     $("owner-filter").addEventListener("change", chooseOwner);
+    $("book-form").addEventListener("submit", book);
+    $("book-start").value = nextHour();
+    loadTime().catch(() => undefined);
     connect();
     setInterval(() => rows.forEach(fillAutoStop), 60000);
+    setInterval(() => loadTime().catch(() => undefined), 60000);
     // The notice says how old the list is, so it is written again while it shows.
     setInterval(() => { if (stale) $("stale-text").textContent = labels.staleNotice(heardAt); }, 30000);
   });
