@@ -375,7 +375,10 @@ def cmd_gpu_profiles(args: argparse.Namespace) -> int:
 
 def cmd_gpu_when(args: argparse.Namespace) -> int:
     with _client(args) as client:
-        found = client.gpu.when(args.profile)
+        try:
+            found = client.gpu.when(args.profile)
+        except ValidationError as error:
+            raise UsageError(flag_message(error, {"profile": "PROFILE"})) from None
     if args.json:
         print_json(found.model_dump(mode="json"))
     elif not found.profiles:

@@ -11,6 +11,8 @@ from devboxes_sdk.labels import (
     accelerator_label,
     allocated_label,
     auto_stop_label,
+    duration,
+    next_free_label,
     status_line,
 )
 from devboxes_sdk.models import (
@@ -55,9 +57,6 @@ _SHORTAGE = "Insufficient "
 _UNBOUND_CLAIMS = "unbound immediate PersistentVolumeClaims"
 STORAGE_PENDING = "Waiting for the home volume."
 
-_MINUTE = 60
-_HOUR = 60 * _MINUTE
-_DAY = 24 * _HOUR
 
 
 def clean(text: str) -> str:
@@ -73,18 +72,6 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
         "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
         for line in lines
     )
-
-
-def duration(seconds: float) -> str:
-    """A coarse, human duration: ``45s``, ``12m``, ``23h``, ``3d``."""
-    whole = int(seconds)
-    if whole < _MINUTE:
-        return f"{whole}s"
-    if whole < _HOUR:
-        return f"{whole // _MINUTE}m"
-    if whole < 2 * _DAY:
-        return f"{whole // _HOUR}h"
-    return f"{whole // _DAY}d"
 
 
 def relative_time(moment: datetime, now: datetime) -> str:
@@ -153,15 +140,10 @@ def free_text(availability: GpuAvailability | None, name: str) -> tuple[str, str
 
 
 def next_free_text(found: GpuWhen | None, name: str) -> str:
-    """NEXT FREE for one profile: ``now``, ``within 2h`` (the latest as things stand),
-    ``about 2h`` (an estimate) or ``?``; ``devbox gpu when`` says why."""
-    entry = found.profile(name) if found is not None else None
-    if found is None or entry is None or entry.free_at is None:
+    """NEXT FREE for one profile; ``?`` without an answer."""
+    if found is None:
         return "?"
-    seconds = (entry.free_at - found.observed_at).total_seconds()
-    if seconds < 1:
-        return "now"
-    return f"{'within' if entry.bound else 'about'} {duration(seconds)}"
+    return next_free_label(found.profile(name), found.observed_at)
 
 
 def profiles_table(

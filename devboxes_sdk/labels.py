@@ -18,6 +18,7 @@ from devboxes_sdk.models import (
     GpuKind,
     ImageAllocation,
     ImageProfile,
+    ProfileWhen,
     StopWarning,
 )
 
@@ -151,3 +152,26 @@ def auto_stop_label(
 def _countdown(moment: datetime, now: datetime) -> str:
     remaining = int((moment - now).total_seconds())
     return "due now" if remaining <= 0 else f"in {_span(remaining)}"
+
+
+def duration(seconds: float) -> str:
+    """A coarse, human duration: ``45s``, ``12m``, ``23h``, ``3d``."""
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m"
+    if whole < 2 * 86400:
+        return f"{whole // 3600}h"
+    return f"{whole // 86400}d"
+
+
+def next_free_label(entry: ProfileWhen | None, observed_at: datetime) -> str:
+    """When a new box of a profile would get a device: ``now``, ``within 2h`` (the latest
+    as things stand), ``about 2h`` (an estimate) or ``?``; ``devbox gpu when`` says why."""
+    if entry is None or entry.free_at is None:
+        return "?"
+    seconds = (entry.free_at - observed_at).total_seconds()
+    if seconds < 1:
+        return "now"
+    return f"{'within' if entry.bound else 'about'} {duration(seconds)}"

@@ -97,6 +97,8 @@ class WatchView(BaseModel):
     error: str | None
     # None when the controller does not count free devices.
     availability: models.GpuAvailability | None
+    # When a new box of each profile would get a device; None from older controllers.
+    when: models.GpuWhen | None = None
     # Where the browser opens a box's web previews: the controller's dashboard.
     dashboard_url: str | None = None
     kernels: list[KernelProgress]

@@ -60,6 +60,7 @@ class _Listing:
     observed_at: datetime | None = None
     error: str | None = None
     availability: models.GpuAvailability | None = None
+    when: models.GpuWhen | None = None
     dashboard_url: str | None = None
 
 
@@ -85,6 +86,7 @@ class Watcher:
         self._last_watch = 0.0
         self._next_catalog = 0.0
         self._availability_missing = False
+        self._when_missing = False
         # The catalog's profiles once read, and the profiles held back from the kernelspecs
         # because no node serves them, with why.
         self._profiles: list[models.GpuProfile] | None = None
@@ -153,6 +155,7 @@ class Watcher:
                 items=list(client.list()),
                 observed_at=datetime.now(UTC),
                 availability=self._availability(client),
+                when=self._when(client),
                 dashboard_url=self._dashboard_url or client.url,
             )
         except DevboxesError as error:
@@ -184,6 +187,16 @@ class Watcher:
             self._availability_missing = True
             return None
 
+    def _when(self, client: Client) -> models.GpuWhen | None:
+        """``GET /api/v1/gpu/when`` if this controller has it, else None."""
+        if self._when_missing:
+            return None
+        try:
+            return client.gpu.when()
+        except NotFound:
+            self._when_missing = True
+            return None
+
     def _drop_replaced(self) -> None:
         for kernel_id in replaced(progress.REGISTRY.snapshot()):
             progress.REGISTRY.dismiss(kernel_id)
@@ -207,6 +220,7 @@ class Watcher:
             observed_at=listing.observed_at,
             error=listing.error,
             availability=listing.availability,
+            when=listing.when,
             dashboard_url=listing.dashboard_url,
             kernels=progress.REGISTRY.snapshot(),
             poll_interval=self.poll_interval,

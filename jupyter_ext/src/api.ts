@@ -13,6 +13,7 @@ export type GpuProfile = Schemas['GpuProfile'];
 export type ImageProfile = Schemas['ImageProfile'];
 export type GpuAllocation = Schemas['GpuAllocation'];
 export type GpuAvailability = Schemas['GpuAvailability'];
+export type GpuWhen = Schemas['GpuWhen'];
 export type ProfileAvailability = Schemas['ProfileAvailability'];
 export type Devbox = Schemas['Devbox'];
 export type DevboxCreate = Schemas['DevboxCreate'];

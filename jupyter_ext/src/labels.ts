@@ -3,13 +3,14 @@
  * Python widgets (devboxes_jupyter/labels.py) and the kernelspecs. The words the
  * dashboard shows too come from words.ts.
  */
-import { Devbox, GpuAvailability, GpuProfile } from './api';
+import { Devbox, GpuAvailability, GpuProfile, GpuWhen } from './api';
 import {
   allocatedLabel,
   allocationLabel,
   autoStopLabel,
   environmentLabel,
   freeText,
+  nextFreeLabel,
   unitsLabel
 } from './words';
 
@@ -34,11 +35,19 @@ export const CPU_NOTE = 'No accelerator: the box gets CPU and memory only.';
  * "NVIDIA L4 · 1 × nvidia.com/gpu", then " — 1 of 2 free, 1 waiting" when the controller
  * counts free devices, and " (default)" for the operator's default profile.
  */
-export function profileLabel(profile: GpuProfile, availability?: GpuAvailability | null): string {
+export function profileLabel(
+  profile: GpuProfile,
+  availability?: GpuAvailability | null,
+  when?: GpuWhen | null
+): string {
   let label = unitsLabel(profile);
   const free = availability?.profiles?.find(p => p.name === profile.name);
   if (free) {
     label += freeText(free);
+  }
+  const next = when?.profiles?.find(p => p.name === profile.name);
+  if (when && next) {
+    label += ` · next free: ${nextFreeLabel(next, when.observed_at)}`;
   }
   return profile.default ? `${label} (default)` : label;
 }

@@ -376,7 +376,7 @@ export class DevboxSidebar extends Widget {
           'accelerator',
           profile.name,
           profile.name,
-          profileLabel(profile, this.view?.availability),
+          profileLabel(profile, this.view?.availability, this.view?.when),
           this.accelerator,
           profile.description ?? undefined
         )
@@ -480,7 +480,8 @@ export class DevboxSidebar extends Widget {
 
   private render(view: IView): void {
     const availabilityChanged =
-      JSON.stringify(view.availability) !== JSON.stringify(this.view?.availability);
+      JSON.stringify(view.availability) !== JSON.stringify(this.view?.availability) ||
+      JSON.stringify(view.when?.profiles) !== JSON.stringify(this.view?.when?.profiles);
     const countsChanged =
       JSON.stringify(view.availability?.profiles) !==
       JSON.stringify(this.view?.availability?.profiles);

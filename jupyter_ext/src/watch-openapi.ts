@@ -258,6 +258,19 @@ export interface components {
             profiles?: components["schemas"]["ProfileAvailability"][];
         };
         /**
+         * GpuWhen
+         * @description Body of ``GET /api/v1/gpu/when``.
+         */
+        GpuWhen: {
+            /**
+             * Observed At
+             * Format: date-time
+             */
+            observed_at: string;
+            /** Profiles */
+            profiles?: components["schemas"]["ProfileWhen"][];
+        };
+        /**
          * ImageAllocation
          * @description The image profile pinned to a box at creation.
          */
@@ -354,6 +367,34 @@ export interface components {
             reason: string | null;
         };
         /**
+         * ProfileWhen
+         * @description When a new box of one GPU profile would get a device, as things stand.
+         *
+         *     ``free_at`` is now while a device is free beyond the boxes already waiting; later, the
+         *     time to live's end of the box whose device it would get in turn; None when the
+         *     controller cannot tell (``basis`` says why). With ``bound``, every device of the
+         *     profile is free or held by a box of it whose stop the controller enforces, so the time
+         *     is the latest as things stand: later only if the owner of a box ahead extends it or
+         *     someone holding fewer of these devices joins the line first. Without, it is an
+         *     estimate. ``basis`` says it in one sentence.
+         */
+        ProfileWhen: {
+            /** Name */
+            name: string;
+            /**
+             * Free At
+             * @default null
+             */
+            free_at: string | null;
+            /**
+             * Bound
+             * @default false
+             */
+            bound: boolean;
+            /** Basis */
+            basis: string;
+        };
+        /**
          * StopWarning
          * @description The controller stops this running box soon: at ``stops_at``, because its time to
          *     live ends (``ttl``; ``extend`` pushes it back) or it was idle for its window
@@ -395,6 +436,8 @@ export interface components {
             /** Error */
             error: string | null;
             availability: components["schemas"]["GpuAvailability"] | null;
+            /** @default null */
+            when: components["schemas"]["GpuWhen"] | null;
             /**
              * Dashboard Url
              * @default null

@@ -35,6 +35,39 @@ export function freeText(entry: Schemas['ProfileAvailability']): string {
   return ` — ${entry.available} of ${entry.capacity} free${waiting}`;
 }
 
+/** A coarse, human duration: "45s", "12m", "23h", "3d". */
+export function duration(seconds: number): string {
+  const whole = Math.floor(seconds);
+  if (whole < 60) {
+    return `${whole}s`;
+  }
+  if (whole < 3600) {
+    return `${Math.floor(whole / 60)}m`;
+  }
+  if (whole < 2 * 86400) {
+    return `${Math.floor(whole / 3600)}h`;
+  }
+  return `${Math.floor(whole / 86400)}d`;
+}
+
+/**
+ * When a new box of a profile would get a device: "now", "within 2h" (the latest as
+ * things stand), "about 2h" (an estimate) or "?"; `devbox gpu when` says why.
+ */
+export function nextFreeLabel(
+  entry: Schemas['ProfileWhen'] | null | undefined,
+  observedAt: string
+): string {
+  if (!entry || !entry.free_at) {
+    return '?';
+  }
+  const seconds = (Date.parse(entry.free_at) - Date.parse(observedAt)) / 1000;
+  if (seconds < 1) {
+    return 'now';
+  }
+  return `${entry.bound ? 'within' : 'about'} ${duration(seconds)}`;
+}
+
 /**
  * "NVIDIA A100-SXM4-40GB (40Gi, alternative 1)": what a DRA box actually got, one entry
  * per allocated device; the profile's own device (alternative 0) is not marked. Empty

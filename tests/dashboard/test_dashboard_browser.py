@@ -856,6 +856,10 @@ def test_gpu_time_shows_each_device_s_next_hours_and_books_a_device_in_chromium(
         page.locator('input[name="password"]').press("Enter")
         expect(page.locator("#connection")).to_have_text("Live")
 
+        # The picker says when a device comes free: one is free now.
+        expect(page.locator(f"#accelerator-{DevicePool.PROFILE}-next")).to_have_text(
+            " · next free: now"
+        )
         # bob's running box shows on one device, unnamed, until its time to live ends.
         figure = page.locator(f'figure[data-profile="{DevicePool.PROFILE}"]')
         expect(figure.get_by_role("list")).to_have_count(2)

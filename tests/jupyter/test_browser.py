@@ -396,6 +396,10 @@ def test_launcher_tile_opens_the_sidebar_and_its_picker_creates_gpu_boxes(
     _assert_fits(reason)
     choice = page.get_by_test_id(f"devbox-accelerator-{profile.name}-label")
     expect(choice).to_contain_text(re.compile(r"\d+ of \d+ free"))
+    # And when a new box of it would get a device, beside the count.
+    expect(choice).to_contain_text(
+        re.compile(r" · next free: (now|within \d+[smhd]|about \d+[smhd]|\?)")
+    )
     _assert_fits(choice)
     assert sidebar.evaluate("s => s.scrollWidth <= s.clientWidth"), "the sidebar scrolls sideways"
     sidebar.screenshot(path=str(IMAGES / "jupyter-sidebar-280.png"))

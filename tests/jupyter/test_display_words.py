@@ -105,6 +105,15 @@ REASONS = [
     {"summary": None, "message": "Waiting for the SSH server to become ready."},
     {"summary": None, "message": None},
 ]  # fmt: skip
+# When a new box of a profile would get a device: every branch of NEXT FREE.
+WHENS: list[dict[str, Any] | None] = [
+    None,
+    {"name": "nvidia-l4", "free_at": None, "basis": "Unknown."},
+    {"name": "nvidia-l4", "free_at": "2026-12-02T08:00:00Z", "bound": True, "basis": "Now."},
+    {"name": "nvidia-l4", "free_at": "2026-12-02T10:30:00Z", "bound": True, "basis": "By."},
+    {"name": "nvidia-l4", "free_at": "2026-12-02T08:12:40Z", "bound": False, "basis": "About."},
+    {"name": "nvidia-l4", "free_at": "2026-12-05T09:00:00Z", "bound": False, "basis": "About."},
+]  # fmt: skip
 # (step, total) seconds of a start on its way: the first step, and a later one.
 ELAPSED = [(0.4, 0.4), (3.9, 3.9), (2.5, 9.7), (61.0, 125.2)]
 # When a list that is no longer refreshed was last read.
@@ -135,6 +144,7 @@ function render(w) {
     allocated: input.allocated.map(devices => w.allocatedLabel(devices)),
     units: input.profiles.map(profile => w.unitsLabel(profile)),
     free: input.free.map(entry => w.freeText(entry)),
+    next_free: input.whens.map(entry => w.nextFreeLabel(entry, input.now)),
     reasons: input.reasons.map(box => w.reason(box)),
     stale: input.observed.map(at => w.staleNotice(at, now)),
     elapsed: input.elapsed.map(([step, total]) => w.elapsedLabel(step, total)),
@@ -205,6 +215,12 @@ def _python() -> dict[str, Any]:
         # An empty reason is no text at all in TypeScript.
         "reasons": [labels.reason(r["summary"], r["message"]) or "" for r in REASONS],
         "stale": [labels.stale_notice(at, NOW) for at in OBSERVED],
+        "next_free": [
+            labels.next_free_label(
+                None if entry is None else models.ProfileWhen.model_validate(entry), NOW
+            )
+            for entry in WHENS
+        ],
         "elapsed": [labels.elapsed_label(step, total) for step, total in ELAPSED],
         "default_environment": labels.DEFAULT_ENVIRONMENT,
         "environment_choices": [
@@ -241,6 +257,7 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "box_images": BOX_IMAGES,
         "observed": [None if at is None else at.isoformat() for at in OBSERVED],
         "elapsed": ELAPSED,
+        "whens": WHENS,
     }
     result = subprocess.run(
         ["node", "-e", HARNESS],
@@ -266,6 +283,7 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "reasons",
         "stale",
         "elapsed",
+        "next_free",
         "default_environment",
         "environment_choices",
         "environments",
@@ -275,6 +293,18 @@ def test_python_the_lab_and_the_dashboard_say_the_same(rendered: dict[str, Any],
     python = _python()[key]
     assert rendered["lab"][key] == python
     assert rendered["dashboard"][key] == python
+
+
+@needs_node
+def test_next_free_says_now_a_bound_or_an_estimate(rendered: dict[str, Any]) -> None:
+    assert rendered["dashboard"]["next_free"] == [
+        "?",
+        "?",
+        "now",
+        "within 2h",
+        "about 12m",
+        "about 3d",
+    ]
 
 
 @needs_node

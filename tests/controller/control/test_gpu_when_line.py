@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -89,6 +90,15 @@ def test_when_follows_the_holders_stop_times_and_the_line(
         timeout=30,
     )
     assert later.bound
+
+    # A box ahead stops early: the waiting box gets its device before the time promised
+    # for it, never after.
+    promised = later.free_at
+    assert promised is not None
+    client.stop("first")
+    wait_for(lambda: client.get("third").state is DevboxState.READY, timeout=120)
+    handed_on = datetime.now(UTC)
+    assert handed_on <= promised
     for name in ("first", "second", "third"):
         client.delete(name, purge=True)
 
@@ -103,6 +113,9 @@ def test_when_refuses_a_profile_the_catalog_does_not_offer(
     ):
         client.gpu.when("nope")
     shown = _devbox(controller, "gpu", "when", "nope")
+    malformed = _devbox(controller, "gpu", "when", "BAD/NAME")
+    assert malformed.returncode == 2
+    assert "PROFILE: invalid profile 'BAD/NAME'" in malformed.stderr
     assert shown.returncode != 0
     assert "no GPU profile 'nope' is offered" in shown.stderr
     assert "Traceback" not in shown.stderr

@@ -97,7 +97,11 @@ import * as labels from "./labels.js";
       const free = document.createElement("span");
       free.className = "option-free";
       free.id = id + "-free";
-      title.append(free);
+      // And when a new box of it would get a device, with the reason as its title.
+      const next = document.createElement("span");
+      next.className = "option-next";
+      next.id = id + "-next";
+      title.append(free, next);
     }
     if (isDefault) {
       // The profile a bare "gpu" request gets, marked as the CLI and Jupyter mark it.
@@ -708,13 +712,24 @@ import * as labels from "./labels.js";
     return tr;
   }
 
+  function showNextFree(data) {
+    for (const entry of data.profiles) {
+      const next = $("accelerator-" + entry.name + "-next");
+      if (!next) continue;
+      next.textContent = ` · next free: ${labels.nextFreeLabel(entry, data.observed_at)}`;
+      next.title = entry.basis;
+    }
+  }
+
   let timeAsked = 0;
   async function loadTime() {
     const asked = ++timeAsked;
-    const [timeline, bookings] = await Promise.all([
-      api("GET", "/gpu/timeline"), api("GET", "/bookings"),
+    const [timeline, bookings, found] = await Promise.all([
+      api("GET", "/gpu/timeline"), api("GET", "/bookings"), api("GET", "/gpu/when"),
     ]);
-    if (asked !== timeAsked || !timeline.ok) return;
+    if (asked !== timeAsked) return;
+    if (found.ok) showNextFree(found.data);
+    if (!timeline.ok) return;
     const start = Date.parse(timeline.data.starts_at);
     const span = Date.parse(timeline.data.ends_at) - start;
     const profiles = timeline.data.profiles;
@@ -889,12 +904,12 @@ import * as labels from "./labels.js";
     $("volume-cancel").addEventListener("click", () => volumeDialog.close());
     $("volume-confirm").addEventListener("input", refreshPurgeVolume);
     loadPresets().catch(() => undefined);
-    loadCapabilities().catch(() => undefined);
+    // The timeline after the catalog: it fills in each profile's next free time.
+    loadCapabilities().catch(() => undefined).then(() => loadTime()).catch(() => undefined);
     offerOwnerFilter().catch(() => undefined);
     $("owner-filter").addEventListener("change", chooseOwner);
     $("book-form").addEventListener("submit", book);
     $("book-start").value = nextHour();
-    loadTime().catch(() => undefined);
     connect();
     setInterval(() => rows.forEach(fillAutoStop), 60000);
     setInterval(() => loadTime().catch(() => undefined), 60000);
