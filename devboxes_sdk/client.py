@@ -271,8 +271,8 @@ class BookingsNamespace:
     def create(
         self, profile: str, starts_at: datetime, hours: int, box: str | None = None
     ) -> models.Booking:
-        """Book one unit of ``profile`` from ``starts_at`` for ``hours``. Refused with a
-        ConflictError naming the earliest window that fits when this one does not."""
+        """Book one unit of ``profile`` from ``starts_at`` for ``hours``. Refused with
+        ``errors.Conflict`` naming the earliest window that fits when this one does not."""
         try:
             body = models.BookingCreate(profile=profile, starts_at=starts_at, hours=hours, box=box)
         except PydanticValidationError as error:
