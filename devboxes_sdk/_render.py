@@ -58,7 +58,6 @@ _UNBOUND_CLAIMS = "unbound immediate PersistentVolumeClaims"
 STORAGE_PENDING = "Waiting for the home volume."
 
 
-
 def clean(text: str) -> str:
     """``text`` with control characters replaced, safe to print to a terminal."""
     return text.translate(_CONTROL)

@@ -17,6 +17,7 @@ booking's start when it starts, :meth:`.lifecycle.Lifecycle.begin_time_to_live`)
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Mapping, Sequence
@@ -31,9 +32,10 @@ from ..k8s import kube
 from ..k8s.kube import ApiProblem, NotFound, Obj
 from ..k8s.lease import LeaderElector
 from ..placement import capacity, order
+from ..placement.ledger import MIN_RUN
 from ..state.availability import Cluster
 from ..state.store import BoxStore
-from .promises import MIN_RUN, Promises, booked_for, time_to_live
+from .promises import Promises, booked_for, time_to_live
 
 log = logging.getLogger(__name__)
 
@@ -160,6 +162,7 @@ class Gatekeeper:
         free = [w for w in waiters if w.box not in held_back]
         lines = [order.line(free, r, holdings, booked) for r in resources]
         walk = order.walk(lines, demands, room, self._strict)
+        walk = dataclasses.replace(walk, booked=frozenset(booked), kept=held_back)
         self._store.walked(walk)
         if not self._elector.is_leading():
             return []
@@ -170,7 +173,7 @@ class Gatekeeper:
             for w in gated
             if w.box in demands and not demands[w.box].nodes and self._lift(w, {})
         ]
-        places = order.places(waiters, holdings, walk.placing)
+        places = order.places(waiters, holdings, walk.placing, walk.booked)
         for waiter in walk.lift:
             if not self._elector.is_leading():
                 break
@@ -178,11 +181,12 @@ class Gatekeeper:
                 lifted.append(waiter.box)
         return lifted
 
-    def _bookings(self, waiters: Sequence[order.Waiter]) -> tuple[set[str], set[str]]:
+    def _bookings(self, waiters: Sequence[order.Waiter]) -> tuple[set[str], dict[str, str]]:
         """The gated boxes whose owner's booking is open (they go first), and those that
-        would break someone's booking within ``MIN_RUN`` of getting a device (they wait)."""
+        would break someone's booking within ``MIN_RUN`` of getting a device (they wait),
+        with the bookings in a sentence."""
         booked: set[str] = set()
-        held_back: set[str] = set()
+        held_back: dict[str, str] = {}
         now = self._store.clock()
         for waiter in waiters:
             deployment = self._store.deployment(naming.object_names(waiter.box))
@@ -197,7 +201,7 @@ class Gatekeeper:
             until = now + time_to_live(deployment)
             clash = self._promises.clash(profile, waiter.box, waiter.owner, until, now)
             if clash is not None and clash.at - now < MIN_RUN:
-                held_back.add(waiter.box)
+                held_back[waiter.box] = clash.sentence()
         return booked, held_back
 
     def _lift(self, waiter: order.Waiter, places: Mapping[str, int]) -> bool:

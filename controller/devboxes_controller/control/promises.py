@@ -31,9 +31,6 @@ from ..placement.ledger import Ledger, Span
 from ..state.bookings import Record, window
 from ..state.store import BoxStore
 
-# A box is let through before a booking only if it may run this long before it.
-MIN_RUN = timedelta(minutes=15)
-
 
 def unbookable(settings_profile: GpuProfileConfig | None, counted: bool) -> str | None:
     """Why a profile cannot be booked; None when it can."""

@@ -26,6 +26,7 @@ from ..config.formats import quantity_value
 from ..config.gpu import GpuProfileConfig
 from ..k8s.kube import Obj
 from . import order
+from .ledger import MIN_RUN
 
 Usage = dict[str, Decimal]
 
@@ -629,6 +630,11 @@ def pod_names(pods: Iterable[Obj], nodes: Collection[str]) -> list[str]:
 
 
 PLACING = "Let through for a free {display_name}; waiting for the scheduler to place it"
+# A box held back by a booking; it goes once it could run ``MIN_RUN`` before the booking.
+KEPT = (
+    "Waiting for a {display_name} no booking needs: {bookings}; it gets a device once it "
+    f"could run {int(MIN_RUN.total_seconds() // 60)} min before the next booking"
+)
 # What a box may lack beside a free device, as people say it.
 _LACKED = {"cpu": "CPU", "memory": "memory", PODS: "a pod slot"}
 _UNITS = {"cpu": " CPU", "memory": " memory", PODS: " pod slot"}

@@ -19,6 +19,9 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
+# A box is let through before a booking only if it may run this long before it.
+MIN_RUN = timedelta(minutes=15)
+
 
 class Span(NamedTuple):
     """One unit promised over ``[start, end)``; ``booking`` names the booking it keeps,

@@ -34,7 +34,7 @@ places count the boxes that still wait.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 
 Usage = dict[str, Decimal]
@@ -99,13 +99,14 @@ def places(
     waiters: Sequence[Waiter],
     holdings: Mapping[tuple[str, str], int],
     placing: Collection[str] = frozenset(),
+    booked: Collection[str] = frozenset(),
 ) -> dict[str, int]:
     """Each waiting box's place in its resource's line, from 1; the boxes ``placing`` (let
     through with their room) have none and come before nobody."""
     found: dict[str, int] = {}
     waiting = [w for w in waiters if w.box not in placing]
     for resource in {w.resource for w in waiting}:
-        for place, waiter in enumerate(line(waiting, resource, holdings), start=1):
+        for place, waiter in enumerate(line(waiting, resource, holdings, booked), start=1):
             found[waiter.box] = place
     return found
 
@@ -153,6 +154,10 @@ class Walk:
     lift: tuple[Waiter, ...]
     placing: frozenset[str]
     short: Mapping[str, tuple[Lack, ...]]
+    # The boxes whose owner's booking is open (first in line), and the boxes held back
+    # because their device is promised to a booking, with the bookings in a sentence.
+    booked: frozenset[str] = frozenset()
+    kept: Mapping[str, str] = field(default_factory=dict)
 
 
 def _lacking(

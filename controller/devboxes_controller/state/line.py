@@ -117,10 +117,16 @@ class DeviceLine:
         with self._lock:
             before, self._walk = self._walk, walk
             moved = before.placing ^ walk.placing
+            moved |= before.booked ^ walk.booked
             moved |= {
                 n
                 for n in before.short.keys() | walk.short.keys()
                 if before.short.get(n) != walk.short.get(n)
+            }
+            moved |= {
+                n
+                for n in before.kept.keys() | walk.kept.keys()
+                if before.kept.get(n) != walk.kept.get(n)
             }
             return {self._queued[n].waiter.resource for n in moved if n in self._queued}
 
@@ -156,7 +162,7 @@ class DeviceLine:
         waiters = [q.waiter for q in queued.values()]
         # The last walk may predate a box's new pod: only a box still let through is placing.
         placing = {w.box for w in waiters if not w.gated and w.box in walk.placing}
-        places = order.places(waiters, holdings, placing)
+        places = order.places(waiters, holdings, placing, walk.booked)
         summaries: dict[str, str] = {}
         for name, place in places.items():
             waiting = queued[name]
@@ -164,6 +170,10 @@ class DeviceLine:
             others = _others_holding(waiting, free, pinned) if waiting.exact else []
             lacking = walk.short.get(name, ()) if waiting.exact else ()
             summaries[name] = capacity.waiting_summary(waiting, entry, place, others, lacking)
+            if name in walk.kept:
+                summaries[name] = capacity.KEPT.format(
+                    display_name=waiting.display_name, bookings=walk.kept[name]
+                )
         for name in placing:
             summaries[name] = capacity.PLACING.format(display_name=queued[name].display_name)
         return summaries

@@ -58,10 +58,11 @@ from ..config.settings import Settings
 from ..control import volumes
 from ..control.bookings import Desk
 from ..control.lifecycle import Lifecycle
-from ..control.promises import MIN_RUN, Promises
+from ..control.promises import Promises
 from ..control.ssh_keys import Keys
 from ..k8s.kube import NotFound, rule_broken
 from ..placement import doctor, limits, when
+from ..placement.ledger import MIN_RUN
 from ..state.bodies import Body, body, respond
 from ..state.index import CPU
 from ..state.store import BoxStore

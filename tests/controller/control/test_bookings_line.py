@@ -132,6 +132,12 @@ def test_at_the_window_the_booked_box_gets_a_device_while_three_others_wait(
     for name in others:
         assert alice.get(name).state is DevboxState.STARTING
         assert _gated(kube, namespace, name)
+    # Each says why, rather than a place in a line that does not move.
+    summary = wait_for(
+        lambda: (found := alice.get("first").summary) and "booking" in found and found
+    )
+    assert summary.startswith("Waiting for a Pool GPU no booking needs: bob booked pool-gpu from ")
+    assert booking.name in summary
     used = wait_for(
         lambda: (found := bob.bookings.list()[0]).state is BookingState.USED and found,
         timeout=30,
