@@ -10,7 +10,7 @@ own, so a replica that takes the Lease goes on from the cluster as it is. Each p
 idempotent: lifting a gate already lifted changes nothing.
 
 Bookings: a box whose owner's booking of its profile is open goes ahead of the other
-gated boxes, and a box that could run less than ``promises.MIN_RUN`` before breaking
+gated boxes, and a box that could run less than ``ledger.MIN_RUN`` before breaking
 someone's booking is left out of the walk until it could (its time to live is cut at the
 booking's start when it starts, :meth:`.lifecycle.Lifecycle.begin_time_to_live`).
 """
