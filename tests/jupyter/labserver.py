@@ -364,3 +364,20 @@ def refused(response: requests.Response) -> str:
     assert response.status_code == 503, response.text
     message: str = response.json()["message"]
     return message
+
+
+def type_into_cell(page: Any, editor: Any, code: str) -> None:
+    """Type ``code`` into a cell's editor, again when a Lab still settling dropped the
+    keys (seen under load: the click lands before the editor takes input)."""
+    from playwright.sync_api import expect
+
+    for _ in range(3):
+        editor.click()
+        page.keyboard.press("Control+A")
+        page.keyboard.type(code)
+        try:
+            expect(editor).to_contain_text(code, timeout=5_000)
+        except AssertionError:
+            continue
+        return
+    expect(editor).to_contain_text(code)

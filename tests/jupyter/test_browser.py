@@ -37,6 +37,7 @@ from labserver import (
     running_kernel_lab,
     running_lab,
     start_kernel,
+    type_into_cell,
     write_kernelspec,
 )
 from sshd import box_host_key, loopback_sshd, need_sshd
@@ -576,8 +577,7 @@ def test_devbox_kernel_from_the_launcher_runs_a_cell(
             timeout=READY_TIMEOUT_MS
         )
         cell = page.locator(".jp-Notebook .jp-Cell .jp-InputArea-editor").first
-        cell.click()
-        page.keyboard.type("import os; print(1 + 1, 'SSH_CONNECTION' in os.environ)")
+        type_into_cell(page, cell, "import os; print(1 + 1, 'SSH_CONNECTION' in os.environ)")
         page.keyboard.press("Shift+Enter")
         output = page.locator(".jp-Notebook .jp-OutputArea-output").first
         expect(output).to_contain_text("2 True", timeout=120_000)

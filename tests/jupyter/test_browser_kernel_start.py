@@ -15,7 +15,7 @@ import pytest
 from devboxes_jupyter.provisioner import box_name
 from devboxes_testbed import ROCM
 from devboxes_testbed.controller import Controller
-from labserver import KernelLab, module_kernel_lab
+from labserver import KernelLab, module_kernel_lab, type_into_cell
 from sshd import box_host_key, loopback_sshd, need_sshd
 from support import fill_profile_until_blocked, wait_for
 from test_browser import READY_TIMEOUT_MS, _browser_page, _need_browser, _open_lab
@@ -51,8 +51,7 @@ def _open_notebook(page: Any, kernel_lab: KernelLab, title: str) -> None:
 
 def _run_first_cell(page: Any, code: str) -> None:
     cell = page.locator(".jp-Notebook .jp-Cell .jp-InputArea-editor").first
-    cell.click()
-    page.keyboard.type(code)
+    type_into_cell(page, cell, code)
     page.keyboard.press("Shift+Enter")
 
 

@@ -19,7 +19,14 @@ from typing import Any
 import pytest
 from devboxes_jupyter.provisioner import RESTART_HINT, box_name
 from devboxes_testbed.controller import Controller
-from labserver import KernelChannels, KernelLab, Lab, module_kernel_lab, start_kernel
+from labserver import (
+    KernelChannels,
+    KernelLab,
+    Lab,
+    module_kernel_lab,
+    start_kernel,
+    type_into_cell,
+)
 from sshd import box_host_key, loopback_sshd
 from support import wait_for
 from test_devbox_kernel import _box_port, _kernelspecs
@@ -180,8 +187,7 @@ def _run_cell(page: Any, code: str, output: str) -> None:
     from playwright.sync_api import expect
 
     cell = page.locator(".jp-Notebook .jp-Cell .jp-InputArea-editor").last
-    cell.click()
-    page.keyboard.type(code)
+    type_into_cell(page, cell, code)
     page.keyboard.press("Shift+Enter")
     result = page.locator(".jp-Notebook .jp-OutputArea-output", has_text=output)
     expect(result.first).to_be_visible(timeout=180_000)
