@@ -96,13 +96,17 @@ class Desk:
             "data": {r.name: r.to_json() for r in records},
         }
         if found is None:
-            kube.write(self._core.create_namespaced_config_map, self._namespace, body)
-            return
-        body["metadata"]["resourceVersion"] = found["metadata"]["resourceVersion"]
-        body["metadata"]["labels"] = found["metadata"].get("labels") or {}
-        kube.write(
-            self._core.replace_namespaced_config_map, BOOKINGS_CONFIGMAP, self._namespace, body
-        )
+            written = kube.write(self._core.create_namespaced_config_map, self._namespace, body)
+        else:
+            body["metadata"]["resourceVersion"] = found["metadata"]["resourceVersion"]
+            body["metadata"]["labels"] = found["metadata"].get("labels") or {}
+            written = kube.write(
+                self._core.replace_namespaced_config_map,
+                BOOKINGS_CONFIGMAP,
+                self._namespace,
+                body,
+            )
+        self._store.bookings.has_seen(written)
 
     def listing(self, scope: str | None, profile: str | None) -> BookingList:
         """Bookings not yet forgotten: ``scope``'s own, every one's for None."""

@@ -18,7 +18,7 @@ from functools import cached_property
 
 from devboxes_sdk.models import Booking, BookingState
 
-from ..k8s.kube import Obj
+from ..k8s.kube import Obj, resource_version
 from ..k8s.timestamps import format_timestamp, parse_timestamp
 from .cache import Informer
 
@@ -175,6 +175,11 @@ class Bookings(Reader):
 
     def all(self) -> list[Record]:
         return self.parse(self._informer.get(BOOKINGS_CONFIGMAP))
+
+    def has_seen(self, written: Obj) -> bool:
+        """Wait briefly until the cache holds this version of the written ConfigMap, so
+        a listing right after a booking or a cancel shows it."""
+        return self._informer.wait_for_version(BOOKINGS_CONFIGMAP, resource_version(written))
 
     def of_profile(self, profile: str, now: datetime) -> list[Record]:
         """The profile's bookings that still keep a device from ``now`` on."""
