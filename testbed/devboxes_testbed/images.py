@@ -33,6 +33,7 @@ WORKSPACE_FILES = {
     "devbox-entrypoint": "/usr/local/bin/devbox-entrypoint",
     "devbox-gpu-check": "/usr/local/bin/devbox-gpu-check",
     "devbox-gpu-sampler": "/usr/local/bin/devbox-gpu-sampler",
+    "devbox-stop-notices": "/usr/local/bin/devbox-stop-notices",
     "devbox-activity-agent": "/usr/local/bin/devbox-activity-agent",
     "devbox-person-keys": "/usr/local/bin/devbox-person-keys",
 }

@@ -28,6 +28,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
@@ -743,6 +744,79 @@ def test_an_idle_box_is_stopped_and_one_whose_gpu_is_busy_is_not(
         assert pod_uid(real_testbed, IDLE_NAMESPACE, "busy") == pod
         api.purge("quiet", "busy")
     finally:
+        controller.stop()
+
+
+NOTICE_NAMESPACE = "notice-boxes"
+
+
+class Session:
+    """An interactive ssh session, with a terminal, opened straight to a box's SSH port
+    by the command the API printed; what the terminal shows is collected as it comes."""
+
+    def __init__(self, box: dict[str, Any], key: Path) -> None:
+        printed = shlex.split(box["ssh_command"])
+        self._process = subprocess.Popen(
+            [
+                printed[0], "-tt", "-i", str(key),
+                "-o", "BatchMode=yes",
+                "-o", "StrictHostKeyChecking=no",
+                "-o", f"UserKnownHostsFile={key.parent / 'known_hosts'}",
+                *printed[1:], "echo session-open; sleep 600",
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        self.shown = b""
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self._process.stdout is not None
+        while chunk := self._process.stdout.read1(4096):
+            self.shown += chunk
+
+    def close(self) -> None:
+        self._process.kill()
+        self._process.wait(timeout=30)
+        self._reader.join(timeout=30)
+
+
+def test_a_session_opened_straight_to_the_box_is_warned_of_each_stop_once(
+    real_testbed: Testbed, key: Path, tmp_path: Path
+) -> None:
+    # Every stop within the lead time: one at once when the box starts, which no session
+    # sees, and one for the stop an extend moves it to, which the open session is shown.
+    controller = serve(
+        real_testbed, NOTICE_NAMESPACE, key, tmp_path, stopWarnings={"leadMinutes": 179}
+    )
+    session = None
+    try:
+        api = Api(controller)
+        api.created("warned", ttl_hours=1)
+        box = api.wait_ready("warned", timeout=180)
+        wait_for(lambda: api.box("warned").get("stop_warning") is not None, timeout=60)
+        session = Session(box, key)
+        wait_for(lambda: b"session-open" in session.shown, timeout=60)
+        extended = api.call("POST", "/devboxes/warned/extend", json={"hours": 1})
+        stops_at = extended["expires_at"][11:16]
+
+        def shown() -> bytes | None:
+            """the open session shows the warning of the stop the extend moved it to"""
+            return session.shown if f"at {stops_at} UTC".encode() in session.shown else None
+
+        seen = wait_for(shown, timeout=180)
+        lines = [line for line in seen.split(b"\r\n") if line.startswith(b"\a*** Box warned")]
+        assert len(lines) == 1, seen
+        assert b"its time to live ends" in lines[0], seen
+        # The same stop is never shown twice.
+        time.sleep(15)
+        assert session.shown.count(b"*** Box warned") == 1, session.shown
+        api.purge("warned")
+    finally:
+        if session is not None:
+            session.close()
         controller.stop()
 
 

@@ -21,6 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 ENTRYPOINT = REPO / "workspace" / "devbox-entrypoint"
 GPU_CHECK = REPO / "workspace" / "devbox-gpu-check"
 IMAGE_SETUP = REPO / "workspace" / "devbox-image-setup"
+STOP_NOTICES = REPO / "workspace" / "devbox-stop-notices"
 SIMULATED_NVIDIA_SMI = REPO / "testbed" / "devboxes_testbed" / "nvidia-smi"
 TOOLS = ("sh", "getent", "groupadd", "useradd", "usermod", "id")
 ACCOUNT_FILES = ("passwd", "group", "shadow", "gshadow")
@@ -287,7 +288,9 @@ def test_unknown_command_is_refused(chroot: Run) -> None:
 
 
 @pytest.mark.parametrize(
-    "script", [ENTRYPOINT, GPU_CHECK, IMAGE_SETUP, SIMULATED_NVIDIA_SMI], ids=lambda p: p.name
+    "script",
+    [ENTRYPOINT, GPU_CHECK, IMAGE_SETUP, STOP_NOTICES, SIMULATED_NVIDIA_SMI],
+    ids=lambda p: p.name,
 )
 def test_scripts_pass_shellcheck(script: Path) -> None:
     shellcheck = shutil.which("shellcheck")

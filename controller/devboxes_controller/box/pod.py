@@ -13,7 +13,7 @@ from devboxes_sdk.models import API_PREFIX
 from ..config.boxes import ACTIVITY_SIDECAR, ENVIRONMENT_SIDECAR, SSH_CONTAINER_PORT
 from ..config.images import ImagePortConfig, ImageProfileConfig
 from ..config.settings import Settings
-from . import authorized_keys, host_key
+from . import authorized_keys, host_key, stop_warning
 from .naming import BOX_USER, GPU_CLAIM, MAIN_CONTAINER, QUEUE_GATE
 from .spec import BoxSpec
 
@@ -34,6 +34,12 @@ ACTIVITY_COMMAND = "devbox-activity-agent"
 GPU_SAMPLES_VOLUME = "gpu-samples"
 GPU_SAMPLES_PATH = "/run/devbox-gpu-samples"
 GPU_SAMPLES_ENV = "DEVBOX_GPU_SAMPLES"
+# The kubelet mirrors the pod's stop notice annotation into this file of the main
+# container, where devbox-stop-notices shows each new one in every open session.
+STOP_NOTICE_VOLUME = "stop-notice"
+STOP_NOTICE_PATH = "/run/devbox-notice"
+STOP_NOTICE_FILE = "stop"
+STOP_NOTICE_ENV = "DEVBOX_STOP_NOTICE"
 # The folder of the home a sidecar serves, which the box's entrypoint makes its person's.
 SERVED_FOLDER_ENV = "DEVBOX_SERVED_FOLDER"
 HOME_MOUNT_PATH = f"/home/{BOX_USER}"
@@ -109,6 +115,8 @@ def _main_container(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
         # The kubelet makes a missing folder for the sidecar's mount as root; the box's
         # entrypoint makes it its person's.
         env.append(_env(SERVED_FOLDER_ENV, served.path))
+    if _shows_stop_notices(settings):
+        env.append(_env(STOP_NOTICE_ENV, f"{STOP_NOTICE_PATH}/{STOP_NOTICE_FILE}"))
     ports = [{"name": SSH_PORT_NAME, "containerPort": SSH_CONTAINER_PORT, "protocol": "TCP"}]
     workspace = spec.image if spec.image is not None and spec.image.mode == "workspace" else None
     if workspace is not None:
@@ -152,6 +160,11 @@ def _main_container(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
                 else []
             ),
             *([host_key.mount()] if spec.host_key is not None else []),
+            *(
+                [{"name": STOP_NOTICE_VOLUME, "mountPath": STOP_NOTICE_PATH, "readOnly": True}]
+                if _shows_stop_notices(settings)
+                else []
+            ),
         ],
         # Asked every second until sshd first answers: the kubelet then asks readiness at
         # once, so a box is ready within a second of its sshd, not at the next 5-second
@@ -286,6 +299,26 @@ def _activity_container(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
     return container
 
 
+def _shows_stop_notices(settings: Settings) -> bool:
+    return stop_warning.lead(settings) is not None
+
+
+def _stop_notice_volume() -> dict[str, Any]:
+    annotation = stop_warning.ANNOTATION_STOP_NOTICE
+    return {
+        "name": STOP_NOTICE_VOLUME,
+        "downwardAPI": {
+            "items": [
+                {
+                    "path": STOP_NOTICE_FILE,
+                    "fieldRef": {"fieldPath": f"metadata.annotations['{annotation}']"},
+                }
+            ],
+            "defaultMode": 0o444,
+        },
+    }
+
+
 def _gpu_samples_volume() -> dict[str, Any]:
     # A few small files in memory; they go with the pod.
     return {"name": GPU_SAMPLES_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}
@@ -368,6 +401,7 @@ def pod_spec(spec: BoxSpec, settings: Settings) -> dict[str, Any]:
             *([_activity_volume(spec)] if _reports_activity(spec, settings) else []),
             *([_gpu_samples_volume()] if _samples_gpu(spec, settings) else []),
             *([host_key.volume(spec.names.host_key_secret)] if spec.host_key is not None else []),
+            *([_stop_notice_volume()] if _shows_stop_notices(settings) else []),
         ],
     }
     gpu = spec.gpu

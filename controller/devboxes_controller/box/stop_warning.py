@@ -5,8 +5,9 @@ Pure functions. A running box stops at the end of its time to live (once it has 
 device: a wait in line does not count) or at the end of its idle window, whichever
 comes first. From ``stopWarnings.leadMinutes`` before that moment the box carries a
 warning; the leader marks the Deployment once per stop (:data:`ANNOTATION_STOP_WARNED`
-holds the stop's :attr:`NextStop.key`), so the Event, the SSH sessions' line and the
-webhook are sent once per stop, and an extend or new activity, which moves the stop,
+holds the stop's :attr:`NextStop.key`), so the Event, the SSH sessions' line (through the
+controller's tunnel, and inside the box, :data:`ANNOTATION_STOP_NOTICE`) and the webhook
+are sent once per stop, and an extend or new activity, which moves the stop,
 leaves nothing more to send for the old one.
 """
 
@@ -28,6 +29,9 @@ from . import activity, naming
 ANNOTATION_STOP_WARNED = naming.ANNOTATION_PREFIX + "stop-warned"
 # The stop (its key) whose webhook the receiver has acknowledged.
 ANNOTATION_WEBHOOK_SENT = naming.ANNOTATION_PREFIX + "stop-warning-sent"
+# On the box's pod: "<stop key>\n<message>" of the last warning, which the kubelet hands
+# to the main container, where every open session is shown it once.
+ANNOTATION_STOP_NOTICE = naming.ANNOTATION_PREFIX + "stop-notice"
 # Webhook bodies say which shape they are.
 WEBHOOK_KIND = "devboxes.io/stop-warning/v1"
 
@@ -163,6 +167,12 @@ def warning(deployment: Obj, settings: Settings, now: datetime) -> StopWarning |
         message=message(name, stop, None),
         gpu_utilization=stop.gpu_utilization if stop.reason == "idle" else None,
     )
+
+
+def notice(stop: NextStop, text: str) -> str:
+    """The pod annotation a box's sessions are shown: the stop's key, so each stop is
+    shown once, then the message."""
+    return f"{stop.key}\n{text}"
 
 
 def webhook_body(name: str, owner: str, stop: NextStop, text: str) -> dict[str, Any]:

@@ -361,6 +361,10 @@ class Lifecycle:
         except Conflict:
             return None
         self.record(updated, "StopWarning", text)
+        self._writer.annotate_pods(
+            naming.object_names(name),
+            {stop_warning.ANNOTATION_STOP_NOTICE: stop_warning.notice(stop, text)},
+        )
         METRICS.stop_warnings.labels(reason=stop.reason).inc()
         log.info(
             "box warned of its stop",

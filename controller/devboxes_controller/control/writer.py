@@ -52,6 +52,27 @@ class BoxWriter:
         self._store.has_seen(updated)
         return updated
 
+    def annotate_pods(self, names: naming.ObjectNames, annotations: dict[str, str]) -> int:
+        """Annotate the box's pods the cache knows; how many took it. A pod gone or a
+        failed write is logged and skipped: what this carries is a courtesy."""
+        objects = self._store.objects(names)
+        done = 0
+        for pod in objects.pods if objects is not None else ():
+            try:
+                kube.write(
+                    self._core.patch_namespaced_pod,
+                    pod["metadata"]["name"],
+                    self._namespace,
+                    {"metadata": {"annotations": annotations}},
+                )
+            except NotFound:
+                continue
+            except ApiProblem as err:
+                log.warning("box pod not annotated", extra={"box": names.box, "error": err.detail})
+                continue
+            done += 1
+        return done
+
     # -- the home claim ------------------------------------------------------------------
     def claim(self, wanted: Obj, existing: Obj | None) -> bool:
         """Create the home claim, or reuse a retained one of the same owner and grow it;

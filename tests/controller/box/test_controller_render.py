@@ -223,7 +223,7 @@ def test_main_container() -> None:
     main = main_of(render_deployment(box(gpu=None, repository="octo/repo"), SETTINGS))
     assert main["image"] == "registry.example.com/devboxes/workspace:1.4"
     assert main["ports"] == [{"name": "ssh", "containerPort": 2222, "protocol": "TCP"}]
-    assert main["volumeMounts"] == [{"name": "home", "mountPath": "/home/dev"}]
+    assert main["volumeMounts"] == [{"name": "home", "mountPath": "/home/dev"}, NOTICE_MOUNT]
     assert main["readinessProbe"]["tcpSocket"] == {"port": 2222}
     # Until sshd first answers it is asked every second, for 15 minutes at most.
     startup = main["startupProbe"]
@@ -233,7 +233,34 @@ def test_main_container() -> None:
         "requests": {"cpu": "750m", "memory": "2Gi"},
         "limits": {"memory": "8Gi"},
     }
-    assert env_of(main) == {"DEVBOX_NAME": "atlas", "DEVBOX_REPOSITORY": "octo/repo"}
+    assert env_of(main) == {
+        "DEVBOX_NAME": "atlas",
+        "DEVBOX_REPOSITORY": "octo/repo",
+        "DEVBOX_STOP_NOTICE": "/run/devbox-notice/stop",
+    }
+
+
+NOTICE_MOUNT = {"name": "stop-notice", "mountPath": "/run/devbox-notice", "readOnly": True}
+NOTICE_VOLUME = {
+    "name": "stop-notice",
+    "downwardAPI": {
+        "items": [
+            {
+                "path": "stop",
+                "fieldRef": {"fieldPath": "metadata.annotations['devboxes.io/stop-notice']"},
+            }
+        ],
+        "defaultMode": 0o444,
+    },
+}
+
+
+def test_with_warnings_off_no_stop_notice_reaches_the_box() -> None:
+    config = make_settings(stopWarnings={"leadMinutes": 0})
+    pod = pod_of(render_deployment(box(), config))
+    assert NOTICE_VOLUME not in pod["volumes"]
+    assert NOTICE_MOUNT not in main_of(render_deployment(box(), config))["volumeMounts"]
+    assert "DEVBOX_STOP_NOTICE" not in env_of(main_of(render_deployment(box(), config)))
 
 
 def test_gpu_resource_in_requests_and_limits_of_the_main_container_only() -> None:
@@ -298,6 +325,7 @@ def test_gpu_environment_for_the_entrypoint() -> None:
         "DEVBOX_GPU_RESOURCE": "nvidia.com/gpu",
         "DEVBOX_GPU_COUNT": "1",
         "DEVBOX_GPU_SUPPLEMENTAL_GROUPS": "44,109",
+        "DEVBOX_STOP_NOTICE": "/run/devbox-notice/stop",
     }
     without_groups = env_of(main_of(render_deployment(box("a100-1g-10gb"), SETTINGS)))
     assert without_groups["DEVBOX_GPU_COUNT"] == "2"
@@ -321,7 +349,8 @@ def test_hardening(gpu: str | None) -> None:
     assert (pod["hostNetwork"], pod["hostPID"], pod["hostIPC"]) == (False, False, False)
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     assert pod["volumes"] == [
-        {"name": "home", "persistentVolumeClaim": {"claimName": "devbox-atlas-home"}}
+        {"name": "home", "persistentVolumeClaim": {"claimName": "devbox-atlas-home"}},
+        NOTICE_VOLUME,
     ]
     assert "hostPath" not in {key for key, _ in walk(deployment)}
     assert len(pod["containers"]) == 3
@@ -541,7 +570,7 @@ def test_authorized_keys_secret_is_mounted_read_only_into_the_main_container_onl
 
 def test_no_keys_secret_means_no_extra_volume() -> None:
     pod = pod_of(render_deployment(box(), make_settings()))
-    assert [v["name"] for v in pod["volumes"]] == ["home"]
+    assert [v["name"] for v in pod["volumes"]] == ["home", "stop-notice"]
 
 
 # --- the activity agent and the GPU samples it reads -------------------------------------
