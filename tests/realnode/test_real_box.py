@@ -797,8 +797,10 @@ def test_a_session_opened_straight_to_the_box_is_warned_of_each_stop_once(
         api.created("warned", ttl_hours=1)
         box = api.wait_ready("warned", timeout=180)
         wait_for(lambda: api.box("warned").get("stop_warning") is not None, timeout=60)
+        # Once the node forwards the box's port (the helper waits for that), a session.
+        assert ssh(box, key, "true").returncode == 0
         session = Session(box, key)
-        wait_for(lambda: b"session-open" in session.shown, timeout=60)
+        assert wait_for(lambda: b"session-open" in session.shown, timeout=60), session.shown
         extended = api.call("POST", "/devboxes/warned/extend", json={"hours": 1})
         stops_at = extended["expires_at"][11:16]
 
