@@ -399,13 +399,19 @@ class GpuSettings(Model):
     def profile(self, name: str) -> GpuProfileConfig | None:
         return next((p for p in self.profiles if p.name == name), None)
 
-    def shares_devices(self, profile: GpuProfileConfig) -> bool:
-        """Whether another profile of the catalog asks for the same devices."""
+    def sharing_devices(self, profile: GpuProfileConfig) -> list[str]:
+        """The other profiles of the catalog whose boxes may take this one's devices:
+        they ask for the same resource (or device class), and no node label keeps them
+        apart (a label both select on with different values)."""
         asked = profile.resource_name or profile.device_class_name
-        return any(
-            p.name != profile.name and (p.resource_name or p.device_class_name) == asked
+        mine = profile.node_selector
+        return [
+            p.name
             for p in self.profiles
-        )
+            if p.name != profile.name
+            and (p.resource_name or p.device_class_name) == asked
+            and all(mine[k] == v for k, v in p.node_selector.items() if k in mine)
+        ]
 
     @property
     def uses_dra(self) -> bool:

@@ -3,10 +3,10 @@ caches: the bookings, and every running box until the end of its time to live. T
 extend and the start of a box's time to live ask here whether holding a device until some
 moment breaks a booking; a new booking asks whether it fits.
 
-Only profiles of an extended resource whose devices the controller counts can be booked:
-the controller then decides which box gets a device (:mod:`.gates`) and enforces every
-box's stop. A DRA profile's devices are placed by the scheduler, which knows nothing of
-bookings.
+Only profiles of an extended resource whose devices the controller counts, and that no
+other profile's boxes may take, can be booked: the controller then decides which box
+gets a device (:mod:`.gates`) and enforces every box's stop. A DRA profile's devices are
+placed by the scheduler, which knows nothing of bookings.
 
 A box that holds a device in the window of its owner's booking uses that booking: its
 device is the booked one until the window closes, and counts as its own only after.
@@ -32,14 +32,23 @@ from ..state.bookings import Record, window
 from ..state.store import BoxStore
 
 
-def unbookable(settings_profile: GpuProfileConfig | None, counted: bool) -> str | None:
-    """Why a profile cannot be booked; None when it can."""
+def unbookable(
+    settings_profile: GpuProfileConfig | None, counted: bool, sharing: Sequence[str] = ()
+) -> str | None:
+    """Why a profile cannot be booked; None when it can. ``sharing``: the other profiles
+    whose boxes may take its devices."""
     if settings_profile is None:
         return "no such GPU profile is offered"
     if settings_profile.resource_name is None:
         return (
             f"{settings_profile.name} is a DRA profile: the scheduler places its devices, so "
             "the controller could not keep a booking of it"
+        )
+    if sharing:
+        return (
+            f"{settings_profile.name} shares its devices ({settings_profile.resource_name}) "
+            f"with {', '.join(sharing)}: a box of either may take the booked device, so the "
+            "controller could not keep a booking of it"
         )
     if not counted:
         return (
@@ -204,7 +213,9 @@ class Promises:
 
     def why_not(self, name: str) -> str | None:
         """Why the profile cannot be booked; None when it can."""
-        return unbookable(self.profile(name), self._store.settings.counts_devices)
+        profile = self.profile(name)
+        sharing = () if profile is None else self._store.settings.gpu.sharing_devices(profile)
+        return unbookable(profile, self._store.settings.counts_devices, sharing)
 
     def records(self, profile: str, now: datetime) -> list[Record]:
         return self._store.bookings.of_profile(profile, now)

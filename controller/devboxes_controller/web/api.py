@@ -350,7 +350,7 @@ def _when(store: BoxStore, promises: Promises, profiles: list[GpuProfileConfig])
             counts.profile(profile.name) or ProfileAvailability(name=profile.name),
             holders,
             now,
-            shared=store.settings.gpu.shares_devices(profile),
+            shared=bool(store.settings.gpu.sharing_devices(profile)),
             dra=profile.is_dra,
         )
         ledger = promises.ledger(profile.name, now) if promises.records(profile.name, now) else None

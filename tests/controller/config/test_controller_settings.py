@@ -537,6 +537,29 @@ def test_resolve_default_and_named_profiles() -> None:
     assert named.resource_name == "nvidia.com/mig-1g.10gb"
 
 
+def test_profiles_share_devices_unless_a_node_label_keeps_them_apart() -> None:
+    pair = {**L4, "name": "nvidia-l4-pair", "count": 2}
+    h100 = {**L4, "name": "nvidia-h100", "nodeSelector": {"accelerator": "nvidia-h100"}}
+    anywhere = {**L4, "name": "nvidia-any", "nodeSelector": {}}
+    gpu = settings_from_mapping(
+        {
+            "gpu": {
+                "enabled": True,
+                "defaultProfile": "nvidia-l4",
+                "profiles": [L4, MIG, pair, h100, anywhere],
+            }
+        }
+    ).gpu
+    sharing = {p.name: gpu.sharing_devices(p) for p in gpu.profiles}
+    assert sharing == {
+        "nvidia-l4": ["nvidia-l4-pair", "nvidia-any"],
+        "a100-1g-10gb": [],
+        "nvidia-l4-pair": ["nvidia-l4", "nvidia-any"],
+        "nvidia-h100": ["nvidia-any"],
+        "nvidia-any": ["nvidia-l4", "nvidia-l4-pair", "nvidia-h100"],
+    }
+
+
 def test_resolve_refuses_when_disabled() -> None:
     with pytest.raises(ProfileRejected) as caught:
         catalog(enabled=False).resolve(GpuRequest(profile="nvidia-l4"))
