@@ -233,7 +233,7 @@ def serve(args: argparse.Namespace) -> int:
     )
     reconciler = Reconciler(store, lifecycle, elector)
     gatekeeper = Gatekeeper(store, api, elector)
-    keeper = Keeper(store, Desk(store, api), elector)
+    keeper = Keeper(store, Desk(store, api), elector, lifecycle)
     # People with a token of the configured OpenID Connect issuer or JupyterHub, beside
     # the operator.
     oidc = oidc_verifier(settings)

@@ -7,9 +7,10 @@ version of the bookings it was checked against, so two admissions at once cannot
 take the last unit. From then on the line (:mod:`.gates`), extend and the start of a box's
 time to live keep it (:mod:`.promises`).
 
-The keeper, on the Lease holder, records which box used each open booking, releases a
-booking none of whose boxes had its device within the grace time of its window's opening,
-and forgets bookings a day after they ended.
+The keeper, on the Lease holder, starts a booked box that is stopped when its window
+opens, records which box used each open booking, releases a booking none of whose boxes
+had its device within the grace time of its window's opening, and forgets bookings a day
+after they ended.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from datetime import datetime, timedelta
 
 from devboxes_sdk.models import Booking, BookingCreate, BookingList
 
+from ..box import naming, ownership
 from ..k8s import kube
 from ..k8s.kube import ApiProblem, Conflict, NotFound, Obj, Unavailable, rule_broken
 from ..k8s.lease import LeaderElector
@@ -39,6 +41,7 @@ from ..state.bookings import (
 )
 from ..state.metrics import METRICS
 from ..state.store import BoxStore
+from .lifecycle import Lifecycle
 from .promises import Promises, sittings, user_of
 
 log = logging.getLogger(__name__)
@@ -286,13 +289,35 @@ def settle(
     return kept
 
 
-class Keeper:
-    """On the Lease holder, every few seconds: :func:`settle` written back."""
+def to_start(
+    records: Sequence[Record], stopped: Callable[[Record], bool], now: datetime, grace: timedelta
+) -> list[Record]:
+    """The open bookings of a named box that is ``stopped``, not started for them yet, up
+    to their release: the leader starts each once, so a box its person stops in the
+    window stays stopped. Pure."""
+    return [
+        r
+        for r in records
+        if r.box is not None
+        and r.released_at is None
+        and r.used_by is None
+        and r.started_at is None
+        and r.start <= now < min(r.end, r.start + grace)
+        and stopped(r)
+    ]
 
-    def __init__(self, store: BoxStore, desk: Desk, elector: LeaderElector) -> None:
+
+class Keeper:
+    """On the Lease holder, every few seconds: :func:`settle` written back, and each
+    booked box that is stopped when its window opens started (:func:`to_start`)."""
+
+    def __init__(
+        self, store: BoxStore, desk: Desk, elector: LeaderElector, lifecycle: Lifecycle
+    ) -> None:
         self._store = store
         self._desk = desk
         self._elector = elector
+        self._lifecycle = lifecycle
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="bookings", daemon=True)
 
@@ -329,6 +354,10 @@ class Keeper:
 
         grace = timedelta(minutes=self._store.settings.bookings.grace_minutes)
         settled = settle(records, users, now, grace)
+        started = {
+            r.name: self._start(r, now) for r in to_start(settled, self._stopped, now, grace)
+        }
+        settled = [started.get(r.name) or r for r in settled]
         if settled == records:
             return []
         found = self._desk.read()
@@ -349,3 +378,36 @@ class Keeper:
             if record.used_by is not None and before[record.name].used_by != record.used_by:
                 METRICS.bookings.labels("used").inc()
         return released
+
+    def _stopped(self, record: Record) -> bool:
+        assert record.box is not None
+        deployment = self._store.deployment(naming.object_names(record.box))
+        return (
+            deployment is not None
+            and ownership.owner_of(deployment) == record.owner
+            and (deployment.get("spec") or {}).get("replicas", 1) == 0
+        )
+
+    def _start(self, record: Record, now: datetime) -> Record:
+        """Start the booked box for its owner, within their limits; the record marked
+        started either way, so a box that cannot start is not tried on every pass."""
+        assert record.box is not None
+        asker = Asker(record.owner, frozenset(record.groups))
+        try:
+            self._lifecycle.start_box(record.box, scope=record.owner, asker=asker)
+        except ApiProblem as err:
+            log.warning(
+                "booked box not started",
+                extra={"booking": record.name, "box": record.box, "error": err.detail},
+            )
+        else:
+            METRICS.bookings.labels("started").inc()
+            log.info("booked box started", extra={"booking": record.name, "box": record.box})
+            deployment = self._store.deployment(naming.object_names(record.box))
+            if deployment is not None:
+                self._lifecycle.record(
+                    deployment,
+                    "BookingStarted",
+                    f"Started for booking {record.name}: {window(record)}",
+                )
+        return replace(record, started_at=format_timestamp(now))

@@ -42,6 +42,8 @@ class Record:
     used_by: str | None = None
     released_at: str | None = None
     released_why: str | None = None
+    # When the leader started the booked box, stopped at the window's opening.
+    started_at: str | None = None
 
     # Read once: a ledger asks each record for its times many times.
     @cached_property
@@ -120,9 +122,19 @@ def message(record: Record, now: datetime, grace: timedelta) -> str:
     if current is BookingState.USED:
         return f"In use by {record.used_by}: {window(record)}."
     if current is BookingState.OPEN:
+        started = (
+            f"{record.box} was started at {_clock(parse_timestamp(record.started_at))}; "
+            if record.box and record.started_at
+            else ""
+        )
         return (
-            f"Open: {window(record)}; {which} gets the device ahead of the line if started "
-            f"by {_clock(record.start + grace)}, else the booking is released."
+            f"Open: {window(record)}; {started}{which} gets the device ahead of the line if "
+            f"started by {_clock(record.start + grace)}, else the booking is released."
+        )
+    if record.box:
+        return (
+            f"Booked: {window(record)}; {record.box} is started then if it is stopped, and "
+            "gets the device ahead of the line."
         )
     return f"Booked: {window(record)}; {which} gets the device ahead of the line then."
 

@@ -90,7 +90,7 @@ class Metrics:
         )
         self.bookings = Counter(
             "devboxes_bookings_total",
-            "Bookings by what befell them: booked, cancelled, used, released",
+            "Bookings by what befell them: booked, cancelled, started (their box), used, released",
             ["event"],
             registry=self.registry,
         )

@@ -3,6 +3,7 @@ through the testbed's issuer, and the controller keeping each booking it admitte
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -168,3 +169,38 @@ def test_a_booking_nobody_uses_is_released_after_the_grace_time(
     assert released.message.endswith(
         "no box of it had the device within 1 min of the window's opening."
     )
+
+
+def test_a_booked_box_stopped_when_the_window_opens_is_started_for_it_once(
+    start_controller: StartController,
+    pool: DevicePool,
+    issuer: Issuer,
+    kube: Any,
+    namespace: str,
+) -> None:
+    controller = _controller(start_controller, pool, issuer, namespace)
+    bob = _person(controller, issuer, "bob")
+    bob.create("train", gpu=PROFILE, ttl_hours=2)
+    wait_for(lambda: bob.get("train").state is DevboxState.READY, timeout=120)
+    bob.stop("train")
+    wait_for(lambda: bob.get("train").state is DevboxState.STOPPED, timeout=120)
+
+    # The window is open from the start: the leader's next pass starts the box.
+    booking = bob.bookings.create(PROFILE, datetime.now(UTC), 1, box="train")
+    wait_for(lambda: bob.get("train").state is DevboxState.READY, timeout=120)
+    used = wait_for(
+        lambda: (found := bob.bookings.list()[0]).state is BookingState.USED and found,
+        timeout=30,
+    )
+    assert (used.name, used.used_by) == (booking.name, "train")
+    events = client.CoreV1Api(kube).list_namespaced_event(
+        namespace, field_selector="reason=BookingStarted"
+    )
+    (event,) = events.items
+    assert event.message.startswith(f"Started for booking {booking.name}: {PROFILE} from ")
+
+    # Stopped by its person inside the window, it stays stopped.
+    bob.stop("train")
+    wait_for(lambda: bob.get("train").state is DevboxState.STOPPED, timeout=120)
+    time.sleep(12)
+    assert bob.get("train").state is DevboxState.STOPPED

@@ -3,7 +3,7 @@ pass, with plain data."""
 
 from datetime import UTC, datetime, timedelta
 
-from devboxes_controller.control.bookings import booked_hours, settle
+from devboxes_controller.control.bookings import booked_hours, settle, to_start
 from devboxes_controller.k8s.timestamps import format_timestamp
 from devboxes_controller.state.bookings import Record, records_of, state, to_model
 
@@ -56,11 +56,17 @@ def test_state_follows_the_clock_and_the_record():
         "Booked: l4 from 2030-05-17 09:00 UTC to 2030-05-17 11:00 UTC; any of bob's boxes "
         "of it gets the device ahead of the line then."
     )
+    assert to_model(record(box="train"), NOW, GRACE).message == (
+        "Booked: l4 from 2030-05-17 09:00 UTC to 2030-05-17 11:00 UTC; train is started then "
+        "if it is stopped, and gets the device ahead of the line."
+    )
     opened = to_model(record(box="train"), NOW + timedelta(minutes=61), GRACE)
     assert opened.state is BookingState.OPEN
     assert "train gets the device ahead of the line if started by 2030-05-17 09:15 UTC" in (
         opened.message
     )
+    started = to_model(record(box="train", started_at=at(60)), NOW + timedelta(minutes=61), GRACE)
+    assert "; train was started at 2030-05-17 09:00 UTC; train gets the device" in (started.message)
 
 
 def test_the_keeper_records_the_box_that_used_a_booking():
@@ -92,3 +98,24 @@ def test_the_keeper_forgets_bookings_a_day_after_they_ended_and_leaves_future_on
 def test_booked_hours_count_only_what_is_still_ahead():
     assert booked_hours([record(start=-60, end=120), record(start=600, end=660)], NOW) == 3
     assert booked_hours([record(start=-60, end=120, released_at=at(0))], NOW) == 0
+
+
+def test_a_booked_box_stopped_when_its_window_opens_is_started_once_until_the_release():
+    named = record(start=-1, box="train")
+    stopped = {"train"}
+    due = to_start(
+        [named, record("bk-anybox00", start=-1), record("bk-later000", start=5, box="train")],
+        lambda r: r.box in stopped,
+        NOW,
+        GRACE,
+    )
+    assert due == [named]
+    # Running already, started once before, used, released, or past the grace: nothing.
+    assert to_start([named], lambda r: False, NOW, GRACE) == []
+    for done in (
+        record(start=-1, box="train", started_at=at(-1)),
+        record(start=-1, box="train", used_by="train"),
+        record(start=-1, box="train", released_at=at(0), released_why="cancelled"),
+        record(start=-15, box="train"),
+    ):
+        assert to_start([done], lambda r: True, NOW, GRACE) == []
