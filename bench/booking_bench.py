@@ -28,9 +28,8 @@ import record
 from devboxes_controller.box import naming, render
 from devboxes_controller.box.spec import BoxSpec
 from devboxes_controller.config.settings import Settings
-from devboxes_controller.control.promises import Holds, promised, sittings_of
+from devboxes_controller.control.promises import Holds, ledger_of, sittings_of
 from devboxes_controller.k8s.timestamps import format_timestamp
-from devboxes_controller.placement.ledger import Ledger
 from devboxes_controller.state import slim
 from devboxes_controller.state.bookings import Reader, Record, records_of
 from devboxes_testbed.controller import example_settings
@@ -140,7 +139,8 @@ def main() -> int:
             config_map["data"][f"bk-new{sample:05d}"] = added(profile, sample).to_json()
             kept_records = [r for r in reader.parse(config_map) if r.holds(NOW)]
             holding = sittings_of(holds.of(profile, running_boxes), (), NOW)
-            ledger = Ledger(capacity, *promised(kept_records, holding, NOW))
+            # Every unit in use is held by a box: none by other pods.
+            ledger = ledger_of(capacity, capacity - len(holding), kept_records, holding, NOW)
             if ledger.first_full(start, start + length) is None:
                 fitted += 1
             else:

@@ -232,8 +232,8 @@ def serve(args: argparse.Namespace) -> int:
         can_lead=lambda: readiness.problem() is None,
     )
     reconciler = Reconciler(store, lifecycle, elector)
-    gatekeeper = Gatekeeper(store, api, elector)
-    keeper = Keeper(store, Desk(store, api), elector, lifecycle)
+    gatekeeper = Gatekeeper(store, api, elector, lifecycle.promises)
+    keeper = Keeper(store, Desk(lifecycle), elector, lifecycle)
     # People with a token of the configured OpenID Connect issuer or JupyterHub, beside
     # the operator.
     oidc = oidc_verifier(settings)

@@ -22,7 +22,7 @@ from devboxes_sdk.models import StopReason, StopWarning
 
 from ..config.settings import Settings
 from ..k8s.kube import Obj
-from ..k8s.timestamps import format_timestamp, parse_timestamp
+from ..k8s.timestamps import format_timestamp, parse_timestamp, time_of_day_label
 from . import activity, naming
 
 # The stop (its key) whose warning the leader has sent: Event, sessions' line, webhook.
@@ -129,22 +129,18 @@ def minutes_left(stop: NextStop, now: datetime) -> int:
     return max(0, math.ceil((stop.at - now).total_seconds() / 60))
 
 
-def _clock(moment: datetime) -> str:
-    return f"{format_timestamp(moment)[11:16]} UTC"
-
-
 def message(name: str, stop: NextStop, now: datetime | None) -> str:
     """The warning in one sentence, with what keeps the box running; counting the minutes
     from ``now`` when given (a message sent once), else with the time alone (one shown
     until the box changes, whose reader counts the minutes)."""
-    clock = _clock(stop.at)
+    clock = time_of_day_label(stop.at)
     when = f"at {clock}" if now is None else f"in {minutes_left(stop, now)} min, at {clock}"
     if stop.reason == "ttl":
         return (
             f"Box {name} stops {when}: its time to live ends. "
             f"`devbox extend {name} --hours 1` keeps it running; its home volume is kept."
         )
-    since = f" since {_clock(stop.idle_since)}" if stop.idle_since is not None else ""
+    since = f" since {time_of_day_label(stop.idle_since)}" if stop.idle_since is not None else ""
     gpu = f", GPU {stop.gpu_utilization:g}% busy" if stop.gpu_utilization is not None else ""
     return (
         f"Box {name} stops {when}: idle{since}{gpu}. Using it, or "

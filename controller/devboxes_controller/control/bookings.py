@@ -29,7 +29,7 @@ from ..box import naming, ownership
 from ..k8s import kube
 from ..k8s.kube import ApiProblem, Conflict, NotFound, Obj, Unavailable, rule_broken
 from ..k8s.lease import LeaderElector
-from ..k8s.timestamps import format_timestamp
+from ..k8s.timestamps import format_timestamp, minute_label
 from ..placement.limits import Asker, limited_groups
 from ..state.bookings import (
     BOOKINGS_CONFIGMAP,
@@ -42,7 +42,7 @@ from ..state.bookings import (
 from ..state.metrics import METRICS
 from ..state.store import BoxStore
 from .lifecycle import Lifecycle
-from .promises import Promises, sittings, user_of
+from .promises import sittings, user_of
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +58,6 @@ def _hours(span: timedelta) -> float:
     return span.total_seconds() / 3600
 
 
-def _clock(moment: datetime) -> str:
-    return f"{format_timestamp(moment)[:16].replace('T', ' ')} UTC"
-
-
 def booked_hours(records: Sequence[Record], now: datetime) -> float:
     """Hours of the bookings still ahead: the part of each window after ``now``."""
     return sum(_hours(r.end - max(r.start, now)) for r in records if r.holds(now) and r.end > now)
@@ -70,11 +66,11 @@ def booked_hours(records: Sequence[Record], now: datetime) -> float:
 class Desk:
     """Bookings asked for, listed and cancelled through the API."""
 
-    def __init__(self, store: BoxStore, api: kube.ApiClient) -> None:
-        self._store = store
-        self.promises = Promises(store)
-        self._core = kube.Apis(api).core
-        self._namespace = store.settings.namespace
+    def __init__(self, lifecycle: Lifecycle) -> None:
+        self._store = lifecycle.store
+        self.promises = lifecycle.promises
+        self._core = kube.Apis(lifecycle.api).core
+        self._namespace = lifecycle.store.settings.namespace
 
     @property
     def _grace(self) -> timedelta:
@@ -133,12 +129,15 @@ class Desk:
                 )
             raise rule_broken(["body", "profile"], why)
         if request.starts_at < now - PAST_SLACK:
-            raise rule_broken(["body", "starts_at"], f"is in the past; it is {_clock(now)} now")
+            raise rule_broken(
+                ["body", "starts_at"], f"is in the past; it is {minute_label(now)} now"
+            )
         latest = now + timedelta(days=settings.bookings.days_ahead)
         if request.starts_at > latest:
             raise rule_broken(
                 ["body", "starts_at"],
-                f"must be at most {settings.bookings.days_ahead} days ahead, by {_clock(latest)}",
+                f"must be at most {settings.bookings.days_ahead} days ahead, "
+                f"by {minute_label(latest)}",
             )
         longest = settings.bookings.max_hours
         groups = settings.limits.groups
@@ -207,12 +206,13 @@ class Desk:
                 latest = now + timedelta(days=self._store.settings.bookings.days_ahead)
                 fits = ledger.earliest(start, length, latest)
                 later = (
-                    f"the earliest window of {request.hours} h that fits starts at {_clock(fits)}"
+                    f"the earliest window of {request.hours} h that fits starts at "
+                    f"{minute_label(fits)}"
                     if fits is not None
-                    else f"no window of {request.hours} h fits before {_clock(latest)}"
+                    else f"no window of {request.hours} h fits before {minute_label(latest)}"
                 )
                 raise Conflict(
-                    f"{request.profile} has no device left to promise at {_clock(full)}: "
+                    f"{request.profile} has no device left to promise at {minute_label(full)}: "
                     f"bookings and the running boxes that may still run then take all "
                     f"{ledger.capacity}; {later}"
                 )
@@ -346,7 +346,7 @@ class Keeper:
             return []
         now = self._store.clock()
         holds = self._desk.promises.holds
-        holding = {r.profile: sittings(self._store, holds, r.profile, now) for r in records}
+        holding = {p: sittings(self._store, holds, p, now) for p in {r.profile for r in records}}
 
         def users(record: Record) -> str | None:
             user = user_of(record, holding[record.profile], now)

@@ -100,11 +100,13 @@ class Gatekeeper:
     """Walks the line on every replica, and lifts gates in line order while this replica
     holds the Lease."""
 
-    def __init__(self, store: BoxStore, api: kube.ApiClient, elector: LeaderElector) -> None:
+    def __init__(
+        self, store: BoxStore, api: kube.ApiClient, elector: LeaderElector, promises: Promises
+    ) -> None:
         self._store = store
         self._core = kube.Apis(api).core
         self._elector = elector
-        self._promises = Promises(store)
+        self._promises = promises
         self._strict = store.settings.queue.order == "strict"
         self._wake = threading.Event()
         self._stop = threading.Event()

@@ -66,7 +66,8 @@ class Lifecycle:
         self._writer = BoxWriter(store, apis, self._events)
         self._limits_lock = threading.Lock()
         self._holdings = limits.Holdings()
-        self._promises = Promises(store)
+        # One for the process: its cache of each box's hold serves every reader.
+        self.promises = Promises(store)
 
     def stop(self) -> None:
         self._events.stop()
@@ -484,7 +485,7 @@ class Lifecycle:
         clash = (
             None
             if profile is None
-            else self._promises.clash(profile, name, ownership.owner_of(deployment), expires, now)
+            else self.promises.clash(profile, name, ownership.owner_of(deployment), expires, now)
         )
         if clash is not None:
             expires = clash.at
@@ -652,7 +653,7 @@ class Lifecycle:
         if spec.gpu is None:
             return
         owner = ownership.owner_of(deployment)
-        clash = self._promises.clash(spec.gpu.name, name, owner, expires, now, since=base)
+        clash = self.promises.clash(spec.gpu.name, name, owner, expires, now, since=base)
         if clash is None:
             return
         room = int((clash.at - base) / timedelta(hours=1))

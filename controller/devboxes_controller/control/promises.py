@@ -144,16 +144,34 @@ def sittings(store: BoxStore, holds: Holds, profile: str, now: datetime) -> list
     return sittings_of(holds.of(profile, store.running_boxes_of(profile)), let_through, now)
 
 
+def _may_use(record: Record, owner: str, box: str, now: datetime) -> bool:
+    """Whether ``owner``'s ``box`` is one the booking is for, while it is open."""
+    return (
+        record.released_at is None
+        and record.start <= now < record.end
+        and record.owner == owner
+        and record.box in (None, box)
+    )
+
+
 def user_of(record: Record, holding: Sequence[Sitting], now: datetime) -> Sitting | None:
     """The box that uses an open booking: the one recorded, else the booked box or any of
     the owner's boxes that holds a device, by name."""
     if record.released_at is not None or not record.start <= now < record.end:
-        return None
-    fits = [
-        s for s in holding if s.placed and s.owner == record.owner and record.box in (None, s.name)
-    ]
+        return None  # before reading every box: most bookings are not open now
+    fits = [s for s in holding if s.placed and _may_use(record, s.owner, s.name, now)]
     recorded = next((s for s in fits if s.name == record.used_by), None)
     return recorded or (min(fits, key=lambda s: s.name) if fits else None)
+
+
+def uses(records: Sequence[Record], holding: Sequence[Sitting], now: datetime) -> dict[str, Record]:
+    """The open booking each box that uses one uses, by box name."""
+    return {u.name: r for r in records if (u := user_of(r, holding, now)) is not None}
+
+
+def held_by_others(capacity: int, available: int, holding: Sequence[Sitting]) -> int:
+    """The units that pods other than the profile's boxes hold now."""
+    return max(capacity - available - sum(1 for s in holding if s.placed), 0)
 
 
 def promised(
@@ -162,7 +180,7 @@ def promised(
     """The bookings' windows, and when each box's hold ends: a hold runs from now, or,
     for a box using an open booking, from that booking's end."""
     windows = [Span(r.start, r.end, r.name) for r in records if r.holds(now)]
-    using = {u.name: r for r in records if (u := user_of(r, holding, now)) is not None}
+    using = uses(records, holding, now)
     ends: list[datetime] = []
     for sitting in holding:
         used = using.get(sitting.name)
@@ -173,18 +191,25 @@ def promised(
     return windows, ends
 
 
+def ledger_of(
+    capacity: int,
+    available: int,
+    records: Sequence[Record],
+    holding: Sequence[Sitting],
+    now: datetime,
+    leaving_out: str | None = None,
+) -> Ledger:
+    """The profile's promises from ``now``, but those of the box ``leaving_out``. Units
+    held by pods that are not boxes are taken as held for ever."""
+    others = held_by_others(capacity, available, holding)
+    windows, ends = promised(records, [s for s in holding if s.name != leaving_out], now)
+    return Ledger(capacity - others, windows, ends)
+
+
 def booked_for(records: Sequence[Record], owner: str, box: str, now: datetime) -> Record | None:
     """The open booking of ``owner`` that ``box`` would use if given a device now."""
     return next(
-        (
-            r
-            for r in records
-            if r.released_at is None
-            and r.start <= now < r.end
-            and r.owner == owner
-            and r.box in (None, box)
-            and r.used_by in (None, box)
-        ),
+        (r for r in records if _may_use(r, owner, box, now) and r.used_by in (None, box)),
         None,
     )
 
@@ -227,18 +252,14 @@ class Promises:
         leaving_out: str | None = None,
         records: Sequence[Record] | None = None,
     ) -> Ledger | None:
-        """The profile's promises from ``now``, but those of the box ``leaving_out``; None
-        when its devices are not counted now. Units held by pods that are not boxes are
-        taken as held for ever."""
+        """:func:`ledger_of` the profile as the caches have it; None when its devices are
+        not counted now."""
         counts = self._store.availability.current().profile(profile)
         if counts is None or counts.capacity is None or counts.available is None:
             return None
         holding = sittings(self._store, self.holds, profile, now)
-        in_use = counts.capacity - counts.available
-        others = max(in_use - sum(1 for s in holding if s.placed), 0)
-        kept = self.records(profile, now) if records is None else list(records)
-        windows, ends = promised(kept, [s for s in holding if s.name != leaving_out], now)
-        return Ledger(counts.capacity - others, windows, ends)
+        kept = self.records(profile, now) if records is None else records
+        return ledger_of(counts.capacity, counts.available, kept, holding, now, leaving_out)
 
     def clash(
         self,
@@ -278,8 +299,7 @@ class Promises:
             return ProfileTimeline(name=profile, note=why)
         holding = sittings(self._store, self.holds, profile, now)
         records = self.records(profile, now)
-        in_use = counts.capacity - (counts.available or 0)
-        others = max(in_use - sum(1 for s in holding if s.placed), 0)
+        others = held_by_others(counts.capacity, counts.available or 0, holding)
         segments = [
             TimelineSegment(
                 kind="other", starts_at=now, ends_at=end, label="pods that are not boxes"
@@ -297,7 +317,7 @@ class Promises:
                     mine=mine,
                 )
             )
-        using = {u.name: r for r in records if (u := user_of(r, holding, now)) is not None}
+        using = uses(records, holding, now)
         for sitting in holding:
             used = using.get(sitting.name)
             seen = scope in (None, sitting.owner)

@@ -24,3 +24,13 @@ def parse_timestamp(text: str) -> datetime:
     if moment.tzinfo is None:
         raise ValueError(f"{text!r} has no time zone")
     return moment.astimezone(UTC)
+
+
+def minute_label(moment: datetime) -> str:
+    """``2030-05-17 09:30 UTC``: a moment as messages give it to people."""
+    return f"{format_timestamp(moment)[:16].replace('T', ' ')} UTC"
+
+
+def time_of_day_label(moment: datetime) -> str:
+    """``09:30 UTC``: a moment of the coming hours as messages give it to people."""
+    return f"{format_timestamp(moment)[11:16]} UTC"

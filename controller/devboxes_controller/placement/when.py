@@ -18,17 +18,13 @@ from datetime import datetime, timedelta
 
 from devboxes_sdk.models import ProfileAvailability, ProfileWhen
 
-from ..k8s.timestamps import format_timestamp
+from ..k8s.timestamps import minute_label
 from .ledger import Ledger
 
 
 def _ordinal(n: int) -> str:
     suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
     return f"{n}{suffix}"
-
-
-def _clock(moment: datetime) -> str:
-    return f"{format_timestamp(moment)[:16].replace('T', ' ')} UTC"
 
 
 def when(
@@ -71,7 +67,7 @@ def when(
     ahead = f" ({waiting} waiting ahead)" if waiting else ""
     if complete:
         basis = (
-            f"By {_clock(at)} at the latest: {place} reaches the end of its time to "
+            f"By {minute_label(at)} at the latest: {place} reaches the end of its time to "
             f"live then{ahead}; sooner if a box stops earlier, later only if its owner "
             "extends it or someone holding fewer of these devices joins the line first."
         )
@@ -83,7 +79,7 @@ def when(
         else:
             others = "pods that are not boxes hold some of these devices"
         basis = (
-            f"About {_clock(at)}, an estimate: {place} reaches the end of its time to "
+            f"About {minute_label(at)}, an estimate: {place} reaches the end of its time to "
             f"live then{ahead}, but {others}."
         )
     return ProfileWhen(name=name, free_at=at, bound=complete, basis=basis)
@@ -104,7 +100,7 @@ def after_bookings(
             name=answer.name,
             basis=(
                 f"Unknown: bookings hold every device of the profile from "
-                f"{_clock(answer.free_at)} to past {_clock(latest)}."
+                f"{minute_label(answer.free_at)} to past {minute_label(latest)}."
             ),
         )
     return ProfileWhen(
@@ -112,7 +108,7 @@ def after_bookings(
         free_at=fits,
         bound=False,
         basis=(
-            f"About {_clock(fits)}, an estimate: a device comes free sooner, but bookings "
+            f"About {minute_label(fits)}, an estimate: a device comes free sooner, but bookings "
             f"hold it until then (devbox bookings lists yours)."
         ),
     )

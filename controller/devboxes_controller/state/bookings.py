@@ -19,7 +19,7 @@ from functools import cached_property
 from devboxes_sdk.models import Booking, BookingState
 
 from ..k8s.kube import Obj, resource_version
-from ..k8s.timestamps import format_timestamp, parse_timestamp
+from ..k8s.timestamps import minute_label, parse_timestamp
 from .cache import Informer
 
 BOOKINGS_CONFIGMAP = "devboxes-bookings"
@@ -104,12 +104,8 @@ def state(record: Record, now: datetime) -> BookingState:
     return BookingState.OPEN if now >= record.start else BookingState.BOOKED
 
 
-def _clock(moment: datetime) -> str:
-    return f"{format_timestamp(moment)[:16].replace('T', ' ')} UTC"
-
-
 def window(record: Record) -> str:
-    return f"{record.profile} from {_clock(record.start)} to {_clock(record.end)}"
+    return f"{record.profile} from {minute_label(record.start)} to {minute_label(record.end)}"
 
 
 def message(record: Record, now: datetime, grace: timedelta) -> str:
@@ -123,13 +119,13 @@ def message(record: Record, now: datetime, grace: timedelta) -> str:
         return f"In use by {record.used_by}: {window(record)}."
     if current is BookingState.OPEN:
         started = (
-            f"{record.box} was started at {_clock(parse_timestamp(record.started_at))}; "
+            f"{record.box} was started at {minute_label(parse_timestamp(record.started_at))}; "
             if record.box and record.started_at
             else ""
         )
         return (
             f"Open: {window(record)}; {started}{which} gets the device ahead of the line if "
-            f"started by {_clock(record.start + grace)}, else the booking is released."
+            f"started by {minute_label(record.start + grace)}, else the booking is released."
         )
     if record.box:
         return (

@@ -385,7 +385,7 @@ def create_app(
         store.clock,
         store.settings.ssh.authorized_keys_secret,
     )
-    app.state.bookings = Desk(store, lifecycle.api)
+    app.state.bookings = Desk(lifecycle)
     app.state.token = token
     app.state.verifiers = tuple(verifiers)
     app.state.admin_groups = frozenset(store.settings.auth.admin_groups)
