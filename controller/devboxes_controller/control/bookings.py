@@ -7,10 +7,11 @@ version of the bookings it was checked against, so two admissions at once cannot
 take the last unit. From then on the line (:mod:`.gates`), extend and the start of a box's
 time to live keep it (:mod:`.promises`).
 
-The keeper, on the Lease holder, starts a booked box that is stopped when its window
-opens, records which box used each open booking, releases a booking none of whose boxes
-had its device within the grace time of its window's opening, and forgets bookings a day
-after they ended.
+The keeper, on the Lease holder, cuts the time to live of a box one too many where a
+booking opens (two writers at once, or lost devices, broke the promise), starts a booked
+box that is stopped when its window opens, records which box used each open booking,
+releases a booking none of whose boxes had its device within the grace time of its
+window's opening, and forgets bookings a day after they ended.
 """
 
 from __future__ import annotations
@@ -345,6 +346,7 @@ class Keeper:
         if not records:
             return []
         now = self._store.clock()
+        self._keep_windows(records, now)
         holds = self._desk.promises.holds
         holding = {p: sittings(self._store, holds, p, now) for p in {r.profile for r in records}}
 
@@ -378,6 +380,18 @@ class Keeper:
             if record.used_by is not None and before[record.name].used_by != record.used_by:
                 METRICS.bookings.labels("used").inc()
         return released
+
+    def _keep_windows(self, records: Sequence[Record], now: datetime) -> None:
+        """Cut the time to live of the boxes one too many where a booking opens (see
+        :meth:`Promises.broken`), so a promise two writers broke together is kept."""
+        for profile in sorted({r.profile for r in records if r.holds(now)}):
+            found = self._desk.promises.broken(profile, now)
+            if found is None:
+                continue
+            clash, boxes = found
+            for box in boxes:
+                if self._lifecycle.keep_booking(box.name, clash):
+                    METRICS.bookings.labels("kept").inc()
 
     def _stopped(self, record: Record) -> bool:
         assert record.box is not None

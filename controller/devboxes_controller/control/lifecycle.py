@@ -45,7 +45,7 @@ from ..placement import limits
 from ..state.metrics import METRICS
 from ..state.store import BoxStore
 from .events import Events
-from .promises import Promises
+from .promises import Clash, Promises
 from .writer import BoxWriter, belongs_to, refuse_foreign_claim, taken
 
 log = logging.getLogger(__name__)
@@ -473,6 +473,41 @@ class Lifecycle:
         )
         return self._current(spec.names, updated)
 
+    def _record_cut(self, updated: Obj, stamp: str, clash: Clash) -> None:
+        self.record(
+            updated,
+            "TimeToLiveCut",
+            f"Stops automatically at {stamp}, before its time to live ends, to keep a "
+            f"booking: {clash.sentence()}",
+        )
+
+    def keep_booking(self, name: str, clash: Clash) -> bool:
+        """End a running box's time to live where a booking opens, the box being one too
+        many there; False when the box changed in between (the next pass looks again)."""
+        deployment = self.store.deployment(naming.object_names(name))
+        ends = stop_warning.time_to_live_end(deployment) if deployment is not None else None
+        if deployment is None or ends is None or ends <= clash.at:
+            return False
+        stamp = format_timestamp(clash.at)
+        try:
+            updated = self._writer.patch(
+                deployment,
+                {
+                    "metadata": {
+                        "annotations": {naming.ANNOTATION_EXPIRES_AT: stamp},
+                        "resourceVersion": deployment["metadata"]["resourceVersion"],
+                    }
+                },
+            )
+        except Conflict:
+            return False
+        self._record_cut(updated, stamp, clash)
+        log.warning(
+            "box time to live cut to keep a booking",
+            extra={"box": name, "stops_at": stamp, "bookings": [r.name for r in clash.bookings]},
+        )
+        return True
+
     def begin_time_to_live(self, name: str, deployment: Obj, now: datetime) -> Obj:
         """A box whose pod was first given a node since it was created or started: its
         deadline moves later by the time it waited, so a wait in line costs none of its
@@ -504,12 +539,7 @@ class Lifecycle:
             },
         )
         if clash is not None:
-            self.record(
-                updated,
-                "TimeToLiveCut",
-                f"Stops automatically at {stamp}, before its time to live ends, to keep a "
-                f"booking: {clash.sentence()}",
-            )
+            self._record_cut(updated, stamp, clash)
         elif waited >= timedelta(minutes=1):
             self.record(
                 updated,

@@ -15,7 +15,7 @@ device is the booked one until the window closes, and counts as its own only aft
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import NamedTuple
@@ -225,6 +225,18 @@ class Clash:
         return "; ".join(f"{r.owner} booked {window(r)} ({r.name})" for r in self.bookings)
 
 
+def overrunning(
+    ledger: Ledger, holding: Sequence[Sitting], using: Mapping[str, Record], at: datetime
+) -> list[Sitting]:
+    """The boxes to stop at ``at``, where more units are promised than there are: as many
+    as are too many, those that would run longest past it first, never one that uses a
+    booking open then. Pure."""
+    excess = ledger.promised(at) - ledger.capacity
+    kept = {name for name, r in using.items() if r.start <= at < r.end}
+    running_on = [s for s in holding if s.placed and s.until > at and s.name not in kept]
+    return sorted(running_on, key=lambda s: (-s.until.timestamp(), s.name))[: max(excess, 0)]
+
+
 class Promises:
     def __init__(self, store: BoxStore) -> None:
         self._store = store
@@ -285,6 +297,24 @@ class Promises:
             return None
         names = {s.booking for s in ledger.bookings_at(at)}
         return Clash(at, tuple(r for r in records if r.name in names))
+
+    def broken(self, profile: str, now: datetime) -> tuple[Clash, list[Sitting]] | None:
+        """The first booking window still to open whose promises no longer add up, and
+        the boxes whose time to live is to end at its opening to keep it; None while they
+        add up. A window already open is not kept this way: its owner's box goes first in
+        line, and no running box is stopped for it."""
+        records = self.records(profile, now)
+        counts = self._store.availability.current().profile(profile)
+        if not records or counts is None or counts.capacity is None or counts.available is None:
+            return None
+        holding = sittings(self._store, self.holds, profile, now)
+        ledger = ledger_of(counts.capacity, counts.available, records, holding, now)
+        at = ledger.first_broken(now)
+        if at is None:
+            return None
+        names = {s.booking for s in ledger.bookings_at(at)}
+        clash = Clash(at, tuple(r for r in records if r.name in names))
+        return clash, overrunning(ledger, holding, uses(records, holding, now), at)
 
     def timeline(
         self, profile: str, scope: str | None, viewer: str, now: datetime, end: datetime

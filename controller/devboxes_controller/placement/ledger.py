@@ -68,6 +68,13 @@ class Ledger:
                 return moment
         return None
 
+    def first_broken(self, after: datetime) -> datetime | None:
+        """The first opening of a booking window after ``after`` at which more units are
+        promised than there are: two writers each kept the promises they saw (an extend
+        and an admission at once) and together broke one, or devices were lost since."""
+        openings = sorted({s.start for s in self.spans if s.booking and s.start > after})
+        return next((m for m in openings if self.promised(m) > self.capacity), None)
+
     def bookings_at(self, moment: datetime) -> list[Span]:
         """The booking windows open at ``moment``, earliest first."""
         found = [s for s in self.spans if s.booking and s.start <= moment < s.end]

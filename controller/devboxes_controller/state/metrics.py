@@ -90,7 +90,8 @@ class Metrics:
         )
         self.bookings = Counter(
             "devboxes_bookings_total",
-            "Bookings by what befell them: booked, cancelled, started (their box), used, released",
+            "Bookings by what befell them: booked, cancelled, kept (a box cut short for one), "
+            "started (their box), used, released",
             ["event"],
             registry=self.registry,
         )

@@ -9,6 +9,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from devboxes_controller.box import naming
+from devboxes_controller.k8s.timestamps import format_timestamp
 from devboxes_testbed.controller import Controller
 from devboxes_testbed.issuer import CLI_CLIENT_ID, Issuer
 from kubernetes import client
@@ -42,6 +44,9 @@ def _controller(
 
 def _person(controller: Controller, issuer: Issuer, name: str) -> Client:
     return Client(controller.url, issuer.token_for(name))
+
+
+HOUR = timedelta(hours=1)
 
 
 def _minute(offset: timedelta) -> datetime:
@@ -204,3 +209,43 @@ def test_a_booked_box_stopped_when_the_window_opens_is_started_for_it_once(
     wait_for(lambda: bob.get("train").state is DevboxState.STOPPED, timeout=120)
     time.sleep(12)
     assert bob.get("train").state is DevboxState.STOPPED
+
+
+def test_a_promise_broken_by_a_write_the_admission_did_not_see_is_kept_by_a_cut(
+    start_controller: StartController,
+    pool: DevicePool,
+    issuer: Issuer,
+    kube: Any,
+    namespace: str,
+) -> None:
+    controller = _controller(start_controller, pool, issuer, namespace)
+    alice, bob, olivia = (_person(controller, issuer, p) for p in ("alice", "bob", "olivia"))
+    olivia.create("olivias", gpu=PROFILE, ttl_hours=1)
+    bob.create("bobs", gpu=PROFILE, ttl_hours=3)
+    for person, name in ((olivia, "olivias"), (bob, "bobs")):
+        wait_for(lambda p=person, n=name: p.get(n).state is DevboxState.READY, timeout=120)
+    # One device is free from olivia's stop on: alice books it from 2 h on.
+    opens = _minute(timedelta(hours=2))
+    booking = alice.bookings.create(PROFILE, opens, 1)
+
+    # An extend of olivia's box written by another replica as the booking was admitted
+    # (each checked what its own cache had): at the opening, three units for two devices.
+    client.AppsV1Api(kube).patch_namespaced_deployment(
+        "devbox-olivias",
+        namespace,
+        {
+            "metadata": {
+                "annotations": {naming.ANNOTATION_EXPIRES_AT: format_timestamp(opens + 3 * HOUR)}
+            }
+        },
+    )
+    # The leader cuts the box that would run longest into the window to its opening.
+    cut = wait_for(lambda: (box := olivia.get("olivias")).expires_at == opens and box, timeout=60)
+    assert cut.state is DevboxState.READY
+    assert bob.get("bobs").expires_at != opens
+    events = client.CoreV1Api(kube).list_namespaced_event(
+        namespace, field_selector="reason=TimeToLiveCut"
+    )
+    (event,) = events.items
+    assert event.involved_object.name == "devbox-olivias"
+    assert booking.name in event.message

@@ -68,3 +68,13 @@ def test_units_held_from_before_count_like_spans_and_free_where_they_end():
         assert ledger.first_full(at(1), at(5)) == at(2)
         assert ledger.earliest(at(0), timedelta(hours=1), at(48)) == at(1)
         assert ledger.earliest(at(0), timedelta(hours=2), at(48)) == at(3)
+
+
+def test_a_booking_opening_over_more_promises_than_devices_is_found_and_no_other():
+    # Two devices: a box extended to 5 h and a booking admitted at once for 2 h to 3 h,
+    # beside a box running to 4 h: three units promised at 2 h.
+    ledger = Ledger(2, [booking(2, 3, "a"), booking(6, 7, "b")], [at(5), at(4)])
+    assert ledger.first_broken(NOW) == at(2)
+    # Openings already past are not looked at; "b" opens with room to spare.
+    assert ledger.first_broken(at(2)) is None
+    assert Ledger(3, [booking(2, 3, "a")], [at(5), at(4)]).first_broken(NOW) is None
