@@ -30,9 +30,12 @@ def pool(kube: Any) -> Iterator[DevicePool]:
     made.delete()
 
 
-def _controller(
+@pytest.fixture
+def controller(
     start_controller: StartController, pool: DevicePool, issuer: Issuer, namespace: str
 ) -> Controller:
+    """A controller of the pool's profile whose people sign in with the testbed's issuer;
+    olivia is an admin there, so she sees every booking."""
     settings = pool.settings(namespace)
     settings["auth"] = {
         "oidc": {"issuer": issuer.url, "audience": CLI_CLIENT_ID},
@@ -42,8 +45,14 @@ def _controller(
     return start_controller(settings)
 
 
-def _person(controller: Controller, issuer: Issuer, name: str) -> Client:
-    return Client(controller.url, issuer.token_for(name))
+@pytest.fixture
+def people(controller: Controller, issuer: Issuer) -> dict[str, Client]:
+    return {p: Client(controller.url, issuer.token_for(p)) for p in ("alice", "bob", "olivia")}
+
+
+def _running(person: Client, name: str, ttl_hours: int) -> None:
+    person.create(name, gpu=PROFILE, ttl_hours=ttl_hours)
+    wait_for(lambda: person.get(name).state is DevboxState.READY, timeout=120)
 
 
 HOUR = timedelta(hours=1)
@@ -61,11 +70,10 @@ def _gated(kube: Any, namespace: str, box: str) -> bool:
 
 
 def test_bookings_are_admitted_while_they_fit_and_an_extend_that_would_break_one_is_refused(
-    start_controller: StartController, pool: DevicePool, issuer: Issuer, namespace: str
+    controller: Controller, people: dict[str, Client]
 ) -> None:
-    controller = _controller(start_controller, pool, issuer, namespace)
     # olivia is an admin of the testbed's issuer: she sees every booking.
-    alice, bob, olivia = (_person(controller, issuer, p) for p in ("alice", "bob", "olivia"))
+    alice, bob, olivia = people["alice"], people["bob"], people["olivia"]
     soon = _minute(timedelta(hours=2))
     first = alice.bookings.create(PROFILE, soon, 2)
     second = bob.bookings.create(PROFILE, soon + timedelta(hours=1), 2)
@@ -83,8 +91,7 @@ def test_bookings_are_admitted_while_they_fit_and_an_extend_that_would_break_one
     assert olivia.bookings.create(PROFILE, fits, 1).starts_at == fits
 
     # Running into the full hour is refused, naming the bookings that hold it.
-    olivia.create("olivias", gpu=PROFILE, ttl_hours=1)
-    wait_for(lambda: olivia.get("olivias").state is DevboxState.READY, timeout=120)
+    _running(olivia, "olivias", ttl_hours=1)
     olivia.extend("olivias", 1)
     with pytest.raises(Conflict) as crossing:
         olivia.extend("olivias", 2)
@@ -115,16 +122,10 @@ def test_bookings_are_admitted_while_they_fit_and_an_extend_that_would_break_one
 
 
 def test_at_the_window_the_booked_box_gets_a_device_while_three_others_wait(
-    start_controller: StartController,
-    pool: DevicePool,
-    issuer: Issuer,
-    kube: Any,
-    namespace: str,
+    people: dict[str, Client], kube: Any, namespace: str
 ) -> None:
-    controller = _controller(start_controller, pool, issuer, namespace)
-    bob, olivia, alice = (_person(controller, issuer, p) for p in ("bob", "olivia", "alice"))
-    olivia.create("olivias", gpu=PROFILE, ttl_hours=1)
-    wait_for(lambda: olivia.get("olivias").state is DevboxState.READY, timeout=120)
+    alice, bob, olivia = people["alice"], people["bob"], people["olivia"]
+    _running(olivia, "olivias", ttl_hours=1)
 
     booking = bob.bookings.create(PROFILE, datetime.now(UTC), 1)
     assert booking.state is BookingState.OPEN
@@ -155,14 +156,8 @@ def test_at_the_window_the_booked_box_gets_a_device_while_three_others_wait(
     wait_for(lambda: sum(not _gated(kube, namespace, name) for name in others) == 1)
 
 
-def test_a_booking_nobody_uses_is_released_after_the_grace_time(
-    start_controller: StartController,
-    pool: DevicePool,
-    issuer: Issuer,
-    namespace: str,
-) -> None:
-    controller = _controller(start_controller, pool, issuer, namespace)
-    bob = _person(controller, issuer, "bob")
+def test_a_booking_nobody_uses_is_released_after_the_grace_time(people: dict[str, Client]) -> None:
+    bob = people["bob"]
     booking = bob.bookings.create(PROFILE, datetime.now(UTC), 1)
     # What the controller answered for is what it lists next, whatever its cache lags.
     assert [b.name for b in bob.bookings.list()] == [booking.name]
@@ -177,16 +172,10 @@ def test_a_booking_nobody_uses_is_released_after_the_grace_time(
 
 
 def test_a_booked_box_stopped_when_the_window_opens_is_started_for_it_once(
-    start_controller: StartController,
-    pool: DevicePool,
-    issuer: Issuer,
-    kube: Any,
-    namespace: str,
+    people: dict[str, Client], kube: Any, namespace: str
 ) -> None:
-    controller = _controller(start_controller, pool, issuer, namespace)
-    bob = _person(controller, issuer, "bob")
-    bob.create("train", gpu=PROFILE, ttl_hours=2)
-    wait_for(lambda: bob.get("train").state is DevboxState.READY, timeout=120)
+    bob = people["bob"]
+    _running(bob, "train", ttl_hours=2)
     bob.stop("train")
     wait_for(lambda: bob.get("train").state is DevboxState.STOPPED, timeout=120)
 
@@ -212,18 +201,11 @@ def test_a_booked_box_stopped_when_the_window_opens_is_started_for_it_once(
 
 
 def test_a_promise_broken_by_a_write_the_admission_did_not_see_is_kept_by_a_cut(
-    start_controller: StartController,
-    pool: DevicePool,
-    issuer: Issuer,
-    kube: Any,
-    namespace: str,
+    people: dict[str, Client], kube: Any, namespace: str
 ) -> None:
-    controller = _controller(start_controller, pool, issuer, namespace)
-    alice, bob, olivia = (_person(controller, issuer, p) for p in ("alice", "bob", "olivia"))
-    olivia.create("olivias", gpu=PROFILE, ttl_hours=1)
-    bob.create("bobs", gpu=PROFILE, ttl_hours=3)
-    for person, name in ((olivia, "olivias"), (bob, "bobs")):
-        wait_for(lambda p=person, n=name: p.get(n).state is DevboxState.READY, timeout=120)
+    alice, bob, olivia = people["alice"], people["bob"], people["olivia"]
+    _running(olivia, "olivias", ttl_hours=1)
+    _running(bob, "bobs", ttl_hours=3)
     # One device is free from olivia's stop on: alice books it from 2 h on.
     opens = _minute(timedelta(hours=2))
     booking = alice.bookings.create(PROFILE, opens, 1)
