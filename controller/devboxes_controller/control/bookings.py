@@ -268,14 +268,19 @@ def settle(
     grace: timedelta,
 ) -> list[Record]:
     """The bookings after one pass of the keeper: each open one's box that used it
-    recorded, the unused past the grace time released, the long ended forgotten. Pure."""
-    kept: list[Record] = []
-    for record in records:
+    recorded, the unused past the grace time released, the long ended forgotten. Pure.
+
+    A box uses one booking at a time: one recorded for another open booking is not given
+    a second, and a booking that names the box is given it before one for any box."""
+    taken = {r.used_by for r in records if r.used_by is not None and r.is_open(now)}
+    settled: dict[str, Record] = {}
+    for record in sorted(records, key=lambda r: r.box is None):
         if now >= max(record.end, record.start) + KEPT_AFTER_END:
             continue
-        if record.released_at is None and record.start <= now < record.end:
+        if record.is_open(now):
             user = users(record)
-            if user is not None and user != record.used_by:
+            if user is not None and user != record.used_by and user not in taken:
+                taken.add(user)
                 record = replace(record, used_by=user)
             elif record.used_by is None and now >= record.start + grace:
                 record = replace(
@@ -286,8 +291,8 @@ def settle(
                         " min of the window's opening"
                     ),
                 )
-        kept.append(record)
-    return kept
+        settled[record.name] = record
+    return [settled[r.name] for r in records if r.name in settled]
 
 
 def to_start(

@@ -146,18 +146,13 @@ def sittings(store: BoxStore, holds: Holds, profile: str, now: datetime) -> list
 
 def _may_use(record: Record, owner: str, box: str, now: datetime) -> bool:
     """Whether ``owner``'s ``box`` is one the booking is for, while it is open."""
-    return (
-        record.released_at is None
-        and record.start <= now < record.end
-        and record.owner == owner
-        and record.box in (None, box)
-    )
+    return record.is_open(now) and record.owner == owner and record.box in (None, box)
 
 
 def user_of(record: Record, holding: Sequence[Sitting], now: datetime) -> Sitting | None:
     """The box that uses an open booking: the one recorded, else the booked box or any of
     the owner's boxes that holds a device, by name."""
-    if record.released_at is not None or not record.start <= now < record.end:
+    if not record.is_open(now):
         return None  # before reading every box: most bookings are not open now
     fits = [s for s in holding if s.placed and _may_use(record, s.owner, s.name, now)]
     recorded = next((s for s in fits if s.name == record.used_by), None)

@@ -69,6 +69,10 @@ class Record:
             return None
         return record
 
+    def is_open(self, now: datetime) -> bool:
+        """Whether its window is open at ``now`` and it was not released."""
+        return self.released_at is None and self.start <= now < self.end
+
     def holds(self, now: datetime) -> bool:
         """Whether it still keeps a device from ``now`` on: not released, not over."""
         return self.released_at is None and self.end > now

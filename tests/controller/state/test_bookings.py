@@ -77,6 +77,15 @@ def test_the_keeper_records_the_box_that_used_a_booking():
     assert settle(settled, lambda r: None, NOW, GRACE) == settled
 
 
+def test_a_box_uses_one_booking_at_a_time_and_the_one_naming_it_first():
+    anybox = record("bk-anybox00", start=-5)
+    named = record("bk-named000", start=-3, box="train")
+    settled = settle([anybox, named], lambda r: "train", NOW, GRACE)
+    assert settled == [anybox, record("bk-named000", start=-3, box="train", used_by="train")]
+    # Once recorded, a later pass gives it no second booking either.
+    assert settle(settled, lambda r: "train", NOW, GRACE) == settled
+
+
 def test_the_keeper_releases_a_booking_unused_after_the_grace_time_and_keeps_it_before():
     fresh = record(start=-14)
     assert settle([fresh], lambda r: None, NOW, GRACE) == [fresh]
