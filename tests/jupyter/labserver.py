@@ -367,17 +367,19 @@ def refused(response: requests.Response) -> str:
 
 
 def type_into_cell(page: Any, editor: Any, code: str) -> None:
-    """Type ``code`` into a cell's editor, again when a Lab still settling dropped the
-    keys (seen under load: the click lands before the editor takes input)."""
+    """Type ``code`` into a cell's editor once it takes input: a Lab still settling may
+    take the click before its editor has the focus, and the keys would go nowhere."""
     from playwright.sync_api import expect
 
+    content = editor.locator(".cm-content")
     for _ in range(3):
         editor.click()
-        page.keyboard.press("Control+A")
-        page.keyboard.type(code)
         try:
-            expect(editor).to_contain_text(code, timeout=5_000)
+            expect(content).to_be_focused(timeout=5_000)
         except AssertionError:
             continue
-        return
+        break
+    expect(content).to_be_focused()
+    page.keyboard.press("Control+A")
+    page.keyboard.type(code)
     expect(editor).to_contain_text(code)
