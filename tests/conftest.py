@@ -113,9 +113,10 @@ def namespace(kube: Any) -> Iterator[str]:
 
 
 @pytest.fixture
-def pool(kube: Any) -> Iterator[DevicePool]:
-    """A kwok node of one device of its own, for tests that need a device nobody else takes."""
-    made = DevicePool(kube, devices=1)
+def pool(kube: Any, request: pytest.FixtureRequest) -> Iterator[DevicePool]:
+    """A kwok node of devices of its own, for tests that need devices nobody else takes:
+    one, or the module's ``POOL_DEVICES``."""
+    made = DevicePool(kube, devices=getattr(request.module, "POOL_DEVICES", 1))
     yield made
     made.delete()
 

@@ -4,7 +4,6 @@ through the testbed's issuer, and the controller keeping each booking it admitte
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -21,13 +20,8 @@ from devboxes_sdk.errors import Conflict, NotFound, ValidationError
 from devboxes_sdk.models import BookingState, DevboxState
 
 PROFILE = DevicePool.PROFILE
-
-
-@pytest.fixture
-def pool(kube: Any) -> Iterator[DevicePool]:
-    made = DevicePool(kube, devices=2)
-    yield made
-    made.delete()
+# The pool fixture's node offers two devices.
+POOL_DEVICES = 2
 
 
 @pytest.fixture

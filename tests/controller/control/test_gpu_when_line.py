@@ -7,9 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from datetime import UTC, datetime
-from typing import Any
 
 import pytest
 from devboxes_testbed.controller import Controller
@@ -20,13 +18,8 @@ from devboxes_sdk.errors import NotFound
 from devboxes_sdk.models import DevboxState
 
 PROFILE = DevicePool.PROFILE
-
-
-@pytest.fixture
-def pool(kube: Any) -> Iterator[DevicePool]:
-    made = DevicePool(kube, devices=2)
-    yield made
-    made.delete()
+# The pool fixture's node offers two devices.
+POOL_DEVICES = 2
 
 
 def _placed(client: Client, name: str) -> None:

@@ -11,10 +11,8 @@ new pod of the box carries it.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from devboxes_controller.box import naming, ownership
 from devboxes_controller.placement import capacity
 from devboxes_testbed.controller import Controller
@@ -33,19 +31,14 @@ from support import (
 from devboxes_sdk.models import Devbox
 
 PROFILE = DevicePool.PROFILE
+# The pool fixture's node offers two devices.
+POOL_DEVICES = 2
 DISPLAY = DevicePool.DISPLAY
 # Rounds of one holder freeing its device and asking again: each hands a device on once.
 ROUNDS = 10
 LEASE_SECONDS = 10
 # The Lease of a dead leader, kept by the test: far longer than any test runs.
 KEPT_LEASE_SECONDS = 3600
-
-
-@pytest.fixture
-def pool(kube: Any) -> Iterator[DevicePool]:
-    made = DevicePool(kube, devices=2)
-    yield made
-    made.delete()
 
 
 def leader_and_follower(
