@@ -42,10 +42,10 @@ from ..k8s import kube
 from ..k8s.kube import Conflict, NotFound, Obj, rule_broken
 from ..k8s.timestamps import format_timestamp, parse_timestamp
 from ..placement import limits
-from ..state.metrics import METRICS
 from ..state.store import BoxStore
 from .events import Events
 from .promises import Clash, Promises
+from .stop_warnings import StopWarnings
 from .writer import BoxWriter, belongs_to, refuse_foreign_claim, taken
 
 log = logging.getLogger(__name__)
@@ -68,6 +68,7 @@ class Lifecycle:
         self._holdings = limits.Holdings()
         # One for the process: its cache of each box's hold serves every reader.
         self.promises = Promises(store)
+        self.warnings = StopWarnings(store, self._writer, self._events)
 
     def stop(self) -> None:
         self._events.stop()
@@ -342,46 +343,6 @@ class Lifecycle:
                 deployment,
                 {"metadata": {"annotations": {activity.ANNOTATION_ACTIVITY: record.to_json()}}},
             )
-
-    def warn_stop(self, deployment: Obj, stop: stop_warning.NextStop) -> Obj | None:
-        """Mark the box warned of ``stop`` and say so in an Event; None when another
-        writer changed the box in between, which the next pass looks at afresh."""
-        name = naming.box_name_of(deployment) or deployment["metadata"]["name"]
-        text = stop_warning.message(name, stop, self.clock())
-        try:
-            updated = self._writer.patch(
-                deployment,
-                {
-                    "metadata": {
-                        "annotations": {stop_warning.ANNOTATION_STOP_WARNED: stop.key},
-                        # Once per stop, even when two replicas briefly both lead.
-                        "resourceVersion": deployment["metadata"]["resourceVersion"],
-                    }
-                },
-            )
-        except Conflict:
-            return None
-        self.record(updated, "StopWarning", text)
-        self._writer.annotate_pods(
-            naming.object_names(name),
-            {stop_warning.ANNOTATION_STOP_NOTICE: stop_warning.notice(stop, text)},
-        )
-        METRICS.stop_warnings.labels(reason=stop.reason).inc()
-        log.info(
-            "box warned of its stop",
-            extra={"box": name, "reason": stop.reason, "stops_at": format_timestamp(stop.at)},
-        )
-        return updated
-
-    def mark_webhook_sent(self, name: str, key: str) -> None:
-        """Note that the webhook's receiver took the warning of the stop ``key``."""
-        deployment = self.store.deployment(naming.object_names(name))
-        if deployment is None or stop_warning.webhook_sent(deployment) == key:
-            return
-        self._writer.patch(
-            deployment,
-            {"metadata": {"annotations": {stop_warning.ANNOTATION_WEBHOOK_SENT: key}}},
-        )
 
     def stop_idle(self, name: str, limit: timedelta) -> Devbox:
         """Stop a box nobody used for ``limit``, like a TTL expiry."""

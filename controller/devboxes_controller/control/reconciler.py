@@ -59,7 +59,9 @@ class Reconciler:
         self._webhook = (
             None
             if hook is None
-            else Webhook(hook, lifecycle.mark_webhook_sent, elector.is_leading, lifecycle.clock)
+            else Webhook(
+                hook, lifecycle.warnings.mark_webhook_sent, elector.is_leading, lifecycle.clock
+            )
         )
         store.add_listener(self._box_changed)
         elector.add_listener(self.leadership_changed)
@@ -226,7 +228,7 @@ class Reconciler:
         settings = self._lifecycle.settings
         if stop_warning.due(deployment, stop, settings, now):
             assert stop is not None
-            deployment = self._lifecycle.warn_stop(deployment, stop) or deployment
+            deployment = self._lifecycle.warnings.warn_stop(deployment, stop) or deployment
         if (
             self._webhook is not None
             and stop is not None
