@@ -19,7 +19,7 @@ from devboxes_sdk.models import Devbox, ProfileAvailability
 from ..box import naming, ownership, status
 from ..config.gpu import GpuProfileConfig
 from ..k8s.kube import Obj
-from ..placement import capacity, order
+from ..placement import capacity, order, waiting
 
 
 class Free(Protocol):
@@ -38,7 +38,7 @@ Pinned = Callable[[str], GpuProfileConfig | None]
 
 def entry(
     name: str, objects: status.BoxObjects, box: Devbox, gate: bool
-) -> tuple[capacity.Queued | None, order.Holder | None]:
+) -> tuple[waiting.Queued | None, order.Holder | None]:
     """The box's entry in the line for its device, and what it holds of it; ``gate``:
     whether boxes of extended resources are rendered with the queue's gate."""
     gpu = box.gpu
@@ -69,7 +69,7 @@ def entry(
     taken = (
         exact and not gated and f"Insufficient {resource}" in (status.scheduling_detail(pod) or "")
     )
-    queued = capacity.Queued(gpu.profile, gpu.display_name, waiter, exact, taken)
+    queued = waiting.Queued(gpu.profile, gpu.display_name, waiter, exact, taken)
     return queued, holding
 
 
@@ -80,7 +80,7 @@ class DeviceLine:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._queued: dict[str, capacity.Queued] = {}
+        self._queued: dict[str, waiting.Queued] = {}
         self._holding: dict[str, order.Holder] = {}
         # The last walk of the line (control.gates): who is about to be placed, and what
         # boxes that fit nowhere lack beside a free device.
@@ -93,7 +93,7 @@ class DeviceLine:
         self._listeners.append(listener)
 
     def put(
-        self, name: str, queued: capacity.Queued | None, holding: order.Holder | None
+        self, name: str, queued: waiting.Queued | None, holding: order.Holder | None
     ) -> set[str]:
         """Record the box's entry (None: it neither waits nor holds); the lines whose
         places it may have moved."""
@@ -145,8 +145,8 @@ class DeviceLine:
         with self._lock:
             queued = list(self._queued.values())
         counts: dict[str, int] = {}
-        for waiting in queued:
-            counts[waiting.profile] = counts.get(waiting.profile, 0) + 1
+        for queued_box in queued:
+            counts[queued_box.profile] = counts.get(queued_box.profile, 0) + 1
         return counts
 
     def summaries(self, lines: Iterable[str], free: Free, pinned: Pinned) -> dict[str, str]:
@@ -165,21 +165,21 @@ class DeviceLine:
         places = order.places(waiters, holdings, placing, walk.booked)
         summaries: dict[str, str] = {}
         for name, place in places.items():
-            waiting = queued[name]
-            entry = free.profile(waiting.profile)
-            others = _others_holding(waiting, free, pinned) if waiting.exact else []
-            lacking = walk.short.get(name, ()) if waiting.exact else ()
-            summaries[name] = capacity.waiting_summary(waiting, entry, place, others, lacking)
+            box = queued[name]
+            entry = free.profile(box.profile)
+            others = _others_holding(box, free, pinned) if box.exact else []
+            lacking = walk.short.get(name, ()) if box.exact else ()
+            summaries[name] = waiting.waiting_summary(box, entry, place, others, lacking)
             if name in walk.kept:
-                summaries[name] = capacity.KEPT.format(
-                    display_name=waiting.display_name, bookings=walk.kept[name]
+                summaries[name] = waiting.KEPT.format(
+                    display_name=box.display_name, bookings=walk.kept[name]
                 )
         for name in placing:
-            summaries[name] = capacity.PLACING.format(display_name=queued[name].display_name)
+            summaries[name] = waiting.PLACING.format(display_name=queued[name].display_name)
         return summaries
 
 
-def _others_holding(queued: capacity.Queued, free: Free, pinned: Pinned) -> list[str]:
+def _others_holding(queued: waiting.Queued, free: Free, pinned: Pinned) -> list[str]:
     """The pods that are not boxes holding devices the box could use, by name."""
     pods = free.holding(queued.waiter.resource)
     # Most clusters have none: then the box's pinned profile is not even read.

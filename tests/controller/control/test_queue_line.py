@@ -14,7 +14,7 @@ from collections import Counter
 from typing import Any
 
 from devboxes_controller.box import naming, ownership
-from devboxes_controller.placement import capacity
+from devboxes_controller.placement import waiting
 from devboxes_testbed.controller import Controller
 from devboxes_testbed.nodes import POOL_LABEL
 from kubernetes import client
@@ -142,7 +142,7 @@ class Boxes:
     def places(self, line: list[str], free: int = 0) -> None:
         """Each box of ``line`` reports its exact place."""
         wanted = [
-            f"Waiting for a free {DISPLAY}: {free} of 2 free, {capacity.ordinal(i)} in line"
+            f"Waiting for a free {DISPLAY}: {free} of 2 free, {waiting.ordinal(i)} in line"
             for i in range(1, len(line) + 1)
         ]
         wait_for_value(lambda: [self.summary(b) for b in line], wanted)

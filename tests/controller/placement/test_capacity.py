@@ -10,7 +10,7 @@ import pytest
 from devboxes_controller.box import status
 from devboxes_controller.config.gpu import GpuProfileConfig
 from devboxes_controller.config.settings import Settings, settings_from_mapping
-from devboxes_controller.placement import capacity, doctor, doctor_facts, order
+from devboxes_controller.placement import capacity, doctor, doctor_facts, order, waiting
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 GPU_TAINT = {"key": "nvidia.com/gpu", "effect": "NoSchedule"}
@@ -195,51 +195,51 @@ def test_stripped_objects_keep_only_what_the_computation_reads() -> None:
     [(1, "1st"), (2, "2nd"), (3, "3rd"), (4, "4th"), (11, "11th"), (22, "22nd")],
 )
 def test_ordinals(position: int, text: str) -> None:
-    assert capacity.ordinal(position) == text
+    assert waiting.ordinal(position) == text
 
 
-def _queued(exact: bool = True, taken: bool = False) -> capacity.Queued:
+def _queued(exact: bool = True, taken: bool = False) -> waiting.Queued:
     waiter = order.Waiter("b", "b-pod", "", "nvidia.com/gpu", 1, "2030-01-01T00:00:00Z", True)
-    return capacity.Queued("nvidia-l4", "NVIDIA L4", waiter, exact, taken)
+    return waiting.Queued("nvidia-l4", "NVIDIA L4", waiter, exact, taken)
 
 
 def test_waiting_summaries() -> None:
     taken = [pod(f"l4-{i}", {"nvidia.com/gpu": "1"}) for i in range(2)]
     full = capacity.profile_availability(profile(), l4_nodes(), capacity.usage_by_node(taken), 3)
     assert (
-        capacity.waiting_summary(_queued(), full, 2)
+        waiting.waiting_summary(_queued(), full, 2)
         == "Waiting for a free NVIDIA L4: 0 of 2 free, 2nd in line"
     )
     # A DRA profile's line is not held by the gate: the scheduler picks.
     assert (
-        capacity.waiting_summary(_queued(exact=False), full, 2)
+        waiting.waiting_summary(_queued(exact=False), full, 2)
         == "Waiting for a free NVIDIA L4: 0 of 2 free, 2nd in line (estimate)"
     )
     nothing = count(profile(), [node("cpu", {})], [])
-    assert capacity.waiting_summary(_queued(), nothing, 1) == capacity.NO_SELECTOR_MATCH
+    assert waiting.waiting_summary(_queued(), nothing, 1) == capacity.NO_SELECTOR_MATCH
     unknown = capacity.unknown([profile()], "forbidden", {}, NOW).profiles[0]
     assert (
-        capacity.waiting_summary(_queued(), unknown, 3)
+        waiting.waiting_summary(_queued(), unknown, 3)
         == "Waiting for a free NVIDIA L4, 3rd in line"
     )
     taken = _queued(taken=True)
-    assert capacity.waiting_summary(taken, full, 1) == (
+    assert waiting.waiting_summary(taken, full, 1) == (
         "Waiting for a free NVIDIA L4: a pod that is not a box took the one this box was "
         "let through for; 1st in line for the next"
     )
     # Pods that are not boxes holding devices the box could use are named.
-    assert capacity.waiting_summary(taken, full, 2, ["ml/train"]) == (
+    assert waiting.waiting_summary(taken, full, 2, ["ml/train"]) == (
         "Waiting for a free NVIDIA L4: a pod that is not a box took the one this box was "
         "let through for; 2nd in line for the next; devices held by a pod that is not a "
         "box: ml/train"
     )
     many = [f"ml/job-{i}" for i in range(5)]
-    assert capacity.waiting_summary(_queued(), full, 1, many) == (
+    assert waiting.waiting_summary(_queued(), full, 1, many) == (
         "Waiting for a free NVIDIA L4: 0 of 2 free, 1st in line; devices held by pods that "
         "are not boxes: ml/job-0, ml/job-1, ml/job-2 and 2 more"
     )
     # A profile no node can serve says so, whoever holds what.
-    assert capacity.waiting_summary(_queued(), nothing, 1, many) == capacity.NO_SELECTOR_MATCH
+    assert waiting.waiting_summary(_queued(), nothing, 1, many) == capacity.NO_SELECTOR_MATCH
 
 
 GI = 2**30
@@ -249,26 +249,26 @@ def test_a_box_short_of_cpu_or_memory_beside_a_free_device_names_it() -> None:
     free = capacity.profile_availability(profile(), l4_nodes(), {}, 2)
     cpu = order.Lack("cpu", Decimal(2), Decimal("0.5"))
     # Whatever the free count says, what the box lacks is what it waits for.
-    assert capacity.waiting_summary(_queued(), free, 1, lacking=[cpu]) == (
+    assert waiting.waiting_summary(_queued(), free, 1, lacking=[cpu]) == (
         "Waiting for CPU on a node with a free NVIDIA L4: needs 2 CPU, at most 0.5 free on "
         "any such node; 1st in line"
     )
-    assert capacity.waiting_summary(_queued(taken=True), free, 2, ["ml/a"], [cpu]) == (
+    assert waiting.waiting_summary(_queued(taken=True), free, 2, ["ml/a"], [cpu]) == (
         "Waiting for CPU on a node with a free NVIDIA L4: needs 2 CPU, at most 0.5 free on "
         "any such node; 2nd in line; devices held by a pod that is not a box: ml/a"
     )
     memory = order.Lack("memory", Decimal(4 * GI), Decimal(GI + GI // 3))
-    assert capacity.lacking_summary("NVIDIA L4", [cpu, memory]) == (
+    assert waiting.lacking_summary("NVIDIA L4", [cpu, memory]) == (
         "Waiting for CPU and memory on a node with a free NVIDIA L4: needs 2 CPU and 4Gi "
         "memory, at most 0.5 CPU and 1.34Gi memory free on any such node"
     )
     little = order.Lack("memory", Decimal(4 * GI), Decimal(300 * 2**20 + 1))
-    assert capacity.lacking_summary("NVIDIA L4", [little]) == (
+    assert waiting.lacking_summary("NVIDIA L4", [little]) == (
         "Waiting for memory on a node with a free NVIDIA L4: needs 4Gi memory, at most "
         "300.01Mi free on any such node"
     )
     none = [order.Lack("cpu", Decimal(2), Decimal(0)), order.Lack("pods", Decimal(1), Decimal(0))]
-    assert capacity.lacking_summary("NVIDIA L4", none) == (
+    assert waiting.lacking_summary("NVIDIA L4", none) == (
         "Waiting for CPU and a pod slot on a node with a free NVIDIA L4: needs 2 CPU and 1 "
         "pod slot, none free on any such node"
     )
@@ -276,7 +276,7 @@ def test_a_box_short_of_cpu_or_memory_beside_a_free_device_names_it() -> None:
         order.Lack("cpu", Decimal(2), Decimal(4)),
         order.Lack("memory", Decimal(GI), Decimal(GI)),
     ]
-    assert capacity.lacking_summary("NVIDIA L4", apart) == (
+    assert waiting.lacking_summary("NVIDIA L4", apart) == (
         "Waiting for CPU and memory on a node with a free NVIDIA L4: needs 2 CPU and 1Gi "
         "memory, no such node has both free"
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from devboxes_controller.placement import capacity, order
+from devboxes_controller.placement import order, waiting
 from devboxes_controller.state.line import DeviceLine
 
 from devboxes_sdk.models import ProfileAvailability
@@ -13,9 +13,9 @@ from devboxes_sdk.models import ProfileAvailability
 GPU = "nvidia.com/gpu"
 
 
-def waiting(box: str, since: str, owner: str = "ann", gated: bool = True) -> capacity.Queued:
+def queued(box: str, since: str, owner: str = "ann", gated: bool = True) -> waiting.Queued:
     waiter = order.Waiter(box, f"{box}-pod", owner, GPU, 1, since, gated)
-    return capacity.Queued("nvidia-l4", "NVIDIA L4", waiter)
+    return waiting.Queued("nvidia-l4", "NVIDIA L4", waiter)
 
 
 class NoneFree:
@@ -34,12 +34,12 @@ def test_entries_move_their_lines_and_waiting_changes_are_told() -> None:
     told: list[None] = []
     line.add_listener(lambda: told.append(None))
 
-    assert line.put("a", waiting("a", "2026-01-01T00:00:00Z"), None) == {GPU}
-    assert line.put("b", waiting("b", "2026-01-01T00:01:00Z", owner="bob"), None) == {GPU}
+    assert line.put("a", queued("a", "2026-01-01T00:00:00Z"), None) == {GPU}
+    assert line.put("b", queued("b", "2026-01-01T00:01:00Z", owner="bob"), None) == {GPU}
     assert len(told) == 2
     assert line.waiting_counts() == {"nvidia-l4": 2}
     # The same entry again moves nothing in the line and tells nobody.
-    assert line.put("a", waiting("a", "2026-01-01T00:00:00Z"), None) == {GPU}
+    assert line.put("a", queued("a", "2026-01-01T00:00:00Z"), None) == {GPU}
     assert len(told) == 2
 
     summaries = line.summaries({GPU}, NoneFree(), lambda box: None)
