@@ -8,6 +8,7 @@ alone.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -141,6 +142,12 @@ def box_of_event(event: dict[str, Any]) -> str | None:
         return None
     parts = name[len(DEPLOYMENT_PREFIX) :].split("-")
     return "-".join(parts[: len(parts) - trim]) if len(parts) > trim else None
+
+
+def is_stopped(deployment: Mapping[str, Any]) -> bool:
+    """Whether the box's Deployment is scaled to nothing: stopped by its owner, an idle
+    stop or its time to live. A Deployment that says nothing runs one replica."""
+    return bool((deployment.get("spec") or {}).get("replicas", 1) == 0)
 
 
 def gated(pod: dict[str, Any]) -> bool:

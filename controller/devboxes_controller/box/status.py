@@ -287,7 +287,7 @@ def _claim_binding(detail: str | None) -> bool:
 def waiting_since(objects: BoxObjects) -> str | None:
     """When a running GPU box's pod started waiting for a device (its creation time), or
     None when it does not wait for one. Orders the queue of a profile, oldest first."""
-    if (objects.deployment.get("spec") or {}).get("replicas", 1) == 0:
+    if naming.is_stopped(objects.deployment):
         return None
     if not _annotations(objects.deployment).get(naming.ANNOTATION_GPU_SNAPSHOT):
         return None
@@ -446,14 +446,14 @@ def derive(objects: BoxObjects, settings: Settings, now: datetime) -> Devbox:
     deployment = objects.deployment
     metadata = deployment["metadata"]
     annotations = _annotations(deployment)
-    replicas = (deployment.get("spec") or {}).get("replicas", 1)
+    stopped = naming.is_stopped(deployment)
     name = naming.box_name_of(deployment) or metadata["name"]
     pod = current_pod(objects.pods)
     host, port = ssh_address(objects.service, settings)
     ready = _pod_ready(pod)
     try:
         gpu = gpu_allocation(deployment)
-        if gpu is not None and gpu.kind == "dra" and replicas != 0:
+        if gpu is not None and gpu.kind == "dra" and not stopped:
             gpu = gpu.model_copy(update={"allocated": allocated(objects, pod)})
         broken_snapshot = None
     except SnapshotError as err:
@@ -464,7 +464,7 @@ def derive(objects: BoxObjects, settings: Settings, now: datetime) -> Devbox:
         image = None
         broken_snapshot = broken_snapshot or IMAGE_SNAPSHOT_UNREADABLE.format(error=err)
 
-    if replicas == 0:
+    if stopped:
         state, message = DevboxState.STOPPED, _stopped_message(deployment, objects.pods)
     elif broken_snapshot is not None:
         state, message = DevboxState.DEGRADED, broken_snapshot
@@ -477,7 +477,7 @@ def derive(objects: BoxObjects, settings: Settings, now: datetime) -> Devbox:
     else:
         state, message = DevboxState.STARTING, _starting_message(pod, objects.pods, now)
 
-    running = replicas != 0 and pod is not None
+    running = not stopped and pod is not None
     restarts = sum(
         int(c.get("restartCount", 0))
         for c in ((pod or {}).get("status") or {}).get("containerStatuses") or []
@@ -507,8 +507,8 @@ def derive(objects: BoxObjects, settings: Settings, now: datetime) -> Devbox:
         image=image,
         summary=_summary(state, message, detail, gpu),
         scheduling_detail=detail,
-        **_restart(deployment, settings, running=replicas != 0),
-        activity=activity.of(deployment, settings, now) if replicas != 0 else None,
+        **_restart(deployment, settings, running=not stopped),
+        activity=activity.of(deployment, settings, now) if not stopped else None,
         stop_warning=stop_warning.warning(deployment, settings, now),
     )
 

@@ -60,7 +60,7 @@ def time_to_live_end(deployment: Obj) -> datetime | None:
     """When a running box whose time to live runs (it has its device) stops at the
     latest; None for a stopped box, one waiting in line, or an unreadable deadline (which
     its status reports)."""
-    if (deployment.get("spec") or {}).get("replicas", 1) == 0:
+    if naming.is_stopped(deployment):
         return None
     annotations = _annotations(deployment)
     expires = annotations.get(naming.ANNOTATION_EXPIRES_AT)
@@ -75,7 +75,7 @@ def time_to_live_end(deployment: Obj) -> datetime | None:
 def next_stop(deployment: Obj, settings: Settings, now: datetime) -> NextStop | None:
     """The earlier of the time to live's end, once it runs, and the idle window's end,
     once the box is idle; None for a stopped box or one with neither."""
-    if (deployment.get("spec") or {}).get("replicas", 1) == 0:
+    if naming.is_stopped(deployment):
         return None
     ends = time_to_live_end(deployment)
     stops = [] if ends is None else [NextStop("ttl", ends)]

@@ -404,7 +404,7 @@ class Keeper:
         return (
             deployment is not None
             and ownership.owner_of(deployment) == record.owner
-            and (deployment.get("spec") or {}).get("replicas", 1) == 0
+            and naming.is_stopped(deployment)
         )
 
     def _start(self, record: Record, now: datetime) -> Record:

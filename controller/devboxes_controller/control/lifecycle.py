@@ -331,7 +331,7 @@ class Lifecycle:
     def record_activity(self, name: str, report: ActivityReport) -> None:
         """Write back what a box's agent reported, when it changes what is known."""
         deployment = self._deployment(naming.object_names(name))
-        if (deployment.get("spec") or {}).get("replicas", 1) == 0:
+        if naming.is_stopped(deployment):
             return
         now = self.clock()
         previous = activity.recorded(deployment)
@@ -383,7 +383,7 @@ class Lifecycle:
             spec = spec_from_deployment(deployment)
         except SnapshotError as err:
             raise Conflict(f"devbox '{name}' cannot be started: {err}") from None
-        stopped = (deployment.get("spec") or {}).get("replicas", 1) == 0
+        stopped = naming.is_stopped(deployment)
         groups: dict[str, str] = {}
         if asker is not None and stopped and spec.owner == asker.person:
             ask = limits.Ask(asker, new_box=False, device=_device(spec), count=_count(spec))
@@ -581,7 +581,7 @@ class Lifecycle:
     def extend_box(self, name: str, hours: int, scope: str | None = None) -> Devbox:
         """Push a running box's deadline back, never beyond ``ttl.maxHours`` from now."""
         deployment = self._deployment(naming.object_names(name), scope)
-        if (deployment.get("spec") or {}).get("replicas", 1) == 0:
+        if naming.is_stopped(deployment):
             raise Conflict(f"devbox '{name}' is stopped; start it, which renews its time to live")
         try:
             spec = spec_from_deployment(deployment)

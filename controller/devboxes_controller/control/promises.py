@@ -220,6 +220,12 @@ class Clash:
         return "; ".join(f"{r.owner} booked {window(r)} ({r.name})" for r in self.bookings)
 
 
+def _clash(ledger: Ledger, records: Sequence[Record], at: datetime) -> Clash:
+    """The bookings whose windows make ``at`` full."""
+    names = {s.booking for s in ledger.bookings_at(at)}
+    return Clash(at, tuple(r for r in records if r.name in names))
+
+
 def overrunning(
     ledger: Ledger, holding: Sequence[Sitting], using: Mapping[str, Record], at: datetime
 ) -> list[Sitting]:
@@ -252,6 +258,14 @@ class Promises:
     def records(self, profile: str, now: datetime) -> list[Record]:
         return self._store.bookings.of_profile(profile, now)
 
+    def _holding(self, profile: str, now: datetime) -> tuple[int, int, list[Sitting]] | None:
+        """The profile's capacity, its free units and the holds of its boxes, as the
+        caches have them; None when its devices are not counted now."""
+        counts = self._store.availability.current().profile(profile)
+        if counts is None or counts.capacity is None or counts.available is None:
+            return None
+        return counts.capacity, counts.available, sittings(self._store, self.holds, profile, now)
+
     def ledger(
         self,
         profile: str,
@@ -261,12 +275,12 @@ class Promises:
     ) -> Ledger | None:
         """:func:`ledger_of` the profile as the caches have it; None when its devices are
         not counted now."""
-        counts = self._store.availability.current().profile(profile)
-        if counts is None or counts.capacity is None or counts.available is None:
+        found = self._holding(profile, now)
+        if found is None:
             return None
-        holding = sittings(self._store, self.holds, profile, now)
+        capacity, available, holding = found
         kept = self.records(profile, now) if records is None else records
-        return ledger_of(counts.capacity, counts.available, kept, holding, now, leaving_out)
+        return ledger_of(capacity, available, kept, holding, now, leaving_out)
 
     def clash(
         self,
@@ -288,10 +302,7 @@ class Promises:
         own = booked_for(records, owner, box, now)
         start = max(since or now, own.end if own is not None else now)
         at = ledger.first_full(start, until, booked_only=True)
-        if at is None:
-            return None
-        names = {s.booking for s in ledger.bookings_at(at)}
-        return Clash(at, tuple(r for r in records if r.name in names))
+        return None if at is None else _clash(ledger, records, at)
 
     def broken(self, profile: str, now: datetime) -> tuple[Clash, list[Sitting]] | None:
         """The first booking window still to open whose promises no longer add up, and
@@ -299,17 +310,16 @@ class Promises:
         add up. A window already open is not kept this way: its owner's box goes first in
         line, and no running box is stopped for it."""
         records = self.records(profile, now)
-        counts = self._store.availability.current().profile(profile)
-        if not records or counts is None or counts.capacity is None or counts.available is None:
+        found = self._holding(profile, now) if records else None
+        if found is None:
             return None
-        holding = sittings(self._store, self.holds, profile, now)
-        ledger = ledger_of(counts.capacity, counts.available, records, holding, now)
+        capacity, available, holding = found
+        ledger = ledger_of(capacity, available, records, holding, now)
         at = ledger.first_broken(now)
         if at is None:
             return None
-        names = {s.booking for s in ledger.bookings_at(at)}
-        clash = Clash(at, tuple(r for r in records if r.name in names))
-        return clash, overrunning(ledger, holding, uses(records, holding, now), at)
+        using = uses(records, holding, now)
+        return _clash(ledger, records, at), overrunning(ledger, holding, using, at)
 
     def timeline(
         self, profile: str, scope: str | None, viewer: str, now: datetime, end: datetime

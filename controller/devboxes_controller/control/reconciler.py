@@ -179,7 +179,7 @@ class Reconciler:
         name = naming.box_name_of(deployment)
         if name is None or deployment["metadata"].get("deletionTimestamp"):
             return None
-        running = (deployment.get("spec") or {}).get("replicas", 1) != 0
+        running = not naming.is_stopped(deployment)
         annotations = deployment["metadata"].get("annotations") or {}
         # A box waiting in line for a device has not begun its time to live.
         ttl_runs = running
@@ -276,7 +276,7 @@ class Reconciler:
         if made is None or now - parse_timestamp(made) < REPAIR_GRACE:
             return
         current = self._store.deployment(names)
-        if current is None or (current.get("spec") or {}).get("replicas", 1) != 0:
+        if current is None or not naming.is_stopped(current):
             return
         port = self._lifecycle.keep_ssh_port(names, current)
         if self._lifecycle.release_service(names):

@@ -55,9 +55,8 @@ class BoxWriter:
     def annotate_pods(self, names: naming.ObjectNames, annotations: dict[str, str]) -> int:
         """Annotate the box's pods the cache knows; how many took it. A pod gone or a
         failed write is logged and skipped: what this carries is a courtesy."""
-        objects = self._store.objects(names)
         done = 0
-        for pod in objects.pods if objects is not None else ():
+        for pod in self._store.pods(names):
             try:
                 kube.write(
                     self._core.patch_namespaced_pod,

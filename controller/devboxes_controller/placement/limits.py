@@ -102,7 +102,7 @@ def holding(deployment: Mapping[str, Any]) -> Holding:
     return Holding(
         owner=ownership.owner_of(dict(deployment)),
         groups=groups,
-        running=((deployment.get("spec") or {}).get("replicas", 1) or 0) != 0,
+        running=not naming.is_stopped(deployment),
         device=device,
         count=int(count_text) if count_text.isdigit() else 0,
     )

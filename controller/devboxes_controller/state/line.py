@@ -43,7 +43,7 @@ def entry(
     whether boxes of extended resources are rendered with the queue's gate."""
     gpu = box.gpu
     pod = status.current_pod(objects.pods)
-    if gpu is None or pod is None or (objects.deployment.get("spec") or {}).get("replicas") == 0:
+    if gpu is None or pod is None or naming.is_stopped(objects.deployment):
         return None, None
     owner = ownership.owner_of(pod)
     gated = naming.gated(pod)

@@ -126,6 +126,9 @@ class BoxStore:
     def deployments(self) -> list[Obj]:
         return self._caches.deployments.all()
 
+    def pods(self, names: ObjectNames) -> list[Obj]:
+        return self._caches.pods.for_box(names.box)
+
     def claim(self, names: ObjectNames) -> Obj | None:
         """The box's home claim, which may outlive the box."""
         return self._caches.pvcs.get(names.pvc)
