@@ -9,8 +9,9 @@ share per person.
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 from fastapi.openapi.utils import get_openapi
@@ -112,55 +113,30 @@ IdempotencyKey = Annotated[
 ]
 
 
-# Async, like every dependency here: FastAPI runs plain functions on a worker thread.
-async def _store(request: Request) -> BoxStore:
-    store: BoxStore = request.app.state.store
-    return store
+T = TypeVar("T")
 
 
-async def _lifecycle(request: Request) -> Lifecycle:
-    lifecycle: Lifecycle = request.app.state.lifecycle
-    return lifecycle
+def _kept(attribute: str, kind: type[T]) -> Callable[[Request], Awaitable[T]]:
+    """A dependency answering what the app keeps under ``attribute`` of its state. Async,
+    like every dependency here: FastAPI runs plain functions on a worker thread."""
+
+    async def kept(request: Request) -> T:
+        found = getattr(request.app.state, attribute)
+        if not isinstance(found, kind):
+            raise TypeError(f"app.state.{attribute} is not a {kind.__name__}")
+        return found
+
+    return kept
 
 
-async def _writes(request: Request) -> WritePool:
-    writes: WritePool = request.app.state.writes
-    return writes
-
-
-async def _keys(request: Request) -> Keys:
-    keys: Keys = request.app.state.keys
-    return keys
-
-
-async def _bookings(request: Request) -> Desk:
-    desk: Desk = request.app.state.bookings
-    return desk
-
-
-async def _reads(request: Request) -> ReadPool:
-    reads: ReadPool = request.app.state.reads
-    return reads
-
-
-async def _doctor(request: Request) -> Shared[DoctorReport]:
-    report: Shared[DoctorReport] = request.app.state.doctor
-    return report
-
-
-async def _tokens(request: Request) -> ListTokens:
-    tokens: ListTokens = request.app.state.list_tokens
-    return tokens
-
-
-StoreDep = Annotated[BoxStore, Depends(_store)]
-TokensDep = Annotated[ListTokens, Depends(_tokens)]
-LifecycleDep = Annotated[Lifecycle, Depends(_lifecycle)]
-WritesDep = Annotated[WritePool, Depends(_writes)]
-KeysDep = Annotated[Keys, Depends(_keys)]
-BookingsDep = Annotated[Desk, Depends(_bookings)]
-ReadsDep = Annotated[ReadPool, Depends(_reads)]
-DoctorDep = Annotated[Shared[DoctorReport], Depends(_doctor)]
+StoreDep = Annotated[BoxStore, Depends(_kept("store", BoxStore))]
+TokensDep = Annotated[ListTokens, Depends(_kept("list_tokens", ListTokens))]
+LifecycleDep = Annotated[Lifecycle, Depends(_kept("lifecycle", Lifecycle))]
+WritesDep = Annotated[WritePool, Depends(_kept("writes", WritePool))]
+KeysDep = Annotated[Keys, Depends(_kept("keys", Keys))]
+BookingsDep = Annotated[Desk, Depends(_kept("bookings", Desk))]
+ReadsDep = Annotated[ReadPool, Depends(_kept("reads", ReadPool))]
+DoctorDep = Annotated[Shared[DoctorReport], Depends(_kept("doctor", Shared))]
 
 
 def _owner(identity: Identity) -> str | None:
