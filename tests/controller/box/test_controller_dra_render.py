@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
 
+from box_specs import atlas_spec
 from devboxes_controller.box import naming, ownership, render
 from devboxes_controller.box.idempotency import ANNOTATION_CREATE_REQUEST, CreateRequest
 from devboxes_controller.box.spec import BoxSpec, spec_from_deployment
@@ -17,17 +18,14 @@ from devboxes_controller.config.settings import Settings, settings_from_mapping
 from devboxes_controller.control.lifecycle import Lifecycle
 from devboxes_controller.k8s.kube import ApiClient
 from dra_profiles import GPU_40G, H100_OR_A100, IS_A100, IS_H100, NVIDIA
+from gpu_catalog import gpu_profile
 
 from devboxes_sdk.models import AllocatedDevice, DevboxCreate, DevboxState
 
 Obj = dict[str, Any]
-L4: Obj = {
-    "name": "nvidia-l4",
-    "displayName": "NVIDIA L4",
-    "resourceName": "nvidia.com/gpu",
-    "count": 1,
-}
+L4 = gpu_profile("nvidia-l4", "NVIDIA L4")
 NOW = datetime(2030, 1, 1, 9, tzinfo=UTC)
+EXPIRES = datetime(2030, 1, 1, 12, tzinfo=UTC)
 
 
 def make_settings() -> Settings:
@@ -49,14 +47,7 @@ SETTINGS = make_settings()
 
 
 def spec(profile: str | None) -> BoxSpec:
-    return BoxSpec(
-        name="atlas",
-        preset="small",
-        ttl_hours=4,
-        repository=None,
-        expires_at=datetime(2030, 1, 1, 12, tzinfo=UTC),
-        gpu=SETTINGS.gpu.profile(profile) if profile else None,
-    )
+    return atlas_spec(EXPIRES, SETTINGS.gpu.profile(profile) if profile else None)
 
 
 def test_prioritized_profile_renders_first_available_subrequests() -> None:
@@ -256,15 +247,7 @@ def test_requests_that_are_not_the_box_gpu_are_ignored() -> None:
 
 
 def test_a_box_is_rendered_complete_with_its_records_and_its_owner() -> None:
-    box = BoxSpec(
-        name="atlas",
-        preset="small",
-        ttl_hours=4,
-        repository=None,
-        expires_at=datetime(2030, 1, 1, 12, tzinfo=UTC),
-        gpu=SETTINGS.gpu.profile("h100-or-a100"),
-        owner="alice@example.com",
-    )
+    box = atlas_spec(EXPIRES, SETTINGS.gpu.profile("h100-or-a100"), owner="alice@example.com")
     made_by = CreateRequest.of("key-1", DevboxCreate(name="atlas"))
     before = render.box(box, SETTINGS, made_by=made_by, owner_groups=["ml"])
     annotations = before.deployment["metadata"]["annotations"]

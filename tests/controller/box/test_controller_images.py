@@ -10,6 +10,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+from box_specs import atlas_spec
 from devboxes_controller.box import template
 from devboxes_controller.box.naming import (
     ANNOTATION_IMAGE_PROFILE,
@@ -38,25 +39,17 @@ from devboxes_controller.config.loading import load_check_target
 from devboxes_controller.config.settings import Settings, settings_from_mapping, validate
 from devboxes_controller.config.violations import ConfigError
 from devboxes_controller.web.api import contract, describe_settings
+from gpu_catalog import gpu_profile
 
 from devboxes_sdk.models import DevboxCreate, DevboxState
 
 EXPIRES = datetime(2030, 5, 17, 9, 30, tzinfo=UTC)
 NOW = datetime(2030, 5, 16, 9, 30, tzinfo=UTC)
 
-L4: dict[str, Any] = {
-    "name": "nvidia-l4",
-    "displayName": "NVIDIA L4",
-    "resourceName": "nvidia.com/gpu",
-    "count": 1,
-    "workspaceImage": "registry.example.com/workspace-cuda:12.8",
-}
-H100: dict[str, Any] = {
-    "name": "nvidia-h100",
-    "displayName": "NVIDIA H100",
-    "resourceName": "nvidia.com/gpu",
-    "count": 1,
-}
+L4 = gpu_profile(
+    "nvidia-l4", "NVIDIA L4", workspaceImage="registry.example.com/workspace-cuda:12.8"
+)
+H100 = gpu_profile("nvidia-h100", "NVIDIA H100")
 CUDA: dict[str, Any] = {
     "name": "pytorch",
     "displayName": "PyTorch 2.5 (CUDA)",
@@ -107,15 +100,7 @@ def problems(images: dict[str, Any]) -> list[tuple[str, str]]:
 
 def spec(settings: Settings, image: str | None, gpu: str | None = None) -> BoxSpec:
     profile = settings.gpu.profile(gpu) if gpu else None
-    return BoxSpec(
-        name="atlas",
-        preset="small",
-        ttl_hours=24,
-        repository=None,
-        expires_at=EXPIRES,
-        gpu=profile,
-        image=settings.images.resolve(image, profile),
-    )
+    return atlas_spec(EXPIRES, profile, ttl_hours=24, image=settings.images.resolve(image, profile))
 
 
 def containers(deployment: dict[str, Any]) -> dict[str, dict[str, Any]]:

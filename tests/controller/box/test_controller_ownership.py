@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from box_specs import atlas_spec
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from devboxes_controller.box import authorized_keys, ownership, render, status, template
@@ -36,15 +37,7 @@ SETTINGS = settings_from_mapping(
 
 
 def spec(owner: str | None, gpu: bool = True) -> BoxSpec:
-    return BoxSpec(
-        name="atlas",
-        preset="small",
-        ttl_hours=4,
-        repository=None,
-        expires_at=EXPIRES,
-        gpu=SETTINGS.gpu.profile("l4") if gpu else None,
-        owner=owner,
-    )
+    return atlas_spec(EXPIRES, SETTINGS.gpu.profile("l4") if gpu else None, owner=owner)
 
 
 def objects(owner: str | None, settings: Settings = SETTINGS) -> list[dict[str, Any]]:

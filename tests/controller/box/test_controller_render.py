@@ -32,6 +32,7 @@ from devboxes_controller.config.catalog import SnapshotError
 from devboxes_controller.config.gpu import GpuProfileConfig
 from devboxes_controller.config.settings import Settings, settings_from_mapping
 from devboxes_controller.k8s.timestamps import format_timestamp
+from gpu_catalog import DEDICATED_L4, gpu_profile
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -40,26 +41,16 @@ from devboxes_sdk.models import PRESETS
 EXPIRES = datetime(2030, 5, 17, 9, 30, 0, tzinfo=UTC)
 
 L4: dict[str, Any] = {
-    "name": "nvidia-l4",
-    "displayName": "NVIDIA L4",
-    "description": "One dedicated L4",
-    "resourceName": "nvidia.com/gpu",
-    "count": 1,
-    "workspaceImage": "ghcr.io/example/devboxes-workspace-cuda:12.8",
-    "runtimeClassName": "nvidia",
-    "supplementalGroups": [44, 109],
-    "nodeSelector": {"accelerator": "nvidia-l4"},
+    **DEDICATED_L4,
+    # A second toleration, with a value and a time limit that the pod must keep.
     "tolerations": [
-        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        *DEDICATED_L4["tolerations"],
         {"key": "maintenance", "value": "soon", "effect": "NoExecute", "tolerationSeconds": 600},
     ],
 }
-MIG: dict[str, Any] = {
-    "name": "a100-1g-10gb",
-    "displayName": "A100 MIG 1g.10gb",
-    "resourceName": "nvidia.com/mig-1g.10gb",
-    "count": 2,
-}
+MIG = gpu_profile(
+    "a100-1g-10gb", "A100 MIG 1g.10gb", resourceName="nvidia.com/mig-1g.10gb", count=2
+)
 RELEASE: dict[str, Any] = {
     "namespace": "boxes",
     "workspaceImage": "registry.example.com/devboxes/workspace:1.4",

@@ -8,14 +8,15 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from box_specs import atlas_spec
 from devboxes_controller.box import naming, render
 from devboxes_controller.box.activity import ANNOTATION_ACTIVITY, ANNOTATION_IDLE_STOPPED
-from devboxes_controller.box.spec import BoxSpec
 from devboxes_controller.box.status import BoxObjects, derive, waits_for_node
 from devboxes_controller.config.settings import Settings, settings_from_mapping
 from devboxes_controller.k8s.timestamps import format_timestamp
+from gpu_catalog import gpu_profile
 
-from devboxes_sdk.models import DevboxState
+from devboxes_sdk.models import Devbox, DevboxState
 
 Obj = dict[str, Any]
 
@@ -27,13 +28,7 @@ SCHEDULER_WORDS = (
 RUNTIME_CLASS_REFUSAL = (
     'pods "devbox-atlas-6d8f9c7b5-" is forbidden: pod rejected: RuntimeClass "amd" not found'
 )
-L4 = {
-    "name": "nvidia-l4",
-    "displayName": "NVIDIA L4",
-    "resourceName": "nvidia.com/gpu",
-    "count": 1,
-    "runtimeClassName": "nvidia",
-}
+L4 = gpu_profile("nvidia-l4", "NVIDIA L4", runtimeClassName="nvidia")
 
 
 def make_settings(**overrides: Any) -> Settings:
@@ -53,13 +48,10 @@ NOW = datetime(2030, 1, 1, 9, tzinfo=UTC)
 def deployment(
     replicas: int = 1, gpu: bool = False, annotations: dict[str, str] | None = None
 ) -> Obj:
-    spec = BoxSpec(
-        name="atlas",
+    spec = atlas_spec(
+        datetime(2030, 1, 1, 12, tzinfo=UTC),
+        SETTINGS.gpu.profile("nvidia-l4") if gpu else None,
         preset="medium",
-        ttl_hours=4,
-        repository=None,
-        expires_at=datetime(2030, 1, 1, 12, tzinfo=UTC),
-        gpu=SETTINGS.gpu.profile("nvidia-l4") if gpu else None,
     )
     obj = render.render_deployment(spec, SETTINGS, replicas=replicas)
     obj["metadata"].update(
@@ -228,12 +220,16 @@ def test_a_stopped_box_whose_pod_is_shutting_down_says_so() -> None:
     assert box.ssh_command is None
 
 
+def ready_box(service: Obj | None, settings: Settings = SETTINGS) -> Devbox:
+    """The box of a Deployment whose one pod is ready, with ``service`` as its SSH Service."""
+    return derive(
+        BoxObjects(deployment=deployment(), pods=[pod(ready=True)], service=service), settings, NOW
+    )
+
+
 # -- ready -----------------------------------------------------------------------------------
 def test_ready_pod_with_a_node_port_is_ready_with_an_ssh_command() -> None:
-    objects = BoxObjects(
-        deployment=deployment(), pods=[pod(ready=True)], service=node_port_service(30122)
-    )
-    box = derive(objects, SETTINGS, NOW)
+    box = ready_box(node_port_service(30122))
     assert box.state is DevboxState.READY
     assert (box.ssh_host, box.ssh_port, box.ssh_user) == ("box.example.org", 30122, "dev")
     assert box.ssh_command == "ssh -p 30122 dev@box.example.org"
@@ -252,9 +248,7 @@ def test_ready_wins_over_a_stale_failure_condition() -> None:
 
 @pytest.mark.parametrize("service", [None, node_port_service(None)], ids=["none", "no-port"])
 def test_ready_pod_without_an_address_is_still_starting(service: Obj | None) -> None:
-    box = derive(
-        BoxObjects(deployment=deployment(), pods=[pod(ready=True)], service=service), SETTINGS, NOW
-    )
+    box = ready_box(service)
     assert box.state is DevboxState.STARTING
     assert box.message == "Waiting for the SSH service to get an address."
     assert box.ssh_command is None
@@ -262,11 +256,8 @@ def test_ready_pod_without_an_address_is_still_starting(service: Obj | None) -> 
 
 
 def test_node_port_without_a_configured_host_has_no_address() -> None:
-    settings = make_settings(ssh={"serviceType": "NodePort", "host": None})
-    box = derive(
-        BoxObjects(deployment=deployment(), pods=[pod(ready=True)], service=node_port_service()),
-        settings,
-        NOW,
+    box = ready_box(
+        node_port_service(), make_settings(ssh={"serviceType": "NodePort", "host": None})
     )
     assert box.state is DevboxState.STARTING
     assert box.message == "Waiting for the SSH service to get an address."
@@ -277,30 +268,20 @@ def test_node_port_without_a_configured_host_has_no_address() -> None:
     [({"ip": "203.0.113.7"}, "203.0.113.7"), ({"hostname": "lb.example.org"}, "lb.example.org")],
 )
 def test_load_balancer_ingress_is_the_ssh_address(ingress: Obj, host: str) -> None:
-    settings = make_settings(ssh={"serviceType": "LoadBalancer"})
-    box = derive(
-        BoxObjects(deployment=deployment(), pods=[pod(ready=True)], service=load_balancer(ingress)),
-        settings,
-        NOW,
-    )
+    box = ready_box(load_balancer(ingress), make_settings(ssh={"serviceType": "LoadBalancer"}))
     assert box.state is DevboxState.READY
     assert box.ssh_command == f"ssh -p 22 dev@{host}"
 
 
 def test_load_balancer_without_ingress_waits_for_an_address() -> None:
-    settings = make_settings(ssh={"serviceType": "LoadBalancer"})
-    box = derive(
-        BoxObjects(deployment=deployment(), pods=[pod(ready=True)], service=load_balancer()),
-        settings,
-        NOW,
-    )
+    box = ready_box(load_balancer(), make_settings(ssh={"serviceType": "LoadBalancer"}))
     assert box.state is DevboxState.STARTING
     assert box.message == "Waiting for the SSH service to get an address."
 
 
 def test_without_services_a_ready_pod_is_ready_and_reached_through_the_controller() -> None:
     settings = make_settings(ssh={"serviceType": "None"})
-    box = derive(BoxObjects(deployment=deployment(), pods=[pod(ready=True)]), settings, NOW)
+    box = ready_box(None, settings)
     assert box.state is DevboxState.READY
     assert (box.ssh_host, box.ssh_port, box.ssh_user) == (None, 22, "dev")
     assert box.ssh_command == "devbox ssh atlas"
@@ -343,11 +324,15 @@ def test_ordinary_waiting_reasons_are_not_failures() -> None:
     assert box.message == "Waiting for the container to start on l4-0."
 
 
-def test_deployment_replica_failure_is_degraded_with_the_admission_message() -> None:
-    objects = BoxObjects(deployment=with_conditions(deployment(gpu=True), REPLICA_FAILURE))
+def assert_degraded_by_the_runtime_class_refusal(objects: BoxObjects) -> None:
     box = derive(objects, SETTINGS, NOW)
     assert box.state is DevboxState.DEGRADED
     assert box.message == f"Kubernetes cannot create the pod: {RUNTIME_CLASS_REFUSAL}"
+
+
+def test_deployment_replica_failure_is_degraded_with_the_admission_message() -> None:
+    objects = BoxObjects(deployment=with_conditions(deployment(gpu=True), REPLICA_FAILURE))
+    assert_degraded_by_the_runtime_class_refusal(objects)
 
 
 def test_replicaset_failure_condition_is_degraded() -> None:
@@ -355,9 +340,7 @@ def test_replicaset_failure_condition_is_degraded() -> None:
         deployment=deployment(gpu=True),
         replicasets=[replicaset("devbox-atlas-6d8f9c7b5", REPLICA_FAILURE)],
     )
-    box = derive(objects, SETTINGS, NOW)
-    assert box.state is DevboxState.DEGRADED
-    assert box.message == f"Kubernetes cannot create the pod: {RUNTIME_CLASS_REFUSAL}"
+    assert_degraded_by_the_runtime_class_refusal(objects)
 
 
 def test_failed_create_events_of_the_box_replicaset_are_read_latest_first() -> None:
@@ -372,9 +355,7 @@ def test_failed_create_events_of_the_box_replicaset_are_read_latest_first() -> N
             ),
         ],
     )
-    box = derive(objects, SETTINGS, NOW)
-    assert box.state is DevboxState.DEGRADED
-    assert box.message == f"Kubernetes cannot create the pod: {RUNTIME_CLASS_REFUSAL}"
+    assert_degraded_by_the_runtime_class_refusal(objects)
 
 
 def test_failed_create_events_of_other_boxes_replicasets_are_ignored() -> None:

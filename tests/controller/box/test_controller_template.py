@@ -6,20 +6,19 @@ import copy
 from datetime import UTC, datetime
 from typing import Any
 
+from box_specs import atlas_spec
 from devboxes_controller.box import naming, render, template
-from devboxes_controller.box.spec import BoxSpec
 from devboxes_controller.config.settings import Settings, settings_from_mapping
+from gpu_catalog import gpu_profile
 
 EXPIRES = datetime(2030, 5, 17, 9, 30, 0, tzinfo=UTC)
-L4: dict[str, Any] = {
-    "name": "nvidia-l4",
-    "displayName": "NVIDIA L4",
-    "resourceName": "nvidia.com/gpu",
-    "count": 1,
-    "workspaceImage": "registry.example.com/workspace-cuda:12.8",
-    "runtimeClassName": "nvidia",
-    "nodeSelector": {"accelerator": "nvidia-l4"},
-}
+L4 = gpu_profile(
+    "nvidia-l4",
+    "NVIDIA L4",
+    workspaceImage="registry.example.com/workspace-cuda:12.8",
+    runtimeClassName="nvidia",
+    nodeSelector={"accelerator": "nvidia-l4"},
+)
 
 
 def release(**changes: Any) -> Settings:
@@ -33,14 +32,7 @@ def release(**changes: Any) -> Settings:
 
 def deployed(settings: Settings, gpu: bool = True) -> dict[str, Any]:
     """A box's Deployment as the apiserver returns it: with a uid and some defaults."""
-    spec = BoxSpec(
-        name="atlas",
-        preset="small",
-        ttl_hours=4,
-        repository=None,
-        expires_at=EXPIRES,
-        gpu=settings.gpu.profile("nvidia-l4") if gpu else None,
-    )
+    spec = atlas_spec(EXPIRES, settings.gpu.profile("nvidia-l4") if gpu else None)
     deployment = render.render_deployment(spec, settings, replicas=0)
     deployment["metadata"]["uid"] = "d1"
     for container in deployment["spec"]["template"]["spec"]["containers"]:

@@ -7,15 +7,16 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from box_specs import atlas_spec
 from devboxes_controller.box import activity, naming, render, stop_warning
-from devboxes_controller.box.spec import BoxSpec
 from devboxes_controller.config.settings import Settings, settings_from_mapping
 from devboxes_controller.k8s.timestamps import format_timestamp
+from gpu_catalog import gpu_profile
 
 Obj = dict[str, Any]
 NOW = datetime(2030, 1, 1, 9, tzinfo=UTC)
 EXPIRES = datetime(2030, 1, 1, 12, tzinfo=UTC)
-L4 = {"name": "nvidia-l4", "displayName": "NVIDIA L4", "resourceName": "nvidia.com/gpu", "count": 1}
+L4 = gpu_profile("nvidia-l4", "NVIDIA L4")
 
 
 def settings(lead: int = 10, idle_minutes: float | None = 60) -> Settings:
@@ -38,14 +39,7 @@ def deployment(
     *, waiting: bool = False, stopped: bool = False, idle_since: datetime | None = None,
     utilization: float | None = None, **extra: str,
 ) -> Obj:  # fmt: skip
-    spec = BoxSpec(
-        name="atlas",
-        preset="small",
-        ttl_hours=4,
-        repository=None,
-        expires_at=EXPIRES,
-        gpu=SETTINGS.gpu.profile("nvidia-l4"),
-    )
+    spec = atlas_spec(EXPIRES, SETTINGS.gpu.profile("nvidia-l4"))
     obj = render.render_deployment(spec, SETTINGS, replicas=0 if stopped else 1)
     annotations = obj["metadata"]["annotations"]
     if not waiting:

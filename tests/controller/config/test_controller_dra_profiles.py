@@ -4,28 +4,17 @@ catalog and the pinned snapshot."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Any
 
 import pytest
+from config_errors import violations
 from devboxes_controller.config.catalog import SNAPSHOT_MAX_BYTES
 from devboxes_controller.config.gpu import GpuProfileConfig
 from devboxes_controller.config.settings import settings_from_mapping
-from devboxes_controller.config.violations import ConfigError
 from dra_profiles import GPU_40G, H100_OR_A100, MI300X, NVIDIA, PRODUCT
+from gpu_catalog import gpu_profile
 
-L4: dict[str, Any] = {
-    "name": "nvidia-l4",
-    "displayName": "NVIDIA L4",
-    "resourceName": "nvidia.com/gpu",
-    "count": 1,
-}
-
-
-def violations(action: Callable[[], object]) -> list[str]:
-    with pytest.raises(ConfigError) as caught:
-        action()
-    return caught.value.violations
+L4 = gpu_profile("nvidia-l4", "NVIDIA L4")
 
 
 def load(*profiles: dict[str, Any]) -> list[str]:

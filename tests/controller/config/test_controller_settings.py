@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from config_errors import violations
 from devboxes_controller.config.base import MAX_GROUP_ID
 from devboxes_controller.config.catalog import SNAPSHOT_MAX_BYTES, SnapshotError
 from devboxes_controller.config.formats import quantity_value
@@ -24,6 +25,7 @@ from devboxes_controller.config.gpu import (
 from devboxes_controller.config.loading import CheckTarget, load_check_target, load_settings
 from devboxes_controller.config.settings import Settings, settings_from_mapping, validate
 from devboxes_controller.config.violations import ConfigError
+from gpu_catalog import DEDICATED_L4, gpu_profile
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
@@ -33,30 +35,8 @@ from devboxes_sdk.models import GpuRequest
 ROOT = Path(__file__).resolve().parents[3]
 CASES = yaml.safe_load((ROOT / "tests" / "data" / "gpu_catalog_cases.yaml").read_text())
 
-L4: dict[str, Any] = {
-    "name": "nvidia-l4",
-    "displayName": "NVIDIA L4",
-    "description": "One dedicated L4",
-    "resourceName": "nvidia.com/gpu",
-    "count": 1,
-    "workspaceImage": "ghcr.io/example/devboxes-workspace-cuda:12.8",
-    "runtimeClassName": "nvidia",
-    "supplementalGroups": [44, 109],
-    "nodeSelector": {"accelerator": "nvidia-l4"},
-    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-}
-MIG: dict[str, Any] = {
-    "name": "a100-1g-10gb",
-    "displayName": "A100 MIG 1g.10gb",
-    "resourceName": "nvidia.com/mig-1g.10gb",
-    "count": 1,
-}
-
-
-def violations(action: Callable[[], object]) -> list[str]:
-    with pytest.raises(ConfigError) as caught:
-        action()
-    return caught.value.violations
+L4 = DEDICATED_L4
+MIG = gpu_profile("a100-1g-10gb", "A100 MIG 1g.10gb", resourceName="nvidia.com/mig-1g.10gb")
 
 
 def catalog(enabled: bool = True, default: str | None = "nvidia-l4") -> GpuSettings:

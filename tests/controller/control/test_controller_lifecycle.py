@@ -16,6 +16,7 @@ from devboxes_controller.box import host_key, naming, status
 from devboxes_testbed import L4, MIG, ROCM
 from devboxes_testbed.controller import example_settings, without_gpu_profiles
 from kubernetes import client
+from live_objects import live_object
 from support import Api, StartController, wait_for
 
 
@@ -38,17 +39,12 @@ def node_labels(kube: Any, node: str) -> dict[str, str]:
 
 
 def claim_size(kube: Any, namespace: str, name: str) -> str | None:
-    try:
-        claim = client.CoreV1Api(kube).read_namespaced_persistent_volume_claim(
-            naming.object_names(name).pvc, namespace
-        )
-    except client.ApiException as err:
-        if err.status == 404:
-            return None
-        raise
-    if claim.metadata.deletion_timestamp:
-        return None
-    return str(claim.spec.resources.requests["storage"])
+    claim = live_object(
+        client.CoreV1Api(kube).read_namespaced_persistent_volume_claim,
+        naming.object_names(name).pvc,
+        namespace,
+    )
+    return None if claim is None else str(claim.spec.resources.requests["storage"])
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ from devboxes_controller.k8s.timestamps import format_timestamp
 from devboxes_testbed import MIG
 from devboxes_testbed.controller import Controller, example_settings
 from kubernetes import client
+from live_objects import live_object
 from support import DevicePool, StartController, lease_holder, two_hour_spec, wait_for
 
 
@@ -60,14 +61,8 @@ def replicas(kube: Any, namespace: str, name: str) -> int:
     return int(deployment.spec.replicas)
 
 
-def exists(read: Callable[..., Any], name: str, namespace: str) -> bool:
-    try:
-        obj = read(name, namespace)
-    except client.ApiException as err:
-        if err.status == 404:
-            return False
-        raise
-    return obj.metadata.deletion_timestamp is None
+def exists(read: Callable[[str, str], Any], name: str, namespace: str) -> bool:
+    return live_object(read, name, namespace) is not None
 
 
 def expired_in_log(process: Controller, name: str) -> bool:

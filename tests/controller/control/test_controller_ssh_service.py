@@ -9,22 +9,16 @@ from devboxes_controller.box import naming, render, ssh_port
 from devboxes_controller.config.settings import settings_from_mapping
 from devboxes_testbed.controller import example_settings
 from kubernetes import client
+from live_objects import live_object
 from support import Api, StartController, event_messages, two_hour_spec, wait_for
 
 
 def node_port(kube: Any, namespace: str, name: str) -> int | None:
     """The node port of the box's SSH Service; None when it has no Service."""
-    try:
-        service = client.CoreV1Api(kube).read_namespaced_service(
-            naming.object_names(name).service, namespace
-        )
-    except client.ApiException as err:
-        if err.status == 404:
-            return None
-        raise
-    if service.metadata.deletion_timestamp:
-        return None
-    return int(service.spec.ports[0].node_port)
+    service = live_object(
+        client.CoreV1Api(kube).read_namespaced_service, naming.object_names(name).service, namespace
+    )
+    return None if service is None else int(service.spec.ports[0].node_port)
 
 
 def recorded_port(kube: Any, namespace: str, name: str) -> str | None:

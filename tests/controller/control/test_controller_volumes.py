@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import os
 import subprocess
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
 from devboxes_controller.box import naming, render
-from devboxes_controller.box.spec import BoxSpec
 from devboxes_controller.config.settings import settings_from_mapping
 from devboxes_testbed import MIG
 from devboxes_testbed.controller import Controller, example_settings
 from kubernetes import client
-from support import StartController, event_messages, wait_for
+from live_objects import live_object
+from support import StartController, event_messages, two_hour_spec, wait_for
 
 from devboxes_sdk import Client, Conflict, NotFound
 from devboxes_sdk.models import Devbox, VolumeList
@@ -50,15 +50,12 @@ def devbox(process: Controller, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def claim_uid(kube: Any, namespace: str, name: str) -> str | None:
-    try:
-        claim = client.CoreV1Api(kube).read_namespaced_persistent_volume_claim(
-            naming.object_names(name).pvc, namespace
-        )
-    except client.ApiException as err:
-        if err.status == 404:
-            return None
-        raise
-    return None if claim.metadata.deletion_timestamp else str(claim.metadata.uid)
+    claim = live_object(
+        client.CoreV1Api(kube).read_namespaced_persistent_volume_claim,
+        naming.object_names(name).pvc,
+        namespace,
+    )
+    return None if claim is None else str(claim.metadata.uid)
 
 
 def test_retained_volumes_are_listed_purged_by_name_and_reused(
@@ -68,16 +65,8 @@ def test_retained_volumes_are_listed_purged_by_name_and_reused(
     sdk = Client(process.url, process.token)
     # A claim left alone by a crash before the Deployment was written.
     settings = settings_from_mapping(example_settings(namespace))
-    leftover = BoxSpec(
-        name="leftover",
-        preset="small",
-        ttl_hours=2,
-        repository=None,
-        expires_at=datetime.now(UTC),
-        gpu=None,
-    )
     client.CoreV1Api(kube).create_namespaced_persistent_volume_claim(
-        namespace, render.render_pvc(leftover, settings)
+        namespace, render.render_pvc(two_hour_spec("leftover"), settings)
     )
     sdk.create("gone", preset="medium", gpu=MIG)
     sdk.create("alive")

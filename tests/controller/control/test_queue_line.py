@@ -11,8 +11,9 @@ new pod of the box carries it.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import Any, NamedTuple
 
+import pytest
 from devboxes_controller.box import naming, ownership
 from devboxes_controller.placement import waiting
 from devboxes_testbed.controller import Controller
@@ -148,14 +149,31 @@ class Boxes:
         wait_for_value(lambda: [self.summary(b) for b in line], wanted)
 
 
-def test_three_people_get_two_devices_in_the_promised_order(
+class Replicas(NamedTuple):
+    """Two replicas of the pool's namespace, and the boxes made through the follower."""
+
+    leader: Controller
+    follower: Controller
+    # The follower's API.
+    api: Api
+    boxes: Boxes
+
+
+@pytest.fixture
+def replicas(
     start_controller: StartController, pool: DevicePool, kube: Any, namespace: str
-) -> None:
+) -> Replicas:
     leader, follower = leader_and_follower(
         start_controller, kube, namespace, pool.settings(namespace)
     )
     api = Api(follower)
-    boxes = Boxes(api, kube, namespace)
+    return Replicas(leader, follower, api, Boxes(api, kube, namespace))
+
+
+def test_three_people_get_two_devices_in_the_promised_order(
+    replicas: Replicas, pool: DevicePool, kube: Any, namespace: str
+) -> None:
+    leader, follower, api, boxes = replicas
     # Ann and Bob take both devices.
     for box, owner in (("ann-1", "ann"), ("bob-1", "bob")):
         boxes.create(box, owner)
@@ -248,13 +266,9 @@ def unschedulable(core: Any, namespace: str, name: str) -> bool:
 
 
 def test_a_new_leader_lifts_the_gates_in_the_same_order(
-    start_controller: StartController, pool: DevicePool, kube: Any, namespace: str
+    replicas: Replicas, kube: Any, namespace: str
 ) -> None:
-    leader, follower = leader_and_follower(
-        start_controller, kube, namespace, pool.settings(namespace)
-    )
-    api = Api(follower)
-    boxes = Boxes(api, kube, namespace)
+    leader, follower, api, boxes = replicas
     # Ann holds both devices and asks for a third before Bob and Cat ask for one each:
     # they hold none, so both go ahead of her.
     for box in ("ann-1", "ann-2"):

@@ -5,6 +5,7 @@ must always equal."""
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
@@ -214,20 +215,26 @@ class Cache:
         self.pods: dict[str, Any] = {}
 
     def pod(self, name: str, new: dict[str, Any] | None) -> None:
-        old = self.pods.pop(name, None)
-        if old is not None:
-            self.totals.remove_pod(old)
-        if new is not None:
-            self.pods[name] = new
-            self.totals.put_pod(new)
+        self._change(self.pods, name, new, self.totals.remove_pod, self.totals.put_pod)
 
     def node(self, name: str, new: dict[str, Any] | None) -> None:
-        old = self.nodes.pop(name, None)
+        self._change(self.nodes, name, new, self.totals.remove_node, self.totals.put_node)
+
+    @staticmethod
+    def _change(
+        objects: dict[str, dict[str, Any]],
+        name: str,
+        new: dict[str, Any] | None,
+        remove: Callable[[dict[str, Any]], None],
+        put: Callable[[dict[str, Any]], None],
+    ) -> None:
+        """Replace the object ``name`` of ``objects`` by ``new`` (None deletes it)."""
+        old = objects.pop(name, None)
         if old is not None:
-            self.totals.remove_node(old)
+            remove(old)
         if new is not None:
-            self.nodes[name] = new
-            self.totals.put_node(new)
+            objects[name] = new
+            put(new)
 
 
 def step(rng: random.Random, cache: Cache) -> None:

@@ -13,13 +13,9 @@ from devboxes_controller.config.violations import ConfigError
 from devboxes_controller.k8s.kube import Conflict, Invalid
 from devboxes_controller.placement import limits
 from devboxes_controller.placement.limits import Ask, Asker, Holding
+from gpu_catalog import gpu_profile
 
-L4: dict[str, Any] = {
-    "name": "nvidia-l4",
-    "displayName": "NVIDIA L4",
-    "resourceName": "nvidia.com/gpu",
-    "count": 1,
-}
+L4 = gpu_profile("nvidia-l4", "NVIDIA L4")
 DRA: dict[str, Any] = {
     "name": "gpu-40g",
     "displayName": "Any NVIDIA GPU",

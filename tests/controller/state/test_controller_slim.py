@@ -233,7 +233,19 @@ def stopped_for_idleness(objects: dict[str, list[Obj]]) -> None:
         deployment["metadata"]["annotations"][activity.ANNOTATION_IDLE_STOPPED] = "30"
 
 
-CASES: dict[str, tuple[Callable[[dict[str, list[Obj]]], None] | None, Settings]] = {
+# A change to the recording, in place.
+Edit = Callable[[dict[str, list[Obj]]], None]
+
+
+def recorded_with(edit: Edit | None) -> dict[str, list[Obj]]:
+    """A copy of the recording, changed by ``edit`` when there is one."""
+    full = copy.deepcopy(RECORDED)
+    if edit is not None:
+        edit(full)
+    return full
+
+
+CASES: dict[str, tuple[Edit | None, Settings]] = {
     "as recorded": (None, NODE_PORT),
     "crash loop": (crash_looping, NODE_PORT),
     "pod failed": (pod_failed, NODE_PORT),
@@ -268,9 +280,7 @@ def test_the_recording_covers_every_state() -> None:
 @pytest.mark.parametrize("case", CASES)
 def test_status_is_the_same_from_slim_objects(case: str) -> None:
     edit, config = CASES[case]
-    full = copy.deepcopy(RECORDED)
-    if edit is not None:
-        edit(full)
+    full = recorded_with(edit)
     small = slimmed(full)
     now = datetime.now(UTC)
     for box in boxes():
@@ -322,10 +332,7 @@ DRIFT_CASES = {
 def test_template_drift_and_rebuild_are_the_same_from_a_slim_deployment(
     case: str, config: Settings
 ) -> None:
-    full = copy.deepcopy(RECORDED)
-    edit = DRIFT_CASES[case]
-    if edit is not None:
-        edit(full)
+    full = recorded_with(DRIFT_CASES[case])
     for deployment in full["deployments"]:
         small = slim.deployment(deployment)
         assert template.changes(small, config) == template.changes(deployment, config)
@@ -346,9 +353,7 @@ def test_only_a_box_from_before_the_template_record_keeps_its_pod_template() -> 
 @pytest.mark.parametrize("case", ["as recorded", "not ready yet", "stopped by its ttl"])
 def test_the_waiting_line_is_the_same_from_slim_objects(case: str) -> None:
     edit, _ = CASES[case]
-    full = copy.deepcopy(RECORDED)
-    if edit is not None:
-        edit(full)
+    full = recorded_with(edit)
     small = slimmed(full)
     since = {box: waiting_since(box_objects(full, box)) for box in boxes()}
     assert {box: waiting_since(box_objects(small, box)) for box in boxes()} == since
@@ -359,9 +364,7 @@ def test_the_waiting_line_is_the_same_from_slim_objects(case: str) -> None:
 @pytest.mark.parametrize("case", ["as recorded", "activity reported"])
 def test_activity_and_idle_stops_are_the_same_from_a_slim_deployment(case: str) -> None:
     edit, config = CASES[case]
-    full = copy.deepcopy(RECORDED)
-    if edit is not None:
-        edit(full)
+    full = recorded_with(edit)
     now = datetime.now(UTC)
     for deployment in full["deployments"]:
         small = slim.deployment(deployment)

@@ -5,20 +5,58 @@ the caches are never started."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import uvicorn
-from devboxes_controller.config.settings import Settings
+import yaml
+from devboxes_controller.config.settings import Settings, settings_from_mapping
 from devboxes_controller.control.lifecycle import Lifecycle
 from devboxes_controller.k8s.probe import ApiserverProbe
+from devboxes_controller.state import slim
 from devboxes_controller.state.ended_sessions import EndedSessions, SharedEndedSessions
 from devboxes_controller.state.store import BoxStore
+from devboxes_controller.state.watches import DEPLOYMENTS, PODS, SERVICES, Watches
 from devboxes_controller.web.app import create_app
 from devboxes_controller.web.connections import server_options
 from devboxes_controller.web.identity.base import Verifier
 from devboxes_controller.web.readiness import Readiness
 from kubernetes import client
-from support import wait_for
+from support import REPO, recorded, wait_for
+
+
+def settings_with_connections(connections: Mapping[str, Any]) -> Settings:
+    """The testbed's settings (testbed/settings.yaml) with these ``connections`` settings
+    (camelCase keys)."""
+    data = yaml.safe_load((REPO / "testbed" / "settings.yaml").read_text())
+    return settings_from_mapping({**data, "connections": connections})
+
+
+def recorded_store(
+    settings: Settings,
+    api: client.ApiClient,
+    boxes: Sequence[str],
+    ready_box: str,
+    pod_address: str,
+    annotations: Mapping[str, Mapping[str, str]],
+) -> BoxStore:
+    """A store of the recorded ``boxes``: their Deployments, with the ``annotations`` given
+    for each box added, their Services, and the pod of ``ready_box``, whose address is
+    moved to ``pod_address`` where the test serves what stands in for the box."""
+    watches = Watches(settings, api)
+    store = BoxStore(settings, watches)
+    for box in boxes:
+        (deployment,) = recorded("deployments", box)
+        deployment["metadata"]["annotations"].update(annotations.get(box, {}))
+        watches[DEPLOYMENTS]._put(slim.deployment(deployment))
+        for service in recorded("services", box):
+            watches[SERVICES]._put(slim.service(service))
+    (pod,) = recorded("pods", ready_box)
+    pod["status"]["podIP"] = pod_address
+    watches[PODS]._put(slim.pod(pod))
+    for box in boxes:
+        store._changed_box(box)
+    return store
 
 
 class _Ready(Readiness):

@@ -18,23 +18,19 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, suppress
-from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
-import yaml
 from devboxes_controller.config.connections import ConnectionSettings
-from devboxes_controller.config.settings import settings_from_mapping
 from devboxes_controller.state import slim
 from devboxes_controller.state.store import BoxStore
 from devboxes_controller.state.watches import DEPLOYMENTS, Watches
 from devboxes_controller.web.connections import MAX_HEAD_BYTES
 from kubernetes import client
-from served import Served
+from served import Served, settings_with_connections
 from support import recorded, wait_for
 
-REPO = Path(__file__).resolve().parents[3]
 TOKEN = "connections-test-token-" + "z" * 32
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 # A box whose pod never becomes ready: a waiting GET of it is held until its wait ends.
@@ -59,8 +55,7 @@ def serve() -> Iterator[Serve]:
     served = Served()
 
     def start(**connections: int) -> int:
-        data = yaml.safe_load((REPO / "testbed" / "settings.yaml").read_text())
-        settings = settings_from_mapping({**data, "connections": connections})
+        settings = settings_with_connections(connections)
         api = client.ApiClient()
         watches = Watches(settings, api)
         store = BoxStore(settings, watches)

@@ -29,10 +29,7 @@ import yaml
 from devboxes_controller.box import naming
 from devboxes_controller.config.settings import settings_from_mapping
 from devboxes_controller.config.violations import ConfigError
-from devboxes_controller.state import slim
 from devboxes_controller.state.ended_sessions import EndedSessions
-from devboxes_controller.state.store import BoxStore
-from devboxes_controller.state.watches import DEPLOYMENTS, PODS, SERVICES, Watches
 from devboxes_controller.web.identity.sessions import (
     COOKIE,
     PREVIEW_CODE,
@@ -41,13 +38,13 @@ from devboxes_controller.web.identity.sessions import (
     SessionStore,
 )
 from kubernetes import client
-from served import Served
+from served import Served, recorded_store, settings_with_connections
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
-from support import CHROMIUM, MemoryRecord, launch_chromium, recorded, wait_for
+from support import CHROMIUM, MemoryRecord, launch_chromium, wait_for
 
 REPO = Path(__file__).resolve().parents[3]
 ARTIFACTS = REPO / "test-artifacts" / "previews"
@@ -195,27 +192,19 @@ def serve(box_site: BoxSite) -> Iterator[Serve]:
 
     def start(previews: bool = True) -> Previews:
         port = _free_port()
-        data = yaml.safe_load((REPO / "testbed" / "settings.yaml").read_text())
         connections = {"previewUrl": f"http://*.localhost:{port}"} if previews else {}
-        settings = settings_from_mapping({**data, "connections": connections})
+        settings = settings_with_connections(connections)
         api = client.ApiClient()
-        watches = Watches(settings, api)
-        store = BoxStore(settings, watches)
         profile = settings.images.profile("web-preview")
         assert profile is not None
-        for box in (READY_BOX, "stopped"):
-            (deployment,) = recorded("deployments", box)
-            annotations = deployment["metadata"]["annotations"]
-            annotations[naming.ANNOTATION_IMAGE_SNAPSHOT] = profile.snapshot_json()
-            annotations[naming.ANNOTATION_IMAGE_PROFILE] = profile.name
-            watches[DEPLOYMENTS]._put(slim.deployment(deployment))
-            for service in recorded("services", box):
-                watches[SERVICES]._put(slim.service(service))
-        (pod,) = recorded("pods", READY_BOX)
-        pod["status"]["podIP"] = box_site.address
-        watches[PODS]._put(slim.pod(pod))
-        for box in (READY_BOX, "stopped"):
-            store._changed_box(box)
+        pinned = {
+            naming.ANNOTATION_IMAGE_SNAPSHOT: profile.snapshot_json(),
+            naming.ANNOTATION_IMAGE_PROFILE: profile.name,
+        }
+        boxes = (READY_BOX, "stopped")
+        store = recorded_store(
+            settings, api, boxes, READY_BOX, box_site.address, dict.fromkeys(boxes, pinned)
+        )
         record = MemoryRecord()
         served.start(settings, store, api, TOKEN, ended=EndedSessions(record), port=port)
         sessions = SessionStore(TOKEN, EndedSessions(record))
@@ -432,10 +421,7 @@ def test_a_preview_url_that_is_no_wildcard_origin_is_refused(value: str, problem
 
 
 def test_preview_hosts_name_one_box_and_port() -> None:
-    data = yaml.safe_load((REPO / "testbed" / "settings.yaml").read_text())
-    settings = settings_from_mapping(
-        {**data, "connections": {"previewUrl": "https://*.preview.example.com/"}}
-    )
+    settings = settings_with_connections({"previewUrl": "https://*.preview.example.com/"})
     origins = settings.connections.previews
     assert origins is not None
     assert origins.origin("web-1", 8080) == "https://8080-web-1.preview.example.com"

@@ -21,24 +21,18 @@ from pathlib import Path
 
 import pytest
 import requests
-import yaml
 from devboxes_controller.box import naming, stop_warning
 from devboxes_controller.config.boxes import SSH_CONTAINER_PORT
-from devboxes_controller.config.settings import settings_from_mapping
 from devboxes_controller.k8s.timestamps import format_timestamp
-from devboxes_controller.state import slim
-from devboxes_controller.state.store import BoxStore
-from devboxes_controller.state.watches import DEPLOYMENTS, PODS, SERVICES, Watches
 from devboxes_controller.web.identity.base import Identity
 from devboxes_controller.web.tunnel import NOTICE_SECONDS
 from kubernetes import client
-from served import Served
-from support import recorded, wait_for
+from served import Served, recorded_store, settings_with_connections
+from support import wait_for
 
 from devboxes_sdk import Client
 from devboxes_sdk.errors import ApiError, AuthenticationError, Conflict, NotFound
 
-REPO = Path(__file__).resolve().parents[3]
 TOKEN = "tunnel-test-token-" + "t" * 32
 # A person's token, as the identity provider below vouches for it: "person-<name>".
 PERSON = "person-"
@@ -104,23 +98,16 @@ def serve(sshd: Upper) -> Iterator[Serve]:
 
     def start(annotations: dict[str, str] | None = None, **connections: int) -> str:
         """``annotations`` are added to the ready box's Deployment."""
-        data = yaml.safe_load((REPO / "testbed" / "settings.yaml").read_text())
-        settings = settings_from_mapping({**data, "connections": connections})
+        settings = settings_with_connections(connections)
         api = client.ApiClient()
-        watches = Watches(settings, api)
-        store = BoxStore(settings, watches)
-        for box in (READY_BOX, "stopped", "unplaceable"):
-            (deployment,) = recorded("deployments", box)
-            if box == READY_BOX:
-                deployment["metadata"]["annotations"].update(annotations or {})
-            watches[DEPLOYMENTS]._put(slim.deployment(deployment))
-            for service in recorded("services", box):
-                watches[SERVICES]._put(slim.service(service))
-        (pod,) = recorded("pods", READY_BOX)
-        pod["status"]["podIP"] = sshd.address
-        watches[PODS]._put(slim.pod(pod))
-        for box in (READY_BOX, "stopped", "unplaceable"):
-            store._changed_box(box)
+        store = recorded_store(
+            settings,
+            api,
+            (READY_BOX, "stopped", "unplaceable"),
+            READY_BOX,
+            sshd.address,
+            {READY_BOX: annotations or {}},
+        )
         port = served.start(settings, store, api, TOKEN, verifiers=[_People()])
         return f"http://127.0.0.1:{port}"
 
