@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -30,7 +28,7 @@ import record
 import requests
 from devboxes_testbed.api import Api
 from devboxes_testbed.controller import example_settings
-from devboxes_testbed.rig import Rig
+from scratch import scratch_rig
 
 REPO = Path(__file__).resolve().parent.parent
 WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "DELETE", "APPLY"})
@@ -363,9 +361,8 @@ def run(args: argparse.Namespace) -> None:
     if not args.start_testbed:
         measure_and_print()
         return
-    workdir = Path(tempfile.mkdtemp(prefix="devboxes-bench-"))
-    log(f"starting a scale testbed in {workdir} ...")
-    with Rig(workdir) as rig:
+    with scratch_rig("devboxes-bench-") as rig:
+        log(f"starting a scale testbed in {rig.workdir} ...")
         bed = rig.start_testbed(REPO / "testbed" / "nodes-scale.yaml")
         rig.create_namespace(args.namespace)
         controller = rig.start_controller(example_settings(args.namespace), lease_seconds=None)
@@ -374,8 +371,6 @@ def run(args: argparse.Namespace) -> None:
         args.controller_pid = controller.pid
         measure_and_print()
         controller.stop(grace=30)
-    # Only now: on failure the controller's and the cluster's logs stay for a post-mortem.
-    shutil.rmtree(workdir, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:

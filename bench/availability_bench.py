@@ -39,10 +39,8 @@ import json
 import os
 import random
 import secrets
-import shutil
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -57,6 +55,7 @@ from devboxes_testbed import L4
 from devboxes_testbed.api import Api
 from devboxes_testbed.controller import example_settings
 from devboxes_testbed.rig import Rig
+from scratch import scratch_dir, scratch_rig
 
 REPO = Path(__file__).resolve().parent.parent
 BOXES = "bench-boxes"
@@ -602,13 +601,13 @@ def recount_figures(served: Served) -> str:
 
 
 def run_churn(args: argparse.Namespace) -> None:
-    workdir = Path(tempfile.mkdtemp(prefix="devboxes-availability-churn-"))
-    with record.checkout(args.baseline, workdir / "baseline") as baseline_tree:
+    with (
+        scratch_dir("devboxes-availability-churn-") as workdir,
+        record.checkout(args.baseline, workdir / "baseline") as baseline_tree,
+    ):
         log(f"starting a scale testbed ({args.pool_file.name}) in {workdir} ...")
         with Rig(workdir) as rig:
             measure_churn(args, rig, baseline_tree)
-    # Only after a success: on failure the logs stay for a post-mortem.
-    shutil.rmtree(workdir, ignore_errors=True)
 
 
 def measure_churn(args: argparse.Namespace, rig: Rig, baseline_tree: Path) -> None:
@@ -652,9 +651,8 @@ def measure_churn(args: argparse.Namespace, rig: Rig, baseline_tree: Path) -> No
 
 
 def run(args: argparse.Namespace) -> None:
-    workdir = Path(tempfile.mkdtemp(prefix="devboxes-availability-bench-"))
-    log(f"starting a scale testbed ({args.pool_file.name}) in {workdir} ...")
-    with Rig(workdir) as rig:
+    with scratch_rig("devboxes-availability-bench-") as rig:
+        log(f"starting a scale testbed ({args.pool_file.name}) in {rig.workdir} ...")
         bed = rig.start_testbed(args.pool_file)
         for namespace in (BOXES, FOREIGN):
             rig.create_namespace(namespace)
@@ -686,8 +684,6 @@ def run(args: argparse.Namespace) -> None:
                 f"{statistics.median(ms):.1f} / {percentile(ms, 95):.1f} / {ms[-1]:.1f} ms "
                 f"({len(ms)} changes)"
             )
-    # Only now: on failure the controllers' and the cluster's logs stay for a post-mortem.
-    shutil.rmtree(workdir, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import argparse
 import random
-import statistics
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import record
+from cpu_timing import percentiles, timed
 from devboxes_controller.box import naming, render
 from devboxes_controller.box.spec import BoxSpec
 from devboxes_controller.config.settings import Settings
@@ -93,10 +94,54 @@ def added(profile: str, sample: int) -> Record:
     )
 
 
-def percentiles(samples: list[float]) -> str:
-    ordered = sorted(samples)
-    p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
-    return f"p50 {statistics.median(ordered) * 1000:.2f} ms / p99 {p99 * 1000:.2f} ms"
+def measure(args: argparse.Namespace) -> None:
+    kept, profile = deployments(args.boxes)
+    config_map = bookings(args.bookings, profile)
+    # The store's index hands out the boxes of a profile that are not stopped.
+    running_boxes = [d for d in kept if (d.get("spec") or {}).get("replicas", 1)]
+    running = len(running_boxes)
+    # Room for the running boxes: an asked window fits once enough of them have
+    # stopped; the others get the earliest window that does.
+    capacity = running // 4 + 8
+    print(
+        f"{args.boxes} boxes ({running} running) and {args.bookings} bookings of "
+        f"{profile}; capacity {capacity}"
+    )
+    chance = random.Random(3)
+    holds = Holds()
+    reader = Reader()
+    reader.parse(config_map)
+    taken: list[float] = []
+    fitted = 0
+    for sample in range(args.samples):
+        start = NOW + timedelta(minutes=chance.randrange(0, 14 * 24 * 60))
+        length = timedelta(hours=chance.randrange(1, 5))
+        # Boxes started, stopped or extended since the last admission.
+        for offset in range(args.changed):
+            changed = running_boxes[(sample * args.changed + offset) % running]
+            changed["metadata"]["resourceVersion"] += "-"
+        began = time.perf_counter()
+        # A new version each time: the last admission wrote one more booking.
+        config_map["metadata"]["resourceVersion"] = str(sample)
+        config_map["data"][f"bk-new{sample:05d}"] = added(profile, sample).to_json()
+        kept_records = [r for r in reader.parse(config_map) if r.holds(NOW)]
+        holding = sittings_of(holds.of(profile, running_boxes), (), NOW)
+        # Every unit in use is held by a box: none by other pods.
+        ledger = ledger_of(capacity, capacity - len(holding), kept_records, holding, NOW)
+        if ledger.first_full(start, start + length) is None:
+            fitted += 1
+        else:
+            ledger.earliest(start, length, NOW + timedelta(days=14))
+        taken.append(time.perf_counter() - began)
+    print(f"admissions timed: {args.samples}, of which fitted: {fitted}")
+    print(f"admission (records, holds, ledger, fit or earliest): {percentiles(taken)}")
+    parts: dict[str, Callable[[int], object]] = {
+        "records read, every one": lambda _: records_of(config_map),
+        "holds read, every box": lambda _: sittings_of(Holds().of(profile, running_boxes), (), NOW),
+        "holds read, as kept": lambda _: sittings_of(holds.of(profile, running_boxes), (), NOW),
+    }
+    for label, work in parts.items():
+        print(f"  of which {label}: {percentiles(timed(20, work))}")
 
 
 def main() -> int:
@@ -105,64 +150,7 @@ def main() -> int:
     parser.add_argument("--bookings", type=int, default=1_000)
     parser.add_argument("--samples", type=int, default=200)
     parser.add_argument("--changed", type=int, default=10, help="boxes changed between two")
-    record.add_arguments(parser)
-    args = parser.parse_args()
-    with record.recording("booking_bench", args):
-        kept, profile = deployments(args.boxes)
-        config_map = bookings(args.bookings, profile)
-        # The store's index hands out the boxes of a profile that are not stopped.
-        running_boxes = [d for d in kept if (d.get("spec") or {}).get("replicas", 1)]
-        running = len(running_boxes)
-        # Room for the running boxes: an asked window fits once enough of them have
-        # stopped; the others get the earliest window that does.
-        capacity = running // 4 + 8
-        print(
-            f"{args.boxes} boxes ({running} running) and {args.bookings} bookings of "
-            f"{profile}; capacity {capacity}"
-        )
-        chance = random.Random(3)
-        holds = Holds()
-        reader = Reader()
-        reader.parse(config_map)
-        taken: list[float] = []
-        fitted = 0
-        for sample in range(args.samples):
-            start = NOW + timedelta(minutes=chance.randrange(0, 14 * 24 * 60))
-            length = timedelta(hours=chance.randrange(1, 5))
-            # Boxes started, stopped or extended since the last admission.
-            for offset in range(args.changed):
-                changed = running_boxes[(sample * args.changed + offset) % running]
-                changed["metadata"]["resourceVersion"] += "-"
-            began = time.perf_counter()
-            # A new version each time: the last admission wrote one more booking.
-            config_map["metadata"]["resourceVersion"] = str(sample)
-            config_map["data"][f"bk-new{sample:05d}"] = added(profile, sample).to_json()
-            kept_records = [r for r in reader.parse(config_map) if r.holds(NOW)]
-            holding = sittings_of(holds.of(profile, running_boxes), (), NOW)
-            # Every unit in use is held by a box: none by other pods.
-            ledger = ledger_of(capacity, capacity - len(holding), kept_records, holding, NOW)
-            if ledger.first_full(start, start + length) is None:
-                fitted += 1
-            else:
-                ledger.earliest(start, length, NOW + timedelta(days=14))
-            taken.append(time.perf_counter() - began)
-        print(f"admissions timed: {args.samples}, of which fitted: {fitted}")
-        print(f"admission (records, holds, ledger, fit or earliest): {percentiles(taken)}")
-        parts = {
-            "records read, every one": lambda: records_of(config_map),
-            "holds read, every box": lambda: sittings_of(
-                Holds().of(profile, running_boxes), (), NOW
-            ),
-            "holds read, as kept": lambda: sittings_of(holds.of(profile, running_boxes), (), NOW),
-        }
-        for label, work in parts.items():
-            samples = []
-            for _ in range(20):
-                began = time.perf_counter()
-                work()
-                samples.append(time.perf_counter() - began)
-            print(f"  of which {label}: {percentiles(samples)}")
-    return 0
+    return record.run("booking_bench", parser, measure)
 
 
 if __name__ == "__main__":

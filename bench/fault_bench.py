@@ -15,16 +15,13 @@ Starts a testbed of its own and this repository's controller on it, then:
 from __future__ import annotations
 
 import argparse
-import shutil
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import record
@@ -33,6 +30,7 @@ from devboxes_testbed.cluster import Testbed
 from devboxes_testbed.controller import Controller, example_settings
 from devboxes_testbed.rig import Rig
 from kubernetes import client
+from scratch import scratch_rig
 
 
 def percentiles(samples: list[float]) -> str:
@@ -170,9 +168,8 @@ def restarts(bed: Testbed, controller: Controller, component: str, rounds: int) 
 
 
 def run(args: argparse.Namespace) -> None:
-    workdir = Path(tempfile.mkdtemp(prefix="devboxes-faults-"))
     rows: list[str] = []
-    with Rig(workdir) as rig:
+    with scratch_rig("devboxes-faults-") as rig:
         bed = rig.start_testbed(log=lambda _: None)
         for namespace in ("faults", "failover"):
             rig.create_namespace(namespace)
@@ -185,7 +182,6 @@ def run(args: argparse.Namespace) -> None:
         controller.stop()
         rows += failover(rig, "failover", args.rounds)
     print("\n".join(rows))
-    shutil.rmtree(workdir, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,14 +15,12 @@ work alone: no apiserver, no HTTP.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import record
+from cpu_timing import percentiles, timed
 from devboxes_controller.box import render
 from devboxes_controller.box.spec import BoxSpec
 from devboxes_controller.config.settings import Settings
@@ -51,19 +49,26 @@ def deployments(boxes: int, people: int) -> list[dict[str, Any]]:
     return kept
 
 
-def percentiles(samples: list[float]) -> str:
-    ordered = sorted(samples)
-    p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
-    return f"p50 {statistics.median(ordered) * 1000:.2f} ms / p99 {p99 * 1000:.2f} ms"
+def measure(args: argparse.Namespace) -> None:
+    kept = deployments(args.boxes, args.people)
+    print(f"{args.boxes} boxes of {args.people} people rendered and kept")
+    every = timed(args.samples, lambda _: [limits.holding(d) for d in kept])
+    print(f"every record read: {percentiles(every)}")
+    holdings = limits.Holdings()
+    first = timed(1, lambda _: holdings.of(kept))[0]
+    print(f"Holdings, first check (every record read once): {first * 1000:.2f} ms")
+    version = args.boxes
 
+    def check(sample: int) -> object:
+        nonlocal version
+        for offset in range(args.changed):
+            version += 1
+            changed = kept[(sample * args.changed + offset) % len(kept)]
+            changed["metadata"]["resourceVersion"] = str(version)
+        return holdings.of(kept)
 
-def timed(samples: int, work: Callable[[int], object]) -> list[float]:
-    taken = []
-    for sample in range(samples):
-        began = time.perf_counter()
-        work(sample)
-        taken.append(time.perf_counter() - began)
-    return taken
+    later = timed(args.samples, check)
+    print(f"Holdings, {args.changed} boxes changed between checks: {percentiles(later)}")
 
 
 def main() -> int:
@@ -72,29 +77,7 @@ def main() -> int:
     parser.add_argument("--people", type=int, default=100)
     parser.add_argument("--samples", type=int, default=200)
     parser.add_argument("--changed", type=int, default=10, help="boxes changed between checks")
-    record.add_arguments(parser)
-    args = parser.parse_args()
-    with record.recording("limits_bench", args):
-        kept = deployments(args.boxes, args.people)
-        print(f"{args.boxes} boxes of {args.people} people rendered and kept")
-        every = timed(args.samples, lambda _: [limits.holding(d) for d in kept])
-        print(f"every record read: {percentiles(every)}")
-        holdings = limits.Holdings()
-        first = timed(1, lambda _: holdings.of(kept))[0]
-        print(f"Holdings, first check (every record read once): {first * 1000:.2f} ms")
-        version = args.boxes
-
-        def check(sample: int) -> object:
-            nonlocal version
-            for offset in range(args.changed):
-                version += 1
-                changed = kept[(sample * args.changed + offset) % len(kept)]
-                changed["metadata"]["resourceVersion"] = str(version)
-            return holdings.of(kept)
-
-        later = timed(args.samples, check)
-        print(f"Holdings, {args.changed} boxes changed between checks: {percentiles(later)}")
-    return 0
+    return record.run("limits_bench", parser, measure)
 
 
 if __name__ == "__main__":

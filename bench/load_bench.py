@@ -19,9 +19,7 @@ import argparse
 import asyncio
 import contextlib
 import os
-import shutil
 import sys
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass
@@ -34,6 +32,7 @@ from api_bench import create_boxes, percentile, rss_mib
 from devboxes_testbed.api import Api, bearer
 from devboxes_testbed.controller import Controller, example_settings
 from devboxes_testbed.rig import Rig
+from scratch import scratch_dir
 
 REPO = Path(__file__).resolve().parent.parent
 BASELINE = "943705e"
@@ -201,8 +200,7 @@ def load_header(labels: list[str]) -> tuple[str, ...]:
 
 
 def run_testbed(args: argparse.Namespace, log: Any) -> None:
-    workdir = Path(tempfile.mkdtemp(prefix="devboxes-load-"))
-    with contextlib.ExitStack() as stack:
+    with scratch_dir("devboxes-load-") as workdir, contextlib.ExitStack() as stack:
         sources = {"this": REPO}
         if args.baseline:
             where = workdir / "baseline"
@@ -228,9 +226,6 @@ def run_testbed(args: argparse.Namespace, log: Any) -> None:
         finally:
             for controller in controllers:
                 stop(controller, log)
-    # Only after a success: on failure the controllers' and the cluster's logs stay for a
-    # post-mortem.
-    shutil.rmtree(workdir, ignore_errors=True)
 
 
 def measure_testbed(args: argparse.Namespace, controllers: list[Controller], log: Any) -> None:

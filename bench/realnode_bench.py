@@ -26,13 +26,12 @@ import sys
 import time
 from pathlib import Path
 
-import record
+import real_node
 from devboxes_testbed.api import Api
 from devboxes_testbed.cluster import Testbed
 from devboxes_testbed.controller import example_settings
 from devboxes_testbed.rig import Rig
 from kubernetes import client
-from real_node import real_node_rig
 
 REPO = Path(__file__).resolve().parent.parent
 NAMESPACE = "bench"
@@ -174,12 +173,7 @@ def main() -> int:
         action="store_true",
         help="give boxes a sidecar that ignores SIGTERM, as a shell or sleep does",
     )
-    return record.run("realnode_bench", parser, run, real_node=True)
-
-
-def run(args: argparse.Namespace) -> None:
-    with real_node_rig("realnode-bench-") as (rig, _):
-        measure(args, rig)
+    return real_node.run("realnode_bench", parser, measure)
 
 
 if __name__ == "__main__":

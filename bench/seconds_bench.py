@@ -37,13 +37,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import record
+import real_node
 from devboxes_testbed import L4
 from devboxes_testbed.api import Api
 from devboxes_testbed.controller import example_settings
 from devboxes_testbed.rig import Rig
 from kubernetes import client, watch
-from real_node import real_node_rig
 
 REPO = Path(__file__).resolve().parent.parent
 NAMESPACE = "seconds"
@@ -246,11 +245,14 @@ def handoff(boxes: Boxes, index: int) -> Sample:
     return sample
 
 
-def measure(args: argparse.Namespace, rig: Rig, home: Path) -> None:
+def measure(args: argparse.Namespace, rig: Rig) -> None:
+    home = rig.workdir / "home"
+    (home / ".ssh").mkdir(parents=True)
+    key = home / ".ssh" / "id_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
     bed = rig.testbed
     core = client.CoreV1Api(bed.api_client())
     rig.create_namespace(NAMESPACE)
-    key = home / ".ssh" / "id_ed25519"
     core.create_namespaced_secret(
         NAMESPACE,
         {
@@ -328,16 +330,7 @@ def main() -> int:
     parser.add_argument("--boxes", type=int, default=10, help="CPU boxes, one by one and at once")
     parser.add_argument("--restarts", type=int, default=5, help="starts of a stopped box")
     parser.add_argument("--handoffs", type=int, default=3, help="hand-offs of a freed L4")
-    return record.run("seconds_bench", parser, run, real_node=True)
-
-
-def run(args: argparse.Namespace) -> None:
-    with real_node_rig("seconds-bench-") as (rig, work):
-        home = work / "home"
-        (home / ".ssh").mkdir(parents=True)
-        key = home / ".ssh" / "id_ed25519"
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
-        measure(args, rig, home)
+    return real_node.run("seconds_bench", parser, measure)
 
 
 if __name__ == "__main__":

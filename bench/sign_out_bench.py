@@ -16,14 +16,11 @@ of them on each replica. It reports:
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import record
 import requests
@@ -31,8 +28,8 @@ from api_bench import percentile
 from devboxes_controller.state.ended_sessions import CONFIGMAP, EndedSessions
 from devboxes_controller.web.identity.sessions import COOKIE, Person, Session, SessionStore
 from devboxes_testbed.controller import Controller, example_settings
-from devboxes_testbed.rig import Rig
 from kubernetes import client, watch
+from scratch import scratch_rig
 from support import MemoryRecord
 from urllib3.exceptions import ProtocolError
 
@@ -72,9 +69,8 @@ def sign_out(replica: Controller, session: Session, local: threading.local) -> t
 
 
 def run(args: argparse.Namespace) -> None:
-    workdir = Path(tempfile.mkdtemp(prefix="devboxes-sign-outs-"))
     stop = threading.Event()
-    with Rig(workdir) as rig:
+    with scratch_rig("devboxes-sign-outs-") as rig:
         bed = rig.start_testbed(log=lambda _: None)
         rig.create_namespace(NAMESPACE)
         core = client.CoreV1Api(bed.api_client())
@@ -132,7 +128,6 @@ def run(args: argparse.Namespace) -> None:
             )
         finally:
             stop.set()
-    shutil.rmtree(workdir, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,10 +29,8 @@ import contextlib
 import multiprocessing
 import re
 import resource
-import shutil
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -40,12 +38,11 @@ from dataclasses import dataclass, field
 from multiprocessing.queues import Queue
 from multiprocessing.sharedctypes import Synchronized
 from multiprocessing.synchronize import Event as EventType
-from pathlib import Path
 
 import record
 import requests
 from devboxes_testbed.controller import Controller, example_settings
-from devboxes_testbed.rig import Rig
+from scratch import scratch_rig
 
 NAMESPACE = "slowloris"
 # The limits at their maxima: no cap reached, no deadline before 300 s.
@@ -266,9 +263,8 @@ def open_files(pid: int) -> str:
 
 def run(args: argparse.Namespace) -> None:
     sources = [f"127.0.0.{2 + n}" for n in range(args.sources)]
-    workdir = Path(tempfile.mkdtemp(prefix="devboxes-slowloris-"))
     rows: list[str] = []
-    with Rig(workdir) as rig:
+    with scratch_rig("devboxes-slowloris-") as rig:
         rig.start_testbed(log=lambda _: None)
         rig.create_namespace(NAMESPACE)
         phases = [("limits as configured (defaults)", {}), ("limits lifted", LIFTED)]
@@ -289,7 +285,6 @@ def run(args: argparse.Namespace) -> None:
             rows.append(f"  controller's open-file limit: {soft} (hard {hard})")
             controller.stop()
     print("\n".join(rows))
-    shutil.rmtree(workdir, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,13 +26,12 @@ import sys
 import time
 from pathlib import Path
 
-import record
+import real_node
 import requests
 from devboxes_testbed.api import Api
 from devboxes_testbed.controller import Controller, example_settings
 from devboxes_testbed.rig import Rig
 from kubernetes import client
-from real_node import real_node_rig
 
 from devboxes_sdk.tunnel import HOST_SUFFIX, proxy_command
 
@@ -151,12 +150,12 @@ def idle_tunnels(paths: Paths, controller: Controller, count: int) -> tuple[int,
             session.wait(30)
 
 
-def measure(args: argparse.Namespace, rig: Rig, work: Path) -> None:
+def measure(args: argparse.Namespace, rig: Rig) -> None:
     bed = rig.testbed
     node = bed.real_node
     assert node is not None
     rig.create_namespace(NAMESPACE)
-    key = work / "id_ed25519"
+    key = rig.workdir / "id_ed25519"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
     client.CoreV1Api(bed.api_client()).create_namespaced_secret(
         NAMESPACE,
@@ -207,12 +206,7 @@ def main() -> int:
     parser.add_argument("--megabytes", type=int, default=100, help="MiB read per copy")
     parser.add_argument("--copies", type=int, default=3, help="reads per path")
     parser.add_argument("--idle", type=int, default=100, help="idle tunnels open at once")
-    return record.run("tunnel_bench", parser, run, real_node=True)
-
-
-def run(args: argparse.Namespace) -> None:
-    with real_node_rig("tunnel-bench-") as (rig, work):
-        measure(args, rig, work)
+    return real_node.run("tunnel_bench", parser, measure)
 
 
 if __name__ == "__main__":

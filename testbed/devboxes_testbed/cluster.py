@@ -133,35 +133,37 @@ class Testbed:
                 f"--cert-dir={self.state_dir / 'apiserver-certs'}",
             ]
 
-        def controller_manager() -> list[str]:
+        def control_loop(binary: str, port: str, certs_dir: str, *flags: str) -> list[str]:
+            """A control loop of the admin's kubeconfig, the only one of its kind (no leader
+            election), serving HTTPS on loopback with a certificate of its own in
+            ``certs_dir``."""
             return [
-                self._bin("kube-controller-manager"),
+                self._bin(binary),
                 f"--kubeconfig={kubeconfig}",
                 f"--authentication-kubeconfig={kubeconfig}",
                 f"--authorization-kubeconfig={kubeconfig}",
                 "--bind-address=127.0.0.1",
-                f"--secure-port={self._port('controller-manager')}",
+                f"--secure-port={self._port(port)}",
                 "--leader-elect=false",
+                *flags,
+                f"--cert-dir={self.state_dir / certs_dir}",
+            ]
+
+        def controller_manager() -> list[str]:
+            return control_loop(
+                "kube-controller-manager",
+                "controller-manager",
+                "kcm-certs",
                 "--controllers=*",
                 "--use-service-account-credentials=true",
                 f"--service-account-private-key-file={certs.sa_private}",
                 f"--root-ca-file={certs.ca_cert}",
                 f"--cluster-signing-cert-file={certs.ca_cert}",
                 f"--cluster-signing-key-file={certs.ca_key}",
-                f"--cert-dir={self.state_dir / 'kcm-certs'}",
-            ]
+            )
 
         def scheduler() -> list[str]:
-            return [
-                self._bin("kube-scheduler"),
-                f"--kubeconfig={kubeconfig}",
-                f"--authentication-kubeconfig={kubeconfig}",
-                f"--authorization-kubeconfig={kubeconfig}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={self._port('scheduler')}",
-                "--leader-elect=false",
-                f"--cert-dir={self.state_dir / 'scheduler-certs'}",
-            ]
+            return control_loop("kube-scheduler", "scheduler", "scheduler-certs")
 
         def kwok() -> list[str]:
             return [
@@ -186,51 +188,43 @@ class Testbed:
                 f"--volumes-dir={self.state_dir / 'volumes'}",
             ]
 
-        def url(scheme: str, port: str, path: str) -> Callable[[], str]:
-            return lambda: f"{scheme}://127.0.0.1:{self.ports[port]}{path}"
+        def served(
+            name: str,
+            argv: Callable[[], list[str]],
+            scheme: str,
+            health_path: str,
+            *ports: str,
+            env: dict[str, str] | None = None,
+        ) -> Component:
+            """Component ``name``, healthy when ``health_path`` on loopback at the first of
+            its ``ports`` answers; a taken port is picked again with all of them."""
+            return Component(
+                name,
+                argv,
+                lambda: f"{scheme}://127.0.0.1:{self.ports[ports[0]]}{health_path}",
+                logs / f"{name}.log",
+                reassigner(self.ports, *ports),
+                env=env,
+            )
 
         return [
-            Component(
-                "etcd",
-                etcd,
-                url("http", "etcd", "/health"),
-                logs / "etcd.log",
-                reassigner(self.ports, "etcd", "etcd-peer"),
-            ),
-            Component(
-                "kube-apiserver",
-                apiserver,
-                url("https", "apiserver", "/livez"),
-                logs / "kube-apiserver.log",
-                reassigner(self.ports, "apiserver"),
-            ),
-            Component(
+            served("etcd", etcd, "http", "/health", "etcd", "etcd-peer"),
+            served("kube-apiserver", apiserver, "https", "/livez", "apiserver"),
+            served(
                 "kube-controller-manager",
                 controller_manager,
-                url("https", "controller-manager", "/healthz"),
-                logs / "kube-controller-manager.log",
-                reassigner(self.ports, "controller-manager"),
+                "https",
+                "/healthz",
+                "controller-manager",
             ),
-            Component(
-                "kube-scheduler",
-                scheduler,
-                url("https", "scheduler", "/healthz"),
-                logs / "kube-scheduler.log",
-                reassigner(self.ports, "scheduler"),
-            ),
-            Component(
-                "kwok",
-                kwok,
-                url("http", "kwok", "/healthz"),
-                logs / "kwok.log",
-                reassigner(self.ports, "kwok"),
-            ),
-            Component(
+            served("kube-scheduler", scheduler, "https", "/healthz", "scheduler"),
+            served("kwok", kwok, "http", "/healthz", "kwok"),
+            served(
                 "provisioner",
                 provisioner,
-                url("http", "provisioner", "/healthz"),
-                logs / "provisioner.log",
-                reassigner(self.ports, "provisioner"),
+                "http",
+                "/healthz",
+                "provisioner",
                 env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
             ),
         ]

@@ -19,13 +19,13 @@ import time
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import httpx
 
 from .build import ensure_issuer
 from .errors import TestbedError
+from .process import StoppedAtExit
 
 # The public client that `devbox login` and the tests use.
 CLI_CLIENT_ID = "devbox-cli"
@@ -48,7 +48,7 @@ DEMO_PEOPLE = (
 )
 
 
-class Issuer:
+class Issuer(StoppedAtExit):
     """One provider process on 127.0.0.1. Stopped, it keeps its port, so starting it again
     serves the same issuer URL (with a new signing key, as a provider that lost its keys)."""
 
@@ -144,14 +144,6 @@ class Issuer:
 
     def __enter__(self) -> Issuer:
         return self.start()
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     @property
     def discovery_url(self) -> str:

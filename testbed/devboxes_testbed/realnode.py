@@ -47,33 +47,26 @@ KUBELET_ROOT = Path("/var/lib/kubelet")
 
 @dataclass(frozen=True)
 class Addresses:
-    """Where node number ``index`` lives: a /30 on the veth and a /24 for its pods."""
+    """Where one real node lives: a /30 on the veth (the machine's end ``host``, the node's
+    ``node``), a /24 for its pods, and the names the machine knows it by."""
 
-    index: int
+    host: str
+    node: str
+    pod_cidr: str
+    # The node's own, which its network namespace and cgroup root carry too.
+    name: str
+    host_veth: str
 
-    @property
-    def host(self) -> str:
-        return f"10.210.{self.index}.1"
-
-    @property
-    def node(self) -> str:
-        return f"10.210.{self.index}.2"
-
-    @property
-    def pod_cidr(self) -> str:
-        return f"10.211.{self.index}.0/24"
-
-    @property
-    def netns(self) -> str:
-        return f"{NAME_PREFIX}-{self.index}"
-
-    @property
-    def host_veth(self) -> str:
-        return f"dbxnode{self.index}"
-
-    @property
-    def cgroup(self) -> str:
-        return f"{NAME_PREFIX}-{self.index}"
+    @classmethod
+    def of(cls, index: int) -> Addresses:
+        """Those of node number ``index``."""
+        return cls(
+            host=f"10.210.{index}.1",
+            node=f"10.210.{index}.2",
+            pod_cidr=f"10.211.{index}.0/24",
+            name=f"{NAME_PREFIX}-{index}",
+            host_veth=f"dbxnode{index}",
+        )
 
 
 def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -156,31 +149,31 @@ def leftovers(index: int, state_dir: Path) -> list[str]:
     """What node ``index`` with ``state_dir`` would leave behind: mounts (its mount
     namespace among them), the network namespace, the host's veth, cgroups, processes.
     Empty after a clean stop."""
-    where = Addresses(index)
+    where = Addresses.of(index)
     found = [f"mount {point}" for point in mounts_under(state_dir)]
-    if (Path("/run/netns") / where.netns).exists():
-        found.append(f"network namespace {where.netns}")
+    if (Path("/run/netns") / where.name).exists():
+        found.append(f"network namespace {where.name}")
     if Path(f"/sys/class/net/{where.host_veth}").exists():
         found.append(f"interface {where.host_veth}")
-    found += [f"cgroup {d}" for d in _cgroup_dirs(where.cgroup)]
-    found += [f"process {pid}" for pid in sorted(_cgroup_pids(where.cgroup))]
+    found += [f"cgroup {d}" for d in _cgroup_dirs(where.name)]
+    found += [f"process {pid}" for pid in sorted(_cgroup_pids(where.name))]
     return found
 
 
 def clean(index: int, state_dir: Path) -> None:
     """Remove everything node ``index`` may have left: processes, mounts, cgroups, network."""
-    where = Addresses(index)
-    netns_exists = (Path("/run/netns") / where.netns).exists()
-    _kill_all(lambda: _cgroup_pids(where.cgroup))
+    where = Addresses.of(index)
+    netns_exists = (Path("/run/netns") / where.name).exists()
+    _kill_all(lambda: _cgroup_pids(where.name))
     if netns_exists:
-        _kill_all(lambda: _netns_pids(where.netns))
+        _kill_all(lambda: _netns_pids(where.name))
     for point in mounts_under(state_dir):
         _run("umount", "--lazy", point, check=False)
-    for directory in _cgroup_dirs(where.cgroup):
+    for directory in _cgroup_dirs(where.name):
         with contextlib.suppress(OSError):
             directory.rmdir()
     if netns_exists:
-        _run("ip", "netns", "delete", where.netns, check=False)
+        _run("ip", "netns", "delete", where.name, check=False)
     _run("ip", "link", "delete", where.host_veth, check=False)
     _run("ip", "route", "delete", where.pod_cidr, check=False)
 
@@ -205,17 +198,17 @@ class RealNode:
 
     @property
     def name(self) -> str:
-        return f"{NAME_PREFIX}-{self.index}"
+        return Addresses.of(self.index).name
 
     @property
     def address(self) -> str:
         """The node's InternalIP, where the machine reaches its NodePorts."""
-        return Addresses(self.index).node
+        return Addresses.of(self.index).node
 
     @property
     def machine_address(self) -> str:
         """The machine's address as the node and its pods reach it."""
-        return Addresses(self.index).host
+        return Addresses.of(self.index).host
 
     @property
     def gpu_share(self) -> Path:
@@ -271,7 +264,7 @@ class RealNode:
         if why:
             raise TestbedError(why)
         self.index, self._lock = _claim_index()
-        where = Addresses(self.index)
+        where = Addresses.of(self.index)
         started = time.monotonic()
         clean(self.index, self.state_dir)
         shutil.rmtree(self.state_dir, ignore_errors=True)
@@ -306,14 +299,14 @@ class RealNode:
             self._lock = None
 
     def _network(self, where: Addresses) -> None:
-        _run("ip", "netns", "add", where.netns)
+        _run("ip", "netns", "add", where.name)
         _run(
             "ip", "link", "add", where.host_veth, "type", "veth",
-            "peer", "name", "eth0", "netns", where.netns,
+            "peer", "name", "eth0", "netns", where.name,
         )  # fmt: skip
         _run("ip", "addr", "add", f"{where.host}/30", "dev", where.host_veth)
         _run("ip", "link", "set", where.host_veth, "up")
-        inside = ("ip", "netns", "exec", where.netns)
+        inside = ("ip", "netns", "exec", where.name)
         _run(*inside, "ip", "addr", "add", f"{where.node}/30", "dev", "eth0")
         _run(*inside, "ip", "link", "set", "eth0", "up")
         _run(*inside, "ip", "link", "set", "lo", "up")
@@ -341,7 +334,7 @@ class RealNode:
     def _cgroups(self, where: Addresses) -> None:
         # The kubelet checks that its cgroup root exists in every hierarchy.
         for hierarchy in _hierarchies():
-            (hierarchy / where.cgroup).mkdir(exist_ok=True)
+            (hierarchy / where.name).mkdir(exist_ok=True)
 
     def _write_config(self, where: Addresses, sandbox_image: str) -> None:
         root = self.state_dir
@@ -354,7 +347,7 @@ class RealNode:
             json.dumps(
                 {
                     "cniVersion": "1.0.0",
-                    "name": where.netns,
+                    "name": where.name,
                     "plugins": [
                         {
                             "type": "bridge",
@@ -428,7 +421,7 @@ class RealNode:
             # This machine offers cgroup v1 hierarchies only.
             "failCgroupV1": False,
             "cgroupDriver": "cgroupfs",
-            "cgroupRoot": f"/{where.cgroup}",
+            "cgroupRoot": f"/{where.name}",
             "containerRuntimeEndpoint": f"unix://{self._socket}",
             "address": where.node,
             "healthzBindAddress": where.node,
@@ -464,7 +457,7 @@ class RealNode:
         logs = root / "logs"
         logs.mkdir()
         enter = [
-            "nsenter", f"--mount={self._mount_namespace}", f"--net=/run/netns/{where.netns}", "--",
+            "nsenter", f"--mount={self._mount_namespace}", f"--net=/run/netns/{where.name}", "--",
         ]  # fmt: skip
         config = root / "containerd.toml"
         labels = ",".join(f"{k}={v}" for k, v in {LABEL_KIND: "real", **self.spec.labels}.items())

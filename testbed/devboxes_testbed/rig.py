@@ -8,7 +8,6 @@ import contextlib
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from kubernetes import client
@@ -16,7 +15,7 @@ from kubernetes import client
 from .cluster import Testbed
 from .controller import Controller
 from .errors import TestbedError
-from .process import START_TIMEOUT, terminate_as_interrupt
+from .process import START_TIMEOUT, StoppedAtExit, terminate_as_interrupt
 
 REPO = Path(__file__).resolve().parents[2]
 STANDARD_POOLS = REPO / "testbed" / "nodes.yaml"
@@ -41,7 +40,7 @@ def create_namespace(core: Any, name: str) -> str:
     return name
 
 
-class Rig:
+class Rig(StoppedAtExit):
     """A testbed with what runs on it, for one ``with`` block.
 
     ``Rig(workdir)`` starts its own testbed with ``start_testbed`` and stops it at the end;
@@ -58,14 +57,6 @@ class Rig:
     def __enter__(self) -> Rig:
         self._stops.enter_context(terminate_as_interrupt())
         return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
-        self._stops.__exit__(kind, error, trace)
 
     @property
     def testbed(self) -> Testbed:
@@ -106,5 +97,6 @@ class Rig:
         return controller.start(timeout, until)
 
     def stop(self) -> None:
-        """Stop everything now, before the block ends: a benchmark that times the stop."""
+        """Stop everything, in reverse order: when the block ends, or before it for a
+        benchmark that times the stop."""
         self._stops.close()
