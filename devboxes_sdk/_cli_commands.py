@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import getpass
-import json
 import os
 import re
 import shutil
@@ -20,6 +19,23 @@ from types import TracebackType
 from typing import NoReturn, TextIO
 
 from devboxes_sdk import _cli_ssh, _render, oidc_login
+
+# The exit codes live with the rest of what every command shares (_cli_base); the ones
+# imported "as" themselves stay importable from here for code that knew them here.
+from devboxes_sdk._cli_base import EXIT_DEGRADED as EXIT_DEGRADED
+from devboxes_sdk._cli_base import (
+    EXIT_ERROR,
+    EXIT_OK,
+    UsageError,
+    command_settings,
+    known_hosts,
+    print_error,
+    print_json,
+    ssh_stdio,
+)
+from devboxes_sdk._cli_base import EXIT_INTERRUPTED as EXIT_INTERRUPTED
+from devboxes_sdk._cli_base import EXIT_TIMEOUT as EXIT_TIMEOUT
+from devboxes_sdk._cli_base import EXIT_USAGE as EXIT_USAGE
 from devboxes_sdk.client import DEFAULT_PAGE_SIZE, Client, Devbox
 from devboxes_sdk.config import (
     ENV_TOKEN,
@@ -31,25 +47,17 @@ from devboxes_sdk.config import (
     write_config,
 )
 from devboxes_sdk.errors import (
-    ConfigurationError,
     Conflict,
     DevboxesError,
-    NotConfigured,
     NotFound,
     ValidationError,
 )
 from devboxes_sdk.labels import elapsed_label, status_line
-from devboxes_sdk.models import API_PREFIX, DevboxState, GpuAvailability, GpuWhen, normalize_name
-from devboxes_sdk.tunnel import HOST_SUFFIX, box_of_host
+from devboxes_sdk.models import API_PREFIX, DevboxState, GpuAvailability, GpuWhen
+from devboxes_sdk.tunnel import HOST_SUFFIX
 
 # A .pub file is one line; anything much longer is not one.
 MAX_KEY_FILE_BYTES = 16384
-EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_USAGE = 2
-EXIT_TIMEOUT = 3
-EXIT_DEGRADED = 4
-EXIT_INTERRUPTED = 130
 
 # whoami's mode for the operator token.
 OPERATOR_MODE = "operator"
@@ -82,45 +90,18 @@ _BOOK_FLAGS: dict[str, str | None] = {
 _FLAG_UNITS = {"--ttl": ("hour", "hours")}
 _TRAILING_NUMBER = re.compile(r"\b(\d+)$")
 
-_NOT_CONFIGURED = {
-    "url": f"no Devboxes URL configured: run 'devbox login --url URL' or set {ENV_URL}",
-    "token": f"no Devboxes token configured: run 'devbox login' or set {ENV_TOKEN}",
-}
-
-
-class UsageError(Exception):
-    """The command line is well-formed for argparse but cannot be carried out as given."""
-
-
 # -- helpers ------------------------------------------------------------------------
 
 
 def _client(args: argparse.Namespace) -> Client:
     """A client for the URL and token of the command line, environment or config file,
     with problems explained in terms of this command's options."""
-    url: str | None = args.url
-    if url is not None:
-        try:
-            url = normalize_url(url)
-        except ConfigurationError as error:
-            raise ConfigurationError(f"{error} (from --url)") from None
-    token = None if args.token is None else normalize_token(args.token, "--token")
-    try:
-        return Client(url, token)
-    except NotConfigured as error:
-        raise ConfigurationError(_NOT_CONFIGURED[error.setting]) from None
+    settings = command_settings(args.url, args.token)
+    return Client(settings.url, settings.token)
 
 
 def _now() -> datetime:
     return datetime.now(UTC)
-
-
-def print_json(data: object) -> None:
-    print(json.dumps(data, indent=2, ensure_ascii=False))
-
-
-def print_error(message: str) -> None:
-    print(_render.clean(message), file=sys.stderr)
 
 
 def _print_box(box: Devbox, args: argparse.Namespace) -> None:
@@ -785,14 +766,7 @@ def cmd_ssh(args: argparse.Namespace) -> int:
     if args.stdio:
         if args.ssh_args:
             raise UsageError("--stdio takes no ssh arguments: ssh runs it as a ProxyCommand")
-        with _client(args) as client:
-            reason = _cli_ssh.stdio(client, args.name)
-        if reason:
-            print(
-                f"devbox: the controller closed the tunnel: {_render.clean(reason)}",
-                file=sys.stderr,
-            )
-        return EXIT_OK
+        return ssh_stdio(args.url, args.token, args.name)
     with _client(args) as client:
         box = client.get(args.name)
         if box.state is not DevboxState.READY:
@@ -835,17 +809,7 @@ def cmd_config_ssh(args: argparse.Namespace) -> int:
 
 
 def cmd_known_hosts(args: argparse.Namespace) -> int:
-    """What ssh's ``KnownHostsCommand`` asks: the known_hosts lines of the host keys the
-    controller publishes for the box that ``host`` names."""
-    try:
-        name = normalize_name(box_of_host(args.host))
-    except ValueError as error:
-        raise UsageError(str(error)) from None
-    with _client(args) as client:
-        box = client.get(name)
-    for key in box.ssh_host_keys:
-        print(f"{args.host} {key}")
-    return EXIT_OK
+    return known_hosts(args.url, args.token, args.host)
 
 
 def cmd_port_forward(args: argparse.Namespace) -> int:

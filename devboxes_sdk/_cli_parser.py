@@ -10,9 +10,9 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn
 
+from devboxes_sdk._cli_base import EXIT_OK, box_name
+from devboxes_sdk._cli_base import BadCommandLine as BadCommandLine
 from devboxes_sdk._cli_commands import (
-    EXIT_OK,
-    UsageError,
     cmd_book,
     cmd_booking_cancel,
     cmd_bookings,
@@ -50,17 +50,8 @@ from devboxes_sdk._completion import (
 from devboxes_sdk._version import __version__
 from devboxes_sdk.config import ENV_URL
 from devboxes_sdk.models import PRESETS, DevboxState, normalize_name, normalize_repository
-from devboxes_sdk.tunnel import box_of_host
 
 DEFAULT_WAIT_TIMEOUT = 600.0
-
-
-class BadCommandLine(UsageError):
-    """A command line argparse refused; ``prog`` is the (sub)command that refused it."""
-
-    def __init__(self, prog: str, message: str) -> None:
-        self.prog = prog
-        super().__init__(message)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -77,7 +68,7 @@ def _box_name(value: str) -> str:
     """An existing box's name; ``NAME.devbox``, as ssh and the config block name a box,
     names box NAME."""
     try:
-        return normalize_name(box_of_host(value))
+        return box_name(value)
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
 

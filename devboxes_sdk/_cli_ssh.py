@@ -15,11 +15,20 @@ import shutil
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
-from devboxes_sdk.client import Client, Devbox
 from devboxes_sdk.errors import DevboxesError
-from devboxes_sdk.tunnel import HOST_SUFFIX, join, known_hosts_command, proxy_command
+from devboxes_sdk.tunnel import (
+    HOST_SUFFIX,
+    join,
+    known_hosts_command,
+    open_tunnel,
+    proxy_command,
+)
+
+if TYPE_CHECKING:
+    # Only for annotations: the ProxyCommand end (stdio) must not load the client.
+    from devboxes_sdk.client import Devbox
 
 # The workspace image's login user, for a server that names none.
 DEFAULT_USER = "dev"
@@ -123,10 +132,10 @@ def exec_ssh(argv: Sequence[str], environment: Mapping[str, str]) -> NoReturn:
         raise DevboxesError(f"cannot run {executable}: {error.strerror}") from None
 
 
-def stdio(client: Client, name: str) -> str | None:
-    """Join standard input and output to a tunnel to box ``name``, until either ends; the
-    controller's reason when it closed the tunnel with one."""
-    connection = client.tunnel(name, notices=True)
+def stdio(url: str, token: str, name: str) -> str | None:
+    """Join standard input and output to a tunnel to box ``name`` of the API at ``url``,
+    until either ends; the controller's reason when it closed the tunnel with one."""
+    connection = open_tunnel(url, token, name, notices=True)
     with connection:
         return join(connection, sys.stdin.buffer, sys.stdout.buffer, sys.stderr)
 

@@ -6,6 +6,7 @@ import re
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
+from devboxes_sdk._cli_base import clean as clean
 from devboxes_sdk.client import Devbox
 from devboxes_sdk.labels import (
     accelerator_label,
@@ -39,10 +40,6 @@ VOLUME_HEADERS = ("NAME", "SIZE", "CREATED", "LAST PROFILE", "CLAIM")
 KEY_HEADERS = ("FINGERPRINT", "TYPE", "COMMENT", "ADDED")
 EMPTY = "-"
 
-# Server-supplied text (messages, names) is shown in a terminal; control characters
-# could move the cursor or rewrite earlier lines, so they are replaced.
-_CONTROL = dict.fromkeys([*range(0x20), *range(0x7F, 0xA0)], "?")
-
 # The scheduler's sentence: "0/7 nodes are available: 2 Insufficient nvidia.com/gpu,
 # 5 node(s) didn't match Pod's node affinity/selector. preemption: ...". The counted
 # clauses run from the colon to the first full stop.
@@ -56,11 +53,6 @@ _SHORTAGE = "Insufficient "
 # bound and says so; it resolves itself within seconds and is not a scheduling problem.
 _UNBOUND_CLAIMS = "unbound immediate PersistentVolumeClaims"
 STORAGE_PENDING = "Waiting for the home volume."
-
-
-def clean(text: str) -> str:
-    """``text`` with control characters replaced, safe to print to a terminal."""
-    return text.translate(_CONTROL)
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:

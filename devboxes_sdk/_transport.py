@@ -13,13 +13,12 @@ import re
 import ssl
 import time
 from collections.abc import Iterator, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 import requests
 from pydantic import BaseModel
 from pydantic import ValidationError as PydanticValidationError
-from websockets.sync.client import ClientConnection
 
 from devboxes_sdk._version import __version__
 from devboxes_sdk.errors import (
@@ -31,7 +30,9 @@ from devboxes_sdk.errors import (
     error_from_body,
 )
 from devboxes_sdk.models import IDEMPOTENCY_HEADER
-from devboxes_sdk.tunnel import open_tunnel
+
+if TYPE_CHECKING:
+    from websockets.sync.client import ClientConnection
 
 # Only requests that can be repeated without a second effect are retried: these methods,
 # and a request carrying an idempotency key, which the server answers once.
@@ -212,6 +213,9 @@ class Transport:
 
     def tunnel(self, name: str, *, notices: bool = False) -> ClientConnection:
         """A tunnel to box ``name``'s sshd, with this transport's URL and token."""
+        # Imported here: plain API calls (e.g. ``devbox known-hosts``) never load websockets.
+        from devboxes_sdk.tunnel import open_tunnel
+
         return open_tunnel(self.url, self._auth.token, name, notices=notices)
 
     def request(

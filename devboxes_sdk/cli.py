@@ -2,28 +2,35 @@
 
 Exit codes: 0 success, 1 error, 2 usage error, 3 the box was not ready in time,
 4 the box is degraded, 130 interrupted.
+
+ssh runs ``devbox ssh --stdio HOST`` and ``devbox known-hosts HOST`` on every login, so
+importing this module loads only :mod:`devboxes_sdk._cli_base`; those two command lines,
+as ssh gives them, run from there, and every other one loads the parser and the client.
 """
 
 from __future__ import annotations
 
-import argparse
 import io
 import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
-from devboxes_sdk import _render
-from devboxes_sdk._cli_commands import (
+from devboxes_sdk._cli_base import (
     EXIT_DEGRADED,
     EXIT_ERROR,
     EXIT_INTERRUPTED,
     EXIT_TIMEOUT,
     EXIT_USAGE,
+    BadCommandLine,
     UsageError,
+    box_name,
+    clean,
+    known_hosts,
     print_error,
     print_json,
+    ssh_stdio,
 )
-from devboxes_sdk._cli_parser import BadCommandLine, build_parser
 from devboxes_sdk.config import ENV_URL
 from devboxes_sdk.errors import (
     ApiError,
@@ -40,14 +47,19 @@ from devboxes_sdk.errors import (
     Unavailable,
     ValidationError,
 )
-from devboxes_sdk.labels import status_line
+
+if TYPE_CHECKING:
+    import argparse
 
 
 def _usage_text(prog: str, message: str) -> str:
-    return f"{prog}: error: {_render.clean(message)}\nRun '{prog} --help' for usage.\n"
+    return f"{prog}: error: {clean(message)}\nRun '{prog} --help' for usage.\n"
 
 
 def _timed_out(error: StartTimeout) -> list[str]:
+    from devboxes_sdk import _render
+    from devboxes_sdk.labels import status_line
+
     box = error.box
     status = status_line(box.state, _render.progress_reason(box))
     # The box stays queued: without a cancel hint it would take a GPU hours later, unused.
@@ -130,33 +142,74 @@ def _asks_for_json(argv: Sequence[str]) -> bool:
     return "--json" in words[: words.index("--")] if "--" in words else "--json" in words
 
 
+def _lean(words: Sequence[str]) -> tuple[str, Callable[[], int]] | None:
+    """The (sub)command and the run of a command line ssh gives on every login, exactly
+    as ``proxy_command`` and ``known_hosts_command`` write it, which needs no parser;
+    None for every other command line (options, help, a name the parser refuses, ...),
+    which the parser reads and explains."""
+    match list(words):
+        case ["ssh", "--stdio", host]:
+            try:
+                name = box_name(host)
+            except ValueError:
+                return None
+            return "devbox ssh", lambda: ssh_stdio(None, None, name)
+        case ["known-hosts", host] if not host.startswith("-"):
+            return "devbox known-hosts", lambda: known_hosts(None, None, host)
+    return None
+
+
+class _Run:
+    """One command line's run: the (sub)command that answers for its failures, and
+    whether it asked for them as JSON; both are known better once it is parsed."""
+
+    def __init__(self, prog: str, as_json: bool) -> None:
+        self.prog = prog
+        self.as_json = as_json
+
+    def __call__(self, body: Callable[[], int]) -> int:
+        """``body``'s exit code, or that of the failure it raised, explained."""
+        try:
+            return body()
+        except BadCommandLine as error:
+            return _report(error, error.prog, self.as_json)
+        except (DevboxesError, UsageError, EOFError) as error:
+            return _report(error, self.prog, self.as_json)
+        except KeyboardInterrupt as error:
+            if not self.as_json:
+                # Past the spinner's line or the prompt.
+                print(file=sys.stderr)
+            return _report(error, self.prog, self.as_json)
+        except BrokenPipeError:
+            # The reader went away (e.g. `devbox list | head`); stay quiet about it.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            return EXIT_ERROR
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code."""
     for stream in (sys.stdout, sys.stderr):
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(errors="replace")
     words = sys.argv[1:] if argv is None else list(argv)
+    lean = _lean(words)
+    if lean is not None:
+        prog, body = lean
+        return _Run(prog, as_json=False)(body)
+    # The whole grammar, and with it the client, requests and pydantic.
+    from devboxes_sdk._cli_parser import build_parser
+
     parser = build_parser()
-    prog, as_json = parser.prog, _asks_for_json(words)
-    try:
+    run = _Run(parser.prog, _asks_for_json(words))
+
+    def parsed() -> int:
         args = parser.parse_args(words)
-        prog, as_json = args.prog, getattr(args, "json", False)
+        run.prog, run.as_json = args.prog, getattr(args, "json", False)
         handler: Callable[[argparse.Namespace], int] = args.handler
         return handler(args)
-    except BadCommandLine as error:
-        return _report(error, error.prog, as_json)
-    except (DevboxesError, UsageError, EOFError) as error:
-        return _report(error, prog, as_json)
-    except KeyboardInterrupt as error:
-        if not as_json:
-            # Past the spinner's line or the prompt.
-            print(file=sys.stderr)
-        return _report(error, prog, as_json)
-    except BrokenPipeError:
-        # The reader went away (e.g. `devbox list | head`); stay quiet about it.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return EXIT_ERROR
+
+    return run(parsed)
 
 
 if __name__ == "__main__":

@@ -13,13 +13,12 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 import requests
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from pydantic import ValidationError as PydanticValidationError
-from websockets.sync.client import ClientConnection
 
 from devboxes_sdk import models
 from devboxes_sdk._transport import Transport, decode, parse
@@ -39,6 +38,9 @@ from devboxes_sdk.models import (
     WAIT_HEADER,
     FieldError,
 )
+
+if TYPE_CHECKING:
+    from websockets.sync.client import ClientConnection
 
 __all__ = ["BookingsNamespace", "Client", "Devbox", "GpuNamespace", "UpdateCallback"]
 

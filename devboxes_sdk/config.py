@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import SplitResult, urlsplit
 
+from devboxes_sdk._wire import API_PREFIX
 from devboxes_sdk.errors import ConfigurationError, NotConfigured
-from devboxes_sdk.models import API_PREFIX
 
 ENV_URL = "DEVBOX_URL"
 ENV_TOKEN = "DEVBOX_TOKEN"  # noqa: S105 - the variable name, not a secret

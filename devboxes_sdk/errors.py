@@ -1,17 +1,20 @@
-"""Exceptions raised by the SDK, all rooted at :class:`DevboxesError`."""
+"""Exceptions raised by the SDK, all rooted at :class:`DevboxesError`.
+
+Importing this module loads neither pydantic nor the models: what ssh runs on every
+login (``devbox ssh --stdio``) raises and reports these errors and must start fast. The
+few functions that need the models import them when called.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from pydantic import ValidationError as PydanticValidationError
-
-from devboxes_sdk.labels import reason, status_line
-from devboxes_sdk.models import FieldError, field_errors
-
 if TYPE_CHECKING:
+    from pydantic import ValidationError as PydanticValidationError
+
     from devboxes_sdk.client import Devbox
+    from devboxes_sdk.models import FieldError
 
 # Bodies that are not JSON (a proxy's HTML page, say) are cut to this many characters
 # so that an error message stays one readable line.
@@ -99,6 +102,8 @@ class ValidationError(ApiError):
     @classmethod
     def from_pydantic(cls, error: PydanticValidationError) -> ValidationError:
         """Turn a local pydantic failure into the shape the server uses for 422."""
+        from devboxes_sdk.models import field_errors
+
         return cls(field_errors(error.errors(), "body"), local=True)
 
 
@@ -134,10 +139,12 @@ class BoxNotReady(DevboxesError):
     """
 
     def __init__(self, box: Devbox, text: str) -> None:
+        from devboxes_sdk import labels
+
         self.box = box
         self.state = box.state
         self.message = box.message
-        self.reason = reason(box.summary, box.message)
+        self.reason = labels.reason(box.summary, box.message)
         super().__init__(text)
 
 
@@ -145,8 +152,10 @@ class StartTimeout(BoxNotReady, TimeoutError):
     """The box was not ready before the timeout; ``reason`` says what it waits for."""
 
     def __init__(self, box: Devbox, timeout: float) -> None:
+        from devboxes_sdk import labels
+
         self.timeout = timeout
-        status = status_line(box.state, reason(box.summary, box.message))
+        status = labels.status_line(box.state, labels.reason(box.summary, box.message))
         super().__init__(box, f"{box.name} was not ready within {timeout:g}s ({status})")
 
 
@@ -188,6 +197,10 @@ _STATUS_ERRORS: Mapping[int, type[ApiError]] = {
 
 
 def _field_errors(items: Sequence[object]) -> list[FieldError] | None:
+    from pydantic import ValidationError as PydanticValidationError
+
+    from devboxes_sdk.models import FieldError
+
     errors = []
     for item in items:
         if not isinstance(item, Mapping):
@@ -230,5 +243,7 @@ def error_from_body(status: int, body: object, *, text: str = "", reason: str = 
     else:
         detail = _text_detail(text, reason)
     if status == 422:
+        from devboxes_sdk.models import FieldError
+
         return ValidationError([FieldError(type="value_error", loc=[], msg=detail)])
     return _STATUS_ERRORS.get(status, ApiError)(status, detail)

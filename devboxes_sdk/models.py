@@ -10,14 +10,20 @@ unknown fields (servers may add some).
 from __future__ import annotations
 
 import re
-import unicodedata
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
-API_PREFIX = "/api/v1"
+# The API prefix and the name rule are kept where they need no pydantic (see _wire).
+from devboxes_sdk._wire import API_PREFIX as API_PREFIX
+from devboxes_sdk._wire import BLANKS as BLANKS
+from devboxes_sdk._wire import NAME_PATTERN as NAME_PATTERN
+from devboxes_sdk._wire import NAME_RE as NAME_RE
+from devboxes_sdk._wire import NAME_RULE as NAME_RULE
+from devboxes_sdk._wire import normalize_name as normalize_name
+
 # Where the dashboard opens a port a box's image profile declares (a web preview), for
 # the box's owner or an admin signed in to it.
 PREVIEW_PATH = "/dashboard/devboxes/{name}/ports/{port}/"
@@ -29,20 +35,12 @@ MAX_WAIT_SECONDS = 300
 # Sent with a create, so that a retry of it answers the original outcome.
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 
-NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$"
-NAME_RE = re.compile(NAME_PATTERN)
-NAME_RULE = (
-    "1-40 characters of lowercase letters, digits and '-', starting and ending with a "
-    "letter or digit"
-)
 _REPOSITORY = (
     r"(?:https://github\.com/)?[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100}?"
     r"(?:\.git)?/?"
 )
 REPOSITORY_RE = re.compile(f"^{_REPOSITORY}$")
-# Text fields are trimmed of exactly these characters, so that the patterns the API
-# documents (below) describe precisely what it accepts.
-BLANKS = " \t\n\r"
+# BLANKS as a pattern: what text fields are trimmed of.
 _BLANK = r"[ \t\n\r]*"
 # Upper-case ASCII is accepted and folded, as Devboxes clients have always sent it.
 NAME_INPUT_PATTERN = f"^{_BLANK}[A-Za-z0-9]([A-Za-z0-9-]{{0,38}}[A-Za-z0-9])?{_BLANK}$"
@@ -64,24 +62,6 @@ class DevboxState(StrEnum):
     READY = "ready"
     STOPPED = "stopped"
     DEGRADED = "degraded"
-
-
-def normalize_name(value: str) -> str:
-    """Trim and lowercase a box name, then check it, as every Devboxes client expects.
-
-    Non-ASCII text is refused before lowercasing: ``str.lower`` turns lookalikes such as
-    U+212A KELVIN SIGN into ASCII letters, which would silently pick another box.
-    """
-    foreign = next((char for char in value if not char.isascii()), None)
-    if foreign is not None:
-        raise ValueError(
-            f"invalid name {value!r}: it contains the non-ASCII character "
-            f"U+{ord(foreign):04X} ({unicodedata.name(foreign, 'unnamed')}); use {NAME_RULE}"
-        )
-    name = value.strip(BLANKS).lower()
-    if not NAME_RE.fullmatch(name):
-        raise ValueError(f"invalid name {value!r}: use {NAME_RULE}")
-    return name
 
 
 def normalize_repository(value: str) -> str | None:

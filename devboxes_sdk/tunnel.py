@@ -7,6 +7,9 @@ output, which is what ssh's ``ProxyCommand`` expects; ``devbox ssh`` and the blo
 
 The client honours ``HTTPS_PROXY`` and ``NO_PROXY`` (an HTTP CONNECT proxy) and trusts the
 CA bundle named by ``REQUESTS_CA_BUNDLE``, as the rest of the SDK does.
+
+ssh starts ``devbox ssh --stdio`` on every login, so this module loads neither requests
+nor pydantic (``tests/sdk/test_fast_start.py`` keeps it so).
 """
 
 from __future__ import annotations
@@ -20,7 +23,6 @@ import threading
 from typing import BinaryIO, TextIO
 from urllib.parse import quote, urlsplit
 
-from requests.utils import DEFAULT_CA_BUNDLE_PATH
 from websockets.exceptions import (
     ConnectionClosed,
     InvalidHandshake,
@@ -33,8 +35,8 @@ from websockets.exceptions import (
 from websockets.sync.client import ClientConnection, connect
 
 from devboxes_sdk._version import __version__
+from devboxes_sdk._wire import API_PREFIX
 from devboxes_sdk.errors import DevboxesError, Unavailable, error_from_body
-from devboxes_sdk.models import API_PREFIX
 
 # ``ssh NAME.devbox``: the host names ``devbox ssh``, the config block and the Lab's kernels
 # give boxes reached through the tunnel.
@@ -75,12 +77,20 @@ def tunnel_url(api_url: str, name: str) -> str:
     return f"{scheme}://{parts.netloc}{path}"
 
 
+def _default_ca_bundle() -> str:
+    """The CA bundle requests trusts by default: its ``DEFAULT_CA_BUNDLE_PATH`` is
+    ``certifi.where()``, asked here without loading requests."""
+    from certifi import where
+
+    return where()
+
+
 def _tls(url: str) -> ssl.SSLContext | None:
     if not url.startswith("wss:"):
         return None
     bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
     try:
-        return ssl.create_default_context(cafile=bundle or DEFAULT_CA_BUNDLE_PATH)
+        return ssl.create_default_context(cafile=bundle or _default_ca_bundle())
     except (OSError, ssl.SSLError) as error:
         raise DevboxesError(f"cannot read the CA bundle {bundle}: {error}") from None
 
