@@ -1,5 +1,5 @@
 """Helpers shared by the tests: polling, the controller's HTTP API, a box's Events and
-objects, the leader's Lease, browsers, helm, kubeconfigs."""
+objects, the leader's Lease, browsers, helm, the CLI, kubeconfigs."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ from kubernetes import client
 
 from devboxes_sdk.client import Client, Devbox
 from devboxes_sdk.errors import BoxNotReady
-from devboxes_sdk.models import IDEMPOTENCY_HEADER, GpuAvailability
+from devboxes_sdk.models import IDEMPOTENCY_HEADER, GpuAvailability, GpuProfile
 
 REPO = Path(__file__).resolve().parent.parent
 # What the testbed's apiserver sent for boxes in several states (tests/data/record_box_objects.py).
@@ -129,6 +129,25 @@ def wait_until_no_pod_requests(kube: Any, resource: str, timeout: float = 300) -
         return not any(asks(p) for p in pods if p.status.phase not in ("Succeeded", "Failed"))
 
     wait_for(none_asks, timeout=timeout)
+
+
+def served_profile(controller_client: Client, name: str) -> GpuProfile:
+    """The GPU profile ``name`` of the controller's catalog, which must serve it."""
+    profile = controller_client.capabilities().gpu.profile(name)
+    assert profile is not None, "the session's controller serves the example GPU profiles"
+    return profile
+
+
+# An L4 profile as the controller's catalog describes one, for the words and widgets that
+# show a catalog.
+L4_PROFILE = GpuProfile(
+    name="nvidia-l4",
+    display_name="NVIDIA L4",
+    description="One dedicated L4",
+    resource_name="nvidia.com/gpu",
+    count=1,
+    default=True,
+)
 
 
 class _Blocked(Exception):
@@ -332,6 +351,13 @@ CHROMIUM_ARGS = [
 ]
 
 
+def need_chromium() -> None:
+    if not CHROMIUM.exists():
+        pytest.skip(
+            f"Debian's chromium is not installed at {CHROMIUM} (make system-packages installs it)"
+        )
+
+
 def launch_chromium(playwright: Any) -> Any:
     """Debian's Chromium, with assertions that wait as long as the controller and
     Kubernetes may take on a loaded machine (Playwright's own default is 5 s)."""
@@ -339,6 +365,21 @@ def launch_chromium(playwright: Any) -> Any:
 
     expect.set_options(timeout=60_000)
     return playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+
+
+@contextlib.contextmanager
+def chromium_browser() -> Iterator[Any]:
+    """:func:`launch_chromium`'s browser until the block ends; without Debian's Chromium
+    the test is skipped."""
+    need_chromium()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = launch_chromium(playwright)
+        try:
+            yield browser
+        finally:
+            browser.close()
 
 
 def service_account_kubeconfig(
@@ -381,6 +422,21 @@ def helm_run(testbed: Any, *args: str) -> str:
     )
     assert result.returncode == 0, result.stderr
     return result.stdout
+
+
+def run_cli(
+    script: str, env: Mapping[str, str], *args: str, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """The CLI's console script ``script`` run to its end in exactly ``env``: its output,
+    whatever its exit code."""
+    return subprocess.run(
+        [script, *args],
+        capture_output=True,
+        text=True,
+        env=dict(env),
+        timeout=timeout,
+        check=False,
+    )
 
 
 class MemoryRecord:

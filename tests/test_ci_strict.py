@@ -43,6 +43,28 @@ def test_that_runs():
     pass
 """
 
+# A test that skips itself, and is deselected by its marker.
+DESELECTED_SKIP = """
+import pytest
+
+@pytest.mark.slow
+def test_left_out():
+    pytest.skip("the slow machine is not here")
+
+def test_kept():
+    pass
+"""
+
+# A module that skips itself while it is collected.
+MODULE_SKIP = """
+import pytest
+
+pytest.skip("the gadget library is missing", allow_module_level=True)
+
+def test_never_collected():
+    pass
+"""
+
 REASONS = [
     "the widget service is not running",
     "a shell is on PATH",
@@ -93,18 +115,7 @@ def test_under_ci_a_skip_fails_with_its_reason_on_one_line(
 def test_under_ci_deselected_tests_are_no_failures(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pytester.makepyfile(
-        test_marked="""
-        import pytest
-
-        @pytest.mark.slow
-        def test_left_out():
-            pytest.skip("the slow machine is not here")
-
-        def test_kept():
-            pass
-        """
-    )
+    pytester.makepyfile(test_marked=DESELECTED_SKIP)
     pytester.makeini("[pytest]\nmarkers =\n    slow: a slow test\n")
     result = run(pytester, monkeypatch, "true", "-m", "not slow")
     result.assert_outcomes(passed=1, deselected=1)
@@ -114,16 +125,7 @@ def test_under_ci_deselected_tests_are_no_failures(
 def test_a_module_that_skips_itself_is_an_error_under_ci(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pytester.makepyfile(
-        test_module="""
-        import pytest
-
-        pytest.skip("the gadget library is missing", allow_module_level=True)
-
-        def test_never_collected():
-            pass
-        """
-    )
+    pytester.makepyfile(test_module=MODULE_SKIP)
     by_hand = run(pytester, monkeypatch, None)
     by_hand.assert_outcomes(skipped=1)
     by_hand.stdout.fnmatch_lines(["SKIPPED * the gadget library is missing"])

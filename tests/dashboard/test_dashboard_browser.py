@@ -22,11 +22,10 @@ from devboxes_testbed.controller import Controller, example_settings
 from devboxes_testbed.issuer import CLI_CLIENT_ID, Issuer
 from devboxes_testbed.process import free_port
 from support import (
-    CHROMIUM,
     Api,
     DevicePool,
     StartController,
-    launch_chromium,
+    chromium_browser,
     wait_for,
     wait_until_no_pod_requests,
 )
@@ -62,16 +61,17 @@ def free_l4_gpus(kube: Any) -> int:
 
 @pytest.fixture
 def chromium() -> Iterator[Any]:
-    if not CHROMIUM.exists():
-        pytest.skip("Debian's chromium is not installed at /usr/bin/chromium")
-    from playwright.sync_api import sync_playwright
+    with chromium_browser() as browser:
+        yield browser
 
-    with sync_playwright() as playwright:
-        browser = launch_chromium(playwright)
-        try:
-            yield browser
-        finally:
-            browser.close()
+
+def open_page(chromium: Any, viewport: dict[str, int]) -> tuple[Any, Any]:
+    """A browser context of its own, to close when done, and its page, whose waits allow
+    for a loaded machine."""
+    context = chromium.new_context(viewport=viewport)
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    return context, page
 
 
 def shot(page: Any, name: str) -> None:
@@ -88,9 +88,7 @@ def test_dashboard_in_chromium(start_controller: StartController, kube: Any, chr
     suffix = uuid.uuid4().hex[:6]
     occupier, first, second = f"hold-{suffix}", f"l4-first-{suffix}", f"l4-second-{suffix}"
 
-    context = chromium.new_context(viewport={"width": 1400, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(30_000)
+    context, page = open_page(chromium, {"width": 1400, "height": 900})
     problems: list[str] = []
     page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
     try:
@@ -320,9 +318,7 @@ def test_every_width_shows_whole_rows_with_the_reason_the_cli_shows(
         return "2nd in line" in (api.box(second)["summary"] or "")
 
     wait_for(second_in_line, timeout=120)
-    context = chromium.new_context(viewport={"width": WIDTHS[0], "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(30_000)
+    context, page = open_page(chromium, {"width": WIDTHS[0], "height": 900})
     try:
         sign_in(page, controller)
         header = page.locator("header")
@@ -468,6 +464,16 @@ def sign_in(page: Any, controller: Controller) -> None:
     expect(page.locator("#connection")).to_have_text("Live")
 
 
+def sign_in_from_the_login_page(page: Any, controller: Controller) -> None:
+    """Sign in with the operator token, the form sent with Enter."""
+    from playwright.sync_api import expect
+
+    page.goto(f"{controller.url}/dashboard/login?next=/dashboard")
+    page.get_by_label("Operator token").fill(controller.token)
+    page.get_by_label("Operator token").press("Enter")
+    expect(page.locator("#connection")).to_have_text("Live")
+
+
 def scrolls_sideways(page: Any) -> bool:
     overflow: bool = page.evaluate(
         "() => { const e = document.scrollingElement; return e.scrollWidth > e.clientWidth; }"
@@ -508,9 +514,7 @@ def test_dashboard_fits_an_800px_window(
     api.call("POST", f"/devboxes/{idle}/stop")
     assert api.wait_ready(ready, timeout=180)["state"] == "ready"
 
-    context = chromium.new_context(viewport=NARROW)
-    page = context.new_page()
-    page.set_default_timeout(30_000)
+    context, page = open_page(chromium, NARROW)
     try:
         sign_in(page, controller)
         expect(page.locator(f'tr[data-box="{ready}"] .col-state')).to_have_text("ready")
@@ -675,14 +679,9 @@ def test_extend_and_purge_a_retained_volume_in_chromium(
     api.delete(kept).raise_for_status()
     before = api.call("GET", f"/devboxes/{running}")["expires_at"]
 
-    context = chromium.new_context(viewport={"width": 1400, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(30_000)
+    context, page = open_page(chromium, {"width": 1400, "height": 900})
     try:
-        page.goto(f"{controller.url}/dashboard/login?next=/dashboard")
-        page.get_by_label("Operator token").fill(controller.token)
-        page.get_by_label("Operator token").press("Enter")
-        expect(page.locator("#connection")).to_have_text("Live")
+        sign_in_from_the_login_page(page, controller)
 
         row = page.locator(f'tr[data-box="{running}"]')
         row.get_by_role("button", name=f"Extend {running}").click()
@@ -721,14 +720,9 @@ def test_a_stale_list_is_marked_on_top_with_actions_off_until_the_controller_is_
     name = f"stale-{uuid.uuid4().hex[:6]}"
     api.created(name)
 
-    context = chromium.new_context(viewport={"width": 1400, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(30_000)
+    context, page = open_page(chromium, {"width": 1400, "height": 900})
     try:
-        page.goto(f"{controller.url}/dashboard/login?next=/dashboard")
-        page.get_by_label("Operator token").fill(controller.token)
-        page.get_by_label("Operator token").press("Enter")
-        expect(page.locator("#connection")).to_have_text("Live")
+        sign_in_from_the_login_page(page, controller)
         row = page.locator(f'tr[data-box="{name}"]')
         actions = [
             row.get_by_role("button", name=f"Stop {name}"),

@@ -32,15 +32,32 @@ from support import MemoryRecord, StartController, wait_for
 CSRF_META = re.compile(r'<meta name="devboxes-csrf" content="([^"]+)">')
 
 
-def login(controller: Controller, **headers: str) -> tuple[requests.Session, str]:
-    """A browser-like session signed in with the operator token, and its CSRF value."""
-    browser = requests.Session()
-    response = browser.post(
+def post_login(
+    controller: Controller,
+    form: dict[str, str],
+    headers: dict[str, str] | None = None,
+    browser: requests.Session | None = None,
+) -> requests.Response:
+    """The sign-in form sent with ``form``; the answer's redirect is not followed."""
+    return (browser or requests).post(
         f"{controller.url}/dashboard/login",
-        data={"token": controller.token, "next": "/dashboard"},
+        data=form,
         headers=headers,
         allow_redirects=False,
         timeout=10,
+    )
+
+
+def cookie_flags(set_cookie: str) -> set[str]:
+    """The attributes of a Set-Cookie header after its name and value, lower case."""
+    return {part.strip().lower() for part in set_cookie.split(";")[1:]}
+
+
+def login(controller: Controller, **headers: str) -> tuple[requests.Session, str]:
+    """A browser-like session signed in with the operator token, and its CSRF value."""
+    browser = requests.Session()
+    response = post_login(
+        controller, {"token": controller.token, "next": "/dashboard"}, headers, browser
     )
     assert response.status_code == 303, response.text
     page = browser.get(f"{controller.url}/dashboard", timeout=10)
@@ -91,17 +108,12 @@ def test_root_redirects_to_the_dashboard(controller: Controller) -> None:
 
 
 def test_login_sets_a_strict_http_only_cookie(controller: Controller) -> None:
-    response = requests.post(
-        f"{controller.url}/dashboard/login",
-        data={"token": controller.token, "next": "/dashboard"},
-        allow_redirects=False,
-        timeout=10,
-    )
+    response = post_login(controller, {"token": controller.token, "next": "/dashboard"})
     assert response.status_code == 303
     assert response.headers["location"] == "/dashboard"
     cookie = response.headers["set-cookie"]
     assert cookie.startswith(f"{COOKIE}=")
-    flags = {part.strip().lower() for part in cookie.split(";")[1:]}
+    flags = cookie_flags(cookie)
     assert {"httponly", "samesite=strict", "path=/"} <= flags
     assert "secure" not in flags  # plain http on loopback
     assert controller.token not in cookie
@@ -109,27 +121,17 @@ def test_login_sets_a_strict_http_only_cookie(controller: Controller) -> None:
 
 def test_cookie_is_secure_behind_https(controller: Controller) -> None:
     # The controller trusts forwarding headers from loopback, as behind a local proxy.
-    response = requests.post(
-        f"{controller.url}/dashboard/login",
-        data={"token": controller.token},
-        headers={"X-Forwarded-Proto": "https"},
-        allow_redirects=False,
-        timeout=10,
+    response = post_login(
+        controller, {"token": controller.token}, headers={"X-Forwarded-Proto": "https"}
     )
     assert response.status_code == 303
-    flags = {part.strip().lower() for part in response.headers["set-cookie"].split(";")[1:]}
-    assert "secure" in flags
+    assert "secure" in cookie_flags(response.headers["set-cookie"])
 
 
 def test_wrong_token_is_refused_without_detail(controller: Controller) -> None:
     bodies = []
     for wrong in ("short-guess", secrets.token_urlsafe(32), controller.token[:-1]):
-        response = requests.post(
-            f"{controller.url}/dashboard/login",
-            data={"token": wrong, "next": "/dashboard"},
-            allow_redirects=False,
-            timeout=10,
-        )
+        response = post_login(controller, {"token": wrong, "next": "/dashboard"})
         assert response.status_code == 401
         assert "set-cookie" not in response.headers
         assert wrong not in response.text
@@ -154,7 +156,7 @@ def test_a_session_used_after_a_while_gets_its_cookie_renewed(
     assert renewed is not None
     assert renewed != earlier.cookie
     assert response.headers["x-content-type-options"] == "nosniff"
-    flags = {part.strip().lower() for part in response.headers["set-cookie"].split(";")[1:]}
+    flags = cookie_flags(response.headers["set-cookie"])
     assert {"httponly", "samesite=strict", "path=/"} <= flags
     fresh = requests.get(f"{controller.url}/api/v1/devboxes", cookies={COOKIE: renewed}, timeout=10)
     assert fresh.status_code == 200
@@ -172,13 +174,7 @@ def test_a_session_used_after_a_while_gets_its_cookie_renewed(
 def test_login_from_another_site_is_refused(
     controller: Controller, headers: dict[str, str]
 ) -> None:
-    response = requests.post(
-        f"{controller.url}/dashboard/login",
-        data={"token": controller.token},
-        headers=headers,
-        allow_redirects=False,
-        timeout=10,
-    )
+    response = post_login(controller, {"token": controller.token}, headers)
     assert response.status_code == 403
     assert "set-cookie" not in response.headers
 
@@ -202,11 +198,8 @@ def test_redirect_after_login_stays_on_the_dashboard(target: str, expected: str)
 
 
 def test_login_redirect_ignores_foreign_targets(controller: Controller) -> None:
-    response = requests.post(
-        f"{controller.url}/dashboard/login",
-        data={"token": controller.token, "next": "https://elsewhere.example/"},
-        allow_redirects=False,
-        timeout=10,
+    response = post_login(
+        controller, {"token": controller.token, "next": "https://elsewhere.example/"}
     )
     assert response.status_code == 303
     assert response.headers["location"] == "/dashboard"

@@ -47,3 +47,9 @@ def start_fault_controller(
             )
 
         yield start
+
+
+@pytest.fixture
+def fault_controller(start_fault_controller: StartController) -> Controller:
+    """A controller of the example settings on the fault testbed, once it is ready."""
+    return start_fault_controller()

@@ -68,6 +68,20 @@ def create_with_key(controller: Controller, i: int) -> Any:
     )
 
 
+def assert_serves_what_it_knows(
+    controller: Controller, boxes: set[str], refused_name: str
+) -> requests.Response:
+    """While the cluster cannot store anything the controller says it is not ready, yet
+    answers its health check and lists ``boxes`` from memory; it refuses the create of
+    ``refused_name`` with 503. The refusal."""
+    wait_for(lambda: not_ready(controller), timeout=60)
+    assert requests.get(f"{controller.url}/health", timeout=10).status_code == 200
+    assert listed(controller) == boxes
+    refused = api(controller, "POST", "/devboxes", json={"name": refused_name})
+    assert refused.status_code == 503, refused.text
+    return refused
+
+
 def assert_caches_equal_the_cluster(controller: Controller, kube: Any, ns: str) -> None:
     views: list[tuple[set[str], set[str]]] = []
 
@@ -90,23 +104,16 @@ def assert_caches_equal_the_cluster(controller: Controller, kube: Any, ns: str) 
 
 
 def test_caches_recover_after_an_apiserver_restart(
-    fault_testbed: Testbed,
-    fault_kube: Any,
-    fault_namespace: str,
-    start_fault_controller: StartController,
+    fault_testbed: Testbed, fault_namespace: str, fault_controller: Controller
 ) -> None:
-    controller = start_fault_controller()
+    controller = fault_controller
     for name in ("alpha", "bravo", "charlie"):
         create(controller, name)
 
     apiserver = fault_testbed.component("kube-apiserver")
     apiserver.stop()
     # While it is gone the process keeps serving what it knows, and says it is not ready.
-    wait_for(lambda: not_ready(controller), timeout=60)
-    assert requests.get(f"{controller.url}/health", timeout=10).status_code == 200
-    assert listed(controller) == {"alpha", "bravo", "charlie"}
-    refused = api(controller, "POST", "/devboxes", json={"name": "delta"})
-    assert refused.status_code == 503, refused.text
+    refused = assert_serves_what_it_knows(controller, {"alpha", "bravo", "charlie"}, "delta")
     assert refused.headers["Retry-After"]
     fault_testbed.restart("kube-apiserver")
 
@@ -131,22 +138,15 @@ def test_caches_recover_after_an_apiserver_restart(
 
 
 def test_caches_recover_after_an_etcd_restart(
-    fault_testbed: Testbed,
-    fault_kube: Any,
-    fault_namespace: str,
-    start_fault_controller: StartController,
+    fault_testbed: Testbed, fault_namespace: str, fault_controller: Controller
 ) -> None:
-    controller = start_fault_controller()
+    controller = fault_controller
     create(controller, "echo")
     create(controller, "foxtrot")
 
     fault_testbed.component("etcd").stop()
     # The apiserver still answers, but cannot store anything: not ready, writes refused.
-    wait_for(lambda: not_ready(controller), timeout=60)
-    assert requests.get(f"{controller.url}/health", timeout=10).status_code == 200
-    assert listed(controller) == {"echo", "foxtrot"}
-    refused = api(controller, "POST", "/devboxes", json={"name": "golf"})
-    assert refused.status_code == 503, refused.text
+    assert_serves_what_it_knows(controller, {"echo", "foxtrot"}, "golf")
     fault_testbed.restart("etcd")
 
     kube = fault_testbed.api_client()
@@ -159,12 +159,9 @@ def test_caches_recover_after_an_etcd_restart(
 
 
 def test_a_frozen_apiserver_delays_only_writes_and_leaves_nothing_half_made(
-    fault_testbed: Testbed,
-    fault_kube: Any,
-    fault_namespace: str,
-    start_fault_controller: StartController,
+    fault_testbed: Testbed, fault_namespace: str, fault_controller: Controller
 ) -> None:
-    controller = start_fault_controller()
+    controller = fault_controller
     create(controller, "hotel")
     fault_testbed.freeze("kube-apiserver")
     try:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import requests
 from devboxes_controller.k8s.write_health import SUSTAINED_SECONDS
 from devboxes_testbed.cluster import Testbed
-from support import Api, StartController, wait_for
+from devboxes_testbed.controller import Controller
+from support import Api, wait_for
 
 
 def _alarm(testbed: Testbed, action: str) -> None:
@@ -24,9 +25,9 @@ def _alarm(testbed: Testbed, action: str) -> None:
 
 
 def test_writes_refused_by_etcd_are_503_and_turn_ready_off_until_they_land(
-    start_fault_controller: StartController, fault_testbed: Testbed
+    fault_controller: Controller, fault_testbed: Testbed
 ) -> None:
-    controller = start_fault_controller()
+    controller = fault_controller
     api = Api(controller)
     api.created("before")
     ready = f"{controller.url}/ready"

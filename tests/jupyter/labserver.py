@@ -24,10 +24,15 @@ from typing import Any
 
 import pytest
 import requests
+from devboxes_jupyter.provisioner import box_name
 from devboxes_testbed.controller import Controller
 from devboxes_testbed.process import free_port, wait_healthy
 from devboxes_testbed.stack import lab_environment
-from sshd import make_key, need_sshd
+from sshd import box_host_key, loopback_sshd, make_key, need_sshd
+from support import wait_for
+
+from devboxes_sdk.client import Client, Devbox
+from devboxes_sdk.errors import NotFound
 
 REPO = Path(__file__).resolve().parents[2]
 LABEXTENSION = REPO / "jupyter_ext" / "devboxes_jupyter" / "labextension"
@@ -265,6 +270,15 @@ class KernelChannels:
                 return
 
 
+def execute_once(lab: Lab, kernel_id: str, code: str) -> Execution:
+    """Run ``code`` in the kernel over channels opened for it alone."""
+    channels = KernelChannels(lab, kernel_id)
+    try:
+        return channels.execute(code)
+    finally:
+        channels.close()
+
+
 @dataclass
 class KernelLab:
     """A Lab whose devbox kernels reach "boxes" through the loopback sshd (see sshd.py)."""
@@ -273,6 +287,20 @@ class KernelLab:
     owner: str
     key: Path
     base: Path
+
+    def sshd(
+        self, folder: str, port: int, host_key: str | None = None
+    ) -> contextlib.AbstractContextManager[None]:
+        """A box's stand-in sshd at ``port`` that lets this Lab's kernels in, presenting
+        ``host_key`` or else a key of its own kept in ``folder``."""
+        return loopback_sshd(self.base / folder, port, self.key.with_suffix(".pub"), host_key)
+
+    def box_sshd(
+        self, controller: Controller, box: str, port: int, folder: str = "sshd"
+    ) -> contextlib.AbstractContextManager[None]:
+        """The stand-in sshd of ``box``, presenting the host key ``controller`` made for it,
+        as the box's own sshd does."""
+        return self.sshd(folder, port, box_host_key(controller, box))
 
 
 @contextlib.contextmanager
@@ -329,6 +357,48 @@ def module_kernel_lab(
             yield kernel_lab
 
     return setup
+
+
+def kernelspecs(lab: Lab) -> dict[str, Any]:
+    specs: dict[str, Any] = lab.api("GET", "api/kernelspecs")["kernelspecs"]
+    return specs
+
+
+def kernel_progress(lab: Lab) -> dict[str, dict[str, Any]]:
+    """The extension's progress entry of each kernel it starts or runs, by kernel id."""
+    watch = lab.api("GET", "devboxes/api/watch?timeout=0")
+    return {item["kernel_id"]: item for item in watch["kernels"]}
+
+
+def wait_offered(lab: Lab, kernelspec: str) -> None:
+    """Wait until the Lab offers ``kernelspec``: the extension writes the devbox ones once
+    it has read the controller's catalog."""
+    wait_for(lambda: kernelspec in kernelspecs(lab), timeout=60)
+
+
+def made_cpu_box(kernel_lab: KernelLab, client: Client, cleanup: list[str]) -> tuple[Devbox, int]:
+    """The person's CPU box, made before any kernel asks for it, once the Lab offers its
+    kernel: the box, and its SSH port once it has one."""
+    name = box_name(kernel_lab.owner, None)
+    cleanup.append(name)
+    box = client.create(name, ttl_hours=1)
+    wait_offered(kernel_lab.lab, "devbox-cpu")
+    return box, box_ssh_port(client, name)
+
+
+def box_ssh_port(client: Client, name: str) -> int:
+    """The SSH port the controller reports for the box, once it has one."""
+
+    def reported() -> int | None:
+        """the controller reports the box's SSH port"""
+        with contextlib.suppress(NotFound):
+            port = client.get(name).ssh_port
+            # 22 stands for "no address yet": the box's Service has no node port so far.
+            return port if port != 22 else None
+        return None
+
+    port: int = wait_for(reported, timeout=120)
+    return port
 
 
 def write_kernelspec(lab: Lab, name: str, argv0: str, config: dict[str, Any]) -> None:

@@ -40,12 +40,13 @@ from labserver import (
     type_into_cell,
     write_kernelspec,
 )
-from sshd import box_host_key, loopback_sshd, need_sshd
+from sshd import need_sshd
 from support import (
-    CHROMIUM,
     DevicePool,
     StartController,
-    launch_chromium,
+    chromium_browser,
+    need_chromium,
+    served_profile,
     wait_for,
     wait_until_no_pod_requests,
 )
@@ -67,26 +68,21 @@ LATER_LABEL = "devboxes.test/later"
 
 
 def _need_browser() -> None:
-    if not CHROMIUM.exists():
-        pytest.skip("Debian's chromium is not installed (make system-packages installs it)")
+    need_chromium()
     if not (LABEXTENSION / "package.json").exists():
         pytest.skip("the labextension is not built (see jupyter_ext/README.md)")
 
 
 @contextlib.contextmanager
 def _browser_page() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
     IMAGES.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as playwright:
-        browser = launch_chromium(playwright)
+    with chromium_browser() as browser:
         context = browser.new_context(viewport={"width": 1360, "height": 860})
         page = context.new_page()
         try:
             yield page
         finally:
             context.close()
-            browser.close()
 
 
 setup = module_kernel_lab(
@@ -108,12 +104,6 @@ def lab(setup: KernelLab) -> Lab:
 def page(lab: Lab) -> Iterator[Any]:
     with _browser_page() as page:
         yield page
-
-
-def _l4_profile(client: Client) -> models.GpuProfile:
-    profile = client.capabilities().gpu.profile(L4)
-    assert profile is not None, "the session's controller serves the example GPU profiles"
-    return profile
 
 
 class _Blocked(Exception):
@@ -173,6 +163,14 @@ def _open_lab(page: Any, lab: Lab, path: str = "lab", ready: str = ".jp-Launcher
     # reset: start from an empty layout, not the one an earlier test left behind.
     page.goto(f"{lab.url}/{path}?reset&token={lab.token}")
     page.wait_for_selector(ready, timeout=60_000)
+
+
+def _start_notebook_from_the_launcher(page: Any, title: str) -> None:
+    from playwright.sync_api import expect
+
+    card = page.locator(".jp-LauncherCard[data-category='Notebook']", has_text=title)
+    expect(card).to_be_visible(timeout=60_000)
+    card.click()
 
 
 def _theme(page: Any, name: str) -> None:
@@ -326,7 +324,7 @@ def test_launcher_tile_opens_the_sidebar_and_its_picker_creates_gpu_boxes(
 ) -> None:
     from playwright.sync_api import expect
 
-    profile = _l4_profile(controller_client)
+    profile = served_profile(controller_client, L4)
     _leave_one_device(controller_client, kube, profile, cleanup)
 
     _open_lab(page, lab)
@@ -493,7 +491,7 @@ def test_picker_shows_free_devices_and_follows_a_stop_without_reload(
 ) -> None:
     from playwright.sync_api import expect
 
-    profile = _l4_profile(controller_client)
+    profile = served_profile(controller_client, L4)
 
     def l4() -> models.ProfileAvailability:
         entry = controller_client.gpu.availability().profile(profile.name)
@@ -541,18 +539,13 @@ def test_devbox_kernel_from_the_launcher_runs_a_cell(
     from playwright.sync_api import expect
 
     need_sshd()
-    profile = _l4_profile(controller_client)
+    profile = served_profile(controller_client, L4)
     name = box_name(setup.owner, profile.name)
     cleanup.append(name)
     lab = setup.lab
     _open_lab(page, lab)
     sidebar = _open_sidebar(page)
-    card = page.locator(
-        ".jp-LauncherCard[data-category='Notebook']",
-        has_text=f"Python 3 on {profile.display_name} (devbox)",
-    )
-    expect(card).to_be_visible(timeout=60_000)
-    card.click()
+    _start_notebook_from_the_launcher(page, f"Python 3 on {profile.display_name} (devbox)")
 
     # The start waits at the SSH step until the box's sshd exists; meanwhile the
     # sidebar shows what it is doing.
@@ -570,9 +563,7 @@ def test_devbox_kernel_from_the_launcher_runs_a_cell(
     page.screenshot(path=str(IMAGES / "jupyter-kernel-progress.png"))
 
     port = controller_client.get(name).ssh_port
-    with loopback_sshd(
-        setup.base / "sshd", port, setup.key.with_suffix(".pub"), box_host_key(controller, name)
-    ):
+    with setup.box_sshd(controller, name, port):
         expect(page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")).to_be_attached(
             timeout=READY_TIMEOUT_MS
         )

@@ -15,11 +15,16 @@ import pytest
 from devboxes_jupyter.provisioner import box_name
 from devboxes_testbed import ROCM
 from devboxes_testbed.controller import Controller
-from labserver import KernelLab, module_kernel_lab, type_into_cell
-from sshd import box_host_key, loopback_sshd, need_sshd
-from support import fill_profile_until_blocked, wait_for
-from test_browser import READY_TIMEOUT_MS, _browser_page, _need_browser, _open_lab
-from test_devbox_kernel import _box_port
+from labserver import KernelLab, box_ssh_port, module_kernel_lab, type_into_cell
+from sshd import need_sshd
+from support import fill_profile_until_blocked, served_profile, wait_for
+from test_browser import (
+    READY_TIMEOUT_MS,
+    _browser_page,
+    _need_browser,
+    _open_lab,
+    _start_notebook_from_the_launcher,
+)
 
 from devboxes_sdk import models
 from devboxes_sdk.client import Client
@@ -41,12 +46,8 @@ def page(setup: KernelLab) -> Iterator[Any]:
 
 
 def _open_notebook(page: Any, kernel_lab: KernelLab, title: str) -> None:
-    from playwright.sync_api import expect
-
     _open_lab(page, kernel_lab.lab)
-    card = page.locator(".jp-LauncherCard[data-category='Notebook']", has_text=title)
-    expect(card).to_be_visible(timeout=60_000)
-    card.click()
+    _start_notebook_from_the_launcher(page, title)
 
 
 def _run_first_cell(page: Any, code: str) -> None:
@@ -75,13 +76,8 @@ def test_a_cell_run_while_the_kernel_starts_is_held_and_runs_when_it_is_up(
     expect(first.locator(".jp-InputPrompt")).to_contain_text("[*]")
     expect(held).to_contain_text("over SSH", timeout=READY_TIMEOUT_MS)
 
-    port = _box_port(controller_client, name)
-    with loopback_sshd(
-        setup.base / "sshd-early",
-        port,
-        setup.key.with_suffix(".pub"),
-        box_host_key(controller, name),
-    ):
+    port = box_ssh_port(controller_client, name)
+    with setup.box_sshd(controller, name, port, "sshd-early"):
         expect(first.locator(".jp-OutputArea-output")).to_have_text("42", timeout=READY_TIMEOUT_MS)
         expect(first.locator(".jp-InputPrompt")).to_contain_text("[1]")
         expect(held).to_have_count(0)
@@ -94,8 +90,7 @@ def test_interrupting_a_start_that_waits_for_a_device_cancels_it_and_says_so_in_
 ) -> None:
     from playwright.sync_api import expect
 
-    profile = controller_client.capabilities().gpu.profile(ROCM)
-    assert profile is not None, "the session's controller serves the example GPU profiles"
+    profile = served_profile(controller_client, ROCM)
 
     fill_profile_until_blocked(controller_client, profile.name, cleanup, prefix="fill-b")
 

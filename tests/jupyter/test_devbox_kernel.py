@@ -16,8 +16,8 @@ import shlex
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import requests
@@ -32,15 +32,20 @@ from labserver import (
     KernelChannels,
     KernelLab,
     Lab,
+    box_ssh_port,
+    execute_once,
+    kernel_progress,
+    kernelspecs,
+    made_cpu_box,
     module_kernel_lab,
     refused,
     running_kernel_lab,
     running_lab,
     start_kernel,
+    wait_offered,
     write_kernelspec,
 )
-from sshd import box_host_key, loopback_sshd
-from support import StartController, fill_profile_until_blocked, wait_for
+from support import StartController, fill_profile_until_blocked, served_profile, wait_for
 from test_jupyter_logo import png_size
 
 from devboxes_sdk import models
@@ -53,22 +58,27 @@ KERNEL_START_TIMEOUT = 400
 setup = module_kernel_lab("t", 20)
 
 
-def _kernelspecs(lab: Lab) -> dict[str, Any]:
-    specs: dict[str, Any] = lab.api("GET", "api/kernelspecs")["kernelspecs"]
-    return specs
-
-
-def _box_port(client: Client, name: str) -> int:
-    def reported() -> int | None:
-        """the controller reports the box's SSH port"""
-        with contextlib.suppress(NotFound):
-            port = client.get(name).ssh_port
-            # 22 stands for "no address yet": the box's Service has no node port so far.
-            return port if port != 22 else None
-        return None
-
-    port: int = wait_for(reported, timeout=120)
-    return port
+@contextlib.contextmanager
+def _kernel_started_in_box(
+    setup: KernelLab,
+    controller: Controller,
+    controller_client: Client,
+    name: str,
+    kernelspec: str,
+    sshd_folder: str,
+) -> Iterator[str]:
+    """Start a ``kernelspec`` kernel, which gets box ``name``; its stand-in sshd comes up
+    at the address the box reports. The kernel's id, while that sshd runs."""
+    started: list[requests.Response] = []
+    starter = threading.Thread(target=lambda: started.append(start_kernel(setup.lab, kernelspec)))
+    starter.start()
+    port = box_ssh_port(controller_client, name)
+    with setup.box_sshd(controller, name, port, sshd_folder):
+        starter.join(KERNEL_START_TIMEOUT)
+        assert started, "the kernel start did not answer"
+        assert started[0].status_code == 201, started[0].text
+        kernel_id: str = started[0].json()["id"]
+        yield kernel_id
 
 
 def test_kernelspecs_offer_cpu_and_every_profile(
@@ -82,10 +92,10 @@ def test_kernelspecs_offer_cpu_and_every_profile(
 
     def offered() -> bool:
         """the Lab offers a devbox kernelspec per profile"""
-        return expected.keys() <= _kernelspecs(setup.lab).keys()
+        return expected.keys() <= kernelspecs(setup.lab).keys()
 
     wait_for(offered, timeout=60)
-    specs = _kernelspecs(setup.lab)
+    specs = kernelspecs(setup.lab)
     for name, display in expected.items():
         assert specs[name]["spec"]["display_name"] == display
         assert specs[name]["spec"]["interrupt_mode"] == "message"
@@ -104,34 +114,21 @@ def test_kernelspecs_offer_cpu_and_every_profile(
 def test_kernel_runs_in_the_box_interrupts_restarts_and_shuts_down(
     controller: Controller, setup: KernelLab, controller_client: Client, cleanup: list[str]
 ) -> None:
-    profile = controller_client.capabilities().gpu.profile(L4)
-    assert profile is not None, "the session's controller serves the example GPU profiles"
+    profile = served_profile(controller_client, L4)
     name = box_name(setup.owner, profile.name)
     cleanup.append(name)
-    wait_for(lambda: f"devbox-{profile.name}" in _kernelspecs(setup.lab), timeout=60)
+    wait_offered(setup.lab, f"devbox-{profile.name}")
 
-    started: list[requests.Response] = []
-    starter = threading.Thread(
-        target=lambda: started.append(start_kernel(setup.lab, f"devbox-{profile.name}"))
-    )
-    starter.start()
     # The provisioner creates the box; its sshd comes up at the address the box reports.
-    port = _box_port(controller_client, name)
-    with loopback_sshd(
-        setup.base / "sshd-gpu", port, setup.key.with_suffix(".pub"), box_host_key(controller, name)
-    ):
-        starter.join(KERNEL_START_TIMEOUT)
-        assert started, "the kernel start did not answer"
-        assert started[0].status_code == 201, started[0].text
-        kernel_id = started[0].json()["id"]
-
+    with _kernel_started_in_box(
+        setup, controller, controller_client, name, f"devbox-{profile.name}", "sshd-gpu"
+    ) as kernel_id:
         box = controller_client.get(name)
         assert box.state is models.DevboxState.READY
         assert box.gpu is not None
         assert box.gpu.profile == profile.name
 
-        watch = setup.lab.api("GET", "devboxes/api/watch?timeout=0")
-        progress = {item["kernel_id"]: item for item in watch["kernels"]}
+        progress = kernel_progress(setup.lab)
         assert progress[kernel_id]["phase"] == "running"
         assert progress[kernel_id]["box"] == name
         # A box created by the kernel has the operator's workspace image: nothing more is said.
@@ -158,12 +155,8 @@ def test_kernel_runs_in_the_box_interrupts_restarts_and_shuts_down(
             setup.lab.api("POST", f"api/kernels/{kernel_id}/restart", timeout=KERNEL_START_TIMEOUT)
         finally:
             channels.close()
-        channels = KernelChannels(setup.lab, kernel_id)
-        try:
-            fresh = channels.execute("'marker' in dir(), 1+1")
-            assert fresh.results == ["(False, 2)"]
-        finally:
-            channels.close()
+        fresh = execute_once(setup.lab, kernel_id, "'marker' in dir(), 1+1")
+        assert fresh.results == ["(False, 2)"]
 
         setup.lab.api("DELETE", f"api/kernels/{kernel_id}", timeout=60)
         # The box outlives its kernel for the grace (see test_devbox_kernel_release.py).
@@ -173,8 +166,7 @@ def test_kernel_runs_in_the_box_interrupts_restarts_and_shuts_down(
 
         def forgotten() -> bool:
             """the kernel's progress entry is gone"""
-            watch = setup.lab.api("GET", "devboxes/api/watch?timeout=0")
-            return kernel_id not in [item["kernel_id"] for item in watch["kernels"]]
+            return kernel_id not in kernel_progress(setup.lab)
 
         wait_for(forgotten, timeout=60)
 
@@ -188,21 +180,12 @@ def test_the_cpu_kernel_uses_the_box_whatever_its_environment_and_names_it(
     environment = controller_client.capabilities().images.profile("python")
     assert environment is not None, "the session's controller serves the example images"
     controller_client.create(name, ttl_hours=1, image=environment.name)
-    wait_for(lambda: "devbox-cpu" in _kernelspecs(setup.lab), timeout=60)
+    wait_offered(setup.lab, "devbox-cpu")
 
-    started: list[requests.Response] = []
-    starter = threading.Thread(target=lambda: started.append(start_kernel(setup.lab, "devbox-cpu")))
-    starter.start()
-    port = _box_port(controller_client, name)
-    with loopback_sshd(
-        setup.base / "sshd-env", port, setup.key.with_suffix(".pub"), box_host_key(controller, name)
-    ):
-        starter.join(KERNEL_START_TIMEOUT)
-        assert started, "the kernel start did not answer"
-        assert started[0].status_code == 201, started[0].text
-        kernel_id = started[0].json()["id"]
-        watch = setup.lab.api("GET", "devboxes/api/watch?timeout=0")
-        progress = {item["kernel_id"]: item for item in watch["kernels"]}
+    with _kernel_started_in_box(
+        setup, controller, controller_client, name, "devbox-cpu", "sshd-env"
+    ) as kernel_id:
+        progress = kernel_progress(setup.lab)
         assert progress[kernel_id]["message"] == (
             f"kernel running in box {name} (environment: {environment.display_name})"
         )
@@ -242,9 +225,7 @@ def test_failures_end_the_start_with_one_message(
     assert message.endswith(f"; box {name}, started for this kernel, is stopped again (home kept)")
     assert controller_client.get(name).state is models.DevboxState.STOPPED
 
-    with loopback_sshd(
-        setup.base / "sshd-cpu", port, setup.key.with_suffix(".pub"), box_host_key(controller, name)
-    ):
+    with setup.box_sshd(controller, name, port, "sshd-cpu"):
         # An image without ipykernel: a python with nothing installed.
         bare = tmp_path / "bare"
         import venv
@@ -271,7 +252,7 @@ def test_without_an_ssh_key_no_devbox_kernel_is_offered_and_one_fails_before_it_
     with running_lab(tmp_path / "lab", controller.url, controller.token, args) as lab:
         # The Lab is up and the extension loaded: whatever it offers, it offers now.
         assert "no devbox kernels are offered: no SSH key configured" in lab.log_text()
-        assert not [name for name in _kernelspecs(lab) if name.startswith("devbox-")]
+        assert not [name for name in kernelspecs(lab) if name.startswith("devbox-")]
         # A kernelspec written by hand still reaches the provisioner, which says why not.
         write_kernelspec(lab, "devbox-handmade", sys.executable, {})
         message = refused(start_kernel(lab, "devbox-handmade"))
@@ -283,13 +264,12 @@ def test_without_an_ssh_key_no_devbox_kernel_is_offered_and_one_fails_before_it_
 def test_a_box_with_another_accelerator_is_refused_in_display_names(
     setup: KernelLab, controller_client: Client, cleanup: list[str]
 ) -> None:
-    profile = controller_client.capabilities().gpu.profile(L4)
-    assert profile is not None, "the session's controller serves the example GPU profiles"
+    profile = served_profile(controller_client, L4)
     name = box_name(setup.owner, profile.name)
     cleanup.append(name)
     # A CPU box under the name the L4 kernel would use: never silently reused.
     controller_client.create(name, ttl_hours=1)
-    wait_for(lambda: f"devbox-{profile.name}" in _kernelspecs(setup.lab), timeout=60)
+    wait_offered(setup.lab, f"devbox-{profile.name}")
     message = refused(start_kernel(setup.lab, f"devbox-{profile.name}"))
     assert message.startswith(
         f"box {name} exists with accelerator CPU only, not {profile.display_name}; "
@@ -299,8 +279,7 @@ def test_a_box_with_another_accelerator_is_refused_in_display_names(
 def test_no_free_device_before_the_timeout_is_the_message(
     setup: KernelLab, controller_client: Client, cleanup: list[str]
 ) -> None:
-    profile = controller_client.capabilities().gpu.profile(ROCM)
-    assert profile is not None, "the session's controller serves the example GPU profiles"
+    profile = served_profile(controller_client, ROCM)
 
     fill_profile_until_blocked(controller_client, profile.name, cleanup)
 
@@ -344,26 +323,16 @@ def test_one_person_s_boxes_of_one_name_on_two_clusters_keep_their_own_host_keys
     # Boxes the person made beforehand, so neither start makes a box of its own.
     controller_client.create(name, ttl_hours=1)
     other_client.create(name, ttl_hours=1)
-    here, there = _box_port(controller_client, name), _box_port(other_client, name)
+    here, there = box_ssh_port(controller_client, name), box_ssh_port(other_client, name)
     with (
         running_kernel_lab(
             tmp_path / "second", other, "", connect_timeout=20, share_with=setup
         ) as second,
-        loopback_sshd(
-            setup.base / "sshd-here",
-            here,
-            setup.key.with_suffix(".pub"),
-            box_host_key(controller, name),
-        ),
-        loopback_sshd(
-            tmp_path / "sshd-there",
-            there,
-            setup.key.with_suffix(".pub"),
-            box_host_key(other, name),
-        ),
+        setup.box_sshd(controller, name, here, "sshd-here"),
+        second.box_sshd(other, name, there, "sshd-there"),
     ):
-        wait_for(lambda: "devbox-cpu" in _kernelspecs(setup.lab), timeout=60)
-        wait_for(lambda: "devbox-cpu" in _kernelspecs(second.lab), timeout=60)
+        wait_offered(setup.lab, "devbox-cpu")
+        wait_offered(second.lab, "devbox-cpu")
         _kernel_starts(setup.lab, "devbox-cpu")
         _kernel_starts(second.lab, "devbox-cpu")
         # Each box's key is still the one recorded for it.
@@ -373,17 +342,9 @@ def test_one_person_s_boxes_of_one_name_on_two_clusters_keep_their_own_host_keys
 def test_a_box_recreated_under_its_name_is_trusted_anew(
     controller: Controller, setup: KernelLab, controller_client: Client, cleanup: list[str]
 ) -> None:
-    name = box_name(setup.owner, None)
-    cleanup.append(name)
-    first = controller_client.create(name, ttl_hours=1)
-    wait_for(lambda: "devbox-cpu" in _kernelspecs(setup.lab), timeout=60)
-    port = _box_port(controller_client, name)
-    with loopback_sshd(
-        setup.base / "sshd-before",
-        port,
-        setup.key.with_suffix(".pub"),
-        box_host_key(controller, name),
-    ):
+    first, port = made_cpu_box(setup, controller_client, cleanup)
+    name = first.name
+    with setup.box_sshd(controller, name, port, "sshd-before"):
         _kernel_starts(setup.lab, "devbox-cpu")
     # With its home volume goes the box's host key: the new box makes another.
     controller_client.delete(name, purge=True)
@@ -398,27 +359,19 @@ def test_a_box_recreated_under_its_name_is_trusted_anew(
     # The controller tells the two boxes apart, which is what their host keys follow.
     assert first.uid is not None
     assert again.uid not in (None, first.uid)
-    port = _box_port(controller_client, name)
-    with loopback_sshd(
-        setup.base / "sshd-after",
-        port,
-        setup.key.with_suffix(".pub"),
-        box_host_key(controller, name),
-    ):
+    port = box_ssh_port(controller_client, name)
+    with setup.box_sshd(controller, name, port, "sshd-after"):
         _kernel_starts(setup.lab, "devbox-cpu")
 
 
 def test_a_box_answering_with_another_key_than_the_published_one_is_refused(
     controller: Controller, setup: KernelLab, controller_client: Client, cleanup: list[str]
 ) -> None:
-    name = box_name(setup.owner, None)
-    cleanup.append(name)
-    box = controller_client.create(name, ttl_hours=1)
+    box, port = made_cpu_box(setup, controller_client, cleanup)
+    name = box.name
     assert len(box.ssh_host_keys) == 1
-    wait_for(lambda: "devbox-cpu" in _kernelspecs(setup.lab), timeout=60)
-    port = _box_port(controller_client, name)
     # An sshd with a key of its own, not the one the controller made for the box.
-    with loopback_sshd(setup.base / "sshd-impostor", port, setup.key.with_suffix(".pub")):
+    with setup.sshd("sshd-impostor", port):
         message = refused(start_kernel(setup.lab, "devbox-cpu"))
         assert message.startswith(
             f"box {name} answered SSH with another host key than the one the Devboxes "
@@ -426,12 +379,7 @@ def test_a_box_answering_with_another_key_than_the_published_one_is_refused(
         ), message
         # The box was running before the start: it is left running.
         assert controller_client.get(name).state is models.DevboxState.READY
-    with loopback_sshd(
-        setup.base / "sshd-genuine",
-        port,
-        setup.key.with_suffix(".pub"),
-        box_host_key(controller, name),
-    ):
+    with setup.box_sshd(controller, name, port, "sshd-genuine"):
         _kernel_starts(setup.lab, "devbox-cpu")
     # Nothing was trusted on first use: the file of recorded keys holds no entry for it.
     known_hosts = setup.base / "known_hosts"
@@ -457,12 +405,12 @@ def test_a_box_without_a_published_key_is_trusted_on_first_use_and_a_changed_key
     )
     api.close()
     wait_for(lambda: controller_client.get(name).ssh_host_keys == [], timeout=30)
-    wait_for(lambda: "devbox-cpu" in _kernelspecs(setup.lab), timeout=60)
-    port = _box_port(controller_client, name)
-    with loopback_sshd(setup.base / "sshd-kept", port, setup.key.with_suffix(".pub")):
+    wait_offered(setup.lab, "devbox-cpu")
+    port = box_ssh_port(controller_client, name)
+    with setup.sshd("sshd-kept", port):
         _kernel_starts(setup.lab, "devbox-cpu")
     # The same box answers with another key.
-    with loopback_sshd(setup.base / "sshd-replaced", port, setup.key.with_suffix(".pub")):
+    with setup.sshd("sshd-replaced", port):
         message = refused(start_kernel(setup.lab, "devbox-cpu"))
         known_hosts = setup.base / "known_hosts"
         assert message.startswith(

@@ -10,26 +10,28 @@ every connection of the stand-in sshd when it stops the box.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from devboxes_jupyter.provisioner import RESTART_HINT, box_name
+from devboxes_jupyter.provisioner import RESTART_HINT
 from devboxes_testbed.controller import Controller
 from labserver import (
-    KernelChannels,
     KernelLab,
     Lab,
+    execute_once,
+    kernel_progress,
+    made_cpu_box,
     module_kernel_lab,
     start_kernel,
     type_into_cell,
 )
-from sshd import box_host_key, loopback_sshd
 from support import wait_for
-from test_devbox_kernel import _box_port, _kernelspecs
 
 from devboxes_sdk import models
 from devboxes_sdk.client import Client
@@ -60,39 +62,41 @@ def _drop_connections(sshd_directory: Path) -> None:
 
 
 def _progress(lab: Lab, kernel_id: str) -> dict[str, Any] | None:
-    watch = lab.api("GET", "devboxes/api/watch?timeout=0")
-    found: dict[str, Any] | None = {item["kernel_id"]: item for item in watch["kernels"]}.get(
-        kernel_id
-    )
-    return found
+    return kernel_progress(lab).get(kernel_id)
 
 
 def _running_kernel(lab: Lab, kernelspec: str) -> str:
     started = start_kernel(lab, kernelspec)
     assert started.status_code == 201, started.text
     kernel_id: str = started.json()["id"]
-    channels = KernelChannels(lab, kernel_id)
-    try:
-        assert channels.execute("1+1").results == ["2"]
-    finally:
-        channels.close()
+    assert execute_once(lab, kernel_id, "1+1").results == ["2"]
     return kernel_id
 
 
-def _box_with_sshd_port(setup: KernelLab, client: Client, name: str) -> int:
-    client.create(name, ttl_hours=1)
-    wait_for(lambda: "devbox-cpu" in _kernelspecs(setup.lab), timeout=60)
-    return _box_port(client, name)
+@contextlib.contextmanager
+def _cpu_box_answering(
+    setup: KernelLab, controller: Controller, client: Client, cleanup: list[str]
+) -> Iterator[str]:
+    """The person's CPU box, made before any kernel asks for it, with its stand-in sshd
+    running in ``setup.base / "sshd"`` until the block ends: the box's name."""
+    box, port = made_cpu_box(setup, client, cleanup)
+    with setup.box_sshd(controller, box.name, port):
+        yield box.name
+
+
+def _wait_stopped(client: Client, name: str) -> None:
+    """Wait until the box is stopped, which the provisioner does once the grace is over."""
+    wait_for(
+        lambda: client.get(name).state is models.DevboxState.STOPPED,
+        timeout=GRACE_SECONDS + 60,
+    )
 
 
 def test_a_box_stopped_under_its_kernel_stays_stopped_until_the_kernel_is_restarted(
     controller: Controller, setup: KernelLab, controller_client: Client, cleanup: list[str]
 ) -> None:
-    name = box_name(setup.owner, None)
-    cleanup.append(name)
-    port = _box_with_sshd_port(setup, controller_client, name)
     sshd = setup.base / "sshd"
-    with loopback_sshd(sshd, port, setup.key.with_suffix(".pub"), box_host_key(controller, name)):
+    with _cpu_box_answering(setup, controller, controller_client, cleanup) as name:
         kernel_id = _running_kernel(setup.lab, "devbox-cpu")
         stopped = controller_client.stop(name)
         _drop_connections(sshd)
@@ -121,11 +125,7 @@ def test_a_box_stopped_under_its_kernel_stays_stopped_until_the_kernel_is_restar
         box = controller_client.get(name)
         assert box.state is models.DevboxState.READY
         assert box.expires_at != stopped.expires_at
-        channels = KernelChannels(setup.lab, kernel_id)
-        try:
-            assert channels.execute("2+2").results == ["4"]
-        finally:
-            channels.close()
+        assert execute_once(setup.lab, kernel_id, "2+2").results == ["4"]
         progress = _progress(setup.lab, kernel_id)
         assert progress is not None
         assert progress["phase"] == "running"
@@ -135,19 +135,11 @@ def test_a_box_stopped_under_its_kernel_stays_stopped_until_the_kernel_is_restar
 def test_a_shut_down_kernel_gives_its_box_back_after_the_grace(
     controller: Controller, setup: KernelLab, controller_client: Client, cleanup: list[str]
 ) -> None:
-    name = box_name(setup.owner, None)
-    cleanup.append(name)
-    port = _box_with_sshd_port(setup, controller_client, name)
-    with loopback_sshd(
-        setup.base / "sshd", port, setup.key.with_suffix(".pub"), box_host_key(controller, name)
-    ):
+    with _cpu_box_answering(setup, controller, controller_client, cleanup) as name:
         kernel_id = _running_kernel(setup.lab, "devbox-cpu")
         setup.lab.api("DELETE", f"api/kernels/{kernel_id}", timeout=60)
         closed = time.monotonic()
-        wait_for(
-            lambda: controller_client.get(name).state is models.DevboxState.STOPPED,
-            timeout=GRACE_SECONDS + 60,
-        )
+        _wait_stopped(controller_client, name)
         assert time.monotonic() - closed >= GRACE_SECONDS, "stopped before the grace was over"
     # The Lab says so once the controller has answered the stop, a moment after the box
     # reads as stopped.
@@ -158,29 +150,17 @@ def test_a_shut_down_kernel_gives_its_box_back_after_the_grace(
 def test_a_box_two_kernels_use_is_kept_until_the_last_one_shuts_down(
     controller: Controller, setup: KernelLab, controller_client: Client, cleanup: list[str]
 ) -> None:
-    name = box_name(setup.owner, None)
-    cleanup.append(name)
-    port = _box_with_sshd_port(setup, controller_client, name)
-    with loopback_sshd(
-        setup.base / "sshd", port, setup.key.with_suffix(".pub"), box_host_key(controller, name)
-    ):
+    with _cpu_box_answering(setup, controller, controller_client, cleanup) as name:
         first = _running_kernel(setup.lab, "devbox-cpu")
         second = _running_kernel(setup.lab, "devbox-cpu")
         setup.lab.api("DELETE", f"api/kernels/{first}", timeout=60)
         kept = f"box {name} kept, another kernel of this server uses it"
         wait_for(lambda: kept in setup.lab.log_text(), timeout=GRACE_SECONDS + 60)
         assert controller_client.get(name).state is models.DevboxState.READY
-        channels = KernelChannels(setup.lab, second)
-        try:
-            assert channels.execute("3+3").results == ["6"]
-        finally:
-            channels.close()
+        assert execute_once(setup.lab, second, "3+3").results == ["6"]
 
         setup.lab.api("DELETE", f"api/kernels/{second}", timeout=60)
-        wait_for(
-            lambda: controller_client.get(name).state is models.DevboxState.STOPPED,
-            timeout=GRACE_SECONDS + 60,
-        )
+        _wait_stopped(controller_client, name)
 
 
 def _run_cell(page: Any, code: str, output: str) -> None:
@@ -201,12 +181,9 @@ def test_the_notebook_says_why_its_kernel_ended_and_restart_kernel_starts_the_bo
     from test_browser import IMAGES, _browser_page, _need_browser, _open_lab
 
     _need_browser()
-    name = box_name(setup.owner, None)
-    cleanup.append(name)
-    port = _box_with_sshd_port(setup, controller_client, name)
     sshd = setup.base / "sshd"
     with (
-        loopback_sshd(sshd, port, setup.key.with_suffix(".pub"), box_host_key(controller, name)),
+        _cpu_box_answering(setup, controller, controller_client, cleanup) as name,
         _browser_page() as page,
     ):
         _open_lab(page, setup.lab)

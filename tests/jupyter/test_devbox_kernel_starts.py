@@ -20,16 +20,16 @@ from devboxes_testbed import ROCM
 from devboxes_testbed.controller import Controller
 from labserver import (
     KERNEL_START_TIMEOUT,
-    KernelChannels,
     KernelLab,
+    box_ssh_port,
+    execute_once,
     module_kernel_lab,
     refused,
     start_kernel,
+    wait_offered,
     write_kernelspec,
 )
-from sshd import box_host_key, loopback_sshd
-from support import fill_profile_until_blocked, wait_for
-from test_devbox_kernel import _box_port
+from support import fill_profile_until_blocked, served_profile, wait_for
 
 from devboxes_sdk import models
 from devboxes_sdk.client import Client
@@ -48,7 +48,7 @@ def test_two_kernels_started_at_once_share_one_box_and_both_run(
 ) -> None:
     name = box_name(setup.owner, None)
     cleanup.append(name)
-    wait_for(lambda: "devbox-cpu" in setup.lab.api("GET", "api/kernelspecs")["kernelspecs"])
+    wait_offered(setup.lab, "devbox-cpu")
     # Both requests leave together, as two notebooks opened at once do.
     together = threading.Barrier(2)
     answers: list[requests.Response] = []
@@ -60,24 +60,15 @@ def test_two_kernels_started_at_once_share_one_box_and_both_run(
     starters = [threading.Thread(target=start) for _ in range(2)]
     for starter in starters:
         starter.start()
-    port = _box_port(controller_client, name)
-    with loopback_sshd(
-        setup.base / "sshd-shared",
-        port,
-        setup.key.with_suffix(".pub"),
-        box_host_key(controller, name),
-    ):
+    port = box_ssh_port(controller_client, name)
+    with setup.box_sshd(controller, name, port, "sshd-shared"):
         for starter in starters:
             starter.join(KERNEL_START_TIMEOUT)
         assert [answer.status_code for answer in answers] == [201, 201], [
             answer.text for answer in answers
         ]
         for answer in answers:
-            channels = KernelChannels(setup.lab, answer.json()["id"])
-            try:
-                assert channels.execute("6 * 7").results == ["42"]
-            finally:
-                channels.close()
+            assert execute_once(setup.lab, answer.json()["id"], "6 * 7").results == ["42"]
             setup.lab.api("DELETE", f"api/kernels/{answer.json()['id']}", timeout=60)
 
 
@@ -130,8 +121,7 @@ def test_a_create_that_loses_to_another_server_adopts_the_box(
 def test_a_start_waiting_for_a_device_is_cancelled_and_gives_the_box_back(
     setup: KernelLab, controller_client: Client, cleanup: list[str]
 ) -> None:
-    profile = controller_client.capabilities().gpu.profile(ROCM)
-    assert profile is not None, "the session's controller serves the example GPU profiles"
+    profile = served_profile(controller_client, ROCM)
 
     fill_profile_until_blocked(controller_client, profile.name, cleanup, prefix="fill-c")
 

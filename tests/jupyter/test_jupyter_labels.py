@@ -4,17 +4,11 @@ from __future__ import annotations
 
 import pytest
 from devboxes_jupyter import labels
+from support import L4_PROFILE
 
 from devboxes_sdk import models
 
-L4 = models.GpuProfile(
-    name="nvidia-l4",
-    display_name="NVIDIA L4",
-    description="One dedicated L4",
-    resource_name="nvidia.com/gpu",
-    count=1,
-    default=True,
-)
+L4 = L4_PROFILE
 MIG = models.GpuProfile(
     name="a100-mig-1g",
     display_name="A100 MIG 1g.10gb",

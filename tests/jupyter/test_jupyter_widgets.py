@@ -13,21 +13,14 @@ from typing import Any
 import pytest
 from devboxes_jupyter import labels
 from devboxes_jupyter.widgets import AcceleratorPicker, DevboxLauncher, DevboxTable
-from support import JsonHandler, serving
+from support import L4_PROFILE, JsonHandler, serving
 from traitlets import TraitError
 
 from devboxes_sdk import _transport, models
 from devboxes_sdk.client import Client
 from devboxes_sdk.errors import NotFound
 
-L4 = models.GpuProfile(
-    name="nvidia-l4",
-    display_name="NVIDIA L4",
-    description="One dedicated L4",
-    resource_name="nvidia.com/gpu",
-    count=1,
-    default=True,
-)
+L4 = L4_PROFILE
 AMD = models.GpuProfile(
     name="amd-mi210", display_name="AMD MI210", resource_name="amd.com/gpu", count=2
 )
@@ -150,6 +143,14 @@ def _unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
+def _created_box(client: Client, cleanup: list[str], prefix: str, **options: Any) -> str:
+    """A new box of a unique name, deleted after the test; its name."""
+    name = _unique(prefix)
+    client.create(name, **options)
+    cleanup.append(name)
+    return name
+
+
 def _default_profile(client: Client) -> str:
     catalog = client.capabilities().gpu
     assert catalog.enabled, "the session's controller always has GPU acceleration on"
@@ -233,9 +234,7 @@ class TestWithController:
     def test_controller_refusal_is_shown_inline(
         self, controller_client: Client, cleanup: list[str]
     ) -> None:
-        name = _unique("dup")
-        controller_client.create(name)
-        cleanup.append(name)
+        name = _created_box(controller_client, cleanup, "dup")
         launcher = DevboxLauncher(controller_client)
         launcher.name.value = name
         launcher.create_button.click()
@@ -245,9 +244,7 @@ class TestWithController:
     def test_table_lists_boxes_and_drives_stop_start_delete(
         self, controller_client: Client, cleanup: list[str]
     ) -> None:
-        name = _unique("wt")
-        controller_client.create(name, ttl_hours=3)
-        cleanup.append(name)
+        name = _created_box(controller_client, cleanup, "wt", ttl_hours=3)
         table = DevboxTable(controller_client)
         row = table.rows[name]
         assert labels.CPU_ONLY in row.accelerator.value
@@ -275,9 +272,7 @@ class TestWithController:
     def test_table_shows_action_errors_inline(
         self, controller_client: Client, cleanup: list[str]
     ) -> None:
-        name = _unique("wg")
-        controller_client.create(name)
-        cleanup.append(name)
+        name = _created_box(controller_client, cleanup, "wg")
         table = DevboxTable(controller_client)
         controller_client.delete(name)
         table.run(name, "stop")

@@ -50,7 +50,7 @@ from footprint import Footprint
 from kubernetes import client as kube_client
 from labserver import KernelChannels, running_lab
 from sshd import make_key
-from support import CHROMIUM, REPO, Api, launch_chromium, wait_for
+from support import REPO, Api, chromium_browser, need_chromium, run_cli, wait_for
 
 NAMESPACE = "real-boxes"
 KEYS_SECRET = "devbox-keys"
@@ -597,14 +597,7 @@ def test_a_key_added_with_the_cli_opens_a_running_box_within_seconds(
             new = make_key(tmp_path / turn)
             refused = ssh(box, new, "true")
             assert (refused.returncode, "Permission denied" in refused.stderr) == (255, True)
-            added = subprocess.run(
-                [DEVBOX_SCRIPT, "keys", "add", str(new.with_suffix(".pub"))],
-                capture_output=True,
-                text=True,
-                env=env,
-                timeout=60,
-                check=False,
-            )
+            added = run_cli(DEVBOX_SCRIPT, env, "keys", "add", str(new.with_suffix(".pub")))
             assert added.returncode == 0, added.stderr
             assert added.stdout.endswith("; your boxes accept it within seconds.\n")
 
@@ -1372,9 +1365,8 @@ def test_a_web_preview_serves_what_the_person_writes_and_opens_from_the_dashboar
     """The "web-preview" sidecar serves the box's ~/public, which the box makes its
     person's; with no per-box Service, the dashboard opens it in Chromium on the preview's
     own origin, and `devbox status` says where."""
-    if not CHROMIUM.exists():
-        pytest.skip("Debian's chromium is not installed at /usr/bin/chromium")
-    from playwright.sync_api import expect, sync_playwright
+    need_chromium()
+    from playwright.sync_api import expect
 
     controller = serve(
         real_testbed,
@@ -1415,24 +1407,20 @@ def test_a_web_preview_serves_what_the_person_writes_and_opens_from_the_dashboar
         )  # fmt: skip
         assert f"{controller.url}/dashboard/devboxes/site/ports/8080/" in status.stdout
 
-        with sync_playwright() as playwright:
-            browser = launch_chromium(playwright)
-            try:
-                context = browser.new_context(viewport={"width": 1200, "height": 800})
-                page = context.new_page()
-                page.goto(f"{controller.url}/dashboard")
-                page.get_by_label("Operator token").fill(controller.token)
-                page.get_by_label("Operator token").press("Enter")
-                with context.expect_page() as opened:
-                    page.get_by_role("link", name="Open http (8080)").click()
-                preview = opened.value
-                expect(preview.locator("#made")).to_have_text("made in the box")
-                port = controller.url.rsplit(":", 1)[1]
-                assert preview.url == f"http://8080-site.localhost:{port}/"
-                ARTIFACTS.mkdir(parents=True, exist_ok=True)
-                preview.screenshot(path=str(ARTIFACTS / "real-node-web-preview.png"))
-            finally:
-                browser.close()
+        with chromium_browser() as browser:
+            context = browser.new_context(viewport={"width": 1200, "height": 800})
+            page = context.new_page()
+            page.goto(f"{controller.url}/dashboard")
+            page.get_by_label("Operator token").fill(controller.token)
+            page.get_by_label("Operator token").press("Enter")
+            with context.expect_page() as opened:
+                page.get_by_role("link", name="Open http (8080)").click()
+            preview = opened.value
+            expect(preview.locator("#made")).to_have_text("made in the box")
+            port = controller.url.rsplit(":", 1)[1]
+            assert preview.url == f"http://8080-site.localhost:{port}/"
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
+            preview.screenshot(path=str(ARTIFACTS / "real-node-web-preview.png"))
         api.purge("site")
     finally:
         controller.stop()

@@ -5,6 +5,7 @@ the CLI's loopback) is driven over HTTP as a browser would, the CLI is the conso
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -23,7 +24,7 @@ from devboxes_controller.web.identity.base import Identity
 from devboxes_controller.web.identity.oidc import OidcVerifier
 from devboxes_testbed.controller import Controller, example_settings
 from devboxes_testbed.issuer import CLI_CLIENT_ID, Issuer
-from support import StartController
+from support import StartController, run_cli
 
 DEVBOX = Path(os.environ.get("VIRTUAL_ENV", Path(__file__).resolve().parents[2] / ".venv"))
 DEVBOX_SCRIPT = str(DEVBOX / "bin" / "devbox")
@@ -44,20 +45,47 @@ def process(start_controller: StartController, issuer: Issuer, namespace: str) -
     return started
 
 
+def _without_devbox_variables(config: Path) -> dict[str, str]:
+    """This environment with none of its DEVBOX_ variables, and the CLI's config at ``config``."""
+    return {
+        **{k: v for k, v in os.environ.items() if not k.startswith("DEVBOX_")},
+        "DEVBOX_CONFIG": str(config),
+    }
+
+
+def _start_cli(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [DEVBOX_SCRIPT, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+def _end_if_running(cli: subprocess.Popen[str]) -> None:
+    if cli.poll() is None:
+        cli.kill()
+        cli.communicate()
+
+
+@contextlib.contextmanager
+def _running_cli(env: dict[str, str], *args: str) -> Iterator[subprocess.Popen[str]]:
+    """The CLI started with ``args``; killed when the block ends if it still runs."""
+    cli = _start_cli(env, *args)
+    try:
+        yield cli
+    finally:
+        _end_if_running(cli)
+
+
 class Login:
     """`devbox login --oidc --no-browser` running, and the URL it asks the person to open."""
 
     def __init__(self, process: Controller, config: Path) -> None:
-        env = {
-            **{k: v for k, v in os.environ.items() if not k.startswith("DEVBOX_")},
-            "DEVBOX_CONFIG": str(config),
-        }
-        self.cli = subprocess.Popen(
-            [DEVBOX_SCRIPT, "login", "--oidc", "--no-browser", "--url", process.url],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
+        self.cli = _start_cli(
+            _without_devbox_variables(config),
+            *("login", "--oidc", "--no-browser", "--url", process.url),
         )
         assert self.cli.stderr is not None
         assert self.cli.stderr.readline() == "Open this URL to log in:\n"
@@ -92,9 +120,7 @@ def _browse(issuer: Issuer, authorize_url: str, username: str) -> httpx.Response
 def login(process: Controller, tmp_path: Path) -> Iterator[Login]:
     started = Login(process, tmp_path / "devbox" / "config.toml")
     yield started
-    if started.cli.poll() is None:
-        started.cli.kill()
-        started.cli.communicate()
+    _end_if_running(started.cli)
 
 
 def test_login_saves_a_token_the_issuer_vouches_for(
@@ -233,18 +259,8 @@ def test_device_login_is_approved_from_a_browser_anywhere(
     process: Controller, issuer: Issuer, tmp_path: Path
 ) -> None:
     config = tmp_path / "config.toml"
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("DEVBOX_")},
-        "DEVBOX_CONFIG": str(config),
-    }
-    cli = subprocess.Popen(
-        [DEVBOX_SCRIPT, "login", "--oidc", "--device", "--url", process.url],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    try:
+    env = _without_devbox_variables(config)
+    with _running_cli(env, "login", "--oidc", "--device", "--url", process.url) as cli:
         assert cli.stderr is not None
         prompt = DEVICE_PROMPT.match(cli.stderr.readline().rstrip("\n"))
         assert prompt is not None
@@ -254,10 +270,6 @@ def test_device_login_is_approved_from_a_browser_anywhere(
         assert cli.stderr.readline() == "Waiting for the login ...\n"
         issuer.approve_device(code, "bob")
         out, err = cli.communicate(timeout=60)
-    finally:
-        if cli.poll() is None:
-            cli.kill()
-            cli.communicate()
     assert (cli.returncode, err) == (0, "")
     assert out.splitlines()[0] == f"Logged in to {process.url} as bob (oidc; groups: vision)."
     assert stat.S_IMODE(config.stat().st_mode) == 0o600
@@ -269,14 +281,7 @@ def test_with_no_browser_to_open_the_login_takes_the_device_flow_at_once(
     """As in an SSH session: no display, no $BROWSER and no text-mode browser on PATH."""
     config = tmp_path / "config.toml"
     env = {"DEVBOX_CONFIG": str(config), "PATH": str(DEVBOX / "bin"), "HOME": str(tmp_path)}
-    cli = subprocess.Popen(
-        [DEVBOX_SCRIPT, "login", "--oidc", "--url", process.url],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    try:
+    with _running_cli(env, "login", "--oidc", "--url", process.url) as cli:
         assert cli.stderr is not None
         assert cli.stderr.readline() == (
             "No browser can be opened here: logging in with a one-time code instead (--device).\n"
@@ -287,10 +292,6 @@ def test_with_no_browser_to_open_the_login_takes_the_device_flow_at_once(
         assert cli.stderr.readline() == "Waiting for the login ...\n"
         issuer.approve_device(prompt.group(2), "alice")
         out, err = cli.communicate(timeout=60)
-    finally:
-        if cli.poll() is None:
-            cli.kill()
-            cli.communicate()
     assert (cli.returncode, err) == (0, "")
     assert out.splitlines()[0] == f"Logged in to {process.url} as alice (oidc; groups: ml)."
 
@@ -326,14 +327,7 @@ def test_device_and_no_browser_go_with_oidc(tmp_path: Path) -> None:
         (["--oidc", "--device", "--no-browser"], "--device opens no browser already"),
         (["--oidc", "--token", "x" * 40], "--oidc and --token cannot be combined"),
     ]:
-        done = subprocess.run(
-            [DEVBOX_SCRIPT, "login", "--url", "http://127.0.0.1:9", *flags],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=60,
-            check=False,
-        )
+        done = run_cli(DEVBOX_SCRIPT, env, "login", "--url", "http://127.0.0.1:9", *flags)
         assert done.returncode == 2, done.stderr
         assert message in done.stderr
 
