@@ -224,8 +224,18 @@ def build_parser() -> argparse.ArgumentParser:
     _global_options(common, suppress=True)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    def add(name: str, help_text: str, handler: Callable[[argparse.Namespace], int]) -> Any:
-        sub = commands.add_parser(name, help=help_text, description=help_text, parents=[common])
+    def add(
+        name: str,
+        help_text: str,
+        handler: Callable[[argparse.Namespace], int],
+        group: Any = commands,
+        description: str | None = None,
+    ) -> Any:
+        """A (sub)command of ``group`` run by ``handler``; ``description`` is what its own
+        help says, when more than ``help_text``."""
+        sub = group.add_parser(
+            name, help=help_text, description=description or help_text, parents=[common]
+        )
         sub.set_defaults(handler=handler, prog=sub.prog)
         return sub
 
@@ -252,47 +262,41 @@ def build_parser() -> argparse.ArgumentParser:
         "gpu", help="GPU catalog", description="GPU catalog", parents=[common]
     )
     gpu_commands = gpu.add_subparsers(dest="gpu_command", metavar="COMMAND", required=True)
-    profiles = gpu_commands.add_parser(
-        "profiles",
-        help="list the GPU profiles you can ask for",
-        description="list the GPU profiles you can ask for",
-        parents=[common],
+    profiles = add(
+        "profiles", "list the GPU profiles you can ask for", cmd_gpu_profiles, gpu_commands
     )
     profiles.add_argument("-q", "--quiet", action="store_true", help="print profile names only")
-    profiles.set_defaults(handler=cmd_gpu_profiles, prog=profiles.prog)
-    when = gpu_commands.add_parser(
+    when = add(
         "when",
-        help="say when a new box of a GPU profile would get a device",
-        description="say when a new box of each GPU profile (or of PROFILE) would get a "
-        "device, as things stand: now, by a time at the latest, an estimate, or unknown, "
-        "with the reason",
-        parents=[common],
+        "say when a new box of a GPU profile would get a device",
+        cmd_gpu_when,
+        gpu_commands,
+        "say when a new box of each GPU profile (or of PROFILE) would get a device, as "
+        "things stand: now, by a time at the latest, an estimate, or unknown, with the reason",
     )
     when.add_argument("profile", nargs="?", metavar="PROFILE", help="only this GPU profile")
-    when.set_defaults(handler=cmd_gpu_when, prog=when.prog)
-    doctor = gpu_commands.add_parser(
+    add(
         "doctor",
-        help="check the cluster's GPU prerequisites (operator)",
-        description="check every prerequisite of every GPU profile on the cluster; "
-        "exits 1 when any check fails",
-        parents=[common],
+        "check the cluster's GPU prerequisites (operator)",
+        cmd_gpu_doctor,
+        gpu_commands,
+        "check every prerequisite of every GPU profile on the cluster; exits 1 when any "
+        "check fails",
     )
-    doctor.set_defaults(handler=cmd_gpu_doctor, prog=doctor.prog)
 
     image = commands.add_parser(
         "image", help="image profiles", description="image profiles", parents=[common]
     )
     image_commands = image.add_subparsers(dest="image_command", metavar="COMMAND", required=True)
-    image_profiles = image_commands.add_parser(
+    image_profiles = add(
         "profiles",
-        help="list the image profiles you can create a box with",
-        description="list the image profiles you can create a box with",
-        parents=[common],
+        "list the image profiles you can create a box with",
+        cmd_image_profiles,
+        image_commands,
     )
     image_profiles.add_argument(
         "-q", "--quiet", action="store_true", help="print profile names only"
     )
-    image_profiles.set_defaults(handler=cmd_image_profiles, prog=image_profiles.prog)
 
     create = add("create", "create a box and wait until it is ready", cmd_create)
     create.add_argument("name", action=_NewBoxName, metavar="NAME")
@@ -374,34 +378,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     volumes = add("volumes", "list home volumes kept after their box was deleted", cmd_volumes)
     volume_commands = volumes.add_subparsers(dest="volume_command", metavar="COMMAND")
-    purge = volume_commands.add_parser(
-        "purge",
-        help="delete a retained home volume, permanently",
-        description="delete a retained home volume, permanently",
-        parents=[common],
+    purge = add(
+        "purge", "delete a retained home volume, permanently", cmd_volume_purge, volume_commands
     )
     purge.add_argument("name", type=_box_name, metavar="NAME")
     purge.add_argument("--yes", action="store_true", help="do not ask for confirmation")
-    purge.set_defaults(handler=cmd_volume_purge, prog=purge.prog)
 
     keys = add("keys", "list your SSH public keys, which all your boxes accept", cmd_keys)
     key_commands = keys.add_subparsers(dest="key_command", metavar="COMMAND")
-    key_add = key_commands.add_parser(
-        "add",
-        help="add a public key: a .pub file, or - for standard input",
-        description="add a public key: a .pub file, or - for standard input",
-        parents=[common],
+    key_add = add(
+        "add", "add a public key: a .pub file, or - for standard input", cmd_key_add, key_commands
     )
     key_add.add_argument("file", metavar="FILE", help="e.g. ~/.ssh/id_ed25519.pub, or -")
-    key_add.set_defaults(handler=cmd_key_add, prog=key_add.prog)
-    key_remove = key_commands.add_parser(
-        "remove",
-        help="remove a key by its fingerprint (see: devbox keys)",
-        description="remove a key by its fingerprint (see: devbox keys)",
-        parents=[common],
+    key_remove = add(
+        "remove", "remove a key by its fingerprint (see: devbox keys)", cmd_key_remove, key_commands
     )
     key_remove.add_argument("fingerprint", metavar="FINGERPRINT", help="SHA256:... as listed")
-    key_remove.set_defaults(handler=cmd_key_remove, prog=key_remove.prog)
 
     book = add(
         "book",
@@ -423,14 +415,13 @@ def build_parser() -> argparse.ArgumentParser:
     bookings = add("bookings", "list your bookings (an admin's: everyone's)", cmd_bookings)
     bookings.add_argument("--profile", metavar="PROFILE", help="only this GPU profile's")
     booking_commands = bookings.add_subparsers(dest="booking_command", metavar="COMMAND")
-    cancel = booking_commands.add_parser(
+    cancel = add(
         "cancel",
-        help="cancel a booking; it keeps nothing from now",
-        description="cancel a booking; it keeps nothing from now",
-        parents=[common],
+        "cancel a booking; it keeps nothing from now",
+        cmd_booking_cancel,
+        booking_commands,
     )
     cancel.add_argument("booking", metavar="BOOKING", help="its name, as listed: bk-...")
-    cancel.set_defaults(handler=cmd_booking_cancel, prog=cancel.prog)
 
     ssh = add("ssh", "open an SSH session to a ready box", cmd_ssh)
     _box_argument(ssh)
