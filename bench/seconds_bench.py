@@ -11,16 +11,21 @@ tunnel, as `devbox ssh` does by default. Then, with the images cached:
 - the same number at once: each box's request → first output, and the last one;
 - ``--restarts`` times, a stopped box started: start request → first output;
 - ``--handoffs`` times, a GPU box holding the last free L4 stopped while another waits
-  in line for one: stop request → the waiting box's first output.
+  in line for one: stop request → the waiting box's first output;
+- ``--kernels`` times, in a JupyterLab with this checkout's extension: a devbox CPU
+  kernel's start (what a click on its launcher tile asks) → the first output of a cell
+  in it, once with its box to create and once with the box ready, kept by the previous
+  kernel's grace.
 
 Each figure comes with its breakdown, from a watch on the pods that notes when each
 step was seen here (sub-second, unlike Kubernetes' own timestamps): the API's answer,
 the pod's creation by the Deployment and ReplicaSet controllers, scheduling (with the
 gate for a device), the volume and the pod's sandbox (PodReadyToStartContainers), the
 container's start, the SSH server's readiness (the Ready condition), the API's report
-of it, and the login.
+of it, and the login; a kernel's figure splits into its start (box, SSH through the
+tunnel, the kernel's own start in the box) and the cell.
 
-    PYTHONPATH=testbed:bench .venv/bin/python bench/seconds_bench.py --results
+    PYTHONPATH=testbed:bench:tests:tests/jupyter .venv/bin/python bench/seconds_bench.py --results
 """
 
 from __future__ import annotations
@@ -38,11 +43,14 @@ from pathlib import Path
 from typing import Any
 
 import real_node
+from devboxes_jupyter.kernelspecs import CPU_KERNEL
+from devboxes_jupyter.provisioner import box_name
 from devboxes_testbed import L4
 from devboxes_testbed.api import Api
 from devboxes_testbed.controller import example_settings
 from devboxes_testbed.rig import Rig
 from kubernetes import client, watch
+from labserver import KERNEL_START_TIMEOUT, KernelChannels, Lab, running_lab
 
 REPO = Path(__file__).resolve().parent.parent
 NAMESPACE = "seconds"
@@ -196,6 +204,15 @@ class Boxes:
     def purge(self, name: str) -> None:
         self.api.request("DELETE", f"/devboxes/{name}", params={"purge": "true"})
         self.wait_gone(name)
+        core = self.steps._core
+        deadline = time.monotonic() + 120
+        # A box of the same name can be created again once its home volume is gone.
+        while any(
+            name in claim.metadata.name
+            for claim in core.list_namespaced_persistent_volume_claim(NAMESPACE).items
+        ):
+            assert time.monotonic() < deadline, f"{name}'s home volume is still there"
+            time.sleep(0.2)
 
     def wait_gone(self, name: str) -> None:
         core = self.steps._core
@@ -243,6 +260,44 @@ def handoff(boxes: Boxes, index: int) -> Sample:
     for name in [*holders, waiting]:
         boxes.purge(name)
     return sample
+
+
+def kernel_first_output(lab: Lab) -> Sample:
+    """A devbox CPU kernel started as the launcher's tile starts one, then a cell run in
+    it: the start request → the cell's first output."""
+    asked = time.monotonic()
+    with KernelChannels.start(lab, CPU_KERNEL, timeout=KERNEL_START_TIMEOUT) as channels:
+        started = time.monotonic()
+        result = channels.execute("print('in-the-box')")
+        printed = time.monotonic()
+    assert result.stdout.strip() == "in-the-box", result.errors
+    return Sample(
+        printed - asked,
+        {"kernel started (box, SSH, kernel)": started - asked, "cell run": printed - started},
+    )
+
+
+def kernels(boxes: Boxes, count: int, key: Path, base: Path, url: str, token: str) -> None:
+    owner = "bench"
+    settings = [
+        f"--DevboxKernelProvisioner.ssh_key_file={key}",
+        f"--DevboxKernelProvisioner.owner={owner}",
+        f"--DevboxKernelProvisioner.known_hosts_file={base / 'known_hosts'}",
+    ]
+    name = box_name(owner, None)
+    created, ready = [], []
+    with running_lab(base / "lab", url, token, settings) as lab:
+        deadline = time.monotonic() + 60
+        while CPU_KERNEL not in lab.api("GET", "api/kernelspecs")["kernelspecs"]:
+            assert time.monotonic() < deadline, "the Lab never offered the devbox CPU kernel"
+            time.sleep(0.2)
+        for _ in range(count):
+            created.append(kernel_first_output(lab))
+            # Within the stop grace the box is still ready: the next kernel finds it so.
+            ready.append(kernel_first_output(lab))
+            boxes.purge(name)
+    report("kernel start → first cell output, its box to create", created)
+    report("kernel start → first cell output, its box ready", ready)
 
 
 def measure(args: argparse.Namespace, rig: Rig) -> None:
@@ -309,16 +364,19 @@ def measure(args: argparse.Namespace, rig: Rig) -> None:
         report(f"create request → first output, {args.boxes} at once", at_once)
         for n in range(args.boxes):
             boxes.purge(f"many-{n}")
-        restarts = []
-        for _ in range(args.restarts):
-            boxes.stop("one-0")
-            restarts.append(boxes.start("one-0"))
-        report("start request → first output, a stopped box", restarts)
+        if args.restarts:
+            restarts = []
+            for _ in range(args.restarts):
+                boxes.stop("one-0")
+                restarts.append(boxes.start("one-0"))
+            report("start request → first output, a stopped box", restarts)
         if args.handoffs:
             report(
                 "stop of an L4 box → the next in line's first output",
                 [handoff(boxes, n) for n in range(args.handoffs)],
             )
+        if args.kernels:
+            kernels(boxes, args.kernels, key, rig.workdir, controller.url, controller.token)
     finally:
         steps.close()
         controller.stop()
@@ -330,6 +388,9 @@ def main() -> int:
     parser.add_argument("--boxes", type=int, default=10, help="CPU boxes, one by one and at once")
     parser.add_argument("--restarts", type=int, default=5, help="starts of a stopped box")
     parser.add_argument("--handoffs", type=int, default=3, help="hand-offs of a freed L4")
+    parser.add_argument(
+        "--kernels", type=int, default=3, help="devbox kernel starts, with a create and without"
+    )
     return real_node.run("seconds_bench", parser, measure)
 
 
