@@ -81,6 +81,18 @@ def _devbox(
     return done, json.loads(loaded.read_text())
 
 
+def _python(code: str) -> str:
+    """What ``python -c CODE`` prints, in an environment with no configuration; it must
+    succeed."""
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=_environment(),
+        check=True,
+    ).stdout
+
+
 def _closed_port() -> int:
     """A loopback port nothing listens on."""
     with socket.socket() as probe:
@@ -89,65 +101,41 @@ def _closed_port() -> int:
 
 
 def test_importing_the_entry_loads_neither_the_client_nor_requests_nor_pydantic() -> None:
-    listed = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import sys, devboxes_sdk, devboxes_sdk.cli, devboxes_sdk.tunnel, "
-            "devboxes_sdk._cli_base, devboxes_sdk.errors, devboxes_sdk.config; "
-            "print('\\n'.join(sorted(sys.modules)))",
-        ],
-        capture_output=True,
-        text=True,
-        env=_environment(),
-        check=True,
-    ).stdout.split()
+    listed = _python(
+        "import sys, devboxes_sdk, devboxes_sdk.cli, devboxes_sdk.tunnel, "
+        "devboxes_sdk._cli_base, devboxes_sdk.errors, devboxes_sdk.config; "
+        "print('\\n'.join(sorted(sys.modules)))"
+    ).split()
     assert _heavy(listed) == []
     assert [m for m in listed if m.startswith(PARSER)] == []
 
 
 def test_the_package_still_offers_every_public_name() -> None:
-    checked = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import devboxes_sdk as sdk, devboxes_sdk.client, devboxes_sdk.errors, "
-            "devboxes_sdk.models\n"
-            "assert set(sdk._LAZY) == set(sdk.__all__), set(sdk._LAZY) ^ set(sdk.__all__)\n"
-            "for name in sdk.__all__:\n"
-            "    value = getattr(sdk, name)\n"
-            "    home = sdk._LAZY[name]\n"
-            "    assert value is getattr(__import__(home, fromlist=['x']), name), name\n"
-            "assert set(sdk.__all__) <= set(dir(sdk))\n"
-            "from devboxes_sdk import *\n"
-            "assert Client is devboxes_sdk.client.Client\n"
-            "try:\n"
-            "    sdk.NoSuchName\n"
-            "except AttributeError as error:\n"
-            "    print(error)\n",
-        ],
-        capture_output=True,
-        text=True,
-        env=_environment(),
-        check=True,
+    printed = _python(
+        "import devboxes_sdk as sdk, devboxes_sdk.client, devboxes_sdk.errors, "
+        "devboxes_sdk.models\n"
+        "assert set(sdk._LAZY) == set(sdk.__all__), set(sdk._LAZY) ^ set(sdk.__all__)\n"
+        "for name in sdk.__all__:\n"
+        "    value = getattr(sdk, name)\n"
+        "    home = sdk._LAZY[name]\n"
+        "    assert value is getattr(__import__(home, fromlist=['x']), name), name\n"
+        "assert set(sdk.__all__) <= set(dir(sdk))\n"
+        "from devboxes_sdk import *\n"
+        "assert Client is devboxes_sdk.client.Client\n"
+        "try:\n"
+        "    sdk.NoSuchName\n"
+        "except AttributeError as error:\n"
+        "    print(error)\n"
     )
-    assert checked.stdout == "module 'devboxes_sdk' has no attribute 'NoSuchName'\n"
+    assert printed == "module 'devboxes_sdk' has no attribute 'NoSuchName'\n"
 
 
 def test_a_package_import_still_reaches_the_submodules_it_used_to_load() -> None:
-    checked = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import devboxes_sdk\n"
-            "print(devboxes_sdk.models.API_PREFIX, devboxes_sdk.errors.DevboxesError.__name__)",
-        ],
-        capture_output=True,
-        text=True,
-        env=_environment(),
-        check=True,
+    printed = _python(
+        "import devboxes_sdk\n"
+        "print(devboxes_sdk.models.API_PREFIX, devboxes_sdk.errors.DevboxesError.__name__)"
     )
-    assert checked.stdout == "/api/v1 DevboxesError\n"
+    assert printed == "/api/v1 DevboxesError\n"
 
 
 @pytest.mark.parametrize(
