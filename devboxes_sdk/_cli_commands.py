@@ -19,23 +19,17 @@ from types import TracebackType
 from typing import NoReturn, TextIO
 
 from devboxes_sdk import _cli_ssh, _render, oidc_login
-
-# The exit codes live with the rest of what every command shares (_cli_base); the ones
-# imported "as" themselves stay importable from here for code that knew them here.
-from devboxes_sdk._cli_base import EXIT_DEGRADED as EXIT_DEGRADED
 from devboxes_sdk._cli_base import (
     EXIT_ERROR,
     EXIT_OK,
     UsageError,
+    clean,
     command_settings,
     known_hosts,
     print_error,
     print_json,
     ssh_stdio,
 )
-from devboxes_sdk._cli_base import EXIT_INTERRUPTED as EXIT_INTERRUPTED
-from devboxes_sdk._cli_base import EXIT_TIMEOUT as EXIT_TIMEOUT
-from devboxes_sdk._cli_base import EXIT_USAGE as EXIT_USAGE
 from devboxes_sdk.client import DEFAULT_PAGE_SIZE, Client, Devbox
 from devboxes_sdk.config import (
     ENV_TOKEN,
@@ -228,7 +222,7 @@ def cmd_login(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"url": url, "user": me.user, "mode": me.mode, "config": str(path)})
     else:
-        print(f"Logged in to {url} as {_render.clean(me.user)}.")
+        print(f"Logged in to {url} as {clean(me.user)}.")
         print(f"Configuration saved to {path} (readable only by you).")
     return EXIT_OK
 
@@ -244,7 +238,6 @@ def _oidc_login(args: argparse.Namespace, url: str) -> int:
 
     def show_code(page: str, code: str, filled_in: str | None) -> None:
         # The issuer wrote these: shown without any terminal control characters.
-        clean = _render.clean
         print(f"Open {clean(page)} in a browser and enter the code {clean(code)}", file=sys.stderr)
         if filled_in:
             print(f"  (or open {clean(filled_in)})", file=sys.stderr)
@@ -266,7 +259,7 @@ def _oidc_login(args: argparse.Namespace, url: str) -> int:
         result = oidc_login.login(url, show, opener)
     path = config_path()
     write_config(path, url, result.token)
-    groups = ", ".join(_render.clean(g) for g in result.groups) or "none"
+    groups = ", ".join(clean(g) for g in result.groups) or "none"
     if args.json:
         print_json(
             {
@@ -278,7 +271,7 @@ def _oidc_login(args: argparse.Namespace, url: str) -> int:
             }
         )
     else:
-        print(f"Logged in to {url} as {_render.clean(result.user)} (oidc; groups: {groups}).")
+        print(f"Logged in to {url} as {clean(result.user)} (oidc; groups: {groups}).")
         print(f"Configuration saved to {path} (readable only by you).")
     return EXIT_OK
 
@@ -299,9 +292,9 @@ def cmd_whoami(args: argparse.Namespace) -> int:
             print_json(client.request_json("GET", f"{API_PREFIX}/whoami"))
             return EXIT_OK
         me = client.whoami()
-    print(f"{_render.clean(me.user)} ({_render.clean(me.mode)}) at {client.url}")
+    print(f"{clean(me.user)} ({clean(me.mode)}) at {client.url}")
     if me.groups:
-        print(f"groups: {', '.join(_render.clean(group) for group in me.groups)}")
+        print(f"groups: {', '.join(clean(group) for group in me.groups)}")
     if me.admin:
         print("admin: sees and acts on every box")
     return EXIT_OK
@@ -344,7 +337,7 @@ def cmd_gpu_profiles(args: argparse.Namespace) -> int:
         print_json(data)
     elif args.quiet:
         for profile in catalog.profiles:
-            print(_render.clean(profile.name))
+            print(clean(profile.name))
     elif not catalog.enabled:
         print("GPU acceleration is disabled on this Devboxes server.")
     elif not catalog.profiles:
@@ -377,7 +370,7 @@ def cmd_image_profiles(args: argparse.Namespace) -> int:
         print_json(catalog.model_dump(mode="json"))
     elif args.quiet:
         for profile in catalog.profiles:
-            print(_render.clean(profile.name))
+            print(clean(profile.name))
     elif not catalog.enabled:
         print("Image profiles are disabled on this Devboxes server.")
     elif not catalog.profiles:
@@ -401,12 +394,12 @@ def _finish_wait(box: Devbox, args: argparse.Namespace, controller_url: str) -> 
     ready = _wait(box, args.timeout)
     _print_box(ready, args)
     if not args.json and ready.ssh_command:
-        command = _render.clean(ready.ssh_command)
+        command = clean(ready.ssh_command)
         other = f"devbox ssh {ready.name}"
         print(f"\nConnect with: {command}" + (f"  (or: {other})" if command != other else ""))
     if not args.json and ready.state is DevboxState.READY:
         for link in _render.preview_links(ready, controller_url):
-            print(f"Open its preview in a browser: {_render.clean(link)}")
+            print(f"Open its preview in a browser: {clean(link)}")
     return ready
 
 
@@ -554,7 +547,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
             f"\nThe home volume of {box.name} is kept; start it again with: devbox start {box.name}"
         )
         if note is not None:
-            print(_render.clean(note))
+            print(clean(note))
     return EXIT_OK
 
 
@@ -589,7 +582,7 @@ def cmd_delete(args: argparse.Namespace) -> int:
             print_json(result)
             return EXIT_OK
         deleted = client.delete(args.name, purge=args.purge)
-    print(_render.clean(deleted.message))
+    print(clean(deleted.message))
     return EXIT_OK
 
 
@@ -619,7 +612,7 @@ def cmd_book(args: argparse.Namespace) -> int:
     if args.json:
         print_json(booking.model_dump(mode="json"))
     else:
-        print(f"{booking.name}: {_render.clean(booking.message)}")
+        print(f"{booking.name}: {clean(booking.message)}")
         print(f"Cancel with: devbox bookings cancel {booking.name}")
     return EXIT_OK
 
@@ -649,7 +642,7 @@ def cmd_booking_cancel(args: argparse.Namespace) -> int:
     if args.json:
         print_json(booking.model_dump(mode="json"))
     else:
-        print(f"{booking.name} cancelled: {_render.clean(booking.message)}")
+        print(f"{booking.name} cancelled: {clean(booking.message)}")
     return EXIT_OK
 
 
@@ -737,7 +730,7 @@ def cmd_volume_purge(args: argparse.Namespace) -> int:
     if args.json:
         print_json(result.model_dump())
     else:
-        print(_render.clean(result.message))
+        print(clean(result.message))
     return EXIT_OK
 
 

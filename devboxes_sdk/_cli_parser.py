@@ -10,8 +10,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn
 
-from devboxes_sdk._cli_base import EXIT_OK, box_name
-from devboxes_sdk._cli_base import BadCommandLine as BadCommandLine
+from devboxes_sdk._cli_base import EXIT_OK, BadCommandLine, box_name
 from devboxes_sdk._cli_commands import (
     cmd_book,
     cmd_booking_cancel,

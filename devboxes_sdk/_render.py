@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-from devboxes_sdk._cli_base import clean as clean
+from devboxes_sdk._cli_base import clean
 from devboxes_sdk.client import Devbox
 from devboxes_sdk.labels import (
     accelerator_label,

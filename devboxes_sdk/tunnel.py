@@ -23,6 +23,7 @@ import threading
 from typing import BinaryIO, TextIO
 from urllib.parse import quote, urlsplit
 
+import certifi
 from websockets.exceptions import (
     ConnectionClosed,
     InvalidHandshake,
@@ -77,12 +78,9 @@ def tunnel_url(api_url: str, name: str) -> str:
     return f"{scheme}://{parts.netloc}{path}"
 
 
-def _default_ca_bundle() -> str:
-    """The CA bundle requests trusts by default: its ``DEFAULT_CA_BUNDLE_PATH`` is
-    ``certifi.where()``, asked here without loading requests."""
-    from certifi import where
-
-    return where()
+# The CA bundle requests trusts by default (its DEFAULT_CA_BUNDLE_PATH), found without
+# loading requests.
+DEFAULT_CA_BUNDLE = certifi.where()
 
 
 def _tls(url: str) -> ssl.SSLContext | None:
@@ -90,7 +88,7 @@ def _tls(url: str) -> ssl.SSLContext | None:
         return None
     bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
     try:
-        return ssl.create_default_context(cafile=bundle or _default_ca_bundle())
+        return ssl.create_default_context(cafile=bundle or DEFAULT_CA_BUNDLE)
     except (OSError, ssl.SSLError) as error:
         raise DevboxesError(f"cannot read the CA bundle {bundle}: {error}") from None
 

@@ -30,7 +30,8 @@ from devboxes_sdk import (
     models,
 )
 from devboxes_sdk import _render as render
-from devboxes_sdk._cli_commands import EXIT_USAGE, Progress, flag_message
+from devboxes_sdk._cli_base import EXIT_USAGE
+from devboxes_sdk._cli_commands import Progress, flag_message
 from devboxes_sdk._cli_parser import build_parser
 from devboxes_sdk._cli_ssh import service_argv as ssh_argv
 from devboxes_sdk._completion import completion_script

@@ -357,4 +357,4 @@ def test_the_tunnel_trusts_the_ca_bundle_requests_trusts_by_default() -> None:
 
     from devboxes_sdk import tunnel
 
-    assert tunnel._default_ca_bundle() == DEFAULT_CA_BUNDLE_PATH
+    assert tunnel.DEFAULT_CA_BUNDLE == DEFAULT_CA_BUNDLE_PATH
