@@ -37,6 +37,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,7 +51,7 @@ from devboxes_testbed.api import Api
 from devboxes_testbed.controller import example_settings
 from devboxes_testbed.rig import Rig
 from kubernetes import client, watch
-from labserver import KERNEL_START_TIMEOUT, KernelChannels, Lab, running_lab
+from labserver import KERNEL_START_TIMEOUT, KernelChannels, Lab, running_lab, wait_offered
 
 REPO = Path(__file__).resolve().parent.parent
 NAMESPACE = "seconds"
@@ -204,21 +205,15 @@ class Boxes:
     def purge(self, name: str) -> None:
         self.api.request("DELETE", f"/devboxes/{name}", params={"purge": "true"})
         self.wait_gone(name)
-        core = self.steps._core
-        deadline = time.monotonic() + 120
         # A box of the same name can be created again once its home volume is gone.
-        while any(
-            name in claim.metadata.name
-            for claim in core.list_namespaced_persistent_volume_claim(NAMESPACE).items
-        ):
-            assert time.monotonic() < deadline, f"{name}'s home volume is still there"
-            time.sleep(0.2)
+        self.wait_gone(name, self.steps._core.list_namespaced_persistent_volume_claim)
 
-    def wait_gone(self, name: str) -> None:
-        core = self.steps._core
+    def wait_gone(self, name: str, listing: Callable[..., Any] | None = None) -> None:
+        """Wait until ``listing`` (the pods, unless given) lists nothing of box ``name``."""
+        listing = listing or self.steps._core.list_namespaced_pod
         deadline = time.monotonic() + 120
-        while core.list_namespaced_pod(NAMESPACE, label_selector=f"{BOX_LABEL}={name}").items:
-            assert time.monotonic() < deadline, f"{name}'s pod is still there"
+        while listing(NAMESPACE, label_selector=f"{BOX_LABEL}={name}").items:
+            assert time.monotonic() < deadline, f"{name} still has objects: {listing.__name__}"
             time.sleep(0.2)
 
 
@@ -287,10 +282,7 @@ def kernels(boxes: Boxes, count: int, key: Path, base: Path, url: str, token: st
     name = box_name(owner, None)
     created, ready = [], []
     with running_lab(base / "lab", url, token, settings) as lab:
-        deadline = time.monotonic() + 60
-        while CPU_KERNEL not in lab.api("GET", "api/kernelspecs")["kernelspecs"]:
-            assert time.monotonic() < deadline, "the Lab never offered the devbox CPU kernel"
-            time.sleep(0.2)
+        wait_offered(lab, CPU_KERNEL)
         for _ in range(count):
             created.append(kernel_first_output(lab))
             # Within the stop grace the box is still ready: the next kernel finds it so.
