@@ -1,6 +1,6 @@
-"""The kinds the controller lists and watches, as definitions: the API group that serves
-each (an attribute of :class:`~.kube.Apis`, the one place the client's API classes are made)
-and the name the client gives it. The calls follow from them, so no module above this layer
+"""The kinds the controller calls, as definitions: the API group that serves each (an
+attribute of :class:`~.kube.Apis`, the one place the methods of every kind are made) and
+the name the client gives it. The calls follow from them, so no module above this layer
 names a generated method to list or watch a kind.
 
 Modelled on lightkube's resource definitions: a kind knows its API group and its names,
@@ -12,26 +12,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from .kube import Apis
+from .rest import Resource
+
+if TYPE_CHECKING:
+    from .kube import Apis
 
 # A generated list method: keyword arguments in (``namespace`` for a namespaced list, the
 # selectors, ``watch``, ``resource_version``...), the raw response out with
 # ``_preload_content=False``.
 ListCall = Callable[..., Any]
-Group = Literal["core", "apps", "node", "resource"]
 
 
 @dataclass(frozen=True)
-class Kind:
-    """One kind: ``plural`` as RBAC and the URL name it, ``singular`` as the generated
-    client names its methods, ``group`` the attribute of :class:`Apis` that serves it."""
-
-    plural: str
-    singular: str
-    group: Group
-    namespaced: bool
+class Kind(Resource):
+    """One kind; its ``group`` is also the attribute of :class:`Apis` that serves it."""
 
     def lister(self, apis: Apis, all_namespaces: bool = False) -> ListCall:
         """The list (and watch) call of the kind: of one namespace, which the call then
@@ -70,3 +66,33 @@ RESOURCE_CLAIM_TEMPLATES = Kind(
 RESOURCE_CLAIMS = Kind("resourceclaims", "resource_claim", "resource", True)
 RESOURCE_SLICES = Kind("resourceslices", "resource_slice", "resource", False)
 DEVICE_CLASSES = Kind("deviceclasses", "device_class", "resource", False)
+SECRETS = Kind("secrets", "secret", "core", True)
+RESOURCE_QUOTAS = Kind("resourcequotas", "resource_quota", "core", True)
+LIMIT_RANGES = Kind("limitranges", "limit_range", "core", True)
+LEASES = Kind("leases", "lease", "coordination", True)
+STORAGE_CLASSES = Kind("storageclasses", "storage_class", "storage", False)
+SELF_SUBJECT_ACCESS_REVIEWS = Kind(
+    "selfsubjectaccessreviews", "self_subject_access_review", "authorization", False
+)
+# Every kind the controller calls.
+KINDS = (
+    DEPLOYMENTS,
+    REPLICASETS,
+    PODS,
+    SERVICES,
+    PERSISTENT_VOLUME_CLAIMS,
+    EVENTS,
+    CONFIGMAPS,
+    SECRETS,
+    NODES,
+    RESOURCE_QUOTAS,
+    LIMIT_RANGES,
+    RUNTIME_CLASSES,
+    RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+    DEVICE_CLASSES,
+    LEASES,
+    STORAGE_CLASSES,
+    SELF_SUBJECT_ACCESS_REVIEWS,
+)

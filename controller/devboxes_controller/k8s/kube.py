@@ -19,6 +19,8 @@ from prometheus_client import Counter
 
 from devboxes_sdk.models import FieldError
 
+from . import rest
+from .kinds import KINDS
 from .write_health import WRITES
 
 T = TypeVar("T")
@@ -92,13 +94,20 @@ class Unavailable(ApiProblem):
 
 
 class Apis:
-    """The API groups the controller calls, over one client."""
+    """The API groups the controller calls, over one client: each the generated client's
+    methods of the kinds in ``kinds.KINDS`` that it serves."""
 
     def __init__(self, api: ApiClient) -> None:
-        self.core = client.CoreV1Api(api)
-        self.apps = client.AppsV1Api(api)
-        self.node = client.NodeV1Api(api)
-        self.resource = client.ResourceV1Api(api)
+        def group(name: rest.Group) -> rest.Methods:
+            return rest.Methods(api, (kind for kind in KINDS if kind.group == name))
+
+        self.core = group("core")
+        self.apps = group("apps")
+        self.node = group("node")
+        self.resource = group("resource")
+        self.coordination = group("coordination")
+        self.storage = group("storage")
+        self.authorization = group("authorization")
 
 
 def api_client(kubeconfig: str | None) -> client.ApiClient:
@@ -172,11 +181,13 @@ def write(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Obj:
     return written
 
 
-def in_background(uid: str | None = None) -> client.V1DeleteOptions:
+def in_background(uid: str | None = None) -> Obj:
     """How a delete goes: its dependents in the background; with ``uid``, only the object
     of that uid, never one that replaced it meanwhile."""
-    preconditions = client.V1Preconditions(uid=uid) if uid is not None else None
-    return client.V1DeleteOptions(propagation_policy="Background", preconditions=preconditions)
+    options: Obj = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
+    if uid is not None:
+        options["preconditions"] = {"uid": uid}
+    return options
 
 
 def status_of(err: BaseException) -> int | None:

@@ -18,8 +18,6 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from kubernetes import client
-
 from . import kube
 from .kube import ApiProblem, Conflict, NotFound, Obj
 from .timestamps import format_timestamp
@@ -35,14 +33,14 @@ class LeaderElector:
 
     def __init__(
         self,
-        api: client.ApiClient,
+        api: kube.ApiClient,
         namespace: str,
         identity: str,
         lease_seconds: int = DEFAULT_LEASE_SECONDS,
         can_lead: Callable[[], bool] = lambda: True,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._leases = client.CoordinationV1Api(api)
+        self._leases = kube.Apis(api).coordination
         self._namespace = namespace
         self.identity = identity
         self._duration = lease_seconds
