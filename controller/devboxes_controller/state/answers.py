@@ -10,7 +10,7 @@ from __future__ import annotations
 from devboxes_sdk.models import Devbox, DevboxState
 
 from .bodies import Body, body
-from .index import CPU, BoxIndex, Key
+from .index import CPU, BoxIndex, Key, Page
 
 
 class Answers:
@@ -81,12 +81,11 @@ class Answers:
     def names(self, key: Key) -> set[str]:
         return set(self._index.names(key))
 
-    def page(self, key: Key, after: str, limit: int | None) -> tuple[list[bytes], str | None]:
-        """The bodies of up to ``limit`` boxes of the filter named after ``after``, in name
-        order, and the name to continue after when more boxes follow."""
+    def page(self, key: Key, after: str, limit: int | None) -> tuple[Page, list[bytes]]:
+        """Up to ``limit`` boxes of the filter named after ``after``, in name order: their
+        names and their bodies."""
         page = self._index.page(key, after, limit)
-        parts = [self._status_body[name].data for name in page.names]
-        return parts, page.names[-1] if page.more else None
+        return page, [self._status_body[name].data for name in page.names]
 
     def profiles(self) -> set[str]:
         return self._index.profiles()

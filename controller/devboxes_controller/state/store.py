@@ -30,7 +30,7 @@ from .availability import Availability
 from .bodies import Body
 from .bookings import Bookings
 from .cache import Informer
-from .index import Key
+from .index import Page
 from .line import DeviceLine, entry
 from .metrics import METRICS
 from .watches import (
@@ -318,13 +318,6 @@ class BoxStore:
         with self._status_lock:
             return self._answers.filtered((owner, None, None))
 
-    def listing(self, owner: str | None = None) -> tuple[Body, set[str]]:
-        """The list body of ``owner``'s boxes (every box's when None) and the names in it,
-        read together."""
-        key: Key = (owner, None, None)
-        with self._status_lock:
-            return self._answers.filtered(key), self._answers.names(key)
-
     def filtered_body(self, state: str | None, profile: str | None, owner: str | None) -> Body:
         """The list response body of the boxes of this owner, in this state and of this
         profile (``None``: any)."""
@@ -336,10 +329,9 @@ class BoxStore:
         key: tuple[str | None, str | None, str | None],
         after: str,
         limit: int | None,
-    ) -> tuple[list[bytes], str | None]:
-        """The bodies of up to ``limit`` boxes of the ``(owner, state, profile)`` filter
-        named after ``after``, in name order, and the name to continue after when more
-        boxes follow."""
+    ) -> tuple[Page, list[bytes]]:
+        """Up to ``limit`` boxes of the ``(owner, state, profile)`` filter named after
+        ``after``, in name order: their names, whether more follow, and their bodies."""
         with self._status_lock:
             return self._answers.page(key, after, limit)
 

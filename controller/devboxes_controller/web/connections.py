@@ -17,7 +17,7 @@ with:
   over a cap gets 503 and is closed at once, before its request is read;
 - a bound on how long a client may take none of an answer: once the connection's send
   buffer is full and stays full for :data:`SEND_STALL_SECONDS`, the connection is dropped,
-  and with it whatever the answer still held (a stalled event stream's list of boxes).
+  and with it whatever the answer still held (a stalled event stream's slice of boxes).
 
 A request that upgrades to a WebSocket (a tunnel to a box) leaves this protocol for
 uvicorn's WebSocket protocol; the connection stays counted until that one loses it, and

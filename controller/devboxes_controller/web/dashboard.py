@@ -25,7 +25,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from contextlib import aclosing
 from pathlib import Path
 from typing import Annotated
@@ -40,6 +40,7 @@ from ..box.ownership import OPERATOR
 from ..config.auth import OidcSettings
 from ..k8s.kube import ApiProblem
 from ..state.ended_sessions import EndedSessions
+from ..state.index import Page
 from ..state.store import BoxStore
 from .identity.base import Identity, IdentityUnavailable, Unauthorized, bearer, owner_scope
 from .identity.chooser import authenticate, caller
@@ -84,9 +85,9 @@ KEEPALIVE_SECONDS = 20.0
 # Longer than a browser on a slow link takes for one chunk; a stream stuck this long
 # behind one chunk is a reader that no longer reads.
 SLOW_READER_SECONDS = 10.0
-# A snapshot is sent in slices of this size: the server waits for each to drain, so a
-# stream holds at most about one slice in its send buffer, not a copy of the whole list.
-SNAPSHOT_SLICE_BYTES = 64 * 1024
+# A snapshot is sent in slices of this many boxes (about 50 KiB): the server waits for each
+# to drain, so a stream holds at most about one slice in its send buffer.
+SLICE = 100
 RECONNECT_HINT = (
     b"retry: 3000\nevent: reconnect\n"
     b'data: {"reason": "this stream was read too slowly; reconnect for a fresh snapshot"}\n\n'
@@ -520,13 +521,36 @@ class StreamCredentials:
         return None
 
 
+# Reads the boxes after a name: up to one slice of them, whether more follow, their bodies.
+PageReader = Callable[[str], tuple[Page, list[bytes]]]
+
+
+def snapshot(read_page: PageReader, shown: set[str]) -> Iterator[bytes]:
+    """The ``snapshot`` event, read from the kept box bodies one slice at a time as the
+    reader takes them, so that a stream that stops reading holds one slice, never a list
+    of its own; ``shown`` gains each box sent. A box that changes meanwhile is sent again
+    as an event, which the reader applies after the snapshot."""
+    yield b'event: snapshot\ndata: {"items":['
+    after, separator = "", b""
+    while True:
+        found, parts = read_page(after)
+        if parts:
+            yield separator + b",".join(parts)
+            separator = b","
+        shown.update(found.names)
+        if not found.more:
+            break
+        after = found.names[-1]
+    yield b"]}\n\n"
+
+
 async def _stream(
     store: BoxStore,
     broadcaster: Broadcaster,
     subscriber: Subscriber,
     scope: str | None,
     credentials: StreamCredentials,
-) -> AsyncGenerator[bytes | memoryview]:
+) -> AsyncGenerator[bytes]:
     """Box changes as the caller may see them: every box (``scope`` None, an admin's
     unfiltered stream), else only ``scope``'s own; a box that leaves the caller's sight is
     reported removed. The stream ends with ``expired`` once its credentials no longer
@@ -534,17 +558,10 @@ async def _stream(
     try:
         # Only boxes this stream has shown are reported as removed: the watches may see a
         # new box's other objects before its Deployment.
-        listing, shown = store.listing(scope)
+        shown: set[str] = set()
         yield b"retry: 3000\n\n"
-        # The list body is sent in slices of the cached bytes, never copied whole: every
-        # admin's stream sends the same bytes, and none keeps them once sent.
-        yield b"event: snapshot\ndata: "
-        snapshot = memoryview(listing.data)
-        del listing
-        for start in range(0, len(snapshot), SNAPSHOT_SLICE_BYTES):
-            yield snapshot[start : start + SNAPSHOT_SLICE_BYTES]
-        del snapshot
-        yield b"\n\n"
+        for chunk in snapshot(lambda after: store.page((scope, None, None), after, SLICE), shown):
+            yield chunk
         yield _event("availability", store.availability.current().model_dump_json())
         while True:
             try:
@@ -579,8 +596,8 @@ async def _stream(
 
 
 async def paced(
-    chunks: AsyncGenerator[bytes | memoryview],
-) -> AsyncIterator[bytes | memoryview]:
+    chunks: AsyncGenerator[bytes],
+) -> AsyncIterator[bytes]:
     """The chunks, until one takes the reader longer than SLOW_READER_SECONDS: then the
     reconnect hint, and the end of the stream.
 

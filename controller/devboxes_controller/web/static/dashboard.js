@@ -433,17 +433,19 @@ import * as labels from "./labels.js";
     row.extend.hidden = box.state === "stopped";
   }
 
+  // Whether box a is listed above box b: newest first, then by name, as the API's list.
+  function above(a, b) {
+    return Date.parse(a.created_at) > Date.parse(b.created_at) ||
+      (a.created_at === b.created_at && a.name > b.name);
+  }
+
   function upsert(box) {
     let row = rows.get(box.name);
     if (!row) {
       row = newRow(box);
       rows.set(box.name, row);
       const body = $("box-rows");
-      const older = [...body.children].find((tr) => {
-        const other = rows.get(tr.dataset.box).box;
-        return Date.parse(other.created_at) < Date.parse(box.created_at) ||
-          (other.created_at === box.created_at && other.name < box.name);
-      });
+      const older = [...body.children].find((tr) => above(box, rows.get(tr.dataset.box).box));
       body.insertBefore(row.tr, older || null);
     }
     fill(row, box);
@@ -473,8 +475,8 @@ import * as labels from "./labels.js";
   function replaceAll(items) {
     const seen = new Set(items.map((b) => b.name));
     for (const name of [...rows.keys()]) if (!seen.has(name)) remove(name);
-    // Oldest first, so each insert lands at the top: newest first, as the API orders.
-    for (const box of [...items].reverse()) upsert(box);
+    // The snapshot comes in name order. Oldest first, so each insert lands at the top.
+    for (const box of [...items].sort((a, b) => (above(a, b) ? 1 : -1))) upsert(box);
     $("no-boxes").hidden = rows.size > 0;
   }
 
