@@ -19,6 +19,8 @@ import argparse
 import asyncio
 import contextlib
 import os
+import socket
+import subprocess
 import sys
 import time
 import uuid
@@ -31,6 +33,7 @@ import record
 from api_bench import create_boxes, percentile, rss_mib
 from devboxes_testbed.api import Api, bearer
 from devboxes_testbed.controller import Controller, example_settings
+from devboxes_testbed.process import free_port
 from devboxes_testbed.rig import Rig
 from scratch import scratch_dir
 
@@ -106,6 +109,29 @@ def load(
     url: str, token: str, paths: list[str], clients: int, seconds: float, warmup: float = 2.0
 ) -> Load:
     return asyncio.run(_load(url.rstrip("/"), token, paths, clients, seconds, warmup))
+
+
+def load_floor(paths: list[str], clients: int, seconds: float) -> Load:
+    """The get load on bench/bare_server.py: the most one process of this machine serves
+    to the same clients."""
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, str(REPO / "bench" / "bare_server.py"), str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port)):
+                break
+            if time.monotonic() > deadline or server.poll() is not None:
+                raise SystemExit("bench/bare_server.py did not start")
+            time.sleep(0.1)
+        return load(f"http://127.0.0.1:{port}", "", paths, clients, seconds)
+    finally:
+        server.terminate()
+        server.wait(10)
 
 
 def route_paths(api: Api) -> dict[str, list[str]]:
@@ -258,11 +284,22 @@ def measure_testbed(args: argparse.Namespace, controllers: list[Controller], log
                 )
                 log(f"  {format_load(results[controller.identity][route])}")
 
+    log("loading get on a bare server of one fixed answer ...")
+    floor = load_floor(paths["get"], args.clients, args.seconds)
+    log(f"  {format_load(floor)}")
+
     print(
         f"\n{args.clients} concurrent clients, {args.seconds:.0f} s per route and controller, "
         f"{load_at} boxes\n"
     )
     print_table(load_header(labels), load_rows(results, labels))
+    print(
+        f"the floor, get on bench/bare_server.py (one process, one fixed answer, the "
+        f"controller's protocol, no authentication or store): {format_load(floor)}"
+    )
+    for label in labels:
+        print(f"  {label}'s get: {results[label]['get'].rate / floor.rate:.0%} of its rate")
+    print()
     memory_rows = []
     for count, by_label in memory.items():
         row = [str(count)]
