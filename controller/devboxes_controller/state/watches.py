@@ -43,6 +43,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from ..box import naming
+from ..box.status import FAILED_CREATE
 from ..config.settings import Settings
 from ..k8s import kinds
 from ..k8s.kinds import Kind
@@ -155,9 +156,18 @@ PERSISTENT_VOLUME_CLAIMS = _box(
     slim.persistent_volume_claim,
     "status, lifecycle, volumes",
 )
-# Events carry no box label: every Event of the namespace, indexed by the box of the
-# object it is about.
-EVENTS = Watch("events", kinds.EVENTS, False, slim.event, "status", box_of=naming.box_of_event)
+# Events carry no box label: indexed by the box of the object they are about. Only the
+# ones status reads are watched, pod creations a ReplicaSet was refused; the apiserver
+# leaves out the others (several per box start), which the cache would hold for an hour.
+EVENTS = Watch(
+    "events",
+    kinds.EVENTS,
+    False,
+    slim.event,
+    "status",
+    box_of=naming.box_of_event,
+    field_selector=f"involvedObject.kind=ReplicaSet,reason={FAILED_CREATE}",
+)
 CLAIM_TEMPLATES = _box(
     "resourceclaimtemplates",
     kinds.RESOURCE_CLAIM_TEMPLATES,

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from devboxes_controller.state import cache
+from devboxes_controller.k8s.kube import Apis
+from devboxes_controller.state import cache, watches
 from kubernetes import client
 
 
@@ -74,5 +75,40 @@ def test_objects_keep_refuses_are_absent_and_leave_when_a_change_refuses_them(
             "failing", namespace, {"metadata": {"labels": {"kept": "no"}}}
         )
         assert informer.wait_for(lambda: informer.names() == {"quiet"}, 120)
+    finally:
+        informer.stop()
+
+
+def test_the_events_watch_holds_only_the_pod_creations_a_replicaset_was_refused(
+    kube: Any, namespace: str
+) -> None:
+    core = client.CoreV1Api(kube)
+
+    def event(name: str, kind: str, reason: str) -> None:
+        involved = {"kind": kind, "name": f"devbox-{name}-5d8f", "namespace": namespace}
+        core.create_namespaced_event(
+            namespace,
+            {
+                "metadata": {"name": name},
+                "involvedObject": involved,
+                "reason": reason,
+                "message": "exceeded quota",
+                "type": "Warning",
+            },
+        )
+
+    event("refused", "ReplicaSet", "FailedCreate")
+    event("scheduled", "Pod", "Scheduled")
+    event("deployment-refused", "Deployment", "FailedCreate")
+    informer = watches.EVENTS.informer(Apis(kube), namespace)
+    informer.start()
+    try:
+        assert informer.synced.wait(120)
+        assert informer.names() == {"refused"}
+        # Through the watch too: an Event left out, then one kept after it.
+        event("pulled", "Pod", "Pulled")
+        event("refused-again", "ReplicaSet", "FailedCreate")
+        assert informer.wait_for(lambda: "refused-again" in informer.names(), 120)
+        assert informer.names() == {"refused", "refused-again"}
     finally:
         informer.stop()
