@@ -15,9 +15,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from functools import cache
+from typing import TYPE_CHECKING
 
-from celpy.celparser import CELParseError, CELParser
 from lark import Token, Tree
+
+if TYPE_CHECKING:
+    from celpy.celparser import CELParser
 
 # Selectors are pinned in a box's snapshot annotation, which has a fixed size budget
 # (settings.SNAPSHOT_MAX_BYTES): they are short and printable ASCII, as device attribute
@@ -27,7 +31,14 @@ _PRINTABLE = re.compile(r"^[ -~]*$")
 # The two maps of a device whose keys differ from one device to another.
 _GUARDED_MAPS = ("attributes", "capacity")
 
-_parser = CELParser()
+
+@cache
+def _parser() -> CELParser:
+    """The CEL grammar, built when the first selector is checked: settings without one
+    never load cel-python."""
+    from celpy.celparser import CELParser
+
+    return CELParser()
 
 
 def _unwrap(node: object) -> object:
@@ -82,8 +93,10 @@ def selector_problem(expression: str) -> str | None:
         return f"at most {MAX_SELECTOR_LENGTH} characters are allowed, got {len(expression)}"
     if not _PRINTABLE.fullmatch(expression):
         return "only printable ASCII characters are allowed in a selector"
+    from celpy.celparser import CELParseError
+
     try:
-        tree = _parser.parse(expression)
+        tree = _parser().parse(expression)
     except CELParseError as exc:
         where = " ".join(str(exc).split())
         return f"not a CEL expression: {where}"

@@ -20,15 +20,11 @@ device, as the scheduler tries them in order.
 
 from __future__ import annotations
 
-import re
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
-
-import celpy
-from celpy import celtypes
+from typing import TYPE_CHECKING, Any
 
 from devboxes_sdk.models import GpuAvailability, ProfileAvailability
 
@@ -37,6 +33,9 @@ from ..config.formats import quantity_value
 from ..config.gpu import DeviceAlternative, GpuProfileConfig
 from ..k8s.kube import Obj
 from . import capacity
+
+if TYPE_CHECKING:
+    from . import device_cel
 
 Key = tuple[str, str, str]
 # A pool's shared counter: (driver, pool, counter set, counter).
@@ -129,124 +128,6 @@ def held_devices(claims: Iterable[Obj]) -> set[Key]:
     }
 
 
-# -- the device as CEL sees it ------------------------------------------------------------------
-
-
-@dataclass(frozen=True, order=True)
-class Quantity:
-    """A capacity, compared by value as Kubernetes' CEL quantity is."""
-
-    value: Decimal
-
-
-_SEMVER = re.compile(r"^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$")
-
-
-@dataclass(frozen=True, order=True)
-class Semver:
-    """A version attribute; pre-release and build parts are not supported."""
-
-    parts: tuple[int, int, int]
-
-
-def _semver(text: object) -> Semver:
-    found = _SEMVER.fullmatch(str(text))
-    if found is None:
-        raise ValueError(f"{text!r} is not a version this controller compares")
-    major, minor, patch = (int(x) for x in found.groups())
-    return Semver((major, minor, patch))
-
-
-def _quantity(text: object) -> Quantity:
-    return Quantity(quantity_value(str(text)))
-
-
-def _comparable(a: object, b: object) -> tuple[Any, Any]:
-    if isinstance(a, Quantity) and isinstance(b, Quantity):
-        return a.value, b.value
-    if isinstance(a, Semver) and isinstance(b, Semver):
-        return a.parts, b.parts
-    raise TypeError("no such overload")
-
-
-def _compare_to(a: object, b: object) -> celtypes.IntType:
-    left, right = _comparable(a, b)
-    return celtypes.IntType((left > right) - (left < right))
-
-
-def _greater(a: object, b: object) -> celtypes.BoolType:
-    left, right = _comparable(a, b)
-    return celtypes.BoolType(left > right)
-
-
-def _less(a: object, b: object) -> celtypes.BoolType:
-    left, right = _comparable(a, b)
-    return celtypes.BoolType(left < right)
-
-
-FUNCTIONS: dict[str, Callable[..., Any]] = {
-    "quantity": _quantity,
-    "semver": _semver,
-    "compareTo": _compare_to,
-    "isGreaterThan": _greater,
-    "isLessThan": _less,
-}
-
-
-def _attribute(value: Obj) -> Any:
-    if "string" in value:
-        return celtypes.StringType(value["string"])
-    if "bool" in value:
-        return celtypes.BoolType(value["bool"])
-    if "int" in value:
-        return celtypes.IntType(value["int"])
-    if "version" in value:
-        try:
-            return _semver(value["version"])
-        except ValueError:
-            # Read only by a selector that compares it, which then cannot be judged.
-            return None
-    return None
-
-
-def _qualified(name: str, driver: str) -> tuple[str, str]:
-    """An attribute or capacity name's domain and name: unqualified names are the driver's."""
-    domain, _, short = name.rpartition("/")
-    return (domain or driver), short
-
-
-def _cel_device(driver: str, device: Obj) -> celtypes.MapType:
-    attributes: dict[str, dict[str, Any]] = {}
-    for name, value in (device.get("attributes") or {}).items():
-        domain, short = _qualified(name, driver)
-        attributes.setdefault(domain, {})[short] = _attribute(value or {})
-    capacities: dict[str, dict[str, Any]] = {}
-    for name, value in (device.get("capacity") or {}).items():
-        domain, short = _qualified(name, driver)
-        try:
-            capacities.setdefault(domain, {})[short] = _quantity((value or {}).get("value"))
-        except ValueError:
-            capacities.setdefault(domain, {})[short] = None
-
-    def cel_map(table: Mapping[str, Mapping[str, Any]]) -> celtypes.MapType:
-        return celtypes.MapType(
-            {
-                celtypes.StringType(domain): celtypes.MapType(
-                    {celtypes.StringType(k): v for k, v in values.items() if v is not None}
-                )
-                for domain, values in table.items()
-            }
-        )
-
-    return celtypes.MapType(
-        {
-            celtypes.StringType("driver"): celtypes.StringType(driver),
-            celtypes.StringType("attributes"): cel_map(attributes),
-            celtypes.StringType("capacity"): cel_map(capacities),
-        }
-    )
-
-
 # -- the published devices ----------------------------------------------------------------------
 
 
@@ -260,9 +141,6 @@ class Device:
     blocked: bool
     consumes: tuple[tuple[CounterKey, Decimal], ...]
     published: Obj = field(compare=False, repr=False)
-
-    def cel(self) -> celtypes.MapType:
-        return _cel_device(self.key[0], self.published)
 
 
 @dataclass(frozen=True)
@@ -331,19 +209,13 @@ class Matcher:
     cluster, and published devices rarely change."""
 
     def __init__(self) -> None:
-        self._env = celpy.Environment()
-        self._programs: dict[str, Any] = {}
+        # cel-python is loaded with the first selector judged, so a controller whose
+        # profiles have none does not hold it (about 8 MiB).
+        self._programs: device_cel.Programs | None = None
         self._verdicts: dict[tuple[str, Key, str], bool | None] = {}
         self._seen: set[tuple[Key, str]] = set()
         # The availability thread and requests with a preset count at the same time.
         self._lock = threading.Lock()
-
-    def _program(self, expression: str) -> Any:
-        program = self._programs.get(expression)
-        if program is None:
-            program = self._env.program(self._env.compile(expression), functions=FUNCTIONS)
-            self._programs[expression] = program
-        return program
 
     def holds(self, expression: str, device: Device) -> bool | None:
         """Whether the selector holds for the device; None when it cannot be judged."""
@@ -356,13 +228,11 @@ class Matcher:
             return verdict
 
     def _judge(self, expression: str, device: Device) -> bool | None:
-        try:
-            result = self._program(expression).evaluate({"device": device.cel()})
-        except Exception:  # noqa: BLE001 - any failure means: cannot be judged here
-            return None
-        if isinstance(result, celtypes.BoolType):
-            return bool(result)
-        return None
+        if self._programs is None:
+            from . import device_cel
+
+            self._programs = device_cel.Programs()
+        return self._programs.judge(expression, device.key[0], device.published)
 
     def keep_only(self, found: Inventory) -> None:
         """Forget the verdicts on devices no longer published as they were."""
