@@ -10,7 +10,7 @@ from __future__ import annotations
 from devboxes_sdk.models import Devbox, DevboxState
 
 from .bodies import Body, body
-from .index import CPU, BoxIndex, Key, Page
+from .index import CPU, BoxIndex, Key
 
 
 class Answers:
@@ -78,14 +78,16 @@ class Answers:
                 self._list_bodies[key] = answer
         return answer
 
-    def names(self, key: Key) -> set[str]:
-        return set(self._index.names(key))
+    def names(self, key: Key) -> list[str]:
+        """The names of the filter's boxes, in name order."""
+        return self._index.names(key)
 
-    def page(self, key: Key, after: str, limit: int | None) -> tuple[Page, list[bytes]]:
-        """Up to ``limit`` boxes of the filter named after ``after``, in name order: their
-        names and their bodies."""
+    def page(self, key: Key, after: str, limit: int | None) -> tuple[list[bytes], str | None]:
+        """The bodies of up to ``limit`` boxes of the filter named after ``after``, in name
+        order, and the name to continue after when more boxes follow."""
         page = self._index.page(key, after, limit)
-        return page, [self._status_body[name].data for name in page.names]
+        parts = [self._status_body[name].data for name in page.names]
+        return parts, page.names[-1] if page.more else None
 
     def profiles(self) -> set[str]:
         return self._index.profiles()

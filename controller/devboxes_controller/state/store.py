@@ -30,7 +30,6 @@ from .availability import Availability
 from .bodies import Body
 from .bookings import Bookings
 from .cache import Informer
-from .index import Page
 from .line import DeviceLine, entry
 from .metrics import METRICS
 from .watches import (
@@ -318,6 +317,11 @@ class BoxStore:
         with self._status_lock:
             return self._answers.filtered((owner, None, None))
 
+    def names(self, owner: str | None = None) -> list[str]:
+        """The names of ``owner``'s boxes (every box's when None), in name order."""
+        with self._status_lock:
+            return self._answers.names((owner, None, None))
+
     def filtered_body(self, state: str | None, profile: str | None, owner: str | None) -> Body:
         """The list response body of the boxes of this owner, in this state and of this
         profile (``None``: any)."""
@@ -329,9 +333,10 @@ class BoxStore:
         key: tuple[str | None, str | None, str | None],
         after: str,
         limit: int | None,
-    ) -> tuple[Page, list[bytes]]:
-        """Up to ``limit`` boxes of the ``(owner, state, profile)`` filter named after
-        ``after``, in name order: their names, whether more follow, and their bodies."""
+    ) -> tuple[list[bytes], str | None]:
+        """The bodies of up to ``limit`` boxes of the ``(owner, state, profile)`` filter
+        named after ``after``, in name order, and the name to continue after when more
+        boxes follow."""
         with self._status_lock:
             return self._answers.page(key, after, limit)
 

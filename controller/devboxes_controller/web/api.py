@@ -417,10 +417,8 @@ async def list_devboxes(
             return respond(request, store.list_body(whose))
         return respond(request, store.filtered_body(wanted, profile, whose))
     after = tokens.read(token, whose, wanted, profile).after if token is not None else ""
-    found, parts = store.page((whose, wanted, profile), after, limit)
-    following = (
-        tokens.issue(Position(found.names[-1], wanted, profile, whose)) if found.more else None
-    )
+    parts, last = store.page((whose, wanted, profile), after, limit)
+    following = tokens.issue(Position(last, wanted, profile, whose)) if last is not None else None
     tail = f'],"continue":{json.dumps(following)}}}'.encode()
     return respond(request, body(b'{"items":[' + b",".join(parts) + tail, compress=True))
 

@@ -40,7 +40,6 @@ from ..box.ownership import OPERATOR
 from ..config.auth import OidcSettings
 from ..k8s.kube import ApiProblem
 from ..state.ended_sessions import EndedSessions
-from ..state.index import Page
 from ..state.store import BoxStore
 from .identity.base import Identity, IdentityUnavailable, Unauthorized, bearer, owner_scope
 from .identity.chooser import authenticate, caller
@@ -521,26 +520,26 @@ class StreamCredentials:
         return None
 
 
-# Reads the boxes after a name: up to one slice of them, whether more follow, their bodies.
-PageReader = Callable[[str], tuple[Page, list[bytes]]]
-
-
-def snapshot(read_page: PageReader, shown: set[str]) -> Iterator[bytes]:
-    """The ``snapshot`` event, read from the kept box bodies one slice at a time as the
-    reader takes them, so that a stream that stops reading holds one slice, never a list
-    of its own; ``shown`` gains each box sent. A box that changes meanwhile is sent again
-    as an event, which the reader applies after the snapshot."""
+def snapshot(
+    names: list[str], body_of: Callable[[str], bytes | None], shown: set[str]
+) -> Iterator[bytes]:
+    """The ``snapshot`` event of the boxes ``names``: their kept bodies, read one slice at
+    a time as the reader takes them, so that a stream that stops reading holds its list of
+    names and one slice, never a list body of its own; ``shown`` gains each box sent. A
+    box gone meanwhile (``body_of`` None) is left out; one that changes is sent again as
+    an event, which the reader applies after the snapshot."""
     yield b'event: snapshot\ndata: {"items":['
-    after, separator = "", b""
-    while True:
-        found, parts = read_page(after)
+    separator = b""
+    for start in range(0, len(names), SLICE):
+        parts = []
+        for name in names[start : start + SLICE]:
+            body = body_of(name)
+            if body is not None:
+                parts.append(body)
+                shown.add(name)
         if parts:
             yield separator + b",".join(parts)
             separator = b","
-        shown.update(found.names)
-        if not found.more:
-            break
-        after = found.names[-1]
     yield b"]}\n\n"
 
 
@@ -560,7 +559,14 @@ async def _stream(
         # new box's other objects before its Deployment.
         shown: set[str] = set()
         yield b"retry: 3000\n\n"
-        for chunk in snapshot(lambda after: store.page((scope, None, None), after, SLICE), shown):
+
+        def body_of(name: str) -> bytes | None:
+            try:
+                return store.get_body(name, scope).data
+            except ApiProblem:
+                return None
+
+        for chunk in snapshot(store.names(scope), body_of, shown):
             yield chunk
         yield _event("availability", store.availability.current().model_dump_json())
         while True:

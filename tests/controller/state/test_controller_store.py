@@ -20,7 +20,6 @@ import yaml
 from devboxes_controller.box.status import SCHEDULING_BLOCKED, WAITING_FOR_POD, BoxObjects
 from devboxes_controller.config.settings import settings_from_mapping
 from devboxes_controller.state import slim
-from devboxes_controller.state.index import Page
 from devboxes_controller.state.store import BoxStore
 from devboxes_controller.state.watches import DEPLOYMENTS, PODS, REPLICASETS, Watches
 from kubernetes import client
@@ -101,9 +100,9 @@ def test_the_list_indexes_follow_a_box_from_its_first_event_to_its_deletion() ->
     box = store.get(BOX)
     profile = box.gpu.profile if box.gpu is not None else "cpu"
     owned = (box.owner, box.state.value, profile)
-    assert store.page(owned, "", 10) == (Page([BOX], False), [store.get_body(BOX).data])
-    assert store.page((None, None, None), BOX, 10) == (Page([], False), [])
-    assert store.page(("someone-else", None, None), "", 10) == (Page([], False), [])
+    assert store.page(owned, "", 10) == ([store.get_body(BOX).data], None)
+    assert store.page((None, None, None), BOX, 10) == ([], None)
+    assert store.page(("someone-else", None, None), "", 10) == ([], None)
     assert store.filtered_body(None, profile, None).data == store.list_body().data
     assert store.list_body(box.owner).data == store.list_body().data
     assert store.list_body("someone-else").data == b'{"items":[]}'
@@ -111,7 +110,7 @@ def test_the_list_indexes_follow_a_box_from_its_first_event_to_its_deletion() ->
 
     watches[DEPLOYMENTS]._remove(deployment["metadata"]["name"])
     store._changed_box(BOX)
-    assert store.page((None, None, None), "", 10) == (Page([], False), [])
+    assert store.page((None, None, None), "", 10) == ([], None)
     assert store.filtered_body(box.state.value, None, None).data == b'{"items":[]}'
     assert store.profiles() == set()
 
