@@ -14,8 +14,10 @@ own, and measures:
   with a 4 KiB receive window, stalled in its snapshot) opened before each start, so that
   the second round runs beside stalled readers;
 - that each stream was sent the started boxes and no other box;
-- that each stalled reader, read at last, is told to reconnect and its stream ends (the
-  controller logs each one);
+- how each stalled reader, read at last (oldest first), ended: with the reconnect hint,
+  or dropped by the controller once its send buffer had stayed full for
+  ``SEND_STALL_SECONDS`` (counted from the controller's /metrics), with how long it had
+  been stalled;
 - the controller's resident memory with no stream, and with the streams open.
 
 The streams are the operator's (bearer token), who sees every box; with ``--people N``
@@ -49,6 +51,7 @@ import record
 import requests
 from api_bench import percentile
 from devboxes_controller.state.ended_sessions import EndedSessions
+from devboxes_controller.web import connections
 from devboxes_controller.web.identity.sessions import COOKIE, Person, SessionStore
 from devboxes_testbed.api import Api
 from stopped_boxes import (
@@ -64,6 +67,7 @@ from support import MemoryRecord
 
 PREFIX = "box-"
 DROPPED = "slow event-stream reader told to reconnect"
+SEND_STALLED = 'reason="send_stalled"'
 HINT = b"event: reconnect"
 # A stream's snapshot names every box once as ``"name":"box-…"`` or
 # ``"name":"team07-box-…"``; no other field does.
@@ -195,11 +199,12 @@ def stalled_reader(host: str, port: int, headers: dict[str, str]) -> socket.sock
     return reader
 
 
-def ends_with_hint(reader: socket.socket) -> bool:
-    """Read the stalled stream at last, to its end: whether it ends with the hint. What the
-    controller queued before the hint (megabytes at 10,000 boxes) comes through the small
-    receive window slowly, so each read may wait 30 s; a stream still open after
-    ``READ_AT_LAST_SECONDS`` was never dropped, as its heartbeats would keep it open."""
+def how_it_ended(reader: socket.socket) -> str:
+    """Read the stalled stream at last, to its end: ``hint`` when it ends with the hint,
+    ``closed`` when it ends without it, ``reset`` when the controller aborted the
+    connection, ``open`` when it had not ended after ``READ_AT_LAST_SECONDS`` (never
+    dropped: its heartbeats would keep it open). What the controller queued before the
+    end comes through the small receive window slowly, so each read may wait 30 s."""
     deadline = time.monotonic() + READ_AT_LAST_SECONDS
     tail = b""
     with reader:
@@ -207,11 +212,21 @@ def ends_with_hint(reader: socket.socket) -> bool:
             while (left := deadline - time.monotonic()) > 0:
                 reader.settimeout(min(left, 30))
                 if not (chunk := reader.recv(1 << 20)):
-                    return HINT in tail
+                    return "hint" if HINT in tail else "closed"
                 tail = (tail + chunk)[-400:]
         except TimeoutError:
             pass
-    return False
+        except ConnectionResetError:
+            return "reset"
+    return "open"
+
+
+def send_stalled_drops(api: Api) -> float:
+    """Connections the controller dropped after a full send buffer, by its /metrics."""
+    for line in api.session.get(f"{api.url}/metrics", timeout=30).text.splitlines():
+        if line.startswith("devboxes_http_connections_closed_total") and SEND_STALLED in line:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
 
 
 def fan_out(
@@ -298,11 +313,12 @@ def run(args: argparse.Namespace) -> None:
         log(f"starting {len(reading)} boxes, every stream reading ...")
         alone = fan_out(streams, readers, controller.url, headers, reading, lambda: None)
 
-        stalled: list[socket.socket] = []
+        stalled: list[tuple[socket.socket, float]] = []
+        drops_before = send_stalled_drops(api)
 
         def stall() -> None:
             # The operator's: the whole list, a snapshot that fills the buffers at once.
-            stalled.append(stalled_reader(host, port, headers))
+            stalled.append((stalled_reader(host, port, headers), time.monotonic()))
             time.sleep(STALL_SECONDS)
 
         beside = names[args.samples : 2 * args.samples]
@@ -312,9 +328,14 @@ def run(args: argparse.Namespace) -> None:
 
         # Every stalled reader has now waited longer than the controller allows one chunk.
         time.sleep(SLOW_SECONDS)
-        hinted = sum(ends_with_hint(reader) for reader in stalled)
+        # Read one after another, oldest first; each with how long it had been stalled.
+        ends = []
+        for reader, since in stalled:
+            waited = time.monotonic() - since
+            ends.append((how_it_ended(reader), waited))
         time.sleep(1)
         dropped = controller.log.read_text().count(DROPPED)
+        send_stalled = send_stalled_drops(api) - drops_before
         with streams.lock:
             sent = {name for name, seen in streams.first.items() if seen}
             per_stream = [
@@ -349,9 +370,18 @@ def run(args: argparse.Namespace) -> None:
         )
         print(f"box events on a stream whose reader may not see the box: {leaked}")
         print(f"reading streams that ended: {streams.ended}; failed: {len(streams.failed)}")
+        hinted = sum(end == "hint" for end, _ in ends)
         print(
             f"stalled readers: {len(stalled)}; ended with the reconnect hint once read: "
             f"{hinted}; dropped (controller log): {dropped}"
+        )
+        print(
+            "  each, oldest first (how it ended, seconds stalled when read): "
+            + ", ".join(f"{end} {waited:.0f}" for end, waited in ends)
+        )
+        print(
+            f"  connections the controller dropped after "
+            f"{connections.SEND_STALL_SECONDS} s of a full send buffer: {send_stalled:.0f}"
         )
         print(f"controller RSS, no stream: {rss_none:.1f} MiB")
         print(f"controller RSS, {args.clients} streams open: {rss_open:.1f} MiB")
