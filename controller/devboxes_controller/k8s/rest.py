@@ -5,7 +5,7 @@ its API classes.
 An API class holds every endpoint of its group with a validated signature each:
 ``CoreV1Api`` is 4 MiB of source and holds about 22 MiB once imported, ``AppsV1Api`` 12 MiB
 more, while the controller makes a few dozen calls and reads every answer as raw JSON. A
-:class:`Group` makes the same methods for the kinds the controller uses:
+:class:`Methods` makes the same methods for the kinds the controller uses:
 ``create_namespaced_service(namespace, body)``, ``list_node(watch=True, ...)``,
 ``delete_namespaced_deployment(name, namespace, body=...)``, each answering with the
 urllib3 response, as the generated ones do with ``_preload_content=False``, and raising the
