@@ -15,9 +15,9 @@ from devboxes_controller.k8s import kinds, kube, rest
 from kubernetes import client
 
 CONTROLLER = Path(kube.__file__).resolve().parents[1]
-# ``self._core.create_namespaced_service``, ``kube.Apis(api).storage.list_storage_class``
+# ``self._core.create_namespaced_service``, ``kube.apis(api).storage.list_storage_class``
 CALLED = re.compile(
-    r"(?:self\._(core|apps|resource|leases)|Apis\(api\)\.(\w+))\.((?:list|read|create|patch|replace|delete)_\w+)"
+    r"(?:self\._(core|apps|resource|leases)|apis\(api\)\.(\w+))\.((?:list|read|create|patch|replace|delete)_\w+)"
 )
 GROUP_OF_ATTRIBUTE = {"leases": "coordination"}
 
@@ -32,6 +32,12 @@ def test_every_method_a_module_calls_exists() -> None:
     assert len(called) > 30
     missing = [f"{g}.{m}" for g, m in sorted(called) if not hasattr(getattr(apis, g), m)]
     assert missing == []
+
+
+def test_one_client_shares_one_set_of_methods() -> None:
+    api = client.ApiClient()
+    assert kube.apis(api) is kube.apis(api)
+    assert kube.apis(client.ApiClient()) is not kube.apis(api)
 
 
 def test_the_generated_api_classes_are_never_loaded() -> None:

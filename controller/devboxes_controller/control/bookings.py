@@ -70,7 +70,7 @@ class Desk:
     def __init__(self, lifecycle: Lifecycle) -> None:
         self._store = lifecycle.store
         self.promises = lifecycle.promises
-        self._core = kube.Apis(lifecycle.api).core
+        self._core = kube.apis(lifecycle.api).core
         self._namespace = lifecycle.store.settings.namespace
 
     @property

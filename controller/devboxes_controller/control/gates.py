@@ -104,7 +104,7 @@ class Gatekeeper:
         self, store: BoxStore, api: kube.ApiClient, elector: LeaderElector, promises: Promises
     ) -> None:
         self._store = store
-        self._core = kube.Apis(api).core
+        self._core = kube.apis(api).core
         self._elector = elector
         self._promises = promises
         self._strict = store.settings.queue.order == "strict"

@@ -61,7 +61,7 @@ class Lifecycle:
         self.activity_key = activity_key
         self.clock = store.clock
         self.api = api
-        apis = kube.Apis(api)
+        apis = kube.apis(api)
         self._events = Events(apis, self.namespace, self.clock)
         self._writer = BoxWriter(store, apis, self._events)
         self._limits_lock = threading.Lock()

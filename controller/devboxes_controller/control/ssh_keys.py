@@ -48,7 +48,7 @@ class Keys:
         clock: Callable[[], datetime],
         operator_secret: str | None,
     ) -> None:
-        self._core = kube.Apis(api).core
+        self._core = kube.apis(api).core
         self._namespace = namespace
         self._clock = clock
         self._operator_has_no_keys = (

@@ -14,14 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .rest import Resource
+from .rest import Resource, Verb, method_name
 
 if TYPE_CHECKING:
     from .kube import Apis
 
 # A generated list method: keyword arguments in (``namespace`` for a namespaced list, the
-# selectors, ``watch``, ``resource_version``...), the raw response out with
-# ``_preload_content=False``.
+# selectors, ``watch``, ``resource_version``...), the raw response out.
 ListCall = Callable[..., Any]
 
 
@@ -32,22 +31,15 @@ class Kind(Resource):
     def lister(self, apis: Apis, all_namespaces: bool = False) -> ListCall:
         """The list (and watch) call of the kind: of one namespace, which the call then
         takes as ``namespace``, or of every namespace; a cluster kind has only the one."""
-        if not self.namespaced:
-            name = f"list_{self.singular}"
-        elif all_namespaces:
-            name = f"list_{self.singular}_for_all_namespaces"
-        else:
-            name = f"list_namespaced_{self.singular}"
-        function: ListCall = getattr(getattr(apis, self.group), name)
+        function: ListCall = getattr(
+            getattr(apis, self.group), method_name(self, "list", all_namespaces)
+        )
         return function
 
-    def call(self, apis: Apis, verb: str) -> Callable[..., Any]:
+    def call(self, apis: Apis, verb: Verb) -> Callable[..., Any]:
         """The call of ``verb`` (read, create, patch, delete) on one object of the kind,
         for ``kube.call``."""
-        scope = "namespaced_" if self.namespaced else ""
-        function: Callable[..., Any] = getattr(
-            getattr(apis, self.group), f"{verb}_{scope}{self.singular}"
-        )
+        function: Callable[..., Any] = getattr(getattr(apis, self.group), method_name(self, verb))
         return function
 
 

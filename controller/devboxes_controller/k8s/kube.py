@@ -10,6 +10,8 @@ objects or a person's keys, which ``devboxes_kubernetes_writes_total`` counts.
 from __future__ import annotations
 
 import json
+import threading
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, TypeAlias, TypeVar
 
@@ -110,6 +112,20 @@ class Apis:
         self.authorization = group("authorization")
 
 
+_APIS: weakref.WeakKeyDictionary[ApiClient, Apis] = weakref.WeakKeyDictionary()
+_APIS_LOCK = threading.Lock()
+
+
+def apis(api: ApiClient) -> Apis:
+    """The one :class:`Apis` over ``api``, made on its first use, so every module calling
+    through one client shares its methods."""
+    with _APIS_LOCK:
+        found = _APIS.get(api)
+        if found is None:
+            found = _APIS[api] = Apis(api)
+        return found
+
+
 def api_client(kubeconfig: str | None) -> client.ApiClient:
     """A client from an explicit kubeconfig, else in-cluster credentials, else ~/.kube/config."""
     configuration = client.Configuration()
@@ -158,7 +174,7 @@ def call(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Obj:
     kwargs.setdefault("_request_timeout", (CONNECT_SECONDS, READ_SECONDS))
     changes = function.__name__.partition("_")[0] in WRITE_VERBS
     try:
-        response = function(*args, _preload_content=False, **kwargs)
+        response = function(*args, **kwargs)
     except (client.ApiException, urllib3.exceptions.HTTPError, OSError) as err:
         problem = translate(err)
         if changes and isinstance(problem, Unavailable):

@@ -40,7 +40,7 @@ class LeaderElector:
         can_lead: Callable[[], bool] = lambda: True,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._leases = kube.Apis(api).coordination
+        self._leases = kube.apis(api).coordination
         self._namespace = namespace
         self.identity = identity
         self._duration = lease_seconds

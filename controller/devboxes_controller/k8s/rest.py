@@ -8,8 +8,8 @@ more, while the controller makes a few dozen calls and reads every answer as raw
 :class:`Methods` makes the same methods for the kinds the controller uses:
 ``create_namespaced_service(namespace, body)``, ``list_node(watch=True, ...)``,
 ``delete_namespaced_deployment(name, namespace, body=...)``, each answering with the
-urllib3 response, as the generated ones do with ``_preload_content=False``, and raising the
-client's ``ApiException`` for an answer other than 2xx.
+urllib3 response (what the generated ones answer with ``_preload_content=False``), and
+raising the client's ``ApiException`` for an answer other than 2xx.
 """
 
 from __future__ import annotations
@@ -94,12 +94,9 @@ def request(
     *,
     _request_timeout: Any = None,
     _content_type: str | None = None,
-    _preload_content: bool = False,
 ) -> Any:
     """One call: the urllib3 response of a 2xx answer, else ``ApiException``. The body of
     the response is read by the caller (``.data``, or ``.stream()`` for a watch)."""
-    if _preload_content:
-        raise ValueError("the controller reads every answer as raw JSON")
     content_type = _content_type
     if content_type is None and body is not None:
         if method != "PATCH":
@@ -151,14 +148,23 @@ def _method(
     return method
 
 
+def method_name(resource: Resource, verb: Verb, all_namespaces: bool = False) -> str:
+    """The generated client's name of ``verb`` on ``resource``: of one namespace, or, for a
+    list of a namespaced kind, of every namespace; a cluster kind has only the one."""
+    if not resource.namespaced:
+        return f"{verb}_{resource.singular}"
+    if all_namespaces:
+        return f"{verb}_{resource.singular}_for_all_namespaces"
+    return f"{verb}_namespaced_{resource.singular}"
+
+
 def _methods(api: client.ApiClient, resource: Resource) -> Iterable[tuple[str, Callable[..., Any]]]:
     """The generated client's methods of ``resource``, by their names."""
-    singular = resource.singular
     for verb in VERBS:
-        name = f"{verb}_namespaced_{singular}" if resource.namespaced else f"{verb}_{singular}"
+        name = method_name(resource, verb)
         yield name, _method(api, resource, verb, name, resource.namespaced)
     if resource.namespaced:
-        name = f"list_{singular}_for_all_namespaces"
+        name = method_name(resource, "list", all_namespaces=True)
         yield name, _method(api, resource, "list", name, namespaced=False)
 
 

@@ -273,7 +273,6 @@ class Informer:
         while True:
             response = self._list(
                 limit=LIST_PAGE,
-                _preload_content=False,
                 _request_timeout=(CONNECT_SECONDS, LIST_READ_SECONDS),
                 **page,
                 **self._kwargs(),
@@ -309,7 +308,6 @@ class Informer:
             resource_version=version,
             timeout_seconds=WATCH_SECONDS,
             allow_watch_bookmarks=True,
-            _preload_content=False,
             _request_timeout=(CONNECT_SECONDS, WATCH_SECONDS + READ_MARGIN_SECONDS),
             **self._kwargs(),
         )

@@ -33,7 +33,7 @@ from typing import Protocol
 
 from ..k8s import kube
 from ..k8s.kinds import CONFIGMAPS
-from ..k8s.kube import ApiClient, ApiProblem, Apis, Conflict, NotFound, Obj, Unavailable
+from ..k8s.kube import ApiClient, ApiProblem, Conflict, NotFound, Obj, Unavailable, apis
 from .cache import Informer
 from .watches import ENDED_SESSIONS, ENDED_SESSIONS_CONFIGMAP
 
@@ -201,12 +201,12 @@ class ConfigMapRecord:
     and merge-patched over the version read."""
 
     def __init__(self, namespace: str, api: ApiClient) -> None:
-        apis = Apis(api)
+        groups = apis(api)
         self._namespace = namespace
-        self._create = CONFIGMAPS.call(apis, "create")
-        self._read_one = CONFIGMAPS.call(apis, "read")
-        self._patch_one = CONFIGMAPS.call(apis, "patch")
-        self.informer = ENDED_SESSIONS.informer(apis, namespace)
+        self._create = CONFIGMAPS.call(groups, "create")
+        self._read_one = CONFIGMAPS.call(groups, "read")
+        self._patch_one = CONFIGMAPS.call(groups, "patch")
+        self.informer = ENDED_SESSIONS.informer(groups, namespace)
 
     def synced(self) -> bool:
         return self.informer.synced.is_set()

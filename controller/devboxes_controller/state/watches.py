@@ -47,7 +47,7 @@ from ..box.status import FAILED_CREATE
 from ..config.settings import Settings
 from ..k8s import kinds
 from ..k8s.kinds import Kind
-from ..k8s.kube import ApiClient, Apis
+from ..k8s.kube import ApiClient, Apis, apis
 from . import slim
 from .bookings import BOOKINGS_CONFIGMAP
 from .cache import BoxOf, Informer, Keep, OnChange, Strip
@@ -259,9 +259,9 @@ class Watches:
     sessions') that ``settings`` call for, built once. Started and stopped together."""
 
     def __init__(self, settings: Settings, api: ApiClient) -> None:
-        apis = Apis(api)
+        groups = apis(api)
         self._informers = {
-            watch.name: watch.informer(apis, settings.namespace)
+            watch.name: watch.informer(groups, settings.namespace)
             for watch in WATCHES
             if watch not in OWN and watch.when(settings)
         }
