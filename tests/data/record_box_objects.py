@@ -85,7 +85,10 @@ def record(controller: Controller, core: Any, apps: Any) -> None:
         "persistentvolumeclaims": core.list_namespaced_persistent_volume_claim,
         "events": core.list_namespaced_event,
     }
-    objects = {kind: json.loads(lists[kind](NAMESPACE).data)["items"] for kind in KINDS}
+    objects = {
+        kind: json.loads(lists[kind](NAMESPACE, _preload_content=False).data)["items"]
+        for kind in KINDS
+    }
     OUTPUT.write_text(json.dumps(objects, indent=1, sort_keys=True) + "\n")
     states = {
         box["name"]: box["state"]

@@ -23,7 +23,7 @@ from support import Api, StartController, wait_for
 def box_pod(kube: Any, namespace: str, name: str) -> dict[str, Any]:
     """The box's one live pod, as raw JSON."""
     pods = client.CoreV1Api(kube).list_namespaced_pod(
-        namespace, label_selector=f"{naming.LABEL_BOX}={name}"
+        namespace, label_selector=f"{naming.LABEL_BOX}={name}", _preload_content=False
     )
     live = [p for p in json.loads(pods.data)["items"] if not p["metadata"].get("deletionTimestamp")]
     assert len(live) == 1, [p["metadata"]["name"] for p in live]

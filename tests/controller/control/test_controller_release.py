@@ -30,7 +30,7 @@ def ready(process: Controller, name: str) -> dict[str, Any]:
 
 def pod_template(kube: Any, namespace: str, name: str) -> dict[str, Any]:
     response = client.AppsV1Api(kube).read_namespaced_deployment(
-        naming.object_names(name).deployment, namespace
+        naming.object_names(name).deployment, namespace, _preload_content=False
     )
     template: dict[str, Any] = json.loads(response.data)["spec"]["template"]
     return template
@@ -42,7 +42,7 @@ def containers(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def live_pod(kube: Any, namespace: str, name: str) -> dict[str, Any] | None:
     pods = client.CoreV1Api(kube).list_namespaced_pod(
-        namespace, label_selector=f"{naming.LABEL_BOX}={name}"
+        namespace, label_selector=f"{naming.LABEL_BOX}={name}", _preload_content=False
     )
     live = [p for p in json.loads(pods.data)["items"] if not p["metadata"].get("deletionTimestamp")]
     return live[0] if len(live) == 1 else None
