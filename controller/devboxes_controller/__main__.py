@@ -167,6 +167,7 @@ def serve(args: argparse.Namespace) -> int:
     from .control.bookings import Desk, Keeper
     from .control.gates import Gatekeeper
     from .control.lifecycle import Lifecycle
+    from .control.mount_retry import MountRetry
     from .control.reconciler import Reconciler
     from .k8s import kube
     from .k8s.lease import LeaderElector
@@ -175,7 +176,7 @@ def serve(args: argparse.Namespace) -> int:
     from .state.ended_sessions import SharedEndedSessions
     from .state.line import DeviceLine
     from .state.store import BoxStore
-    from .state.watches import Watches
+    from .state.watches import MOUNT_REPORTS, PODS, Watches
     from .web.app import create_app
     from .web.connections import allow_open_files, server_options
     from .web.identity.base import Verifier
@@ -233,6 +234,9 @@ def serve(args: argparse.Namespace) -> int:
     )
     reconciler = Reconciler(store, lifecycle, elector)
     gatekeeper = Gatekeeper(store, api, elector, lifecycle.promises)
+    mount_retry = MountRetry(
+        api, settings.namespace, watches[MOUNT_REPORTS], watches[PODS], elector
+    )
     keeper = Keeper(store, Desk(lifecycle), elector, lifecycle)
     # People with a token of the configured OpenID Connect issuer or JupyterHub, beside
     # the operator.
@@ -248,11 +252,13 @@ def serve(args: argparse.Namespace) -> int:
         elector.start()
         reconciler.start()
         gatekeeper.start()
+        mount_retry.start()
         keeper.start()
         try:
             yield
         finally:
             keeper.stop()
+            mount_retry.stop()
             gatekeeper.stop()
             reconciler.stop()
             stopper = threading.Thread(target=elector.stop)

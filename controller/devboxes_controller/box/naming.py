@@ -60,6 +60,9 @@ ANNOTATION_TEMPLATE = ANNOTATION_PREFIX + "template"
 # strategy creates the new pod only once the previous one is gone. Scaling the same
 # ReplicaSet back up would not wait, and two pods would share the home volume.
 ANNOTATION_STARTED_AT = ANNOTATION_PREFIX + "started-at"
+# On a box pod, the retries of its volumes the controller asked of its node's kubelet
+# (control.mount_retry).
+ANNOTATION_MOUNT_RETRY = ANNOTATION_PREFIX + "mount-retry"
 # Holds a box pod that asks for a device back from the scheduler until its turn in line.
 QUEUE_GATE = "devboxes.io/queue"
 

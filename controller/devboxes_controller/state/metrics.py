@@ -71,6 +71,11 @@ class Metrics:
             "Box statuses recomputed after a watched change",
             registry=self.registry,
         )
+        self.mount_retries = Counter(
+            "devboxes_mount_retries_total",
+            "Box pods whose node was refused their volumes for a moment, retried at once",
+            registry=self.registry,
+        )
         self.expired = Counter(
             "devboxes_ttl_expirations_total",
             "Boxes stopped because their time to live ran out",

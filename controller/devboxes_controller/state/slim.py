@@ -229,6 +229,18 @@ def event(obj: Obj) -> Obj:
     return slim
 
 
+# A kubelet's report of volumes it could not prepare names each volume and why: past this
+# it is detail no reader needs.
+MOUNT_REPORT_CHARS = 1024
+
+
+def mount_report(obj: Obj) -> Obj:
+    """A kubelet's ``FailedMount`` Event: the pod it is about and what it said."""
+    slim = event(obj)
+    slim["message"] = str(obj.get("message") or "")[:MOUNT_REPORT_CHARS]
+    return slim
+
+
 # -- the cluster-wide caches of availability (and, for the slices, of DRA boxes' devices) ----
 
 # A node's labels, taints, readiness and allocatable resources: eligibility and capacity.

@@ -168,6 +168,17 @@ EVENTS = Watch(
     box_of=naming.box_of_event,
     field_selector=f"involvedObject.kind=ReplicaSet,reason={FAILED_CREATE}",
 )
+# The kubelets' reports of a pod's volumes they could not prepare: the mount retry's.
+FAILED_MOUNT = "FailedMount"
+MOUNT_REPORTS = Watch(
+    "events (failed mounts)",
+    kinds.EVENTS,
+    False,
+    slim.mount_report,
+    "the mount retry",
+    field_selector=f"involvedObject.kind=Pod,reason={FAILED_MOUNT}",
+    ready=False,
+)
 CLAIM_TEMPLATES = _box(
     "resourceclaimtemplates",
     kinds.RESOURCE_CLAIM_TEMPLATES,
@@ -251,7 +262,14 @@ COUNTING = (NODES, CLUSTER_PODS, RUNTIME_CLASSES)
 DEVICES = (RESOURCE_SLICES, CLUSTER_CLAIMS, DEVICE_CLASSES)
 # Built and run by the ended sessions themselves.
 OWN = (ENDED_SESSIONS,)
-WATCHES: tuple[Watch, ...] = (*BOX_WATCHES, BOOKINGS, *COUNTING, *DEVICES, *OWN)
+WATCHES: tuple[Watch, ...] = (
+    *BOX_WATCHES,
+    BOOKINGS,
+    MOUNT_REPORTS,
+    *COUNTING,
+    *DEVICES,
+    *OWN,
+)
 
 
 class Watches:
