@@ -86,7 +86,9 @@ class MountRetry:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="mount-retry", daemon=True)
+        # A report can come before this replica's cache sees its pod on the node.
         reports.subscribe(on_update=self._wake.set)
+        pods.subscribe(on_update=self._wake.set)
         elector.add_listener(lambda _leading: self._wake.set())
 
     def start(self) -> None:

@@ -67,10 +67,15 @@ def test_other_failures_started_pods_and_a_node_refused_for_good_are_left_to_the
     assert retries([report("devbox-a-1-x", REFUSED)], waiting, spent) == []
 
 
+# Bound to a node no kubelet serves, a pod waits there as one whose volumes are refused.
+ABSENT_NODE = "devbox-absent-node"
+
+
 def box_pod(name: str, node: str | None) -> dict[str, Any]:
     spec: dict[str, Any] = {"containers": [{"name": "devbox", "image": "busybox"}]}
     if node is None:
-        spec["schedulingGates"] = [{"name": naming.QUEUE_GATE}]
+        # No scheduler answers to this name: the pod waits for the test to bind it.
+        spec["schedulerName"] = "devboxes-test-nobody"
     else:
         spec["nodeName"] = node
     return {
@@ -111,18 +116,29 @@ def test_the_leader_retries_a_pod_whose_node_was_refused_its_claim(
 ) -> None:
     start_controller()
     core = client.CoreV1Api(kube)
-    # Bound to a node no kubelet serves, it waits there as a pod whose volumes are refused.
-    lagging, gated, missing = "devbox-lagging-1-a", "devbox-gated-1-a", "devbox-missing-1-a"
-    core.create_namespaced_pod(namespace, box_pod(lagging, "devbox-absent-node"))
-    core.create_namespaced_pod(namespace, box_pod(gated, None))
-    core.create_namespaced_pod(namespace, box_pod(missing, "devbox-absent-node"))
-    kubelet_report(core, namespace, gated, REFUSED)
+    lagging, later, missing = "devbox-lagging-1-a", "devbox-later-1-a", "devbox-missing-1-a"
+    core.create_namespaced_pod(namespace, box_pod(lagging, ABSENT_NODE))
+    core.create_namespaced_pod(namespace, box_pod(later, None))
+    core.create_namespaced_pod(namespace, box_pod(missing, ABSENT_NODE))
+    kubelet_report(core, namespace, later, REFUSED)
     kubelet_report(core, namespace, missing, MISSING)
     event = kubelet_report(core, namespace, lagging, REFUSED)
     wait_for_value(lambda: retried(core, namespace, lagging), "1", timeout=20)
+    # Reports before it were answered before it: a pod not yet on a node, another failure.
+    assert retried(core, namespace, later) is None
+    assert retried(core, namespace, missing) is None
+    # A report this replica read before it saw the pod on its node is answered once it does.
+    core.create_namespaced_binding(
+        namespace,
+        {
+            "metadata": {"name": later},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": ABSENT_NODE},
+        },
+        # The apiserver answers a Status, which the client's model of a Binding refuses.
+        _preload_content=False,
+    )
+    wait_for_value(lambda: retried(core, namespace, later), "1", timeout=20)
     # The kubelet's next refusal of the same pod is the same Event, counted once more.
     core.patch_namespaced_event(event, namespace, {"count": 2})
     wait_for_value(lambda: retried(core, namespace, lagging), "2", timeout=20)
-    # Reports before it were answered before it: a pod not on a node, another failure.
-    assert retried(core, namespace, gated) is None
     assert retried(core, namespace, missing) is None
