@@ -1,19 +1,23 @@
-"""What every ``devbox`` command shares, and the two commands ssh runs on each login.
+"""What every ``devbox`` command shares, and the commands that start on each login.
 
 The exit codes, the usage error, printing a message safely, and the URL and token a
 command uses. ``devbox ssh --stdio`` (ssh's ``ProxyCommand``) and ``devbox known-hosts``
-(its ``KnownHostsCommand``) start once or twice per login: this module, and everything it
-imports, loads neither the client nor requests nor pydantic, so that :func:`ssh_stdio`
-runs on a lean interpreter; :func:`known_hosts` loads the client only when it asks the
-controller. ``tests/sdk/test_fast_start.py`` keeps it so.
+(its ``KnownHostsCommand``) start once or twice per login, and ``devbox ssh NAME`` once:
+this module, and everything it imports, loads neither the client nor requests nor
+pydantic, so that :func:`ssh_stdio` and :func:`ssh_if_ready` run on a lean interpreter;
+:func:`known_hosts` loads the client only when it asks the controller.
+``tests/sdk/test_fast_start.py`` keeps it so.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
+from collections.abc import Sequence
 
 from devboxes_sdk import _cli_ssh
+from devboxes_sdk._ready_box import ready_box
 from devboxes_sdk._wire import normalize_name
 from devboxes_sdk.config import (
     ENV_TOKEN,
@@ -23,7 +27,7 @@ from devboxes_sdk.config import (
     normalize_url,
     resolve,
 )
-from devboxes_sdk.errors import ConfigurationError, NotConfigured
+from devboxes_sdk.errors import ConfigurationError, DevboxesError, NotConfigured
 from devboxes_sdk.tunnel import box_of_host
 
 EXIT_OK = 0
@@ -98,6 +102,24 @@ def ssh_stdio(url: str | None, token: str | None, name: str) -> int:
     if reason:
         print(f"devbox: the controller closed the tunnel: {clean(reason)}", file=sys.stderr)
     return EXIT_OK
+
+
+def ssh_if_ready(name: str, extra: Sequence[str]) -> None:
+    """``devbox ssh NAME [-- ARGS]`` of a box the controller reports ready behind its
+    tunnel: ssh replaces this process, the client never loaded. Returns otherwise (no
+    configuration, the box not ready, any other answer, ssh that cannot start), and the
+    command then goes through the client, which carries it out or explains."""
+    try:
+        settings = command_settings(None, None)
+    except ConfigurationError:
+        return
+    box = ready_box(settings, name)
+    if box is None:
+        return
+    try:
+        _cli_ssh.exec_ssh(_cli_ssh.tunnel_argv(box, extra), {**os.environ, ENV_URL: settings.url})
+    except DevboxesError:
+        return
 
 
 def known_hosts(url: str | None, token: str | None, host: str) -> int:

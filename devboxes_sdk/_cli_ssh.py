@@ -15,7 +15,7 @@ import shutil
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, NoReturn, Protocol
 
 from devboxes_sdk.errors import DevboxesError
 from devboxes_sdk.tunnel import (
@@ -29,6 +29,19 @@ from devboxes_sdk.tunnel import (
 if TYPE_CHECKING:
     # Only for annotations: the ProxyCommand end (stdio) must not load the client.
     from devboxes_sdk.client import Devbox
+
+
+class SshTarget(Protocol):
+    """What a login through the tunnel takes of a box: a :class:`Devbox`, or the
+    :class:`~devboxes_sdk._ready_box.ReadyBox` read without the client."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def ssh_user(self) -> str | None: ...
+    @property
+    def ssh_host_keys(self) -> list[str]: ...
+
 
 # The workspace image's login user, for a server that names none.
 DEFAULT_USER = "dev"
@@ -45,7 +58,7 @@ _HOST_KEY_RE = re.compile(r"^ssh-(ed25519|rsa) [A-Za-z0-9+/]+={0,2}$")
 _ECHO = "/bin/echo"
 
 
-def _user(box: Devbox) -> str:
+def _user(box: SshTarget) -> str:
     user = box.ssh_user or DEFAULT_USER
     if not _SSH_USER_RE.fullmatch(user):
         raise DevboxesError(f"{box.name} names an unusable SSH user: {user!r}")
@@ -57,7 +70,7 @@ def _extra(extra: Sequence[str]) -> list[str]:
     return found[1:] if found and found[0] == "--" else found
 
 
-def _host_key_options(box: Devbox) -> list[str]:
+def _host_key_options(box: SshTarget) -> list[str]:
     """The box's published host keys, when it has any, and then no other key. One key,
     as the controller publishes, is handed to ssh by ``echo``: the box was just read,
     and asking the controller again would start another interpreter on every login."""
@@ -70,7 +83,7 @@ def _host_key_options(box: Devbox) -> list[str]:
     return ["-o", f"KnownHostsCommand={command}", "-o", "StrictHostKeyChecking=yes"]
 
 
-def tunnel_argv(box: Devbox, extra: Sequence[str]) -> list[str]:
+def tunnel_argv(box: SshTarget, extra: Sequence[str]) -> list[str]:
     """``ssh`` to the box through the controller's tunnel."""
     return [
         "ssh",

@@ -5,7 +5,8 @@ Exit codes: 0 success, 1 error, 2 usage error, 3 the box was not ready in time,
 
 ssh runs ``devbox ssh --stdio HOST`` and ``devbox known-hosts HOST`` on every login, so
 importing this module loads only :mod:`devboxes_sdk._cli_base`; those two command lines,
-as ssh gives them, run from there, and every other one loads the parser and the client.
+as ssh gives them, run from there, and so does ``devbox ssh NAME [-- ARGS]`` of a box
+ready behind the tunnel. Every other one loads the parser and the client.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from devboxes_sdk._cli_base import (
     known_hosts,
     print_error,
     print_json,
+    ssh_if_ready,
     ssh_stdio,
 )
 from devboxes_sdk.config import ENV_URL
@@ -193,6 +195,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(errors="replace")
     words = sys.argv[1:] if argv is None else list(argv)
+    match words:
+        case ["ssh", host, *extra] if not host.startswith("-") and extra[:1] in ([], ["--"]):
+            try:
+                name = box_name(host)
+            except ValueError:
+                pass
+            else:
+                # Returns only when the box is not ready behind the tunnel, or ssh cannot start.
+                ssh_if_ready(name, extra)
     lean = _lean(words)
     if lean is not None:
         prog, body = lean

@@ -83,9 +83,9 @@ def tunnel_url(api_url: str, name: str) -> str:
 DEFAULT_CA_BUNDLE = certifi.where()
 
 
-def _tls(url: str) -> ssl.SSLContext | None:
-    if not url.startswith("wss:"):
-        return None
+def tls_context() -> ssl.SSLContext:
+    """What the SDK's HTTPS trusts: the CA bundle ``REQUESTS_CA_BUNDLE`` (or
+    ``CURL_CA_BUNDLE``) names, else requests' own."""
     bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
     try:
         return ssl.create_default_context(cafile=bundle or DEFAULT_CA_BUNDLE)
@@ -104,7 +104,7 @@ def open_tunnel(api_url: str, token: str, name: str, *, notices: bool = False) -
     try:
         return connect(
             url,
-            ssl=_tls(url),
+            ssl=tls_context() if url.startswith("wss:") else None,
             additional_headers=headers,
             user_agent_header=f"devboxes-sdk/{__version__}",
             compression=None,
