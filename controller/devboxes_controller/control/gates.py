@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import threading
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
 
@@ -35,6 +34,7 @@ from ..placement import capacity, order
 from ..placement.ledger import MIN_RUN
 from ..state.availability import Cluster
 from ..state.store import BoxStore
+from .passes import Passes
 from .promises import Promises, booked_for, time_to_live
 
 log = logging.getLogger(__name__)
@@ -96,42 +96,23 @@ def reserve_unplaced(
             free[holder.resource] = free.get(holder.resource, Decimal(0)) - holder.count
 
 
-class Gatekeeper:
+class Gatekeeper(Passes):
     """Walks the line on every replica, and lifts gates in line order while this replica
     holds the Lease."""
 
     def __init__(
         self, store: BoxStore, api: kube.ApiClient, elector: LeaderElector, promises: Promises
     ) -> None:
+        super().__init__("queue", RESYNC_SECONDS)
         self._store = store
         self._core = kube.apis(api).core
         self._elector = elector
         self._promises = promises
         self._strict = store.settings.queue.order == "strict"
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="queue", daemon=True)
-        store.add_listener(lambda _name: self._wake.set())
-        store.availability.add_listener(self._wake.set)
-        store.bookings.add_listener(self._wake.set)
-        elector.add_listener(lambda _leading: self._wake.set())
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        self._thread.join(timeout=5)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self._wake.clear()
-            try:
-                self.pass_once()
-            except Exception:
-                log.exception("queue pass failed")
-            self._wake.wait(RESYNC_SECONDS)
+        store.add_listener(lambda _name: self.wake())
+        store.availability.add_listener(self.wake)
+        store.bookings.add_listener(self.wake)
+        elector.add_listener(lambda _leading: self.wake())
 
     def pass_once(self) -> list[str]:
         """Walk the line and, while leading, let through the boxes whose turn it is; their

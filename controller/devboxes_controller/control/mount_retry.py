@@ -13,7 +13,6 @@ each such report of a box pod still waiting on its node, at most ``MAX_RETRIES``
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -23,6 +22,7 @@ from ..k8s.kube import ApiProblem, Obj
 from ..k8s.lease import LeaderElector
 from ..state.cache import Informer
 from ..state.metrics import METRICS
+from .passes import Passes
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ def retries(
     return found
 
 
-class MountRetry:
+class MountRetry(Passes):
     """Retries, while this replica holds the Lease, the box pods whose volumes the node
     authorizer refused for a moment."""
 
@@ -77,38 +77,17 @@ class MountRetry:
         self, api: kube.ApiClient, namespace: str, reports: Informer, pods: Informer,
         elector: LeaderElector,
     ) -> None:  # fmt: skip
+        super().__init__("mount-retry")
         self._core = kube.apis(api).core
         self._namespace = namespace
         self._reports = reports
         self._pods = pods
         self._elector = elector
         self._done: dict[str, tuple[int, str]] = {}
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="mount-retry", daemon=True)
         # A report can come before this replica's cache sees its pod on the node.
-        reports.subscribe(on_update=self._wake.set)
-        pods.subscribe(on_update=self._wake.set)
-        elector.add_listener(lambda _leading: self._wake.set())
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        self._thread.join(timeout=5)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self._wake.wait()
-            self._wake.clear()
-            if self._stop.is_set():
-                return
-            try:
-                self.pass_once()
-            except Exception:
-                log.exception("mount retry pass failed")
+        reports.subscribe(on_update=self.wake)
+        pods.subscribe(on_update=self.wake)
+        elector.add_listener(lambda _leading: self.wake())
 
     def pass_once(self) -> list[Retry]:
         """Retry, while leading, the pods the kept reports call for; the retries made."""
