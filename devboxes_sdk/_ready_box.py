@@ -28,7 +28,9 @@ from devboxes_sdk.tunnel import tls_context
 # As the models name them: DevboxState.READY and the tunnel among Capabilities.ssh_access.
 READY = "ready"
 TUNNEL = "tunnel"
-READ_SECONDS = 10.0
+# A controller answers these reads in milliseconds; one that does not is asked again
+# through the client, whose own wait and message follow, so this one is kept short.
+READ_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
