@@ -977,9 +977,13 @@ def kernel_offered(home: Path, kernel: str, seconds: float) -> dict[str, Any]:
 
     def offered() -> dict[str, Any] | None:
         """JupyterLab offers the kernel"""
-        answer = requests.get(
-            f"{lab['url']}api/kernelspecs", params={"token": lab["token"]}, timeout=10
-        )
+        try:
+            answer = requests.get(
+                f"{lab['url']}api/kernelspecs", params={"token": lab["token"]}, timeout=10
+            )
+        except requests.ConnectionError:
+            # Written down a moment before it listens, or refusing while the machine is busy.
+            return None
         answer.raise_for_status()
         specs: dict[str, Any] = answer.json()["kernelspecs"]
         return specs.get(kernel)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from devboxes_controller.k8s.kube import Apis
+from devboxes_controller.k8s.kube import apis
 from devboxes_controller.state import cache, watches
 from kubernetes import client
 
@@ -23,7 +23,7 @@ def test_the_first_list_is_read_page_by_page(
     def list_config_maps(*args: Any, **kwargs: Any) -> Any:
         if not kwargs.get("watch"):
             tokens.append(kwargs.get("_continue"))
-        return core.list_namespaced_config_map(*args, **kwargs)
+        return apis(kube).core.list_namespaced_config_map(*args, **kwargs)
 
     informer = cache.Informer(
         "configmaps", list_config_maps, namespace, lambda _obj: None, lambda _box: None
@@ -57,7 +57,7 @@ def test_objects_keep_refuses_are_absent_and_leave_when_a_change_refuses_them(
 
     informer = cache.Informer(
         "configmaps",
-        core.list_namespaced_config_map,
+        apis(kube).core.list_namespaced_config_map,
         namespace,
         lambda _obj: None,
         lambda _box: None,
@@ -100,7 +100,7 @@ def test_the_events_watch_holds_only_the_pod_creations_a_replicaset_was_refused(
     event("refused", "ReplicaSet", "FailedCreate")
     event("scheduled", "Pod", "Scheduled")
     event("deployment-refused", "Deployment", "FailedCreate")
-    informer = watches.EVENTS.informer(Apis(kube), namespace)
+    informer = watches.EVENTS.informer(apis(kube), namespace)
     informer.start()
     try:
         assert informer.synced.wait(120)
