@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import logging
 import threading
+from abc import ABC, abstractmethod
 
 log = logging.getLogger(__name__)
 
 
-class Passes:
+class Passes(ABC):
     """Runs :meth:`pass_once` on its own thread named ``name``: at start, when
     :meth:`wake` is called, and every ``resync_seconds`` when given."""
 
@@ -31,8 +32,9 @@ class Passes:
         self._wake.set()
         self._thread.join(timeout=5)
 
+    @abstractmethod
     def pass_once(self) -> object:
-        raise NotImplementedError
+        """One pass; what it did, for its callers and tests."""
 
     def _run(self) -> None:
         while not self._stop.is_set():
