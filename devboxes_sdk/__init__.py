@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from devboxes_sdk._version import __version__
     from devboxes_sdk.client import Client, Devbox, GpuNamespace
+    from devboxes_sdk.clusters import Clusters
     from devboxes_sdk.errors import (
         ApiError,
         AuthenticationError,
@@ -67,6 +68,7 @@ _LAZY: dict[str, str] = {
     "Client": "devboxes_sdk.client",
     "Devbox": "devboxes_sdk.client",
     "GpuNamespace": "devboxes_sdk.client",
+    "Clusters": "devboxes_sdk.clusters",
     "ApiError": "devboxes_sdk.errors",
     "AuthenticationError": "devboxes_sdk.errors",
     "BoxDegraded": "devboxes_sdk.errors",
@@ -114,6 +116,7 @@ __all__ = [
     "BoxStopped",
     "Capabilities",
     "Client",
+    "Clusters",
     "ConfigurationError",
     "Conflict",
     "DeleteResult",

@@ -20,11 +20,14 @@ from devboxes_sdk import _cli_ssh
 from devboxes_sdk._ready_box import ready_box
 from devboxes_sdk._wire import normalize_name
 from devboxes_sdk.config import (
+    ENV_CLUSTER,
     ENV_TOKEN,
     ENV_URL,
     Settings,
+    config_path,
     normalize_token,
     normalize_url,
+    read_config,
     resolve,
 )
 from devboxes_sdk.errors import ConfigurationError, DevboxesError, NotConfigured
@@ -78,18 +81,20 @@ def box_name(value: str) -> str:
     return normalize_name(box_of_host(value))
 
 
-def command_settings(url: str | None, token: str | None) -> Settings:
-    """The URL and token of the command line (``--url``, ``--token``; None when not
-    given), environment or config file, with problems explained in terms of this
-    command's options."""
+def command_settings(url: str | None, token: str | None, cluster: str | None = None) -> Settings:
+    """The URL and token of the command line (``--url``, ``--token``, ``--cluster``; None
+    when not given), environment or config file, with problems explained in terms of
+    this command's options."""
     if url is not None:
+        if cluster is not None:
+            raise UsageError("--url and --cluster cannot be combined: give one")
         try:
             url = normalize_url(url)
         except ConfigurationError as error:
             raise ConfigurationError(f"{error} (from --url)") from None
     token = None if token is None else normalize_token(token, "--token")
     try:
-        return resolve(url, token)
+        return resolve(url, token, cluster=cluster)
     except NotConfigured as error:
         raise ConfigurationError(_NOT_CONFIGURED[error.setting]) from None
 
@@ -111,6 +116,10 @@ def ssh_if_ready(name: str, extra: Sequence[str]) -> None:
     command then goes through the client, which carries it out or explains."""
     try:
         settings = command_settings(None, None)
+        # With several clusters, which one holds a bare name is for the client to find.
+        chosen = settings.cluster is None or os.environ.get(ENV_CLUSTER, "").strip()
+        if not chosen and len(read_config(config_path()).clusters) > 1:
+            return
     except ConfigurationError:
         return
     box = ready_box(settings, name)

@@ -16,7 +16,9 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
-from typing import NoReturn, TextIO
+from typing import Any, NoReturn, TextIO
+
+from pydantic import BaseModel
 
 from devboxes_sdk import _cli_ssh, _render, oidc_login
 from devboxes_sdk._cli_base import (
@@ -31,13 +33,20 @@ from devboxes_sdk._cli_base import (
     ssh_stdio,
 )
 from devboxes_sdk.client import DEFAULT_PAGE_SIZE, Client, Devbox
+from devboxes_sdk.clusters import AmbiguousName, Answers, ClusterError, Clusters, Profiles
 from devboxes_sdk.config import (
+    AUTO_CLUSTER,
+    CLUSTER_SEPARATOR,
+    ENV_CLUSTER,
     ENV_TOKEN,
     ENV_URL,
     config_path,
     normalize_token,
     normalize_url,
     read_config,
+    split_name,
+    with_cluster_token,
+    write_clusters,
     write_config,
 )
 from devboxes_sdk.errors import (
@@ -47,7 +56,7 @@ from devboxes_sdk.errors import (
     ValidationError,
 )
 from devboxes_sdk.labels import elapsed_label, status_line
-from devboxes_sdk.models import API_PREFIX, DevboxState, GpuAvailability, GpuWhen
+from devboxes_sdk.models import API_PREFIX, DevboxState, GpuAvailability, GpuWhen, Volume
 from devboxes_sdk.tunnel import HOST_SUFFIX
 
 # A .pub file is one line; anything much longer is not one.
@@ -90,8 +99,68 @@ _TRAILING_NUMBER = re.compile(r"\b(\d+)$")
 def _client(args: argparse.Namespace) -> Client:
     """A client for the URL and token of the command line, environment or config file,
     with problems explained in terms of this command's options."""
-    settings = command_settings(args.url, args.token)
+    settings = command_settings(args.url, args.token, args.cluster)
     return Client(settings.url, settings.token)
+
+
+def _several(args: argparse.Namespace) -> Clusters | None:
+    """Every configured cluster, for a command that shows them all, when the command
+    line and the environment name no one controller and the file has several."""
+    one = (args.url, args.token, args.cluster, os.environ.get(ENV_URL, "").strip())
+    if any(one) or os.environ.get(ENV_CLUSTER, "").strip():
+        return None
+    if len(read_config(config_path()).clusters) < 2:
+        return None
+    return Clusters()
+
+
+def settle_cluster(args: argparse.Namespace) -> None:
+    """Find the cluster a command acts on: ``NAME@CLUSTER``'s, or the one cluster where a
+    bare NAME of an existing box is (asked in parallel when there are several)."""
+    name = getattr(args, "name", None)
+    if isinstance(name, str) and CLUSTER_SEPARATOR in name:
+        args.name, named = split_name(name)
+        if args.cluster is not None and args.cluster != named:
+            raise UsageError(
+                f"{args.name}{CLUSTER_SEPARATOR}{named} and --cluster {args.cluster} disagree"
+            )
+        args.cluster = named
+    if args.cluster == AUTO_CLUSTER and args.handler is not cmd_create:
+        raise UsageError(f"--cluster {AUTO_CLUSTER} goes with create; name a cluster")
+    if not getattr(args, "existing_box", False):
+        return
+    clusters = _several(args)
+    if clusters is None:
+        return
+    if args.handler is cmd_volume_purge:
+        # Which cluster's files are gone for good is never guessed.
+        raise UsageError(
+            f"several clusters are configured: say which holds the volume, "
+            f"{args.name}{CLUSTER_SEPARATOR}CLUSTER ({', '.join(clusters.names)})"
+        )
+    with clusters:
+        try:
+            args.cluster = clusters.locate(args.name).cluster
+        except AmbiguousName as error:
+            raise UsageError(str(error)) from None
+
+
+def _report_silent(errors: Sequence[ClusterError]) -> None:
+    """One line on stderr per cluster that gave no answer."""
+    for error in errors:
+        print_error(f"{error.cluster}: {error.message}")
+
+
+def _json_errors(errors: Sequence[ClusterError]) -> list[dict[str, str]]:
+    return [{"cluster": error.cluster, "error": error.message} for error in errors]
+
+
+def _merged_exit(answered: Answers[Any]) -> int:
+    """A merged view fails only when no cluster answered."""
+    _report_silent(answered.errors)
+    for note in answered.notes:
+        print_error(f"note: {note}")
+    return EXIT_OK if answered.answers or not answered.errors else EXIT_ERROR
 
 
 def _now() -> datetime:
@@ -204,21 +273,60 @@ def _read_token(url: str) -> str:
     return sys.stdin.readline()
 
 
-def cmd_login(args: argparse.Namespace) -> int:
-    url = args.url or os.environ.get(ENV_URL) or read_config(config_path()).url
+def _login_target(args: argparse.Namespace) -> tuple[str, str | None]:
+    """The URL a login is for, and the configured cluster whose token it saves (None: the
+    file's one url and token)."""
+    file = read_config(config_path())
+    if args.cluster is not None:
+        if file.url is not None or file.token is not None:
+            raise UsageError(
+                f"configuration file {file.path} holds one controller's url and token at its "
+                "top: move them into a [clusters.NAME] table before logging in to a cluster"
+            )
+        known = next((entry for entry in file.clusters if entry.name == args.cluster), None)
+        url = args.url or (known.url if known is not None else None)
+        if not url:
+            raise UsageError(
+                f"cluster {args.cluster} is not configured yet: give its address with --url URL"
+            )
+        return normalize_url(url), args.cluster
+    url = args.url or os.environ.get(ENV_URL) or file.url
+    if file.clusters:
+        wanted = normalize_url(url) if url else None
+        named = [e.name for e in file.clusters if wanted and normalize_url(e.url) == wanted]
+        if not named:
+            raise UsageError(
+                f"name the cluster to log in to: devbox login --cluster NAME "
+                f"(configured: {', '.join(e.name for e in file.clusters)})"
+            )
+        return normalize_url(url or ""), named[0]
     if not url:
         raise UsageError("login needs --url URL, the address of your Devboxes server")
-    url = normalize_url(url)
+    return normalize_url(url), None
+
+
+def _save_login(url: str, cluster: str | None, token: str) -> Path:
+    path = config_path()
+    if cluster is None:
+        write_config(path, url, token)
+    else:
+        write_clusters(with_cluster_token(read_config(path), cluster, url, token))
+    return path
+
+
+def cmd_login(args: argparse.Namespace) -> int:
+    if args.cluster == AUTO_CLUSTER:
+        raise UsageError(f"--cluster {AUTO_CLUSTER} goes with create; name a cluster")
+    url, cluster = _login_target(args)
     if args.oidc:
-        return _oidc_login(args, url)
+        return _oidc_login(args, url, cluster)
     if args.no_browser or args.device:
         raise UsageError(f"{'--device' if args.device else '--no-browser'} goes with --oidc")
     raw_token = args.token if args.token is not None else _read_token(url)
     token = normalize_token(raw_token, "--token" if args.token is not None else "the prompt")
     with Client(url, token) as client:
         me = client.whoami()
-    path = config_path()
-    write_config(path, url, token)
+    path = _save_login(url, cluster, token)
     if args.json:
         print_json({"url": url, "user": me.user, "mode": me.mode, "config": str(path)})
     else:
@@ -227,7 +335,7 @@ def cmd_login(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _oidc_login(args: argparse.Namespace, url: str) -> int:
+def _oidc_login(args: argparse.Namespace, url: str, cluster: str | None) -> int:
     if args.token is not None:
         raise UsageError("--oidc and --token cannot be combined: --oidc gets the token")
 
@@ -257,8 +365,7 @@ def _oidc_login(args: argparse.Namespace, url: str) -> int:
     else:
         opener = None if args.no_browser else webbrowser.open
         result = oidc_login.login(url, show, opener)
-    path = config_path()
-    write_config(path, url, result.token)
+    path = _save_login(url, cluster, result.token)
     groups = ", ".join(clean(g) for g in result.groups) or "none"
     if args.json:
         print_json(
@@ -323,6 +430,10 @@ def _when(client: Client) -> GpuWhen | None:
 
 def cmd_gpu_profiles(args: argparse.Namespace) -> int:
     _names_or_json(args)
+    clusters = _several(args)
+    if clusters is not None:
+        with clusters:
+            return _clusters_profiles(args, clusters.profiles())
     with _client(args) as client:
         catalog = client.capabilities().gpu
         counted = catalog.enabled and not args.quiet
@@ -345,6 +456,39 @@ def cmd_gpu_profiles(args: argparse.Namespace) -> int:
     else:
         print(_render.profiles_table(catalog, availability, found))
     return EXIT_OK
+
+
+def _clusters_profiles(args: argparse.Namespace, answered: Answers[Profiles]) -> int:
+    if args.json:
+        print_json(
+            {
+                "clusters": [
+                    {
+                        "cluster": answer.cluster,
+                        **answer.value.catalog.model_dump(mode="json"),
+                        "availability": _dump(answer.value.availability),
+                        "when": _dump(answer.value.when),
+                    }
+                    for answer in answered.answers
+                ],
+                "errors": _json_errors(answered.errors),
+            }
+        )
+    elif args.quiet:
+        names = dict.fromkeys(p.name for v in answered.values() for p in v.catalog.profiles)
+        for name in names:
+            print(clean(name))
+    elif answered.answers:
+        rows = [
+            (a.cluster, a.value.catalog, a.value.availability, a.value.when)
+            for a in answered.answers
+        ]
+        print(_render.clusters_profiles_table(rows))
+    return _merged_exit(answered)
+
+
+def _dump(model: BaseModel | None) -> object:
+    return None if model is None else model.model_dump(mode="json")
 
 
 def cmd_gpu_when(args: argparse.Namespace) -> int:
@@ -435,10 +579,36 @@ def _note_retained_volume(client: Client, name: str) -> None:
         )
 
 
+def _choose_cluster(args: argparse.Namespace, gpu: bool | str | None) -> None:
+    """The cluster a create goes to, said in one line when several are configured:
+    with ``--cluster auto``, where the profile has a free device now, else where the box
+    would be first in line soonest; without ``--cluster``, the default cluster."""
+    auto = args.cluster == AUTO_CLUSTER
+    if auto:
+        args.cluster = None
+    file = read_config(config_path()) if args.url is None else None
+    if file is None or len(file.clusters) < 2 or os.environ.get(ENV_URL, "").strip():
+        return
+    if auto:
+        with Clusters() as clusters:
+            placement = clusters.place(gpu, args.preset)
+        for line in placement.unasked:
+            print_error(line)
+        args.cluster = placement.cluster
+        print_error(f"note: creating {args.name} on {placement.reason}")
+    elif args.cluster is None and not os.environ.get(ENV_CLUSTER, "").strip():
+        default = file.default_cluster or file.clusters[0].name
+        print_error(
+            f"note: creating {args.name} on {default}, the default cluster "
+            f"(choose with NAME{CLUSTER_SEPARATOR}CLUSTER or --cluster {AUTO_CLUSTER})"
+        )
+
+
 def cmd_create(args: argparse.Namespace) -> int:
     if args.ssh and args.no_wait:
         raise UsageError("--ssh needs the box to be ready; drop --no-wait")
     gpu: bool | str | None = True if args.gpu else args.gpu_profile
+    _choose_cluster(args, gpu)
     with _client(args) as client:
         if args.typed_name.strip() != args.name:
             print_error(f"note: using the name {args.name!r} (box names are lower case)")
@@ -467,6 +637,11 @@ def cmd_create(args: argparse.Namespace) -> int:
 
 def cmd_list(args: argparse.Namespace) -> int:
     _names_or_json(args)
+    clusters = _several(args)
+    if clusters is not None:
+        with clusters:
+            found = clusters.list(state=args.state, profile=args.profile, owner=args.owner)
+        return _clusters_boxes(args, found)
     with _client(args) as client:
         wanted = (("state", args.state), ("profile", args.profile), ("owner", args.owner))
         filters = {k: v for k, v in wanted if v}
@@ -486,6 +661,26 @@ def cmd_list(args: argparse.Namespace) -> int:
         owners = _render.shows_owners(boxes, client.whoami())
     print(_render.boxes_table(boxes, _now(), owners=owners))
     return EXIT_OK
+
+
+def _clusters_boxes(args: argparse.Namespace, answered: Answers[list[Devbox]]) -> int:
+    located = [(a.cluster, box) for a in answered.answers for box in a.value]
+    if args.json:
+        items = [{**box.raw, "cluster": cluster} for cluster, box in located]
+        print_json({"items": items, "errors": _json_errors(answered.errors)})
+    elif args.quiet:
+        for cluster, box in located:
+            print(f"{box.name}{CLUSTER_SEPARATOR}{cluster}")
+    elif located:
+        boxes = [box for _, box in located]
+        owners = any(box.owner != located[0][1].owner for box in boxes)
+        table = _render.boxes_table(
+            boxes, _now(), owners=owners, clusters=[cluster for cluster, _ in located]
+        )
+        print(table)
+    elif answered.answers:
+        print("No devboxes yet. Create one with: devbox create NAME")
+    return _merged_exit(answered)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -647,6 +842,10 @@ def cmd_booking_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_volumes(args: argparse.Namespace) -> int:
+    clusters = _several(args)
+    if clusters is not None:
+        with clusters:
+            return _clusters_volumes(args, clusters.volumes())
     with _client(args) as client:
         if args.json:
             print_json(client.request_json("GET", f"{API_PREFIX}/volumes"))
@@ -659,6 +858,25 @@ def cmd_volumes(args: argparse.Namespace) -> int:
         print(_render.volumes_table(volumes, _now(), owners=owners))
         print("\nPurge one with: devbox volumes purge NAME (its files cannot be recovered)")
     return EXIT_OK
+
+
+def _clusters_volumes(args: argparse.Namespace, answered: Answers[list[Volume]]) -> int:
+    located = [(a.cluster, volume) for a in answered.answers for volume in a.value]
+    if args.json:
+        items = [{**v.model_dump(mode="json"), "cluster": c} for c, v in located]
+        print_json({"items": items, "errors": _json_errors(answered.errors)})
+    elif located:
+        volumes = [volume for _, volume in located]
+        owners = any(volume.owner != volumes[0].owner for volume in volumes)
+        clusters = [cluster for cluster, _ in located]
+        print(_render.volumes_table(volumes, _now(), owners=owners, clusters=clusters))
+        print(
+            f"\nPurge one with: devbox volumes purge NAME{CLUSTER_SEPARATOR}CLUSTER "
+            "(its files cannot be recovered)"
+        )
+    elif answered.answers:
+        print("No retained home volumes.")
+    return _merged_exit(answered)
 
 
 def cmd_keys(args: argparse.Namespace) -> int:

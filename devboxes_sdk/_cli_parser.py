@@ -47,7 +47,14 @@ from devboxes_sdk._completion import (
     completion_script,
 )
 from devboxes_sdk._version import __version__
-from devboxes_sdk.config import ENV_URL
+from devboxes_sdk.config import (
+    AUTO_CLUSTER,
+    CLUSTER_NAME_RE,
+    CLUSTER_NAME_RULE,
+    CLUSTER_SEPARATOR,
+    ENV_CLUSTER,
+    ENV_URL,
+)
 from devboxes_sdk.models import PRESETS, DevboxState, normalize_name, normalize_repository
 
 DEFAULT_WAIT_TIMEOUT = 600.0
@@ -65,11 +72,24 @@ class _Parser(argparse.ArgumentParser):
 
 def _box_name(value: str) -> str:
     """An existing box's name; ``NAME.devbox``, as ssh and the config block name a box,
-    names box NAME."""
+    names box NAME; ``NAME@CLUSTER`` names it on that cluster."""
+    name, separator, cluster = value.partition(CLUSTER_SEPARATOR)
     try:
-        return box_name(value)
+        checked = box_name(name)
+        return checked + (separator + _cluster_name(cluster) if separator else "")
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _cluster_name(value: str) -> str:
+    if not CLUSTER_NAME_RE.fullmatch(value):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a cluster name: {CLUSTER_NAME_RULE}")
+    return value
+
+
+def _cluster_choice(value: str) -> str:
+    """A configured cluster's name, or ``auto`` (create only)."""
+    return value if value == AUTO_CLUSTER else _cluster_name(value)
 
 
 _OFFSET = re.compile(r"^\+(\d{1,4})([mhd])$")
@@ -117,10 +137,12 @@ class _NewBoxName(argparse.Action):
         values: str | Sequence[Any] | None,
         option_string: str | None = None,
     ) -> None:
-        typed = str(values)
+        typed, separator, cluster = str(values).partition(CLUSTER_SEPARATOR)
         try:
             name = normalize_name(typed)
-        except ValueError as error:
+            if separator:
+                name += separator + _cluster_name(cluster)
+        except (ValueError, argparse.ArgumentTypeError) as error:
             raise argparse.ArgumentError(self, str(error)) from None
         setattr(namespace, self.dest, name)
         namespace.typed_name = typed
@@ -190,11 +212,21 @@ def _global_options(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
         default=argparse.SUPPRESS if suppress else False,
         help="print the server's JSON instead of tables",
     )
+    parser.add_argument(
+        "--cluster",
+        type=_cluster_choice,
+        default=default,
+        metavar="CLUSTER",
+        help=f"the configured cluster to ask (default: ${ENV_CLUSTER}, else every cluster "
+        "for list, volumes and gpu profiles, else the default cluster); create takes "
+        f"{AUTO_CLUSTER}: where the GPU profile has a free device",
+    )
 
 
 def _box_argument(parser: argparse.ArgumentParser) -> None:
     """The NAME of an existing box, completed from the server's list."""
     complete_with(parser.add_argument("name", type=_box_name, metavar="NAME"), BOXES)
+    parser.set_defaults(existing_box=True)
 
 
 def _wait_options(parser: argparse.ArgumentParser) -> None:
@@ -381,6 +413,7 @@ def build_parser() -> argparse.ArgumentParser:
         "purge", "delete a retained home volume, permanently", cmd_volume_purge, volume_commands
     )
     purge.add_argument("name", type=_box_name, metavar="NAME")
+    purge.set_defaults(existing_box=True)
     purge.add_argument("--yes", action="store_true", help="do not ask for confirmation")
 
     keys = add("keys", "list your SSH public keys, which all your boxes accept", cmd_keys)

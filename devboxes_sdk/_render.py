@@ -106,10 +106,28 @@ def owner_column(
     )
 
 
-def boxes_table(boxes: Sequence[Devbox], now: datetime, *, owners: bool = False) -> str:
-    """The list of boxes; an OWNER column after the name when ``owners``, and a REASON
-    column (each box's summary) when any box is starting or degraded, the states that
-    have one."""
+def cluster_column(
+    headers: Row, rows: Sequence[Row], clusters: Sequence[str] | None
+) -> tuple[Row, list[Row]]:
+    """The table with a CLUSTER column first when ``clusters`` gives each row's cluster."""
+    if clusters is None:
+        return headers, list(rows)
+    return (
+        ("CLUSTER", *headers),
+        [(cluster, *row) for cluster, row in zip(clusters, rows, strict=True)],
+    )
+
+
+def boxes_table(
+    boxes: Sequence[Devbox],
+    now: datetime,
+    *,
+    owners: bool = False,
+    clusters: Sequence[str] | None = None,
+) -> str:
+    """The list of boxes; a CLUSTER column first when ``clusters`` gives each box's, an
+    OWNER column after the name when ``owners``, and a REASON column (each box's
+    summary) when any box is starting or degraded, the states that have one."""
     headers: Row = BOX_HEADERS
     rows = [box_row(box, now) for box in boxes]
     if owners:
@@ -117,7 +135,7 @@ def boxes_table(boxes: Sequence[Devbox], now: datetime, *, owners: bool = False)
     if any(box.summary for box in boxes):
         headers = (*headers, "REASON")
         rows = [(*row, box.summary or EMPTY) for row, box in zip(rows, boxes, strict=True)]
-    return table(headers, rows)
+    return table(*cluster_column(headers, rows, clusters))
 
 
 def free_text(availability: GpuAvailability | None, name: str) -> tuple[str, str]:
@@ -144,10 +162,50 @@ def profiles_table(
 ) -> str:
     """The catalog with each profile's free count and line; with ``found``, a NEXT FREE
     column beside them."""
-    rows = []
+    return clusters_profiles_table([(None, catalog, availability, found)])
+
+
+ClusterCatalog = tuple[str | None, GpuCapabilities, GpuAvailability | None, GpuWhen | None]
+
+
+def clusters_profiles_table(catalogs: Sequence[ClusterCatalog]) -> str:
+    """Each cluster's catalog, with its own free counts (never summed across clusters):
+    a CLUSTER column first when the catalogs name their clusters, and a NEXT FREE column
+    when any of them says when devices come free."""
+    named = any(cluster is not None for cluster, *_ in catalogs)
+    timed = any(found is not None for *_, found in catalogs)
+    rows: list[Row] = []
+    clusters: list[str] = []
+    for cluster, catalog, availability, found in catalogs:
+        for row in _profile_rows(catalog, availability, found, timed):
+            rows.append(row)
+            clusters.append(cluster or EMPTY)
+    headers: Row = PROFILE_HEADERS
+    if timed:
+        headers = (*headers[:-1], "NEXT FREE", headers[-1])
+    text = table(*cluster_column(headers, rows, clusters if named else None))
+    reasons = sorted(
+        {
+            (f"{cluster}: " if cluster else "") + p.reason
+            for cluster, _, availability, _ in catalogs
+            if availability is not None
+            for p in availability.profiles
+            if p.capacity is None and p.reason
+        }
+    )
+    return "\n".join([text, *(f"\nFREE is unknown: {clean(r)}" for r in reasons)])
+
+
+def _profile_rows(
+    catalog: GpuCapabilities,
+    availability: GpuAvailability | None,
+    found: GpuWhen | None,
+    timed: bool,
+) -> list[Row]:
+    rows: list[Row] = []
     for profile in catalog.profiles:
         free, waiting = free_text(availability, profile.name)
-        when = (next_free_text(found, profile.name),) if found is not None else ()
+        when = (next_free_text(found, profile.name),) if timed else ()
         rows.append(
             (
                 f"{profile.name} (default)" if profile.default else profile.name,
@@ -160,16 +218,7 @@ def profiles_table(
                 profile.description or EMPTY,
             )
         )
-    headers: Row = PROFILE_HEADERS
-    if found is not None:
-        headers = (*headers[:-1], "NEXT FREE", headers[-1])
-    text = table(headers, rows)
-    reasons = sorted(
-        {p.reason for p in availability.profiles if p.capacity is None and p.reason}
-        if availability is not None
-        else set()
-    )
-    return "\n".join([text, *(f"\nFREE is unknown: {clean(r)}" for r in reasons)])
+    return rows
 
 
 def when_text(found: GpuWhen) -> str:
@@ -255,8 +304,15 @@ def doctor_text(report: DoctorReport) -> str:
     return f"{table(DOCTOR_HEADERS, rows)}\n\n{verdict}"
 
 
-def volumes_table(volumes: Sequence[Volume], now: datetime, *, owners: bool = False) -> str:
-    """The retained home volumes; an OWNER column after the name when ``owners``."""
+def volumes_table(
+    volumes: Sequence[Volume],
+    now: datetime,
+    *,
+    owners: bool = False,
+    clusters: Sequence[str] | None = None,
+) -> str:
+    """The retained home volumes; a CLUSTER column first when ``clusters`` gives each
+    volume's, an OWNER column after the name when ``owners``."""
     headers: Row = VOLUME_HEADERS
     rows: list[Row] = [
         (
@@ -270,7 +326,7 @@ def volumes_table(volumes: Sequence[Volume], now: datetime, *, owners: bool = Fa
     ]
     if owners:
         headers, rows = owner_column(headers, rows, volumes)
-    return table(headers, rows)
+    return table(*cluster_column(headers, rows, clusters))
 
 
 def keys_table(keys: Iterable[SshKey]) -> str:

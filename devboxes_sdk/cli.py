@@ -209,6 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog, body = lean
         return _Run(prog, as_json=False)(body)
     # The whole grammar, and with it the client, requests and pydantic.
+    from devboxes_sdk._cli_commands import settle_cluster
     from devboxes_sdk._cli_parser import build_parser
 
     parser = build_parser()
@@ -218,6 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(words)
         run.prog, run.as_json = args.prog, getattr(args, "json", False)
         handler: Callable[[argparse.Namespace], int] = args.handler
+        settle_cluster(args)
         return handler(args)
 
     return run(parsed)

@@ -201,6 +201,16 @@ class ImageCapabilities(_Response):
         return next((p for p in self.profiles if p.name == name), None)
 
 
+class ClusterIdentity(_Response):
+    """Which cluster a controller serves: the name its operator gives it, and an id that
+    stays the same through every URL that reaches it (the UID of the cluster's
+    ``kube-system`` namespace), so a client that knows one cluster by two URLs can tell.
+    ``id`` is None when the controller could not read it."""
+
+    name: str | None = None
+    id: str | None = None
+
+
 class Capabilities(_Response):
     """Body of ``GET /api/v1/capabilities``."""
 
@@ -213,6 +223,8 @@ class Capabilities(_Response):
     )
     # Servers from before the tunnel send none: only the box's own address.
     ssh_access: list[SshAccess] = Field(default_factory=lambda: list(_SERVICE_ONLY))
+    # Servers from before cluster identity send none: a client cannot tell two URLs apart.
+    cluster: ClusterIdentity | None = None
 
 
 class AllocatedDevice(_Response):
