@@ -24,9 +24,11 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Generic, TypeVar
 
 from devboxes_sdk import models
+from devboxes_sdk._silence import Silences, silence_path
 from devboxes_sdk.client import Client, Devbox
 from devboxes_sdk.config import (
     AUTO_CLUSTER,
@@ -125,6 +127,7 @@ class Clusters:
         if not timeout > 0:
             raise ValueError("timeout must be a positive number of seconds")
         self._timeout = float(timeout)
+        self._silences = Silences(silence_path(env) if clusters is None else None)
         self._problems: dict[str, str] = {}
         if clusters is None:
             clusters = self._configured(env)
@@ -217,17 +220,27 @@ class Clusters:
             else:
                 results[name] = Answer(name, value)
 
-        threads = [
-            threading.Thread(target=run, args=(name,), name=f"devbox-{name}", daemon=True)
+        now, started = time.time(), time.monotonic()
+        budgets = {
+            name: self._silences.budget(self._settings[name].url, self._timeout, now)
             for name in wanted
             if name not in results
+        }
+        threads = [
+            threading.Thread(target=run, args=(name,), name=f"devbox-{name}", daemon=True)
+            for name in budgets
         ]
-        deadline = time.monotonic() + self._timeout
         for thread in threads:
             thread.start()
-        for thread in threads:
-            thread.join(max(deadline - time.monotonic(), 0))
-        shown = f"{self._timeout:g}"
+        for thread, budget in zip(threads, budgets.values(), strict=True):
+            thread.join(max(started + budget - time.monotonic(), 0))
+        for name, budget in budgets.items():
+            url = self._settings[name].url
+            if name in results:
+                self._silences.answered(url)
+            elif budget == self._timeout:
+                self._silences.silent(url, now)
+        self._silences.save(time.time())
         answers: list[Answer[T]] = []
         errors: list[ClusterError] = []
         notes: list[str] = []
@@ -235,7 +248,7 @@ class Clusters:
         for name in wanted:
             result = results.get(name)
             if result is None:
-                errors.append(ClusterError(name, f"did not answer in {shown} s"))
+                errors.append(ClusterError(name, self._unanswered(name, budgets[name], now)))
             elif isinstance(result, ClusterError):
                 errors.append(result)
             else:
@@ -248,6 +261,14 @@ class Clusters:
                     seen[identity] = name
                 answers.append(result)
         return Answers(answers, errors, notes)
+
+    def _unanswered(self, name: str, budget: float, now: float) -> str:
+        message = f"did not answer in {budget:g} s"
+        since = self._silences.since(self._settings[name].url, now)
+        if budget < self._timeout and since is not None:
+            at = datetime.fromtimestamp(since).strftime("%H:%M:%S")
+            message += f" (nor in {self._timeout:g} s at {at})"
+        return message
 
     def _identify(self, name: str, client: Client) -> None:
         """Learn the cluster id ``name``'s controller gives, once."""
