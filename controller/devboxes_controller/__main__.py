@@ -170,6 +170,7 @@ def serve(args: argparse.Namespace) -> int:
     from .control.mount_retry import MountRetry
     from .control.reconciler import Reconciler
     from .k8s import kube
+    from .k8s.cluster_id import ClusterId
     from .k8s.lease import LeaderElector
     from .k8s.probe import ApiserverProbe
     from .state.availability import Availability
@@ -222,6 +223,8 @@ def serve(args: argparse.Namespace) -> int:
     store = BoxStore(settings, watches, availability, line)
     lifecycle = Lifecycle(store, api, activity_key=activity_key(token))
     probe = ApiserverProbe(api)
+    # Read apart from every request; the capabilities give it once it is known.
+    cluster = ClusterId(api)
     ended = SharedEndedSessions(settings.namespace, api)
     readiness = Readiness(probe, store, ended)
     identity = args.identity or f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
@@ -246,6 +249,7 @@ def serve(args: argparse.Namespace) -> int:
 
     async def background() -> AsyncIterator[None]:
         probe.start()
+        cluster.start()
         watches.start()
         availability.start()
         ended.start()
@@ -269,10 +273,13 @@ def serve(args: argparse.Namespace) -> int:
             watches.stop()
             lifecycle.stop()
             probe.stop()
+            cluster.stop()
             for verifier in verifiers:
                 await verifier.aclose()
 
-    app = create_app(store, lifecycle, token, readiness, ended, background, verifiers=verifiers)
+    app = create_app(
+        store, lifecycle, token, readiness, ended, background, verifiers=verifiers, cluster=cluster
+    )
     host, port = args.listen
     log = logging.getLogger(__name__)
     log.info(
@@ -283,6 +290,7 @@ def serve(args: argparse.Namespace) -> int:
             "probe_listen": None if probe_listener is None else _address(args.probe_listen),
             "identity": identity,
             "gpu_enabled": settings.gpu.enabled,
+            "cluster_name": settings.cluster.name,
             "oidc_issuer": oidc.issuer if oidc is not None else None,
             "hub": None if hub is None else hub.api_url,
         },

@@ -438,6 +438,20 @@ export interface components {
             images?: components["schemas"]["ImageCapabilities"];
             /** Ssh Access */
             ssh_access?: ("tunnel" | "service")[];
+            cluster?: components["schemas"]["ClusterIdentity"] | null;
+        };
+        /**
+         * ClusterIdentity
+         * @description Which cluster a controller serves: the name its operator gives it, and an id that
+         *     stays the same through every URL that reaches it (the UID of the cluster's
+         *     ``kube-system`` namespace), so a client that knows one cluster by two URLs can tell.
+         *     ``id`` is None when the controller could not read it.
+         */
+        ClusterIdentity: {
+            /** Name */
+            name?: string | null;
+            /** Id */
+            id?: string | null;
         };
         /**
          * DeleteResult

@@ -365,6 +365,18 @@ REFUSED: list[tuple[str, dict[str, Any], str, bool]] = [
         True,
     ),
     (
+        "cluster-name-not-a-label",
+        {"controller": {"cluster": {"name": "GPU EU"}}},
+        "/controller/cluster/name",
+        True,
+    ),
+    (
+        "cluster-id-given",
+        {"controller": {"cluster": {"id": "0b5c"}}},
+        "additional properties 'id'",
+        True,
+    ),
+    (
         "token-given-inline",
         {"token": {"existingSecret": "", "key": "token", "value": "x" * 40}},
         "additional properties 'value'",
@@ -452,6 +464,16 @@ def test_oidc_settings_reach_the_controller_unchanged(render: Render) -> None:
     assert auth.admin_groups == ["gpu-admins"]
     assert auth.oidc is not None
     assert auth.oidc.model_dump(by_alias=True) == oidc
+
+
+def test_the_cluster_name_reaches_the_controller_and_defaults_to_none(render: Render) -> None:
+    named = rendered_settings(
+        objects(render(with_token({"controller": {"cluster": {"name": "gpu-eu"}}})))
+    )
+    assert settings_from_mapping(named).cluster.name == "gpu-eu"
+    unnamed = rendered_settings(objects(render(with_token({}))))
+    assert unnamed["cluster"] == {"name": None}
+    assert settings_from_mapping(unnamed).cluster.name is None
 
 
 def controller_token_env(docs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -690,7 +712,10 @@ EXPECTED_RULES = {
     ("resource.k8s.io", "resourceclaimtemplates"): {"list", "watch", "create"},
     ("resource.k8s.io", "resourceclaims"): {"list", "watch"},
 }
+# Whatever availability says: the cluster's id, and only kube-system's.
+IDENTITY_RULES = {("", "namespaces/kube-system"): {"get"}}
 EXPECTED_CLUSTER_RULES = {
+    **IDENTITY_RULES,
     ("", "nodes"): {"list", "watch"},
     ("", "pods"): {"list", "watch"},
     ("node.k8s.io", "runtimeclasses"): {"list", "watch"},
@@ -702,12 +727,16 @@ EXPECTED_CLUSTER_RULES = {
 
 
 def granted(role: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
+    """The verbs of each group and resource, or ``resource/name`` where a rule names the
+    objects it grants."""
     rules: dict[tuple[str, str], set[str]] = {}
     for rule in role["rules"]:
-        assert set(rule) == {"apiGroups", "resources", "verbs"}, "no resourceNames or URLs"
+        assert set(rule) - {"resourceNames"} == {"apiGroups", "resources", "verbs"}, "no URLs"
         for group in rule["apiGroups"]:
             for resource in rule["resources"]:
-                rules.setdefault((group, resource), set()).update(rule["verbs"])
+                for name in rule.get("resourceNames", [None]):
+                    key = (group, resource if name is None else f"{resource}/{name}")
+                    rules.setdefault(key, set()).update(rule["verbs"])
     return rules
 
 
@@ -736,7 +765,7 @@ def test_role_grants_exactly_what_the_controller_uses_in_the_box_namespace(
     assert rendered_settings(docs)["namespace"] == "boxes"
 
 
-def test_availability_adds_a_read_only_cluster_role_unique_to_the_release_namespace(
+def test_availability_widens_the_read_only_cluster_role_unique_to_the_release_namespace(
     render: Render,
 ) -> None:
     docs = objects(render(with_token({})))
@@ -755,7 +784,8 @@ def test_availability_adds_a_read_only_cluster_role_unique_to_the_release_namesp
         }
     ]
     off = objects(render(with_token({"controller": {"availability": {"enabled": False}}})))
-    assert not [doc for doc in off if doc["kind"] in ("ClusterRole", "ClusterRoleBinding")]
+    assert granted(find(off, "ClusterRole")) == IDENTITY_RULES
+    assert find(off, "ClusterRoleBinding")["roleRef"] == binding["roleRef"]
     assert rendered_settings(off)["availability"] == {"enabled": False}
     refused = render(with_token({"controller": {"availability": {"enabled": "yes"}}}))
     assert refused.returncode != 0

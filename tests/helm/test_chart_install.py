@@ -1,8 +1,8 @@
-"""The chart installs into a real cluster: its RBAC is enough for the whole lifecycle, and
-the token it generates works and survives upgrades.
+"""The chart installs into a real cluster: its RBAC is enough for the whole lifecycle and
+the cluster's id, and the token it generates works and survives upgrades.
 
 The controller runs locally with the chart ServiceAccount's own token (from the
-TokenRequest API), so every call it makes is authorized by the chart's Role alone.
+TokenRequest API), so every call it makes is authorized by the chart's roles alone.
 """
 
 from __future__ import annotations
@@ -104,6 +104,9 @@ def test_helm_install_and_the_role_is_enough_for_the_lifecycle(
         assert call("POST", f"{api}/rbac/stop").json()["state"] == "stopped"
         call("POST", f"{api}/rbac/start")
         call("DELETE", f"{api}/rbac", params={"purge": "true"})
+        # The chart's ClusterRole lets it read the cluster's id.
+        cluster = call("GET", f"{controller.url}/api/v1/capabilities").json()["cluster"]
+        assert cluster == {"name": None, "id": core.read_namespace("kube-system").metadata.uid}
         leases = client.CoordinationV1Api(kube).list_namespaced_lease(namespace).items
         assert [lease.spec.holder_identity for lease in leases] == [controller.identity]
 

@@ -185,12 +185,13 @@ async def test_each_route_answers_with_its_controller_call(
     assert response.code == status
     answered = _json(response)
     if body is CAPABILITIES:
-        # A controller without image profiles or the tunnel: the SDK reads that as none
-        # on offer, and boxes reached at their own address.
+        # A controller without image profiles, the tunnel or cluster identity: the SDK
+        # reads that as none on offer, boxes reached at their own address, and no cluster.
         assert answered == {
             **CAPABILITIES,
             "images": {"enabled": False, "profiles": []},
             "ssh_access": ["service"],
+            "cluster": None,
         }
     elif body is WHOAMI:
         assert answered == WHOAMI

@@ -138,6 +138,12 @@ def _check_pinned_image(value: str) -> str:
     return value
 
 
+def is_dns_label(value: str) -> bool:
+    """Whether ``value`` is a DNS label: 1-63 lowercase letters, digits and '-', starting and
+    ending with a letter or digit."""
+    return _dns_label_problem(value) is None
+
+
 def is_digest(image: str) -> bool:
     """Whether an image reference names its content by digest."""
     return re.search(f"{_DIGEST}$", image) is not None

@@ -4,10 +4,10 @@ Settings fail closed. Every rule is checked at start-up and every violation is r
 at once, as ``path: message`` with the key names an operator writes in the values file,
 so a bad rollout never becomes Ready. Each block is a model in a module of its own
 (:mod:`.gpu`, :mod:`.images`, :mod:`.boxes`, :mod:`.connections`, :mod:`.auth`,
-:mod:`.limits`, :mod:`.bookings`), built on the shared model of :mod:`.base`; here are
-their root and the rules that relate several blocks. Value formats are in
-:mod:`.formats`, the wording of violations in :mod:`.violations`, reading files in
-:mod:`.loading` and the chart's values in :mod:`.chart_values`.
+:mod:`.limits`, :mod:`.bookings`, :mod:`.cluster`), built on the shared model of
+:mod:`.base`; here are their root and the rules that relate several blocks. Value
+formats are in :mod:`.formats`, the wording of violations in :mod:`.violations`, reading
+files in :mod:`.loading` and the chart's values in :mod:`.chart_values`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import Field, ValidationError
 
-from devboxes_sdk.models import PRESETS, Capabilities, Preset
+from devboxes_sdk.models import PRESETS, Capabilities, ClusterIdentity, Preset
 
 from .auth import AuthSettings
 from .base import Model, entry_name, entry_names, lookup, raw_rules
@@ -33,6 +33,7 @@ from .boxes import (
     TtlSettings,
 )
 from .catalog import CPU_ACCELERATOR
+from .cluster import ClusterSettings
 from .connections import ConnectionSettings
 from .formats import DnsLabel, DnsSubdomain, Image
 from .gpu import AvailabilitySettings, GpuSettings, QueueSettings
@@ -60,6 +61,7 @@ class Settings(Model):
     connections: ConnectionSettings = Field(default_factory=ConnectionSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
     limits: LimitSettings = Field(default_factory=LimitSettings)
+    cluster: ClusterSettings = Field(default_factory=ClusterSettings)
 
     @classmethod
     def _rules(cls, raw: Mapping[str, Any]) -> list[Violation]:
@@ -95,12 +97,15 @@ class Settings(Model):
         of extended-resource profiles wait behind the line's scheduling gate."""
         return self.availability.enabled and self.gpu.enabled
 
-    def capabilities(self) -> Capabilities:
-        """Discovery: the GPU and image catalogs as users may see them."""
+    def capabilities(self, cluster_id: str | None = None) -> Capabilities:
+        """Discovery: the GPU and image catalogs as users may see them, and the cluster
+        they are of: its configured name and ``cluster_id``, the id the controller read
+        from it (None while it could not)."""
         return Capabilities(
             gpu=self.gpu.capabilities(),
             images=self.images.capabilities(),
             ssh_access=["tunnel", "service"] if self.ssh.has_service else ["tunnel"],
+            cluster=ClusterIdentity(name=self.cluster.name, id=cluster_id),
         )
 
 

@@ -51,6 +51,8 @@ PERSISTENT_VOLUME_CLAIMS = Kind("persistentvolumeclaims", "persistent_volume_cla
 EVENTS = Kind("events", "event", "core", True)
 CONFIGMAPS = Kind("configmaps", "config_map", "core", True)
 NODES = Kind("nodes", "node", "core", False)
+# Only kube-system, whose UID is the cluster's id.
+NAMESPACES = Kind("namespaces", "namespace", "core", False)
 RUNTIME_CLASSES = Kind("runtimeclasses", "runtime_class", "node", False)
 RESOURCE_CLAIM_TEMPLATES = Kind(
     "resourceclaimtemplates", "resource_claim_template", "resource", True
@@ -77,6 +79,7 @@ KINDS = (
     CONFIGMAPS,
     SECRETS,
     NODES,
+    NAMESPACES,
     RESOURCE_QUOTAS,
     LIMIT_RANGES,
     RUNTIME_CLASSES,

@@ -44,6 +44,8 @@ def _allowed(api: ApiClient, permission: Permission, namespace: str) -> bool:
     }
     if permission.namespaced:
         attributes["namespace"] = namespace
+    if permission.name is not None:
+        attributes["name"] = permission.name
     return preflight.access_allowed(api, attributes)
 
 

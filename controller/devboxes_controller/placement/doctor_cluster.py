@@ -81,21 +81,28 @@ def check_permissions(settings: Settings, facts: Facts) -> list[DoctorCheck]:
         found.append(
             finding(None, "permissions", "pass", "the controller may do everything it needs")
         )
-    if optional:
-        feature = (
+    reads = [p for p in optional if p.resource != "namespaces"]
+    features, fixes = [], []
+    if reads:
+        features.append(
             "availability reports unknown"
             if settings.availability.enabled
-            and any(p.resource in COUNTED_FROM and not p.namespaced for p in optional)
+            and any(p.resource in COUNTED_FROM and not p.namespaced for p in reads)
             else "some doctor checks cannot run"
         )
+        fixes.append("enable controller.availability.enabled so the chart grants those reads")
+    if len(reads) < len(optional):
+        features.append("the capabilities give no cluster id")
+        fixes.append("grant get on the kube-system Namespace, as the chart's ClusterRole does")
+    if optional:
         found.append(
             finding(
                 None,
                 "permissions",
                 "warn",
-                f"the controller may not {'; '.join(p.describe() for p in optional)} ({feature})",
-                "enable controller.availability.enabled so the chart grants its read-only "
-                "ClusterRole",
+                f"the controller may not {'; '.join(p.describe() for p in optional)} "
+                f"({'; '.join(features)})",
+                "; ".join(fixes),
             )
         )
     return found

@@ -19,11 +19,15 @@ class Permission:
     resource: str
     group: str = ""
     namespaced: bool = True
-    # Without it only an optional feature suffers (availability, parts of the doctor).
+    # Without it only an optional feature suffers (availability, the cluster's id, parts
+    # of the doctor).
     optional: bool = False
+    # The one object it is granted on, when not every object of the resource.
+    name: str | None = None
 
     def describe(self) -> str:
         resource = f"{self.resource}.{self.group}" if self.group else self.resource
+        resource += f"/{self.name}" if self.name else ""
         where = "in the box namespace" if self.namespaced else "cluster-wide"
         return f"{self.verb} {resource} {where}"
 
@@ -54,6 +58,8 @@ PERMISSIONS: tuple[Permission, ...] = (
     *_grant("resource.k8s.io", "resourceslices", "list watch", namespaced=False, optional=True),
     *_grant("resource.k8s.io", "resourceclaims", "list watch", namespaced=False, optional=True),
     *_grant("resource.k8s.io", "deviceclasses", "list watch", namespaced=False, optional=True),
+    # The cluster's id in the capabilities (k8s.cluster_id).
+    *_grant("", "namespaces", "get", namespaced=False, optional=True, name="kube-system"),
 )
 
 

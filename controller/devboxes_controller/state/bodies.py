@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from fastapi import Request, Response
+
+from ..config.settings import Settings
 
 # Below this, compressing costs more than the bytes it saves.
 GZIP_MIN_BYTES = 1024
@@ -36,6 +39,27 @@ def body(data: bytes, compress: bool = False) -> Body:
         else None
     )
     return Body(data, etag, packed)
+
+
+class CapabilitiesBody:
+    """The capabilities' body: made from the settings, and once more when the cluster's id,
+    which ``cluster_id`` gives from memory (None while unknown), has changed since."""
+
+    def __init__(self, settings: Settings, cluster_id: Callable[[], str | None]) -> None:
+        self._settings = settings
+        self._cluster_id = cluster_id
+        self._made = self._make(cluster_id())
+
+    def _make(self, cluster_id: str | None) -> tuple[str | None, Body]:
+        capabilities = self._settings.capabilities(cluster_id)
+        return cluster_id, body(capabilities.model_dump_json().encode())
+
+    def current(self) -> Body:
+        cluster_id = self._cluster_id()
+        made = self._made
+        if made[0] != cluster_id:
+            made = self._made = self._make(cluster_id)
+        return made[1]
 
 
 def _accepts_gzip(request: Request) -> bool:

@@ -64,7 +64,7 @@ from ..control.ssh_keys import Keys
 from ..k8s.kube import NotFound, rule_broken
 from ..placement import doctor, limits, when
 from ..placement.ledger import MIN_RUN
-from ..state.bodies import Body, body, respond
+from ..state.bodies import CapabilitiesBody, body, respond
 from ..state.index import CPU
 from ..state.store import BoxStore
 from .identity.base import Identity, owner_scope
@@ -264,8 +264,8 @@ async def whoami(identity: Caller) -> WhoAmI:
 
 @router.get("/capabilities", response_model=Capabilities, responses=CONDITIONAL)
 async def capabilities(request: Request, _: Caller) -> Response:
-    answer: Body = request.app.state.capabilities
-    return respond(request, answer)
+    answer: CapabilitiesBody = request.app.state.capabilities
+    return respond(request, answer.current())
 
 
 @router.get(

@@ -30,9 +30,10 @@ from devboxes_sdk.models import field_errors, normalize_name
 from ..control.bookings import Desk
 from ..control.lifecycle import Lifecycle
 from ..control.ssh_keys import Keys
+from ..k8s.cluster_id import ClusterId
 from ..k8s.kube import ApiProblem, Invalid, NotFound
 from ..placement import doctor
-from ..state.bodies import Body, body, respond
+from ..state.bodies import Body, CapabilitiesBody, respond
 from ..state.ended_sessions import EndedSessions
 from ..state.metrics import METRICS
 from ..state.store import BoxStore
@@ -319,7 +320,8 @@ class ReadFastPath:
         """The answer of a read without a query, for a caller who sees ``owner``'s boxes
         (every box when None)."""
         if path == CAPABILITIES_PATH:
-            return CAPABILITIES_PATH, self._state.capabilities
+            capabilities: CapabilitiesBody = self._state.capabilities
+            return CAPABILITIES_PATH, capabilities.current()
         store: BoxStore = self._state.store
         if path == LIST_PATH:
             return LIST_PATH, store.list_body(owner)
@@ -350,8 +352,10 @@ def create_app(
     ended: EndedSessions,
     background: Callable[[], AsyncIterator[None]] | None = None,
     verifiers: Sequence[Verifier] = (),
+    cluster: ClusterId | None = None,
 ) -> FastAPI:
-    """The ASGI app. ``background`` starts and stops the watches and the reconciler."""
+    """The ASGI app. ``background`` starts and stops the watches and the reconciler;
+    ``cluster`` holds the cluster's id once read (without it the capabilities give none)."""
     writes = WritePool(readiness.write_problem)
     reads = ReadPool(readiness.write_problem)
 
@@ -393,7 +397,9 @@ def create_app(
     app.state.writes = writes
     app.state.reads = reads
     app.state.doctor = Shared(reads, partial(doctor.examine, lifecycle.settings, lifecycle.api))
-    app.state.capabilities = body(store.settings.capabilities().model_dump_json().encode())
+    app.state.capabilities = CapabilitiesBody(
+        store.settings, (lambda: cluster.value) if cluster is not None else (lambda: None)
+    )
     app.include_router(router)
     app.include_router(ingest_router)
     app.include_router(cli_login_router)

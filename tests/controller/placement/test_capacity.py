@@ -454,6 +454,33 @@ def test_doctor_warns_when_it_cannot_read_and_names_denied_permissions() -> None
     ]
 
 
+def test_doctor_warns_that_without_the_kube_system_read_the_cluster_has_no_id() -> None:
+    settings = settings_with({"nodeSelector": L4, "tolerations": TOLERATE_GPU})
+    denied = [p for p in doctor_facts.PERMISSIONS if p.resource in ("namespaces", "nodes")]
+    report = doctor.diagnose(settings, facts(denied=denied))
+    assert verdicts(report, "permissions")[1] == (
+        "warn",
+        "the controller may not list nodes cluster-wide; watch nodes cluster-wide; get "
+        "namespaces/kube-system cluster-wide (availability reports unknown; the capabilities "
+        "give no cluster id)",
+        "enable controller.availability.enabled so the chart grants those reads; grant get on "
+        "the kube-system Namespace, as the chart's ClusterRole does",
+    )
+    (namespace,) = [p for p in doctor_facts.PERMISSIONS if p.resource == "namespaces"]
+    alone = verdicts(doctor.diagnose(settings, facts(denied=[namespace])), "permissions")
+    assert alone[1][1].endswith("(the capabilities give no cluster id)")
+
+
+def test_the_doctor_asks_about_kube_system_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[dict[str, str]] = []
+    monkeypatch.setattr(
+        doctor.preflight, "access_allowed", lambda api, attributes: asked.append(attributes)
+    )
+    (namespace,) = [p for p in doctor_facts.PERMISSIONS if p.resource == "namespaces"]
+    doctor._allowed(None, namespace, "boxes")  # type: ignore[arg-type]
+    assert asked == [{"verb": "get", "resource": "namespaces", "group": "", "name": "kube-system"}]
+
+
 def cluster_checks(report: Any) -> dict[str, tuple[str, str, str | None]]:
     return {c.check: (c.verdict, c.message, c.fix) for c in report.checks if c.profile is None}
 
@@ -579,8 +606,9 @@ def test_permissions_match_the_charts_roles() -> None:
             for group in rule["apiGroups"]:
                 for resource in rule["resources"]:
                     for verb in rule["verbs"]:
-                        granted.add((group, resource, verb, not cluster))
-    wanted = {(p.group, p.resource, p.verb, p.namespaced) for p in doctor_facts.PERMISSIONS}
+                        for name in rule.get("resourceNames", [None]):
+                            granted.add((group, resource, verb, not cluster, name))
+    wanted = {(p.group, p.resource, p.verb, p.namespaced, p.name) for p in doctor_facts.PERMISSIONS}
     assert wanted == granted
 
 

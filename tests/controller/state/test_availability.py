@@ -306,8 +306,10 @@ def assert_everything_else_works(controller: Controller, reason: str) -> None:
         assert entry.reason is not None
         assert reason in entry.reason
     caps = api.call("GET", "/capabilities")
-    assert set(caps) == {"gpu", "images", "ssh_access"}
+    assert set(caps) == {"gpu", "images", "ssh_access", "cluster"}
     assert set(caps["gpu"]) == {"enabled", "default_profile", "profiles"}
+    # Availability's reads are no part of the cluster's id, which the chart grants anyway.
+    wait_for(lambda: api.call("GET", "/capabilities")["cluster"]["id"])
     api.created("cpu-box")
     box = Devbox.model_validate(api.wait_ready("cpu-box"))
     assert box.state.value == "ready"
