@@ -892,3 +892,29 @@ def test_gpu_time_shows_each_device_s_next_hours_and_books_a_device_in_chromium(
         expect(page.locator("#booking-rows tr")).to_have_count(1)
     finally:
         pool.delete()
+
+
+def test_the_dashboard_names_its_cluster_and_links_to_the_others_it_is_told_about(
+    start_controller: StartController, namespace: str, chromium: Any
+) -> None:
+    from playwright.sync_api import expect
+
+    other = start_controller({**example_settings(namespace), "cluster": {"name": "lab-b"}})
+    settings = example_settings(namespace)
+    settings["cluster"] = {"name": "lab-a", "peers": [{"name": "lab-b", "url": other.url}]}
+    controller = start_controller(settings)
+    context, page = open_page(chromium, {"width": 800, "height": 900})
+    try:
+        sign_in(page, controller)
+        nav = page.get_by_role("navigation", name="Clusters")
+        expect(nav).to_have_text("Cluster lab-a · other clusters: lab-b")
+        link = page.get_by_test_id("cluster-peer-lab-b")
+        expect(link).to_have_attribute("href", f"{other.url}/dashboard")
+        shot(page, "dashboard-clusters-800")
+        link.click()
+        # The other cluster's own dashboard: its own sign-in, its own cluster's name.
+        expect(page).to_have_url(f"{other.url}/dashboard/login?next=/dashboard")
+        sign_in_from_the_login_page(page, other)
+        expect(page.get_by_role("navigation", name="Clusters")).to_have_text("Cluster lab-b")
+    finally:
+        context.close()

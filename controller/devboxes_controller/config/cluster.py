@@ -7,13 +7,17 @@ the cluster itself (``k8s.cluster_id``) and no setting gives.
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Mapping
+from typing import Annotated, Any
 
-from pydantic import AfterValidator, StrictStr, TypeAdapter, WithJsonSchema
+from pydantic import AfterValidator, Field, StrictStr, TypeAdapter, WithJsonSchema
 
-from .base import Model
-from .formats import DnsLabel, is_dns_label
-from .violations import fail
+from .base import Model, entry_name, lookup
+from .formats import DnsLabel, UrlWithoutCredentials, is_dns_label
+from .violations import Violation, fail, repeats
+
+# More clusters than this are not a list a person reads in a page's header.
+MAX_PEERS = 16
 
 
 def _check_name(value: str) -> str:
@@ -33,9 +37,39 @@ ClusterName = Annotated[
 ]
 
 
+class ClusterPeer(Model):
+    """Another cluster's controller, which this one's dashboard links to."""
+
+    name: ClusterName
+    # The other controller's base URL; its dashboard is at URL/dashboard.
+    url: UrlWithoutCredentials
+
+
 class ClusterSettings(Model):
     """What clients call the cluster; see docs/operator-guide.md."""
 
     # Shown by clients that know several clusters, e.g. "gpu-eu" in train@gpu-eu. Unset,
     # the capabilities name none.
     name: ClusterName | None = None
+    # The other clusters of the same people: the dashboard stays one per cluster and
+    # links to these.
+    peers: list[ClusterPeer] = Field(default_factory=list, max_length=MAX_PEERS)
+
+    @classmethod
+    def _rules(cls, raw: Mapping[str, Any]) -> list[Violation]:
+        peers = lookup(raw, "peers")
+        found: list[Violation] = [
+            (
+                ("peers", index, "name"),
+                f"peer name {name!r} is used more than once (also peers[{first}])",
+            )
+            for index, first, name in repeats(peers, entry_name)
+        ]
+        own = lookup(raw, "name")
+        if own is not None and isinstance(peers, list):
+            found += [
+                (("peers", index, "name"), f"{own!r} is this cluster's own name, not a peer")
+                for index, peer in enumerate(peers)
+                if entry_name(peer) == own
+            ]
+        return found

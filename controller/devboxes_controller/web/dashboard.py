@@ -270,6 +270,10 @@ def dashboard(request: Request) -> Response:
                 "ttl_max": str(store.settings.ttl.max_hours),
                 "user": identity.user,
                 "role": " (admin)" if identity.admin else "",
+                "cluster": store.settings.cluster.name or "",
+                "peers": json.dumps(
+                    [peer.model_dump(mode="json") for peer in store.settings.cluster.peers]
+                ),
             },
         )
     )

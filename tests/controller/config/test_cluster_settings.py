@@ -46,12 +46,12 @@ def test_a_name_that_is_no_dns_label_is_refused_with_the_rule(name: str) -> None
     ("cluster", "found"),
     [
         ({"name": 7}, "cluster.name: must be a string, got 7; quote it in YAML"),
-        ({"id": "abc"}, "cluster.id: unknown key 'id' (allowed: name)"),
+        ({"id": "abc"}, "cluster.id: unknown key 'id' (allowed: name, peers)"),
         (None, "cluster: must be a mapping, got null"),
         ("gpu-eu", 'cluster: must be a mapping, got "gpu-eu"'),
     ],
 )
-def test_the_block_takes_a_name_and_nothing_else(cluster: Any, found: str) -> None:
+def test_the_block_takes_a_name_and_peers_and_nothing_else(cluster: Any, found: str) -> None:
     assert violations(lambda: settings_from_mapping({"cluster": cluster})) == [found]
 
 
@@ -94,3 +94,53 @@ def test_the_capabilities_carry_the_name_and_the_id_read() -> None:
     }
     unnamed = settings_from_mapping({}).capabilities().model_dump(mode="json")
     assert unnamed["cluster"] == {"name": None, "id": None}
+
+
+def test_peers_are_other_clusters_controllers_the_dashboard_links_to() -> None:
+    cluster = settings_from_mapping(
+        {
+            "cluster": {
+                "name": "lab-a",
+                "peers": [{"name": "lab-b", "url": "https://devboxes.lab-b.example.com/"}],
+            }
+        }
+    ).cluster
+    assert [(p.name, p.url) for p in cluster.peers] == [
+        ("lab-b", "https://devboxes.lab-b.example.com")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("peers", "found"),
+    [
+        (
+            [{"name": "lab-a", "url": "https://a.example.com"}],
+            "cluster.peers[0].name: 'lab-a' is this cluster's own name, not a peer",
+        ),
+        (
+            [
+                {"name": "lab-b", "url": "https://b.example.com"},
+                {"name": "lab-b", "url": "https://c.example.com"},
+            ],
+            "cluster.peers[1].name: peer name 'lab-b' is used more than once (also peers[0])",
+        ),
+        (
+            [{"name": "lab-b", "url": "ftp://b.example.com"}],
+            "cluster.peers[0].url: 'ftp://b.example.com' is not an http:// or https:// URL "
+            "without query or fragment",
+        ),
+        (
+            [{"name": "lab-b", "url": "https://ops:secret@b.example.com"}],
+            "cluster.peers[0].url: must not carry a user name or password: messages show this URL",
+        ),
+        (
+            [{"name": "Lab B", "url": "https://b.example.com"}],
+            f"cluster.peers[0].name: 'Lab B' {NAME_RULE}",
+        ),
+    ],
+)
+def test_a_broken_peer_is_refused_saying_where_and_why(
+    peers: list[dict[str, str]], found: str
+) -> None:
+    settings = {"cluster": {"name": "lab-a", "peers": peers}}
+    assert violations(lambda: settings_from_mapping(settings)) == [found]

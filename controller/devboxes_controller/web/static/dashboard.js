@@ -9,6 +9,33 @@ import * as labels from "./labels.js";
   const rows = new Map();
   const $ = (id) => document.getElementById(id);
 
+  // This cluster's name and the other clusters' dashboards the operator lists; each
+  // dashboard shows its own cluster's boxes only.
+  function showClusters() {
+    const own = document.querySelector('meta[name="devboxes-cluster"]').content;
+    const peers = JSON.parse(document.querySelector('meta[name="devboxes-peers"]').content);
+    const nav = $("clusters");
+    if (!own && peers.length === 0) return;
+    if (own) {
+      const here = document.createElement("strong");
+      here.textContent = own;
+      here.dataset.testid = "cluster-here";
+      nav.append("Cluster ", here);
+    }
+    if (peers.length > 0) {
+      nav.append(own ? " · other clusters: " : "Other clusters: ");
+      peers.forEach((peer, index) => {
+        const link = document.createElement("a");
+        link.href = `${peer.url}/dashboard`;
+        link.rel = "noopener noreferrer";
+        link.textContent = peer.name;
+        link.dataset.testid = `cluster-peer-${peer.name}`;
+        nav.append(index > 0 ? ", " : "", link);
+      });
+    }
+    nav.hidden = false;
+  }
+
   function toLogin() {
     window.location.assign("/dashboard/login?next=/dashboard");
   }
@@ -905,6 +932,7 @@ import * as labels from "./labels.js";
     $("volume-form").addEventListener("submit", confirmPurgeVolume);
     $("volume-cancel").addEventListener("click", () => volumeDialog.close());
     $("volume-confirm").addEventListener("input", refreshPurgeVolume);
+    showClusters();
     loadPresets().catch(() => undefined);
     // The timeline after the catalog: it fills in each profile's next free time.
     loadCapabilities().catch(() => undefined).then(() => loadTime()).catch(() => undefined);
