@@ -201,6 +201,8 @@ class Transport:
     ) -> None:
         self.url = url
         self.timeout = timeout
+        # Between the tries of a repeatable request; none, and every request is sent once.
+        self.retry_delays: tuple[float, ...] = _RETRY_DELAYS
         self._auth = _BearerAuth(token)
         self._owns_session = session is None
         self._session = session if session is not None else requests.Session()
@@ -239,7 +241,8 @@ class Transport:
             raise ValueError(f"API path must start with a single '/': {path!r}")
         method = method.upper()
         repeatable = method in _IDEMPOTENT_METHODS or IDEMPOTENCY_HEADER in (headers or {})
-        attempts = len(_RETRY_DELAYS) + 1 if repeatable else 1
+        delays = self.retry_delays
+        attempts = len(delays) + 1 if repeatable else 1
         for attempt in range(attempts):
             last = attempt + 1 == attempts
             try:
@@ -260,7 +263,7 @@ class Transport:
             except requests.ConnectionError as error:
                 # A certificate that fails verification fails the same way on every try.
                 if not last and not isinstance(_tls_problem(error), ssl.SSLCertVerificationError):
-                    time.sleep(_RETRY_DELAYS[attempt])
+                    time.sleep(delays[attempt])
                     continue
                 reason = _describe_connection_error(error, urlsplit(self.url).hostname or "")
                 raise Unavailable(
@@ -280,7 +283,7 @@ class Transport:
             status = response.status_code
             if status in (429, 503) and not last:
                 response.close()
-                time.sleep(_RETRY_DELAYS[attempt])
+                time.sleep(delays[attempt])
                 continue
             if status == 304 and headers and "If-None-Match" in headers:
                 return response

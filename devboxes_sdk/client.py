@@ -335,7 +335,9 @@ class Client:
     ``url`` and ``token`` default to ``DEVBOX_URL`` / ``DEVBOX_TOKEN`` and then to the
     configuration file (see :mod:`devboxes_sdk.config`). ``timeout`` bounds every
     request in seconds. Pass ``session`` to share a ``requests.Session``; the client
-    only closes sessions it created.
+    only closes sessions it created. With ``retry=False`` nothing is tried twice: a
+    failed connection or a 503 is the answer at once, for a caller with a deadline of
+    its own.
     """
 
     def __init__(
@@ -345,11 +347,14 @@ class Client:
         *,
         timeout: float = 30.0,
         session: requests.Session | None = None,
+        retry: bool = True,
     ) -> None:
         if not timeout > 0:
             raise ValueError("timeout must be a positive number of seconds")
         settings = resolve(url, token)
         self._http = Transport(settings.url, settings.token, float(timeout), session)
+        if not retry:
+            self._http.retry_delays = ()
         self.gpu = GpuNamespace(self)
         self.keys = KeysNamespace(self)
         self.bookings = BookingsNamespace(self)

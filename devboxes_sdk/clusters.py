@@ -129,32 +129,33 @@ class Clusters:
         self._timeout = float(timeout)
         self._silences = Silences(silence_path(env) if clusters is None else None)
         self._problems: dict[str, str] = {}
+        self._settings: dict[str, ClusterSettings] = {}
         if clusters is None:
-            clusters = self._configured(env)
-        names = [cluster.name for cluster in clusters]
-        if len(set(names)) != len(names):
+            self._order = self._configured(env)
+        else:
+            self._order = [cluster.name for cluster in clusters]
+            self._settings = {cluster.name: cluster for cluster in clusters}
+        if len(set(self._order)) != len(self._order):
             raise ConfigurationError("two clusters have the same name")
-        self._settings = {cluster.name: cluster for cluster in clusters}
-        self._order = names + [n for n in self._problems if n not in names]
         self._clients: dict[tuple[str, bool], Client] = {}
-        self._identities: dict[str, str | None] = {}
+        self._capabilities: dict[str, models.Capabilities] = {}
         self._lock = threading.Lock()
 
-    def _configured(self, env: Mapping[str, str] | None) -> list[ClusterSettings]:
+    def _configured(self, env: Mapping[str, str] | None) -> list[str]:
+        """The configuration file's clusters, in its order."""
         file = read_config(config_path(env))
         if not file.clusters:
             raise ConfigurationError(
                 f"configuration file {file.path} names no clusters: add a [clusters.NAME] "
                 "table per cluster (url, and token, token_file or token_from)"
             )
-        found = []
         for entry in file.clusters:
             # A cluster without a token is one line of every answer, not the end of all.
             try:
-                found.append(resolve_cluster(file, entry, env))
+                self._settings[entry.name] = resolve_cluster(file, entry, env)
             except ConfigurationError as error:
                 self._problems[entry.name] = str(error)
-        return found
+        return [entry.name for entry in file.clusters]
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -171,7 +172,8 @@ class Clusters:
 
     def _client(self, cluster: str, *, quick: bool) -> Client:
         """A client of ``cluster``; a quick one's requests each last at most the merged
-        calls' timeout, so a thread left behind by a frozen cluster soon ends."""
+        calls' timeout and are never tried again, so a cluster that refuses says so
+        within it and a thread left behind by a frozen one soon ends."""
         if cluster in self._problems:
             raise ConfigurationError(self._problems[cluster])
         settings = self._settings.get(cluster)
@@ -182,9 +184,11 @@ class Clusters:
         with self._lock:
             made = self._clients.get((cluster, quick))
             if made is None:
-                made = Client(settings.url, settings.token)
-                if quick:
-                    made.timeout = self._timeout
+                made = (
+                    Client(settings.url, settings.token, timeout=self._timeout, retry=False)
+                    if quick
+                    else Client(settings.url, settings.token)
+                )
                 self._clients[(cluster, quick)] = made
         return made
 
@@ -201,10 +205,23 @@ class Clusters:
     # -- asking every cluster --------------------------------------------------------
 
     def ask(self, call: Callable[[Client], T], clusters: Sequence[str] | None = None) -> Answers[T]:
-        """``call`` with each cluster's client, all at once; the answers of those that
-        answered within the timeout, and one error for each of the others. A cluster
-        reached under two names is asked once, under the first."""
+        """``call`` with each cluster's client (of ``clusters``, else all), all at once; the
+        answers of those that answered within the timeout, and one error for each of the
+        others. A cluster reached under two names is answered once, under the first."""
+        return self._ask(lambda client, capabilities: call(client), clusters)
+
+    def _ask(
+        self,
+        call: Callable[[Client, models.Capabilities], T],
+        clusters: Sequence[str] | None = None,
+    ) -> Answers[T]:
+        """:meth:`ask`, with each cluster's capabilities, read first to know its id."""
         wanted = list(clusters) if clusters is not None else list(self._order)
+        unknown = [name for name in wanted if name not in self._order]
+        if unknown:
+            raise ConfigurationError(
+                f"no cluster {unknown[0]!r} (configured: {', '.join(self._order) or 'none'})"
+            )
         results: dict[str, Answer[T] | ClusterError] = {}
         for name in wanted:
             if name in self._problems:
@@ -213,8 +230,7 @@ class Clusters:
         def run(name: str) -> None:
             try:
                 client = self._client(name, quick=True)
-                self._identify(name, client)
-                value = call(client)
+                value = call(client, self._read_capabilities(name, client))
             except DevboxesError as error:
                 results[name] = ClusterError(name, str(error))
             else:
@@ -252,7 +268,8 @@ class Clusters:
             elif isinstance(result, ClusterError):
                 errors.append(result)
             else:
-                identity = self._identities.get(name)
+                cluster = self._capabilities[name].cluster
+                identity = cluster.id if cluster is not None else None
                 first = seen.get(identity) if identity is not None else None
                 if first is not None:
                     notes.append(f"{name} is the same cluster as {first}: shown once, as {first}")
@@ -270,11 +287,12 @@ class Clusters:
             message += f" (nor in {self._timeout:g} s at {at})"
         return message
 
-    def _identify(self, name: str, client: Client) -> None:
-        """Learn the cluster id ``name``'s controller gives, once."""
-        if name not in self._identities:
-            identity = client.capabilities().cluster
-            self._identities[name] = identity.id if identity is not None else None
+    def _read_capabilities(self, name: str, client: Client) -> models.Capabilities:
+        """What ``name``'s controller offers and which cluster it serves, asked once."""
+        found = self._capabilities.get(name)
+        if found is None:
+            found = self._capabilities[name] = client.capabilities()
+        return found
 
     # -- merged views ------------------------------------------------------------------
 
@@ -295,7 +313,7 @@ class Clusters:
     def profiles(self, preset: models.Preset | None = None) -> Answers[Profiles]:
         """Every cluster's GPU catalog with its free counts (for ``preset`` when given)
         and "when?"; never summed across clusters."""
-        return self.ask(lambda c: _profiles(c, preset))
+        return self._ask(lambda c, capabilities: _profiles(c, capabilities.gpu, preset))
 
     # -- one box -----------------------------------------------------------------------
 
@@ -332,7 +350,7 @@ class Clusters:
             reason = f"{first}: a CPU box goes to the first cluster that answers"
             return Placement(first, None, reason, _lines(reached.errors))
         asked = None if gpu is True else gpu
-        answered = self.ask(lambda c: _catalog_and_counts(c, preset))
+        answered = self._ask(lambda c, capabilities: _counted(c, capabilities.gpu, preset))
         offers = [offer(a.cluster, *a.value, asked) for a in answered.answers]
         if not offers:
             raise DevboxesError(_nobody(answered.errors))
@@ -390,8 +408,9 @@ def _availability(client: Client, preset: models.Preset | None) -> models.GpuAva
         return None
 
 
-def _profiles(client: Client, preset: models.Preset | None) -> Profiles:
-    catalog = client.capabilities().gpu
+def _profiles(
+    client: Client, catalog: models.GpuCapabilities, preset: models.Preset | None
+) -> Profiles:
     if not catalog.enabled:
         return Profiles(catalog, None, None)
     try:
@@ -401,9 +420,8 @@ def _profiles(client: Client, preset: models.Preset | None) -> Profiles:
     return Profiles(catalog, _availability(client, preset), when)
 
 
-def _catalog_and_counts(
-    client: Client, preset: models.Preset
+def _counted(
+    client: Client, catalog: models.GpuCapabilities, preset: models.Preset
 ) -> tuple[models.GpuCapabilities, builtins.list[models.ProfileAvailability] | None]:
-    catalog = client.capabilities().gpu
     counted = _availability(client, preset) if catalog.enabled else None
     return catalog, counted.profiles if counted is not None else None

@@ -146,3 +146,30 @@ def test_a_name_and_its_cluster_are_split_at_the_at_sign() -> None:
     assert split_name("atlas") == ("atlas", None)
     with pytest.raises(ConfigurationError, match="names no cluster"):
         split_name("atlas@")
+
+
+def test_no_cluster_answering_is_an_error_with_a_line_for_each(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    env = _config(
+        tmp_path,
+        '[clusters.down]\nurl = "http://127.0.0.1:9"\ntoken = "' + TOKEN_A + '"\n\n'
+        '[clusters.tokenless]\nurl = "https://b.example.com"\n',
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "devboxes_sdk", "list"],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **env},
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1
+    down, tokenless = done.stderr.splitlines()
+    assert down.startswith("down: cannot reach the Devboxes API at http://127.0.0.1:9")
+    assert tokenless == (
+        "tokenless: no Devboxes token configured for cluster tokenless: run "
+        "'devbox login --cluster tokenless' or set DEVBOX_TOKEN"
+    )
+    assert done.stdout == ""
