@@ -320,8 +320,9 @@ class Clusters:
     def locate(self, text: str) -> Located[Devbox]:
         """The box ``NAME@CLUSTER`` names, or the one box called NAME on any cluster.
 
-        A bare name on no cluster that answered raises :class:`NotFound`; on several,
-        :class:`AmbiguousName` naming each ``NAME@CLUSTER``."""
+        A bare name on no cluster that answered raises :class:`NotFound` (and
+        :class:`DevboxesError` when none answered); on several, :class:`AmbiguousName`
+        naming each ``NAME@CLUSTER``."""
         name, cluster = split_name(text)
         if cluster is not None:
             return Located(cluster, self.client(cluster).get(name))
@@ -329,6 +330,8 @@ class Clusters:
         hits = [Located(a.cluster, a.value) for a in found.answers if a.value is not None]
         if len(hits) == 1:
             return hits[0]
+        if not found.answers:
+            raise DevboxesError(_nobody(found.errors))
         if hits:
             spelled = " or ".join(f"{name}{CLUSTER_SEPARATOR}{hit.cluster}" for hit in hits)
             raise AmbiguousName(f"{name} is a box on {len(hits)} clusters: say {spelled}")
