@@ -116,17 +116,18 @@ def ssh_if_ready(name: str, extra: Sequence[str]) -> None:
     command then goes through the client, which carries it out or explains."""
     try:
         settings = command_settings(None, None)
-        # With several clusters, which one holds a bare name is for the client to find.
-        chosen = settings.cluster is None or os.environ.get(ENV_CLUSTER, "").strip()
-        if not chosen and len(read_config(config_path()).clusters) > 1:
-            return
+        several = settings.cluster is not None and len(read_config(config_path()).clusters) > 1
     except ConfigurationError:
+        return
+    # With several clusters, which one holds a bare name is for the client to find.
+    if several and not os.environ.get(ENV_CLUSTER, "").strip():
         return
     box = ready_box(settings, name)
     if box is None:
         return
+    argv = _cli_ssh.tunnel_argv(box, extra, settings.cluster if several else None)
     try:
-        _cli_ssh.exec_ssh(_cli_ssh.tunnel_argv(box, extra), {**os.environ, ENV_URL: settings.url})
+        _cli_ssh.exec_ssh(argv, {**os.environ, ENV_URL: settings.url})
     except DevboxesError:
         return
 

@@ -961,15 +961,28 @@ def _ssh_environment(args: argparse.Namespace, client: Client) -> dict[str, str]
     return environment
 
 
+def _host_cluster(args: argparse.Namespace) -> str | None:
+    """The cluster a box's ssh host name carries (``NAME.CLUSTER.devbox``): the one the
+    command acts on, when the configuration file has several."""
+    if args.url is not None or os.environ.get(ENV_URL, "").strip():
+        return None
+    file = read_config(config_path())
+    if len(file.clusters) < 2:
+        return None
+    chosen = args.cluster or os.environ.get(ENV_CLUSTER, "").strip()
+    return chosen or file.default_cluster or file.clusters[0].name
+
+
 def open_ssh(
     args: argparse.Namespace, client: Client, box: Devbox, extra: Sequence[str]
 ) -> NoReturn:
     """Replace this process with ssh to a ready box: through the controller's tunnel when
     it offers one, else at the box's own address."""
+    cluster = _host_cluster(args)
     if "tunnel" in client.capabilities().ssh_access:
-        argv = _cli_ssh.tunnel_argv(box, extra)
+        argv = _cli_ssh.tunnel_argv(box, extra, cluster)
     else:
-        argv = _cli_ssh.service_argv(box, extra)
+        argv = _cli_ssh.service_argv(box, extra, cluster)
     _cli_ssh.exec_ssh(argv, _ssh_environment(args, client))
 
 
@@ -1005,8 +1018,12 @@ def cmd_config_ssh(args: argparse.Namespace) -> int:
                     f"the controller at {client.url} offers no tunnel; "
                     "reach boxes with: devbox ssh NAME"
                 )
-            updated = _cli_ssh.with_block(text, _cli_ssh.config_block(client.url))
+            clusters = _tunnel_clusters(args)
+            updated = _cli_ssh.with_block(text, _cli_ssh.config_block(client.url, clusters))
         done = f"wrote the devbox block to {path}: connect with ssh NAME{HOST_SUFFIX}"
+        if clusters:
+            names = ", ".join(name for name, _ in clusters)
+            done += f", or ssh NAME.CLUSTER{HOST_SUFFIX} for {names}"
     if args.dry_run:
         sys.stdout.write(updated)
         return EXIT_OK
@@ -1017,6 +1034,21 @@ def cmd_config_ssh(args: argparse.Namespace) -> int:
             raise DevboxesError(f"cannot write {path}: {error.strerror or error}") from None
     print(done)
     return EXIT_OK
+
+
+def _tunnel_clusters(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """The configured clusters whose controllers offer the tunnel, with their URLs; each
+    of the others is one line."""
+    clusters = _several(args)
+    if clusters is None:
+        return []
+    with clusters:
+        found = clusters.ask(lambda c: c.url if "tunnel" in c.capabilities().ssh_access else None)
+    _merged_exit(found)
+    for answer in found.answers:
+        if answer.value is None:
+            print_error(f"{answer.cluster}: offers no tunnel; reach its boxes with devbox ssh")
+    return [(a.cluster, a.value) for a in found.answers if a.value is not None]
 
 
 def cmd_known_hosts(args: argparse.Namespace) -> int:
@@ -1038,4 +1070,5 @@ def cmd_port_forward(args: argparse.Namespace) -> int:
             f"forwarding http://127.0.0.1:{local} to port {port} of {box.name} through the "
             "controller; Ctrl-C stops it"
         )
-        _cli_ssh.exec_ssh(_cli_ssh.forward_argv(box, port, local), _ssh_environment(args, client))
+        argv = _cli_ssh.forward_argv(box, port, local, _host_cluster(args))
+        _cli_ssh.exec_ssh(argv, _ssh_environment(args, client))

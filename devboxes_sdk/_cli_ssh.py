@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, NoReturn, Protocol
 from devboxes_sdk.errors import DevboxesError
 from devboxes_sdk.tunnel import (
     HOST_SUFFIX,
+    host_of_box,
     join,
     known_hosts_command,
     open_tunnel,
@@ -83,8 +84,9 @@ def _host_key_options(box: SshTarget) -> list[str]:
     return ["-o", f"KnownHostsCommand={command}", "-o", "StrictHostKeyChecking=yes"]
 
 
-def tunnel_argv(box: SshTarget, extra: Sequence[str]) -> list[str]:
-    """``ssh`` to the box through the controller's tunnel."""
+def tunnel_argv(box: SshTarget, extra: Sequence[str], cluster: str | None = None) -> list[str]:
+    """``ssh`` to the box through the controller's tunnel; named with its ``cluster``
+    when several are configured, so each box of a name has its own host keys."""
     return [
         "ssh",
         "-o",
@@ -92,12 +94,12 @@ def tunnel_argv(box: SshTarget, extra: Sequence[str]) -> list[str]:
         *_host_key_options(box),
         "-o",
         f"ServerAliveInterval={KEEPALIVE_SECONDS}",
-        f"{_user(box)}@{box.name}{HOST_SUFFIX}",
+        f"{_user(box)}@{host_of_box(box.name, cluster)}",
         *_extra(extra),
     ]
 
 
-def forward_argv(box: Devbox, port: int, local: int) -> list[str]:
+def forward_argv(box: Devbox, port: int, local: int, cluster: str | None = None) -> list[str]:
     """``ssh`` that forwards 127.0.0.1:``local`` here to ``port`` on the box's loopback
     through the tunnel, and runs nothing else."""
     return tunnel_argv(
@@ -109,10 +111,11 @@ def forward_argv(box: Devbox, port: int, local: int) -> list[str]:
             "-L",
             f"127.0.0.1:{local}:127.0.0.1:{port}",
         ],
+        cluster,
     )
 
 
-def service_argv(box: Devbox, extra: Sequence[str]) -> list[str]:
+def service_argv(box: Devbox, extra: Sequence[str], cluster: str | None = None) -> list[str]:
     """``ssh`` to the box at its own address, from its ssh_host, ssh_port and ssh_user."""
     destination = box.ssh_host
     if not destination or not _SSH_HOST_RE.fullmatch(destination):
@@ -120,7 +123,7 @@ def service_argv(box: Devbox, extra: Sequence[str]) -> list[str]:
     if box.ssh_user is not None:
         destination = f"{_user(box)}@{destination}"
     # The box's keys are published under its name, whichever address reaches it.
-    alias = ["-o", f"HostKeyAlias={box.name}{HOST_SUFFIX}"] if box.ssh_host_keys else []
+    alias = ["-o", f"HostKeyAlias={host_of_box(box.name, cluster)}"] if box.ssh_host_keys else []
     return [
         "ssh",
         "-p",
@@ -153,24 +156,28 @@ def stdio(url: str, token: str, name: str) -> str | None:
         return join(connection, sys.stdin.buffer, sys.stdout.buffer, sys.stderr)
 
 
-def config_block(url: str) -> str:
+def config_block(url: str, clusters: Sequence[tuple[str, str]] = ()) -> str:
     """The ``~/.ssh/config`` block that makes ``ssh NAME.devbox`` reach box NAME of the
-    controller at ``url`` through its tunnel, for every tool that runs ssh."""
-    # ssh runs a KnownHostsCommand without a shell, and only by an absolute path.
-    with_url = f"{shutil.which('env') or '/usr/bin/env'} DEVBOX_URL={shlex.quote(url)}"
-    return "\n".join(
-        [
-            f"{BEGIN} ({url}) ---",
-            "# Written by 'devbox config-ssh'; 'devbox config-ssh --remove' removes it.",
-            f"Host *{HOST_SUFFIX}",
+    controller at ``url`` through its tunnel, for every tool that runs ssh; and, for each
+    of ``clusters`` (name, URL), ``ssh NAME.CLUSTER.devbox`` box NAME of that cluster.
+    A host matches the first section it fits, so the clusters' come first."""
+    sections = [(f"*.{name}{HOST_SUFFIX}", address) for name, address in clusters]
+    sections.append((f"*{HOST_SUFFIX}", url))
+    lines = [
+        f"{BEGIN} ({', '.join(address for _, address in sections)}) ---",
+        "# Written by 'devbox config-ssh'; 'devbox config-ssh --remove' removes it.",
+    ]
+    for pattern, address in sections:
+        # ssh runs a KnownHostsCommand without a shell, and only by an absolute path.
+        with_url = f"{shutil.which('env') or '/usr/bin/env'} DEVBOX_URL={shlex.quote(address)}"
+        lines += [
+            f"Host {pattern}",
             f"    ProxyCommand {with_url} {proxy_command()}",
             f"    KnownHostsCommand {with_url} {known_hosts_command()}",
             f"    User {DEFAULT_USER}",
             f"    ServerAliveInterval {KEEPALIVE_SECONDS}",
-            END,
-            "",
         ]
-    )
+    return "\n".join([*lines, END, ""])
 
 
 def _without_block(text: str) -> tuple[str, int | None]:

@@ -66,8 +66,16 @@ def known_hosts_command() -> str:
 
 
 def box_of_host(host: str) -> str:
-    """The box a host name given to ssh names: ``NAME.devbox`` or ``NAME``."""
-    return host.removesuffix(HOST_SUFFIX)
+    """The box a host name given to ssh names: ``NAME.devbox``, ``NAME.CLUSTER.devbox``
+    (whose controller the SSH config block of that cluster names), or ``NAME``."""
+    if not host.endswith(HOST_SUFFIX):
+        return host
+    return host.removesuffix(HOST_SUFFIX).split(".", 1)[0]
+
+
+def host_of_box(name: str, cluster: str | None = None) -> str:
+    """The host name ssh is given for box ``name``, of ``cluster`` when several are known."""
+    return f"{name}.{cluster}{HOST_SUFFIX}" if cluster else f"{name}{HOST_SUFFIX}"
 
 
 def tunnel_url(api_url: str, name: str) -> str:

@@ -98,3 +98,32 @@ def test_config_ssh_dry_run_and_remove_leave_other_lines_alone(tmp_path: Path) -
     assert removed.returncode == 0, removed.stderr
     assert removed.stdout.strip() == f"{config} has no devbox block"
     assert config.read_text() == THEIRS
+
+
+def test_with_several_clusters_each_has_its_hosts_and_the_default_takes_the_rest() -> None:
+    block = _cli_ssh.config_block(
+        URL, [("lab-a", URL), ("lab-b", "https://devboxes.lab-b.example.org")]
+    )
+    hosts = [line for line in block.splitlines() if line.startswith("Host ")]
+    assert hosts == ["Host *.lab-a.devbox", "Host *.lab-b.devbox", "Host *.devbox"]
+    lab_b = block.split("Host *.lab-b.devbox\n", 1)[1].split("Host ", 1)[0]
+    assert "DEVBOX_URL=https://devboxes.lab-b.example.org " in lab_b
+    assert _cli_ssh.without_block("Host a\n" + block) == "Host a\n"
+    argv = _cli_ssh.tunnel_argv(_box(ssh_user="dev"), [], "lab-b")
+    assert argv[-1] == "dev@atlas.lab-b.devbox"
+
+
+@pytest.mark.parametrize(
+    ("host", "box"),
+    [
+        ("atlas.devbox", "atlas"),
+        ("atlas.lab-b.devbox", "atlas"),
+        ("atlas", "atlas"),
+        ("atlas.example.com", "atlas.example.com"),
+    ],
+)
+def test_a_host_name_names_its_box_with_or_without_its_cluster(host: str, box: str) -> None:
+    from devboxes_sdk.tunnel import box_of_host, host_of_box
+
+    assert box_of_host(host) == box
+    assert box_of_host(host_of_box("atlas", "lab-b")) == "atlas"

@@ -147,6 +147,16 @@ def test_every_cluster_is_listed_with_its_own_rows_and_names_say_which(
         missing = devbox(env, "status", "nowhere")
         assert missing.returncode == 1
         assert "no box nowhere on any cluster that answered" in missing.stderr
+        ssh_config = devbox(env, "config-ssh", "--dry-run", "--file", str(tmp_path / "ssh"))
+        assert ssh_config.returncode == 0, ssh_config.stderr
+        sections = ssh_config.stdout.split("Host ")[1:]
+        assert [section.split("\n", 1)[0] for section in sections] == [
+            "*.lab-a.devbox",
+            "*.lab-b.devbox",
+            "*.devbox",
+        ]
+        assert f"DEVBOX_URL={lab_b.url} " in sections[1]
+        assert f"DEVBOX_URL={lab_a.url} " in sections[2]
         purge = devbox(env, "volumes", "purge", "holder", "--yes")
         assert purge.returncode == 2
         assert "say which holds the volume, holder@CLUSTER (lab-a, lab-b)" in purge.stderr
