@@ -5,22 +5,55 @@ same box at the same moment. The first start asks the controller; the others joi
 see its progress and share its answer instead of racing it to create the box. A start
 can be cancelled while it waits: when the last kernel waiting on a box leaves, a box
 that this start created or started is stopped again, which also ends the wait.
+
+With several clusters configured, a kernel pins the cluster its box is on when it
+starts (:func:`kernel_cluster`), and every call for that kernel goes to that cluster
+(:func:`controller`): a box is never looked for on another cluster. Boxes of one name on
+two clusters are two boxes, with a start each.
 """
 
 from __future__ import annotations
 
+import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from devboxes_sdk import models
 from devboxes_sdk.client import Client, Devbox
+from devboxes_sdk.config import ENV_URL, config_path, read_config, resolve
 from devboxes_sdk.errors import Conflict, DevboxesError, NotFound
 from devboxes_sdk.labels import reason, status_line
 
 # How often a waiting kernel looks whether its start was cancelled.
 _CANCEL_CHECK_SECONDS = 0.2
 CANCELLED = "the kernel start was cancelled"
+
+
+def kernel_cluster(env: Mapping[str, str] | None = None) -> str | None:
+    """The configured cluster a kernel starting now uses, for the whole of its life: the
+    one ``DEVBOX_CLUSTER`` names, else the configuration file's default, else its first.
+    None when ``DEVBOX_URL`` names the controller or fewer than two clusters are
+    configured: then every call resolves the controller as ``Client()`` does."""
+    environ = os.environ if env is None else env
+    if environ.get(ENV_URL, "").strip():
+        return None
+    if len(read_config(config_path(environ)).clusters) < 2:
+        return None
+    return resolve(env=environ).cluster
+
+
+def controller(cluster: str | None) -> Client:
+    """A client of ``cluster`` (a configured cluster's name), or ``Client()`` for None."""
+    if cluster is None:
+        return Client()
+    settings = resolve(cluster=cluster)
+    return Client(settings.url, settings.token)
+
+
+def on_cluster(name: str, cluster: str | None) -> str:
+    """``box nb-ada-cpu`` as the kernel's messages name it: with its cluster when pinned."""
+    return name if cluster is None else f"{name} on cluster {cluster}"
 
 
 class WrongBox(DevboxesError):
@@ -34,13 +67,19 @@ class StartCancelled(DevboxesError):
 
 @dataclass(frozen=True)
 class BoxRequest:
-    """What a kernel start asks for: the box by name, and how to create it if missing."""
+    """What a kernel start asks for: the box by name (on ``cluster``, when the kernel
+    pinned one), and how to create it if missing."""
 
     name: str
     profile: str | None
     preset: models.Preset
     ttl_hours: int
     timeout: float
+    cluster: str | None = None
+
+    @property
+    def key(self) -> tuple[str | None, str]:
+        return self.cluster, self.name
 
 
 @dataclass
@@ -116,11 +155,11 @@ def create_or_adopt(client: Client, request: BoxRequest) -> tuple[Devbox, bool]:
 
 
 class BoxStarts:
-    """The box starts in progress in this server, by box name."""
+    """The box starts in progress in this server, by cluster and box name."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._starts: dict[str, _Start] = {}
+        self._starts: dict[tuple[str | None, str], _Start] = {}
         self._cancelled: dict[str, threading.Event] = {}
 
     def ready(
@@ -139,15 +178,16 @@ class BoxStarts:
         cancelled = threading.Event()
         with self._lock:
             self._cancelled[kernel_id] = cancelled
-            start = self._starts.get(request.name)
+            start = self._starts.get(request.key)
             joined = start is not None
             if start is None:
                 start = _Start(request=request)
-                self._starts[request.name] = start
+                self._starts[request.key] = start
                 threading.Thread(target=self._run, args=(start, check), daemon=True).start()
             start.waiting[kernel_id] = report
         if joined:
-            report("waiting", f"waiting for box {request.name}, which another kernel is starting")
+            named = on_cluster(request.name, request.cluster)
+            report("waiting", f"waiting for box {named}, which another kernel is starting")
         try:
             while not start.done.wait(_CANCEL_CHECK_SECONDS):
                 if cancelled.is_set():
@@ -177,14 +217,14 @@ class BoxStarts:
             start.waiting.pop(kernel_id, None)
             if start.waiting or start.done.is_set():
                 return ""
-            if self._starts.get(start.request.name) is start:
-                del self._starts[start.request.name]
+            if self._starts.get(start.request.key) is start:
+                del self._starts[start.request.key]
             give_back = start.took and not start.given_back
             start.given_back = start.given_back or give_back
         if not give_back:
             return f"; box {start.request.name} is left as it was"
         # Stopping the box also ends the controller wait the start is in.
-        return give_back_box(start.request.name)
+        return give_back_box(start.request.name, start.request.cluster)
 
     def _unless_abandoned(self, start: _Start) -> None:
         with self._lock:
@@ -200,17 +240,18 @@ class BoxStarts:
     def _run(self, start: _Start, check: Callable[[Client, Devbox], str | None]) -> None:
         request = start.request
         name = request.name
+        named = on_cluster(name, request.cluster)
         try:
-            client = Client()
+            client = controller(request.cluster)
             box, start.created = create_or_adopt(client, request)
             if start.created:
-                self._report(start, "creating", f"created box {name}")
+                self._report(start, "creating", f"created box {named}")
             start.took = start.created
             refusal = check(client, box)
             if refusal is not None:
                 raise WrongBox(refusal)
             if box.state is models.DevboxState.STOPPED:
-                self._report(start, "starting", f"starting stopped box {name}")
+                self._report(start, "starting", f"starting stopped box {named}")
                 box = client.start(name)
                 start.took = True
             self._unless_abandoned(start)
@@ -218,14 +259,14 @@ class BoxStarts:
             def update(current: Devbox) -> None:
                 self._unless_abandoned(start)
                 line = status_line(current.state, reason(current.summary, current.message))
-                self._report(start, "waiting", f"box {name}: {line}")
+                self._report(start, "waiting", f"box {named}: {line}")
 
             start.box = client.wait_ready(name, request.timeout, on_update=update)
         except Exception as error:  # noqa: BLE001 - every waiter gets it as its own failure
             start.error = error
         with self._lock:
-            if self._starts.get(name) is start:
-                del self._starts[name]
+            if self._starts.get(request.key) is start:
+                del self._starts[request.key]
             start.owner = next(iter(start.waiting), "")
             # A failed start, or one everyone left: nobody will use what it took.
             give_back = (
@@ -234,14 +275,15 @@ class BoxStarts:
             if give_back:
                 start.given_back = True
         if give_back:
-            start.note = give_back_box(name)
+            start.note = give_back_box(name, request.cluster)
         start.done.set()
 
 
-def give_back_box(name: str) -> str:
-    """Stop a box a kernel start took; what to add to the start's message."""
+def give_back_box(name: str, cluster: str | None = None) -> str:
+    """Stop a box a kernel start took (on ``cluster``, when the kernel pinned one); what
+    to add to the start's message."""
     try:
-        Client().stop(name)
+        controller(cluster).stop(name)
     except DevboxesError as error:
         return f"; box {name} could not be stopped again: {error}"
     return f"; box {name}, started for this kernel, is stopped again (home kept)"

@@ -25,13 +25,24 @@ class ProgressRegistry:
         # When each start began and when its message last changed (monotonic seconds).
         self._began: dict[str, float] = {}
         self._since: dict[str, float] = {}
+        # The cluster each kernel's box is on, when the kernel pinned one.
+        self._clusters: dict[str, str | None] = {}
         # Called after every change, from whichever thread made it.
         self.listeners: list[Callable[[], None]] = []
 
-    def update(self, kernel_id: str, box: str, profile: str, phase: str, message: str) -> None:
+    def update(
+        self,
+        kernel_id: str,
+        box: str,
+        profile: str,
+        phase: str,
+        message: str,
+        cluster: str | None = None,
+    ) -> None:
         now = time.monotonic()
         with self._lock:
             self._began.setdefault(kernel_id, now)
+            self._clusters[kernel_id] = cluster
             known = self._items.get(kernel_id)
             if known is None or known.message != message:
                 self._since[kernel_id] = now
@@ -50,6 +61,7 @@ class ProgressRegistry:
             known = self._items.pop(kernel_id, None) is not None
             self._began.pop(kernel_id, None)
             self._since.pop(kernel_id, None)
+            self._clusters.pop(kernel_id, None)
         if known:
             self._notify()
 
@@ -65,12 +77,28 @@ class ProgressRegistry:
             del self._items[kernel_id]
             self._began.pop(kernel_id, None)
             self._since.pop(kernel_id, None)
+            self._clusters.pop(kernel_id, None)
         self._notify()
         return True
 
     def _notify(self) -> None:
         for listener in list(self.listeners):
             listener()
+
+    def cluster_of(self, kernel_id: str) -> str | None:
+        """The cluster the kernel's box is on, when the kernel pinned one."""
+        with self._lock:
+            return self._clusters.get(kernel_id)
+
+    def boxes_in_use(self) -> set[tuple[str | None, str]]:
+        """``(cluster, box)`` of every kernel starting or running (not failed); the
+        cluster is None for a kernel that pinned none."""
+        with self._lock:
+            return {
+                (self._clusters.get(kernel_id), item.box)
+                for kernel_id, item in self._items.items()
+                if item.phase != FAILED
+            }
 
     def snapshot(self) -> list[KernelProgress]:
         """Every start, with its seconds as of now."""

@@ -9,7 +9,10 @@ connection and gives the box back after a grace (see ``release.py``). A box stop
 under a running kernel stays stopped: only a restart someone asks for starts it again.
 
 The controller is reached with ``Client()``, which in a Jupyter server with the
-Devboxes extension resolves to the extension's controller (see ``app.py``).
+Devboxes extension resolves to the extension's controller (see ``app.py``). With several
+clusters configured (and no ``DEVBOX_URL``), the kernel pins the cluster ``Client()``
+resolves to when it starts, records it with its other state, and asks that cluster for
+everything else it does, its reconnects, restarts and the stop of its box included.
 """
 
 from __future__ import annotations
@@ -39,9 +42,10 @@ from tornado import web
 from traitlets import Enum, Float, Int, Unicode
 
 from devboxes_jupyter import box_start, hostkeys, progress, release
-from devboxes_jupyter.box_start import BoxRequest
+from devboxes_jupyter.box_start import BoxRequest, controller, on_cluster
 from devboxes_sdk import models
 from devboxes_sdk.client import Client, Devbox
+from devboxes_sdk.config import ENV_CLUSTER
 from devboxes_sdk.errors import BoxNotReady, Conflict, DevboxesError, NotFound
 from devboxes_sdk.labels import CPU_ONLY
 from devboxes_sdk.tunnel import HOST_SUFFIX, proxy_command
@@ -63,6 +67,8 @@ NO_KEY = (
 RESTART_HINT = "To start the box again, restart the kernel (JupyterLab: Kernel › Change Kernel…)."
 # The program that starts the kernel on the box (see kernel_bootstrap.py), sent as text.
 _BOOTSTRAP = (files("devboxes_jupyter") / "kernel_bootstrap.py").read_text()
+# ssh runs a ProxyCommand with ``exec``, so a variable is set through env(1).
+_ENV = shutil.which("env") or "/usr/bin/env"
 
 
 class DevboxKernelError(web.HTTPError):
@@ -98,11 +104,12 @@ def box_name(owner: str, profile: str | None) -> str:
     return f"{full[: _NAME_LIMIT - 7].rstrip('-')}-{digest}"
 
 
-def running_message(box: Devbox) -> str:
-    """What a started kernel reports: the box, and its environment when it was created
-    with an image profile. One kernel per accelerator serves every environment, so this
-    is where a person learns which one their code runs in."""
-    message = f"kernel running in box {box.name}"
+def running_message(box: Devbox, cluster: str | None = None) -> str:
+    """What a started kernel reports: the box (and its cluster, when the kernel pinned
+    one), and its environment when it was created with an image profile. One kernel per
+    accelerator serves every environment, so this is where a person learns which one
+    their code runs in."""
+    message = f"kernel running in box {on_cluster(box.name, cluster)}"
     return f"{message} (environment: {box.image.display_name})" if box.image else message
 
 
@@ -237,6 +244,11 @@ class DevboxKernelProvisioner(LocalProvisioner):
     ).tag(config=True)
 
     _box: Devbox | None = None
+    # The configured cluster the box is on, pinned at the kernel's first start when
+    # several clusters are configured (None: Client() as it resolves); every later call
+    # of this kernel goes there.
+    _cluster: str | None = None
+    _pinned = False
     # The coming restart was asked for (Lab's Restart Kernel, the REST restart), not the
     # automatic restart of a kernel that died.
     _restart_asked = False
@@ -262,13 +274,37 @@ class DevboxKernelProvisioner(LocalProvisioner):
         owner = self.owner or os.environ.get("JUPYTERHUB_USER") or getpass.getuser()
         return box_name(owner, self.profile or None)
 
+    @property
+    def cluster(self) -> str | None:
+        """The cluster this kernel's box is on, once pinned; None with one cluster or
+        ``DEVBOX_URL``."""
+        return self._cluster
+
+    def _pin_cluster(self) -> None:
+        """Pin the cluster of the kernel's box, once: the one the configuration resolves
+        to now. Later changes of the configuration leave this kernel where it is."""
+        if self._pinned:
+            return
+        try:
+            self._cluster = box_start.kernel_cluster()
+        except DevboxesError as error:
+            raise self._fail(f"the Devboxes configuration cannot be used: {error}") from None
+        self._pinned = True
+
+    def _controller(self) -> Client:
+        """A client of the kernel's cluster."""
+        return controller(self._cluster)
+
     def _report(self, phase: str, message: str) -> None:
-        self.log.info("devbox kernel %s (%s): %s", self.kernel_id, self.box_name, message)
-        progress.REGISTRY.update(self.kernel_id, self.box_name, self.profile, phase, message)
+        where = on_cluster(self.box_name, self._cluster)
+        self.log.info("devbox kernel %s (%s): %s", self.kernel_id, where, message)
+        progress.REGISTRY.update(
+            self.kernel_id, self.box_name, self.profile, phase, message, self._cluster
+        )
 
     def _fail(self, message: str) -> DevboxKernelError:
         progress.REGISTRY.update(
-            self.kernel_id, self.box_name, self.profile, progress.FAILED, message
+            self.kernel_id, self.box_name, self.profile, progress.FAILED, message, self._cluster
         )
         self.log.warning("devbox kernel %s: %s", self.kernel_id, message)
         return DevboxKernelError(message)
@@ -282,7 +318,9 @@ class DevboxKernelProvisioner(LocalProvisioner):
         wait (see ``box_start``)."""
         name = self.box_name
         wanted = self.profile or None
-        request = BoxRequest(name, wanted, self.preset, self.ttl_hours, self.start_timeout)
+        request = BoxRequest(
+            name, wanted, self.preset, self.ttl_hours, self.start_timeout, self._cluster
+        )
         try:
             ready = box_start.STARTS.ready(
                 self.kernel_id, request, self._wrong_accelerator, self._report
@@ -291,7 +329,9 @@ class DevboxKernelProvisioner(LocalProvisioner):
             raise self._fail(str(error)) from None
         except box_start.StartFailed as failure:
             if isinstance(failure.cause, BoxNotReady):
-                raise self._fail(f"box {name} is not ready: {failure}") from None
+                raise self._fail(
+                    f"box {on_cluster(name, self._cluster)} is not ready: {failure}"
+                ) from None
             if isinstance(failure.cause, box_start.WrongBox):
                 raise self._fail(str(failure)) from None
             raise failure.cause from None
@@ -320,7 +360,7 @@ class DevboxKernelProvisioner(LocalProvisioner):
         if not self._took:
             return ""
         self._took = False
-        return box_start.give_back_box(self.box_name)
+        return box_start.give_back_box(self.box_name, self._cluster)
 
     # -- SSH ----------------------------------------------------------------------
 
@@ -344,7 +384,10 @@ class DevboxKernelProvisioner(LocalProvisioner):
         assert self._control_dir is not None
         assert self._host_key_alias is not None
         if self._through_tunnel:
-            reach = ["-o", f"ProxyCommand={proxy_command()}"]
+            # The tunnel's end resolves the controller as Client() does: told the
+            # kernel's cluster, it reaches the box there whatever the default is by then.
+            pinned = "" if self._cluster is None else f"{_ENV} {ENV_CLUSTER}={self._cluster} "
+            reach = ["-o", f"ProxyCommand={pinned}{proxy_command()}"]
             host = f"{self._box.name}{HOST_SUFFIX}"
         else:
             reach, host = ["-p", str(self._box.ssh_port)], str(self._box.ssh_host)
@@ -411,7 +454,7 @@ class DevboxKernelProvisioner(LocalProvisioner):
         if self.ssh_key_file:
             return Path(self.ssh_key_file).expanduser()
         try:
-            return own_key(Client(), Path(jupyter_data_dir()) / "devboxes")
+            return own_key(self._controller(), Path(jupyter_data_dir()) / "devboxes")
         except DevboxesError as error:
             raise self._fail(str(error)) from None
         except (OSError, subprocess.SubprocessError) as error:
@@ -424,7 +467,10 @@ class DevboxKernelProvisioner(LocalProvisioner):
             self._key_path = self._key()
         known = self._known_hosts()
         known.parent.mkdir(parents=True, exist_ok=True)
-        controller = Client()
+        try:
+            controller = self._controller()
+        except DevboxesError as error:
+            raise self._fail(f"the Devboxes controller cannot be asked: {error}") from None
         self._host_key_alias = hostkeys.alias(controller.url, self._box)
         self._through_tunnel = self.ssh_route == "tunnel"
         if self.ssh_route == "auto":
@@ -569,7 +615,7 @@ class DevboxKernelProvisioner(LocalProvisioner):
         a stop by a person, an admin, the TTL or idleness is meant to free the device."""
         name = self.box_name
         try:
-            box = Client().get(name)
+            box = self._controller().get(name)
         except NotFound:
             raise self._fail(
                 f"box {name} was deleted, so its kernel ended. {RESTART_HINT}"
@@ -582,9 +628,10 @@ class DevboxKernelProvisioner(LocalProvisioner):
     async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
         automatic = self._box is not None and not self._restart_asked
         self._restart_asked = False
+        await asyncio.to_thread(self._pin_cluster)
         if automatic:
             await asyncio.to_thread(self._refuse_stopped_box)
-        self._report("starting", f"preparing box {self.box_name}")
+        self._report("starting", f"preparing box {on_cluster(self.box_name, self._cluster)}")
         self._key_path = await asyncio.to_thread(self._key)
         try:
             box = await asyncio.to_thread(self._ready_box)
@@ -625,7 +672,7 @@ class DevboxKernelProvisioner(LocalProvisioner):
             raise
         self._took = False
         assert self._box is not None
-        self._report("running", running_message(self._box))
+        self._report("running", running_message(self._box, self._cluster))
         return self.connection_info
 
     async def _abandon(self) -> None:
@@ -649,12 +696,21 @@ class DevboxKernelProvisioner(LocalProvisioner):
             await asyncio.to_thread(self._close_master)
             progress.REGISTRY.forget(self.kernel_id)
             if self._box is not None:
-                release.kernel_closed(self._box, self.stop_grace_seconds, self.log)
+                release.kernel_closed(self._box, self.stop_grace_seconds, self.log, self._cluster)
 
     async def get_provisioner_info(self) -> dict[str, Any]:
         info: dict[str, Any] = await super().get_provisioner_info()
         info["box"] = self.box_name
+        if self._cluster is not None:
+            info["cluster"] = self._cluster
         return info
+
+    async def load_provisioner_info(self, provisioner_info: dict[str, Any]) -> None:
+        await super().load_provisioner_info(provisioner_info)
+        if "box" in provisioner_info:
+            # A kernel that started already: its cluster (or none) stays as it was.
+            self._cluster = provisioner_info.get("cluster")
+            self._pinned = True
 
 
 def _read_line(stream: IO[bytes], timeout: float) -> str | None:

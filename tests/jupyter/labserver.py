@@ -69,8 +69,13 @@ def running_lab(
     controller_url: str,
     controller_token: str,
     extra_args: list[str] | None = None,
+    sdk_config: str | None = None,
 ) -> Iterator[Lab]:
-    """JupyterLab with this checkout's extension, configured as ``make up`` configures it."""
+    """JupyterLab with this checkout's extension, configured as ``make up`` configures it.
+
+    With ``sdk_config``, the server is given no controller: it finds its controllers in
+    that SDK configuration file (``~/.config/devbox/config.toml`` of the server's HOME),
+    as a person's own Jupyter finds those ``devbox login`` saved."""
     data = base / "data"
     (data / "labextensions").mkdir(parents=True)
     # First on JUPYTER_PATH, so this checkout's build wins over any installed copy.
@@ -86,6 +91,16 @@ def running_lab(
     token_file = base / "controller-token"
     token_file.write_text(controller_token)
     token_file.chmod(0o600)
+    controller_args = [
+        f"--DevboxesJupyterApp.controller_url={controller_url}",
+        f"--DevboxesJupyterApp.token_file={token_file}",
+    ]
+    if sdk_config is not None:
+        config = base / "home" / ".config" / "devbox" / "config.toml"
+        config.parent.mkdir(parents=True)
+        config.write_text(sdk_config)
+        config.chmod(0o600)
+        controller_args = []
     token = secrets.token_hex(24)
     port = free_port()
     env = {key: value for key, value in os.environ.items() if not key.startswith("DEVBOX_")}
@@ -116,8 +131,7 @@ def running_lab(
             "--ServerApp.allow_root=True",
             f"--ServerApp.root_dir={root}",
             "--ServerApp.jpserver_extensions={'devboxes_jupyter': True}",
-            f"--DevboxesJupyterApp.controller_url={controller_url}",
-            f"--DevboxesJupyterApp.token_file={token_file}",
+            *controller_args,
             f"--LabApp.workspaces_dir={base / 'workspaces'}",
             "--LabApp.news_url=",
             "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
@@ -311,12 +325,14 @@ def running_kernel_lab(
     connect_timeout: int,
     extra_args: list[str] | None = None,
     share_with: KernelLab | None = None,
+    sdk_config: str | None = None,
 ) -> Iterator[KernelLab]:
     """A Lab as ``make up`` starts it, whose devbox kernels log in to this machine (whose
     python has ipykernel) with a throwaway key, as a box of ``owner_prefix``-named user.
 
     With ``share_with``, a second Lab of that Lab's person: the same owner, key and
-    known_hosts file, as one OS user's Jupyter servers share them."""
+    known_hosts file, as one OS user's Jupyter servers share them. With ``sdk_config``,
+    the Lab finds its controllers in that SDK configuration file (see ``running_lab``)."""
     key = share_with.key if share_with else make_key(base)
     owner = share_with.owner if share_with else f"{owner_prefix}{secrets.token_hex(3)}"
     known_hosts = (share_with.base if share_with else base) / "known_hosts"
@@ -331,7 +347,7 @@ def running_kernel_lab(
         "--DevboxKernelProvisioner.ssh_route=address",
         f"--DevboxesJupyterApp.kernel_python={sys.executable}",
     ]
-    with running_lab(base / "lab", controller.url, controller.token, args) as lab:
+    with running_lab(base / "lab", controller.url, controller.token, args, sdk_config) as lab:
         yield KernelLab(lab, owner, key, base)
 
 
