@@ -24,10 +24,9 @@ from devboxes_sdk.config import (
     ENV_TOKEN,
     ENV_URL,
     Settings,
-    config_path,
+    chosen_cluster,
     normalize_token,
     normalize_url,
-    read_config,
     resolve,
 )
 from devboxes_sdk.errors import ConfigurationError, DevboxesError, NotConfigured
@@ -116,16 +115,16 @@ def ssh_if_ready(name: str, extra: Sequence[str]) -> None:
     command then goes through the client, which carries it out or explains."""
     try:
         settings = command_settings(None, None)
-        several = settings.cluster is not None and len(read_config(config_path()).clusters) > 1
+        cluster = chosen_cluster()
     except ConfigurationError:
         return
     # With several clusters, which one holds a bare name is for the client to find.
-    if several and not os.environ.get(ENV_CLUSTER, "").strip():
+    if cluster is not None and not os.environ.get(ENV_CLUSTER, "").strip():
         return
     box = ready_box(settings, name)
     if box is None:
         return
-    argv = _cli_ssh.tunnel_argv(box, extra, settings.cluster if several else None)
+    argv = _cli_ssh.tunnel_argv(box, extra, cluster)
     try:
         _cli_ssh.exec_ssh(argv, {**os.environ, ENV_URL: settings.url})
     except DevboxesError:

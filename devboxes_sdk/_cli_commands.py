@@ -40,6 +40,7 @@ from devboxes_sdk.config import (
     ENV_CLUSTER,
     ENV_TOKEN,
     ENV_URL,
+    chosen_cluster,
     config_path,
     normalize_token,
     normalize_url,
@@ -964,13 +965,7 @@ def _ssh_environment(args: argparse.Namespace, client: Client) -> dict[str, str]
 def _host_cluster(args: argparse.Namespace) -> str | None:
     """The cluster a box's ssh host name carries (``NAME.CLUSTER.devbox``): the one the
     command acts on, when the configuration file has several."""
-    if args.url is not None or os.environ.get(ENV_URL, "").strip():
-        return None
-    file = read_config(config_path())
-    if len(file.clusters) < 2:
-        return None
-    chosen = args.cluster or os.environ.get(ENV_CLUSTER, "").strip()
-    return chosen or file.default_cluster or file.clusters[0].name
+    return None if args.url is not None else chosen_cluster(args.cluster)
 
 
 def open_ssh(

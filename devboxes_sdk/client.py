@@ -337,7 +337,8 @@ class Client:
     request in seconds. Pass ``session`` to share a ``requests.Session``; the client
     only closes sessions it created. With ``retry=False`` nothing is tried twice: a
     failed connection or a 503 is the answer at once, for a caller with a deadline of
-    its own.
+    its own. ``cluster`` names one of the configuration file's clusters (see
+    :mod:`devboxes_sdk.clusters` for all of them at once).
     """
 
     def __init__(
@@ -348,10 +349,11 @@ class Client:
         timeout: float = 30.0,
         session: requests.Session | None = None,
         retry: bool = True,
+        cluster: str | None = None,
     ) -> None:
         if not timeout > 0:
             raise ValueError("timeout must be a positive number of seconds")
-        settings = resolve(url, token)
+        settings = resolve(url, token, cluster=cluster)
         self._http = Transport(settings.url, settings.token, float(timeout), session)
         if not retry:
             self._http.retry_delays = ()

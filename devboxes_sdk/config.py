@@ -529,6 +529,21 @@ def _write_private(path: Path, text: str) -> None:
         raise ConfigurationError(f"cannot write {path}: {error.strerror}") from None
 
 
+def chosen_cluster(cluster: str | None = None, env: Mapping[str, str] | None = None) -> str | None:
+    """The configured cluster one-controller calls go to, when the configuration file has
+    several: ``cluster``, else the one ``DEVBOX_CLUSTER`` names, else ``default_cluster``,
+    else the first. None with fewer than two, or when ``DEVBOX_URL`` names the controller
+    and no ``cluster`` is given: then there is no cluster to keep to."""
+    environ = os.environ if env is None else env
+    if cluster is None and environ.get(ENV_URL, "").strip():
+        return None
+    file = read_config(config_path(environ))
+    if len(file.clusters) < 2:
+        return None
+    named = cluster or environ.get(ENV_CLUSTER, "").strip()
+    return named or file.default_cluster or file.clusters[0].name
+
+
 def split_name(text: str) -> tuple[str, str | None]:
     """``NAME@CLUSTER`` as (NAME, CLUSTER); a bare name has no cluster."""
     name, separator, cluster = text.partition(CLUSTER_SEPARATOR)

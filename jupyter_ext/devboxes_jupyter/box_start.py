@@ -14,14 +14,13 @@ two clusters are two boxes, with a start each.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from devboxes_sdk import models
 from devboxes_sdk.client import Client, Devbox
-from devboxes_sdk.config import ENV_URL, config_path, read_config, resolve
+from devboxes_sdk.config import chosen_cluster
 from devboxes_sdk.errors import Conflict, DevboxesError, NotFound
 from devboxes_sdk.labels import reason, status_line
 
@@ -31,24 +30,15 @@ CANCELLED = "the kernel start was cancelled"
 
 
 def kernel_cluster(env: Mapping[str, str] | None = None) -> str | None:
-    """The configured cluster a kernel starting now uses, for the whole of its life: the
-    one ``DEVBOX_CLUSTER`` names, else the configuration file's default, else its first.
-    None when ``DEVBOX_URL`` names the controller or fewer than two clusters are
-    configured: then every call resolves the controller as ``Client()`` does."""
-    environ = os.environ if env is None else env
-    if environ.get(ENV_URL, "").strip():
-        return None
-    if len(read_config(config_path(environ)).clusters) < 2:
-        return None
-    return resolve(env=environ).cluster
+    """The configured cluster a kernel starting now uses, for the whole of its life (see
+    :func:`devboxes_sdk.config.chosen_cluster`); None when every call resolves the
+    controller as ``Client()`` does."""
+    return chosen_cluster(env=env)
 
 
 def controller(cluster: str | None) -> Client:
     """A client of ``cluster`` (a configured cluster's name), or ``Client()`` for None."""
-    if cluster is None:
-        return Client()
-    settings = resolve(cluster=cluster)
-    return Client(settings.url, settings.token)
+    return Client(cluster=cluster)
 
 
 def on_cluster(name: str, cluster: str | None) -> str:
