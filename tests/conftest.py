@@ -20,7 +20,7 @@ from devboxes_testbed.hub import Hub
 from devboxes_testbed.issuer import Issuer
 from devboxes_testbed.rig import Rig, create_namespace
 from kubernetes import client
-from support import REPO, Api, DevicePool, StartController, wait_for
+from support import REPO, Api, DevicePool, StartController, named_cluster, wait_for
 
 # Under CI, a skip is a failure (tests/ci_strict.py).
 pytest_plugins = ["ci_strict"]
@@ -90,6 +90,17 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
         yield started
     finally:
         started.stop()
+
+
+@pytest.fixture(scope="module")
+def lab_b(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Controller]:
+    """A second cluster for the module: a controller named lab-b on a testbed of its own,
+    whose one device of the pool profile (``DevicePool.PROFILE``) is free."""
+    with Rig(tmp_path_factory.mktemp("lab-b")) as rig:
+        testbed = rig.start_testbed(log=lambda message: None)
+        namespace = rig.create_namespace("lab-b")
+        pool = DevicePool(testbed.api_client(), devices=1)
+        yield rig.start_controller(named_cluster(pool.settings(namespace), "lab-b"))
 
 
 @pytest.fixture(scope="session")

@@ -472,6 +472,11 @@ class MemoryRecord:
                 self.entries[key] = mark
 
 
+def named_cluster(settings: dict[str, Any], name: str) -> dict[str, Any]:
+    """``settings`` of a controller that names its cluster ``name``."""
+    return {**settings, "cluster": {"name": name}}
+
+
 class DevicePool:
     """One kwok node offering ``devices`` devices of a resource of its own, and settings whose
     one GPU profile asks for one of them: nothing else takes or frees them."""

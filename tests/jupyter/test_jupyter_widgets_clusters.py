@@ -19,7 +19,7 @@ from devboxes_jupyter.widgets import AcceleratorPicker, DevboxLauncher, DevboxTa
 from devboxes_testbed.cluster import Testbed
 from devboxes_testbed.controller import Controller, example_settings
 from devboxes_testbed.rig import Rig
-from support import DevicePool, wait_for
+from support import DevicePool, named_cluster, wait_for
 
 from devboxes_sdk import Client, Clusters, models
 from devboxes_sdk.config import ClusterSettings
@@ -27,10 +27,6 @@ from devboxes_sdk.errors import NotFound
 
 PROFILE = DevicePool.PROFILE
 READY_TIMEOUT = 180
-
-
-def named(settings: dict[str, Any], name: str) -> dict[str, Any]:
-    return {**settings, "cluster": {"name": name}}
 
 
 def cluster(name: str, controller: Controller) -> ClusterSettings:
@@ -50,7 +46,7 @@ def lab_a(
     try:
         with Rig(tmp_path_factory.mktemp("lab-a"), testbed) as rig:
             namespace = rig.create_namespace(f"w-{uuid.uuid4().hex[:10]}")
-            controller = rig.start_controller(named(pool.settings(namespace), "lab-a"))
+            controller = rig.start_controller(named_cluster(pool.settings(namespace), "lab-a"))
             with Client(controller.url, controller.token) as client:
                 client.create("holder", gpu=PROFILE)
 
@@ -63,16 +59,6 @@ def lab_a(
             yield controller
     finally:
         pool.delete()
-
-
-@pytest.fixture(scope="module")
-def lab_b(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Controller]:
-    """A controller on a testbed of its own whose one pool device is free."""
-    with Rig(tmp_path_factory.mktemp("lab-b")) as rig:
-        testbed = rig.start_testbed(log=lambda message: None)
-        namespace = rig.create_namespace("lab-b")
-        pool = DevicePool(testbed.api_client(), devices=1)
-        yield rig.start_controller(named(pool.settings(namespace), "lab-b"))
 
 
 @pytest.fixture(scope="module")

@@ -9,14 +9,12 @@ import json
 import os
 import signal
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from devboxes_testbed.controller import Controller
-from devboxes_testbed.rig import Rig
-from support import DevicePool, wait_for
+from support import DevicePool, named_cluster, wait_for
 
 from devboxes_sdk import Client
 
@@ -25,24 +23,10 @@ DEVBOX_SCRIPT = str(VENV / "bin" / "devbox")
 PROFILE = DevicePool.PROFILE
 
 
-def named(settings: dict[str, Any], name: str) -> dict[str, Any]:
-    return {**settings, "cluster": {"name": name}}
-
-
-@pytest.fixture(scope="module")
-def lab_b(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Controller]:
-    """A controller on a testbed of its own whose one pool device is free."""
-    with Rig(tmp_path_factory.mktemp("lab-b")) as rig:
-        testbed = rig.start_testbed(log=lambda message: None)
-        namespace = rig.create_namespace("lab-b")
-        pool = DevicePool(testbed.api_client(), devices=1)
-        yield rig.start_controller(named(pool.settings(namespace), "lab-b"))
-
-
 @pytest.fixture
 def lab_a(start_controller: Any, pool: DevicePool, namespace: str) -> Controller:
     """A controller on the session's testbed whose one pool device is taken by a box."""
-    controller: Controller = start_controller(named(pool.settings(namespace), "lab-a"))
+    controller: Controller = start_controller(named_cluster(pool.settings(namespace), "lab-a"))
     with Client(controller.url, controller.token) as client:
         client.create("holder", gpu=PROFILE)
 
