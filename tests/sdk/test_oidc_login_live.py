@@ -421,3 +421,39 @@ def test_the_dashboard_signs_a_person_in_through_the_issuer(
         operator = {"Authorization": f"Bearer {process.token}"}
         for name in boxes.values():
             httpx.delete(f"{api}/{name}", params={"purge": "true"}, headers=operator, timeout=60)
+
+
+def test_one_login_serves_every_cluster_that_trusts_the_issuer(
+    start_controller: StartController,
+    issuer: Issuer,
+    namespace: str,
+    process: Controller,
+    tmp_path: Path,
+) -> None:
+    other: Controller = start_controller(_oidc_settings(issuer, namespace, CLI_CLIENT_ID))
+    config = tmp_path / "config.toml"
+    config.write_text(
+        f'[clusters.lab-a]\nurl = "{process.url}"\n\n'
+        f'[clusters.lab-b]\nurl = "{other.url}"\ntoken_from = "lab-a"\n',
+        encoding="utf-8",
+    )
+    env = _without_devbox_variables(config)
+    cli = _start_cli(env, "login", "--oidc", "--no-browser", "--cluster", "lab-b")
+    try:
+        assert cli.stderr is not None
+        assert cli.stderr.readline() == "Open this URL to log in:\n"
+        page = _browse(issuer, cli.stderr.readline().strip(), "alice")
+        assert page.status_code == 200
+        out, err = cli.communicate(timeout=60)
+    finally:
+        _end_if_running(cli)
+    assert (cli.returncode, err) == (0, "")
+    assert out.startswith(f"Logged in to {other.url} as alice (oidc; groups: ml).\n")
+    saved = tomllib.loads(config.read_text())
+    # Saved where lab-b takes its token from; lab-b keeps saying so.
+    assert set(saved["clusters"]["lab-a"]) == {"url", "token"}
+    assert saved["clusters"]["lab-b"] == {"url": other.url, "token_from": "lab-a"}
+    for name, controller in (("lab-a", process), ("lab-b", other)):
+        whoami = run_cli(DEVBOX_SCRIPT, env, "whoami", "--cluster", name)
+        assert (whoami.returncode, whoami.stderr) == (0, "")
+        assert whoami.stdout.splitlines()[0] == f"alice (oidc) at {controller.url}"
