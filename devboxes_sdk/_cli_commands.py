@@ -40,6 +40,7 @@ from devboxes_sdk.config import (
     ENV_CLUSTER,
     ENV_TOKEN,
     ENV_URL,
+    FileConfig,
     chosen_cluster,
     config_path,
     normalize_token,
@@ -51,6 +52,7 @@ from devboxes_sdk.config import (
     write_config,
 )
 from devboxes_sdk.errors import (
+    ConfigurationError,
     Conflict,
     DevboxesError,
     NotFound,
@@ -277,7 +279,13 @@ def _read_token(url: str) -> str:
 def _login_target(args: argparse.Namespace) -> tuple[str, str | None]:
     """The URL a login is for, and the configured cluster whose token it saves (None: the
     file's one url and token)."""
-    file = read_config(config_path())
+    try:
+        file = read_config(config_path())
+    except ConfigurationError:
+        if args.cluster is not None:
+            raise
+        # A file that cannot be read is replaced by a login to one controller, as it was.
+        file = FileConfig(config_path())
     if args.cluster is not None:
         if file.url is not None or file.token is not None:
             raise UsageError(
