@@ -13,13 +13,28 @@ from traitlets import Bool, Float, Int, TraitError, Unicode, validate
 from traitlets.config import Config
 
 from devboxes_jupyter import release
-from devboxes_jupyter.client_factory import ClientFactory
-from devboxes_jupyter.handlers import EXECUTOR_SETTING, FACTORY_SETTING, WATCHER_SETTING, routes
+from devboxes_jupyter.client_factory import ClientFactory, ClusterSet
+from devboxes_jupyter.handlers import (
+    CLUSTERS_SETTING,
+    EXECUTOR_SETTING,
+    FACTORY_SETTING,
+    WATCHER_SETTING,
+    routes,
+)
 from devboxes_jupyter.kernelspecs import write_kernelspecs
 from devboxes_jupyter.provisioner import NO_KEY, DevboxKernelProvisioner, key_problem
 from devboxes_jupyter.watcher import Watcher
 from devboxes_sdk.client import Client
-from devboxes_sdk.config import ENV_TOKEN, ENV_TOKEN_FILE, ENV_URL, resolve
+from devboxes_sdk.clusters import DEFAULT_CLUSTER_TIMEOUT
+from devboxes_sdk.config import (
+    ENV_CLUSTER,
+    ENV_TOKEN,
+    ENV_TOKEN_FILE,
+    ENV_URL,
+    config_path,
+    read_config,
+    resolve,
+)
 from devboxes_sdk.errors import ConfigurationError, DevboxesError
 
 # Long enough for a refused call and its retries; a server that stops never waits longer.
@@ -56,7 +71,8 @@ def kernel_problem(config: Config) -> str | None:
 
 
 class DevboxesJupyterApp(ExtensionApp):
-    """Serves ``/devboxes/api/`` for the launcher panel, backed by one Devboxes controller.
+    """Serves ``/devboxes/api/`` for the launcher panel, backed by one Devboxes controller,
+    or by every cluster of the SDK's configuration file when it lists several.
 
     Configure it as ``c.DevboxesJupyterApp.<trait>`` in ``jupyter_server_config.py``
     or on the command line. Empty traits fall back to ``DEVBOX_URL`` /
@@ -105,6 +121,13 @@ class DevboxesJupyterApp(ExtensionApp):
         "gets its own wait time on top).",
     ).tag(config=True)
 
+    cluster_timeout = Float(
+        DEFAULT_CLUSTER_TIMEOUT,
+        help="With several clusters in the SDK configuration file: seconds that a listing "
+        "of them all waits for each cluster; one that does not answer in time is one line "
+        "of the sidebar, never a wait for the others.",
+    ).tag(config=True)
+
     max_workers = Int(
         8,
         help="Threads that carry controller calls, so that slow calls and server-side "
@@ -142,6 +165,13 @@ class DevboxesJupyterApp(ExtensionApp):
             raise TraitError("request_timeout must be a positive number of seconds")
         return value
 
+    @validate("cluster_timeout")
+    def _check_cluster_timeout(self, proposal: dict[str, float]) -> float:
+        value = proposal["value"]
+        if not value > 0:
+            raise TraitError("cluster_timeout must be a positive number of seconds")
+        return value
+
     @validate("max_workers")
     def _check_workers(self, proposal: dict[str, int]) -> int:
         value = proposal["value"]
@@ -163,6 +193,23 @@ class DevboxesJupyterApp(ExtensionApp):
             )
         return token
 
+    def _several_clusters(self) -> ClusterSet | None:
+        """The clusters to serve when the SDK configuration file lists several and nothing
+        names one controller (no URL, token or hub token here, no ``DEVBOX_URL`` or
+        ``DEVBOX_CLUSTER``), as the ``devbox`` CLI decides; else None."""
+        if self.hub_token or self.controller_url.strip() or self.token or self.token_file:
+            return None
+        if any(os.environ.get(key, "").strip() for key in (ENV_URL, ENV_CLUSTER)):
+            return None
+        try:
+            configured = read_config(config_path()).clusters
+        except ConfigurationError:
+            # Each request says what is wrong with the file, as with one controller.
+            return None
+        if len(configured) < 2:
+            return None
+        return ClusterSet(timeout=self.request_timeout, cluster_timeout=self.cluster_timeout)
+
     def initialize_settings(self) -> None:
         token = self._person_token() if self.hub_token else self.token
         self._factory = ClientFactory(
@@ -171,6 +218,7 @@ class DevboxesJupyterApp(ExtensionApp):
             token_file=self.token_file,
             timeout=self.request_timeout,
         )
+        self._clusters = self._several_clusters()
         self._executor = ThreadPoolExecutor(
             max_workers=self.max_workers, thread_name_prefix="devboxes-api"
         )
@@ -178,13 +226,19 @@ class DevboxesJupyterApp(ExtensionApp):
         self._kernel_dir = self._offer_kernels() if self.devbox_kernels else None
         if self._kernel_dir is None and self.devbox_kernels:
             self.log.warning("devboxes: no devbox kernels are offered: %s", self._kernel_problem)
+        several = self._clusters
         self._watcher = Watcher(
-            self._factory,
+            # Kernels run on the default cluster, whose catalog their kernelspecs follow;
+            # read within the clusters' timeout, so a silent one holds up no listing.
+            self._factory
+            if several is None
+            else lambda: several.client(None, timeout=several.cluster_timeout),
             self.poll_interval,
             self._kernel_dir,
             self.kernel_python,
             self.log,
             dashboard_url=self.dashboard_url.strip().rstrip("/"),
+            clusters=several,
         )
         self._watcher.start()
         self.settings.update(
@@ -194,6 +248,15 @@ class DevboxesJupyterApp(ExtensionApp):
                 WATCHER_SETTING: self._watcher,
             }
         )
+        if several is not None:
+            self.settings[CLUSTERS_SETTING] = several
+            self.log.info(
+                "Devboxes extension loaded; serving the clusters %s of the SDK configuration "
+                "(default %s)",
+                ", ".join(several.names()),
+                several.default(),
+            )
+            return
         # The URL itself is not logged: a misconfigured one could carry credentials.
         source = "controller_url" if self.controller_url else "DEVBOX_URL or the SDK configuration"
         self.log.info(
@@ -274,4 +337,6 @@ class DevboxesJupyterApp(ExtensionApp):
             shutil.rmtree(self._kernel_dir, ignore_errors=True)
         self._executor.shutdown(wait=False, cancel_futures=True)
         self._factory.close()
+        if self._clusters is not None:
+            self._clusters.close()
         self._restore_environment()

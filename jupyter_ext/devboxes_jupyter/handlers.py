@@ -3,6 +3,11 @@
 The browser authenticates to Jupyter; the server extension talks to the controller
 with its own token, which is never part of any response. SDK calls block, so each one
 runs on the extension's thread pool, off the event loop.
+
+A server that serves the several clusters of the SDK configuration file takes
+``?cluster=NAME`` on every route that reaches a controller (none: the default cluster);
+the reads of boxes, capabilities, whoami and GPU availability also take ``?cluster=*``,
+every cluster's answer at once, and a create ``?cluster=auto``.
 """
 
 from __future__ import annotations
@@ -20,27 +25,34 @@ from jupyter_server.extension.handler import ExtensionHandlerMixin
 from tornado import web
 
 from devboxes_jupyter import box_start, progress
-from devboxes_jupyter.client_factory import ClientFactory
+from devboxes_jupyter.client_factory import ClientFactory, ClusterSet
 from devboxes_jupyter.models import (
+    ALL_CLUSTERS,
     RequestRejected,
+    answers_json,
     devbox_json,
     error_body,
+    parse_cluster,
     parse_create,
     parse_extend,
     parse_name,
+    parse_preset,
     parse_purge,
     parse_wait,
     parse_watch,
 )
 from devboxes_jupyter.watcher import Watcher
 from devboxes_sdk.client import Client, Devbox
-from devboxes_sdk.errors import DevboxesError
-from devboxes_sdk.models import API_PREFIX
+from devboxes_sdk.errors import ConfigurationError, DevboxesError
+from devboxes_sdk.models import API_PREFIX, DevboxCreate
 
 API_ROOT = "/devboxes/api"
 FACTORY_SETTING = "devboxes_client_factory"
 EXECUTOR_SETTING = "devboxes_executor"
 WATCHER_SETTING = "devboxes_watcher"
+# The clusters of the SDK configuration file, on a server that serves several; absent
+# on a server of one controller.
+CLUSTERS_SETTING = "devboxes_clusters"
 AUTH_RESOURCE = "devboxes"
 _NAME = r"(?P<name>[^/]+)"
 
@@ -67,19 +79,47 @@ class DevboxesHandler(ExtensionHandlerMixin, APIHandler):
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps(body))
 
+    @property
+    def _clusters(self) -> ClusterSet | None:
+        several: ClusterSet | None = self.settings.get(CLUSTERS_SETTING)
+        return several
+
+    def _cluster(self, *, every: bool = False, auto: bool = False) -> str | None:
+        """The cluster the request names, checked (see :func:`parse_cluster`)."""
+        several = self._clusters
+        try:
+            names = several.names() if several is not None else None
+        except ConfigurationError as error:
+            status, body = error_body(error)
+            raise RequestRejected(status, body["detail"]) from None
+        return parse_cluster(self.request.query_arguments, names, every=every, auto=auto)
+
+    def _client(self, cluster: str | None, wait_seconds: float) -> Client:
+        several = self._clusters
+        if several is not None:
+            return several.client(cluster, wait_seconds)
+        factory: ClientFactory = self.settings[FACTORY_SETTING]
+        return factory(wait_seconds)
+
     async def _respond(
         self,
         action: Callable[[Client], Any],
         *,
         status: int = 200,
         wait_seconds: float = 0.0,
+        cluster: str | None = None,
     ) -> None:
-        factory: ClientFactory = self.settings[FACTORY_SETTING]
+        """``action`` with the client of ``cluster``; with ``*``, with every cluster's at
+        once, each answer or error an entry of one 200 answer."""
+        if cluster == ALL_CLUSTERS:
+            several = self._clusters
+            assert several is not None, "parse_cluster takes * only with several clusters"
+            await self._run(lambda: answers_json(several.merged().ask(action)), status)
+            return
+        await self._run(lambda: action(self._client(cluster, wait_seconds)), status)
+
+    async def _run(self, run: Callable[[], Any], status: int) -> None:
         executor: Executor = self.settings[EXECUTOR_SETTING]
-
-        def run() -> Any:
-            return action(factory(wait_seconds))
-
         try:
             payload = await asyncio.get_running_loop().run_in_executor(executor, run)
             if self.request.method != "GET":
@@ -112,7 +152,14 @@ class CapabilitiesHandler(DevboxesHandler):
     @web.authenticated
     @authorized
     async def get(self) -> None:
-        await self._respond(lambda client: client.capabilities().model_dump(mode="json"))
+        try:
+            cluster = self._cluster(every=True)
+        except RequestRejected as error:
+            self._reject(error)
+            return
+        await self._respond(
+            lambda client: client.capabilities().model_dump(mode="json"), cluster=cluster
+        )
 
 
 class WhoAmIHandler(DevboxesHandler):
@@ -121,22 +168,80 @@ class WhoAmIHandler(DevboxesHandler):
     @web.authenticated
     @authorized
     async def get(self) -> None:
-        await self._respond(lambda client: client.whoami().model_dump(mode="json"))
+        try:
+            cluster = self._cluster(every=True)
+        except RequestRejected as error:
+            self._reject(error)
+            return
+        await self._respond(lambda client: client.whoami().model_dump(mode="json"), cluster=cluster)
+
+
+class AvailabilityHandler(DevboxesHandler):
+    """The free devices of each GPU profile, as the controller counts them (``?preset=``
+    counts only where that preset's CPU and memory fit too)."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        try:
+            cluster = self._cluster(every=True)
+            preset = parse_preset(self.request.query_arguments)
+        except RequestRejected as error:
+            self._reject(error)
+            return
+        await self._respond(
+            lambda client: client.gpu.availability(preset).model_dump(mode="json"),
+            cluster=cluster,
+        )
+
+
+def _gpu_choice(request: DevboxCreate) -> bool | str | None:
+    """A create's accelerator as ``Clusters.create`` takes it: a profile's name, True for
+    each cluster's default profile, None for CPU only."""
+    if request.gpu is None:
+        return None
+    return request.gpu.profile or True
 
 
 class DevboxCollectionHandler(DevboxesHandler):
     @web.authenticated
     @authorized
     async def get(self) -> None:
-        await self._respond(lambda client: {"items": [_box_json(box) for box in client.list()]})
+        try:
+            cluster = self._cluster(every=True)
+        except RequestRejected as error:
+            self._reject(error)
+            return
+        await self._respond(
+            lambda client: {"items": [_box_json(box) for box in client.list()]}, cluster=cluster
+        )
 
     @web.authenticated
     @authorized
     async def post(self) -> None:
         try:
             request = parse_create(self.request.body)
+            cluster = self._cluster(auto=True)
         except RequestRejected as error:
             self._reject(error)
+            return
+        several = self._clusters
+        if cluster is not None and several is not None:
+            # Where the box went and why: a named cluster "as asked", or where auto
+            # found a free device.
+            def placed() -> dict[str, Any]:
+                made = several.merged().create(
+                    request.name,
+                    cluster=cluster,
+                    preset=request.preset,
+                    ttl_hours=request.ttl_hours,
+                    repository=request.repository,
+                    gpu=_gpu_choice(request),
+                    image=request.image,
+                )
+                return {"cluster": made.cluster, "reason": made.reason, "box": _box_json(made.box)}
+
+            await self._run(placed, 201)
             return
 
         def action(client: Client) -> dict[str, Any]:
@@ -160,11 +265,12 @@ class DevboxHandler(DevboxesHandler):
         try:
             name = parse_name(name)
             wait = parse_wait(self.request.query_arguments)
+            cluster = self._cluster()
         except RequestRejected as error:
             self._reject(error)
             return
         if wait is None:
-            await self._respond(lambda client: _box_json(client.get(name)))
+            await self._respond(lambda client: _box_json(client.get(name)), cluster=cluster)
             return
 
         def action(client: Client) -> dict[str, Any]:
@@ -175,7 +281,7 @@ class DevboxHandler(DevboxesHandler):
             )
             return devbox_json(data)
 
-        await self._respond(action, wait_seconds=wait.timeout)
+        await self._respond(action, wait_seconds=wait.timeout, cluster=cluster)
 
     @web.authenticated
     @authorized
@@ -183,10 +289,14 @@ class DevboxHandler(DevboxesHandler):
         try:
             name = parse_name(name)
             purge = parse_purge(self.request.query_arguments)
+            cluster = self._cluster()
         except RequestRejected as error:
             self._reject(error)
             return
-        await self._respond(lambda client: client.delete(name, purge=purge).model_dump(mode="json"))
+        await self._respond(
+            lambda client: client.delete(name, purge=purge).model_dump(mode="json"),
+            cluster=cluster,
+        )
 
 
 # What POST .../start and .../stop do; the route takes exactly these words.
@@ -199,11 +309,12 @@ class DevboxActionHandler(DevboxesHandler):
     async def post(self, name: str, action: str) -> None:
         try:
             name = parse_name(name)
+            cluster = self._cluster()
         except RequestRejected as error:
             self._reject(error)
             return
         call = ACTIONS[action]
-        await self._respond(lambda client: _box_json(call(client, name)))
+        await self._respond(lambda client: _box_json(call(client, name)), cluster=cluster)
 
 
 class ExtendHandler(DevboxesHandler):
@@ -215,10 +326,13 @@ class ExtendHandler(DevboxesHandler):
         try:
             name = parse_name(name)
             request = parse_extend(self.request.body)
+            cluster = self._cluster()
         except RequestRejected as error:
             self._reject(error)
             return
-        await self._respond(lambda client: _box_json(client.extend(name, request.hours)))
+        await self._respond(
+            lambda client: _box_json(client.extend(name, request.hours)), cluster=cluster
+        )
 
 
 class WatchHandler(DevboxesHandler):
@@ -281,6 +395,7 @@ def routes() -> list[tuple[str, type[DevboxesHandler]]]:
     return [
         (f"{API_ROOT}/capabilities", CapabilitiesHandler),
         (f"{API_ROOT}/whoami", WhoAmIHandler),
+        (f"{API_ROOT}/gpu/availability", AvailabilityHandler),
         (f"{API_ROOT}/watch", WatchHandler),
         (f"{API_ROOT}/kernels", FailedKernelsHandler),
         (f"{API_ROOT}/kernels/(?P<kernel_id>[^/]+)", KernelProgressHandler),

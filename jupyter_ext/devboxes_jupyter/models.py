@@ -18,6 +18,8 @@ from pydantic import ValidationError as PydanticValidationError
 from pydantic.json_schema import models_json_schema
 
 from devboxes_sdk import models
+from devboxes_sdk.clusters import Answers
+from devboxes_sdk.config import AUTO_CLUSTER
 from devboxes_sdk.errors import (
     ApiError,
     ConfigurationError,
@@ -25,6 +27,7 @@ from devboxes_sdk.errors import (
     NotADevboxesServer,
     ValidationError,
 )
+from devboxes_sdk.placement import NoPlacement
 
 # One server-side wait holds a worker thread; the browser asks again after each answer,
 # so a short bound keeps threads free without costing the user anything.
@@ -86,9 +89,42 @@ class KernelProgress(BaseModel):
     total_seconds: float = 0.0
 
 
+class ClusterView(BaseModel):
+    """One cluster of a server that serves several: its boxes, free counts and catalog as
+    last seen, and why it did not answer the latest listing, if it did not."""
+
+    name: str
+    # The cluster a request that names none goes to.
+    default: bool = False
+    # None until the cluster first answered; the last good listing stays while ``error``
+    # is set.
+    items: list[models.Devbox] | None = None
+    observed_at: AwareDatetime | None = None
+    # E.g. "did not answer in 3 s".
+    error: str | None = None
+    availability: models.GpuAvailability | None = None
+    when: models.GpuWhen | None = None
+    # The cluster's GPU catalog and image profiles, for the create form.
+    capabilities: models.Capabilities | None = None
+    dashboard_url: str | None = None
+
+
+class CreatedBox(BaseModel):
+    """A box created on a cluster the request named, or where ``auto`` placed it, and why
+    there (as the SDK's ``Clusters.create`` says it)."""
+
+    cluster: str
+    reason: str
+    box: models.Devbox
+
+
 class WatchView(BaseModel):
     """The answer of the watch route: the boxes, availability and kernel starts as the
-    server extension last saw them, numbered by ``version``."""
+    server extension last saw them, numbered by ``version``.
+
+    A server that serves the several clusters of the SDK configuration file also answers
+    ``clusters``, one entry per cluster in the file's order; the other fields then are
+    the default cluster's."""
 
     version: int
     # None until the first listing; the last good listing stays while ``error`` is set.
@@ -103,6 +139,10 @@ class WatchView(BaseModel):
     dashboard_url: str | None = None
     kernels: list[KernelProgress]
     poll_interval: float
+    # None on a server of one controller.
+    clusters: list[ClusterView] | None = None
+    # Configured names answered under another's: one cluster reached through two URLs.
+    notes: list[str] = Field(default_factory=list)
 
 
 WATCH_PATH = "/devboxes/api/watch"
@@ -112,7 +152,8 @@ def watch_contract() -> dict[str, Any]:
     """The OpenAPI document of the watch route, the source of the sidebar's generated
     ``watch-openapi.ts`` (``make openapi`` writes both)."""
     _, schemas = models_json_schema(
-        [(WatchView, "serialization")], ref_template="#/components/schemas/{model}"
+        [(WatchView, "serialization"), (CreatedBox, "serialization")],
+        ref_template="#/components/schemas/{model}",
     )
     query = WatchQuery.model_json_schema()["properties"]
     return {
@@ -150,6 +191,67 @@ def parse_watch(query: Mapping[str, Sequence[bytes]]) -> WatchQuery:
         return WatchQuery.model_validate(raw)
     except PydanticValidationError as error:
         raise RequestRejected(422, models.field_errors(error.errors(), "query")) from None
+
+
+# ``?cluster=*``: every cluster at once; never a cluster's name (names are DNS labels).
+ALL_CLUSTERS = "*"
+
+
+def parse_cluster(
+    query: Mapping[str, Sequence[bytes]],
+    names: Sequence[str] | None,
+    *,
+    every: bool = False,
+    auto: bool = False,
+) -> str | None:
+    """The cluster a request names with ``?cluster=``, or None for the default one.
+
+    ``names`` are the configured clusters, None on a server of one controller (which
+    takes no ``cluster``). ``every`` allows ``*`` (each cluster's answer at once), ``auto``
+    allows ``auto`` (a create placed where its GPU profile has a free device)."""
+    if "cluster" not in query:
+        return None
+    value = _single(query, "cluster").strip()
+
+    def refuse(message: str) -> RequestRejected:
+        return RequestRejected(422, [models.FieldError(loc=["query", "cluster"], msg=message)])
+
+    if names is None:
+        raise refuse("this Jupyter server serves one controller: leave out cluster")
+    if value == ALL_CLUSTERS:
+        if every:
+            return value
+        raise refuse(f"'{ALL_CLUSTERS}' (every cluster) is for reading; name one cluster")
+    if value == AUTO_CLUSTER:
+        if auto:
+            return value
+        raise refuse(f"'{AUTO_CLUSTER}' goes with a create; name one cluster")
+    if value not in names:
+        raise refuse(f"no cluster {value!r} (configured: {', '.join(names)})")
+    return value
+
+
+def parse_preset(query: Mapping[str, Sequence[bytes]]) -> models.Preset | None:
+    """``?preset=`` on the availability route: count only where its CPU and memory fit."""
+    if "preset" not in query:
+        return None
+    value = _single(query, "preset")
+    for preset in models.PRESETS:
+        if preset == value:
+            return preset
+    message = f"must be one of {', '.join(models.PRESETS)}"
+    raise RequestRejected(422, [models.FieldError(loc=["query", "preset"], msg=message)])
+
+
+def answers_json(answers: Answers[Any]) -> dict[str, Any]:
+    """Every cluster's answer of a ``?cluster=*`` read: ``answers`` (each cluster's body,
+    as the route answers it for that cluster alone), ``errors`` (why a cluster gave none,
+    e.g. ``did not answer in 3 s``) and ``notes``, as the SDK's ``Answers``."""
+    return {
+        "answers": [{"cluster": a.cluster, "value": a.value} for a in answers.answers],
+        "errors": [{"cluster": e.cluster, "message": e.message} for e in answers.errors],
+        "notes": list(answers.notes),
+    }
 
 
 def _detail_json(detail: str | Sequence[models.FieldError]) -> str | list[dict[str, Any]]:
@@ -244,6 +346,9 @@ def error_body(error: DevboxesError) -> tuple[int, dict[str, Any]]:
     """
     if isinstance(error, ValidationError):
         return 422, {"detail": _detail_json(error.errors)}
+    if isinstance(error, NoPlacement):
+        # A create with cluster=auto that no cluster which answered can take.
+        return 422, {"detail": str(error)}
     if isinstance(error, NotADevboxesServer):
         # Its status (a page's 200, a redirect) is another server's, not an answer to pass on.
         return 502, {"detail": f"the Devboxes URL of this Jupyter server is wrong: {error}"}

@@ -9,6 +9,10 @@
 
 Browsers long-poll ``/devboxes/api/watch``: the answer is held until the view changes
 (a box, availability, a kernel start's progress) or the wait runs out.
+
+A server that serves the several clusters of the SDK configuration file lists them all
+at once, each within the clusters' short timeout: a cluster that does not answer keeps
+its last listing with why, and never holds up the others.
 """
 
 from __future__ import annotations
@@ -24,8 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from devboxes_jupyter import progress
+from devboxes_jupyter.client_factory import ClusterSet
 from devboxes_jupyter.kernelspecs import unservable, write_kernelspecs
-from devboxes_jupyter.models import KernelProgress, WatchView
+from devboxes_jupyter.models import ClusterView, KernelProgress, WatchView
 from devboxes_sdk import models
 from devboxes_sdk.client import Client
 from devboxes_sdk.errors import DevboxesError, NotFound
@@ -33,6 +38,9 @@ from devboxes_sdk.errors import DevboxesError, NotFound
 # A browser that has not asked for this long is gone; stop listing boxes for it.
 WATCHER_IDLE_SECONDS = 60.0
 CATALOG_REFRESH_SECONDS = 300.0
+# How often each cluster's capabilities (its GPU catalog, for the create form) are read
+# again on a server of several clusters.
+CLUSTER_CATALOG_SECONDS = 60.0
 # The phase of a start whose kernel runs.
 RUNNING = "running"
 
@@ -62,6 +70,16 @@ class _Listing:
     availability: models.GpuAvailability | None = None
     when: models.GpuWhen | None = None
     dashboard_url: str | None = None
+    # A cluster's catalog, on a server of several clusters.
+    capabilities: models.Capabilities | None = None
+
+
+def _or_none(read: Callable[[], Any]) -> Any:
+    """What ``read`` answers, or None from a controller without that route."""
+    try:
+        return read()
+    except NotFound:
+        return None
 
 
 class Watcher:
@@ -73,9 +91,20 @@ class Watcher:
         kernel_python: str,
         log: Any,
         dashboard_url: str = "",
+        clusters: ClusterSet | None = None,
     ) -> None:
         self._client = client
         self._dashboard_url = dashboard_url
+        # The clusters of a server that serves several, each with its listing, in the
+        # configuration's order; the default cluster's is also ``_listing``.
+        self._clusters = clusters
+        self._cluster_listings: dict[str, _Listing] = (
+            {name: _Listing() for name in clusters.names()} if clusters is not None else {}
+        )
+        self._default_cluster: str | None = clusters.default() if clusters is not None else None
+        self._notes: list[str] = []
+        # Each cluster URL's catalog and when it was read (monotonic seconds).
+        self._catalogs: dict[str, tuple[float, models.Capabilities]] = {}
         self.poll_interval = poll_interval
         self._kernel_dir = kernel_dir
         self._kernel_python = kernel_python
@@ -149,6 +178,9 @@ class Watcher:
         self._held = held
 
     def _refresh_boxes(self) -> None:
+        if self._clusters is not None:
+            self._refresh_clusters(self._clusters)
+            return
         try:
             client = self._client()
             listing = _Listing(
@@ -160,8 +192,16 @@ class Watcher:
             )
         except DevboxesError as error:
             listing = replace(self._listing, error=str(error))
-        # Before the view changes: a page that sees new counts finds the kernelspecs
-        # that follow from them.
+        self._follow_kernels(listing)
+        with self._lock:
+            changed = listing != self._listing
+            self._listing = listing
+        if changed:
+            self._bump()
+
+    def _follow_kernels(self, listing: _Listing) -> None:
+        """Before the view changes: a page that sees new counts finds the kernelspecs
+        that follow from them."""
         if (
             self._kernel_dir is not None
             and self._profiles is not None
@@ -171,11 +211,58 @@ class Watcher:
                 self._offer_kernels(listing.availability)
             except OSError as error:
                 self._log.warning("devboxes: cannot write the devbox kernelspecs: %s", error)
+
+    def _refresh_clusters(self, clusters: ClusterSet) -> None:
+        """Every cluster listed at once; one that gives no answer keeps its last listing
+        with why (``did not answer in 3 s``)."""
+        previous = self._cluster_listings
+        try:
+            merged = clusters.merged()
+            default = clusters.default()
+            answers = merged.ask(self._read_cluster)
+        except DevboxesError as error:
+            # The configuration itself cannot be read: every cluster says so.
+            listings = {name: replace(kept, error=str(error)) for name, kept in previous.items()}
+            notes: list[str] = []
+            default = self._default_cluster or ""
+        else:
+            found: dict[str, _Listing] = {a.cluster: a.value for a in answers.answers}
+            for silent in answers.errors:
+                found[silent.cluster] = replace(
+                    previous.get(silent.cluster, _Listing()), error=silent.message
+                )
+            listings = {name: found[name] for name in merged.names if name in found}
+            notes = list(answers.notes)
+        if default not in listings and listings:
+            default = next(iter(listings))
+        listing = listings.get(default, _Listing())
+        self._follow_kernels(listing)
         with self._lock:
-            changed = listing != self._listing
-            self._listing = listing
+            changed = (listings, notes, default) != (
+                self._cluster_listings,
+                self._notes,
+                self._default_cluster,
+            )
+            self._cluster_listings, self._notes = listings, notes
+            self._default_cluster, self._listing = default, listing
         if changed:
             self._bump()
+
+    def _read_cluster(self, client: Client) -> _Listing:
+        """One cluster's boxes, free counts, "when?" and catalog (read again once a minute)."""
+        items: list[models.Devbox] = list(client.list())
+        read = self._catalogs.get(client.url)
+        if read is None or time.monotonic() - read[0] >= CLUSTER_CATALOG_SECONDS:
+            read = (time.monotonic(), client.capabilities())
+            self._catalogs[client.url] = read
+        return _Listing(
+            items=items,
+            observed_at=datetime.now(UTC),
+            availability=_or_none(client.gpu.availability),
+            when=_or_none(client.gpu.when),
+            dashboard_url=client.url,
+            capabilities=read[1],
+        )
 
     def _availability(self, client: Client) -> models.GpuAvailability | None:
         """``GET /api/v1/gpu/availability`` if this controller has it, else None."""
@@ -214,6 +301,24 @@ class Watcher:
     def snapshot(self) -> WatchView:
         with self._lock:
             listing, version = self._listing, self._version
+            listings, notes = dict(self._cluster_listings), list(self._notes)
+            default = self._default_cluster
+        clusters = None
+        if self._clusters is not None:
+            clusters = [
+                ClusterView(
+                    name=name,
+                    default=name == default,
+                    items=kept.items,
+                    observed_at=kept.observed_at,
+                    error=kept.error,
+                    availability=kept.availability,
+                    when=kept.when,
+                    capabilities=kept.capabilities,
+                    dashboard_url=kept.dashboard_url,
+                )
+                for name, kept in listings.items()
+            ]
         return WatchView(
             version=version,
             items=listing.items,
@@ -224,6 +329,8 @@ class Watcher:
             dashboard_url=listing.dashboard_url,
             kernels=progress.REGISTRY.snapshot(),
             poll_interval=self.poll_interval,
+            clusters=clusters,
+            notes=notes,
         )
 
     def refresh_now(self) -> None:
@@ -237,7 +344,9 @@ class Watcher:
             self._changed = asyncio.Event()
         first = self._last_watch == 0.0
         self._last_watch = time.monotonic()
-        if first or self._listing.items is None:
+        # With several clusters, the others' fresh listings would answer each watch at
+        # once, and each watch would list again: only the first one does.
+        if first or (self._listing.items is None and self._clusters is None):
             self._wake.set()
         deadline = time.monotonic() + timeout
         while True:

@@ -31,6 +31,27 @@ export const PRESETS = devboxCreatePresetValues;
  */
 export type IView = WatchSchemas['WatchView'];
 export type IKernelProgress = WatchSchemas['KernelProgress'];
+/** One cluster of a server that serves the several clusters of its SDK configuration. */
+export type IClusterView = WatchSchemas['ClusterView'];
+/** A box created on a cluster named, or where `auto` placed it, and why there. */
+export type ICreated = WatchSchemas['CreatedBox'];
+
+/** `?cluster=*`: every cluster's answer at once (no cluster's name: names are DNS labels). */
+export const ALL_CLUSTERS = '*';
+/** `?cluster=auto` on a create: the cluster whose GPU profile has a device free. */
+export const AUTO_CLUSTER = 'auto';
+
+/** Every cluster's answer to a `?cluster=*` read, and why a cluster gave none. */
+export interface IAnswers<T> {
+  answers: { cluster: string; value: T }[];
+  errors: { cluster: string; message: string }[];
+  notes: string[];
+}
+
+/** The query that sends a request to `cluster`; none for a server of one controller. */
+function on(cluster?: string | null): Record<string, string> {
+  return cluster ? { cluster } : {};
+}
 
 /**
  * An error answered by the server extension, with the controller's own words; `fields`
@@ -121,6 +142,11 @@ export function getWhoAmI(): Promise<WhoAmI> {
   return request<WhoAmI>('whoami');
 }
 
+/** Whom each cluster's controller takes this Jupyter server's requests for. */
+export function getWhoAmIEverywhere(): Promise<IAnswers<WhoAmI>> {
+  return request<IAnswers<WhoAmI>>('whoami', {}, on(ALL_CLUSTERS));
+}
+
 /**
  * Whether this Jupyter server runs the Devboxes server extension: JupyterLab loads the
  * labextension from every install, but the server extension needs the [jupyter] extra.
@@ -142,29 +168,50 @@ export function createDevbox(body: DevboxCreate): Promise<Devbox> {
   });
 }
 
+/** Create on `cluster`, or where `auto` finds a free device; says where and why. */
+export function createDevboxOn(body: DevboxCreate, cluster: string): Promise<ICreated> {
+  return request<ICreated>('devboxes', { method: 'POST', body: JSON.stringify(body) }, on(cluster));
+}
+
 /** The view once it is newer than `after`, or as it is after `timeoutSeconds`. */
 export function watch(after: number, timeoutSeconds: number): Promise<IView> {
   return request<IView>('watch', {}, { after: String(after), timeout: String(timeoutSeconds) });
 }
 
-/** `start` or `stop` a box; the answer is the box as the controller then reports it. */
-export function changeDevbox(name: string, action: 'start' | 'stop'): Promise<Devbox> {
-  return request<Devbox>(`devboxes/${encodeURIComponent(name)}/${action}`, { method: 'POST' });
+/**
+ * `start` or `stop` a box (of `cluster`, on a server of several); the answer is the box
+ * as the controller then reports it.
+ */
+export function changeDevbox(
+  name: string,
+  action: 'start' | 'stop',
+  cluster?: string | null
+): Promise<Devbox> {
+  return request<Devbox>(
+    `devboxes/${encodeURIComponent(name)}/${action}`,
+    { method: 'POST' },
+    on(cluster)
+  );
 }
 
 /** Push a running box's auto-stop time back by `hours`; the box as it then is. */
-export function extendDevbox(name: string, hours: number): Promise<Devbox> {
-  return request<Devbox>(`devboxes/${encodeURIComponent(name)}/extend`, {
-    method: 'POST',
-    body: JSON.stringify({ hours })
-  });
+export function extendDevbox(name: string, hours: number, cluster?: string | null): Promise<Devbox> {
+  return request<Devbox>(
+    `devboxes/${encodeURIComponent(name)}/extend`,
+    { method: 'POST', body: JSON.stringify({ hours }) },
+    on(cluster)
+  );
 }
 
-export function deleteDevbox(name: string, purge: boolean): Promise<DeleteResult> {
+export function deleteDevbox(
+  name: string,
+  purge: boolean,
+  cluster?: string | null
+): Promise<DeleteResult> {
   return request<DeleteResult>(
     `devboxes/${encodeURIComponent(name)}`,
     { method: 'DELETE' },
-    { purge: purge ? 'true' : 'false' }
+    { purge: purge ? 'true' : 'false', ...on(cluster) }
   );
 }
 

@@ -13,18 +13,26 @@ import {
 import { Widget } from '@lumino/widgets';
 
 import {
+  ALL_CLUSTERS,
+  AUTO_CLUSTER,
   Capabilities,
   changeDevbox,
   createDevbox,
+  createDevboxOn,
   deleteDevbox,
   Devbox,
+  DevboxCreate,
   DevboxesApiError,
   dismissFailedKernels,
   dismissKernel,
   extendDevbox,
   getCapabilities,
   getWhoAmI,
+  getWhoAmIEverywhere,
+  GpuProfile,
+  IClusterView,
   IKernelProgress,
+  ImageProfile,
   IView,
   PRESETS,
   watch
@@ -33,14 +41,17 @@ import {
   allocatedLabel,
   allocationLabel,
   autoStopLabel,
+  clustersProfileParts,
   CPU_NOTE,
   CPU_ONLY,
+  createdLine,
   DEFAULT_ENVIRONMENT,
   detail,
   elapsedLabel,
   environmentChoiceLabel,
   environmentLabel,
   GPU_DISABLED_NOTE,
+  IClusterOffer,
   kernelTitle,
   profileLabel,
   reason,
@@ -112,6 +123,31 @@ function sleep(ms: number): Promise<void> {
   return new Promise(resolve => setTimeout(resolve, ms));
 }
 
+/** The accelerators a create form offers: the catalog, and how each choice reads. */
+interface IAccelerators {
+  // False when the operator (of every cluster asked) has disabled GPU acceleration.
+  enabled: boolean | undefined;
+  profiles: GpuProfile[];
+  // Text, or nodes that keep each cluster's count together when the label wraps.
+  label: (profile: GpuProfile) => string | Node[];
+}
+
+/** A box of the list, with the cluster it is on (none on a server of one controller). */
+interface IListed {
+  box: Devbox;
+  cluster: string | null;
+  // Its cluster did not answer the latest listing: the box is as last seen.
+  silent: boolean;
+}
+
+/**
+ * A box's name in test ids and the sets of open rows and warned stops: NAME, or
+ * NAME@CLUSTER on a server of several clusters, where two clusters may each have one.
+ */
+function boxKey(name: string, cluster: string | null): string {
+  return cluster ? `${name}@${cluster}` : name;
+}
+
 /**
  * The Devboxes sidebar: every box live, with start, stop, delete and copy-SSH, a create
  * form with the accelerator picker, and the progress of devbox kernel starts.
@@ -137,8 +173,20 @@ export class DevboxSidebar extends Widget {
   private readonly clearFailures: HTMLButtonElement;
   private readonly boxList: HTMLElement;
   private readonly userLine: HTMLElement;
+  private readonly clusterBar: HTMLElement;
+  private readonly clusterSelect: HTMLSelectElement;
+  private readonly clusterLines: HTMLElement;
+  private readonly createdLine: HTMLElement;
   private capabilities: Capabilities | null = null;
   private view: IView | null = null;
+  // The clusters of a server that serves several (null: one controller), and the one
+  // the sidebar shows: ALL_CLUSTERS, or a cluster's name.
+  private clusters: IClusterView[] | null = null;
+  private selected: string = ALL_CLUSTERS;
+  // Why this Jupyter server did not answer the latest watch; null once it did.
+  private unanswered: string | null = null;
+  // What the create form's choices were last made from, to make them again on a change.
+  private choicesFrom = '';
   private readonly expanded = new Set<string>();
   private readonly notices = new Map<string, string>();
   // Stop warnings shown, by box and stop, with their notification's id.
@@ -147,6 +195,9 @@ export class DevboxSidebar extends Widget {
   private accelerator = '';
   // The chosen environment: '' for the operator's workspace image, else an image profile.
   private environment = '';
+  // What was last chosen by hand, chosen again when a cluster that offers it is shown.
+  private wantedAccelerator = '';
+  private wantedEnvironment = '';
   // Why the list cannot be refreshed (the controller or this Jupyter server is
   // unreachable); null while it is live.
   private stale: string | null = null;
@@ -214,6 +265,12 @@ export class DevboxSidebar extends Widget {
       role: 'alert',
       'data-testid': 'devbox-error'
     });
+    // Where a create on a server of several clusters went, and why there.
+    this.createdLine = element('div', {
+      class: 'jp-Devboxes-created',
+      role: 'status',
+      'data-testid': 'devbox-created'
+    });
     this.form = element('form', { class: 'jp-Devboxes-form', 'data-testid': 'devbox-form' });
     this.form.hidden = true;
     this.form.append(
@@ -225,7 +282,8 @@ export class DevboxSidebar extends Widget {
       this.environmentGroup,
       this.environmentError,
       this.createButton,
-      this.errorBox
+      this.errorBox,
+      this.createdLine
     );
     this.form.addEventListener('submit', event => {
       event.preventDefault();
@@ -233,10 +291,12 @@ export class DevboxSidebar extends Widget {
     });
     this.acceleratorGroup.addEventListener('change', event => {
       this.accelerator = (event.target as HTMLInputElement).value;
+      this.wantedAccelerator = this.accelerator;
       this.describeAccelerator();
     });
     this.environmentGroup.addEventListener('change', event => {
       this.environment = (event.target as HTMLInputElement).value;
+      this.wantedEnvironment = this.environment;
       this.environmentError.textContent = '';
     });
     this.fillAccelerators();
@@ -270,7 +330,26 @@ export class DevboxSidebar extends Widget {
     // The state of the list comes first: a list that is out of date says so where the
     // eye lands, not under the boxes.
     this.statusBox = element('div', { class: 'jp-Devboxes-status' });
-    this.statusBox.append(this.statusLine, this.staleDetail);
+    // One line per cluster that did not answer, on a server of several.
+    this.clusterLines = element('ul', {
+      class: 'jp-Devboxes-clusterLines',
+      'data-testid': 'devbox-cluster-lines'
+    });
+    this.statusBox.append(this.statusLine, this.staleDetail, this.clusterLines);
+    this.clusterSelect = select('devbox-cluster', 'Cluster');
+    this.clusterSelect.addEventListener('change', () => {
+      this.selected = this.clusterSelect.value;
+      this.createdLine.textContent = '';
+      if (this.view) {
+        this.render(this.view);
+      }
+    });
+    this.clusterBar = element('div', { class: 'jp-Devboxes-clusterBar' });
+    this.clusterBar.append(
+      element('span', { class: 'jp-Devboxes-fieldLabel' }, 'Cluster'),
+      this.clusterSelect
+    );
+    this.clusterBar.hidden = true;
     this.clearFailures = button(closeIcon, 'Clear failures', 'devbox-kernels-clear', () =>
       this.act('clear the failed starts', dismissFailedKernels)
     );
@@ -279,15 +358,27 @@ export class DevboxSidebar extends Widget {
     this.clearFailures.hidden = true;
     this.node.append(
       header,
+      this.clusterBar,
       this.statusBox,
       this.form,
       this.clearFailures,
       this.kernelList,
       this.boxList
     );
+    void this.follow();
+  }
+
+  /**
+   * Once the first view says whether this server serves one controller or several
+   * clusters: the catalog and the user of the one, or of each cluster.
+   */
+  private begin(view: IView | null): void {
+    if (view?.clusters) {
+      void this.showUsers();
+      return;
+    }
     void this.loadCapabilities();
     void this.showUser();
-    void this.follow();
   }
 
   /** Opens the create form (the launcher tile's way in). */
@@ -323,6 +414,27 @@ export class DevboxSidebar extends Widget {
     }
   }
 
+  /** The person each cluster takes this Lab for: "as ada", or "as ada on lab-a, ...". */
+  private async showUsers(): Promise<void> {
+    let answers;
+    try {
+      answers = (await getWhoAmIEverywhere()).answers;
+    } catch {
+      return;
+    }
+    const people = answers.filter(a => a.value.user !== OPERATOR);
+    const names = new Set(people.map(a => a.value.user));
+    if (names.size === 0) {
+      return;
+    }
+    this.userLine.textContent =
+      names.size === 1
+        ? `as ${people[0].value.user}`
+        : `as ${people.map(a => `${a.value.user} on ${a.cluster}`).join(', ')}`;
+    this.userLine.title = `The boxes of ${Array.from(names).join(', ')}`;
+    this.userLine.hidden = false;
+  }
+
   private async loadCapabilities(): Promise<void> {
     try {
       this.capabilities = await getCapabilities();
@@ -339,9 +451,37 @@ export class DevboxSidebar extends Widget {
   }
 
   /** The environment choice, shown only when the operator publishes image profiles. */
+  /** The clusters the sidebar shows: the one chosen, or every one. */
+  private shownClusters(): IClusterView[] {
+    const clusters = this.clusters ?? [];
+    return this.selected === ALL_CLUSTERS ? clusters : clusters.filter(c => c.name === this.selected);
+  }
+
+  /** The image profiles a create may name: of the catalog, or of the clusters shown. */
+  private imageProfiles(): ImageProfile[] {
+    if (this.clusters === null) {
+      const images = this.capabilities?.images;
+      return images?.enabled ? (images.profiles ?? []) : [];
+    }
+    const byName = new Map<string, ImageProfile>();
+    // With every cluster shown, not of one that did not answer: a create cannot go there.
+    const every = this.selected === ALL_CLUSTERS;
+    for (const cluster of this.shownClusters().filter(c => !every || c.error === null)) {
+      const images = cluster.capabilities?.images;
+      for (const profile of images?.enabled ? (images.profiles ?? []) : []) {
+        if (!byName.has(profile.name)) {
+          byName.set(profile.name, profile);
+        }
+      }
+    }
+    return Array.from(byName.values());
+  }
+
   private fillEnvironments(): void {
-    const images = this.capabilities?.images;
-    const profiles = images?.enabled ? (images.profiles ?? []) : [];
+    const profiles = this.imageProfiles();
+    if (this.clusters !== null && profiles.some(p => p.name === this.wantedEnvironment)) {
+      this.environment = this.wantedEnvironment;
+    }
     if (!profiles.some(p => p.name === this.environment)) {
       this.environment = '';
     }
@@ -362,9 +502,65 @@ export class DevboxSidebar extends Widget {
     );
   }
 
+  /**
+   * The accelerators of the catalog, each with its free count; on a server of several
+   * clusters, of the cluster shown, or of every cluster with each one's own count.
+   */
+  private accelerators(): IAccelerators {
+    if (this.clusters === null) {
+      const gpu = this.capabilities?.gpu;
+      return {
+        enabled: gpu?.enabled,
+        profiles: gpu?.enabled ? (gpu.profiles ?? []) : [],
+        label: profile => profileLabel(profile, this.view?.availability, this.view?.when)
+      };
+    }
+    const shown = this.shownClusters().filter(c => c.capabilities);
+    if (this.selected !== ALL_CLUSTERS) {
+      const [cluster] = shown;
+      const gpu = cluster?.capabilities?.gpu;
+      return {
+        enabled: gpu?.enabled,
+        profiles: gpu?.enabled ? (gpu.profiles ?? []) : [],
+        label: profile => profileLabel(profile, cluster?.availability, cluster?.when)
+      };
+    }
+    // Every cluster's offer of each profile, by name, in the configuration's order; not
+    // of a cluster that did not answer, whose counts are not as things stand.
+    const offers = new Map<string, IClusterOffer[]>();
+    for (const cluster of shown.filter(c => c.error === null)) {
+      const gpu = cluster.capabilities?.gpu;
+      for (const profile of gpu?.enabled ? (gpu.profiles ?? []) : []) {
+        const offer = { cluster: cluster.name, profile, availability: cluster.availability };
+        offers.set(profile.name, [...(offers.get(profile.name) ?? []), offer]);
+      }
+    }
+    const answering = shown.filter(c => c.error === null);
+    return {
+      enabled: answering.length === 0 ? undefined : answering.some(c => c.capabilities?.gpu?.enabled),
+      profiles: Array.from(offers.values()).map(each => each[0].profile),
+      label: profile => {
+        const { head, counts, tail } = clustersProfileParts(offers.get(profile.name) ?? []);
+        const parts: Node[] = [document.createTextNode(head)];
+        counts.forEach((count, index) => {
+          if (index > 0) {
+            parts.push(document.createTextNode(' · '));
+          }
+          parts.push(element('span', { class: 'jp-Devboxes-clusterCount' }, count));
+        });
+        parts.push(document.createTextNode(tail));
+        return parts;
+      }
+    };
+  }
+
   private fillAccelerators(): void {
-    const gpu = this.capabilities?.gpu;
-    const profiles = gpu?.enabled ? (gpu.profiles ?? []) : [];
+    const catalog = this.accelerators();
+    const gpu = { enabled: catalog.enabled };
+    const profiles = catalog.profiles;
+    if (this.clusters !== null && profiles.some(p => p.name === this.wantedAccelerator)) {
+      this.accelerator = this.wantedAccelerator;
+    }
     if (!profiles.some(p => p.name === this.accelerator)) {
       this.accelerator = '';
     }
@@ -376,13 +572,13 @@ export class DevboxSidebar extends Widget {
           'accelerator',
           profile.name,
           profile.name,
-          profileLabel(profile, this.view?.availability, this.view?.when),
+          catalog.label(profile),
           this.accelerator,
           profile.description ?? undefined
         )
       )
     );
-    this.acceleratorGroup.disabled = gpu?.enabled === false;
+    this.acceleratorGroup.disabled = gpu.enabled === false;
     this.describeAccelerator();
   }
 
@@ -390,7 +586,7 @@ export class DevboxSidebar extends Widget {
     group: 'accelerator' | 'environment',
     value: string,
     key: string,
-    label: string,
+    label: string | Node[],
     chosen: string,
     description?: string
   ): HTMLLabelElement {
@@ -403,10 +599,12 @@ export class DevboxSidebar extends Widget {
     });
     input.checked = value === chosen;
     const option = element('label', { class: 'jp-Devboxes-choice' });
-    option.append(
-      input,
-      element('span', { class: 'jp-Devboxes-choiceLabel', 'data-testid': `${testid}-label` }, label)
-    );
+    const text = element('span', {
+      class: 'jp-Devboxes-choiceLabel',
+      'data-testid': `${testid}-label`
+    });
+    text.append(...(typeof label === 'string' ? [label] : label));
+    option.append(input, text);
     if (description) {
       option.title = description;
     }
@@ -414,12 +612,12 @@ export class DevboxSidebar extends Widget {
   }
 
   private describeAccelerator(): void {
-    const gpu = this.capabilities?.gpu;
-    if (gpu && !gpu.enabled) {
+    const catalog = this.accelerators();
+    if (catalog.enabled === false) {
       this.acceleratorHelp.textContent = GPU_DISABLED_NOTE;
       return;
     }
-    const chosen = gpu?.profiles?.find(p => p.name === this.accelerator);
+    const chosen = catalog.profiles.find(p => p.name === this.accelerator);
     this.acceleratorHelp.textContent = chosen
       ? chosen.description || profileLabel(chosen)
       : CPU_NOTE;
@@ -435,15 +633,23 @@ export class DevboxSidebar extends Widget {
     }
     const profile = this.accelerator;
     this.createButton.disabled = true;
+    this.createdLine.textContent = '';
+    const body: DevboxCreate = {
+      name: this.nameInput.value,
+      preset: this.presetSelect.value as (typeof PRESETS)[number],
+      ttl_hours: ttl,
+      gpu: profile ? { profile } : null,
+      image: this.environment || null
+    };
     try {
       // The server checks the name with the API's own rule and says what is wrong.
-      await createDevbox({
-        name: this.nameInput.value,
-        preset: this.presetSelect.value as (typeof PRESETS)[number],
-        ttl_hours: ttl,
-        gpu: profile ? { profile } : null,
-        image: this.environment || null
-      });
+      if (this.clusters === null) {
+        await createDevbox(body);
+      } else {
+        // Every cluster shown: where the profile has a device free, said with why.
+        const cluster = this.selected === ALL_CLUSTERS ? AUTO_CLUSTER : this.selected;
+        this.createdLine.textContent = createdLine(await createDevboxOn(body, cluster));
+      }
       this.nameInput.value = '';
     } catch (error) {
       const refusal = error instanceof DevboxesApiError ? error.fields.image : undefined;
@@ -459,13 +665,24 @@ export class DevboxSidebar extends Widget {
 
   private async follow(): Promise<void> {
     let after = -1;
+    let begun = false;
     while (!this.isDisposed) {
       try {
         const view = await watch(after, after < 0 ? 0 : WATCH_SECONDS);
         after = view.version;
+        if (!begun) {
+          begun = true;
+          this.begin(view);
+        }
+        this.unanswered = null;
         this.stale = view.error;
         this.render(view);
       } catch (error) {
+        if (!begun) {
+          begun = true;
+          this.begin(null);
+        }
+        this.unanswered = (error as Error).message;
         // This Jupyter server does not answer: the list is as stale as when the
         // controller is down, and acting on it would fail the same way.
         this.stale = (error as Error).message;
@@ -478,7 +695,21 @@ export class DevboxSidebar extends Widget {
     }
   }
 
+  /**
+   * Why the list shown is out of date on a server of several clusters: the chosen
+   * cluster did not answer. With every cluster shown, each one that did not answer is a
+   * line of its own instead, and the others' boxes stay live.
+   */
+  private silence(clusters: IClusterView[]): string | null {
+    const chosen = clusters.find(c => c.name === this.selected);
+    return chosen?.error ? `${chosen.name}: ${chosen.error}` : null;
+  }
+
   private render(view: IView): void {
+    if (view.clusters) {
+      this.renderClusters(view, view.clusters);
+      return;
+    }
     const availabilityChanged =
       JSON.stringify(view.availability) !== JSON.stringify(this.view?.availability) ||
       JSON.stringify(view.when?.profiles) !== JSON.stringify(this.view?.when?.profiles);
@@ -497,7 +728,7 @@ export class DevboxSidebar extends Widget {
     if (view.items === null) {
       return;
     }
-    this.warnStops(view.items);
+    this.warnStops(view.items.map(box => ({ box, cluster: null, silent: false })));
     this.boxList.classList.toggle('jp-mod-stale', this.stale !== null);
     this.boxList.replaceChildren(...view.items.map(box => this.row(box)));
     if (view.items.length === 0) {
@@ -507,20 +738,127 @@ export class DevboxSidebar extends Widget {
     }
   }
 
+  /** The view of a server that serves several clusters: those chosen, each box with its cluster. */
+  private renderClusters(view: IView, clusters: IClusterView[]): void {
+    const countsChanged =
+      JSON.stringify(view.availability?.profiles) !==
+      JSON.stringify(this.view?.availability?.profiles);
+    this.view = view;
+    this.clusters = clusters;
+    if (countsChanged) {
+      this.onAvailability?.();
+    }
+    // Devbox kernels run on the default cluster: their titles come from its catalog.
+    this.capabilities = clusters.find(c => c.default)?.capabilities ?? this.capabilities;
+    this.fillClusterChoice(clusters);
+    this.stale = this.unanswered ?? this.silence(clusters);
+    const from = JSON.stringify([
+      this.selected,
+      this.shownClusters().map(c => [c.name, c.capabilities, c.availability, c.error === null])
+    ]);
+    if (from !== this.choicesFrom) {
+      this.choicesFrom = from;
+      this.fillAccelerators();
+      this.fillEnvironments();
+    }
+    this.showState();
+    this.renderKernels(view.kernels);
+    const listed = (shown: IClusterView[]): IListed[] =>
+      shown.flatMap(c =>
+        (c.items ?? []).map(box => ({ box, cluster: c.name, silent: c.error !== null }))
+      );
+    this.warnStops(listed(clusters));
+    const shown = this.shownClusters();
+    if (shown.every(c => c.items === null)) {
+      this.boxList.replaceChildren();
+      return;
+    }
+    // Newest first, whichever cluster each is on.
+    const boxes = listed(shown).sort(
+      (a, b) => Date.parse(b.box.created_at) - Date.parse(a.box.created_at)
+    );
+    this.boxList.classList.toggle('jp-mod-stale', this.stale !== null);
+    this.boxList.replaceChildren(...boxes.map(entry => this.row(entry.box, entry)));
+    if (boxes.length === 0) {
+      this.boxList.append(
+        element('li', { class: 'jp-Devboxes-empty' }, 'No boxes yet. Create one with New box.')
+      );
+    }
+  }
+
+  /** "All clusters" and each cluster's name; the choice stays while its cluster does. */
+  private fillClusterChoice(clusters: IClusterView[]): void {
+    this.clusterBar.hidden = false;
+    if (this.selected !== ALL_CLUSTERS && !clusters.some(c => c.name === this.selected)) {
+      this.selected = ALL_CLUSTERS;
+    }
+    const names = [ALL_CLUSTERS, ...clusters.map(c => c.name)];
+    const known = Array.from(this.clusterSelect.options).map(option => option.value);
+    if (JSON.stringify(known) !== JSON.stringify(names)) {
+      this.clusterSelect.replaceChildren(
+        element('option', { value: ALL_CLUSTERS }, 'All clusters'),
+        ...clusters.map(c =>
+          element('option', { value: c.name }, c.default ? `${c.name} (default)` : c.name)
+        )
+      );
+    }
+    this.clusterSelect.value = this.selected;
+  }
+
+  /** The time of the list shown: the chosen cluster's, or the latest of every one's. */
+  private observedAt(): string | null | undefined {
+    if (this.clusters === null) {
+      return this.view?.observed_at;
+    }
+    const times = this.shownClusters()
+      .map(c => c.observed_at)
+      .filter((at): at is string => !!at)
+      .sort();
+    return times.length ? times[times.length - 1] : null;
+  }
+
+  /**
+   * Under the state line, with every cluster shown: one line per cluster that did not
+   * answer ("lab-b: did not answer in 3 s"), and per name answered under another's.
+   */
+  private showClusterLines(): void {
+    const lines: HTMLElement[] = [];
+    if (this.clusters !== null && this.selected === ALL_CLUSTERS) {
+      for (const cluster of this.clusters.filter(c => c.error)) {
+        const line = element(
+          'li',
+          {
+            class: 'jp-Devboxes-clusterLine',
+            role: 'alert',
+            'data-testid': `devbox-cluster-error-${cluster.name}`
+          },
+          `${cluster.name}: ${cluster.error}`
+        );
+        line.title = `The boxes of ${cluster.name} are as last seen; their actions are off until it answers.`;
+        lines.push(line);
+      }
+      for (const note of this.view?.notes ?? []) {
+        lines.push(element('li', { class: 'jp-Devboxes-clusterNote' }, note));
+      }
+    }
+    this.clusterLines.replaceChildren(...lines);
+  }
+
   /** On top of the list: when it was updated, or that it is out of date and why. */
   private showState(): void {
+    this.showClusterLines();
     const stale = this.stale !== null;
     this.statusBox.classList.toggle('jp-mod-stale', stale);
     this.statusLine.setAttribute('data-stale', String(stale));
     this.statusLine.setAttribute('role', stale ? 'alert' : 'status');
     this.createButton.disabled = stale;
     if (stale) {
-      this.statusLine.textContent = staleNotice(this.view?.observed_at);
+      this.statusLine.textContent = staleNotice(this.observedAt());
       this.staleDetail.textContent = this.stale;
       return;
     }
     this.staleDetail.textContent = '';
-    const observed = this.view?.observed_at;
+    const observed = this.observedAt();
     this.statusLine.textContent = observed
       ? `Updated ${new Date(observed).toLocaleTimeString()}`
       : 'Loading…';
@@ -605,14 +943,14 @@ export class DevboxSidebar extends Widget {
    * A notification per stop the controller warned of, with an Extend button, wherever the
    * user is; gone once the stop moved (an extend, new activity) or the box stopped.
    */
-  private warnStops(boxes: Devbox[]): void {
+  private warnStops(boxes: IListed[]): void {
     const warned = new Set<string>();
-    for (const box of boxes) {
+    for (const { box, cluster } of boxes) {
       const warning = box.stop_warning;
       if (!warning || box.state === 'stopped') {
         continue;
       }
-      const key = `${box.name} ${warning.reason} ${warning.stops_at}`;
+      const key = `${boxKey(box.name, cluster)} ${warning.reason} ${warning.stops_at}`;
       warned.add(key);
       if (this.stopNotices.has(key)) {
         continue;
@@ -621,14 +959,16 @@ export class DevboxSidebar extends Widget {
       // The first sentence (when and why) fits a notification; the rest tells a shell
       // user how to extend, which the button does here.
       const [when] = warning.message.split('. ');
-      const id = Notification.warning(when.endsWith('.') ? when : `${when}.`, {
+      const sentence = when.endsWith('.') ? when : `${when}.`;
+      const id = Notification.warning(cluster ? `${cluster}: ${sentence}` : sentence, {
         autoClose: false,
         actions: [
           {
             label: 'Extend 1 h',
             caption: `Keep ${name} running an hour longer`,
             displayType: 'accent',
-            callback: () => void this.act(`extend ${name}`, () => extendDevbox(name, 1))
+            callback: () =>
+              void this.act(`extend ${name}`, () => extendDevbox(name, 1, cluster))
           }
         ]
       });
@@ -687,14 +1027,21 @@ export class DevboxSidebar extends Widget {
     return kernelTitle(progress.profile, this.capabilities?.gpu?.profiles ?? []);
   }
 
-  private row(box: Devbox): HTMLLIElement {
+  /**
+   * One box; on a server of several clusters `listed` names its cluster, where its
+   * actions go, and says whether that cluster did not answer the latest listing.
+   */
+  private row(box: Devbox, listed?: IListed): HTMLLIElement {
+    const cluster = listed?.cluster ?? null;
+    const key = boxKey(box.name, cluster);
     const item = element('li', {
       class: 'jp-Devboxes-box',
       'data-state': box.state,
-      'data-testid': `devbox-row-${box.name}`,
-      title: detail(box).join('\n')
+      'data-testid': `devbox-row-${key}`,
+      title: detail(box, cluster ?? undefined).join('\n')
     });
-    const open = this.expanded.has(box.name);
+    item.classList.toggle('jp-mod-stale', listed?.silent === true);
+    const open = this.expanded.has(key);
     const head = element('div', { class: 'jp-Devboxes-boxHead' });
     const toggle = element('button', {
       type: 'button',
@@ -706,22 +1053,30 @@ export class DevboxSidebar extends Widget {
     toggle.append((open ? caretDownIcon : caretRightIcon).element({ tag: 'span', elementSize: 'small' }));
     toggle.addEventListener('click', () => {
       if (open) {
-        this.expanded.delete(box.name);
+        this.expanded.delete(key);
       } else {
-        this.expanded.add(box.name);
+        this.expanded.add(key);
       }
       if (this.view) {
         this.render(this.view);
       }
     });
+    head.append(toggle, element('span', { class: 'jp-Devboxes-boxName' }, box.name));
+    if (cluster) {
+      head.append(
+        element(
+          'span',
+          {
+            class: 'jp-Devboxes-cluster',
+            title: `On cluster ${cluster}`,
+            'data-testid': `devbox-cluster-${key}`
+          },
+          cluster
+        )
+      );
+    }
     head.append(
-      toggle,
-      element('span', { class: 'jp-Devboxes-boxName' }, box.name),
-      element(
-        'span',
-        { class: 'jp-Devboxes-state', 'data-testid': `devbox-state-${box.name}` },
-        box.state
-      )
+      element('span', { class: 'jp-Devboxes-state', 'data-testid': `devbox-state-${key}` }, box.state)
     );
     const facts = element('div', { class: 'jp-Devboxes-facts' });
     facts.append(element('span', {}, allocationLabel(box.gpu)));
@@ -733,12 +1088,14 @@ export class DevboxSidebar extends Widget {
     }
     if (box.image) {
       facts.append(
-        element('span', { 'data-testid': `devbox-row-environment-${box.name}` }, environmentLabel(box.image))
+        element('span', { 'data-testid': `devbox-row-environment-${key}` }, environmentLabel(box.image))
       );
     }
-    // A ready box's declared ports open on the dashboard, which hands the browser over to
-    // the port's own origin; never with the Lab as the new tab's opener.
-    const dashboard = this.view?.dashboard_url;
+    // A ready box's declared ports open on the dashboard (its cluster's), which hands the
+    // browser over to the port's own origin; never with the Lab as the new tab's opener.
+    const dashboard = cluster
+      ? this.clusters?.find(c => c.name === cluster)?.dashboard_url
+      : this.view?.dashboard_url;
     const ports = box.state === 'ready' && box.image && dashboard ? (box.image.ports ?? []) : [];
     for (const port of ports.filter(p => (p.protocol ?? 'TCP') === 'TCP')) {
       const path = `/dashboard/devboxes/${encodeURIComponent(box.name)}/ports/${port.container_port}/`;
@@ -749,7 +1106,7 @@ export class DevboxSidebar extends Widget {
             href: `${dashboard}${path}`,
             target: '_blank',
             rel: 'noopener noreferrer',
-            'data-testid': `devbox-preview-${box.name}-${port.container_port}`
+            'data-testid': `devbox-preview-${key}-${port.container_port}`
           },
           `Open ${port.name} (${port.container_port})`
         )
@@ -760,36 +1117,36 @@ export class DevboxSidebar extends Widget {
     }
     const why = element(
       'div',
-      { class: 'jp-Devboxes-reason', 'data-testid': `devbox-status-${box.name}` },
+      { class: 'jp-Devboxes-reason', 'data-testid': `devbox-status-${key}` },
       reason(box)
     );
     const actions = element('div', { class: 'jp-Devboxes-actions' });
     if (box.state === 'stopped') {
       actions.append(
-        button(runIcon, 'Start', `devbox-start-${box.name}`, () =>
-          this.act(`start ${box.name}`, () => changeDevbox(box.name, 'start'))
+        button(runIcon, 'Start', `devbox-start-${key}`, () =>
+          this.act(`start ${key}`, () => changeDevbox(box.name, 'start', cluster))
         )
       );
     } else {
       actions.append(
-        button(stopIcon, 'Stop', `devbox-stop-${box.name}`, () =>
-          this.act(`stop ${box.name}`, () => changeDevbox(box.name, 'stop'))
+        button(stopIcon, 'Stop', `devbox-stop-${key}`, () =>
+          this.act(`stop ${key}`, () => changeDevbox(box.name, 'stop', cluster))
         )
       );
     }
     if (box.ssh_command) {
       const command = box.ssh_command;
       actions.append(
-        button(copyIcon, 'Copy SSH', `devbox-ssh-${box.name}`, () => {
+        button(copyIcon, 'Copy SSH', `devbox-ssh-${key}`, () => {
           Clipboard.copyToSystem(command);
           Notification.info(`Copied: ${command}`, { autoClose: 3000 });
         })
       );
     }
     actions.append(
-      button(deleteIcon, 'Delete', `devbox-delete-${box.name}`, () => void this.remove(box.name))
+      button(deleteIcon, 'Delete', `devbox-delete-${key}`, () => void this.remove(box.name, cluster))
     );
-    if (this.stale !== null) {
+    if (this.stale !== null || listed?.silent) {
       // Copy SSH needs no controller; the rest would fail until it answers again.
       for (const action of Array.from(actions.querySelectorAll<HTMLButtonElement>('button'))) {
         if (!action.dataset.testid?.startsWith('devbox-ssh-')) {
@@ -802,9 +1159,9 @@ export class DevboxSidebar extends Widget {
     if (open) {
       const more = element('pre', {
         class: 'jp-Devboxes-detail',
-        'data-testid': `devbox-detail-${box.name}`
+        'data-testid': `devbox-detail-${key}`
       });
-      more.textContent = detail(box).join('\n');
+      more.textContent = detail(box, cluster ?? undefined).join('\n');
       item.append(more);
     }
     return item;
@@ -818,9 +1175,11 @@ export class DevboxSidebar extends Widget {
     }
   }
 
-  private async remove(name: string): Promise<void> {
+  private async remove(name: string, cluster: string | null = null): Promise<void> {
+    // On a server of several clusters the dialogs say which cluster's box goes.
+    const which = cluster ? `${name} on ${cluster}` : name;
     const choice = await showDialog({
-      title: `Delete ${name}?`,
+      title: `Delete ${which}?`,
       body: 'Delete keeps the home volume, so a box of the same name gets it back. Purge deletes the volume too, for good.',
       buttons: [
         Dialog.cancelButton(),
@@ -834,7 +1193,7 @@ export class DevboxSidebar extends Widget {
     const purge = choice.button.label === 'Purge…';
     if (purge) {
       const typed = await InputDialog.getText({
-        title: `Type ${name} to delete its volume for good`,
+        title: `Type ${name} to delete its volume${cluster ? ` on ${cluster}` : ''} for good`,
         placeholder: name,
         okLabel: 'Purge'
       });
@@ -846,6 +1205,6 @@ export class DevboxSidebar extends Widget {
         return;
       }
     }
-    await this.act(`delete ${name}`, () => deleteDevbox(name, purge));
+    await this.act(`delete ${which}`, () => deleteDevbox(name, purge, cluster));
   }
 }

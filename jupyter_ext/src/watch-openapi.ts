@@ -96,6 +96,89 @@ export interface components {
             alternative: number;
         };
         /**
+         * Capabilities
+         * @description Body of ``GET /api/v1/capabilities``.
+         */
+        Capabilities: {
+            gpu?: components["schemas"]["GpuCapabilities"];
+            images?: components["schemas"]["ImageCapabilities"];
+            /** Ssh Access */
+            ssh_access?: ("tunnel" | "service")[];
+            /** @default null */
+            cluster: components["schemas"]["ClusterIdentity"] | null;
+        };
+        /**
+         * ClusterIdentity
+         * @description Which cluster a controller serves: the name its operator gives it, and an id that
+         *     stays the same through every URL that reaches it (the UID of the cluster's
+         *     ``kube-system`` namespace), so a client that knows one cluster by two URLs can tell.
+         *     ``id`` is None when the controller could not read it.
+         */
+        ClusterIdentity: {
+            /**
+             * Name
+             * @default null
+             */
+            name: string | null;
+            /**
+             * Id
+             * @default null
+             */
+            id: string | null;
+        };
+        /**
+         * ClusterView
+         * @description One cluster of a server that serves several: its boxes, free counts and catalog as
+         *     last seen, and why it did not answer the latest listing, if it did not.
+         */
+        ClusterView: {
+            /** Name */
+            name: string;
+            /**
+             * Default
+             * @default false
+             */
+            default: boolean;
+            /**
+             * Items
+             * @default null
+             */
+            items: components["schemas"]["Devbox"][] | null;
+            /**
+             * Observed At
+             * @default null
+             */
+            observed_at: string | null;
+            /**
+             * Error
+             * @default null
+             */
+            error: string | null;
+            /** @default null */
+            availability: components["schemas"]["GpuAvailability"] | null;
+            /** @default null */
+            when: components["schemas"]["GpuWhen"] | null;
+            /** @default null */
+            capabilities: components["schemas"]["Capabilities"] | null;
+            /**
+             * Dashboard Url
+             * @default null
+             */
+            dashboard_url: string | null;
+        };
+        /**
+         * CreatedBox
+         * @description A box created on a cluster the request named, or where ``auto`` placed it, and why
+         *     there (as the SDK's ``Clusters.create`` says it).
+         */
+        CreatedBox: {
+            /** Cluster */
+            cluster: string;
+            /** Reason */
+            reason: string;
+            box: components["schemas"]["Devbox"];
+        };
+        /**
          * Devbox
          * @description One box as the API reports it.
          */
@@ -258,6 +341,62 @@ export interface components {
             profiles?: components["schemas"]["ProfileAvailability"][];
         };
         /**
+         * GpuCapabilities
+         * @description The GPU catalog; a box asking for a GPU without naming one gets ``default_profile``.
+         */
+        GpuCapabilities: {
+            /** Enabled */
+            enabled: boolean;
+            /**
+             * Default Profile
+             * @default null
+             */
+            default_profile: string | null;
+            /** Profiles */
+            profiles?: components["schemas"]["GpuProfile"][];
+        };
+        /**
+         * GpuProfile
+         * @description One profile of the operator's catalog, as discovery shows it.
+         *
+         *     ``kind`` tells a DRA profile from one of an extended resource. ``resource_name`` is
+         *     what its devices are requested by: the extended resource, or a DRA profile's device
+         *     class (e.g. ``gpu.nvidia.com``), never null, since Devboxes clients that know only
+         *     extended resources require it. ``devices`` says for people what a DRA profile gives,
+         *     e.g. "NVIDIA H100 80GB, else A100 40GB".
+         */
+        GpuProfile: {
+            /** Name */
+            name: string;
+            /** Display Name */
+            display_name: string;
+            /**
+             * Description
+             * @default null
+             */
+            description: string | null;
+            /**
+             * Kind
+             * @default extended-resource
+             * @enum {string}
+             */
+            kind: "extended-resource" | "dra";
+            /** Resource Name */
+            resource_name: string;
+            /**
+             * Devices
+             * @default null
+             */
+            devices: string | null;
+            /** Count */
+            count: number;
+            /**
+             * Default
+             * @default false
+             */
+            default: boolean;
+        };
+        /**
          * GpuWhen
          * @description Body of ``GET /api/v1/gpu/when``.
          */
@@ -293,6 +432,16 @@ export interface components {
             home_folder: string | null;
         };
         /**
+         * ImageCapabilities
+         * @description The image catalog; empty when the operator disabled image profiles.
+         */
+        ImageCapabilities: {
+            /** Enabled */
+            enabled: boolean;
+            /** Profiles */
+            profiles?: components["schemas"]["ImageProfile"][];
+        };
+        /**
          * ImagePort
          * @description A port an image profile's container serves inside the box's pod (not a Service).
          */
@@ -306,6 +455,35 @@ export interface components {
              * @default TCP
              */
             protocol: string;
+        };
+        /**
+         * ImageProfile
+         * @description One operator-approved image, as discovery shows it: never the image reference.
+         *
+         *     ``workspace`` replaces the box's main container; ``sidecar`` runs beside it.
+         */
+        ImageProfile: {
+            /** Name */
+            name: string;
+            /** Display Name */
+            display_name: string;
+            /**
+             * Description
+             * @default null
+             */
+            description: string | null;
+            /**
+             * Mode
+             * @enum {string}
+             */
+            mode: "sidecar" | "workspace";
+            /** Ports */
+            ports?: components["schemas"]["ImagePort"][];
+            /**
+             * Home Folder
+             * @default null
+             */
+            home_folder: string | null;
         };
         /**
          * KernelProgress
@@ -425,6 +603,10 @@ export interface components {
          * WatchView
          * @description The answer of the watch route: the boxes, availability and kernel starts as the
          *     server extension last saw them, numbered by ``version``.
+         *
+         *     A server that serves the several clusters of the SDK configuration file also answers
+         *     ``clusters``, one entry per cluster in the file's order; the other fields then are
+         *     the default cluster's.
          */
         WatchView: {
             /** Version */
@@ -447,6 +629,13 @@ export interface components {
             kernels: components["schemas"]["KernelProgress"][];
             /** Poll Interval */
             poll_interval: number;
+            /**
+             * Clusters
+             * @default null
+             */
+            clusters: components["schemas"]["ClusterView"][] | null;
+            /** Notes */
+            notes?: string[];
         };
     };
     responses: never;

@@ -16,6 +16,7 @@ import contextlib
 import os
 import re
 import secrets
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -28,6 +29,7 @@ from devboxes_jupyter.provisioner import box_name
 from devboxes_testbed import L4, MIG
 from devboxes_testbed.controller import Controller, example_settings
 from devboxes_testbed.process import free_port
+from labclusters import HOLDER, PROFILE, config_text, holding_cluster
 from labserver import (
     LABEXTENSION,
     KernelLab,
@@ -854,3 +856,109 @@ def test_a_stop_warning_pops_up_in_the_lab_and_its_extend_keeps_the_box(
         # No reason named: the stop is not within the warning time any more.
         expect(row).to_contain_text(re.compile(r"auto-stop in 1 h 5\d min(?! \()"))
     client.delete(name, purge=True)
+
+
+def test_the_sidebar_of_several_clusters_shows_each_ones_free_count_boxes_and_silence(
+    start_controller: StartController,
+    pool: DevicePool,
+    namespace: str,
+    lab_b: Controller,
+    tmp_path: Path,
+) -> None:
+    _need_browser()
+    # lab-a's one device is held, lab-b's (on a testbed of its own) is free, and lab-c
+    # is frozen: it accepts connections and never answers.
+    lab_a = holding_cluster(start_controller, pool, namespace)
+    lab_c = start_controller()
+    with Client(lab_b.url, lab_b.token) as b:
+        b.create("notes", ttl_hours=2)
+        config = config_text({"lab-a": lab_a, "lab-c": lab_c, "lab-b": lab_b})
+        args = ["--DevboxesJupyterApp.poll_interval=2", "--DevboxesJupyterApp.devbox_kernels=False"]
+        os.kill(lab_c.pid, signal.SIGSTOP)
+        try:
+            with (
+                running_lab(
+                    tmp_path / "lab", lab_a.url, lab_a.token, args, sdk_config=config
+                ) as lab,
+                _browser_page() as page,
+            ):
+                _several_clusters_in_the_sidebar(page, lab, pool, b)
+                # The controllers' tokens stay on the server.
+                for controller in (lab_a, lab_b, lab_c):
+                    assert controller.token not in page.content()
+                    assert controller.token not in lab.log_text()
+        finally:
+            os.kill(lab_c.pid, signal.SIGCONT)
+            b.delete("notes", purge=True)
+
+
+def _several_clusters_in_the_sidebar(page: Any, lab: Lab, pool: DevicePool, b: Client) -> None:
+    from playwright.sync_api import expect
+
+    _open_lab(page, lab)
+    sidebar = _open_sidebar(page)
+    clusters = sidebar.get_by_test_id("devbox-cluster")
+    expect(clusters.locator("option")).to_have_text(
+        ["All clusters", "lab-a (default)", "lab-c", "lab-b"]
+    )
+    expect(clusters).to_have_value("*")
+    # The frozen cluster is one line; the others' boxes are live, each with its cluster.
+    silent = sidebar.get_by_test_id("devbox-cluster-error-lab-c")
+    expect(silent).to_have_text(re.compile(r"^lab-c: did not answer in (3|0\.5) s"))
+    status = sidebar.get_by_test_id("devbox-watch-status")
+    expect(status).to_have_attribute("data-stale", "false")
+    expect(status).to_contain_text("Updated")
+    expect(sidebar.get_by_test_id(f"devbox-cluster-{HOLDER}@lab-a")).to_have_text("lab-a")
+    expect(sidebar.get_by_test_id("devbox-cluster-notes@lab-b")).to_have_text("lab-b")
+    expect(
+        sidebar.get_by_test_id("devbox-row-notes@lab-b").get_by_role("button", name="Stop")
+    ).to_be_enabled()
+
+    # Each cluster's own free count of the profile, never summed.
+    sidebar.get_by_test_id("devbox-new").click()
+    choice = sidebar.get_by_test_id(f"devbox-accelerator-{PROFILE}-label")
+    units = f"{pool.DISPLAY} · 1 × {pool.resource}"
+    expect(choice).to_have_text(f"{units} — lab-a: 0 of 1 free · lab-b: 1 of 1 free (default)")
+    sidebar.get_by_test_id(f"devbox-accelerator-{PROFILE}").check()
+    page.screenshot(path=str(IMAGES / "jupyter-clusters.png"))
+
+    # With every cluster shown, a create goes where the profile has a device free.
+    name = f"ui-c-{secrets.token_hex(3)}"
+    sidebar.get_by_test_id("devbox-name").fill(name)
+    sidebar.get_by_test_id("devbox-create").click()
+    created = sidebar.get_by_test_id("devbox-created")
+    expect(created).to_have_text(f"Created {name} on lab-b: {PROFILE} has 1 free now")
+    expect(sidebar.get_by_test_id(f"devbox-cluster-{name}@lab-b")).to_have_text("lab-b")
+    placed = b.get(name)
+    assert placed.gpu is not None
+    assert placed.gpu.profile == PROFILE
+    expect(choice).to_have_text(f"{units} — lab-a: 0 of 1 free · lab-b: 0 of 1 free (default)")
+
+    _narrow_sidebar(page, sidebar)
+    for part in (silent, choice, created, sidebar.get_by_test_id(f"devbox-row-{name}@lab-b")):
+        _assert_fits(part)
+    assert sidebar.evaluate("s => s.scrollWidth <= s.clientWidth"), "the sidebar scrolls sideways"
+    sidebar.screenshot(path=str(IMAGES / "jupyter-clusters-280.png"))
+
+    # One cluster chosen: its boxes and its catalog alone, read as with one controller.
+    clusters.select_option("lab-b")
+    expect(sidebar.get_by_test_id(f"devbox-row-{HOLDER}@lab-a")).to_have_count(0)
+    expect(sidebar.get_by_test_id(f"devbox-row-{name}@lab-b")).to_be_visible()
+    expect(choice).to_have_text(re.compile(rf"^{re.escape(pool.DISPLAY)} · 1 × \S+ — 0 of 1 free"))
+    expect(silent).to_have_count(0)
+    # The frozen one chosen: its list is out of date, said at the top as for one controller.
+    clusters.select_option("lab-c")
+    expect(status).to_have_attribute("data-stale", "true")
+    expect(sidebar.get_by_test_id("devbox-stale-detail")).to_contain_text(
+        "lab-c: did not answer in"
+    )
+    expect(sidebar.get_by_test_id("devbox-create")).to_be_disabled()
+    sidebar.screenshot(path=str(IMAGES / "jupyter-clusters-silent-280.png"))
+    clusters.select_option("*")
+    expect(status).to_have_attribute("data-stale", "false")
+    # The accelerator chosen stays chosen where a cluster shown offers it.
+    expect(sidebar.get_by_test_id(f"devbox-accelerator-{PROFILE}")).to_be_checked()
+
+    page.set_viewport_size({"width": 800, "height": 700})
+    page.screenshot(path=str(IMAGES / "jupyter-clusters-800.png"))
+    b.delete(name, purge=True)

@@ -49,6 +49,7 @@ BOX = {
 ROUTES: dict[tuple[str, str], tuple[str, str] | None] = {
     ("GET", "/capabilities"): ("GET", "/api/v1/capabilities"),
     ("GET", "/whoami"): ("GET", "/api/v1/whoami"),
+    ("GET", "/gpu/availability"): ("GET", "/api/v1/gpu/availability"),
     ("GET", "/watch"): None,
     ("GET", "/devboxes"): ("GET", "/api/v1/devboxes"),
     ("POST", "/devboxes"): ("POST", "/api/v1/devboxes"),
@@ -62,6 +63,10 @@ METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 CAPABILITIES = {"gpu": {"enabled": False, "default_profile": None, "profiles": []}}
 WHOAMI = {"user": "ada", "mode": "hub", "groups": ["ml"], "admin": False}
 DELETED = {"name": "atlas", "purged": False, "message": "devbox atlas deleted; volume kept"}
+AVAILABILITY = {
+    "observed_at": "2025-03-01T12:00:00Z",
+    "profiles": [{"name": "nvidia-l4", "available": 1, "capacity": 2, "waiting": 0}],
+}
 
 
 @dataclass
@@ -150,6 +155,8 @@ def _answer(method: str, path: str) -> tuple[int, Any]:
         return 200, CAPABILITIES
     if path.endswith("/whoami"):
         return 200, WHOAMI
+    if path.endswith("/gpu/availability"):
+        return 200, AVAILABILITY
     if path == "/api/v1/devboxes":
         return (201, BOX) if method == "POST" else (200, {"items": [BOX]})
     return (200, DELETED) if method == "DELETE" else (200, BOX)
@@ -195,6 +202,8 @@ async def test_each_route_answers_with_its_controller_call(
         }
     elif body is WHOAMI:
         assert answered == WHOAMI
+    elif body is AVAILABILITY:
+        assert [(p["name"], p["available"]) for p in answered["profiles"]] == [("nvidia-l4", 1)]
     else:
         assert (answered["items"][0] if "items" in body else answered)["name"] == "atlas"
 
@@ -422,6 +431,38 @@ async def test_bad_input_is_refused_before_the_controller(
     assert response.code == 422
     assert [item["loc"] for item in _json(response)["detail"]] == [loc]
     assert controller.requests == []
+
+
+# The watch takes no cluster: it carries every cluster a server serves.
+@pytest.mark.parametrize(("method", "path"), [route for route in ROUTES if route[1] != "/watch"])
+async def test_a_server_of_one_controller_takes_no_cluster(
+    jp_fetch: Fetch, controller: RecordingController, method: str, path: str
+) -> None:
+    response = await jp_fetch(
+        "devboxes",
+        "api",
+        *path.strip("/").split("/"),
+        method=method,
+        body=_request_body(method, path),
+        params={"cluster": "lab-a"},
+        raise_error=False,
+    )
+    assert response.code == 422
+    [error] = _json(response)["detail"]
+    assert error == {
+        "type": "value_error",
+        "loc": ["query", "cluster"],
+        "msg": "this Jupyter server serves one controller: leave out cluster",
+    }
+    assert controller.requests == []
+
+
+async def test_the_watch_of_one_controller_names_no_clusters(
+    jp_fetch: Fetch, controller: RecordingController
+) -> None:
+    view = _json(await jp_fetch("devboxes", "api", "watch", params={"timeout": "0"}))
+    assert view["clusters"] is None
+    assert view["notes"] == []
 
 
 class TestTokenFile:

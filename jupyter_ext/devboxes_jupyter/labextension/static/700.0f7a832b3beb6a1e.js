@@ -1,4 +1,4 @@
-"use strict";(self.rspackChunkdevboxes_jupyter=self.rspackChunkdevboxes_jupyter||[]).push([[700],{646(e,o,r){var a=r(601),t=r.n(a),n=r(314),p=(r.n(n))()(t());p.push([e.id,`/* Only JupyterLab's own variables, so light, dark and custom themes all apply. */
+"use strict";(self.rspackChunkdevboxes_jupyter=self.rspackChunkdevboxes_jupyter||[]).push([[700],{646(e,o,r){var t=r(601),a=r.n(t),n=r(314),p=(r.n(n))()(a());p.push([e.id,`/* Only JupyterLab's own variables, so light, dark and custom themes all apply. */
 .jp-Devboxes-sidebar {
   display: flex;
   flex-direction: column;
@@ -344,4 +344,83 @@
   background: var(--jp-rendermime-error-background, var(--jp-error-color3));
   border-left-color: var(--jp-error-color1);
 }
-`,""]),r.d(o,{},{A:p})},314(e){e.exports=function(e){var o=[];return o.toString=function(){return this.map(function(o){var r="",a=void 0!==o[5];return o[4]&&(r+="@supports (".concat(o[4],") {")),o[2]&&(r+="@media ".concat(o[2]," {")),a&&(r+="@layer".concat(o[5].length>0?" ".concat(o[5]):""," {")),r+=e(o),a&&(r+="}"),o[2]&&(r+="}"),o[4]&&(r+="}"),r}).join("")},o.i=function(e,r,a,t,n){"string"==typeof e&&(e=[[null,e,void 0]]);var p={};if(a)for(var i=0;i<this.length;i++){var s=this[i][0];null!=s&&(p[s]=!0)}for(var l=0;l<e.length;l++){var d=[].concat(e[l]);a&&p[d[0]]||(void 0!==n&&(void 0===d[5]||(d[1]="@layer".concat(d[5].length>0?" ".concat(d[5]):""," {").concat(d[1],"}")),d[5]=n),r&&(d[2]&&(d[1]="@media ".concat(d[2]," {").concat(d[1],"}")),d[2]=r),t&&(d[4]?(d[1]="@supports (".concat(d[4],") {").concat(d[1],"}"),d[4]=t):d[4]="".concat(t)),o.push(d))}},o}},601(e){e.exports=function(e){return e[1]}},72(e){var o=[];function r(e){for(var r=-1,a=0;a<o.length;a++)if(o[a].identifier===e){r=a;break}return r}function a(e,a){for(var t={},n=[],p=0;p<e.length;p++){var i=e[p],s=a.base?i[0]+a.base:i[0],l=t[s]||0,d="".concat(s," ").concat(l);t[s]=l+1;var c=r(d),v={css:i[1],media:i[2],sourceMap:i[3],supports:i[4],layer:i[5]};if(-1!==c)o[c].references++,o[c].updater(v);else{var u=function(e,o){var r=o.domAPI(o);return r.update(e),function(o){o?(o.css!==e.css||o.media!==e.media||o.sourceMap!==e.sourceMap||o.supports!==e.supports||o.layer!==e.layer)&&r.update(e=o):r.remove()}}(v,a);a.byIndex=p,o.splice(p,0,{identifier:d,updater:u,references:1})}n.push(d)}return n}e.exports=function(e,t){var n=a(e=e||[],t=t||{});return function(e){e=e||[];for(var p=0;p<n.length;p++){var i=r(n[p]);o[i].references--}for(var s=a(e,t),l=0;l<n.length;l++){var d=r(n[l]);0===o[d].references&&(o[d].updater(),o.splice(d,1))}n=s}}},659(e){var o={};e.exports=function(e,r){var a=function(e){if(void 0===o[e]){var r=document.querySelector(e);if(window.HTMLIFrameElement&&r instanceof window.HTMLIFrameElement)try{r=r.contentDocument.head}catch(e){r=null}o[e]=r}return o[e]}(e);if(!a)throw Error("Couldn't find a style target. This probably means that the value for the 'insert' parameter is invalid.");a.appendChild(r)}},540(e){e.exports=function(e){var o=document.createElement("style");return e.setAttributes(o,e.attributes),e.insert(o,e.options),o}},56(e,o,r){e.exports=function(e){var o=r.nc;o&&e.setAttribute("nonce",o)}},825(e){e.exports=function(e){if("u"<typeof document)return{update:function(){},remove:function(){}};var o=e.insertStyleElement(e);return{update:function(r){var a,t,n;a="",r.supports&&(a+="@supports (".concat(r.supports,") {")),r.media&&(a+="@media ".concat(r.media," {")),(t=void 0!==r.layer)&&(a+="@layer".concat(r.layer.length>0?" ".concat(r.layer):""," {")),a+=r.css,t&&(a+="}"),r.media&&(a+="}"),r.supports&&(a+="}"),(n=r.sourceMap)&&"u">typeof btoa&&(a+="\n/*# sourceMappingURL=data:application/json;base64,".concat(btoa(unescape(encodeURIComponent(JSON.stringify(n))))," */")),e.styleTagTransform(a,o,e.options)},remove:function(){var e;null===(e=o).parentNode||e.parentNode.removeChild(e)}}}},113(e){e.exports=function(e,o){if(o.styleSheet)o.styleSheet.cssText=e;else{for(;o.firstChild;)o.removeChild(o.firstChild);o.appendChild(document.createTextNode(e))}}},959(e,o,r){var a=r(72),t=r.n(a),n=r(825),p=r.n(n),i=r(659),s=r.n(i),l=r(56),d=r.n(l),c=r(540),v=r.n(c),u=r(113),x=r.n(u),f=r(646),b={};b.styleTagTransform=x(),b.setAttributes=d(),b.insert=s().bind(null,"head"),b.domAPI=p(),b.insertStyleElement=v(),t()(f.A,b),f.A&&f.A.locals&&f.A.locals}}]);
+
+/* A server that serves several clusters: which one the sidebar shows, each box's
+   cluster, and one line per cluster that did not answer. */
+.jp-Devboxes-clusterBar {
+  display: flex;
+  align-items: center;
+  gap: 8px;
+  padding: 4px 8px 4px 12px;
+  border-bottom: var(--jp-border-width) solid var(--jp-border-color2);
+}
+
+.jp-Devboxes-clusterBar[hidden] {
+  display: none;
+}
+
+.jp-Devboxes-clusterBar > .jp-Devboxes-select {
+  flex: 1 1 auto;
+  min-width: 0;
+  width: auto;
+}
+
+.jp-Devboxes-clusterLines {
+  list-style: none;
+  margin: 2px 0 0;
+  padding: 0;
+}
+
+.jp-Devboxes-clusterLines:empty {
+  display: none;
+}
+
+.jp-Devboxes-clusterLine,
+.jp-Devboxes-clusterNote {
+  margin: 2px 0;
+  padding: 2px 6px;
+  overflow-wrap: anywhere;
+  color: var(--jp-ui-font-color1);
+}
+
+.jp-Devboxes-clusterLine {
+  background: var(--jp-warn-color3);
+  border-left: 4px solid var(--jp-warn-color1);
+}
+
+.jp-Devboxes-clusterNote {
+  border-left: 4px solid var(--jp-border-color1);
+  color: var(--jp-ui-font-color2);
+}
+
+.jp-Devboxes-cluster {
+  flex: 0 1 auto;
+  min-width: 0;
+  overflow: hidden;
+  text-overflow: ellipsis;
+  white-space: nowrap;
+  padding: 0 6px;
+  border: var(--jp-border-width) solid var(--jp-border-color1);
+  border-radius: var(--jp-border-radius);
+  font-size: var(--jp-ui-font-size0);
+  color: var(--jp-ui-font-color2);
+}
+
+.jp-Devboxes-box.jp-mod-stale {
+  opacity: 0.6;
+}
+
+.jp-Devboxes-created {
+  color: var(--jp-ui-font-color2);
+  overflow-wrap: break-word;
+}
+
+.jp-Devboxes-created:empty {
+  display: none;
+}
+
+/* One cluster's count of a profile: moved to the next line whole, never split. */
+.jp-Devboxes-clusterCount {
+  display: inline-block;
+}
+`,""]),r.d(o,{},{A:p})},314(e){e.exports=function(e){var o=[];return o.toString=function(){return this.map(function(o){var r="",t=void 0!==o[5];return o[4]&&(r+="@supports (".concat(o[4],") {")),o[2]&&(r+="@media ".concat(o[2]," {")),t&&(r+="@layer".concat(o[5].length>0?" ".concat(o[5]):""," {")),r+=e(o),t&&(r+="}"),o[2]&&(r+="}"),o[4]&&(r+="}"),r}).join("")},o.i=function(e,r,t,a,n){"string"==typeof e&&(e=[[null,e,void 0]]);var p={};if(t)for(var i=0;i<this.length;i++){var s=this[i][0];null!=s&&(p[s]=!0)}for(var l=0;l<e.length;l++){var d=[].concat(e[l]);t&&p[d[0]]||(void 0!==n&&(void 0===d[5]||(d[1]="@layer".concat(d[5].length>0?" ".concat(d[5]):""," {").concat(d[1],"}")),d[5]=n),r&&(d[2]&&(d[1]="@media ".concat(d[2]," {").concat(d[1],"}")),d[2]=r),a&&(d[4]?(d[1]="@supports (".concat(d[4],") {").concat(d[1],"}"),d[4]=a):d[4]="".concat(a)),o.push(d))}},o}},601(e){e.exports=function(e){return e[1]}},72(e){var o=[];function r(e){for(var r=-1,t=0;t<o.length;t++)if(o[t].identifier===e){r=t;break}return r}function t(e,t){for(var a={},n=[],p=0;p<e.length;p++){var i=e[p],s=t.base?i[0]+t.base:i[0],l=a[s]||0,d="".concat(s," ").concat(l);a[s]=l+1;var c=r(d),v={css:i[1],media:i[2],sourceMap:i[3],supports:i[4],layer:i[5]};if(-1!==c)o[c].references++,o[c].updater(v);else{var x=function(e,o){var r=o.domAPI(o);return r.update(e),function(o){o?(o.css!==e.css||o.media!==e.media||o.sourceMap!==e.sourceMap||o.supports!==e.supports||o.layer!==e.layer)&&r.update(e=o):r.remove()}}(v,t);t.byIndex=p,o.splice(p,0,{identifier:d,updater:x,references:1})}n.push(d)}return n}e.exports=function(e,a){var n=t(e=e||[],a=a||{});return function(e){e=e||[];for(var p=0;p<n.length;p++){var i=r(n[p]);o[i].references--}for(var s=t(e,a),l=0;l<n.length;l++){var d=r(n[l]);0===o[d].references&&(o[d].updater(),o.splice(d,1))}n=s}}},659(e){var o={};e.exports=function(e,r){var t=function(e){if(void 0===o[e]){var r=document.querySelector(e);if(window.HTMLIFrameElement&&r instanceof window.HTMLIFrameElement)try{r=r.contentDocument.head}catch(e){r=null}o[e]=r}return o[e]}(e);if(!t)throw Error("Couldn't find a style target. This probably means that the value for the 'insert' parameter is invalid.");t.appendChild(r)}},540(e){e.exports=function(e){var o=document.createElement("style");return e.setAttributes(o,e.attributes),e.insert(o,e.options),o}},56(e,o,r){e.exports=function(e){var o=r.nc;o&&e.setAttribute("nonce",o)}},825(e){e.exports=function(e){if("u"<typeof document)return{update:function(){},remove:function(){}};var o=e.insertStyleElement(e);return{update:function(r){var t,a,n;t="",r.supports&&(t+="@supports (".concat(r.supports,") {")),r.media&&(t+="@media ".concat(r.media," {")),(a=void 0!==r.layer)&&(t+="@layer".concat(r.layer.length>0?" ".concat(r.layer):""," {")),t+=r.css,a&&(t+="}"),r.media&&(t+="}"),r.supports&&(t+="}"),(n=r.sourceMap)&&"u">typeof btoa&&(t+="\n/*# sourceMappingURL=data:application/json;base64,".concat(btoa(unescape(encodeURIComponent(JSON.stringify(n))))," */")),e.styleTagTransform(t,o,e.options)},remove:function(){var e;null===(e=o).parentNode||e.parentNode.removeChild(e)}}}},113(e){e.exports=function(e,o){if(o.styleSheet)o.styleSheet.cssText=e;else{for(;o.firstChild;)o.removeChild(o.firstChild);o.appendChild(document.createTextNode(e))}}},959(e,o,r){var t=r(72),a=r.n(t),n=r(825),p=r.n(n),i=r(659),s=r.n(i),l=r(56),d=r.n(l),c=r(540),v=r.n(c),x=r(113),u=r.n(x),b=r(646),f={};f.styleTagTransform=u(),f.setAttributes=d(),f.insert=s().bind(null,"head"),f.domAPI=p(),f.insertStyleElement=v(),a()(b.A,f),b.A&&b.A.locals&&b.A.locals}}]);
