@@ -130,6 +130,7 @@ class Clusters:
         self._silences = Silences(silence_path(env) if clusters is None else None)
         self._problems: dict[str, str] = {}
         self._settings: dict[str, ClusterSettings] = {}
+        self._default: str | None = None
         if clusters is None:
             self._order = self._configured(env)
         else:
@@ -149,6 +150,7 @@ class Clusters:
                 f"configuration file {file.path} names no clusters: add a [clusters.NAME] "
                 "table per cluster (url, and token, token_file or token_from)"
             )
+        self._default = file.default_cluster
         for entry in file.clusters:
             # A cluster without a token is one line of every answer, not the end of all.
             try:
@@ -161,6 +163,12 @@ class Clusters:
     def names(self) -> tuple[str, ...]:
         """The clusters' names, in configuration order."""
         return tuple(self._order)
+
+    @property
+    def default(self) -> str:
+        """The cluster a create without a cluster goes to: the file's ``default_cluster``,
+        else the first."""
+        return self._default or self._order[0]
 
     @property
     def timeout(self) -> float:
@@ -371,7 +379,7 @@ class Clusters:
         image: str | None = None,
     ) -> Created:
         """Create box ``name`` on ``cluster``, or where :meth:`place` says with
-        ``"auto"``; None is the first configured cluster (or ``NAME@CLUSTER``'s)."""
+        ``"auto"``; None is :attr:`default` (or ``NAME@CLUSTER``'s)."""
         name, named = split_name(name)
         if named is not None and cluster is not None and named != cluster:
             raise ConfigurationError(f"{name}@{named} and cluster {cluster!r} disagree")
@@ -380,8 +388,8 @@ class Clusters:
             placement = self.place(gpu, preset)
             where, reason = placement.cluster, placement.reason
         else:
-            where = chosen or self._order[0]
-            reason = f"{where}: " + ("as asked" if chosen else "the first configured cluster")
+            where = chosen or self.default
+            reason = f"{where}: " + ("as asked" if chosen else "the default cluster")
         box = self.client(where).create(
             name, preset=preset, ttl_hours=ttl_hours, repository=repository, gpu=gpu, image=image
         )

@@ -173,3 +173,13 @@ def test_no_cluster_answering_is_an_error_with_a_line_for_each(tmp_path: Path) -
         "'devbox login --cluster tokenless' or set DEVBOX_TOKEN"
     )
     assert done.stdout == ""
+
+
+def test_the_clusters_object_keeps_the_files_order_and_default(tmp_path: Path) -> None:
+    from devboxes_sdk import Clusters
+
+    with Clusters(env=_config(tmp_path, 'default_cluster = "lab-b"\n' + TWO)) as clusters:
+        assert clusters.names == ("lab-a", "lab-b")
+        assert clusters.default == "lab-b"
+    with Clusters(env=_config(tmp_path, TWO)) as clusters:
+        assert clusters.default == "lab-a"
