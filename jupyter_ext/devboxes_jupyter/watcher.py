@@ -45,18 +45,26 @@ CLUSTER_CATALOG_SECONDS = 60.0
 RUNNING = "running"
 
 
-def replaced(kernels: Iterable[KernelProgress]) -> list[str]:
+def replaced(
+    kernels: Iterable[KernelProgress], cluster_of: Callable[[str], str | None]
+) -> list[str]:
     """The failed starts of a box whose kernel, started later, now runs: the box works,
-    so the old failure says nothing any more."""
+    so the old failure says nothing any more. A box is its name on its kernel's cluster
+    (``cluster_of`` a kernel's id): one of the same name on another cluster is another."""
     kernels = list(kernels)
-    running: dict[str, float] = {}
+
+    def box(kernel: KernelProgress) -> tuple[str | None, str]:
+        return cluster_of(kernel.kernel_id), kernel.box
+
+    running: dict[tuple[str | None, str], float] = {}
     for kernel in kernels:
         if kernel.phase == RUNNING:
-            running[kernel.box] = max(running.get(kernel.box, kernel.updated), kernel.updated)
+            key = box(kernel)
+            running[key] = max(running.get(key, kernel.updated), kernel.updated)
     return [
         k.kernel_id
         for k in kernels
-        if k.phase == progress.FAILED and k.box in running and k.updated < running[k.box]
+        if k.phase == progress.FAILED and box(k) in running and k.updated < running[box(k)]
     ]
 
 
@@ -285,7 +293,7 @@ class Watcher:
             return None
 
     def _drop_replaced(self) -> None:
-        for kernel_id in replaced(progress.REGISTRY.snapshot()):
+        for kernel_id in replaced(progress.REGISTRY.snapshot(), progress.REGISTRY.cluster_of):
             progress.REGISTRY.dismiss(kernel_id)
 
     # -- the event loop side ------------------------------------------------------

@@ -10,7 +10,7 @@ import pytest
 from devboxes_jupyter import progress
 from devboxes_jupyter.app import kernel_problem
 from devboxes_jupyter.kernelspecs import unservable
-from devboxes_jupyter.watcher import Watcher
+from devboxes_jupyter.watcher import Watcher, replaced
 from traitlets.config import Config
 
 from devboxes_sdk import models
@@ -104,6 +104,15 @@ def test_a_failure_a_later_kernel_of_the_same_box_replaced_is_dismissed() -> Non
         watcher.stop()
         for kernel_id in ids:
             registry.forget(kernel_id)
+
+
+def test_a_box_of_the_same_name_on_another_cluster_replaces_no_failure() -> None:
+    registry = progress.ProgressRegistry()
+    registry.update("failed-a", "nb-ada-cpu", "", progress.FAILED, "not ready", "lab-a")
+    registry.update("running-b", "nb-ada-cpu", "", "running", "kernel running", "lab-b")
+    assert replaced(registry.snapshot(), registry.cluster_of) == []
+    registry.update("running-a", "nb-ada-cpu", "", "running", "kernel running", "lab-a")
+    assert replaced(registry.snapshot(), registry.cluster_of) == ["failed-a"]
 
 
 def test_a_start_counts_its_current_step_and_its_whole_wait(
