@@ -109,6 +109,10 @@ class AmbiguousName(DevboxesError):
     """A bare box name found on more than one cluster."""
 
 
+class NoClusterAnswered(DevboxesError):
+    """A call that needs some cluster's answer got none: each line says why."""
+
+
 class Clusters:
     """Every cluster of the configuration file's ``[clusters.NAME]`` tables (or those
     given), each with its own :class:`Client`.
@@ -329,7 +333,7 @@ class Clusters:
         """The box ``NAME@CLUSTER`` names, or the one box called NAME on any cluster.
 
         A bare name on no cluster that answered raises :class:`NotFound` (and
-        :class:`DevboxesError` when none answered); on several, :class:`AmbiguousName`
+        :class:`NoClusterAnswered` when none answered); on several, :class:`AmbiguousName`
         naming each ``NAME@CLUSTER``."""
         name, cluster = split_name(text)
         if cluster is not None:
@@ -339,7 +343,7 @@ class Clusters:
         if len(hits) == 1:
             return hits[0]
         if not found.answers:
-            raise DevboxesError(_nobody(found.errors))
+            raise NoClusterAnswered(_nobody(found.errors))
         if hits:
             spelled = " or ".join(f"{name}{CLUSTER_SEPARATOR}{hit.cluster}" for hit in hits)
             raise AmbiguousName(f"{name} is a box on {len(hits)} clusters: say {spelled}")
@@ -356,7 +360,7 @@ class Clusters:
         if gpu is None or gpu is False:
             reached = self.ask(lambda c: None)
             if not reached.answers:
-                raise DevboxesError(_nobody(reached.errors))
+                raise NoClusterAnswered(_nobody(reached.errors))
             first = reached.answers[0].cluster
             reason = f"{first}: a CPU box goes to the first cluster that answers"
             return Placement(first, None, reason, _lines(reached.errors))
@@ -364,7 +368,7 @@ class Clusters:
         answered = self._ask(lambda c, capabilities: _counted(c, capabilities.gpu, preset))
         offers = [offer(a.cluster, *a.value, asked) for a in answered.answers]
         if not offers:
-            raise DevboxesError(_nobody(answered.errors))
+            raise NoClusterAnswered(_nobody(answered.errors))
         return replace(choose(offers, asked), unasked=_lines(answered.errors))
 
     def create(

@@ -18,7 +18,7 @@ from pydantic import ValidationError as PydanticValidationError
 from pydantic.json_schema import models_json_schema
 
 from devboxes_sdk import models
-from devboxes_sdk.clusters import Answers
+from devboxes_sdk.clusters import Answers, NoClusterAnswered
 from devboxes_sdk.config import AUTO_CLUSTER
 from devboxes_sdk.errors import (
     ApiError,
@@ -346,6 +346,8 @@ def error_body(error: DevboxesError) -> tuple[int, dict[str, Any]]:
     """
     if isinstance(error, ValidationError):
         return 422, {"detail": _detail_json(error.errors)}
+    if isinstance(error, NoClusterAnswered):
+        return 503, {"detail": str(error)}
     if isinstance(error, NoPlacement):
         # A create with cluster=auto that no cluster which answered can take.
         return 422, {"detail": str(error)}

@@ -159,6 +159,13 @@ def test_unreachable_controller_is_503() -> None:
     assert "cannot reach" in body["detail"]
 
 
+def test_no_cluster_answering_is_503_with_each_clusters_reason() -> None:
+    from devboxes_sdk.clusters import NoClusterAnswered
+
+    why = "no cluster answered (lab-a: did not answer in 3 s; lab-b: did not answer in 3 s)"
+    assert error_body(NoClusterAnswered(why)) == (503, {"detail": why})
+
+
 @pytest.mark.parametrize("answered", [200, 302, 404])
 def test_another_server_at_the_url_is_a_bad_gateway(answered: int) -> None:
     other = NotADevboxesServer(
