@@ -467,12 +467,13 @@ def test_oidc_settings_reach_the_controller_unchanged(render: Render) -> None:
 
 
 def test_the_cluster_name_reaches_the_controller_and_defaults_to_none(render: Render) -> None:
-    named = rendered_settings(
-        objects(render(with_token({"controller": {"cluster": {"name": "gpu-eu"}}})))
-    )
+    peer = {"name": "gpu-us", "url": "https://devboxes.gpu-us.example.com"}
+    cluster = {"name": "gpu-eu", "peers": [peer]}
+    named = rendered_settings(objects(render(with_token({"controller": {"cluster": cluster}}))))
     assert settings_from_mapping(named).cluster.name == "gpu-eu"
+    assert [p.model_dump() for p in settings_from_mapping(named).cluster.peers] == [peer]
     unnamed = rendered_settings(objects(render(with_token({}))))
-    assert unnamed["cluster"] == {"name": None}
+    assert unnamed["cluster"] == {"name": None, "peers": []}
     assert settings_from_mapping(unnamed).cluster.name is None
 
 
