@@ -640,3 +640,72 @@ class ErrorBody(_Response):
 
 class Health(_Response):
     status: str
+
+
+# What a usage report adds up by.
+UsageGroupBy = Literal["person", "group", "profile", "box"]
+USAGE_GROUP_BYS: tuple[UsageGroupBy, ...] = ("person", "group", "profile", "box")
+# The longest span one usage report covers.
+MAX_USAGE_DAYS = 400
+
+
+class UsageLine(_Response):
+    """What one person, group, profile or box used over a report's span, in seconds.
+
+    ``allocated_seconds`` are device-seconds (a box with two devices for an hour held
+    7,200), split into ``busy_seconds`` (utilization at or above the idle threshold),
+    ``idle_seconds`` (below it) and ``unknown_seconds`` (no fresh reading: no activity
+    agent, a MIG instance, a sampler that stopped); the three add up to the allocated.
+    ``waiting_seconds`` are wall seconds a running box waited for its device. A box's
+    line counts a group's usage once per group its owner was in at the box's last create
+    or start, so group lines may add up to more than the whole.
+    """
+
+    key: str
+    allocated_seconds: int = 0
+    busy_seconds: int = 0
+    idle_seconds: int = 0
+    unknown_seconds: int = 0
+    waiting_seconds: int = 0
+    # The people, profiles and boxes the line covers.
+    people: int = 0
+    boxes: int = 0
+
+    @property
+    def busy_share(self) -> float | None:
+        """Busy of the device-seconds whose utilization is known; None when none is."""
+        known = self.busy_seconds + self.idle_seconds
+        return None if known == 0 else self.busy_seconds / known
+
+
+class UsageDay(_Response):
+    """One UTC day of a profile's usage, for charts over time."""
+
+    day: str
+    profile: str
+    allocated_seconds: int = 0
+    busy_seconds: int = 0
+    idle_seconds: int = 0
+    unknown_seconds: int = 0
+    waiting_seconds: int = 0
+
+
+class UsageReport(_Response):
+    """Body of ``GET /api/v1/usage``: usage over ``[since, until)``, by ``group_by``.
+
+    ``lines`` are ordered by allocated seconds, most first; ``days`` give each profile's
+    usage per UTC day of the span. ``recorded_until`` is when the recording last reached
+    (usage after it is not in the report yet) and ``bound_seconds`` the most a change
+    of state may be counted late by. ``scope`` is the person the report is limited to,
+    or None for everyone's.
+    """
+
+    since: AwareDatetime
+    until: AwareDatetime
+    group_by: UsageGroupBy
+    scope: str | None = None
+    lines: list[UsageLine] = Field(default_factory=list)
+    days: list[UsageDay] = Field(default_factory=list)
+    total: UsageLine
+    recorded_until: AwareDatetime | None = None
+    bound_seconds: int

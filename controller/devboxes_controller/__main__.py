@@ -169,6 +169,7 @@ def serve(args: argparse.Namespace) -> int:
     from .control.lifecycle import Lifecycle
     from .control.mount_retry import MountRetry
     from .control.reconciler import Reconciler
+    from .control.usage import Recorder
     from .k8s import kube
     from .k8s.cluster_id import ClusterId
     from .k8s.lease import LeaderElector
@@ -241,6 +242,7 @@ def serve(args: argparse.Namespace) -> int:
         api, settings.namespace, watches[MOUNT_REPORTS], watches[PODS], elector
     )
     keeper = Keeper(store, Desk(lifecycle), elector, lifecycle)
+    recorder = Recorder(store, store.usage, api, elector)
     # People with a token of the configured OpenID Connect issuer or JupyterHub, beside
     # the operator.
     oidc = oidc_verifier(settings)
@@ -258,9 +260,11 @@ def serve(args: argparse.Namespace) -> int:
         gatekeeper.start()
         mount_retry.start()
         keeper.start()
+        recorder.start()
         try:
             yield
         finally:
+            recorder.stop()
             keeper.stop()
             mount_retry.stop()
             gatekeeper.stop()

@@ -138,10 +138,20 @@ def next_record(
     return Record(reported_at=now, idle_since=since, gpu_utilization=gpu_utilization)
 
 
-def needs_write(previous: Record | None, new: Record, now: datetime) -> bool:
+def gpu_busy(record: Record, threshold: int) -> bool | None:
+    """Whether the record's GPU was busy (at or above the idle threshold); None unknown."""
+    if record.gpu_utilization is None:
+        return None
+    return record.gpu_utilization >= threshold
+
+
+def needs_write(previous: Record | None, new: Record, now: datetime, threshold: int) -> bool:
+    """A change of idleness, or of whether the GPU is busy (which usage counts), is
+    written at once; an unchanged record every ``HEARTBEAT``."""
     return (
         previous is None
         or previous.idle_since != new.idle_since
+        or gpu_busy(previous, threshold) != gpu_busy(new, threshold)
         or now - previous.reported_at >= HEARTBEAT
     )
 

@@ -59,6 +59,18 @@ def groups_record(groups: Sequence[str]) -> str:
     return json.dumps(list(groups))
 
 
+def groups_of(obj: Any) -> tuple[str, ...]:
+    """The groups recorded on a box by ``groups_record``; none when unreadable."""
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    try:
+        recorded = json.loads(annotations.get(ANNOTATION_OWNER_GROUPS) or "[]")
+    except ValueError:
+        return ()
+    if not isinstance(recorded, list):
+        return ()
+    return tuple(sorted({g for g in recorded if isinstance(g, str)}))
+
+
 def visible(obj: dict[str, Any], scope: str | None) -> bool:
     """Whether a caller who sees ``scope``'s boxes (every box when None) sees this one."""
     return scope is None or owner_of(obj) == scope

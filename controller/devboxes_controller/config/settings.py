@@ -4,7 +4,7 @@ Settings fail closed. Every rule is checked at start-up and every violation is r
 at once, as ``path: message`` with the key names an operator writes in the values file,
 so a bad rollout never becomes Ready. Each block is a model in a module of its own
 (:mod:`.gpu`, :mod:`.images`, :mod:`.boxes`, :mod:`.connections`, :mod:`.auth`,
-:mod:`.limits`, :mod:`.bookings`, :mod:`.cluster`), built on the shared model of
+:mod:`.limits`, :mod:`.bookings`, :mod:`.cluster`, :mod:`.usage`), built on the shared model of
 :mod:`.base`; here are their root and the rules that relate several blocks. Value
 formats are in :mod:`.formats`, the wording of violations in :mod:`.violations`, reading
 files in :mod:`.loading` and the chart's values in :mod:`.chart_values`.
@@ -40,6 +40,7 @@ from .gpu import AvailabilitySettings, GpuSettings, QueueSettings
 from .images import ImageSettings
 from .limits import LimitSettings
 from .stop_warnings import StopWarningSettings
+from .usage import UsageSettings
 from .violations import RULE_ERROR, Loc, Violation, config_error, describe, path, repeats
 
 
@@ -62,6 +63,7 @@ class Settings(Model):
     auth: AuthSettings = Field(default_factory=AuthSettings)
     limits: LimitSettings = Field(default_factory=LimitSettings)
     cluster: ClusterSettings = Field(default_factory=ClusterSettings)
+    usage: UsageSettings = Field(default_factory=UsageSettings)
 
     @classmethod
     def _rules(cls, raw: Mapping[str, Any]) -> list[Violation]:

@@ -338,7 +338,8 @@ class Lifecycle:
         gpu_box = activity.gpu_profile(deployment) is not None
         idle = activity.is_idle(report, gpu_box, self.settings.idle.gpu_utilization_percent)
         record = activity.next_record(previous, idle, now, report.gpu_utilization)
-        if activity.needs_write(previous, record, now):
+        threshold = self.settings.idle.gpu_utilization_percent
+        if activity.needs_write(previous, record, now, threshold):
             self._writer.patch(
                 deployment,
                 {"metadata": {"annotations": {activity.ANNOTATION_ACTIVITY: record.to_json()}}},

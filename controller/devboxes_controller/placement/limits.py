@@ -11,7 +11,6 @@ Pure: the holdings are read from the box caches by the caller. What counts:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -86,22 +85,13 @@ def holding(deployment: Mapping[str, Any]) -> Holding:
     """What one box holds, from its Deployment's annotations."""
     metadata = deployment.get("metadata") or {}
     annotations = metadata.get("annotations") or {}
-    try:
-        recorded = json.loads(annotations.get(ownership.ANNOTATION_OWNER_GROUPS) or "[]")
-    except ValueError:
-        recorded = []
-    groups = (
-        frozenset(g for g in recorded if isinstance(g, str))
-        if isinstance(recorded, list)
-        else frozenset()
-    )
     count_text = annotations.get(naming.ANNOTATION_GPU_COUNT) or "0"
     device = annotations.get(naming.ANNOTATION_GPU_RESOURCE) or annotations.get(
         naming.ANNOTATION_GPU_DEVICE_CLASS
     )
     return Holding(
         owner=ownership.owner_of(dict(deployment)),
-        groups=groups,
+        groups=frozenset(ownership.groups_of(deployment)),
         running=not naming.is_stopped(deployment),
         device=device,
         count=int(count_text) if count_text.isdigit() else 0,

@@ -130,6 +130,33 @@ class Metrics:
             "1 while this replica holds the reconciler lease",
             registry=self.registry,
         )
+        self.usage_device_seconds = Counter(
+            "devboxes_usage_device_seconds_total",
+            "Device-seconds GPU boxes held, by owner, profile and how the device was held: "
+            "busy, idle or unknown (no fresh reading); counted by the leader",
+            ["owner", "profile", "held"],
+            registry=self.registry,
+        )
+        self.usage_group_device_seconds = Counter(
+            "devboxes_usage_group_device_seconds_total",
+            "Device-seconds the boxes of a group's members held, by group, profile and how "
+            "the device was held; a box counts for each group its owner was in",
+            ["group", "profile", "held"],
+            registry=self.registry,
+        )
+        self.usage_waiting_seconds = Counter(
+            "devboxes_usage_waiting_seconds_total",
+            "Seconds running GPU boxes waited for their device, by owner and profile",
+            ["owner", "profile"],
+            registry=self.registry,
+        )
+        self.usage_people_waiting = Gauge(
+            "devboxes_usage_people_waiting",
+            "People with a GPU box waiting for its device, by profile, at the leader's last "
+            "usage pass",
+            ["profile"],
+            registry=self.registry,
+        )
         self.boxes = Gauge("devboxes_boxes", "Boxes by state", ["state"], registry=self.registry)
 
     def boxes_changed(self) -> None:

@@ -32,6 +32,7 @@ from .bookings import Bookings
 from .cache import Informer
 from .line import DeviceLine, entry
 from .metrics import METRICS
+from .usage import History
 from .watches import (
     BOOKINGS,
     CLAIM_TEMPLATES,
@@ -43,6 +44,7 @@ from .watches import (
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
     SERVICES,
+    USAGE,
     Watches,
 )
 
@@ -107,6 +109,7 @@ class BoxStore:
         self.availability = availability or Availability(settings, watches, self.device_line)
         self._caches = Caches.of(watches)
         self.bookings = Bookings(watches[BOOKINGS])
+        self.usage = History(watches[USAGE])
         self._answers = Answers()
         self._status_lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None

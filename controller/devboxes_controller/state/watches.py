@@ -28,6 +28,8 @@ In short (``WATCHES`` below is the source; ``slim`` names each strip):
 - configmaps: the one ConfigMap of ended sessions in the box namespace; always.
 - bookings: the one ConfigMap of bookings in the box namespace; the line, extend, the
   bookings' keeper and the API; always.
+- usage: the day records of GPU usage in the box namespace; the usage recorder, the
+  reports and the budgets; always.
 
 "Managed" is the managed-object label selector; "availability is counted" is
 ``Settings.counts_devices`` (``availability.enabled`` and GPUs enabled). ``/ready`` waits
@@ -48,6 +50,7 @@ from ..config.settings import Settings
 from ..k8s import kinds
 from ..k8s.kinds import Kind
 from ..k8s.kube import ApiClient, Apis, apis
+from ..placement.usage_ledger import SELECTOR as USAGE_SELECTOR
 from . import slim
 from .bookings import BOOKINGS_CONFIGMAP
 from .cache import BoxOf, Informer, Keep, OnChange, Strip
@@ -244,6 +247,17 @@ BOOKINGS = Watch(
     field_selector=f"metadata.name={BOOKINGS_CONFIGMAP}",
 )
 
+# The day records of GPU usage, which the leader writes and every replica reports from.
+USAGE = Watch(
+    "usage",
+    kinds.CONFIGMAPS,
+    False,
+    None,
+    "the usage recorder, reports, budgets",
+    label_selector=USAGE_SELECTOR,
+    ready=False,
+)
+
 # The namespace's box objects, whose changes a box's status is derived from.
 BOX_WATCHES = (
     DEPLOYMENTS,
@@ -265,6 +279,7 @@ OWN = (ENDED_SESSIONS,)
 WATCHES: tuple[Watch, ...] = (
     *BOX_WATCHES,
     BOOKINGS,
+    USAGE,
     MOUNT_REPORTS,
     *COUNTING,
     *DEVICES,

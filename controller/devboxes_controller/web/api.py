@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Annotated, Any, Literal, TypeVar
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
@@ -21,6 +21,7 @@ from devboxes_sdk.models import (
     BOOKING_NAME_PATTERN,
     IDEMPOTENCY_HEADER,
     MAX_LIST_LIMIT,
+    MAX_USAGE_DAYS,
     MAX_USER_LENGTH,
     MAX_WAIT_SECONDS,
     NAME_INPUT_PATTERN,
@@ -45,6 +46,8 @@ from devboxes_sdk.models import (
     SshKey,
     SshKeyAdd,
     SshKeyList,
+    UsageGroupBy,
+    UsageReport,
     VolumeList,
     WhoAmI,
     normalize_name,
@@ -64,10 +67,11 @@ from ..control.ssh_keys import Keys
 from ..k8s.kube import NotFound, rule_broken
 from ..placement import doctor, limits, when
 from ..placement.ledger import MIN_RUN
+from ..placement.usage_report import report as usage_report_of
 from ..state.bodies import CapabilitiesBody, body, respond
 from ..state.index import CPU
 from ..state.store import BoxStore
-from .identity.base import Identity, owner_scope
+from .identity.base import Forbidden, Identity, owner_scope
 from .identity.chooser import admin, caller
 from .paging import ListTokens, Position
 from .reads import ReadPool, Shared
@@ -561,6 +565,45 @@ async def list_bookings(
     """The caller's bookings (an admin's: everyone's), earliest window first, until a day
     after each ended."""
     return desk.listing(identity.scope, profile)
+
+
+@router.get("/usage", responses=_errors(403, 422))
+async def usage_report(
+    identity: Caller,
+    store: StoreDep,
+    since: Annotated[
+        date | None,
+        Query(description="The first UTC day of the report; default six days before until"),
+    ] = None,
+    until: Annotated[
+        date | None, Query(description="The last UTC day of the report; default today")
+    ] = None,
+    group_by: Annotated[
+        UsageGroupBy, Query(description="What the report's lines add up by")
+    ] = "profile",
+    everyone: Annotated[
+        bool,
+        Query(alias="all", description="Everyone's usage rather than the caller's (admins only)"),
+    ] = False,
+) -> UsageReport:
+    """GPU usage over whole UTC days: the caller's own, or with ``all`` everyone's."""
+    if everyone and not identity.admin:
+        raise Forbidden("only admins may see everyone's usage; leave out all for your own")
+    today = store.clock().date()
+    last = until or today
+    first = since or last - timedelta(days=6)
+    if first > last:
+        raise rule_broken(["query", "since"], f"must not be after until ({last.isoformat()})")
+    if (last - first).days + 1 > MAX_USAGE_DAYS:
+        raise rule_broken(["query", "since"], f"a report covers at most {MAX_USAGE_DAYS} days")
+    return usage_report_of(
+        store.usage.rows(first),
+        first,
+        last,
+        group_by,
+        None if everyone else identity.user,
+        store.settings.usage.record_seconds,
+    )
 
 
 @router.post("/bookings", status_code=201, responses={**WITH_BODY, **WRITES})
