@@ -55,7 +55,8 @@ def test_each_span_is_counted_as_the_box_was_held_at_its_start() -> None:
     row = rows[DAY]
     assert (row.waiting, row.busy, row.idle, row.unknown) == (30, 60, 60, 60)
     assert row.allocated == 180
-    assert row.held is None and row.until == NOON + 210
+    assert row.held is None
+    assert row.until == NOON + 210
 
 
 def test_device_seconds_count_every_device_of_the_box() -> None:
@@ -74,9 +75,12 @@ def test_a_pass_repeated_from_the_same_cursor_counts_nothing_twice() -> None:
 def test_a_span_over_midnight_is_cut_into_the_days_it_touches() -> None:
     midnight = ledger.day_start(DAY + timedelta(days=1))
     rows = run([(midnight - 100, seen(Held.IDLE)), (midnight + 50, seen(Held.IDLE))])
-    assert rows[DAY].idle == 100 and rows[DAY].until == midnight and rows[DAY].held is None
+    assert rows[DAY].idle == 100
+    assert rows[DAY].until == midnight
+    assert rows[DAY].held is None
     tomorrow = rows[DAY + timedelta(days=1)]
-    assert tomorrow.idle == 50 and tomorrow.until == midnight + 50
+    assert tomorrow.idle == 50
+    assert tomorrow.until == midnight + 50
     assert tomorrow.held is Held.IDLE
 
 
@@ -148,21 +152,25 @@ def pod(node: str | None, phase: str = "Running") -> dict:
 def test_a_box_is_seen_waiting_until_its_pod_has_a_node() -> None:
     now = datetime.fromtimestamp(NOON, UTC)
     waiting = ledger.seen(deployment(), [pod(None)], 5, now)
-    assert waiting is not None and waiting.held is Held.WAITING and waiting.pod is None
-    assert waiting.key == "ann-box.0123abcd" and waiting.groups == ("ml",)
+    assert waiting is not None
+    assert waiting.held is Held.WAITING
+    assert waiting.pod is None
+    assert waiting.key == "ann-box.0123abcd"
+    assert waiting.groups == ("ml",)
     ended = ledger.seen(deployment(), [pod("node-1", "Failed")], 5, now)
-    assert ended is not None and ended.held is Held.WAITING
+    assert ended is not None
+    assert ended.held is Held.WAITING
 
 
 def test_a_held_device_is_busy_at_or_above_the_threshold_and_unknown_without_a_reading() -> None:
     now = datetime.fromtimestamp(NOON, UTC)
     held = [
-        ledger.seen(deployment(utilization=u), [pod("node-1")], 5, now)
-        for u in (5.0, 4.9, None)
+        ledger.seen(deployment(utilization=u), [pod("node-1")], 5, now) for u in (5.0, 4.9, None)
     ]
     assert [s.held if s else None for s in held] == [Held.BUSY, Held.IDLE, Held.UNKNOWN]
     stale = ledger.seen(deployment(utilization=90.0), [pod("node-1")], 5, now + timedelta(hours=1))
-    assert stale is not None and stale.held is Held.UNKNOWN
+    assert stale is not None
+    assert stale.held is Held.UNKNOWN
 
 
 def test_stopped_boxes_and_cpu_boxes_are_not_seen() -> None:
