@@ -299,6 +299,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Usage Report
+         * @description GPU usage over whole UTC days: the caller's own, or with ``all`` everyone's.
+         */
+        get: operations["usage_report_api_v1_usage_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/bookings/{name}": {
         parameters: {
             query?: never;
@@ -986,6 +1006,130 @@ export interface components {
              * @default false
              */
             mine: boolean;
+        };
+        /**
+         * UsageDay
+         * @description One UTC day of a profile's usage, for charts over time.
+         */
+        UsageDay: {
+            /** Day */
+            day: string;
+            /** Profile */
+            profile: string;
+            /**
+             * Allocated Seconds
+             * @default 0
+             */
+            allocated_seconds: number;
+            /**
+             * Busy Seconds
+             * @default 0
+             */
+            busy_seconds: number;
+            /**
+             * Idle Seconds
+             * @default 0
+             */
+            idle_seconds: number;
+            /**
+             * Unknown Seconds
+             * @default 0
+             */
+            unknown_seconds: number;
+            /**
+             * Waiting Seconds
+             * @default 0
+             */
+            waiting_seconds: number;
+        };
+        /**
+         * UsageLine
+         * @description What one person, group, profile or box used over a report's span, in seconds.
+         *
+         *     ``allocated_seconds`` are device-seconds (a box with two devices for an hour held
+         *     7,200), split into ``busy_seconds`` (utilization at or above the idle threshold),
+         *     ``idle_seconds`` (below it) and ``unknown_seconds`` (no fresh reading: no activity
+         *     agent, a MIG instance, a sampler that stopped); the three add up to the allocated.
+         *     ``waiting_seconds`` are wall seconds a running box waited for its device. A box's
+         *     line counts a group's usage once per group its owner was in at the box's last create
+         *     or start, so group lines may add up to more than the whole.
+         */
+        UsageLine: {
+            /** Key */
+            key: string;
+            /**
+             * Allocated Seconds
+             * @default 0
+             */
+            allocated_seconds: number;
+            /**
+             * Busy Seconds
+             * @default 0
+             */
+            busy_seconds: number;
+            /**
+             * Idle Seconds
+             * @default 0
+             */
+            idle_seconds: number;
+            /**
+             * Unknown Seconds
+             * @default 0
+             */
+            unknown_seconds: number;
+            /**
+             * Waiting Seconds
+             * @default 0
+             */
+            waiting_seconds: number;
+            /**
+             * People
+             * @default 0
+             */
+            people: number;
+            /**
+             * Boxes
+             * @default 0
+             */
+            boxes: number;
+        };
+        /**
+         * UsageReport
+         * @description Body of ``GET /api/v1/usage``: usage over ``[since, until)``, by ``group_by``.
+         *
+         *     ``lines`` are ordered by allocated seconds, most first; ``days`` give each profile's
+         *     usage per UTC day of the span. ``recorded_until`` is when the recording last reached
+         *     (usage after it is not in the report yet) and ``bound_seconds`` the most a change
+         *     of state may be counted late by. ``scope`` is the person the report is limited to,
+         *     or None for everyone's.
+         */
+        UsageReport: {
+            /**
+             * Since
+             * Format: date-time
+             */
+            since: string;
+            /**
+             * Until
+             * Format: date-time
+             */
+            until: string;
+            /**
+             * Group By
+             * @enum {string}
+             */
+            group_by: "person" | "group" | "profile" | "box";
+            /** Scope */
+            scope?: string | null;
+            /** Lines */
+            lines?: components["schemas"]["UsageLine"][];
+            /** Days */
+            days?: components["schemas"]["UsageDay"][];
+            total: components["schemas"]["UsageLine"];
+            /** Recorded Until */
+            recorded_until?: string | null;
+            /** Bound Seconds */
+            bound_seconds: number;
         };
         /**
          * Volume
@@ -2670,6 +2814,71 @@ export interface operations {
             };
         };
     };
+    usage_report_api_v1_usage_get: {
+        parameters: {
+            query?: {
+                /** @description The first UTC day of the report; default six days before until */
+                since?: string | null;
+                /** @description The last UTC day of the report; default today */
+                until?: string | null;
+                /** @description What the report's lines add up by */
+                group_by?: "person" | "group" | "profile" | "box";
+                /** @description Everyone's usage rather than the caller's (admins only) */
+                all?: boolean;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UsageReport"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Request Entity Too Large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     cancel_booking_api_v1_bookings__name__delete: {
         parameters: {
             query?: never;
@@ -2784,6 +2993,7 @@ type ReadonlyArray<T> = [
     unknown[]
 ] ? Readonly<Exclude<T, undefined>> : Readonly<Exclude<T, undefined>[]>;
 export const pathsApiV1GpuAvailabilityGetParametersQueryPresetAnyOf0Values: ReadonlyArray<FlattenedDeepRequired<paths>["/api/v1/gpu/availability"]["get"]["parameters"]["query"]["preset"]> = ["small", "medium", "large"];
+export const pathsApiV1UsageGetParametersQueryGroup_byValues: ReadonlyArray<FlattenedDeepRequired<paths>["/api/v1/usage"]["get"]["parameters"]["query"]["group_by"]> = ["person", "group", "profile", "box"];
 export const activityStateValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["Activity"]["state"]> = ["active", "idle", "unknown"];
 export const bookingStateValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["BookingState"]> = ["booked", "open", "used", "released", "ended"];
 export const capabilitiesSsh_accessValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["Capabilities"]["ssh_access"]> = ["tunnel", "service"];
@@ -2796,3 +3006,4 @@ export const imageAllocationModeValues: ReadonlyArray<FlattenedDeepRequired<comp
 export const imageProfileModeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ImageProfile"]["mode"]> = ["sidecar", "workspace"];
 export const stopWarningReasonValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["StopWarning"]["reason"]> = ["ttl", "idle"];
 export const timelineSegmentKindValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["TimelineSegment"]["kind"]> = ["box", "booking", "other"];
+export const usageReportGroup_byValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["UsageReport"]["group_by"]> = ["person", "group", "profile", "box"];
