@@ -706,7 +706,7 @@ EXPECTED_RULES = {
     ("", "persistentvolumeclaims"): {"get", "list", "watch", "create", "patch", "delete"},
     ("", "events"): {"list", "watch", "create"},
     ("", "secrets"): {"create", "patch"},
-    ("", "configmaps"): {"get", "list", "watch", "create", "patch", "update"},
+    ("", "configmaps"): {"get", "list", "watch", "create", "patch", "update", "delete"},
     ("coordination.k8s.io", "leases"): {"get", "create", "update"},
     ("", "resourcequotas"): {"list"},
     ("", "limitranges"): {"list"},
