@@ -35,7 +35,7 @@ from devboxes_controller.state.watches import Watches
 from kubernetes import client
 from support import DevicePool, StartController, wait_for
 
-from devboxes_sdk.models import ActivityReport, DevboxCreate, GpuRequest, UsageLine
+from devboxes_sdk.models import ActivityReport, DevboxCreate, GpuRequest, UsageGroupBy, UsageLine
 
 POOL_DEVICES = 2
 BUSY = 80.0
@@ -125,7 +125,7 @@ def report_gpu(controller: Controller, box: str, utilization: float) -> None:
     wait_for(written, 30)
 
 
-def lines(controller: Controller, group_by: str = "person") -> dict[str, UsageLine]:
+def lines(controller: Controller, group_by: UsageGroupBy = "person") -> dict[str, UsageLine]:
     today = controller.store.clock().date()
     found = report(
         controller.store.usage.rows(), today - timedelta(days=1), today, group_by, None, 60
