@@ -45,7 +45,7 @@ PERMISSIONS: tuple[Permission, ...] = (
     *_grant("", "persistentvolumeclaims", "get list watch create patch delete"),
     *_grant("", "events", "list watch create"),
     *_grant("", "secrets", "create patch"),
-    *_grant("", "configmaps", "get list watch create patch update"),
+    *_grant("", "configmaps", "get list watch create patch update delete"),
     *_grant("coordination.k8s.io", "leases", "get create update"),
     *_grant("resource.k8s.io", "resourceclaimtemplates", "list watch create"),
     *_grant("resource.k8s.io", "resourceclaims", "list watch"),
