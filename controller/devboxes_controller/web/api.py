@@ -8,6 +8,7 @@ share per person.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from datetime import UTC, date, datetime, timedelta
@@ -596,13 +597,16 @@ async def usage_report(
         raise rule_broken(["query", "since"], f"must not be after until ({last.isoformat()})")
     if (last - first).days + 1 > MAX_USAGE_DAYS:
         raise rule_broken(["query", "since"], f"a report covers at most {MAX_USAGE_DAYS} days")
-    return usage_report_of(
-        store.usage.rows(first),
-        first,
-        last,
-        group_by,
-        None if everyone else identity.user,
-        store.settings.usage.record_seconds,
+    # Off the event loop: a month of a large cluster's record is many rows to add up.
+    return await asyncio.to_thread(
+        lambda: usage_report_of(
+            store.usage.rows(first),
+            first,
+            last,
+            group_by,
+            None if everyone else identity.user,
+            store.settings.usage.record_seconds,
+        )
     )
 
 
