@@ -30,6 +30,7 @@ from devboxes_controller.k8s.lease import LeaderElector
 from devboxes_controller.placement import usage_ledger as ledger
 from devboxes_controller.placement.limits import Asker
 from devboxes_controller.placement.usage_report import report
+from devboxes_controller.state.metrics import METRICS
 from devboxes_controller.state.store import BoxStore
 from devboxes_controller.state.watches import Watches
 from kubernetes import client
@@ -187,6 +188,19 @@ def test_three_peoples_seconds_are_exact_and_survive_a_new_leader(
     assert seconds(people["cy"]) == (120, 0, 0, 120, 180)
     profiles = lines(second, "profile")
     assert seconds(profiles[DevicePool.PROFILE]) == (600, 180, 300, 120, 180)
+    # The counters of what was written, summed over both leaders of this process.
+    counted = {
+        (owner, held): METRICS.registry.get_sample_value(
+            "devboxes_usage_device_seconds_total",
+            {"owner": owner, "profile": DevicePool.PROFILE, "held": held},
+        )
+        for owner, held in (("ann", "busy"), ("bob", "idle"), ("cy", "unknown"))
+    }
+    assert counted == {("ann", "busy"): 180, ("bob", "idle"): 300, ("cy", "unknown"): 120}
+    waited = METRICS.registry.get_sample_value(
+        "devboxes_usage_waiting_seconds_total", {"owner": "cy", "profile": DevicePool.PROFILE}
+    )
+    assert waited == 180
 
 
 def usage_of(controller: Any, box: str) -> dict[str, Any] | None:
