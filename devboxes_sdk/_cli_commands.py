@@ -13,7 +13,7 @@ import threading
 import time
 import webbrowser
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from types import TracebackType
 from typing import Any, NoReturn, TextIO
@@ -32,7 +32,7 @@ from devboxes_sdk._cli_base import (
     print_json,
     ssh_stdio,
 )
-from devboxes_sdk.client import DEFAULT_PAGE_SIZE, Client, Devbox
+from devboxes_sdk.client import DEFAULT_PAGE_SIZE, Client, Devbox, usage_query
 from devboxes_sdk.clusters import AmbiguousName, Answers, ClusterError, Clusters, Profiles
 from devboxes_sdk.config import (
     AUTO_CLUSTER,
@@ -56,10 +56,18 @@ from devboxes_sdk.errors import (
     Conflict,
     DevboxesError,
     NotFound,
+    PermissionDenied,
     ValidationError,
 )
 from devboxes_sdk.labels import elapsed_label, status_line
-from devboxes_sdk.models import API_PREFIX, DevboxState, GpuAvailability, GpuWhen, Volume
+from devboxes_sdk.models import (
+    API_PREFIX,
+    DevboxState,
+    GpuAvailability,
+    GpuWhen,
+    UsageReport,
+    Volume,
+)
 from devboxes_sdk.tunnel import HOST_SUFFIX
 
 # A .pub file is one line; anything much longer is not one.
@@ -92,6 +100,11 @@ _BOOK_FLAGS: dict[str, str | None] = {
     "starts_at": "--at",
     "hours": "--hours",
     "box": "--box",
+}
+_USAGE_FLAGS: dict[str, str | None] = {
+    "query.since": "--since",
+    "query.until": "--until",
+    "query.group_by": "--group-by",
 }
 _FLAG_UNITS = {"--ttl": ("hour", "hours")}
 _TRAILING_NUMBER = re.compile(r"\b(\d+)$")
@@ -847,6 +860,57 @@ def cmd_booking_cancel(args: argparse.Namespace) -> int:
         print_json(booking.model_dump(mode="json"))
     else:
         print(f"{booking.name} cancelled: {clean(booking.message)}")
+    return EXIT_OK
+
+
+def _usage_span(args: argparse.Namespace) -> tuple[date | None, date | None]:
+    """The first and last day asked for; None leaves a day to the server's clock."""
+    since, until = args.since, args.until
+    if isinstance(since, int):
+        until = until or _now().date()
+        since = until - timedelta(days=since - 1)
+    if since is not None and until is not None and since > until:
+        raise UsageError(f"--since {since.isoformat()} is after --until {until.isoformat()}")
+    return since, until
+
+
+def _usage_reports(
+    client: Client, args: argparse.Namespace, since: date | None, until: date | None
+) -> list[tuple[str, UsageReport]]:
+    """The titled reports a table shows: the span asked for, or without one this week
+    and this month, both ending on the server's today."""
+    if since is not None or until is not None:
+        report = client.usage(since, until, args.group_by, args.everyone)
+        return [("", report)]
+    week = client.usage(group_by=args.group_by, everyone=args.everyone)
+    today = _render.last_day(week)
+    month = client.usage(today.replace(day=1), today, args.group_by, args.everyone)
+    return [("This week", week), ("This month", month)]
+
+
+def cmd_usage(args: argparse.Namespace) -> int:
+    if args.json and args.csv:
+        raise UsageError("--json and --csv cannot be combined: give one")
+    since, until = _usage_span(args)
+    with _client(args) as client:
+        try:
+            if args.json:
+                query = usage_query(since, until, args.group_by, args.everyone)
+                print_json(client.request_json("GET", f"{API_PREFIX}/usage", params=query))
+            elif args.csv:
+                report = client.usage(since, until, args.group_by, args.everyone)
+                sys.stdout.write(_render.usage_csv(report))
+            else:
+                print(_render.usage_text(_usage_reports(client, args, since, until)))
+        except ValidationError as error:
+            raise UsageError(flag_message(error, _USAGE_FLAGS)) from None
+        except PermissionDenied as error:
+            if not args.everyone:
+                raise
+            # The server names its query parameter; say it in the words of the command.
+            raise PermissionDenied(
+                error.status, "only admins may see everyone's usage; leave out --all for your own"
+            ) from None
     return EXIT_OK
 
 

@@ -7,7 +7,7 @@ import argparse
 import re
 import sys
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any, NoReturn
 
 from devboxes_sdk._cli_base import EXIT_OK, BadCommandLine, box_name
@@ -34,6 +34,7 @@ from devboxes_sdk._cli_commands import (
     cmd_start,
     cmd_status,
     cmd_stop,
+    cmd_usage,
     cmd_volume_purge,
     cmd_volumes,
     cmd_whoami,
@@ -55,7 +56,14 @@ from devboxes_sdk.config import (
     ENV_CLUSTER,
     ENV_URL,
 )
-from devboxes_sdk.models import PRESETS, DevboxState, normalize_name, normalize_repository
+from devboxes_sdk.models import (
+    MAX_USAGE_DAYS,
+    PRESETS,
+    USAGE_GROUP_BYS,
+    DevboxState,
+    normalize_name,
+    normalize_repository,
+)
 
 DEFAULT_WAIT_TIMEOUT = 600.0
 
@@ -124,6 +132,41 @@ def moment(text: str, now: datetime) -> datetime:
 
 def _moment(text: str) -> datetime:
     return moment(text, datetime.now(UTC))
+
+
+_DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_LAST_DAYS = re.compile(r"^(\d{1,4})d$")
+
+
+def _day(text: str) -> date:
+    """A UTC day as ``YYYY-MM-DD``, the only form a usage report's days are given in."""
+    value = text.strip()
+    if _DAY.fullmatch(value):
+        try:
+            return date.fromisoformat(value)
+        except ValueError:
+            # The form of a date, not one: 2026-13-01, 2026-02-30.
+            pass
+    raise argparse.ArgumentTypeError(f"{text!r} is not a date; give YYYY-MM-DD (a UTC day)")
+
+
+def _first_day(text: str) -> date | int:
+    """A day, or ``Nd``: the last N days, counted back from --until (or today) and
+    including it, as the number N."""
+    last = _LAST_DAYS.fullmatch(text.strip())
+    if last is None:
+        try:
+            return _day(text)
+        except argparse.ArgumentTypeError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a date; give YYYY-MM-DD (a UTC day) or a number of days, as 7d"
+            ) from None
+    days = int(last.group(1))
+    if not 1 <= days <= MAX_USAGE_DAYS:
+        raise argparse.ArgumentTypeError(
+            f"a report covers 1 to {MAX_USAGE_DAYS} days, got {text!r}"
+        )
+    return days
 
 
 class _NewBoxName(argparse.Action):
@@ -454,6 +497,42 @@ def build_parser() -> argparse.ArgumentParser:
         booking_commands,
     )
     cancel.add_argument("booking", metavar="BOOKING", help="its name, as listed: bk-...")
+
+    usage = add(
+        "usage",
+        "show the GPU hours you used: allocated, busy, idle, and waited for",
+        cmd_usage,
+        description="show GPU usage over whole UTC days, per profile by default: hours "
+        "allocated (device-hours), busy, idle and unknown, the busy share of the known hours, "
+        "and hours waited for a device; without --since or --until, this week (the last 7 "
+        "days) and this month (since the 1st)",
+    )
+    usage.add_argument(
+        "--all",
+        dest="everyone",
+        action="store_true",
+        help="everyone's usage rather than your own (admins)",
+    )
+    usage.add_argument(
+        "--since",
+        type=_first_day,
+        metavar="DAY",
+        help="the first UTC day, YYYY-MM-DD; or 7d, 30d: the last days up to --until",
+    )
+    usage.add_argument(
+        "--until", type=_day, metavar="DAY", help="the last UTC day, YYYY-MM-DD (default today)"
+    )
+    usage.add_argument(
+        "--group-by",
+        choices=USAGE_GROUP_BYS,
+        default="profile",
+        help="what each line adds up (default profile)",
+    )
+    usage.add_argument(
+        "--csv",
+        action="store_true",
+        help="print one CSV line per group, seconds and hours, instead of tables",
+    )
 
     ssh = add("ssh", "open an SSH session to a ready box", cmd_ssh)
     _box_argument(ssh)

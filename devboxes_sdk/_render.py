@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import re
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import UTC, date, datetime, timedelta
+from decimal import ROUND_HALF_UP, Decimal
 
 from devboxes_sdk._cli_base import clean
 from devboxes_sdk.client import Devbox
@@ -28,6 +31,8 @@ from devboxes_sdk.models import (
     ImageCapabilities,
     ImagePort,
     SshKey,
+    UsageLine,
+    UsageReport,
     Volume,
     WhoAmI,
 )
@@ -38,6 +43,12 @@ IMAGE_HEADERS = ("PROFILE", "NAME", "MODE", "PORTS", "DESCRIPTION")
 DOCTOR_HEADERS = ("VERDICT", "PROFILE", "CHECK", "FINDING")
 VOLUME_HEADERS = ("NAME", "SIZE", "CREATED", "LAST PROFILE", "CLAIM")
 KEY_HEADERS = ("FINGERPRINT", "TYPE", "COMMENT", "ADDED")
+USAGE_HEADERS = ("ALLOCATED H", "BUSY H", "IDLE H", "UNKNOWN H", "BUSY SHARE", "WAITED H")
+# The fields of a usage line, in the order of the CSV's columns: seconds first, then hours.
+USAGE_SECONDS = ("allocated", "busy", "idle", "unknown", "waiting")
+# Parenthesized like the report's own "(none)" group, so no profile, box or person's name
+# can be mistaken for it.
+USAGE_TOTAL = "(total)"
 EMPTY = "-"
 
 # The scheduler's sentence: "0/7 nodes are available: 2 Insufficient nvidia.com/gpu,
@@ -455,3 +466,105 @@ def fit(text: str, width: int, ellipsis: str = "…") -> str:
     if len(text) <= width:
         return text
     return text[: max(width - len(ellipsis), 0)] + ellipsis
+
+
+def hours(seconds: int, decimals: int) -> str:
+    """Seconds as hours, halves rounded up (900 s is 0.3 h to one decimal, as people round,
+    where a float's format would round it to the even 0.2)."""
+    exact = Decimal(seconds) / 3600
+    return str(exact.quantize(Decimal(1).scaleb(-decimals), rounding=ROUND_HALF_UP))
+
+
+def busy_share_text(line: UsageLine) -> str:
+    share = line.busy_share
+    return EMPTY if share is None else f"{share:.0%}"
+
+
+def usage_row(key: str, line: UsageLine) -> Row:
+    return (
+        key,
+        hours(line.allocated_seconds, 1),
+        hours(line.busy_seconds, 1),
+        hours(line.idle_seconds, 1),
+        hours(line.unknown_seconds, 1),
+        busy_share_text(line),
+        hours(line.waiting_seconds, 1),
+    )
+
+
+def usage_table(report: UsageReport) -> str:
+    """One row per line of the report, hours with one decimal; a total row when there is
+    more than one line (group lines may add up to more than it: see ``UsageLine``)."""
+    rows = [usage_row(line.key, line) for line in report.lines]
+    if len(report.lines) > 1:
+        rows.append(usage_row(USAGE_TOTAL, report.total))
+    return table((report.group_by.upper(), *USAGE_HEADERS), rows)
+
+
+def last_day(report: UsageReport) -> date:
+    """The last UTC day a report covers: its ``until`` is the midnight after it."""
+    return (report.until.astimezone(UTC) - timedelta(days=1)).date()
+
+
+def usage_span(report: UsageReport) -> str:
+    first = report.since.astimezone(UTC).date()
+    return f"{first.isoformat()} to {last_day(report).isoformat()}"
+
+
+def recorded_text(reports: Sequence[UsageReport]) -> str:
+    """How far the recording reached: the time alone when that is on the last day the
+    reports cover, with its date otherwise."""
+    reached = [r.recorded_until.astimezone(UTC) for r in reports if r.recorded_until]
+    if not reached:
+        return "nothing is recorded in this span yet"
+    moment = max(reached)
+    if moment.date() == max(last_day(report) for report in reports):
+        return f"recorded until {moment:%H:%M} UTC"
+    return f"recorded until {moment:%Y-%m-%d %H:%M} UTC"
+
+
+def usage_text(spans: Sequence[tuple[str, UsageReport]]) -> str:
+    """Each report's span, after its title when it has one, and its table, under whose
+    usage it is, then how far the recording reached."""
+    first = spans[0][1]
+    whose = "Everyone's GPU usage" if first.scope is None else f"GPU usage of {clean(first.scope)}"
+    blocks = [f"{whose}, by {first.group_by}"]
+    for title, report in spans:
+        body = usage_table(report) if report.lines else "No GPU usage."
+        span = usage_span(report)
+        blocks.append(f"{title} ({span}):\n{body}" if title else f"{span}:\n{body}")
+    reports = [report for _, report in spans]
+    blocks.append(f"Reports are whole UTC days; {recorded_text(reports)}.")
+    return "\n\n".join(blocks)
+
+
+def usage_csv(report: UsageReport) -> str:
+    """A header, then one line per line of the report: its seconds as the JSON gives them,
+    the same as hours with two decimals, the busy share of the known seconds (empty when
+    none is known), and the people and boxes it covers."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(
+        [
+            report.group_by,
+            *(f"{name}_seconds" for name in USAGE_SECONDS),
+            *(f"{name}_hours" for name in USAGE_SECONDS),
+            "busy_share",
+            "people",
+            "boxes",
+        ]
+    )
+    for line in report.lines:
+        seconds = [getattr(line, f"{name}_seconds") for name in USAGE_SECONDS]
+        share = line.busy_share
+        writer.writerow(
+            [
+                line.key,
+                *seconds,
+                *(hours(value, 2) for value in seconds),
+                "" if share is None else f"{share:.4f}",
+                line.people,
+                line.boxes,
+            ]
+        )
+    return out.getvalue()

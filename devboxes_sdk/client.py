@@ -12,7 +12,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from datetime import datetime
+from datetime import date, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
@@ -34,7 +34,9 @@ from devboxes_sdk.models import (
     API_PREFIX,
     IDEMPOTENCY_HEADER,
     MAX_LIST_LIMIT,
+    MAX_USAGE_DAYS,
     MAX_WAIT_SECONDS,
+    USAGE_GROUP_BYS,
     WAIT_HEADER,
     FieldError,
 )
@@ -254,6 +256,46 @@ def _profile_or_error(profile: str) -> str:
             local=True,
         )
     return profile
+
+
+def usage_query(
+    since: date | None = None,
+    until: date | None = None,
+    group_by: str = "profile",
+    everyone: bool = False,
+) -> dict[str, str]:
+    """The query of ``GET /api/v1/usage``, checked as the server checks it: a grouping it
+    knows, ``since`` not after ``until`` and a span of at most ``MAX_USAGE_DAYS`` days
+    when both are given (a missing one is the server's to default, on its clock)."""
+    problems: list[FieldError] = []
+    if group_by not in USAGE_GROUP_BYS:
+        choices = ", ".join(USAGE_GROUP_BYS)
+        problems.append(
+            FieldError(loc=["query", "group_by"], msg=f"must be one of {choices}, got {group_by!r}")
+        )
+    if since is not None and until is not None:
+        if since > until:
+            problems.append(
+                FieldError(
+                    loc=["query", "since"], msg=f"must not be after until ({until.isoformat()})"
+                )
+            )
+        elif (until - since).days + 1 > MAX_USAGE_DAYS:
+            problems.append(
+                FieldError(
+                    loc=["query", "since"], msg=f"a report covers at most {MAX_USAGE_DAYS} days"
+                )
+            )
+    if problems:
+        raise ValidationError(problems, local=True)
+    query = {"group_by": group_by}
+    if since is not None:
+        query["since"] = since.isoformat()
+    if until is not None:
+        query["until"] = until.isoformat()
+    if everyone:
+        query["all"] = "true"
+    return query
 
 
 class BookingsNamespace:
@@ -570,6 +612,21 @@ class Client:
         """Delete the retained home volume of the box ``name``, permanently."""
         response = self._http.request("DELETE", f"{API_PREFIX}/volumes/{_name_or_error(name)}")
         return parse(models.DeleteResult, decode(response), response.status_code)
+
+    def usage(
+        self,
+        since: date | None = None,
+        until: date | None = None,
+        group_by: models.UsageGroupBy = "profile",
+        everyone: bool = False,
+    ) -> models.UsageReport:
+        """GPU usage over the whole UTC days ``since`` to ``until`` (both included; by
+        default the seven days up to the server's today), one line per person, group,
+        profile or box (``group_by``). The caller's own boxes, or with ``everyone``
+        everyone's (admins only: others get ``PermissionDenied``). The query is checked
+        locally first; a broken rule raises ``ValidationError`` without a request."""
+        params = usage_query(since, until, group_by, everyone)
+        return self._http.get_model(f"{API_PREFIX}/usage", models.UsageReport, params)
 
     def wait_ready(
         self,
