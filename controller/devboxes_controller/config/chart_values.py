@@ -32,7 +32,7 @@ from pydantic.json_schema import SkipJsonSchema
 
 from .base import Model, lookup
 from .boxes import Hours, Presets, SshServiceType, SshSettings, TtlSettings
-from .formats import DnsLabel, DnsSubdomain, Image, Quantity
+from .formats import DnsLabel, DnsSubdomain, Image, LabelKey, LabelValue, Quantity
 from .gpu import AvailabilitySettings, GpuSettings
 from .settings import Settings
 from .violations import Violation, fail
@@ -191,6 +191,23 @@ class DisruptionBudget(Model):
     )
 
 
+# The label Grafana's dashboard sidecar looks for by default.
+GRAFANA_SIDECAR_LABELS = {"grafana_dashboard": "1"}
+
+
+class GrafanaDashboardValues(Model):
+    """The usage dashboard (charts/devboxes/dashboards/) as a ConfigMap for Grafana's
+    dashboard sidecar."""
+
+    enabled: StrictBool
+    # Empty: the release's namespace.
+    namespace: ReleaseNamespace = ""
+    # What the sidecar selects ConfigMaps by.
+    labels: Annotated[dict[LabelKey, LabelValue], Field(min_length=1)]
+    # E.g. the sidecar's folder annotation.
+    annotations: dict[LabelKey, StrictStr] = Field(default_factory=dict)
+
+
 class ChartValues(Model):
     # Helm's own values for subcharts; the chart reads none of them.
     global_: dict[str, Any] = Field(default_factory=dict, alias="global")
@@ -206,6 +223,11 @@ class ChartValues(Model):
     # Only rendered when replicaCount > 1.
     pod_disruption_budget: DisruptionBudget = Field(
         default_factory=lambda: DisruptionBudget(min_available=1)
+    )
+    grafana_dashboard: GrafanaDashboardValues = Field(
+        default_factory=lambda: GrafanaDashboardValues(
+            enabled=False, labels=dict(GRAFANA_SIDECAR_LABELS)
+        )
     )
     controller: ControllerValues
     gpu: GpuValues
