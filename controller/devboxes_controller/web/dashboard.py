@@ -66,6 +66,8 @@ ASSETS = {
     "labels.js": "text/javascript",
     "dashboard.js": "text/javascript",
     "open_preview.js": "text/javascript",
+    "usage.js": "text/javascript",
+    "usage_view.js": "text/javascript",
     "dashboard.css": "text/css",
 }
 PAGE_CSP = (
@@ -74,6 +76,7 @@ PAGE_CSP = (
     "frame-ancestors 'none'"
 )
 HOME = "/dashboard"
+USAGE = "/dashboard/usage"
 LOGIN = "/dashboard/login"
 ISSUER_LOGIN = "/dashboard/login/oidc"
 # Registered at the issuer as a redirect URI of the public client, under the address the
@@ -274,6 +277,30 @@ def dashboard(request: Request) -> Response:
                 "peers": json.dumps(
                     [peer.model_dump(mode="json") for peer in store.settings.cluster.peers]
                 ),
+            },
+        )
+    )
+    if session.reissued:
+        set_session_cookie(request, page, session.cookie)
+    return page
+
+
+@router.get(USAGE)
+def usage(request: Request) -> Response:
+    """The usage page: it reads ``/api/v1/usage`` with the session; only an admin's page
+    offers everyone's usage, which the API refuses anyone else."""
+    session = _sessions(request).lookup(request.cookies.get(COOKIE))
+    if session is None:
+        return RedirectResponse(f"{LOGIN}?next={USAGE}", status_code=303)
+    identity = session_identity(session, request.app.state.admin_groups)
+    page = _page(
+        _template(
+            "usage.html",
+            {
+                "csrf": session.csrf,
+                "user": identity.user,
+                "role": " (admin)" if identity.admin else "",
+                "admin": "true" if identity.admin else "false",
             },
         )
     )
