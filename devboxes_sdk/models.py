@@ -670,6 +670,9 @@ class UsageLine(_Response):
     # The people, profiles and boxes the line covers.
     people: int = 0
     boxes: int = 0
+    # A box's line: its owner and GPU profile, known after the box is gone too.
+    owner: str | None = None
+    profile: str | None = None
 
     @property
     def busy_share(self) -> float | None:

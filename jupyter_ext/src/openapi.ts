@@ -1092,6 +1092,10 @@ export interface components {
              * @default 0
              */
             boxes: number;
+            /** Owner */
+            owner?: string | null;
+            /** Profile */
+            profile?: string | null;
         };
         /**
          * UsageReport

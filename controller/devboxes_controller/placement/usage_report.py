@@ -34,8 +34,10 @@ class _Sum:
         self.people.add(row.owner)
         self.boxes.add(key)
 
-    def line(self, key: str) -> UsageLine:
+    def line(self, key: str, box: Row | None = None) -> UsageLine:
         return UsageLine(
+            owner=None if box is None else box.owner,
+            profile=None if box is None else box.profile,
             key=key,
             allocated_seconds=self.allocated,
             busy_seconds=self.busy,
@@ -72,6 +74,8 @@ def report(
     """Usage over the days ``since`` to ``until`` (both included), of ``scope``'s boxes
     only when it is given."""
     lines: dict[str, _Sum] = {}
+    # A box's latest row, for the owner and profile of its line.
+    latest: dict[str, Row] = {}
     days: dict[tuple[str, str], _Sum] = {}
     total = _Sum()
     recorded = 0
@@ -85,6 +89,8 @@ def report(
             total.add(key, row)
             for line_key in keys_of(row, group_by):
                 lines.setdefault(line_key, _Sum()).add(key, row)
+            if group_by == "box" and row.until >= latest.get(row.box, row).until:
+                latest[row.box] = row
             days.setdefault((day.isoformat(), row.profile), _Sum()).add(key, row)
     ordered = sorted(lines.items(), key=lambda item: (-item[1].allocated, item[0]))
     return UsageReport(
@@ -92,7 +98,7 @@ def report(
         until=datetime.fromtimestamp(day_start(until + timedelta(days=1)), UTC),
         group_by=group_by,
         scope=scope,
-        lines=[s.line(k) for k, s in ordered],
+        lines=[s.line(k, latest.get(k)) for k, s in ordered],
         days=[
             UsageDay(
                 day=day,

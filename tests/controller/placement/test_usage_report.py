@@ -88,3 +88,14 @@ def test_a_budget_counts_one_persons_or_one_groups_device_seconds_from_a_day_on(
     assert device_seconds_of(ROWS, MONDAY, "ann", None, "l4") == 5400
     assert device_seconds_of(ROWS, TUESDAY, None, "ml", None) == 600
     assert device_seconds_of(ROWS, MONDAY - timedelta(days=1), None, None, "l4") == 12_700
+
+
+def test_a_boxs_line_names_its_owner_and_profile() -> None:
+    boxes = report(ROWS, MONDAY, TUESDAY, "box", None, 60).lines
+    assert [(line.key, line.owner, line.profile) for line in boxes] == [
+        ("bob-l4", "bob", "l4"),
+        ("ann-l4", "ann", "l4"),
+        ("ann-a100", "ann", "a100"),
+    ]
+    people = report(ROWS, MONDAY, TUESDAY, "person", None, 60).lines
+    assert {(line.owner, line.profile) for line in people} == {(None, None)}

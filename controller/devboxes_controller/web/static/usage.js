@@ -146,7 +146,7 @@ import * as view from "./usage_view.js";
   }
 
   // -- top holders of idle GPUs --------------------------------------------------------
-  function holdersTable(lines, groupBy, boxes, scope) {
+  function holdersTable(lines, groupBy) {
     const headings = groupBy === "box"
       ? ["Box", "Owner", "Profile", "Idle h", "Busy share"]
       : ["Person", "Boxes", "Idle h", "Busy share"];
@@ -158,20 +158,12 @@ import * as view from "./usage_view.js";
     }
     $("usage-idle-head").replaceChildren(headRow);
     const holders = view.idleHolders(lines);
-    $("usage-gone").hidden = groupBy !== "box" || holders.every((line) => boxes.has(line.key));
     $("usage-idle-rows").replaceChildren(...holders.map((line) => {
       const tr = document.createElement("tr");
       tr.dataset.key = line.key;
       tr.append(cell("th", line.key));
       if (groupBy === "box") {
-        // The box list knows its owner and profile while the box exists.
-        // A report of one person's usage names the owner of every box in it.
-        const box = boxes.get(line.key);
-        const owner = cell("td", box ? box.owner : scope || "—");
-        const profile = cell("td", box ? (box.gpu ? box.gpu.profile : "CPU only") : "—");
-        if (!box) profile.title = "The box no longer exists.";
-        if (!box && !scope) owner.title = "The box no longer exists.";
-        tr.append(owner, profile);
+        tr.append(cell("td", line.owner || "—"), cell("td", line.profile || "—"));
       } else {
         tr.append(cell("td", String(line.boxes)));
       }
@@ -211,10 +203,9 @@ import * as view from "./usage_view.js";
     const groupBy = all ? $("usage-holders").value : "box";
     $("usage-holders-field").hidden = !all;
     $("usage-coverage").textContent = "Loading…";
-    const [profiles, holders, list] = await Promise.all([
+    const [profiles, holders] = await Promise.all([
       get(`/usage?${view.usageQuery(days, "profile", all)}`),
       get(`/usage?${view.usageQuery(days, groupBy, all)}`),
-      groupBy === "box" ? get("/devboxes") : Promise.resolve({ ok: false }),
     ]);
     // An older answer that arrives after a newer one is not shown.
     if (mine !== asked) return;
@@ -231,8 +222,7 @@ import * as view from "./usage_view.js";
     $("usage-report").hidden = empty;
     if (empty) return;
     $("usage-charts").replaceChildren(...view.dailySeries(report).map(chart));
-    const boxes = new Map(list.ok ? list.data.items.map((box) => [box.name, box]) : []);
-    holdersTable(holders.data.lines, groupBy, boxes, holders.data.scope);
+    holdersTable(holders.data.lines, groupBy);
     $("usage-profile-rows").replaceChildren(...report.lines.map((line) => profileRow(line)));
     $("usage-profile-total").replaceChildren(profileRow(report.total, "total"));
   }
