@@ -118,7 +118,7 @@ chart-schema: $(STAMP)
 # The pictures in docs/images, taken afresh by the browser tests.
 screenshots: $(STAMP) testbed system-packages node-deps
 	$(PYTEST) -m browser tests/jupyter/test_browser.py tests/jupyter/test_devbox_kernel_release.py \
-		tests/dashboard/test_dashboard_browser.py
+		tests/dashboard/test_dashboard_browser.py tests/dashboard/test_usage_page_browser.py
 	cp test-artifacts/jupyter/jupyter-*.png test-artifacts/dashboard/dashboard-*.png docs/images/
 
 # Rebuild the prebuilt JupyterLab extension shipped in the wheel (needs Node.js).
