@@ -165,6 +165,7 @@ def serve(args: argparse.Namespace) -> int:
 
     from .box.activity import activity_key
     from .control.bookings import Desk, Keeper
+    from .control.budgets import BudgetKeeper
     from .control.gates import Gatekeeper
     from .control.lifecycle import Lifecycle
     from .control.mount_retry import MountRetry
@@ -178,7 +179,7 @@ def serve(args: argparse.Namespace) -> int:
     from .state.ended_sessions import SharedEndedSessions
     from .state.line import DeviceLine
     from .state.store import BoxStore
-    from .state.watches import MOUNT_REPORTS, PODS, Watches
+    from .state.watches import MOUNT_REPORTS, PODS, USAGE, Watches
     from .web.app import create_app
     from .web.connections import allow_open_files, server_options
     from .web.identity.base import Verifier
@@ -243,6 +244,7 @@ def serve(args: argparse.Namespace) -> int:
     )
     keeper = Keeper(store, Desk(lifecycle), elector, lifecycle)
     recorder = Recorder(store, store.usage, api, elector)
+    budget_keeper = BudgetKeeper(store, lifecycle, elector, watches[USAGE])
     # People with a token of the configured OpenID Connect issuer or JupyterHub, beside
     # the operator.
     oidc = oidc_verifier(settings)
@@ -261,9 +263,11 @@ def serve(args: argparse.Namespace) -> int:
         mount_retry.start()
         keeper.start()
         recorder.start()
+        budget_keeper.start()
         try:
             yield
         finally:
+            budget_keeper.stop()
             recorder.stop()
             keeper.stop()
             mount_retry.stop()

@@ -28,7 +28,7 @@ from ..config.images import ImageProfileConfig
 from ..config.settings import Settings
 from ..k8s.kube import Obj
 from ..k8s.timestamps import format_timestamp, parse_timestamp
-from . import activity, host_key, naming, ownership, stop_warning, template
+from . import activity, budget_stop, host_key, naming, ownership, stop_warning, template
 
 STOPPED = "Stopped; storage is kept. Start it to continue."
 EXPIRED = "Stopped when its time to live ran out at {at}; storage is kept."
@@ -334,8 +334,10 @@ def _leaving_pod(pods: Sequence[Obj]) -> tuple[Obj, str] | None:
 
 def _stopped_message(deployment: Obj, pods: Sequence[Obj]) -> str:
     expired_at = _annotations(deployment).get(naming.ANNOTATION_EXPIRED_AT)
-    stopped = activity.stopped_message(deployment) or (
-        EXPIRED.format(at=expired_at) if expired_at else STOPPED
+    stopped = (
+        budget_stop.stopped_message(deployment)
+        or activity.stopped_message(deployment)
+        or (EXPIRED.format(at=expired_at) if expired_at else STOPPED)
     )
     if (found := _leaving_pod(pods)) is None:
         return stopped

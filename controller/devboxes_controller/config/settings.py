@@ -112,7 +112,8 @@ class Settings(Model):
 
 
 def _limit_rules(raw: Mapping[str, Any]) -> list[Violation]:
-    """Device limits name what some profile requests; no group may outlast ttl.maxHours."""
+    """Device limits name what some profile requests; no group may outlast ttl.maxHours;
+    budgets name configured GPU profiles and span no more days than the record keeps."""
     limits = lookup(raw, "limits")
     if not isinstance(limits, Mapping):
         return []
@@ -129,6 +130,10 @@ def _limit_rules(raw: Mapping[str, Any]) -> list[Violation]:
     ttl = lookup(raw, "ttl")
     max_hours = lookup(ttl, "max_hours") if isinstance(ttl, Mapping) else None
     max_hours = 168 if max_hours is None else max_hours
+    names = entry_names(profiles)
+    usage = lookup(raw, "usage")
+    kept = lookup(usage, "retention_days") if isinstance(usage, Mapping) else None
+    kept = UsageSettings.model_fields["retention_days"].default if kept is None else kept
     quotas: list[tuple[Loc, object]] = [(("limits", "perPerson"), lookup(limits, "per_person"))]
     groups = lookup(limits, "groups")
     if isinstance(groups, Mapping):
@@ -152,7 +157,43 @@ def _limit_rules(raw: Mapping[str, Any]) -> list[Violation]:
             found.append(
                 ((*loc, "maxTtlHours"), f"{hours} must not exceed ttl.maxHours ({max_hours})")
             )
+        found += _budget_rules((*loc, "budgets"), lookup(quota, "budgets"), names, kept)
     return found
+
+
+def _budget_rules(loc: Loc, budgets: object, names: list[str], kept: object) -> list[Violation]:
+    """Each budget's profile is a configured GPU profile, its days at most
+    usage.retentionDays."""
+    found: list[Violation] = []
+    configured = ", ".join(sorted(names)) or "none"
+    kept_days = _whole(kept)
+    for index, budget in enumerate(budgets if isinstance(budgets, list) else []):
+        if not isinstance(budget, Mapping):
+            continue
+        profile, days = lookup(budget, "profile"), _whole(lookup(budget, "days"))
+        if isinstance(profile, str) and profile not in names:
+            found.append(
+                (
+                    (*loc, index, "profile"),
+                    f"{profile!r} is not a configured GPU profile (configured: {configured})",
+                )
+            )
+        if days is not None and kept_days is not None and days > kept_days:
+            found.append(
+                (
+                    (*loc, index, "days"),
+                    f"{days} must not exceed usage.retentionDays ({kept_days}): the record "
+                    "of older days is deleted",
+                )
+            )
+    return found
+
+
+def _whole(value: object) -> int | None:
+    """A whole number as the settings read one (2.0 is 2); None for anything else."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return int(value) if float(value).is_integer() else None
 
 
 def _idle_profile_rules(raw: Mapping[str, Any]) -> list[Violation]:

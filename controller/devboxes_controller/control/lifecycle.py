@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from devboxes_sdk.labels import accelerator_label
@@ -21,6 +21,7 @@ from devboxes_sdk.models import ActivityReport, DeleteResult, Devbox, DevboxCrea
 
 from ..box import (
     activity,
+    budget_stop,
     host_key,
     idempotency,
     naming,
@@ -39,9 +40,9 @@ from ..config.gpu import ProfileRejected
 from ..config.images import ImageRejected
 from ..config.settings import Settings
 from ..k8s import kube
-from ..k8s.kube import Conflict, NotFound, Obj, rule_broken
+from ..k8s.kube import Conflict, NotFound, Obj, Unavailable, rule_broken
 from ..k8s.timestamps import format_timestamp, parse_timestamp
-from ..placement import limits
+from ..placement import budgets, limits
 from ..state.store import BoxStore
 from .events import Events
 from .promises import Clash, Promises
@@ -122,6 +123,7 @@ class Lifecycle:
             if existing is None:
                 holdings = self._holdings.of(self.store.deployments())
                 limits.check_quota(self.settings.limits, ask, holdings)
+                self._check_budgets(asker, spec)
             return self._create(spec, request, key, asker)
 
     def _create(
@@ -360,6 +362,59 @@ class Lifecycle:
         log.info("box stopped for idleness", extra={"box": name, "minutes": minutes})
         return self._current(names, updated)
 
+    def stop_over_budget(self, name: str, message: str) -> Devbox:
+        """Stop a running box whose owner or group used up a budget, like an idle stop:
+        replicas 0, the home volume kept; ``message`` is what its status says."""
+        names = naming.object_names(name)
+        deployment = self._deployment(names)
+        annotations = {budget_stop.ANNOTATION_BUDGET_STOPPED: message}
+        self._keep_ssh_port(names, annotations)
+        updated = self._writer.patch(
+            deployment, {"metadata": {"annotations": annotations}, "spec": {"replicas": 0}}
+        )
+        self.release_service(names)
+        self.record(updated, "BudgetStopped", f"{message} Storage kept.")
+        log.info("box stopped for its budget", extra={"box": name})
+        return self._current(names, updated)
+
+    def note_budgets(self, deployment: Obj, crossed: frozenset[str]) -> Obj | None:
+        """Write the budgets a running box has crossed (their keys) over the version read;
+        None when another writer changed the box in between."""
+        try:
+            return self._writer.patch(
+                deployment,
+                {
+                    "metadata": {
+                        "annotations": {
+                            budget_stop.ANNOTATION_BUDGETS_EXCEEDED: budget_stop.exceeded_record(
+                                crossed
+                            )
+                        },
+                        # Told once per crossing, even when two replicas briefly both lead.
+                        "resourceVersion": deployment["metadata"]["resourceVersion"],
+                    }
+                },
+            )
+        except Conflict:
+            return None
+
+    def _check_budgets(self, asker: limits.Asker, spec: BoxSpec) -> None:
+        """Conflict when the asker or a group of theirs used up a budget of the box's
+        profile; Unavailable while the usage record is not yet read, since budgets fail
+        closed."""
+        settings = self.settings.limits
+        profile = spec.gpu.name if spec.gpu is not None else None
+        if not budgets.applying(settings, asker.person, asker.groups, profile):
+            return
+        if not self.store.usage.synced():
+            raise Unavailable(
+                "the GPU usage record is still being read, so budgets cannot be checked "
+                "yet; try again in a moment"
+            )
+        today = self.clock().astimezone(UTC).date()
+        rows = self.store.usage.rows(budgets.first_day(settings, today))
+        budgets.check(settings, rows, asker, profile, today)
+
     def _deployment(self, names: ObjectNames, scope: str | None = None) -> Obj:
         """The box's Deployment, when the box is ``scope``'s (any box's when None):
         another person's box is as absent as one that does not exist."""
@@ -391,6 +446,7 @@ class Lifecycle:
             box = deployment["metadata"]["name"]
             others = self._holdings.of(self.store.deployments(), leaving_out=box)
             limits.check_quota(self.settings.limits, ask, others)
+            self._check_budgets(asker, spec)
             groups[ownership.ANNOTATION_OWNER_GROUPS] = ownership.groups_record(
                 _limited_groups(self.settings, asker)
             )
@@ -420,6 +476,9 @@ class Lifecycle:
                         # A new pod: what the last one's agent said no longer holds.
                         activity.ANNOTATION_ACTIVITY: None,
                         activity.ANNOTATION_IDLE_STOPPED: None,
+                        # A new run: a budget it crosses is told of again.
+                        budget_stop.ANNOTATION_BUDGET_STOPPED: None,
+                        budget_stop.ANNOTATION_BUDGETS_EXCEEDED: None,
                     }
                 },
                 "spec": spec_patch,

@@ -111,6 +111,7 @@ def check_permissions(settings: Settings, facts: Facts) -> list[DoctorCheck]:
 def _quota_text(quota: Quota) -> list[str]:
     parts = [f"{quota.boxes} boxes"] if quota.boxes is not None else []
     parts += [f"{count} {device} running" for device, count in sorted(quota.devices.items())]
+    parts += [f"{b.hours} {b.profile or 'GPU'} hours per {b.days} days" for b in quota.budgets]
     return parts
 
 
