@@ -37,6 +37,8 @@ BOXES = {
 }
 # Read by the mount retry alone: /ready does not wait for it.
 MOUNTS = {"events (failed mounts)"}
+# The usage record, read by the recorder, the reports and the budgets: /ready does not wait.
+USAGE = {"usage"}
 DRA = {"resourceclaimtemplates", "resourceclaims"}
 COUNTING = {"nodes", "pods (all namespaces)"}
 DEVICES = {"resourceslices", "resourceclaims (all namespaces)", "deviceclasses"}
@@ -72,7 +74,7 @@ def test_the_settings_call_for_the_same_watches_as_ever(
     profiles: list[dict[str, Any]], counted: bool, expected: set[str]
 ) -> None:
     built = watches.Watches(settings(profiles, counted), client.ApiClient())
-    assert {informer.kind for informer in built} == expected | MOUNTS
+    assert {informer.kind for informer in built} == expected | MOUNTS | USAGE
     # /ready waits for the box namespace's watches only.
     assert {informer.kind for informer in built.ready()} == expected & (BOXES | DRA)
 
@@ -80,7 +82,7 @@ def test_the_settings_call_for_the_same_watches_as_ever(
 def test_each_row_is_listed_by_the_client_and_kept_as_slim_keeps_it() -> None:
     apis = Apis(client.ApiClient())
     strips = {getattr(slim, name) for name in dir(slim) if not name.startswith("_")}
-    assert len({w.name for w in watches.WATCHES}) == len(watches.WATCHES) == 17
+    assert len({w.name for w in watches.WATCHES}) == len(watches.WATCHES) == 18
     for watch in watches.WATCHES:
         lister = watch.kind.lister(apis, all_namespaces=watch.cluster)
         assert callable(lister)
