@@ -56,14 +56,14 @@ class History:
             for name in set(self._parsed) - set(configmaps):
                 del self._parsed[name]
             for name, configmap in configmaps.items():
+                day = ledger.day_of_configmap(name)
+                # Days before the span are never parsed: what a replica keeps parsed
+                # grows with the spans asked for, not with the retention.
+                if day is None or (since is not None and day < since):
+                    continue
                 version = resource_version(configmap)
                 kept = self._parsed.get(name)
                 if kept is None or kept[0] != version:
-                    day = ledger.day_of_configmap(name)
-                    if day is None:
-                        continue
                     kept = self._parsed[name] = (version, day, ledger.rows_of(configmap))
-                _, day, rows = kept
-                if since is None or day >= since:
-                    days.setdefault(day, {}).update(rows)
+                days.setdefault(day, {}).update(kept[2])
         return days
