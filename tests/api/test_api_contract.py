@@ -160,6 +160,7 @@ def test_openapi_documents_every_route(api: CheckedApi) -> None:
         ("POST", "/api/v1/keys"),
         ("DELETE", "/api/v1/keys"),
         ("GET", "/api/v1/bookings"),
+        ("GET", "/api/v1/usage"),
         ("POST", "/api/v1/bookings"),
         ("DELETE", "/api/v1/bookings/{name}"),
     }

@@ -29,6 +29,9 @@ from devboxes_sdk.models import IDEMPOTENCY_HEADER
 POSITIVE_EXAMPLES = 150
 NEGATIVE_EXAMPLES = 60
 MIN_CASES = 1000
+USAGE_SPAN_RULES = re.compile(
+    r"must not be after until|a report covers at most \d+ days|must be a UTC day from"
+)
 
 
 @pytest.fixture
@@ -69,6 +72,13 @@ def check(case: Any, controller: Controller) -> None:
         # A string past a field's maxLength, written with JSON escapes, can pass the
         # limit on whole bodies first: that refusal is the documented one.
         assert "request body too large" in response.text
+        return
+    if (
+        response.status_code == 422
+        and case.formatted_path == "/api/v1/usage"
+        and USAGE_SPAN_RULES.search(response.text)
+    ):
+        # A report's span has rules between its two days, which a schema cannot say.
         return
     case.validate_response(response, headers=controller.headers())
     described = f"{case.method} {case.formatted_path} {case.query} {case.body!r}"

@@ -85,6 +85,8 @@ def test_groups_and_boxes_are_lines_of_their_own(served: Controller) -> None:
         ({"since": str(TODAY - timedelta(days=400))}, "since", "at most 400 days"),
         ({"group_by": "team"}, "group_by", "person"),
         ({"since": "yesterday"}, "since", "date"),
+        ({"until": "0001-01-01"}, "until", "must be a UTC day from 2000-01-01"),
+        ({"until": "9999-12-31"}, "until", "must be a UTC day from 2000-01-01"),
     ],
 )
 def test_a_bad_query_is_refused_with_the_rule_it_broke(

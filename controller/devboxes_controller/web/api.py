@@ -591,6 +591,11 @@ async def usage_report(
     if everyone and not identity.admin:
         raise Forbidden("only admins may see everyone's usage; leave out all for your own")
     today = store.clock().date()
+    # Days no record can hold; tomorrow allows for a client's clock ahead of ours.
+    earliest, latest = date(2000, 1, 1), today + timedelta(days=1)
+    for where, day in (("since", since), ("until", until)):
+        if day is not None and not earliest <= day <= latest:
+            raise rule_broken(["query", where], f"must be a UTC day from {earliest} to {latest}")
     last = until or today
     first = since or last - timedelta(days=6)
     if first > last:

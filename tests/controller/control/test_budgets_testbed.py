@@ -160,6 +160,8 @@ def test_a_running_box_over_budget_is_told_once_and_stopped_under_a_new_leader(
             return event_messages(kube, namespace, "al-run", "BudgetStopped")
 
         assert wait_for(stopped_event) == [f"{stopped} Storage kept."]
+        # Once the pod is gone (until then the message also says it is shutting down).
+        wait_for(lambda: alice("GET", "/devboxes/al-run").json()["message"] == stopped)
         box = alice("GET", "/devboxes/al-run").json()
         assert (box["state"], box["message"]) == ("stopped", stopped)
         # The new leader did not tell of the crossing again (its Events go out in order).
