@@ -33,7 +33,7 @@ from kubernetes import client
 
 from devboxes_sdk.client import Client, Devbox
 from devboxes_sdk.errors import BoxNotReady
-from devboxes_sdk.models import IDEMPOTENCY_HEADER, GpuAvailability, GpuProfile
+from devboxes_sdk.models import API_PREFIX, IDEMPOTENCY_HEADER, GpuAvailability, GpuProfile
 
 REPO = Path(__file__).resolve().parent.parent
 # What the testbed's apiserver sent for boxes in several states (tests/data/record_box_objects.py).
@@ -536,3 +536,18 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+class Person:
+    """One person's bearer token against one controller."""
+
+    def __init__(self, controller: Controller, token: str) -> None:
+        self.base = controller.url + API_PREFIX
+        self.session = requests.Session()
+        self.session.headers["Authorization"] = f"Bearer {token}"
+
+    def __call__(self, method: str, path: str, **kwargs: Any) -> requests.Response:
+        return self.session.request(method, self.base + path, timeout=60, **kwargs)
+
+    def close(self) -> None:
+        self.session.close()

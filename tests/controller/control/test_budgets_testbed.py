@@ -9,35 +9,17 @@ from __future__ import annotations
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
-import requests
 from devboxes_controller.box import naming
 from devboxes_controller.k8s.timestamps import minute_label
 from devboxes_controller.placement import usage_ledger as ledger
 from devboxes_testbed.controller import Controller, example_settings
 from devboxes_testbed.issuer import CLI_CLIENT_ID, Issuer
 from kubernetes import client
-from support import StartController, event_messages, wait_for
+from support import Person, StartController, event_messages, wait_for
 from usage_rows import row, seed
-
-from devboxes_sdk.models import API_PREFIX
 
 HOUR = 3600
 GPU = {"gpu": {"profile": "nvidia-l4"}, "ttl_hours": 1}
-
-
-class Person:
-    """One person's bearer token against one controller."""
-
-    def __init__(self, controller: Controller, token: str) -> None:
-        self.base = controller.url + API_PREFIX
-        self.session = requests.Session()
-        self.session.headers["Authorization"] = f"Bearer {token}"
-
-    def __call__(self, method: str, path: str, **kwargs: Any) -> requests.Response:
-        return self.session.request(method, self.base + path, timeout=60, **kwargs)
-
-    def close(self) -> None:
-        self.session.close()
 
 
 def _settings(issuer: Issuer, namespace: str, limits: dict[str, Any]) -> dict[str, Any]:

@@ -19,26 +19,14 @@ import pytest
 import requests
 from devboxes_controller.box.naming import object_names
 from devboxes_controller.box.ownership import LABEL_OWNER
-from devboxes_testbed.controller import Controller, example_settings
+from devboxes_testbed.controller import example_settings
 from devboxes_testbed.issuer import CLI_CLIENT_ID, Issuer
-from support import StartController
+from support import Person, StartController
 
 from devboxes_sdk.models import API_PREFIX
 
 OWNED = "first-box"
 ABSENT = "nobody-here"
-
-
-class Person:
-    """One person's bearer token against one controller."""
-
-    def __init__(self, controller: Controller, token: str) -> None:
-        self.base = controller.url + API_PREFIX
-        self.session = requests.Session()
-        self.session.headers["Authorization"] = f"Bearer {token}"
-
-    def __call__(self, method: str, path: str, **kwargs: Any) -> requests.Response:
-        return self.session.request(method, self.base + path, timeout=60, **kwargs)
 
 
 def _settings(issuer: Issuer, namespace: str, limits: dict[str, Any] | None) -> dict[str, Any]:
